@@ -1,0 +1,37 @@
+//! # cairn-core
+//!
+//! Domain types, traits, errors and pure decisions shared by every cairn backend, plus
+//! [`MemoryStore`], the in-memory reference backend that the conformance suite uses as its
+//! model.
+//!
+//! This crate depends on no SQL driver. Backends (`cairn-sqlite`, `cairn-postgres`) implement
+//! [`EpochStore`] and [`EpochDiagnostics`]; servers and tools hold them as `Arc<dyn …>`.
+//!
+//! The epoch log in one paragraph: a *space* is an independent history; an *epoch* is a
+//! non-empty batch of [`Event`]s appended atomically to one space. Each epoch gets a
+//! commit-ordered [`Seq`] (the largest seq in the space plus one, first seq [`Seq::FIRST`]), names
+//! the space's heads at append time as its parents, and is identified by
+//! [`EpochId`] = BLAKE3 over a canonical encoding of (space, sorted parents, event ids). A
+//! maintained head cache makes appends cost O(heads); it is trusted only when
+//! [`cache_is_current`] says so.
+
+#![forbid(unsafe_code)]
+
+mod encoding;
+mod error;
+mod memory;
+pub mod schema;
+mod seq;
+mod store;
+mod types;
+
+pub use encoding::{epoch_id, event_id, verify_epoch};
+pub use error::{Error, Result};
+pub use memory::MemoryStore;
+pub use seq::{cache_is_current, next_seq};
+pub use store::{EpochDiagnostics, EpochStore};
+pub use types::{
+    Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN,
+    MAX_KIND_LEN, MAX_SPACE_LEN,
+};

@@ -1,0 +1,296 @@
+//! The in-memory reference backend: the model the conformance suite checks real stores against.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use crate::encoding::{epoch_id, verify_epoch};
+use crate::error::{Error, Result};
+use crate::seq::{cache_is_current, next_seq};
+use crate::store::{EpochDiagnostics, EpochStore};
+use crate::types::{
+    Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Seq, SpaceId,
+};
+
+#[derive(Debug, Default)]
+struct Space {
+    /// Epochs by seq (seqs are unique per space).
+    epochs: BTreeMap<Seq, Epoch>,
+    by_id: HashMap<EpochId, Seq>,
+    /// Epochs named as a parent by some other epoch.
+    has_child: BTreeSet<EpochId>,
+    /// The head cache: id → seq.
+    cache: BTreeMap<EpochId, Seq>,
+}
+
+impl Space {
+    fn next(&self) -> Seq {
+        next_seq(self.epochs.keys().next_back().copied())
+    }
+
+    fn computed_heads(&self) -> Vec<Head> {
+        let mut heads: Vec<Head> = self
+            .epochs
+            .values()
+            .filter(|e| !self.has_child.contains(&e.id))
+            .map(|e| Head {
+                id: e.id,
+                seq: e.seq,
+            })
+            .collect();
+        heads.sort();
+        heads
+    }
+
+    fn cached(&self) -> Vec<Head> {
+        self.cache
+            .iter()
+            .map(|(id, seq)| Head { id: *id, seq: *seq })
+            .collect()
+    }
+
+    /// Heads as the append path finds them: the cache when current, else the anti-join.
+    fn current_heads(&self) -> Vec<Head> {
+        let max_cached = self.cache.values().max().copied();
+        if cache_is_current(max_cached, self.next()) {
+            self.cached()
+        } else {
+            self.computed_heads()
+        }
+    }
+
+    fn insert(&mut self, space: &SpaceId, parents: Vec<EpochId>, events: Vec<Event>) -> Epoch {
+        let ids: Vec<EventId> = events.iter().map(Event::id).collect();
+        let id = epoch_id(space, &parents, &ids);
+        let seq = self.next();
+        let epoch = Epoch {
+            space: space.clone(),
+            id,
+            seq,
+            parents,
+            events,
+        };
+        self.has_child.extend(epoch.parents.iter().copied());
+        self.by_id.insert(id, seq);
+        self.epochs.insert(seq, epoch.clone());
+        epoch
+    }
+}
+
+/// The in-memory reference backend.
+///
+/// It follows the same algorithm as the SQL backends (seq rule, cache check, anti-join
+/// fallback, cache write), so the conformance suite can compare heads, cache rows and seqs of
+/// a real store with it after every step. It is also a convenient store for unit tests of code
+/// that takes an `Arc<dyn EpochStore>`.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    spaces: Arc<Mutex<BTreeMap<SpaceId, Space>>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<SpaceId, Space>> {
+        // A panic while holding the lock cannot leave a half-applied write: every mutation
+        // below is computed first and applied without fallible steps.
+        self.spaces.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Test support: appends an epoch the way a writer that predates the head cache does —
+    /// same lock and seq rule, parents from the anti-join (or `parents` when given, to make a
+    /// fork), and the cache left untouched.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an invalid batch, [`Error::UnknownParent`] for a parent not
+    /// in the space.
+    pub fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let mut spaces = self.lock();
+        let sp = spaces.entry(space.clone()).or_default();
+        let mut parents = match parents {
+            Some(p) => p,
+            None => sp.computed_heads().into_iter().map(|h| h.id).collect(),
+        };
+        parents.sort();
+        parents.dedup();
+        if let Some(missing) = parents.iter().find(|p| !sp.by_id.contains_key(p)) {
+            return Err(Error::UnknownParent { parent: *missing });
+        }
+        let e = sp.insert(space, parents, events);
+        Ok(Appended {
+            id: e.id,
+            seq: e.seq,
+            parents: e.parents,
+        })
+    }
+}
+
+fn not_found(space: &SpaceId) -> Error {
+    Error::NotFound {
+        what: format!("space {space}"),
+    }
+}
+
+#[async_trait]
+impl EpochStore for MemoryStore {
+    async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let mut spaces = self.lock();
+        let sp = spaces.entry(space.clone()).or_default();
+        let parents: Vec<EpochId> = sp.current_heads().into_iter().map(|h| h.id).collect();
+        let e = sp.insert(space, parents, events);
+        sp.cache.clear();
+        sp.cache.insert(e.id, e.seq);
+        Ok(Appended {
+            id: e.id,
+            seq: e.seq,
+            parents: e.parents,
+        })
+    }
+
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let spaces = self.lock();
+        let sp = spaces
+            .get(space)
+            .filter(|s| !s.epochs.is_empty())
+            .ok_or_else(|| not_found(space))?;
+        Ok(sp.current_heads())
+    }
+
+    async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome> {
+        let mut spaces = self.lock();
+        let sp = spaces
+            .get_mut(space)
+            .filter(|s| !s.epochs.is_empty())
+            .ok_or_else(|| not_found(space))?;
+        let before = sp.cached();
+        let after = sp.computed_heads();
+        if before == after {
+            return Ok(RepairOutcome::Unchanged);
+        }
+        sp.cache = after.iter().map(|h| (h.id, h.seq)).collect();
+        Ok(RepairOutcome::Rewritten { before, after })
+    }
+
+    async fn import(&self, epoch: ForeignEpoch) -> Result<ImportOutcome> {
+        verify_epoch(&epoch)?;
+        let mut spaces = self.lock();
+        let sp = spaces.entry(epoch.space.clone()).or_default();
+        if let Some(seq) = sp.by_id.get(&epoch.id) {
+            return Ok(ImportOutcome::AlreadyPresent(*seq));
+        }
+        if let Some(missing) = epoch.parents.iter().find(|p| !sp.by_id.contains_key(p)) {
+            return Err(Error::UnknownParent { parent: *missing });
+        }
+        let heads_before = sp.current_heads();
+        let e = sp.insert(&epoch.space, epoch.parents, epoch.events);
+        let mut heads: BTreeMap<EpochId, Seq> =
+            heads_before.into_iter().map(|h| (h.id, h.seq)).collect();
+        for p in &e.parents {
+            heads.remove(p);
+        }
+        heads.insert(e.id, e.seq);
+        sp.cache = heads;
+        Ok(ImportOutcome::Imported(e.seq))
+    }
+
+    async fn events_since(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+    ) -> Result<FeedPage> {
+        if limit == 0 {
+            return Err(Error::invalid("feed limit", "must be at least 1"));
+        }
+        let after = match cursor {
+            Some(c) => c.resume_after(space)?,
+            None => Seq(0),
+        };
+        let spaces = self.lock();
+        let sp = spaces
+            .get(space)
+            .filter(|s| !s.epochs.is_empty())
+            .ok_or_else(|| not_found(space))?;
+        let mut events = Vec::new();
+        let mut last = after;
+        for (seq, epoch) in sp.epochs.range(Seq(after.0 + 1)..) {
+            if !events.is_empty() && events.len() + epoch.events.len() > limit {
+                break;
+            }
+            for (i, ev) in epoch.events.iter().enumerate() {
+                events.push(FeedEvent {
+                    seq: *seq,
+                    epoch: epoch.id,
+                    epoch_seq: i as u32,
+                    event_id: ev.id(),
+                    event: ev.clone(),
+                });
+            }
+            last = *seq;
+        }
+        Ok(FeedPage {
+            events,
+            next: FeedCursor::new(space, last),
+        })
+    }
+
+    async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
+        let spaces = self.lock();
+        Ok(spaces
+            .get(space)
+            .and_then(|sp| sp.by_id.get(id).and_then(|seq| sp.epochs.get(seq)))
+            .cloned())
+    }
+
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        if limit == 0 {
+            return Err(Error::invalid("page limit", "must be at least 1"));
+        }
+        let spaces = self.lock();
+        Ok(spaces
+            .iter()
+            .filter(|(id, sp)| !sp.epochs.is_empty() && after.is_none_or(|a| *id > a))
+            .take(limit)
+            .map(|(id, _)| id.clone())
+            .collect())
+    }
+}
+
+#[async_trait]
+impl EpochDiagnostics for MemoryStore {
+    async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        Ok(self
+            .lock()
+            .get(space)
+            .map(Space::cached)
+            .unwrap_or_default())
+    }
+
+    async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        Ok(self
+            .lock()
+            .get(space)
+            .map(Space::computed_heads)
+            .unwrap_or_default())
+    }
+
+    async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
+        Ok(self.lock().get(space).map_or(Seq::FIRST, Space::next))
+    }
+
+    fn statements_executed(&self) -> u64 {
+        0
+    }
+}

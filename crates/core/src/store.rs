@@ -1,0 +1,133 @@
+//! The epoch-log traits every backend implements.
+
+use std::fmt::Debug;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+use crate::types::{
+    Appended, Epoch, EpochId, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome,
+    RepairOutcome, Seq, SpaceId,
+};
+
+/// A store of per-space epoch DAGs with a maintained, self-validating head cache.
+///
+/// Object safe: hold it as `Arc<dyn EpochStore>`. The conformance suite (`cairn-conformance`)
+/// is the executable form of the contracts below; a backend is correct when it passes it.
+#[async_trait]
+pub trait EpochStore: Send + Sync + Debug + 'static {
+    /// Appends one epoch holding `events` to `space` (creating the space on its first epoch).
+    ///
+    /// # Contract
+    /// - Writers of one space are serialized; the epoch gets `seq = MAX(seq) + 1` (first seq 1),
+    ///   so seqs are unique and strictly increase in commit order.
+    /// - Its parents are the space's heads at append time, sorted by id bytes: taken from the
+    ///   head cache when [`crate::cache_is_current`] holds, else from the anti-join over the
+    ///   whole history (once).
+    /// - After commit the new epoch is the space's only head and the cache holds exactly one
+    ///   row for the space: the new epoch.
+    /// - With a current cache the append costs a fixed number of statements, independent of
+    ///   the history's length.
+    /// - Atomic: on error nothing was written.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for an empty or oversized batch;
+    /// [`crate::Error::Retryable`] when the store stayed busy past its timeout.
+    async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended>;
+
+    /// The space's heads, sorted by id bytes.
+    ///
+    /// # Contract
+    /// Equal to the anti-join's result at one committed state, whether or not the cache is
+    /// current; reading writes nothing.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] when the space has no epoch.
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>>;
+
+    /// Recomputes the space's head cache from the anti-join, under the space's write lock.
+    ///
+    /// # Contract
+    /// Afterwards the cache rows equal the anti-join's heads. Idempotent: when they already
+    /// do, nothing is written at all and [`RepairOutcome::Unchanged`] is returned.
+    ///
+    /// # Errors
+    /// [`crate::Error::NotFound`] when the space has no epoch.
+    async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome>;
+
+    /// Imports an epoch made elsewhere (replication).
+    ///
+    /// # Contract
+    /// - The id must recompute ([`crate::verify_epoch`]) and every parent must already be in
+    ///   the space.
+    /// - The epoch gets the next local seq; it may create a fork (several heads), which the
+    ///   next [`EpochStore::append`] merges. The cache stays exact.
+    /// - Idempotent: importing an epoch already present writes nothing and returns
+    ///   [`ImportOutcome::AlreadyPresent`].
+    ///
+    /// # Errors
+    /// [`crate::Error::HashMismatch`], [`crate::Error::UnknownParent`],
+    /// [`crate::Error::InvalidInput`]; nothing is written.
+    async fn import(&self, epoch: ForeignEpoch) -> Result<ImportOutcome>;
+
+    /// Reads the space's events after `cursor` (from the start when `None`).
+    ///
+    /// # Contract
+    /// Events come in `(seq, epoch, epoch_seq)` order. A page holds whole epochs only: it
+    /// stops before the epoch that would take it past `limit` events, except that a page always
+    /// holds at least one epoch when one is available. No event is skipped. An empty page
+    /// means the caller has read everything committed so far.
+    ///
+    /// # Errors
+    /// [`crate::Error::BadCursor`] for a cursor issued for another space;
+    /// [`crate::Error::NotFound`] when the space has no epoch;
+    /// [`crate::Error::InvalidInput`] when `limit` is 0.
+    async fn events_since(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+    ) -> Result<FeedPage>;
+
+    /// One stored epoch with its parents and events, or `None`.
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>>;
+
+    /// Space ids in byte order, strictly after `after`, at most `limit` of them (for paced
+    /// backfill).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] when `limit` is 0.
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>>;
+}
+
+/// Read-only views into the head cache, for `cairn doctor`, the backfill and the conformance
+/// suite.
+#[async_trait]
+pub trait EpochDiagnostics: EpochStore {
+    /// The cache rows stored for the space, sorted by id bytes, exactly as stored (possibly
+    /// stale).
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>>;
+
+    /// The heads computed by the anti-join over the whole history (slow: O(history)), sorted by
+    /// id bytes.
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>>;
+
+    /// The seq the space's next epoch would get.
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn next_seq(&self, space: &SpaceId) -> Result<Seq>;
+
+    /// How many SQL statements (round trips, including BEGIN and COMMIT) this store instance
+    /// has sent since it was opened. The memory backend counts 0.
+    fn statements_executed(&self) -> u64;
+}

@@ -1,0 +1,441 @@
+//! Domain types of the epoch log.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Largest space id, in bytes.
+pub const MAX_SPACE_LEN: usize = 256;
+/// Largest event kind, in bytes.
+pub const MAX_KIND_LEN: usize = 256;
+/// Largest event key, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+/// Largest event payload, in bytes (16 MiB).
+pub const MAX_EVENT_PAYLOAD: usize = 16 * 1024 * 1024;
+/// Most events in one epoch.
+pub const MAX_EPOCH_EVENTS: usize = 10_000;
+
+/// An independent history (tenant, document, repository): a non-empty byte string of at most
+/// [`MAX_SPACE_LEN`] bytes.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SpaceId(Vec<u8>);
+
+impl SpaceId {
+    /// Validates and wraps a space id.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the id is empty or longer than [`MAX_SPACE_LEN`].
+    pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
+        let bytes = bytes.into();
+        if bytes.is_empty() {
+            return Err(Error::invalid("space id", "must not be empty"));
+        }
+        if bytes.len() > MAX_SPACE_LEN {
+            return Err(Error::invalid(
+                "space id",
+                format!("is {} bytes; the limit is {MAX_SPACE_LEN}", bytes.len()),
+            ));
+        }
+        Ok(Self(bytes))
+    }
+
+    /// The raw bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SpaceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SpaceId({self})")
+    }
+}
+
+impl fmt::Display for SpaceId {
+    /// UTF-8 ids print as text, others as `0x…` hex.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match std::str::from_utf8(&self.0) {
+            Ok(s) if !s.starts_with("0x") && s.chars().all(|c| !c.is_control()) => f.write_str(s),
+            _ => write!(f, "0x{}", hex::encode(&self.0)),
+        }
+    }
+}
+
+macro_rules! hash_id {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(pub [u8; 32]);
+
+        impl $name {
+            /// The raw 32 bytes.
+            pub fn as_bytes(&self) -> &[u8; 32] {
+                &self.0
+            }
+
+            /// Reads an id from exactly 32 bytes.
+            ///
+            /// # Errors
+            /// [`Error::InvalidInput`] when `bytes` is not 32 bytes long.
+            pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+                let arr: [u8; 32] = bytes.try_into().map_err(|_| {
+                    Error::invalid(stringify!($name), format!("must be 32 bytes, got {}", bytes.len()))
+                })?;
+                Ok(Self(arr))
+            }
+
+            /// Parses the 64-character lowercase or uppercase hex form.
+            ///
+            /// # Errors
+            /// [`Error::InvalidInput`] when `s` is not 64 hex digits.
+            pub fn from_hex(s: &str) -> Result<Self> {
+                let bytes = hex::decode(s).map_err(|e| Error::invalid(stringify!($name), e.to_string()))?;
+                Self::from_slice(&bytes)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&hex::encode(self.0))
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), &hex::encode(self.0)[..12])
+            }
+        }
+    };
+}
+
+hash_id!(
+    /// Content address of an event: BLAKE3 over its canonical encoding (see [`crate::event_id`]).
+    EventId
+);
+hash_id!(
+    /// Content address of an epoch: BLAKE3 over (space, sorted parents, event ids); see
+    /// [`crate::epoch_id`].
+    EpochId
+);
+
+/// Commit-ordered position of an epoch in its space. The first epoch of a space has seq 1.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Seq(pub u64);
+
+impl Seq {
+    /// The seq of a space's first epoch.
+    pub const FIRST: Seq = Seq(1);
+
+    /// The seq as the signed 64-bit integer SQL engines store.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the seq does not fit (never for seqs cairn assigns).
+    pub fn to_i64(self) -> Result<i64> {
+        i64::try_from(self.0).map_err(|_| Error::Corrupt {
+            detail: format!("seq {} does not fit a signed 64-bit column", self.0),
+        })
+    }
+
+    /// Reads a seq from a signed 64-bit column.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the stored value is negative.
+    pub fn from_i64(v: i64) -> Result<Self> {
+        u64::try_from(v).map(Seq).map_err(|_| Error::Corrupt {
+            detail: format!("negative seq {v} in the store"),
+        })
+    }
+}
+
+impl fmt::Display for Seq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One event: an opaque payload with a kind and an optional key.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Event {
+    /// What the payload is (e.g. `kv.put`); 1..=[`MAX_KIND_LEN`] bytes of UTF-8.
+    pub kind: String,
+    /// Optional key (e.g. the kv key the event touches); at most [`MAX_KEY_LEN`] bytes.
+    pub key: Option<Vec<u8>>,
+    /// Opaque bytes; at most [`MAX_EVENT_PAYLOAD`].
+    pub payload: Vec<u8>,
+}
+
+impl Event {
+    /// An event without a key.
+    pub fn new(kind: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            kind: kind.into(),
+            key: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// An event with a key.
+    pub fn with_key(
+        kind: impl Into<String>,
+        key: impl Into<Vec<u8>>,
+        payload: impl Into<Vec<u8>>,
+    ) -> Self {
+        Self {
+            kind: kind.into(),
+            key: Some(key.into()),
+            payload: payload.into(),
+        }
+    }
+
+    /// The event's content address.
+    pub fn id(&self) -> EventId {
+        crate::encoding::event_id(self)
+    }
+
+    /// Checks the size limits.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] naming the field that is out of bounds.
+    pub fn validate(&self) -> Result<()> {
+        if self.kind.is_empty() || self.kind.len() > MAX_KIND_LEN {
+            return Err(Error::invalid(
+                "event kind",
+                format!("must be 1..={MAX_KIND_LEN} bytes"),
+            ));
+        }
+        if self.key.as_ref().is_some_and(|k| k.len() > MAX_KEY_LEN) {
+            return Err(Error::invalid(
+                "event key",
+                format!("must be at most {MAX_KEY_LEN} bytes"),
+            ));
+        }
+        if self.payload.len() > MAX_EVENT_PAYLOAD {
+            return Err(Error::invalid(
+                "event payload",
+                format!(
+                    "is {} bytes; the limit is {MAX_EVENT_PAYLOAD}",
+                    self.payload.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates a batch of events for one epoch: non-empty, bounded, each event valid.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for an empty or oversized batch or an invalid event.
+    pub fn validate_batch(events: &[Event]) -> Result<()> {
+        if events.is_empty() {
+            return Err(Error::invalid("epoch", "must contain at least one event"));
+        }
+        if events.len() > MAX_EPOCH_EVENTS {
+            return Err(Error::invalid(
+                "epoch",
+                format!(
+                    "has {} events; the limit is {MAX_EPOCH_EVENTS}",
+                    events.len()
+                ),
+            ));
+        }
+        events.iter().try_for_each(Event::validate)
+    }
+}
+
+/// A head of a space: an epoch no other epoch names as a parent.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Head {
+    /// The epoch.
+    pub id: EpochId,
+    /// Its seq.
+    pub seq: Seq,
+}
+
+/// A stored epoch with its events.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Epoch {
+    /// The space it belongs to.
+    pub space: SpaceId,
+    /// Its content address.
+    pub id: EpochId,
+    /// Its position in the space.
+    pub seq: Seq,
+    /// Its parents, sorted by id bytes.
+    pub parents: Vec<EpochId>,
+    /// Its events, in append order.
+    pub events: Vec<Event>,
+}
+
+impl Epoch {
+    /// This epoch as a [`ForeignEpoch`], ready to import into another store.
+    pub fn to_foreign(&self) -> ForeignEpoch {
+        ForeignEpoch {
+            space: self.space.clone(),
+            id: self.id,
+            parents: self.parents.clone(),
+            events: self.events.clone(),
+        }
+    }
+}
+
+/// What [`crate::EpochStore::append`] returns.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Appended {
+    /// The new epoch's id.
+    pub id: EpochId,
+    /// The new epoch's seq.
+    pub seq: Seq,
+    /// Its parents (the space's heads before the append), sorted by id bytes.
+    pub parents: Vec<EpochId>,
+}
+
+/// An epoch produced elsewhere (another store, a replica), offered to
+/// [`crate::EpochStore::import`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ForeignEpoch {
+    /// The space.
+    pub space: SpaceId,
+    /// The claimed id; it must recompute from the other fields.
+    pub id: EpochId,
+    /// Parents, sorted by id bytes, each already known in this space.
+    pub parents: Vec<EpochId>,
+    /// Events, non-empty.
+    pub events: Vec<Event>,
+}
+
+/// Result of an import.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ImportOutcome {
+    /// The epoch was new and now has this local seq.
+    Imported(Seq),
+    /// The epoch was already present with this seq; nothing was written.
+    AlreadyPresent(Seq),
+}
+
+/// Result of [`crate::EpochStore::repair_heads`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum RepairOutcome {
+    /// The cache already held exactly the heads; nothing was written.
+    Unchanged,
+    /// The cache was rewritten to hold these heads.
+    Rewritten {
+        /// Rows the cache held before.
+        before: Vec<Head>,
+        /// Rows it holds now (the anti-join's heads).
+        after: Vec<Head>,
+    },
+}
+
+/// One event as the feed returns it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FeedEvent {
+    /// Seq of the epoch holding the event.
+    pub seq: Seq,
+    /// The epoch holding the event.
+    pub epoch: EpochId,
+    /// Position of the event inside its epoch, from 0.
+    pub epoch_seq: u32,
+    /// The event's id.
+    pub event_id: EventId,
+    /// The event.
+    pub event: Event,
+}
+
+/// An opaque position in a space's feed. Only cursors returned by the same space's feed are
+/// accepted; print it with `Display` and read it back with [`FeedCursor::parse`].
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct FeedCursor {
+    space_tag: [u8; 8],
+    after: Seq,
+}
+
+const CURSOR_PREFIX: &str = "c1.";
+
+impl FeedCursor {
+    /// The cursor that resumes after the epoch with seq `after` in `space`.
+    pub fn new(space: &SpaceId, after: Seq) -> Self {
+        Self {
+            space_tag: space_tag(space),
+            after,
+        }
+    }
+
+    /// The last seq this cursor has delivered.
+    pub fn after(&self) -> Seq {
+        self.after
+    }
+
+    /// Checks the cursor belongs to `space` and returns the seq to resume after.
+    ///
+    /// # Errors
+    /// [`Error::BadCursor`] when it was issued for another space.
+    pub fn resume_after(&self, space: &SpaceId) -> Result<Seq> {
+        if self.space_tag != space_tag(space) {
+            return Err(Error::BadCursor {
+                reason: "the cursor was issued for another space".into(),
+            });
+        }
+        Ok(self.after)
+    }
+
+    /// Reads a cursor back from its printed form.
+    ///
+    /// # Errors
+    /// [`Error::BadCursor`] for anything that is not a printed cursor.
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = |reason: &str| Error::BadCursor {
+            reason: reason.into(),
+        };
+        let rest = s
+            .strip_prefix(CURSOR_PREFIX)
+            .ok_or_else(|| bad("unknown cursor format"))?;
+        let (tag, seq) = rest
+            .split_once('.')
+            .ok_or_else(|| bad("malformed cursor"))?;
+        let tag = hex::decode(tag).map_err(|_| bad("malformed cursor"))?;
+        let space_tag: [u8; 8] = tag.try_into().map_err(|_| bad("malformed cursor"))?;
+        if seq.is_empty()
+            || !seq.bytes().all(|b| b.is_ascii_digit())
+            || (seq.len() > 1 && seq.starts_with('0'))
+        {
+            return Err(bad("malformed cursor"));
+        }
+        let after: u64 = seq.parse().map_err(|_| bad("malformed cursor"))?;
+        if i64::try_from(after).is_err() {
+            return Err(bad("cursor position out of range"));
+        }
+        Ok(Self {
+            space_tag,
+            after: Seq(after),
+        })
+    }
+}
+
+impl fmt::Display for FeedCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{CURSOR_PREFIX}{}.{}",
+            hex::encode(self.space_tag),
+            self.after.0
+        )
+    }
+}
+
+fn space_tag(space: &SpaceId) -> [u8; 8] {
+    let mut h = blake3::Hasher::new_derive_key("cairn 2026-11 feed cursor space tag v1");
+    h.update(space.as_bytes());
+    let mut out = [0u8; 8];
+    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    out
+}
+
+/// One page of a space's feed.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct FeedPage {
+    /// Events in `(seq, epoch, epoch_seq)` order; whole epochs only.
+    pub events: Vec<FeedEvent>,
+    /// Where the next page starts. When `events` is empty it equals the cursor passed in (or the
+    /// start of the feed).
+    pub next: FeedCursor,
+}
