@@ -83,6 +83,15 @@ pub enum Error {
         detail: String,
     },
 
+    /// The store's schema is at a revision this build must not use (a diverged or unrelated
+    /// migration history, or one revision recorded with other content). Nothing was changed;
+    /// open it with a build whose history contains the store's revision.
+    #[error("incompatible store schema: {detail}")]
+    Incompatible {
+        /// Which revisions, and why.
+        detail: String,
+    },
+
     /// A store path was refused for safety (symlink, bad permissions).
     #[error("refusing store path {path}: {reason}")]
     UnsafePath {

@@ -1,0 +1,79 @@
+//! Errors of the migration runner.
+
+use crate::classify::Refusal;
+
+/// What opening a store through the runner can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MigrateError {
+    /// This build must not use the store; nothing was changed.
+    #[error(
+        "migration set {set}: {refusal}; use a build whose history contains the store's revision"
+    )]
+    Refused {
+        /// The migration set.
+        set: String,
+        /// Why.
+        refusal: Refusal,
+    },
+    /// The migration set itself is malformed (a bug in the build).
+    #[error("migration set {set} is invalid: {reason}")]
+    InvalidSet {
+        /// The set.
+        set: String,
+        /// The first problem found.
+        reason: String,
+    },
+    /// Another process held the migration lock past the timeout; nothing was changed.
+    #[error("timed out after {waited_ms} ms waiting for the migration lock; another process is migrating, retry")]
+    LockTimeout {
+        /// How long the runner waited.
+        waited_ms: u64,
+    },
+    /// The stored stamp or lineage is unreadable.
+    #[error("migration bookkeeping is corrupt: {detail}; run `cairn doctor`")]
+    Corrupt {
+        /// What was found.
+        detail: String,
+    },
+    /// A statement of revision `revision` failed; the upgrade was rolled back.
+    #[error("revision {revision} failed and the upgrade was rolled back: {source}")]
+    RevisionFailed {
+        /// The revision.
+        revision: String,
+        /// The store error.
+        #[source]
+        source: cairn_core::Error,
+    },
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] cairn_core::Error),
+}
+
+impl MigrateError {
+    /// Whether this is a refusal (exit code 1 in the operator tools).
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, Self::Refused { .. })
+    }
+}
+
+impl From<MigrateError> for cairn_core::Error {
+    /// Maps a runner error onto the store error a backend's open returns.
+    fn from(e: MigrateError) -> Self {
+        match e {
+            MigrateError::Store(inner) | MigrateError::RevisionFailed { source: inner, .. } => {
+                inner
+            }
+            MigrateError::Refused { .. } => cairn_core::Error::Incompatible {
+                detail: e.to_string(),
+            },
+            MigrateError::LockTimeout { .. } => cairn_core::Error::Retryable {
+                detail: e.to_string(),
+            },
+            MigrateError::Corrupt { detail } => cairn_core::Error::Corrupt { detail },
+            MigrateError::InvalidSet { .. } => {
+                cairn_core::Error::invalid("migration set", e.to_string())
+            }
+        }
+    }
+}

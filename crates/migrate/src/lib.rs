@@ -1,0 +1,28 @@
+//! # cairn-migrate
+//!
+//! Lineage-aware schema migrations. A [`MigrationSet`] is a named chain of [`Revision`]s that
+//! one build knows, base → head. A store records, per set, its **stamp** (the revision it is
+//! at) and its **lineage** (every revision, with a content checksum, in the history of the
+//! build that last migrated it). [`classify`] turns those into at head / upgrade / ahead /
+//! refused, and [`Runner::open`] carries the open protocol out against a
+//! [`MigrationBackend`]: a look without the lock, and only when an upgrade or a lineage repair
+//! is due, the lock, a second look, and the upgrade with its lineage in one transaction.
+//!
+//! An older build keeps using a store a newer build migrated (it is *ahead*) because every
+//! revision after the first is additive; a diverged store is refused with one line naming both
+//! revisions.
+
+#![forbid(unsafe_code)]
+
+pub mod additivity;
+mod cairn_set;
+mod classify;
+mod error;
+mod revision;
+mod runner;
+
+pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
+pub use classify::{classify, Classification, LineageVerdict, Refusal, StoredState};
+pub use error::MigrateError;
+pub use revision::{Checksum, LineageEntry, MigrationSet, Revision};
+pub use runner::{LockedMigration, MigrationBackend, Opened, Runner, RunnerHooks};

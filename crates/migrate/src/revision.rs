@@ -1,0 +1,181 @@
+//! Revisions, migration sets and their checksums.
+
+use cairn_core::schema::Dialect;
+
+use crate::error::MigrateError;
+
+/// One revision of a migration set: an id, its parent and the DDL that moves a store from the
+/// parent to it, per backend.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Revision {
+    /// Unique id within the set (e.g. `20261129_01_epoch_log`).
+    pub id: String,
+    /// The revision this one follows; `None` only for the set's base revision.
+    pub parent: Option<String>,
+    /// Statements for SQLite, run in order inside the upgrade transaction.
+    pub up_sqlite: Vec<String>,
+    /// Statements for PostgreSQL, run in order inside the upgrade transaction.
+    pub up_postgres: Vec<String>,
+    /// What the revision does, for `migrate history`.
+    pub description: String,
+}
+
+impl Revision {
+    /// The statements for `dialect`.
+    pub fn up(&self, dialect: Dialect) -> &[String] {
+        match dialect {
+            Dialect::Sqlite => &self.up_sqlite,
+            Dialect::Postgres => &self.up_postgres,
+        }
+    }
+
+    /// BLAKE3 over the revision's id, parent and every backend's statements (length-prefixed).
+    /// Two revisions with one id and different content have different checksums, so a store
+    /// migrated by one is never mistaken for the other.
+    pub fn checksum(&self) -> Checksum {
+        let mut h = blake3::Hasher::new_derive_key("cairn 2026-11 migration revision v1");
+        let mut put = |b: &[u8]| {
+            h.update(&(b.len() as u64).to_le_bytes());
+            h.update(b);
+        };
+        put(self.id.as_bytes());
+        put(self.parent.as_deref().unwrap_or("").as_bytes());
+        put(&[u8::from(self.parent.is_some())]);
+        for list in [&self.up_sqlite, &self.up_postgres] {
+            put(&(list.len() as u64).to_le_bytes());
+            for s in list {
+                put(s.as_bytes());
+            }
+        }
+        Checksum(*h.finalize().as_bytes())
+    }
+}
+
+/// Checksum of a revision's content.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Checksum(pub [u8; 32]);
+
+impl Checksum {
+    /// Lowercase hex.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Parses the lowercase hex form.
+    ///
+    /// # Errors
+    /// [`MigrateError::Corrupt`] when `s` is not 64 hex digits.
+    pub fn from_hex(s: &str) -> Result<Self, MigrateError> {
+        let bad = || MigrateError::Corrupt {
+            detail: format!("bad checksum {s:?} in the lineage"),
+        };
+        if s.len() != 64 {
+            return Err(bad());
+        }
+        let mut out = [0u8; 32];
+        for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
+            let text = std::str::from_utf8(chunk).map_err(|_| bad())?;
+            out[i] = u8::from_str_radix(text, 16).map_err(|_| bad())?;
+        }
+        Ok(Self(out))
+    }
+}
+
+impl std::fmt::Debug for Checksum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Checksum({})", &self.to_hex()[..12])
+    }
+}
+
+/// A named, ordered chain of revisions: what one build knows, base → head.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct MigrationSet {
+    name: String,
+    revisions: Vec<Revision>,
+}
+
+impl MigrationSet {
+    /// Validates and builds a set: non-empty name, at least one revision, the first without a
+    /// parent, each later one naming its predecessor, ids unique.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] naming the first problem.
+    pub fn new(name: impl Into<String>, revisions: Vec<Revision>) -> Result<Self, MigrateError> {
+        let name = name.into();
+        let invalid = |reason: String| MigrateError::InvalidSet {
+            set: name.clone(),
+            reason,
+        };
+        if name.is_empty() || name.len() > 128 {
+            return Err(invalid("the set name must be 1..=128 bytes".into()));
+        }
+        let Some(first) = revisions.first() else {
+            return Err(invalid("a set needs at least one revision".into()));
+        };
+        if first.parent.is_some() {
+            return Err(invalid(format!(
+                "base revision {} must not have a parent",
+                first.id
+            )));
+        }
+        for pair in revisions.windows(2) {
+            if pair[1].parent.as_deref() != Some(pair[0].id.as_str()) {
+                return Err(invalid(format!(
+                    "revision {} must name {} as its parent",
+                    pair[1].id, pair[0].id
+                )));
+            }
+        }
+        let mut ids: Vec<&str> = revisions.iter().map(|r| r.id.as_str()).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|w| w[0] == w[1]) || ids.iter().any(|i| i.is_empty()) {
+            return Err(invalid("revision ids must be non-empty and unique".into()));
+        }
+        Ok(Self { name, revisions })
+    }
+
+    /// The set's name (its stamp and lineage are stored under it).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The chain, base first.
+    pub fn revisions(&self) -> &[Revision] {
+        &self.revisions
+    }
+
+    /// The base revision.
+    pub fn base(&self) -> &Revision {
+        &self.revisions[0]
+    }
+
+    /// The head revision.
+    pub fn head(&self) -> &Revision {
+        &self.revisions[self.revisions.len() - 1]
+    }
+
+    /// Position of `id` in the chain.
+    pub fn position(&self, id: &str) -> Option<usize> {
+        self.revisions.iter().position(|r| r.id == id)
+    }
+
+    /// This build's lineage: every revision of the chain with its checksum.
+    pub fn lineage(&self) -> Vec<LineageEntry> {
+        self.revisions
+            .iter()
+            .map(|r| LineageEntry {
+                revision: r.id.clone(),
+                checksum: r.checksum(),
+            })
+            .collect()
+    }
+}
+
+/// One entry of a stored lineage.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct LineageEntry {
+    /// Revision id.
+    pub revision: String,
+    /// Checksum of that revision's content in the build that recorded the lineage.
+    pub checksum: Checksum,
+}
