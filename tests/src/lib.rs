@@ -1,0 +1,283 @@
+//! # cairn-conformance
+//!
+//! One suite of cases every cairn backend must pass. Each case is a plain
+//! `pub async fn case<H: Harness>(h: &H)` in [`cases`]; the [`suite!`] macro expands them into
+//! one named `#[tokio::test]` per case, so a backend's whole conformance test file is one line.
+//! Case names carry the invariant ids of cairn's design catalogue (`e1_…`, `e4_…`).
+//!
+//! ## Plugging in a backend
+//!
+//! 1. Implement [`Harness`] for a type that owns one empty store location (a temporary file, a
+//!    fresh Postgres schema): [`Harness::open`] returns a new store instance over that location
+//!    on every call (so a case can reopen the store, or open two "nodes"), and
+//!    [`Harness::legacy_append`] writes an epoch the way a writer that predates the head cache
+//!    does.
+//! 2. In the backend crate's `tests/conformance.rs`, expand the suite with an expression that
+//!    evaluates (awaited) to a fresh harness. For the in-memory reference backend — the worked
+//!    example, which this crate runs in its own `tests/memory.rs` — that is:
+//!
+//! ```
+//! cairn_conformance::suite!(async { cairn_conformance::MemoryHarness::new() });
+//! ```
+//!
+//! 3. Add flags after the expression for what the backend supports, each requiring more of the
+//!    harness:
+//!    - `migrations` — the M cases (implement [`MigrationHarness`]);
+//!    - `migrations, additivity` — also the A cases (implement [`AdditivityHarness`]);
+//!    - `…, multi_node` (last) — the cases for backends whose separately opened instances are
+//!      separate nodes that lock spaces independently (implement
+//!      [`Harness::hold_space_lock`]).
+//!
+//!    cairn's SQLite backend runs `suite!(cairn_sqlite::testkit::harness(), migrations,
+//!    additivity)`; its Postgres backend adds `multi_node`.
+//!
+//! Property tests draw [`proptest_cases`] cases (default 24; set `CAIRN_PROPTEST_CASES` for a
+//! deep run).
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, MemoryStore, Result, SpaceId};
+use cairn_migrate::additivity::AdditivityEngine;
+use cairn_migrate::{MigrationBackend, Runner};
+
+pub mod cases;
+
+/// A lock on one space, held open by the test (in an open transaction) until dropped or
+/// released.
+#[async_trait]
+pub trait HeldLock: Send {
+    /// Releases the lock (rolls its transaction back).
+    async fn release(self: Box<Self>);
+}
+
+/// What the suite needs from a backend: a store location that can be opened repeatedly, plus
+/// test-only writers.
+#[async_trait]
+pub trait Harness: Send + Sync + 'static {
+    /// Short backend name (`memory`, `sqlite`, `postgres`).
+    fn backend(&self) -> &'static str;
+
+    /// Opens a new store instance over this harness's location. Every call returns a separate
+    /// instance (its own connections); all see the same data.
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>>;
+
+    /// Appends an epoch the way a writer that predates the head cache does: under the same
+    /// space lock and seq rule as [`cairn_core::EpochStore::append`], with the anti-join's
+    /// heads as parents — or `parents` when given, to make a fork — and never touching the
+    /// cache.
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended>;
+
+    /// The exact number of statements ([`EpochDiagnostics::statements_executed`]) a
+    /// single-event append costs when the cache is current, or `None` when the backend counts
+    /// no statements.
+    fn append_statement_budget(&self) -> Option<u64>;
+
+    /// Opens a transaction that holds `space`'s write lock until the returned guard is
+    /// released. Only backends that lock spaces independently support it (`multi_node`).
+    async fn hold_space_lock(&self, space: &SpaceId) -> Result<Box<dyn HeldLock>> {
+        let _ = space;
+        panic!(
+            "the {} harness cannot hold a single space's lock",
+            self.backend()
+        )
+    }
+}
+
+/// What the migration cases (M…) need on top of [`Harness`]: the store's migration backend,
+/// opening the epoch store as a build with another history, and probes of the schema and of
+/// committed writes.
+#[async_trait]
+pub trait MigrationHarness: Harness + Sized {
+    /// A harness over a new, empty store location of the same backend.
+    async fn fresh(&self) -> Self;
+
+    /// The store's migration backend (cairn-migrate's view of this location).
+    async fn migrator(&self) -> Arc<dyn MigrationBackend>;
+
+    /// Opens the epoch store as a build whose own migration set is `runner`'s (cairn's
+    /// revisions, possibly followed by test revisions).
+    async fn open_as(&self, runner: &Runner) -> Result<Arc<dyn EpochDiagnostics>>;
+
+    /// Every table of the store and its columns, sorted, leaving out the runner's bookkeeping
+    /// tables.
+    async fn schema(&self) -> BTreeMap<String, Vec<String>>;
+
+    /// A value that changes whenever a transaction commits a write to the store's migration
+    /// state or schema (SQLite: `PRAGMA data_version` of a long-lived connection; Postgres: the
+    /// committing transactions of the stamp and lineage rows and of the schema's catalog rows).
+    async fn commit_probe(&self) -> String;
+}
+
+/// What the additivity cases (A…) need on top of [`MigrationHarness`]: the backend's engine
+/// for the executed additivity check.
+pub trait AdditivityHarness: MigrationHarness {
+    /// The backend's additivity-check engine.
+    fn additivity(&self) -> Arc<dyn AdditivityEngine>;
+}
+
+/// The in-memory reference backend's harness, and the worked example of a [`Harness`].
+#[derive(Debug, Default, Clone)]
+pub struct MemoryHarness {
+    store: MemoryStore,
+}
+
+impl MemoryHarness {
+    /// A harness over a new, empty [`MemoryStore`].
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl Harness for MemoryHarness {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
+        // Clones share the same data, like a reopened file.
+        Ok(Arc::new(self.store.clone()))
+    }
+
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.store.legacy_append(space, parents, events)
+    }
+
+    fn append_statement_budget(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// How many cases each property test draws: `CAIRN_PROPTEST_CASES` when set, else 24.
+pub fn proptest_cases() -> u32 {
+    std::env::var("CAIRN_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+/// A random space id, so cases sharing a store never see each other's data.
+pub fn random_space(label: &str) -> SpaceId {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let tag = blake3::hash(format!("{nanos}/{n}/{}", std::process::id()).as_bytes());
+    SpaceId::new(format!("{label}-{}", &tag.to_hex()[..16]).into_bytes()).expect("valid space id")
+}
+
+/// Expands the conformance cases into one `#[tokio::test]` per case.
+///
+/// `suite!(EXPR)` runs the cases every backend must pass; `suite!(EXPR, migrations)` adds the
+/// migration cases (the harness must implement [`MigrationHarness`]);
+/// `suite!(EXPR, migrations, multi_node)` adds the cases for backends whose separately opened
+/// instances are separate nodes that lock spaces independently. `EXPR` is awaited once per
+/// test to build a fresh harness.
+#[macro_export]
+macro_rules! suite {
+    ($harness:expr) => {
+        $crate::__cases!($harness;
+            e1_commit_ordered_seq,
+            e2_ids_recompute,
+            e3_parents_are_heads_in_id_byte_order,
+            e4_one_head_and_one_cache_row_after_every_append,
+            e5_cache_used_only_when_current,
+            e6_legacy_history_with_fork_detected,
+            e7_repair_fills_once_and_fork_collapses,
+            e9_import_fork_merge_and_refusals,
+            e10_feed_order_paging_and_cursor_refusals,
+            e11_append_statement_budget_is_fixed,
+            bad_input_is_refused_without_writes,
+            reopen_keeps_history_and_cache,
+            list_spaces_pages_in_id_order,
+            model_random_ops_match_reference,
+        );
+    };
+    ($harness:expr, migrations) => {
+        $crate::suite!($harness);
+        $crate::__cases!($harness;
+            m2_real_stores_match_the_model,
+            m3_one_line_of_history_never_refuses,
+            m4_older_build_uses_newer_store_without_the_lock,
+            m6_live_older_connection_survives_a_migration,
+            m7_divergence_refused_without_the_lock,
+            m8_second_look_under_the_lock_returns_ahead,
+            m9_lineage_repair_and_base_exemption,
+            m10_failed_upgrade_changes_nothing,
+            m11_same_id_different_content_refused,
+            m_rollback_story_end_to_end,
+        );
+    };
+    ($harness:expr, migrations, multi_node) => {
+        $crate::suite!($harness, migrations);
+        $crate::__multi_node_cases!($harness);
+    };
+    ($harness:expr, migrations, additivity) => {
+        $crate::suite!($harness, migrations);
+        $crate::__additivity_cases!($harness);
+    };
+    ($harness:expr, migrations, additivity, multi_node) => {
+        $crate::suite!($harness, migrations, multi_node);
+        $crate::__additivity_cases!($harness);
+    };
+    ($harness:expr, multi_node) => {
+        $crate::suite!($harness);
+        $crate::__multi_node_cases!($harness);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __additivity_cases {
+    ($harness:expr) => {
+        $crate::__cases!($harness;
+            a1_every_packaged_revision_passes,
+            a2_each_change_alone_is_judged_for_its_own_reason,
+            a2_random_combinations_flag_iff_forbidden,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __multi_node_cases {
+    ($harness:expr) => {
+        $crate::__cases!($harness;
+            e1_two_nodes_concurrent_appends_keep_one_head,
+            e7_repair_concurrent_with_appends_ends_exact,
+            e12_spaces_do_not_block_each_other,
+            e6_upgrade_path_legacy_history_gets_cache_by_repair,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __cases {
+    ($harness:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $harness.await;
+                $crate::cases::$case(&harness).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,4 @@
+//! The conformance suite against the in-memory reference backend (the worked example of a
+//! harness).
+
+cairn_conformance::suite!(async { cairn_conformance::MemoryHarness::new() });
