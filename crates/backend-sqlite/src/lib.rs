@@ -1,0 +1,40 @@
+//! # cairn-sqlite
+//!
+//! cairn's embedded default backend: the epoch log (DESIGN §2) on one SQLite file, through
+//! rusqlite. Open a store with [`SqliteStore::open`] and use it through
+//! [`cairn_core::EpochStore`]:
+//!
+//! ```no_run
+//! # async fn demo() -> cairn_core::Result<()> {
+//! use cairn_core::{EpochStore, Event, SpaceId};
+//! let store = cairn_sqlite::SqliteStore::open("/tmp/cairn-demo/store.db").await?;
+//! let space = SpaceId::new(b"docs".to_vec())?;
+//! let appended = store.append(&space, vec![Event::new("doc.edit", b"hello".to_vec())]).await?;
+//! assert_eq!(store.heads(&space).await?[0].id, appended.id);
+//! # Ok(()) }
+//! ```
+//!
+//! Files follow DESIGN §6: symlinked paths are refused, the file is created 0600 in a 0700
+//! directory, WAL mode with `synchronous=FULL`, foreign keys on and a busy timeout
+//! ([`SqliteOptions`]). Blocking SQLite calls run on tokio's blocking pool, never on the async
+//! executor. Every statement sent is counted ([`cairn_core::EpochDiagnostics::statements_executed`]);
+//! an append with a current head cache costs a fixed number of them
+//! ([`APPEND_STATEMENT_BUDGET`] for one event and one head).
+//!
+//! The `testkit` feature adds [`testkit`]: the conformance harness, the legacy writer and the
+//! benchmark hooks.
+
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod files;
+mod migrate;
+mod sql;
+mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use config::SqliteOptions;
+pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
+pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET};

@@ -1,0 +1,156 @@
+//! Every SQL statement the SQLite backend sends, as constants.
+//!
+//! Parameters are always bound (`?1`, `?2`, …); nothing here is assembled from input. The
+//! schema itself comes from [`cairn_core::schema::epoch_log_ddl`], the one shared definition.
+
+/// Starts a write transaction: takes SQLite's single writer lock up front, so two writers
+/// (threads or processes) serialize here instead of failing on a lock upgrade later.
+pub(crate) const BEGIN_IMMEDIATE: &str = "BEGIN IMMEDIATE";
+/// Starts a read transaction; the snapshot is fixed by its first read.
+pub(crate) const BEGIN_READ: &str = "BEGIN";
+/// Commits the open transaction.
+pub(crate) const COMMIT: &str = "COMMIT";
+/// Rolls the open transaction back.
+pub(crate) const ROLLBACK: &str = "ROLLBACK";
+
+/// The append probe, in one statement: the space's largest seq (walking the unique
+/// `(space, seq)` index backwards, O(log n)) next to every cached head row. Always returns at
+/// least one row; with an empty cache `id` and `seq` are NULL. Rows come in id byte order.
+pub(crate) const PROBE: &str = "\
+SELECT m.max_seq, h.id, h.seq
+FROM (SELECT (SELECT seq FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1) AS max_seq) AS m
+LEFT JOIN epoch_head AS h ON h.space = ?1
+ORDER BY h.id";
+
+/// The space's largest seq, or no row for an empty space.
+pub(crate) const MAX_SEQ: &str = "SELECT seq FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1";
+
+/// The heads by anti-join: every epoch of the space that no edge names as a parent. Walks the
+/// whole space (O(history)); the `(space, parent, child)` index makes each probe a seek.
+pub(crate) const ANTI_JOIN_HEADS: &str = "\
+SELECT e.id, e.seq
+FROM epoch AS e
+WHERE e.space = ?1
+  AND NOT EXISTS (SELECT 1 FROM epoch_parent AS p WHERE p.space = ?1 AND p.parent = e.id)
+ORDER BY e.id";
+
+/// The cached head rows of a space, in id byte order, exactly as stored.
+pub(crate) const CACHED_HEADS: &str = "SELECT id, seq FROM epoch_head WHERE space = ?1 ORDER BY id";
+
+/// The seq of one epoch, or no row when the space does not hold it.
+pub(crate) const EPOCH_SEQ: &str = "SELECT seq FROM epoch WHERE space = ?1 AND id = ?2";
+
+/// Inserts an epoch.
+pub(crate) const INSERT_EPOCH: &str = "INSERT INTO epoch (space, id, seq) VALUES (?1, ?2, ?3)";
+
+/// Inserts one parent edge.
+pub(crate) const INSERT_PARENT: &str =
+    "INSERT INTO epoch_parent (space, parent, child) VALUES (?1, ?2, ?3)";
+
+/// Inserts one event of an epoch.
+pub(crate) const INSERT_EVENT: &str = "\
+INSERT INTO epoch_event (space, seq, epoch_seq, epoch, event_id, kind, key, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+
+/// Rewrites the space's only cached row to the new head.
+pub(crate) const UPDATE_SOLE_HEAD: &str =
+    "UPDATE epoch_head SET id = ?2, seq = ?3 WHERE space = ?1";
+
+/// Inserts one cached head row.
+pub(crate) const INSERT_HEAD: &str = "INSERT INTO epoch_head (space, id, seq) VALUES (?1, ?2, ?3)";
+
+/// Drops every cached row of a space.
+pub(crate) const DELETE_HEADS: &str = "DELETE FROM epoch_head WHERE space = ?1";
+
+/// Drops one cached row.
+pub(crate) const DELETE_HEAD: &str = "DELETE FROM epoch_head WHERE space = ?1 AND id = ?2";
+
+/// The parents of one epoch, in id byte order.
+pub(crate) const EPOCH_PARENTS: &str =
+    "SELECT parent FROM epoch_parent WHERE space = ?1 AND child = ?2 ORDER BY parent";
+
+/// The events of one epoch, in append order.
+pub(crate) const EPOCH_EVENTS: &str = "\
+SELECT kind, key, payload FROM epoch_event WHERE space = ?1 AND seq = ?2 ORDER BY epoch_seq";
+
+/// The feed: events after a seq, in `(seq, epoch_seq)` order (the primary key's order; a seq
+/// names exactly one epoch). Read lazily, so a page stops reading where it ends.
+pub(crate) const EVENTS_AFTER: &str = "\
+SELECT seq, epoch_seq, epoch, event_id, kind, key, payload
+FROM epoch_event
+WHERE space = ?1 AND seq > ?2
+ORDER BY seq, epoch_seq";
+
+/// Space ids strictly after `?1` (bind an empty blob for the start), at most `?2` of them. A
+/// recursive skip-scan: one index seek per space instead of walking every epoch.
+pub(crate) const SPACES_AFTER: &str = "\
+WITH RECURSIVE s(space, n) AS (
+    SELECT (SELECT space FROM epoch WHERE space > ?1 ORDER BY space LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT space FROM epoch WHERE space > s.space ORDER BY space LIMIT 1), s.n + 1
+    FROM s
+    WHERE s.space IS NOT NULL AND s.n < ?2
+)
+SELECT space FROM s WHERE space IS NOT NULL";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_compile_against_the_shared_schema() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+        for sql in [
+            PROBE,
+            MAX_SEQ,
+            ANTI_JOIN_HEADS,
+            CACHED_HEADS,
+            EPOCH_SEQ,
+            INSERT_EPOCH,
+            INSERT_PARENT,
+            INSERT_EVENT,
+            UPDATE_SOLE_HEAD,
+            INSERT_HEAD,
+            DELETE_HEADS,
+            DELETE_HEAD,
+            EPOCH_PARENTS,
+            EPOCH_EVENTS,
+            EVENTS_AFTER,
+            SPACES_AFTER,
+        ] {
+            conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    }
+
+    fn plan(conn: &rusqlite::Connection, sql: &str) -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let n = stmt.parameter_count();
+        let params: Vec<Vec<u8>> = (0..n).map(|_| b"s".to_vec()).collect();
+        let rows = stmt
+            .query_map(rusqlite::params_from_iter(params), |r| {
+                r.get::<_, String>(3)
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn probe_and_anti_join_use_their_indexes() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+        let probe = plan(&conn, PROBE);
+        assert!(probe.contains("epoch_space_seq"), "{probe}");
+        assert!(!probe.contains("SCAN epoch "), "{probe}");
+        let anti = plan(&conn, ANTI_JOIN_HEADS);
+        assert!(anti.contains(cairn_core::schema::PARENT_INDEX), "{anti}");
+    }
+}
+
+/// The database's own tables (SQLite's internal ones left out).
+pub(crate) const USER_TABLES: &str =
+    "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";

@@ -1,0 +1,762 @@
+//! [`SqliteStore`]: the epoch log on one SQLite file.
+//!
+//! Concurrency model: each store instance owns two connections, a writer and a reader, each
+//! behind a mutex and used only inside `spawn_blocking`, so no rusqlite call runs on the async
+//! executor. The writer mutex is the in-process writer guard; `BEGIN IMMEDIATE` then takes
+//! SQLite's single writer lock, which serializes writers across instances and processes (WAL
+//! lets readers proceed meanwhile). Seqs are assigned under that lock, which is what makes the
+//! head-cache check sound.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use cairn_core::{
+    cache_is_current, epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId,
+    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+};
+use rusqlite::{params, Connection, Params, Row};
+use std::time::Duration;
+
+use cairn_migrate::{cairn_set, Opened, Runner};
+
+use crate::config::SqliteOptions;
+use crate::error::{corrupt, map};
+use crate::migrate::SqliteMigrator;
+use crate::{files, sql};
+
+/// Statements a single-event append costs when the head cache is current and holds one row
+/// (the steady state): `BEGIN IMMEDIATE`, the probe (next seq + cache rows), the epoch insert,
+/// one parent edge, one event, the cache `UPDATE`, `COMMIT`. In general an append with a
+/// current cache costs `5 + parents + events`, whatever the history's length.
+pub const APPEND_STATEMENT_BUDGET: u64 = 7;
+
+/// The epoch log on one SQLite file. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    opts: SqliteOptions,
+    writer: Mutex<Connection>,
+    reader: Mutex<Connection>,
+    statements: AtomicU64,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("busy_timeout", &self.inner.opts.busy_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs blocking work off the async executor.
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Backend {
+            backend: "sqlite",
+            detail: format!("blocking task failed: {e}"),
+        })?
+}
+
+fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
+    // Every transaction is finished (committed or rolled back) before the guard drops, and
+    // `Db::begin` rolls back anything left open, so a poisoned connection is still usable.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// How a write transaction ends.
+pub(crate) enum End {
+    Commit,
+    /// Nothing was written (or must not be): roll back so no commit touches the file.
+    Rollback,
+}
+
+/// A connection plus the store's statement counter: every statement sent goes through here.
+pub(crate) struct Db<'c> {
+    conn: &'c Connection,
+    counter: &'c AtomicU64,
+}
+
+impl<'c> Db<'c> {
+    pub(crate) fn new(conn: &'c Connection, counter: &'c AtomicU64) -> Self {
+        Self { conn, counter }
+    }
+
+    fn count(&self) {
+        self.counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn exec(&self, sql: &str, params: impl Params) -> Result<usize> {
+        self.count();
+        self.conn
+            .prepare_cached(sql)
+            .and_then(|mut s| s.execute(params))
+            .map_err(map)
+    }
+
+    pub(crate) fn rows<T>(
+        &self,
+        sql: &str,
+        params: impl Params,
+        f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.count();
+        let mut stmt = self.conn.prepare_cached(sql).map_err(map)?;
+        let rows = stmt.query_map(params, f).map_err(map)?;
+        rows.collect::<rusqlite::Result<Vec<T>>>().map_err(map)
+    }
+
+    fn begin(&self, sql: &str) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            self.exec(sql::ROLLBACK, [])?;
+        }
+        self.exec(sql, []).map(drop)
+    }
+
+    /// Runs `f` in a `BEGIN IMMEDIATE` transaction; an error rolls everything back.
+    pub(crate) fn write_tx<T>(&self, f: impl FnOnce(&Self) -> Result<(T, End)>) -> Result<T> {
+        self.begin(sql::BEGIN_IMMEDIATE)?;
+        self.finish(f(self))
+    }
+
+    /// Runs `f` in a read transaction: one consistent snapshot for all its statements.
+    pub(crate) fn read_tx<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
+        self.begin(sql::BEGIN_READ)?;
+        self.finish(f(self).map(|v| (v, End::Commit)))
+    }
+
+    fn finish<T>(&self, r: Result<(T, End)>) -> Result<T> {
+        match r {
+            Ok((v, End::Commit)) => match self.exec(sql::COMMIT, []) {
+                Ok(_) => Ok(v),
+                Err(e) => {
+                    self.rollback_quietly();
+                    Err(e)
+                }
+            },
+            Ok((v, End::Rollback)) => self.exec(sql::ROLLBACK, []).map(|_| v),
+            Err(e) => {
+                self.rollback_quietly();
+                Err(e)
+            }
+        }
+    }
+
+    fn rollback_quietly(&self) {
+        if !self.conn.is_autocommit() {
+            // The original error is the one to report; a failed rollback leaves the
+            // transaction open, and the next `begin` rolls it back.
+            let _ = self.exec(sql::ROLLBACK, []);
+        }
+    }
+}
+
+fn epoch_id_from(bytes: &[u8]) -> Result<EpochId> {
+    EpochId::from_slice(bytes).map_err(|_| corrupt("a stored epoch id is not 32 bytes"))
+}
+
+fn heads_from(rows: Vec<(Vec<u8>, i64)>) -> Result<Vec<Head>> {
+    rows.into_iter()
+        .map(|(id, seq)| {
+            Ok(Head {
+                id: epoch_id_from(&id)?,
+                seq: Seq::from_i64(seq)?,
+            })
+        })
+        .collect()
+}
+
+fn not_found(space: &SpaceId) -> Error {
+    Error::NotFound {
+        what: format!("space {space}"),
+    }
+}
+
+/// What the append probe read: the space's largest seq and its cached head rows.
+pub(crate) struct Probe {
+    pub(crate) max_seq: Option<Seq>,
+    pub(crate) cached: Vec<Head>,
+}
+
+impl Probe {
+    pub(crate) fn next(&self) -> Seq {
+        next_seq(self.max_seq)
+    }
+
+    pub(crate) fn cache_current(&self) -> bool {
+        cache_is_current(self.cached.iter().map(|h| h.seq).max(), self.next())
+    }
+}
+
+type ProbeRow = (Option<i64>, Option<Vec<u8>>, Option<i64>);
+
+/// One statement: next seq and cache rows (see [`sql::PROBE`]).
+pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<Probe> {
+    let rows: Vec<ProbeRow> = db.rows(sql::PROBE, params![space.as_bytes()], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })?;
+    let max_seq = match rows.first().and_then(|r| r.0) {
+        Some(s) => Some(Seq::from_i64(s)?),
+        None => None,
+    };
+    let mut cached = Vec::with_capacity(rows.len());
+    for (_, id, seq) in rows {
+        if let (Some(id), Some(seq)) = (id, seq) {
+            cached.push(Head {
+                id: epoch_id_from(&id)?,
+                seq: Seq::from_i64(seq)?,
+            });
+        }
+    }
+    Ok(Probe { max_seq, cached })
+}
+
+pub(crate) fn anti_join(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
+    heads_from(
+        db.rows(sql::ANTI_JOIN_HEADS, params![space.as_bytes()], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?,
+    )
+}
+
+fn cached_heads(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
+    heads_from(db.rows(sql::CACHED_HEADS, params![space.as_bytes()], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })?)
+}
+
+pub(crate) fn max_seq(db: &Db<'_>, space: &SpaceId) -> Result<Option<Seq>> {
+    let rows: Vec<i64> = db.rows(sql::MAX_SEQ, params![space.as_bytes()], |r| r.get(0))?;
+    rows.first().map(|s| Seq::from_i64(*s)).transpose()
+}
+
+pub(crate) fn epoch_seq(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Option<Seq>> {
+    let rows: Vec<i64> = db.rows(
+        sql::EPOCH_SEQ,
+        params![space.as_bytes(), id.as_bytes()],
+        |r| r.get(0),
+    )?;
+    rows.first().map(|s| Seq::from_i64(*s)).transpose()
+}
+
+/// The heads the append path works from: the cache when current, else the anti-join (once).
+fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &Probe) -> Result<Vec<Head>> {
+    if probe.cache_current() {
+        Ok(probe.cached.clone())
+    } else {
+        anti_join(db, space)
+    }
+}
+
+/// Inserts an epoch with its parent edges and events at `seq`; `parents` must be sorted and
+/// already in the space. Returns its id.
+pub(crate) fn insert_epoch(
+    db: &Db<'_>,
+    space: &SpaceId,
+    seq: Seq,
+    parents: &[EpochId],
+    events: &[Event],
+    event_ids: &[EventId],
+) -> Result<EpochId> {
+    let id = epoch_id(space, parents, event_ids);
+    let s = space.as_bytes();
+    let seq_i = seq.to_i64()?;
+    db.exec(sql::INSERT_EPOCH, params![s, id.as_bytes(), seq_i])?;
+    for p in parents {
+        db.exec(sql::INSERT_PARENT, params![s, p.as_bytes(), id.as_bytes()])?;
+    }
+    for (i, (ev, ev_id)) in events.iter().zip(event_ids).enumerate() {
+        db.exec(
+            sql::INSERT_EVENT,
+            params![
+                s,
+                seq_i,
+                i as i64,
+                id.as_bytes(),
+                ev_id.as_bytes(),
+                ev.kind,
+                ev.key,
+                ev.payload
+            ],
+        )?;
+    }
+    Ok(id)
+}
+
+/// Makes `head` the space's only cached row: one row → UPDATE, none → INSERT, several →
+/// DELETE + INSERT (DESIGN §2 step 5).
+pub(crate) fn cache_sole_head(
+    db: &Db<'_>,
+    space: &SpaceId,
+    before: &[Head],
+    head: Head,
+) -> Result<()> {
+    let s = space.as_bytes();
+    let seq = head.seq.to_i64()?;
+    match before.len() {
+        1 => db.exec(sql::UPDATE_SOLE_HEAD, params![s, head.id.as_bytes(), seq])?,
+        0 => db.exec(sql::INSERT_HEAD, params![s, head.id.as_bytes(), seq])?,
+        _ => {
+            db.exec(sql::DELETE_HEADS, params![s])?;
+            db.exec(sql::INSERT_HEAD, params![s, head.id.as_bytes(), seq])?
+        }
+    };
+    Ok(())
+}
+
+/// Rewrites the cache from `before` to exactly `after` (both sorted), touching only the rows
+/// that differ.
+fn cache_exact(db: &Db<'_>, space: &SpaceId, before: &[Head], after: &[Head]) -> Result<()> {
+    let s = space.as_bytes();
+    for h in before.iter().filter(|h| !after.contains(h)) {
+        db.exec(sql::DELETE_HEAD, params![s, h.id.as_bytes()])?;
+    }
+    for h in after.iter().filter(|h| !before.contains(h)) {
+        db.exec(
+            sql::INSERT_HEAD,
+            params![s, h.id.as_bytes(), h.seq.to_i64()?],
+        )?;
+    }
+    Ok(())
+}
+
+fn event_ids(events: &[Event]) -> Vec<EventId> {
+    events.iter().map(Event::id).collect()
+}
+
+fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended> {
+    let ids = event_ids(events);
+    db.write_tx(|db| {
+        let probe = probe(db, space)?;
+        let parents: Vec<EpochId> = working_heads(db, space, &probe)?
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        let seq = probe.next();
+        let id = insert_epoch(db, space, seq, &parents, events, &ids)?;
+        cache_sole_head(db, space, &probe.cached, Head { id, seq })?;
+        Ok((Appended { id, seq, parents }, End::Commit))
+    })
+}
+
+fn heads_tx(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
+    db.read_tx(|db| {
+        let probe = probe(db, space)?;
+        if probe.max_seq.is_none() {
+            return Err(not_found(space));
+        }
+        working_heads(db, space, &probe)
+    })
+}
+
+fn repair_tx(db: &Db<'_>, space: &SpaceId) -> Result<RepairOutcome> {
+    db.write_tx(|db| {
+        let probe = probe(db, space)?;
+        if probe.max_seq.is_none() {
+            return Err(not_found(space));
+        }
+        let after = anti_join(db, space)?;
+        if probe.cached == after {
+            return Ok((RepairOutcome::Unchanged, End::Rollback));
+        }
+        cache_exact(db, space, &probe.cached, &after)?;
+        Ok((
+            RepairOutcome::Rewritten {
+                before: probe.cached,
+                after,
+            },
+            End::Commit,
+        ))
+    })
+}
+
+fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
+    let space = &epoch.space;
+    let ids = event_ids(&epoch.events);
+    db.write_tx(|db| {
+        if let Some(seq) = epoch_seq(db, space, &epoch.id)? {
+            return Ok((ImportOutcome::AlreadyPresent(seq), End::Rollback));
+        }
+        for p in &epoch.parents {
+            if epoch_seq(db, space, p)?.is_none() {
+                return Err(Error::UnknownParent { parent: *p });
+            }
+        }
+        let probe = probe(db, space)?;
+        let mut heads = working_heads(db, space, &probe)?;
+        let seq = probe.next();
+        let id = insert_epoch(db, space, seq, &epoch.parents, &epoch.events, &ids)?;
+        if id != epoch.id {
+            // verify_epoch ran before the transaction; this would be a bug, not bad input.
+            return Err(Error::HashMismatch {
+                claimed: epoch.id,
+                actual: id,
+            });
+        }
+        heads.retain(|h| !epoch.parents.contains(&h.id));
+        heads.push(Head { id, seq });
+        heads.sort();
+        cache_exact(db, space, &probe.cached, &heads)?;
+        Ok((ImportOutcome::Imported(seq), End::Commit))
+    })
+}
+
+type FeedRow = (i64, i64, Vec<u8>, Vec<u8>, String, Option<Vec<u8>>, Vec<u8>);
+
+fn feed_event(row: FeedRow) -> Result<FeedEvent> {
+    let (seq, epoch_seq, epoch, event_id, kind, key, payload) = row;
+    Ok(FeedEvent {
+        seq: Seq::from_i64(seq)?,
+        epoch: epoch_id_from(&epoch)?,
+        epoch_seq: u32::try_from(epoch_seq)
+            .map_err(|_| corrupt("a stored event position is out of range"))?,
+        event_id: EventId::from_slice(&event_id)
+            .map_err(|_| corrupt("a stored event id is not 32 bytes"))?,
+        event: Event { kind, key, payload },
+    })
+}
+
+fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Result<FeedPage> {
+    db.read_tx(|db| {
+        if max_seq(db, space)?.is_none() {
+            return Err(not_found(space));
+        }
+        db.count();
+        let mut stmt = db.conn.prepare_cached(sql::EVENTS_AFTER).map_err(map)?;
+        let mut rows = stmt
+            .query(params![space.as_bytes(), after.to_i64()?])
+            .map_err(map)?;
+        let mut page: Vec<FeedEvent> = Vec::new();
+        // The epoch being read; it joins the page only once complete and only if it fits.
+        let mut current: Vec<FeedEvent> = Vec::new();
+        let mut last = after;
+        loop {
+            let Some(row) = rows.next().map_err(map)? else {
+                if let Some(first) = current.first() {
+                    last = first.seq;
+                    page.append(&mut current);
+                }
+                break;
+            };
+            let fe = feed_event((
+                row.get(0).map_err(map)?,
+                row.get(1).map_err(map)?,
+                row.get(2).map_err(map)?,
+                row.get(3).map_err(map)?,
+                row.get(4).map_err(map)?,
+                row.get(5).map_err(map)?,
+                row.get(6).map_err(map)?,
+            ))?;
+            if let Some(first) = current.first() {
+                if first.seq != fe.seq {
+                    last = first.seq;
+                    page.append(&mut current);
+                }
+            }
+            // Stop before an epoch that would take the page past `limit`, unless the page
+            // would otherwise be empty.
+            if !page.is_empty() && page.len() + current.len() + 1 > limit {
+                break;
+            }
+            current.push(fe);
+        }
+        Ok(FeedPage {
+            events: page,
+            next: FeedCursor::new(space, last),
+        })
+    })
+}
+
+fn epoch_tx(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
+    db.read_tx(|db| {
+        let Some(seq) = epoch_seq(db, space, id)? else {
+            return Ok(None);
+        };
+        let s = space.as_bytes();
+        let parents = db
+            .rows(sql::EPOCH_PARENTS, params![s, id.as_bytes()], |r| {
+                r.get::<_, Vec<u8>>(0)
+            })?
+            .iter()
+            .map(|p| epoch_id_from(p))
+            .collect::<Result<Vec<_>>>()?;
+        let events = db.rows(sql::EPOCH_EVENTS, params![s, seq.to_i64()?], |r| {
+            Ok(Event {
+                kind: r.get(0)?,
+                key: r.get(1)?,
+                payload: r.get(2)?,
+            })
+        })?;
+        Ok(Some(Epoch {
+            space: space.clone(),
+            id: *id,
+            seq,
+            parents,
+            events,
+        }))
+    })
+}
+
+fn list_spaces_q(db: &Db<'_>, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+    let start: &[u8] = after.map_or(&[], SpaceId::as_bytes);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    db.rows(sql::SPACES_AFTER, params![start, limit], |r| {
+        r.get::<_, Vec<u8>>(0)
+    })?
+    .into_iter()
+    .map(|s| SpaceId::new(s).map_err(|_| corrupt("a stored space id is out of bounds")))
+    .collect()
+}
+
+impl SqliteStore {
+    /// Opens (creating when missing) the store at `path` with default [`SqliteOptions`].
+    ///
+    /// # Errors
+    /// See [`SqliteStore::open_with`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Opens (creating when missing) the store at `path`: refuses a symlinked file, `-wal` or
+    /// `-shm`; creates the directory 0700 and the file 0600 and fsyncs the directory; turns on
+    /// WAL, foreign keys, the busy timeout and `synchronous=FULL`; applies the epoch-log schema
+    /// in one `BEGIN IMMEDIATE` transaction.
+    ///
+    /// # Errors
+    /// [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is created);
+    /// [`Error::Io`] when the file or directory cannot be created or opened;
+    /// [`Error::Corrupt`] when the file is not a SQLite database or holds tables that do not
+    /// match cairn's schema; [`Error::Retryable`] when another writer held the lock past the
+    /// busy timeout.
+    pub async fn open_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
+        let runner = Runner::new(cairn_set())
+            .with_lock_timeout(opts.busy_timeout.max(Duration::from_secs(30)));
+        Ok(Self::open_migrated(path, opts, &runner).await?.0)
+    }
+
+    /// Opens the store at `path` as the build whose view of cairn's migration set `runner`
+    /// holds: the lineage-aware runner creates, upgrades, uses (when ahead) or refuses the
+    /// store; then the store's statements are checked against its tables. Says what the
+    /// runner did.
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open_with`], plus [`Error::Incompatible`] for a store whose migration
+    /// history this build must not use (nothing is changed).
+    pub async fn open_migrated(
+        path: impl AsRef<Path>,
+        opts: SqliteOptions,
+        runner: &Runner,
+    ) -> Result<(Self, Opened)> {
+        let path = path.as_ref().to_path_buf();
+        {
+            let (path, opts) = (path.clone(), opts.clone());
+            // A file that is not a SQLite database, or a database of something else, is refused
+            // before anything (even the switch to WAL) is written to it.
+            blocking(move || {
+                files::prepare(&path)?;
+                let conn = files::connect_unconfigured(&path, &opts)?;
+                check_not_foreign(&conn).map_err(|e| files::open_error_mapped(&path, e))
+            })
+            .await?;
+        }
+        let opened = runner
+            .open(&SqliteMigrator::new(&path, opts.clone()))
+            .await
+            .map_err(|e| files::open_error_mapped(&path, e.into()))?;
+        let store = blocking(move || {
+            let writer = files::connect(&path, &opts)?;
+            check_schema(&writer).map_err(|e| files::open_error_mapped(&path, e))?;
+            let reader = files::connect(&path, &opts)?;
+            Ok(Self {
+                inner: Arc::new(Inner {
+                    path,
+                    opts,
+                    writer: Mutex::new(writer),
+                    reader: Mutex::new(reader),
+                    statements: AtomicU64::new(0),
+                }),
+            })
+        })
+        .await?;
+        Ok((store, opened))
+    }
+
+    /// The store file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &SqliteOptions {
+        &self.inner.opts
+    }
+
+    pub(crate) async fn with_writer<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Db<'_>) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let conn = lock(&inner.writer);
+            f(&Db::new(&conn, &inner.statements))
+        })
+        .await
+    }
+
+    async fn with_reader<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Db<'_>) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        blocking(move || {
+            let conn = lock(&inner.reader);
+            f(&Db::new(&conn, &inner.statements))
+        })
+        .await
+    }
+
+    /// Test support: rows the writer connection has changed since it was opened
+    /// (`sqlite3_total_changes`), to prove that an operation wrote nothing.
+    #[doc(hidden)]
+    pub async fn testkit_total_changes(&self) -> Result<u64> {
+        let inner = self.inner.clone();
+        blocking(move || Ok(lock(&inner.writer).total_changes())).await
+    }
+}
+
+/// Compiles every statement the store uses, so a file whose tables exist with another shape
+/// (a foreign database) is refused at open rather than on first use.
+/// Refuses a database that belongs to something else before anything is written to it: one
+/// that holds tables but no migration stamp must be a cairn store from before the runner (all
+/// of the epoch log's statements compile against it), or it is not ours.
+fn check_not_foreign(conn: &Connection) -> Result<()> {
+    let tables: Vec<String> = conn
+        .prepare(sql::USER_TABLES)
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .map_err(map)?;
+    if tables.is_empty() || tables.iter().any(|t| t == "cairn_migration_stamp") {
+        return Ok(());
+    }
+    check_schema(conn)
+}
+
+fn check_schema(conn: &Connection) -> Result<()> {
+    for q in [
+        sql::PROBE,
+        sql::ANTI_JOIN_HEADS,
+        sql::EPOCH_SEQ,
+        sql::INSERT_EPOCH,
+        sql::INSERT_PARENT,
+        sql::INSERT_EVENT,
+        sql::UPDATE_SOLE_HEAD,
+        sql::INSERT_HEAD,
+        sql::DELETE_HEAD,
+        sql::EPOCH_PARENTS,
+        sql::EPOCH_EVENTS,
+        sql::EVENTS_AFTER,
+        sql::SPACES_AFTER,
+    ] {
+        conn.prepare_cached(q).map_err(|e| match map(e) {
+            Error::Backend { detail, .. } => corrupt(format!(
+                "its tables do not match cairn's epoch log ({detail})"
+            )),
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl EpochStore for SqliteStore {
+    async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let space = space.clone();
+        self.with_writer(move |db| append_tx(db, &space, &events))
+            .await
+    }
+
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| heads_tx(db, &space)).await
+    }
+
+    async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome> {
+        let space = space.clone();
+        self.with_writer(move |db| repair_tx(db, &space)).await
+    }
+
+    async fn import(&self, epoch: ForeignEpoch) -> Result<ImportOutcome> {
+        verify_epoch(&epoch)?;
+        self.with_writer(move |db| import_tx(db, &epoch)).await
+    }
+
+    async fn events_since(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+    ) -> Result<FeedPage> {
+        if limit == 0 {
+            return Err(Error::invalid("feed limit", "must be at least 1"));
+        }
+        let after = match cursor {
+            Some(c) => c.resume_after(space)?,
+            None => Seq(0),
+        };
+        let space = space.clone();
+        self.with_reader(move |db| events_since_tx(db, &space, after, limit))
+            .await
+    }
+
+    async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
+        let (space, id) = (space.clone(), *id);
+        self.with_reader(move |db| epoch_tx(db, &space, &id)).await
+    }
+
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        if limit == 0 {
+            return Err(Error::invalid("page limit", "must be at least 1"));
+        }
+        let after = after.cloned();
+        self.with_reader(move |db| list_spaces_q(db, after.as_ref(), limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl EpochDiagnostics for SqliteStore {
+    async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| cached_heads(db, &space)).await
+    }
+
+    async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| anti_join(db, &space)).await
+    }
+
+    async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
+        let space = space.clone();
+        self.with_reader(move |db| max_seq(db, &space).map(next_seq))
+            .await
+    }
+
+    fn statements_executed(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+}
