@@ -1,0 +1,32 @@
+//! # cairn-postgres
+//!
+//! The epoch log on PostgreSQL (sqlx): the backend cairn scales out with — several processes
+//! or service nodes against one database.
+//!
+//! - The store namespace is a Postgres schema ([`PgOptions::schema`]); [`PgStore::connect_with`]
+//!   opens it through cairn-migrate's lineage-aware runner ([`PgMigrator`]), which creates the
+//!   schema and tables when missing and upgrades, uses or refuses an existing store.
+//! - Writers of a space are serialized by `pg_advisory_xact_lock` on a 64-bit key derived from
+//!   (schema, space), so spaces and stores in different schemas never wait on each other.
+//! - A single-event append with a current head cache costs exactly 5 statements — BEGIN, lock,
+//!   read (max seq + cache rows), write (epoch, edges, events and cache in one statement),
+//!   COMMIT — whatever the history's length.
+//!
+//! With the `testkit` feature, [`testkit`] provides the conformance harness, test-server
+//! provisioning and the head-lookup benchmark API.
+
+#![forbid(unsafe_code)]
+
+mod additivity;
+mod config;
+mod error;
+mod migrate;
+mod sql;
+mod store;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use additivity::PgAdditivity;
+pub use config::PgOptions;
+pub use migrate::{PgMigrator, BOOKKEEPING_TABLES};
+pub use store::PgStore;

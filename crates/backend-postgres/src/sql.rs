@@ -1,0 +1,208 @@
+//! Every SQL statement the backend sends. Nothing here is built from input: values are bound
+//! parameters, and the only identifier ever spliced in is a [`SchemaName`] that was validated
+//! to be a plain lowercase identifier.
+//!
+//! Tables are unqualified: every pooled connection's `search_path` is the store's schema.
+
+use crate::config::SchemaName;
+
+/// Opens an append/repair/import transaction. READ COMMITTED is enough: every writer of a space
+/// holds the space's advisory lock, so each statement sees every earlier writer's commit.
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// Session settings every pooled connection gets: `$1` search_path, `$2` lock_timeout (ms).
+pub(crate) const SESSION_SETUP: &str =
+    "SELECT set_config('search_path', $1, false), set_config('lock_timeout', $2, false)";
+
+/// Re-reads `search_path` inside the DDL transaction (`$1`), after the schema may have been
+/// created.
+pub(crate) const SET_LOCAL_SEARCH_PATH: &str = "SELECT set_config('search_path', $1, true)";
+
+/// `CREATE SCHEMA` for a validated name (identifiers cannot be bound parameters).
+pub(crate) fn create_schema(schema: &SchemaName) -> String {
+    format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema.as_str())
+}
+
+/// `DROP SCHEMA … CASCADE` for a validated name (test support).
+#[cfg(feature = "testkit")]
+pub(crate) fn drop_schema(schema: &SchemaName) -> String {
+    format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", schema.as_str())
+}
+
+/// Takes the transaction-scoped advisory lock `$1` (a space's write lock, or the DDL lock).
+pub(crate) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// The append's read, in one statement: the space's largest seq (`max_seq`, NULL for an empty
+/// space) on every row, plus one row per cached head (`id`/`seq` NULL when the cache has none).
+pub(crate) const READ_STATE: &str = "\
+SELECT (SELECT max(seq) FROM epoch WHERE space = $1) AS max_seq, h.id, h.seq \
+FROM (VALUES (1)) AS one(x) LEFT JOIN epoch_head h ON h.space = $1";
+
+/// The space's largest seq (NULL when empty).
+pub(crate) const MAX_SEQ: &str = "SELECT max(seq) FROM epoch WHERE space = $1";
+
+/// The head cache's rows for the space.
+pub(crate) const CACHED_HEADS: &str = "SELECT id, seq FROM epoch_head WHERE space = $1 ORDER BY id";
+
+/// The anti-join: epochs of the space no epoch names as a parent. O(history).
+pub(crate) const COMPUTED_HEADS: &str = "\
+SELECT e.id, e.seq FROM epoch e \
+WHERE e.space = $1 \
+AND NOT EXISTS (SELECT 1 FROM epoch_parent p WHERE p.space = $1 AND p.parent = e.id) \
+ORDER BY e.id";
+
+/// Heads at one committed state, in one statement: the cache rows when the cache is current
+/// (`max(cached seq) = max(seq)`, i.e. [`cairn_core::cache_is_current`]), else the anti-join.
+/// The currency test is an uncorrelated sub-select, so the planner evaluates it once and runs
+/// only the branch it selects. No rows means the space is empty.
+pub(crate) const HEADS: &str = "\
+WITH st AS (\
+ SELECT m.max_seq IS NOT NULL AND coalesce(c.max_cached, 0) = m.max_seq AS cur \
+ FROM (SELECT max(seq) AS max_seq FROM epoch WHERE space = $1) m, \
+ (SELECT max(seq) AS max_cached FROM epoch_head WHERE space = $1) c) \
+SELECT h.id, h.seq FROM epoch_head h WHERE h.space = $1 AND (SELECT cur FROM st) \
+UNION ALL \
+SELECT e.id, e.seq FROM epoch e \
+WHERE e.space = $1 AND NOT (SELECT cur FROM st) \
+AND NOT EXISTS (SELECT 1 FROM epoch_parent p WHERE p.space = $1 AND p.parent = e.id)";
+
+/// Inserts one epoch, its parent edges and its events. Parameters: `$1` space, `$2` id, `$3`
+/// seq, `$4` parents (bytea[]), `$5` event ids, `$6` kinds, `$7` keys (NULL elements allowed),
+/// `$8` payloads. Foreign keys are checked at the end of the statement, when the epoch row the
+/// edges and events name exists.
+macro_rules! write_log_ctes {
+    () => {
+        "WITH new_epoch AS (\
+ INSERT INTO epoch (space, id, seq) VALUES ($1, $2, $3)), \
+new_parents AS (\
+ INSERT INTO epoch_parent (space, parent, child) \
+ SELECT $1, p, $2 FROM unnest($4::bytea[]) AS p), \
+new_events AS (\
+ INSERT INTO epoch_event (space, seq, epoch_seq, epoch, event_id, kind, key, payload) \
+ SELECT $1, $3, (e.n - 1)::int4, $2, e.event_id, e.kind, e.key, e.payload \
+ FROM unnest($5::bytea[], $6::text[], $7::bytea[], $8::bytea[]) \
+ WITH ORDINALITY AS e(event_id, kind, key, payload, n))"
+    };
+}
+
+/// Append's write when the cache held exactly one row: log inserts + UPDATE of that row.
+pub(crate) const APPEND_UPDATE_HEAD: &str = concat!(
+    write_log_ctes!(),
+    " UPDATE epoch_head SET id = $2, seq = $3 WHERE space = $1"
+);
+
+/// Append's write when the cache held no row: log inserts + INSERT of the new head.
+pub(crate) const APPEND_INSERT_HEAD: &str = concat!(
+    write_log_ctes!(),
+    " INSERT INTO epoch_head (space, id, seq) VALUES ($1, $2, $3)"
+);
+
+/// Append's write when the cache held several rows: log inserts + DELETE + INSERT. (The new
+/// epoch's id cannot be among the deleted rows, so the two may run in either order.)
+pub(crate) const APPEND_REPLACE_HEADS: &str = concat!(
+    write_log_ctes!(),
+    ", old_heads AS (DELETE FROM epoch_head WHERE space = $1) \
+INSERT INTO epoch_head (space, id, seq) VALUES ($1, $2, $3)"
+);
+
+/// Import's write: log inserts + the cache set to `$9` ids / `$10` seqs. Sub-statements of
+/// one statement run in no defined order, so the rows kept are never deleted and re-inserted
+/// (that could hit the primary key): rows outside the new set are deleted, the new set is
+/// upserted.
+pub(crate) const IMPORT_WRITE: &str = concat!(
+    write_log_ctes!(),
+    ", old_heads AS (DELETE FROM epoch_head WHERE space = $1 AND id <> ALL($9::bytea[])) \
+INSERT INTO epoch_head (space, id, seq) \
+SELECT $1, h.id, h.seq FROM unnest($9::bytea[], $10::int8[]) AS h(id, seq) \
+ON CONFLICT (space, id) DO UPDATE SET seq = EXCLUDED.seq"
+);
+
+/// A cache-unaware (legacy) writer's write: log inserts only.
+#[cfg(feature = "testkit")]
+pub(crate) const LEGACY_WRITE: &str = concat!(write_log_ctes!(), " SELECT 1");
+
+/// Repair's write: the cache set to `$2` ids / `$3` seqs (delete the rest, upsert the set; see
+/// [`IMPORT_WRITE`] for why not DELETE-all + INSERT).
+pub(crate) const REPLACE_HEADS: &str = "\
+WITH old_heads AS (DELETE FROM epoch_head WHERE space = $1 AND id <> ALL($2::bytea[])) \
+INSERT INTO epoch_head (space, id, seq) \
+SELECT $1, h.id, h.seq FROM unnest($2::bytea[], $3::int8[]) AS h(id, seq) \
+ON CONFLICT (space, id) DO UPDATE SET seq = EXCLUDED.seq";
+
+/// Seq of epoch `$2` in space `$1`.
+pub(crate) const EPOCH_SEQ: &str = "SELECT seq FROM epoch WHERE space = $1 AND id = $2";
+
+/// Which of the ids `$2` are epochs of space `$1`.
+pub(crate) const KNOWN_EPOCHS: &str =
+    "SELECT id FROM epoch WHERE space = $1 AND id = ANY($2::bytea[])";
+
+/// One epoch with its sorted parents and its events in order.
+pub(crate) const EPOCH: &str = "\
+SELECT e.seq, \
+ ARRAY(SELECT p.parent FROM epoch_parent p WHERE p.space = $1 AND p.child = $2 ORDER BY p.parent) \
+  AS parents, \
+ ARRAY(SELECT v.kind FROM epoch_event v WHERE v.space = $1 AND v.seq = e.seq ORDER BY v.epoch_seq) \
+  AS kinds, \
+ ARRAY(SELECT v.key FROM epoch_event v WHERE v.space = $1 AND v.seq = e.seq ORDER BY v.epoch_seq) \
+  AS keys, \
+ ARRAY(SELECT v.payload FROM epoch_event v WHERE v.space = $1 AND v.seq = e.seq ORDER BY v.epoch_seq) \
+  AS payloads \
+FROM epoch e WHERE e.space = $1 AND e.id = $2";
+
+/// One feed page: events of whole epochs with seq > `$2`, in `(seq, epoch_seq)` order, stopping
+/// before the epoch that would take the page past `$3` events, but always at least one epoch.
+/// (Each seq is one epoch, so `(seq, epoch_seq)` is the `(seq, epoch, epoch_seq)` order.)
+pub(crate) const FEED_PAGE: &str = "\
+WITH page AS (\
+ SELECT seq, count(*) AS n FROM epoch_event WHERE space = $1 AND seq > $2 \
+ GROUP BY seq ORDER BY seq LIMIT $3), \
+picked AS (\
+ SELECT seq, sum(n) OVER (ORDER BY seq) AS upto, row_number() OVER (ORDER BY seq) AS rn \
+ FROM page) \
+SELECT v.seq, v.epoch, v.epoch_seq, v.event_id, v.kind, v.key, v.payload \
+FROM picked JOIN epoch_event v ON v.space = $1 AND v.seq = picked.seq \
+WHERE picked.upto <= $3 OR picked.rn = 1 \
+ORDER BY v.seq, v.epoch_seq";
+
+/// Whether space `$1` has an epoch.
+pub(crate) const SPACE_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM epoch WHERE space = $1)";
+
+/// Up to `$2` distinct spaces after `$1` in byte order, by a skip scan over the primary key
+/// (one index probe per space, not a scan of every epoch).
+pub(crate) const LIST_SPACES: &str = "\
+WITH RECURSIVE s(space, n) AS (\
+ (SELECT space, 1::int8 FROM epoch WHERE space > $1 ORDER BY space LIMIT 1) \
+ UNION ALL \
+ SELECT (SELECT e.space FROM epoch e WHERE e.space > s.space ORDER BY e.space LIMIT 1), s.n + 1 \
+ FROM s WHERE s.n < $2 AND s.space IS NOT NULL) \
+SELECT space FROM s WHERE space IS NOT NULL ORDER BY space";
+
+/// Test support: bulk-appends a chain. `$1` space, `$2` ids, `$3` seqs, `$4` parent of each
+/// edge, `$5` child of each edge, `$6` kind, `$7` event ids, `$8` payloads (one event per epoch),
+/// `$9`/`$10` the new (only) head.
+#[cfg(feature = "testkit")]
+pub(crate) const BENCH_SEED_BATCH: &str = "\
+WITH new_epochs AS (\
+ INSERT INTO epoch (space, id, seq) SELECT $1, t.id, t.seq FROM unnest($2::bytea[], $3::int8[]) AS t(id, seq)), \
+new_parents AS (\
+ INSERT INTO epoch_parent (space, parent, child) \
+ SELECT $1, t.parent, t.child FROM unnest($4::bytea[], $5::bytea[]) AS t(parent, child)), \
+new_events AS (\
+ INSERT INTO epoch_event (space, seq, epoch_seq, epoch, event_id, kind, key, payload) \
+ SELECT $1, t.seq, 0, t.id, t.event_id, $6, NULL, t.payload \
+ FROM unnest($2::bytea[], $3::int8[], $7::bytea[], $8::bytea[]) AS t(id, seq, event_id, payload)), \
+old_heads AS (DELETE FROM epoch_head WHERE space = $1) \
+INSERT INTO epoch_head (space, id, seq) VALUES ($1, $9, $10)";
+
+/// Test support: keeps bench lookups on one core, like the published comparison.
+#[cfg(feature = "testkit")]
+pub(crate) const NO_PARALLEL_WORKERS: &str = "SET max_parallel_workers_per_gather = 0";
+
+/// Test support: undoes [`NO_PARALLEL_WORKERS`] before the connection goes back to the pool.
+#[cfg(feature = "testkit")]
+pub(crate) const RESET_PARALLEL_WORKERS: &str = "RESET max_parallel_workers_per_gather";
+
+/// Test support: drops the anti-join's parent index inside a transaction that is rolled back,
+/// which restores the index without a rebuild.
+#[cfg(feature = "testkit")]
+pub(crate) const DROP_PARENT_INDEX: &str = "DROP INDEX epoch_parent_space_parent_child";

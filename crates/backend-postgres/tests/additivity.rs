@@ -1,0 +1,195 @@
+//! The Postgres additivity engine on specific revisions: the exact rule each is reported under,
+//! and that a check leaves nothing behind — no event trigger (they are created in a transaction
+//! that never commits, even when the revision itself says COMMIT) and no throwaway schema.
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+
+use cairn_migrate::additivity::{AdditivityEngine, Rule, Violation};
+use cairn_migrate::{cairn_revisions, Revision};
+use cairn_postgres::testkit::test_server_url;
+use cairn_postgres::PgAdditivity;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+use tokio::sync::Mutex;
+
+/// The tests of this file run one at a time, so the throwaway schemas present before and after
+/// a check differ only by what that check left behind.
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const EVENT_TRIGGERS: &str =
+    "SELECT evtname::text FROM pg_event_trigger WHERE evtname LIKE 'cairn\\_add\\_%'";
+const SCHEMAS: &str = "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'cairn\\_add\\_%'";
+
+async fn url() -> String {
+    test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"))
+}
+
+async fn names(query: &str) -> BTreeSet<String> {
+    let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&opts)
+        .await
+        .expect("connect to the test server");
+    let rows: Vec<String> = sqlx::query_scalar(query)
+        .fetch_all(&mut conn)
+        .await
+        .expect("catalog query");
+    let _ = conn.close().await;
+    rows.into_iter().collect()
+}
+
+fn revision(statements: &[&str]) -> Revision {
+    Revision {
+        id: "test_revision".into(),
+        parent: Some(
+            cairn_revisions()
+                .last()
+                .expect("cairn has revisions")
+                .id
+                .clone(),
+        ),
+        up_sqlite: Vec::new(),
+        up_postgres: statements.iter().map(|s| (*s).to_owned()).collect(),
+        description: "test".into(),
+    }
+}
+
+/// Runs one check and asserts it left no event trigger and no throwaway schema behind.
+async fn check(statements: &[&str]) -> Vec<Violation> {
+    let _serial = SERIAL.lock().await;
+    let schemas_before = names(SCHEMAS).await;
+    let engine = PgAdditivity::new(url().await);
+    let violations = engine
+        .check_revision(&cairn_revisions(), &revision(statements))
+        .await
+        .unwrap_or_else(|e| panic!("the check runs: {e}"));
+    assert_eq!(
+        names(EVENT_TRIGGERS).await,
+        BTreeSet::new(),
+        "an event trigger survived the check"
+    );
+    let left: Vec<String> = names(SCHEMAS)
+        .await
+        .difference(&schemas_before)
+        .cloned()
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the check left its schema behind: {left:?}"
+    );
+    violations
+}
+
+fn rules_on(violations: &[Violation], table: &str) -> BTreeSet<Rule> {
+    violations
+        .iter()
+        .filter(|v| v.table.as_deref() == Some(table))
+        .map(|v| v.rule)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_additive_revision_has_no_violations() {
+    let v = check(&[
+        "CREATE TABLE a_new (id BIGINT PRIMARY KEY, ref BYTEA)",
+        "ALTER TABLE epoch_event ADD COLUMN a_note TEXT, ADD COLUMN a_n INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE epoch_event ADD COLUMN a_v VARCHAR(3) DEFAULT 'ab'",
+        "CREATE INDEX a_idx ON epoch_event (kind, a_note)",
+        "CREATE VIEW a_view AS SELECT space, seq FROM epoch",
+    ])
+    .await;
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identical_rebuild_is_a_rebuild_and_its_drop_a_forbidden_statement() {
+    let v = check(&[
+        "CREATE TABLE f_copy (LIKE epoch_head INCLUDING ALL)",
+        "INSERT INTO f_copy SELECT * FROM epoch_head",
+        "DROP TABLE epoch_head",
+        "ALTER TABLE f_copy RENAME TO epoch_head",
+    ])
+    .await;
+    assert_eq!(
+        rules_on(&v, "epoch_head"),
+        BTreeSet::from([Rule::StatementKind, Rule::Definition]),
+        "{v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|x| x.rule == Rule::Definition && x.detail.contains("rebuilt")),
+        "the definition violation names the rebuild: {v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|x| x.rule == Rule::StatementKind
+                && x.detail.starts_with("statement 3: DROP TABLE")),
+        "the DROP is reported with its statement: {v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_delete_that_deletes_nothing_is_still_a_delete() {
+    let v = check(&["DELETE FROM epoch_event WHERE kind = 'no such kind'"]).await;
+    assert_eq!(v.len(), 1, "{v:?}");
+    assert_eq!(v[0].rule, Rule::StatementKind);
+    assert_eq!(v[0].table.as_deref(), Some("epoch_event"));
+    assert!(v[0].detail.contains("DELETE"), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_inside_a_do_block_is_seen() {
+    let v = check(&["DO $$BEGIN UPDATE epoch_head SET seq = seq WHERE false; END$$"]).await;
+    assert_eq!(
+        rules_on(&v, "epoch_head"),
+        BTreeSet::from([Rule::StatementKind]),
+        "{v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_function_call_default_and_a_rewrite_are_reported_for_their_own_reasons() {
+    let v = check(&["ALTER TABLE epoch_event ADD COLUMN f_at TIMESTAMPTZ DEFAULT now()"]).await;
+    assert_eq!(
+        rules_on(&v, "epoch_event"),
+        BTreeSet::from([Rule::NewColumn]),
+        "{v:?}"
+    );
+    let v = check(&["CLUSTER epoch USING epoch_pkey"]).await;
+    assert!(
+        rules_on(&v, "epoch").contains(&Rule::Definition),
+        "a rewrite is a rebuild: {v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_inside_the_revision_fails_and_publishes_no_event_trigger() {
+    let v = check(&[
+        "ALTER TABLE epoch ADD COLUMN a_x INTEGER",
+        "COMMIT",
+        "DELETE FROM epoch_head",
+    ])
+    .await;
+    assert!(
+        v.iter()
+            .any(|x| x.rule == Rule::Failed && x.detail.starts_with("statement 2:")),
+        "the COMMIT is refused: {v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_outside_a_transaction_fails_and_the_rest_is_still_judged() {
+    let v = check(&["VACUUM", "TRUNCATE epoch_head"]).await;
+    assert!(
+        v.iter()
+            .any(|x| x.rule == Rule::Failed && x.detail.starts_with("statement 1:")),
+        "{v:?}"
+    );
+    assert!(
+        rules_on(&v, "epoch_head").contains(&Rule::StatementKind),
+        "{v:?}"
+    );
+    assert!(rules_on(&v, "epoch_head").contains(&Rule::Rows), "{v:?}");
+}

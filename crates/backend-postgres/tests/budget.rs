@@ -1,0 +1,230 @@
+//! The append's statement budget and the Postgres-specific behaviour around it: exactly 5
+//! statements (BEGIN, lock, read, write, COMMIT) for a single-event append with a current
+//! cache, whatever the history's length; one more (the anti-join) when the cache is stale.
+
+use std::sync::Arc;
+
+use cairn_conformance::{random_space, Harness};
+use cairn_core::{EpochDiagnostics, EpochStore, Error, Event, Head, Seq};
+use cairn_postgres::testkit::{harness, HeadLookup};
+use cairn_postgres::{PgOptions, PgStore};
+
+fn ev(tag: &str) -> Vec<Event> {
+    vec![Event::new("test.event", tag.as_bytes().to_vec())]
+}
+
+async fn statements_of_one_append(store: &PgStore, space: &cairn_core::SpaceId, tag: &str) -> u64 {
+    let before = store.statements_executed();
+    store.append(space, ev(tag)).await.unwrap();
+    store.statements_executed() - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn single_event_append_with_current_cache_costs_exactly_five_statements() {
+    let h = harness().await;
+    let store = h.store().await.unwrap();
+    let space = random_space("budget");
+    // First append: empty cache, empty space (current): INSERT variant, still 5.
+    assert_eq!(statements_of_one_append(&store, &space, "first").await, 5);
+    // One cached row: UPDATE variant.
+    for i in 0..3 {
+        assert_eq!(
+            statements_of_one_append(&store, &space, &format!("short-{i}")).await,
+            5
+        );
+    }
+    // A long history changes nothing.
+    store
+        .bench_seed_chain(&space, 20_000, Arc::new(|_| {}))
+        .await
+        .unwrap();
+    assert_eq!(store.cached_heads(&space).await.unwrap().len(), 1);
+    assert_eq!(statements_of_one_append(&store, &space, "long").await, 5);
+    assert_eq!(h.append_statement_budget(), Some(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_cache_costs_one_anti_join_then_budget_again() {
+    let h = harness().await;
+    let store = h.store().await.unwrap();
+    let space = random_space("stale");
+    store.append(&space, ev("a")).await.unwrap();
+    let legacy = h.legacy_append(&space, None, ev("legacy")).await.unwrap();
+    assert_eq!(legacy.seq, Seq(2));
+    let before = store.statements_executed();
+    let a = store.append(&space, ev("after-legacy")).await.unwrap();
+    assert_eq!(
+        store.statements_executed() - before,
+        6,
+        "stale cache: one anti-join more"
+    );
+    assert_eq!(a.parents, vec![legacy.id]);
+    assert_eq!(
+        statements_of_one_append(&store, &space, "current-again").await,
+        5
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_cached_heads_are_replaced_by_one() {
+    let h = harness().await;
+    let store = h.store().await.unwrap();
+    let space = random_space("replace");
+    let root = store.append(&space, ev("root")).await.unwrap();
+    let f1 = h
+        .legacy_append(&space, Some(vec![root.id]), ev("f1"))
+        .await
+        .unwrap();
+    let f2 = h
+        .legacy_append(&space, Some(vec![root.id]), ev("f2"))
+        .await
+        .unwrap();
+    store.repair_heads(&space).await.unwrap();
+    assert_eq!(store.cached_heads(&space).await.unwrap().len(), 2);
+    // Current cache with two rows: DELETE + INSERT in the one write statement.
+    let before = store.statements_executed();
+    let a = store.append(&space, ev("merge")).await.unwrap();
+    assert_eq!(store.statements_executed() - before, 5);
+    let mut fork = vec![f1.id, f2.id];
+    fork.sort();
+    assert_eq!(a.parents, fork);
+    let head = Head {
+        id: a.id,
+        seq: a.seq,
+    };
+    assert_eq!(store.cached_heads(&space).await.unwrap(), vec![head]);
+    assert_eq!(store.heads(&space).await.unwrap(), vec![head]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_in_different_schemas_do_not_block_each_other() {
+    let h1 = harness().await;
+    let h2 = harness().await;
+    let space = random_space("shared-name");
+    let held = h1.hold_space_lock(&space).await.unwrap();
+    let other = h2.store().await.unwrap();
+    let a = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        other.append(&space, ev("x")),
+    )
+    .await
+    .expect("a store in another schema waited on this schema's space lock")
+    .unwrap();
+    assert_eq!(a.seq, Seq(1));
+    held.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_schema_names_are_refused_before_connecting() {
+    for bad in ["Public", "x; drop table epoch", "1x", ""] {
+        let opts = PgOptions::new("postgres://nobody@127.0.0.1:1/none").with_schema(bad);
+        match PgStore::connect_with(opts).await {
+            Err(Error::InvalidInput { .. }) => {}
+            other => panic!("schema {bad:?}: expected InvalidInput, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_unavailable_and_the_message_has_no_url() {
+    let opts = PgOptions {
+        acquire_timeout: std::time::Duration::from_secs(3),
+        ..PgOptions::new("postgres://someone:s3cret@127.0.0.1:1/db")
+    };
+    let err = PgStore::connect_with(opts).await.unwrap_err();
+    assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(!msg.contains("s3cret") && !msg.contains("someone"), "{msg}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_lookups_return_one_timing_per_run() {
+    let h = harness().await;
+    let store = h.store().await.unwrap();
+    let space = random_space("bench");
+    store
+        .bench_seed_chain(&space, 12_000, Arc::new(|_| {}))
+        .await
+        .unwrap();
+    let heads = store.heads(&space).await.unwrap();
+    assert_eq!(heads.len(), 1);
+    assert_eq!(heads[0].seq, Seq(12_000));
+    assert_eq!(store.computed_heads(&space).await.unwrap(), heads);
+    for lookup in [
+        HeadLookup::AntiJoinPlain,
+        HeadLookup::AntiJoinIndexed,
+        HeadLookup::Cache,
+    ] {
+        let t = store.bench_time_lookup(&space, lookup, 3).await.unwrap();
+        assert_eq!(t.len(), 3, "{lookup:?}");
+    }
+    // The plain measurement restored the index.
+    let before = store.statements_executed();
+    store.append(&space, ev("after-bench")).await.unwrap();
+    assert_eq!(store.statements_executed() - before, 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_keeps_a_row_that_stays_a_head() {
+    let h = harness().await;
+    let store = h.store().await.unwrap();
+    let space = random_space("repair-overlap");
+    let root = store.append(&space, ev("root")).await.unwrap();
+    let f1 = store.append(&space, ev("f1")).await.unwrap();
+    let f2 = h
+        .legacy_append(&space, Some(vec![root.id]), ev("f2"))
+        .await
+        .unwrap();
+    let mut after = vec![
+        Head {
+            id: f1.id,
+            seq: f1.seq,
+        },
+        Head {
+            id: f2.id,
+            seq: f2.seq,
+        },
+    ];
+    after.sort();
+    let outcome = store.repair_heads(&space).await.unwrap();
+    assert_eq!(
+        outcome,
+        cairn_core::RepairOutcome::Rewritten {
+            before: vec![Head {
+                id: f1.id,
+                seq: f1.seq
+            }],
+            after: after.clone()
+        }
+    );
+    assert_eq!(store.cached_heads(&space).await.unwrap(), after);
+    assert_eq!(
+        store.repair_heads(&space).await.unwrap(),
+        cairn_core::RepairOutcome::Unchanged
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_past_the_lock_timeout_is_retryable_and_writes_nothing() {
+    let h = harness().await;
+    let store = PgStore::connect_with(PgOptions {
+        lock_timeout: std::time::Duration::from_millis(200),
+        ..h.options()
+    })
+    .await
+    .unwrap();
+    let space = random_space("lock-timeout");
+    let first = store.append(&space, ev("first")).await.unwrap();
+    let held = h.hold_space_lock(&space).await.unwrap();
+    let err = store.append(&space, ev("blocked")).await.unwrap_err();
+    assert!(err.is_retryable(), "{err:?}");
+    held.release().await;
+    assert_eq!(
+        store.heads(&space).await.unwrap(),
+        vec![Head {
+            id: first.id,
+            seq: first.seq
+        }]
+    );
+    assert_eq!(store.next_seq(&space).await.unwrap(), Seq(2));
+}
