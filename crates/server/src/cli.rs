@@ -1,0 +1,88 @@
+//! The command line.
+
+use clap::{Parser, Subcommand};
+
+use crate::open::DATABASE_ENV;
+
+/// Default number of events per feed page.
+pub(crate) const DEFAULT_FEED_LIMIT: usize = 100;
+
+/// cairn: per-space causal event histories with a self-validating head cache.
+#[derive(Parser)]
+#[command(name = "cairn", version)]
+pub(crate) struct Cli {
+    /// Store to use: `sqlite:///abs/path.db`, `sqlite://relative.db`, a file path, or
+    /// `postgres://…` (add `?cairn_schema=NAME` to use a schema other than `public`).
+    /// Defaults to `cairn.db` under the platform data directory.
+    #[arg(long, global = true, env = DATABASE_ENV, hide_env_values = true, value_name = "URL")]
+    pub(crate) database: Option<String>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What to do.
+#[derive(Subcommand)]
+pub(crate) enum Command {
+    /// Append one epoch holding one event to a space; prints `<seq> <epoch id>`.
+    Append {
+        /// The space (created by its first epoch).
+        #[arg(long)]
+        space: String,
+        /// The event's kind, e.g. `kv.put`.
+        #[arg(long)]
+        kind: String,
+        /// The event's payload, stored as the argument's UTF-8 bytes.
+        #[arg(long)]
+        payload: String,
+        /// The event's optional key.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Print the space's heads, one `<seq> <epoch id>` line each.
+    Heads {
+        /// The space.
+        #[arg(long)]
+        space: String,
+    },
+    /// Print the space's events after a cursor, then `next <cursor>` to resume from.
+    Feed {
+        /// The space.
+        #[arg(long)]
+        space: String,
+        /// Where to resume: the `next` cursor a previous `cairn feed` printed.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Most events to print (whole epochs only; at least one epoch when one is available).
+        #[arg(long, default_value_t = DEFAULT_FEED_LIMIT)]
+        limit: usize,
+    },
+    /// Recompute the space's head cache from its history; writes nothing when it is exact.
+    Repair {
+        /// The space.
+        #[arg(long)]
+        space: String,
+    },
+    /// Inspect and apply cairn's schema migrations (lineage-aware).
+    Migrate {
+        /// What to do.
+        #[command(subcommand)]
+        action: MigrateAction,
+    },
+}
+
+/// `cairn migrate …`: exit 0 when fine, 1 when the store is refused or incompatible, 2 for
+/// usage errors.
+#[derive(Subcommand)]
+pub(crate) enum MigrateAction {
+    /// Print the stamp, the lineage, the classification, this build's head and the pending
+    /// revisions. Takes no lock and writes nothing.
+    Status,
+    /// Apply pending revisions (with the lineage, in one transaction).
+    Up,
+    /// Print this build's revision chain with checksums, marking the applied ones.
+    History,
+    /// Record this build's lineage on a store at this build's head whose lineage is missing or
+    /// another history's.
+    Repair,
+}

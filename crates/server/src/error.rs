@@ -1,0 +1,59 @@
+//! The binary's error: everything that ends a command with exit status 1.
+
+use std::fmt;
+
+/// Why a command failed. `Display` gives the one line printed after `cairn: `.
+#[derive(Debug)]
+pub(crate) enum CliError {
+    /// The store refused the operation or its input.
+    Store(cairn_core::Error),
+    /// The configuration (database URL, data directory) is unusable.
+    Config(String),
+    /// A command that needs an existing SQLite store found no file.
+    NoStore(std::path::PathBuf),
+    /// Writing the result to stdout failed.
+    Output(std::io::Error),
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Store(e) => write!(f, "{e}"),
+            Self::Config(msg) => f.write_str(msg),
+            Self::NoStore(path) => write!(
+                f,
+                "no cairn store at {}; the first `cairn append` creates it",
+                path.display()
+            ),
+            Self::Output(e) => write!(f, "cannot write the output: {e}"),
+        }
+    }
+}
+
+impl From<cairn_core::Error> for CliError {
+    fn from(e: cairn_core::Error) -> Self {
+        Self::Store(e)
+    }
+}
+
+impl From<std::io::Error> for CliError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Output(e)
+    }
+}
+
+/// Collapses a message to one line, so that an error is always exactly one line on stderr even
+/// when a driver's message spans several.
+pub(crate) fn one_line(msg: &str) -> String {
+    msg.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_collapse_to_one_line() {
+        assert_eq!(one_line("a\nb\r\n  c\t d"), "a b c d");
+    }
+}

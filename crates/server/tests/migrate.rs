@@ -1,0 +1,171 @@
+//! `cairn migrate …` on stores created by an older chain, a newer chain and a diverged chain:
+//! status prints upgrade / ahead / refused, the refusal is one line with exit status 1, and
+//! `up`, `history` and `repair` do what they say.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use cairn_migrate::{cairn_revisions, MigrationSet, Revision, Runner, RunnerHooks, CAIRN_SET};
+use cairn_sqlite::{SqliteOptions, SqliteStore};
+
+fn run(db: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .arg("--database")
+        .arg(db)
+        .arg("migrate")
+        .args(args)
+        .output()
+        .expect("the cairn binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8(b.to_vec()).expect("UTF-8")
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+fn head() -> String {
+    cairn_revisions().last().unwrap().id.clone()
+}
+
+fn extra(id: &str, parent: &str) -> Revision {
+    let sql = vec![format!(
+        "CREATE TABLE {id} (id BIGINT NOT NULL PRIMARY KEY)"
+    )];
+    Revision {
+        id: id.into(),
+        parent: Some(parent.into()),
+        up_sqlite: sql.clone(),
+        up_postgres: sql,
+        description: id.into(),
+    }
+}
+
+async fn create(path: &Path, revs: Vec<Revision>, hooks: RunnerHooks) {
+    let runner = Runner::new(MigrationSet::new(CAIRN_SET, revs).unwrap()).with_hooks(hooks);
+    SqliteStore::open_migrated(path, SqliteOptions::default(), &runner)
+        .await
+        .expect("create the store");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_an_older_store_is_upgrade_and_up_applies_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("old.db");
+    // The oldest possible history: the store's tables exist but no runner ever stamped it
+    // (a store made before the runner existed).
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+    }
+    let status = ok(run(&db, &["status"]));
+    assert!(status.contains("state: upgrade"), "{status}");
+    assert!(status.contains("stamp: (none)"), "{status}");
+    assert!(status.contains(&format!("pending: {}", head())), "{status}");
+    let up = ok(run(&db, &["up"]));
+    assert!(up.contains("upgraded"), "{up}");
+    let status = ok(run(&db, &["status"]));
+    assert!(status.contains("state: at head"), "{status}");
+    let history = ok(run(&db, &["history"]));
+    assert!(
+        history.starts_with(&head()) && history.contains(" applied "),
+        "{history}"
+    );
+    assert_eq!(
+        ok(run(&db, &["up"])).trim(),
+        format!("at head {}; nothing to do", head())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_a_newer_store_is_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("new.db");
+    let mut revs = cairn_revisions();
+    revs.push(extra("t_newer", &head()));
+    create(&db, revs, RunnerHooks::default()).await;
+    let status = ok(run(&db, &["status"]));
+    assert!(status.contains("state: ahead"), "{status}");
+    assert!(status.contains("stamp: t_newer"), "{status}");
+    assert!(ok(run(&db, &["repair"])).contains("ahead"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_a_diverged_store_is_refused_in_one_line_with_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("diverged.db");
+    let mut revs = cairn_revisions();
+    revs.push(extra("t_theirs", &head()));
+    // Upgraded by a runner that records no lineage: this build cannot tell it descends.
+    create(
+        &db,
+        revs,
+        RunnerHooks {
+            skip_lineage: true,
+            ..RunnerHooks::default()
+        },
+    )
+    .await;
+    let before = std::fs::read(&db).unwrap();
+    for action in ["status", "up", "repair"] {
+        let out = run(&db, &[action]);
+        assert_eq!(out.status.code(), Some(1), "{action}");
+        assert_eq!(text(&out.stdout), "", "{action}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{action}: {err}");
+        assert!(
+            err.starts_with("cairn: ") && err.contains("t_theirs") && err.contains(&head()),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&db).unwrap(),
+        before,
+        "a refused store is not changed"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_records_a_missing_lineage_only_when_due() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("repair.db");
+    create(
+        &db,
+        cairn_revisions(),
+        RunnerHooks {
+            skip_lineage: true,
+            ..RunnerHooks::default()
+        },
+    )
+    .await;
+    // cairn's own head is its base today: exempt from lineage, nothing to repair.
+    let out = ok(run(&db, &["repair"]));
+    assert!(out.contains("nothing to repair"), "{out}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run(&dir.path().join("x.db"), &["frobnicate"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn status_of_a_missing_store_is_refused_without_creating_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("missing.db");
+    let out = run(&db, &["status"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!db.exists());
+}

@@ -1,0 +1,633 @@
+//! `cargo xtask bench heads`: head lookup by anti-join vs by cache, and append latency on a long
+//! history vs a fresh space, measured side by side in one run on a freshly seeded store.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn_core::{EpochStore, Error, Event, SpaceId};
+use clap::{Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Spaces seeded next to the big one, each with `epochs / OTHER_SPACES` epochs.
+const OTHER_SPACES: u64 = 20;
+/// Appends per space made before measuring, so that connection set-up, statement caches and
+/// the empty space's creation are not measured.
+const WARMUP_APPENDS: usize = 3;
+/// The published targets, stated at 1,000,000 epochs.
+const TARGET_EPOCHS: u64 = 1_000_000;
+const SQLITE_LOOKUP_TARGET: f64 = 100_000.0;
+const POSTGRES_LOOKUP_TARGET: f64 = 10_000.0;
+const APPEND_RATIO_TARGET: f64 = 1.1;
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub(crate) enum Bench {
+    /// Head lookup (anti-join vs cache) and append latency (long history vs empty space).
+    Heads(HeadsArgs),
+}
+
+/// Options of `bench heads`.
+#[derive(clap::Args)]
+pub(crate) struct HeadsArgs {
+    /// Backend to measure.
+    #[arg(long, value_enum)]
+    backend: Backend,
+    /// Epochs in the big space's chain; 20 more spaces get epochs/20 each.
+    #[arg(long, default_value_t = TARGET_EPOCHS, value_parser = clap::value_parser!(u64).range(1..))]
+    epochs: u64,
+    /// Runs of each head lookup (the median is reported).
+    #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..))]
+    runs: u64,
+    /// Appends measured on each of the two spaces (the median is reported).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..))]
+    appends: u64,
+    /// SQLite: the store file (default: a temporary file). Postgres: the server (default: the
+    /// test server, found like the test suite finds it); a fresh schema is created and dropped.
+    #[arg(long, value_name = "URL")]
+    database: Option<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+/// A head lookup strategy, as both backends' testkits name them.
+#[derive(Clone, Copy)]
+enum Lookup {
+    AntiJoinPlain,
+    AntiJoinIndexed,
+    Cache,
+}
+
+/// Runs a benchmark.
+pub(crate) fn run(bench: Bench) -> Result<(), String> {
+    let Bench::Heads(args) = bench;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(heads(args))
+}
+
+/// The store under test, with what it takes to clean up after it.
+enum Subject {
+    Sqlite {
+        store: cairn_sqlite::SqliteStore,
+        /// Keeps the temporary store alive until the end of the run.
+        _dir: Option<tempfile::TempDir>,
+    },
+    Postgres {
+        store: cairn_postgres::PgStore,
+        admin: sqlx::PgPool,
+        schema: String,
+    },
+}
+
+impl Subject {
+    async fn open(backend: Backend, database: Option<&str>, tag: &str) -> Result<Self, String> {
+        match backend {
+            Backend::Sqlite => {
+                let (path, dir) = match database {
+                    Some(url) => (sqlite_path(url)?, None),
+                    None => {
+                        let dir = tempfile::Builder::new()
+                            .prefix("cairn-bench-")
+                            .tempdir()
+                            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+                        (dir.path().join("bench.db"), Some(dir))
+                    }
+                };
+                let store = cairn_sqlite::SqliteStore::open(&path)
+                    .await
+                    .map_err(store_err)?;
+                Ok(Self::Sqlite { store, _dir: dir })
+            }
+            Backend::Postgres => {
+                let url = match database {
+                    Some(url) => url.to_owned(),
+                    None => cairn_postgres::testkit::test_server_url().await?,
+                };
+                let admin = sqlx::PgPool::connect(&url)
+                    .await
+                    .map_err(|e| format!("cannot connect to Postgres: {e}"))?;
+                let schema = format!("cairn_bench_{tag}");
+                eprintln!("bench schema: {schema} (dropped at the end of the run)");
+                let opts = cairn_postgres::PgOptions::new(url).with_schema(schema.clone());
+                let store = cairn_postgres::PgStore::connect_with(opts)
+                    .await
+                    .map_err(store_err)?;
+                Ok(Self::Postgres {
+                    store,
+                    admin,
+                    schema,
+                })
+            }
+        }
+    }
+
+    fn store(&self) -> Arc<dyn EpochStore> {
+        match self {
+            Self::Sqlite { store, .. } => Arc::new(store.clone()),
+            Self::Postgres { store, .. } => Arc::new(store.clone()),
+        }
+    }
+
+    async fn seed_chain(
+        &self,
+        space: &SpaceId,
+        epochs: u64,
+        progress: Arc<dyn Fn(u64) + Send + Sync>,
+    ) -> Result<(), String> {
+        match self {
+            Self::Sqlite { store, .. } => store.bench_seed_chain(space, epochs, progress).await,
+            Self::Postgres { store, .. } => store.bench_seed_chain(space, epochs, progress).await,
+        }
+        .map_err(store_err)
+    }
+
+    /// The lookup's run times, or `Err` with the backend's reason when it cannot be measured.
+    async fn time_lookup(
+        &self,
+        space: &SpaceId,
+        lookup: Lookup,
+        runs: usize,
+    ) -> Result<Result<Vec<Duration>, String>, String> {
+        use cairn_postgres::testkit::HeadLookup as Pg;
+        use cairn_sqlite::testkit::HeadLookup as Lite;
+        let timed = match self {
+            Self::Sqlite { store, .. } => {
+                let lookup = match lookup {
+                    Lookup::AntiJoinPlain => Lite::AntiJoinPlain,
+                    Lookup::AntiJoinIndexed => Lite::AntiJoinIndexed,
+                    Lookup::Cache => Lite::Cache,
+                };
+                store.bench_time_lookup(space, lookup, runs).await
+            }
+            Self::Postgres { store, .. } => {
+                let lookup = match lookup {
+                    Lookup::AntiJoinPlain => Pg::AntiJoinPlain,
+                    Lookup::AntiJoinIndexed => Pg::AntiJoinIndexed,
+                    Lookup::Cache => Pg::Cache,
+                };
+                store.bench_time_lookup(space, lookup, runs).await
+            }
+        };
+        match timed {
+            Ok(times) if !times.is_empty() => Ok(Ok(times)),
+            Ok(_) => Err("the backend returned no timings".into()),
+            Err(Error::InvalidInput { reason, .. }) => Ok(Err(reason)),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    async fn engine_version(&self) -> String {
+        match self {
+            Self::Sqlite { .. } => format!("SQLite {}", rusqlite::version()),
+            Self::Postgres { admin, .. } => {
+                match sqlx::query_scalar::<_, String>("SHOW server_version")
+                    .fetch_one(admin)
+                    .await
+                {
+                    Ok(v) => format!("PostgreSQL {v}"),
+                    Err(_) => "PostgreSQL (version unknown)".into(),
+                }
+            }
+        }
+    }
+
+    /// Drops the Postgres bench schema; the SQLite temporary directory goes with `self`.
+    async fn cleanup(self) -> Result<(), String> {
+        if let Self::Postgres {
+            store,
+            admin,
+            schema,
+        } = self
+        {
+            drop(store);
+            // The name is generated here from hex digits, never taken from input.
+            let drop_schema = format!("DROP SCHEMA IF EXISTS {schema} CASCADE");
+            sqlx::query(&drop_schema)
+                .execute(&admin)
+                .await
+                .map_err(|e| format!("cannot drop the bench schema {schema}: {e}"))?;
+            admin.close().await;
+        }
+        Ok(())
+    }
+}
+
+async fn heads(args: HeadsArgs) -> Result<(), String> {
+    let tag = random_tag();
+    let subject = Subject::open(args.backend, args.database.as_deref(), &tag).await?;
+    let outcome = measure(&subject, &args, &tag).await;
+    let engine = subject.engine_version().await;
+    let cleaned = subject.cleanup().await;
+    let report = outcome?;
+    cleaned?;
+    print_report(&args, &engine, &report);
+    Ok(())
+}
+
+struct Report {
+    seeded_in: Duration,
+    per_other_space: u64,
+    /// Medians, or the backend's reason for not measuring.
+    plain: Result<Duration, String>,
+    indexed: Result<Duration, String>,
+    cache: Duration,
+    append_big: Duration,
+    append_empty: Duration,
+    /// Median over the rounds of (big / empty) within each round.
+    append_paired_ratio: f64,
+}
+
+async fn measure(subject: &Subject, args: &HeadsArgs, tag: &str) -> Result<Report, String> {
+    let space = |name: String| SpaceId::new(name).map_err(store_err);
+    let big = space(format!("bench-big-{tag}"))?;
+    let empty = space(format!("bench-empty-{tag}"))?;
+    let per_other_space = args.epochs / OTHER_SPACES;
+    let total = args.epochs + per_other_space * OTHER_SPACES;
+
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "seeding {bar:40} {human_pos}/{human_len} epochs ({per_sec}, eta {eta}) {msg}",
+        )
+        .map_err(|e| format!("progress template: {e}"))?,
+    );
+    let started = Instant::now();
+    let mut base = 0;
+    let mut seeds = vec![(big.clone(), args.epochs)];
+    if per_other_space > 0 {
+        for i in 0..OTHER_SPACES {
+            seeds.push((space(format!("bench-other-{i:02}-{tag}"))?, per_other_space));
+        }
+    }
+    for (space, epochs) in &seeds {
+        bar.set_message(space.to_string());
+        let (b, offset) = (bar.clone(), base);
+        let progress: Arc<dyn Fn(u64) + Send + Sync> =
+            Arc::new(move |done| b.set_position(offset + done));
+        subject.seed_chain(space, *epochs, progress).await?;
+        base += epochs;
+        bar.set_position(base);
+    }
+    bar.finish_and_clear();
+    let seeded_in = started.elapsed();
+
+    let store = subject.store();
+    expect_single_head(&*store, &big, args.epochs).await?;
+
+    let runs = usize::try_from(args.runs).map_err(|e| e.to_string())?;
+    eprintln!("measuring head lookups ({runs} runs each)…");
+    let cache = subject
+        .time_lookup(&big, Lookup::Cache, runs)
+        .await?
+        .map(|t| median(&t))
+        .map_err(|reason| format!("the cache lookup cannot be measured: {reason}"))?;
+    let indexed = subject
+        .time_lookup(&big, Lookup::AntiJoinIndexed, runs)
+        .await?
+        .map(|t| median(&t));
+    let plain = match args.backend {
+        Backend::Postgres => subject
+            .time_lookup(&big, Lookup::AntiJoinPlain, runs)
+            .await?
+            .map(|t| median(&t)),
+        // Without the index SQLite probes `epoch_parent` by a scan for every epoch, so this
+        // lookup grows with the square of the history: hours at 1,000,000 epochs.
+        Backend::Sqlite => Err("measured on Postgres only; on SQLite, without the \
+            `(space, parent, child)` index the anti-join scans `epoch_parent` once per epoch \
+            (quadratic), which takes hours at 1,000,000 epochs"
+            .into()),
+    };
+
+    eprintln!(
+        "measuring appends ({} per space, interleaved)…",
+        args.appends
+    );
+    let (append_big, append_empty, append_paired_ratio) =
+        append_latency(&*store, &big, &empty, args.appends).await?;
+    let extra = u64::try_from(WARMUP_APPENDS).map_err(|e| e.to_string())? + args.appends;
+    expect_single_head(&*store, &big, args.epochs + extra).await?;
+    expect_single_head(&*store, &empty, extra).await?;
+
+    Ok(Report {
+        seeded_in,
+        per_other_space,
+        plain,
+        indexed,
+        cache,
+        append_big,
+        append_empty,
+        append_paired_ratio,
+    })
+}
+
+/// Median append latency on `big` and on `empty`, and the median of the per-round ratios. The
+/// two spaces alternate, and the order within each pair flips every round, so drift (caches
+/// warming, checkpoints, other load) hits both sides alike; the per-round ratio cancels it
+/// further on a machine shared with other work.
+async fn append_latency(
+    store: &dyn EpochStore,
+    big: &SpaceId,
+    empty: &SpaceId,
+    appends: u64,
+) -> Result<(Duration, Duration, f64), String> {
+    let timed_append = |space: &SpaceId, n: u64| {
+        let space = space.clone();
+        async move {
+            let event = Event::new("bench.append", n.to_be_bytes().to_vec());
+            let started = Instant::now();
+            store.append(&space, vec![event]).await.map_err(store_err)?;
+            Ok::<_, String>(started.elapsed())
+        }
+    };
+    for n in 0..WARMUP_APPENDS as u64 {
+        timed_append(big, n).await?;
+        timed_append(empty, n).await?;
+    }
+    let mut on_big = Vec::new();
+    let mut on_empty = Vec::new();
+    let mut paired = Vec::new();
+    for n in 0..appends {
+        let (b, e) = if n % 2 == 0 {
+            let b = timed_append(big, n).await?;
+            (b, timed_append(empty, n).await?)
+        } else {
+            let e = timed_append(empty, n).await?;
+            (timed_append(big, n).await?, e)
+        };
+        on_big.push(b);
+        on_empty.push(e);
+        paired.push(ratio(b, e));
+    }
+    paired.sort_by(f64::total_cmp);
+    let paired_median = paired[paired.len() / 2];
+    Ok((median(&on_big), median(&on_empty), paired_median))
+}
+
+/// Checks the seeding and the appends left the space one head at the expected seq.
+async fn expect_single_head(
+    store: &dyn EpochStore,
+    space: &SpaceId,
+    seq: u64,
+) -> Result<(), String> {
+    let heads = store.heads(space).await.map_err(store_err)?;
+    match heads.as_slice() {
+        [head] if head.seq.0 == seq => Ok(()),
+        _ => Err(format!(
+            "space {space} should have one head at seq {seq}, found {heads:?}"
+        )),
+    }
+}
+
+fn print_report(args: &HeadsArgs, engine: &str, r: &Report) {
+    let backend = args.backend.name();
+    let command = printable_command(std::env::args().skip(1));
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cpu = cpu_model().map(|m| format!(" ({m})")).unwrap_or_default();
+    let profile = if cfg!(debug_assertions) {
+        "dev"
+    } else {
+        "release"
+    };
+    let epochs = thousands(args.epochs);
+
+    println!("### Head lookup and append latency: {backend}, {epochs} epochs");
+    println!();
+    println!("Command: `{command}`");
+    println!();
+    println!(
+        "Machine: {cores} cores{cpu}, {} {}, {engine}, xtask built with the {profile} profile. \
+         Seeded one space with a chain of {epochs} epochs plus {OTHER_SPACES} spaces × {} epochs in {}.",
+        std::env::consts::OS,
+        std::env::consts::ARCH,
+        thousands(r.per_other_space),
+        fmt_duration(r.seeded_in),
+    );
+    println!();
+
+    // SQLite's target is against the anti-join the store itself falls back to (indexed);
+    // Postgres's against the plain anti-join of the published comparison.
+    let (target_base, target, which) = match args.backend {
+        Backend::Sqlite => (&r.indexed, SQLITE_LOOKUP_TARGET, "the store's anti-join"),
+        Backend::Postgres => (&r.plain, POSTGRES_LOOKUP_TARGET, "plain anti-join"),
+    };
+    let target_base = target_base.as_ref().ok().copied();
+    let verdict = target_base.map_or_else(
+        || "not measured".to_owned(),
+        |base| met(ratio(base, r.cache) >= target),
+    );
+    let at = if args.epochs == TARGET_EPOCHS {
+        String::new()
+    } else {
+        format!(" (target stated at {})", thousands(TARGET_EPOCHS))
+    };
+    println!(
+        "| {backend}: head lookup, median of {} | anti-join, plain | anti-join, `(space, parent, child)` index | cache | cache vs plain | cache vs indexed | target: cache ≥{}× {which}{at} |",
+        args.runs,
+        thousands(target as u64)
+    );
+    println!("|---|---:|---:|---:|---:|---:|---|");
+    println!(
+        "| one space, {epochs} epochs | {} | {} | {} | {} | {} | {verdict} |",
+        fmt_lookup(&r.plain),
+        fmt_lookup(&r.indexed),
+        fmt_duration(r.cache),
+        r.plain
+            .as_ref()
+            .map_or_else(|_| "n/a".into(), |p| fmt_ratio(ratio(*p, r.cache))),
+        r.indexed
+            .as_ref()
+            .map_or_else(|_| "n/a".into(), |i| fmt_ratio(ratio(*i, r.cache))),
+    );
+    println!();
+
+    let append_ratio = ratio(r.append_big, r.append_empty);
+    println!(
+        "| {backend}: append latency, median of {} interleaved | space with {epochs} epochs | space empty at start | ratio | median per-round ratio | target: ratio ≤{APPEND_RATIO_TARGET}{at} |",
+        args.appends
+    );
+    println!("|---|---:|---:|---:|---:|---|");
+    println!(
+        "| one-event epoch | {} | {} | {append_ratio:.2} | {:.2} | {} |",
+        fmt_duration(r.append_big),
+        fmt_duration(r.append_empty),
+        r.append_paired_ratio,
+        met(append_ratio <= APPEND_RATIO_TARGET),
+    );
+    for (name, reason) in [("plain", &r.plain), ("indexed", &r.indexed)] {
+        if let Err(reason) = reason {
+            println!();
+            println!("The {name} anti-join was not measured: {reason}");
+        }
+    }
+}
+
+/// The command line as typed, with the database URL replaced: it may hold a password.
+fn printable_command(args: impl Iterator<Item = String>) -> String {
+    let mut words = vec!["cargo xtask".to_owned()];
+    let mut hide_next = false;
+    for arg in args {
+        if hide_next {
+            words.push("URL".into());
+            hide_next = false;
+        } else if arg == "--database" {
+            hide_next = true;
+            words.push(arg);
+        } else if arg.starts_with("--database=") {
+            words.push("--database=URL".into());
+        } else {
+            words.push(arg);
+        }
+    }
+    words.join(" ")
+}
+
+fn median(times: &[Duration]) -> Duration {
+    let mut sorted = times.to_vec();
+    sorted.sort();
+    let mid = sorted.len() / 2;
+    if sorted.len() % 2 == 1 {
+        sorted[mid]
+    } else {
+        (sorted[mid - 1] + sorted[mid]) / 2
+    }
+}
+
+fn ratio(slow: Duration, fast: Duration) -> f64 {
+    slow.as_secs_f64() / fast.as_secs_f64().max(1e-9)
+}
+
+fn met(ok: bool) -> String {
+    if ok { "met" } else { "not met" }.to_owned()
+}
+
+fn fmt_lookup(d: &Result<Duration, String>) -> String {
+    d.as_ref()
+        .map_or_else(|_| "n/a".into(), |d| fmt_duration(*d))
+}
+
+fn fmt_duration(d: Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs >= 0.1 {
+        format!("{} ms", thousands((secs * 1e3).round() as u64))
+    } else if secs >= 0.01 {
+        format!("{:.1} ms", secs * 1e3)
+    } else if secs >= 0.001 {
+        format!("{:.2} ms", secs * 1e3)
+    } else {
+        format!("{:.1} µs", secs * 1e6)
+    }
+}
+
+fn fmt_ratio(r: f64) -> String {
+    if r >= 100.0 {
+        format!("{}×", thousands(r.round() as u64))
+    } else {
+        format!("{r:.1}×")
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let digits: Vec<char> = n.to_string().chars().collect();
+    let groups: Vec<String> = digits
+        .rchunks(3)
+        .rev()
+        .map(|g| g.iter().collect())
+        .collect();
+    groups.join(",")
+}
+
+fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, m)| m.trim().to_owned())
+}
+
+/// 16 hex digits from the standard library's per-process random hash keys and the clock, so
+/// concurrent runs never share spaces or schemas.
+fn random_tag() -> String {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.write_u32(std::process::id());
+    format!("{:016x}", h.finish())
+}
+
+fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {
+    match url.split_once("://") {
+        None => Ok(url.into()),
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("sqlite") && !rest.is_empty() => {
+            Ok(rest.into())
+        }
+        Some(_) => Err("--backend sqlite takes a sqlite:// URL or a file path".into()),
+    }
+}
+
+fn store_err(e: Error) -> String {
+    e.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_formatting() {
+        let ms = Duration::from_millis;
+        assert_eq!(median(&[ms(3), ms(1), ms(2)]), ms(2));
+        assert_eq!(
+            median(&[ms(4), ms(1), ms(2), ms(3)]),
+            Duration::from_micros(2500)
+        );
+        assert_eq!(thousands(1_000_000), "1,000,000");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(fmt_ratio(123_456.4), "123,456×");
+        assert_eq!(fmt_ratio(1.04), "1.0×");
+        assert_eq!(fmt_duration(Duration::from_micros(650)), "650.0 µs");
+        assert_eq!(fmt_duration(Duration::from_millis(1824)), "1,824 ms");
+        assert_eq!(fmt_duration(Duration::from_micros(12_345)), "12.3 ms");
+    }
+
+    #[test]
+    fn the_printed_command_hides_the_database_url() {
+        let args = [
+            "bench",
+            "heads",
+            "--database",
+            "postgres://u:pw@h/db",
+            "--database=x",
+        ];
+        assert_eq!(
+            printable_command(args.iter().map(|s| s.to_string())),
+            "cargo xtask bench heads --database URL --database=URL"
+        );
+    }
+
+    #[test]
+    fn sqlite_urls() {
+        assert_eq!(sqlite_path("sqlite:///a/b.db").ok(), Some("/a/b.db".into()));
+        assert_eq!(sqlite_path("b.db").ok(), Some("b.db".into()));
+        assert!(sqlite_path("postgres://x").is_err());
+    }
+}
