@@ -302,16 +302,25 @@ impl PgHarness {
     /// store or the migration runner opens it).
     fn empty(url: String) -> Self {
         let schema = format!("cairn_t_{:016x}", rand::random::<u64>());
-        Self { url, schema, admin: OnceCell::new() }
+        Self {
+            url,
+            schema,
+            admin: OnceCell::new(),
+        }
     }
 
     /// The harness's own store, for the test-only writers (connected on first use).
     async fn admin(&self) -> &PgStore {
         self.admin
             .get_or_init(|| async {
-                PgStore::connect_with(PgOptions { max_connections: 4, ..self.options() })
-                    .await
-                    .unwrap_or_else(|e| panic!("postgres test server: cannot create the test schema: {e}"))
+                PgStore::connect_with(PgOptions {
+                    max_connections: 4,
+                    ..self.options()
+                })
+                .await
+                .unwrap_or_else(|e| {
+                    panic!("postgres test server: cannot create the test schema: {e}")
+                })
             })
             .await
     }
@@ -399,7 +408,10 @@ impl Harness for PgHarness {
         parents: Option<Vec<EpochId>>,
         events: Vec<Event>,
     ) -> Result<Appended> {
-        self.admin().await.legacy_append(space, parents, events).await
+        self.admin()
+            .await
+            .legacy_append(space, parents, events)
+            .await
     }
 
     fn append_statement_budget(&self) -> Option<u64> {
@@ -639,7 +651,8 @@ impl PgStore {
     }
 }
 
-const SCHEMA_COLUMNS: &str = "SELECT table_name::text, column_name::text FROM information_schema.columns \
+const SCHEMA_COLUMNS: &str =
+    "SELECT table_name::text, column_name::text FROM information_schema.columns \
     WHERE table_schema = $1 ORDER BY table_name, ordinal_position";
 const CATALOG_PROBE: &str = "SELECT coalesce(string_agg(x, ',' ORDER BY x), '') FROM ( \
     SELECT 'rel:' || c.relname || ':' || c.xmin::text AS x FROM pg_catalog.pg_class c \
@@ -652,7 +665,9 @@ const STAMP_PROBE: &str = "SELECT coalesce((SELECT string_agg(xmin::text, ',' OR
 impl PgHarness {
     async fn probe_connection(&self) -> PgConnection {
         let opts = PgConnectOptions::from_str(&self.url).expect("test server URL");
-        let mut conn = PgConnection::connect_with(&opts).await.expect("connect to the test server");
+        let mut conn = PgConnection::connect_with(&opts)
+            .await
+            .expect("connect to the test server");
         sqlx::query(sql::SESSION_SETUP)
             .bind(self.schema.as_str())
             .bind("10000")
@@ -702,9 +717,15 @@ impl cairn_conformance::MigrationHarness for PgHarness {
             .fetch_one(&mut conn)
             .await
             .expect("catalog probe");
-        let has: bool = sqlx::query_scalar(HAS_STAMP).fetch_one(&mut conn).await.expect("stamp probe");
+        let has: bool = sqlx::query_scalar(HAS_STAMP)
+            .fetch_one(&mut conn)
+            .await
+            .expect("stamp probe");
         let stamp: String = if has {
-            sqlx::query_scalar(STAMP_PROBE).fetch_one(&mut conn).await.expect("stamp probe")
+            sqlx::query_scalar(STAMP_PROBE)
+                .fetch_one(&mut conn)
+                .await
+                .expect("stamp probe")
         } else {
             String::new()
         };

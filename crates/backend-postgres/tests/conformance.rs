@@ -1,2 +1,7 @@
 //! The conformance suite, including the multi-node cases, on PostgreSQL.
-cairn_conformance::suite!(cairn_postgres::testkit::harness(), migrations, additivity, multi_node);
+cairn_conformance::suite!(
+    cairn_postgres::testkit::harness(),
+    migrations,
+    additivity,
+    multi_node
+);

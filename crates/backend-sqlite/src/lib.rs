@@ -26,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+mod additivity;
 mod config;
 mod error;
 mod files;
@@ -35,6 +36,7 @@ mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use additivity::SqliteAdditivity;
 pub use config::SqliteOptions;
 pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET};

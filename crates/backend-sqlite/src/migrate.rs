@@ -123,7 +123,6 @@ impl MigrationBackend for SqliteMigrator {
                 &path,
                 &SqliteOptions {
                     busy_timeout: timeout,
-                    ..opts.clone()
                 },
             )?;
             conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;

@@ -93,6 +93,10 @@ WITH RECURSIVE s(space, n) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL";
 
+/// The database's own tables (SQLite's internal ones left out).
+pub(crate) const USER_TABLES: &str =
+    "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,7 +154,3 @@ mod tests {
         assert!(anti.contains(cairn_core::schema::PARENT_INDEX), "{anti}");
     }
 }
-
-/// The database's own tables (SQLite's internal ones left out).
-pub(crate) const USER_TABLES: &str =
-    "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";

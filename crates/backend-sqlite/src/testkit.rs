@@ -61,7 +61,9 @@ impl SqliteHarness {
     }
 
     async fn legacy(&self) -> Result<&SqliteStore> {
-        self.legacy.get_or_try_init(|| SqliteStore::open(&self.path)).await
+        self.legacy
+            .get_or_try_init(|| SqliteStore::open(&self.path))
+            .await
     }
 
     /// The store file's path.
@@ -93,7 +95,10 @@ impl Harness for SqliteHarness {
         parents: Option<Vec<EpochId>>,
         events: Vec<Event>,
     ) -> Result<Appended> {
-        self.legacy().await?.legacy_append(space, parents, events).await
+        self.legacy()
+            .await?
+            .legacy_append(space, parents, events)
+            .await
     }
 
     fn append_statement_budget(&self) -> Option<u64> {
@@ -253,7 +258,8 @@ impl SqliteStore {
     }
 }
 
-const SCHEMA_COLUMNS: &str = "SELECT m.name, p.name FROM sqlite_schema m JOIN pragma_table_info(m.name) p \
+const SCHEMA_COLUMNS: &str =
+    "SELECT m.name, p.name FROM sqlite_schema m JOIN pragma_table_info(m.name) p \
     WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY m.name, p.cid";
 
 #[async_trait]
@@ -263,11 +269,15 @@ impl cairn_conformance::MigrationHarness for SqliteHarness {
     }
 
     async fn migrator(&self) -> Arc<dyn cairn_migrate::MigrationBackend> {
-        Arc::new(crate::SqliteMigrator::new(&self.path, SqliteOptions::default()))
+        Arc::new(crate::SqliteMigrator::new(
+            &self.path,
+            SqliteOptions::default(),
+        ))
     }
 
     async fn open_as(&self, runner: &cairn_migrate::Runner) -> Result<Arc<dyn EpochDiagnostics>> {
-        let (store, _) = SqliteStore::open_migrated(&self.path, SqliteOptions::default(), runner).await?;
+        let (store, _) =
+            SqliteStore::open_migrated(&self.path, SqliteOptions::default(), runner).await?;
         Ok(Arc::new(store))
     }
 
@@ -298,13 +308,27 @@ impl cairn_conformance::MigrationHarness for SqliteHarness {
         // A quick read on a long-lived connection; block_in_place keeps it off the executor's
         // other tasks.
         tokio::task::block_in_place(|| {
-            let mut guard = self.probe.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut guard = self
+                .probe
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if guard.is_none() {
-                *guard = Some(files::connect(&self.path, &SqliteOptions::default()).expect("probe connection"));
+                *guard = Some(
+                    files::connect(&self.path, &SqliteOptions::default())
+                        .expect("probe connection"),
+                );
             }
             let conn = guard.as_ref().expect("probe connection");
-            let v: i64 = conn.query_row("PRAGMA data_version", [], |r| r.get(0)).expect("data_version");
+            let v: i64 = conn
+                .query_row("PRAGMA data_version", [], |r| r.get(0))
+                .expect("data_version");
             format!("data_version {v}")
         })
+    }
+}
+
+impl cairn_conformance::AdditivityHarness for SqliteHarness {
+    fn additivity(&self) -> Arc<dyn cairn_migrate::additivity::AdditivityEngine> {
+        Arc::new(crate::SqliteAdditivity::new())
     }
 }

@@ -85,4 +85,32 @@ pub(crate) enum MigrateAction {
     /// Record this build's lineage on a store at this build's head whose lineage is missing or
     /// another history's.
     Repair,
+    /// Run the executed additivity check over every packaged revision after the first, on
+    /// throwaway stores; one line per revision and backend (ok, or each violation with its
+    /// reason). Exit 1 on any violation.
+    Check {
+        /// Which engines to run.
+        #[arg(long, value_enum, default_value_t = CheckBackend::All)]
+        backend: CheckBackend,
+        /// The Postgres server the check builds its throwaway schemas on. Default: `--database`
+        /// when it is a postgres URL, else `CAIRN_TEST_POSTGRES_URL`, else
+        /// `postgres://postgres@127.0.0.1:5432/postgres`.
+        #[arg(long, value_name = "URL", hide_env_values = true)]
+        postgres_url: Option<String>,
+        /// Also check the revision in FILE (SQL statements, each ending with `;` at the end of a
+        /// line), as the revision after cairn's head, named after the file.
+        #[arg(long, value_name = "FILE")]
+        with_revision: Option<std::path::PathBuf>,
+    },
+}
+
+/// Which additivity engines `cairn migrate check` runs.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum CheckBackend {
+    /// SQLite only.
+    Sqlite,
+    /// Postgres only.
+    Postgres,
+    /// Both.
+    All,
 }

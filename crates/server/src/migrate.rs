@@ -2,9 +2,15 @@
 
 use std::io::Write;
 
-use cairn_migrate::{cairn_set, classify, Classification, MigrateError, Opened, Runner};
+use std::sync::Arc;
 
-use crate::cli::MigrateAction;
+use cairn_migrate::additivity::{check_set, AdditivityEngine};
+use cairn_migrate::{
+    cairn_revisions, cairn_set, classify, Classification, MigrateError, MigrationSet, Opened,
+    Revision, Runner, CAIRN_SET,
+};
+
+use crate::cli::{CheckBackend, MigrateAction};
 use crate::error::CliError;
 use crate::open::{IfMissing, Target};
 
@@ -130,8 +136,120 @@ pub(crate) async fn run(
                 }
             }
         }
+        MigrateAction::Check {
+            backend,
+            postgres_url,
+            with_revision,
+        } => {
+            check(
+                &target,
+                backend,
+                postgres_url,
+                with_revision.as_deref(),
+                out,
+            )
+            .await?;
+        }
     }
     Ok(())
+}
+
+const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+async fn check(
+    target: &Target,
+    backend: CheckBackend,
+    postgres_url: Option<String>,
+    with_revision: Option<&std::path::Path>,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let mut revisions = cairn_revisions();
+    if let Some(file) = with_revision {
+        revisions.push(revision_from_file(
+            file,
+            &revisions[revisions.len() - 1].id,
+        )?);
+    }
+    let set = MigrationSet::new(CAIRN_SET, revisions).map_err(store)?;
+    let mut engines: Vec<(&str, Arc<dyn AdditivityEngine>)> = Vec::new();
+    if backend != CheckBackend::Postgres {
+        engines.push(("sqlite", Arc::new(cairn_sqlite::SqliteAdditivity::new())));
+    }
+    if backend != CheckBackend::Sqlite {
+        let url = postgres_url
+            .or_else(|| match target {
+                Target::Postgres { url, .. } => Some(url.clone()),
+                Target::Sqlite(_) => None,
+            })
+            .or_else(|| std::env::var("CAIRN_TEST_POSTGRES_URL").ok())
+            .unwrap_or_else(|| LOCAL_POSTGRES.to_owned());
+        engines.push(("postgres", Arc::new(cairn_postgres::PgAdditivity::new(url))));
+    }
+    let mut violations = 0;
+    for (name, engine) in engines {
+        writeln!(out, "{name} {}: base revision, exempt", set.base().id)?;
+        for report in check_set(engine.as_ref(), &set).await.map_err(store)? {
+            if report.violations.is_empty() {
+                writeln!(out, "{name} {}: ok", report.revision)?;
+            }
+            for v in &report.violations {
+                violations += 1;
+                writeln!(out, "{name} {}: {v}", report.revision)?;
+            }
+        }
+    }
+    out.flush()?;
+    if violations > 0 {
+        return Err(CliError::Config(format!(
+            "{violations} additivity violation(s); a revision after the first may only add tables, nullable or defaulted columns and plain indexes"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a revision for `check --with-revision`: statements end with `;` at the end of a line.
+fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, CliError> {
+    let text = std::fs::read_to_string(file).map_err(|source| {
+        CliError::Store(cairn_core::Error::Io {
+            path: file.display().to_string(),
+            source,
+        })
+    })?;
+    let id = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| CliError::Config("the revision file needs a UTF-8 name".into()))?
+        .to_owned();
+    let mut statements = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("--") {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if line.trim_end().ends_with(';') {
+            statements.push(current.trim().trim_end_matches(';').to_owned());
+            current.clear();
+        }
+    }
+    if !current.trim().is_empty() {
+        statements.push(current.trim().to_owned());
+    }
+    if statements.is_empty() {
+        return Err(CliError::Config(format!(
+            "{} holds no SQL statement",
+            file.display()
+        )));
+    }
+    Ok(Revision {
+        id: id.clone(),
+        parent: Some(parent.to_owned()),
+        up_sqlite: statements.clone(),
+        up_postgres: statements,
+        description: format!("from {}", file.display()),
+    })
 }
 
 fn store(e: MigrateError) -> CliError {

@@ -169,3 +169,54 @@ fn status_of_a_missing_store_is_refused_without_creating_it() {
     assert_eq!(out.status.code(), Some(1));
     assert!(!db.exists());
 }
+
+fn check(args: &[&str], pg: &str) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .arg("--database")
+        .arg(dir.path().join("unused.db"))
+        .args(["migrate", "check", "--postgres-url", pg])
+        .args(args)
+        .output()
+        .expect("the cairn binary runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_passes_cairns_own_revisions_on_both_backends() {
+    let pg = cairn_postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let out = ok(check(&["--backend", "all"], &pg));
+    assert!(
+        out.contains(&format!("sqlite {}: base revision, exempt", head())),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("postgres {}: base revision, exempt", head())),
+        "{out}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_fails_with_reasons_on_a_bad_fixture_revision() {
+    let pg = cairn_postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/0002_drops_a_column.sql"
+    );
+    let out = check(&["--backend", "all", "--with-revision", fixture], &pg);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for backend in ["sqlite", "postgres"] {
+        assert!(
+            stdout.lines().any(|l| l.starts_with(&format!(
+                "{backend} 0002_drops_a_column: statement-kind on epoch_event"
+            ))),
+            "{backend}: {stdout}"
+        );
+    }
+    assert_eq!(text(&out.stderr).lines().count(), 1);
+}

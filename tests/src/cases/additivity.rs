@@ -148,16 +148,23 @@ pub fn corpus() -> Vec<Change> {
             ]),
             expect: &[StatementKind, Definition],
         },
-        bad(
-            "batch_style_rebuild",
-            &[
+        Change {
+            name: "batch_style_rebuild",
+            allowed: false,
+            sqlite: Some(&[
                 "ALTER TABLE epoch_head RENAME TO f_head_old",
                 "CREATE TABLE epoch_head (space BLOB NOT NULL, id BLOB NOT NULL, seq BIGINT NOT NULL, extra TEXT, PRIMARY KEY (space, id))",
                 "INSERT INTO epoch_head (space, id, seq) SELECT space, id, seq FROM f_head_old",
                 "DROP TABLE f_head_old",
-            ],
-            &[StatementKind, Definition],
-        ),
+            ]),
+            postgres: Some(&[
+                "ALTER TABLE epoch_head RENAME TO f_head_old",
+                "CREATE TABLE epoch_head (space BYTEA NOT NULL, id BYTEA NOT NULL, seq BIGINT NOT NULL, extra TEXT, PRIMARY KEY (space, id))",
+                "INSERT INTO epoch_head (space, id, seq) SELECT space, id, seq FROM f_head_old",
+                "DROP TABLE f_head_old",
+            ]),
+            expect: &[StatementKind, Definition],
+        },
         bad(
             "replace_an_index",
             &["DROP INDEX epoch_event_space_epoch", "CREATE INDEX epoch_event_space_epoch ON epoch_event (space, epoch, seq)"],

@@ -1,0 +1,152 @@
+//! Direct checks of the SQLite additivity engine: one revision per case on top of cairn's own
+//! history, each asserting the rule it is reported under.
+
+use std::time::{Duration, Instant};
+
+use cairn_migrate::additivity::{AdditivityEngine, Rule, Violation};
+use cairn_migrate::{cairn_revisions, Revision};
+use cairn_sqlite::SqliteAdditivity;
+
+fn revision(statements: &[&str]) -> Revision {
+    Revision {
+        id: "test_revision".into(),
+        parent: Some(
+            cairn_revisions()
+                .last()
+                .expect("cairn has revisions")
+                .id
+                .clone(),
+        ),
+        up_sqlite: statements.iter().map(|s| (*s).to_owned()).collect(),
+        up_postgres: Vec::new(),
+        description: "test".into(),
+    }
+}
+
+async fn check(statements: &[&str]) -> Vec<Violation> {
+    SqliteAdditivity::new()
+        .check_revision(&cairn_revisions(), &revision(statements))
+        .await
+        .expect("the check runs")
+}
+
+fn rules(v: &[Violation]) -> Vec<Rule> {
+    v.iter().map(|x| x.rule).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_add_column_and_index_pass() {
+    let v = check(&[
+        "ALTER TABLE epoch_event ADD COLUMN note TEXT",
+        "ALTER TABLE epoch_head ADD seen INTEGER NOT NULL DEFAULT -1",
+        "CREATE INDEX epoch_event_note ON epoch_event (note, kind)",
+        "CREATE TABLE extra (id INTEGER PRIMARY KEY, v TEXT NOT NULL CHECK (v <> ''))",
+        "INSERT INTO extra (v) VALUES ('seeded by the revision')",
+    ])
+    .await;
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identical_rebuild_is_refused() {
+    let v = check(&[
+        "CREATE TABLE copy (space BLOB NOT NULL, id BLOB NOT NULL, seq BIGINT NOT NULL, PRIMARY KEY (space, id))",
+        "INSERT INTO copy SELECT space, id, seq FROM epoch_head",
+        "DROP TABLE epoch_head",
+        "ALTER TABLE copy RENAME TO epoch_head",
+    ])
+    .await;
+    let r = rules(&v);
+    assert!(r.contains(&Rule::StatementKind), "{v:?}");
+    assert!(r.contains(&Rule::Definition), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conditional_delete_that_touches_nothing_is_refused_for_its_kind() {
+    let v = check(&["DELETE FROM epoch_event WHERE 1 = 0"]).await;
+    assert_eq!(rules(&v), vec![Rule::StatementKind], "{v:?}");
+    assert_eq!(v[0].table.as_deref(), Some("epoch_event"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delete_of_json_payloads_changes_seeded_rows() {
+    // The seed holds JSON and non-JSON payloads, so the rows differ afterwards too.
+    let v = check(&["DELETE FROM epoch_event WHERE json_valid(payload)"]).await;
+    let r = rules(&v);
+    assert!(
+        r.contains(&Rule::StatementKind) && r.contains(&Rule::Rows),
+        "{v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vacuum_cannot_run_in_the_transaction() {
+    let v = check(&["VACUUM"]).await;
+    assert!(rules(&v).contains(&Rule::Failed), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_on_a_new_table_that_writes_an_existing_one_is_refused() {
+    let v = check(&[
+        "CREATE TABLE side (x INTEGER)",
+        "CREATE TRIGGER side_ins AFTER INSERT ON side BEGIN DELETE FROM epoch_head WHERE 1 = 0; END",
+        "INSERT INTO side VALUES (1)",
+    ])
+    .await;
+    assert_eq!(rules(&v), vec![Rule::StatementKind], "{v:?}");
+    assert!(v[0].detail.contains("side_ins"), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_statements_are_flagged_for_review() {
+    let v = check(&["PRAGMA user_version = 7"]).await;
+    assert_eq!(rules(&v), vec![Rule::Unrecognised], "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_column_rules_each_name_the_column() {
+    for (sql, want) in [
+        (
+            "ALTER TABLE epoch ADD COLUMN g INTEGER AS (seq + 1)",
+            "generated",
+        ),
+        (
+            "ALTER TABLE epoch_head ADD COLUMN r BLOB REFERENCES epoch (id)",
+            "REFERENCES",
+        ),
+        (
+            "ALTER TABLE epoch ADD COLUMN c INTEGER CHECK (c IS NULL)",
+            "CHECK",
+        ),
+    ] {
+        let v = check(&[sql]).await;
+        assert!(
+            v.iter()
+                .any(|x| x.rule == Rule::NewColumn && x.detail.contains(want)),
+            "{sql}: {v:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_corpus_change_is_judged_quickly() {
+    let mut slowest = Duration::ZERO;
+    for change in cairn_conformance::cases::corpus() {
+        let Some(sql) = change.sqlite else { continue };
+        let start = Instant::now();
+        let v = check(sql).await;
+        slowest = slowest.max(start.elapsed());
+        println!(
+            "{:40} {:?}",
+            change.name,
+            v.iter().map(ToString::to_string).collect::<Vec<_>>()
+        );
+        assert_eq!(v.is_empty(), change.allowed, "{}: {v:?}", change.name);
+    }
+    println!("slowest check: {slowest:?}");
+    // Generous bound for a loaded shared machine; a check normally takes a few tens of ms.
+    assert!(
+        slowest < Duration::from_secs(5),
+        "slowest check took {slowest:?}"
+    );
+}
