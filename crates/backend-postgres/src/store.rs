@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::{
-    cache_is_current, epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId,
-    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore,
+    Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head, HeadProbe,
     ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
@@ -105,29 +105,6 @@ fn heads_from(rows: &[PgRow]) -> Result<Vec<Head>> {
     let mut heads = rows.iter().map(head_from).collect::<Result<Vec<_>>>()?;
     heads.sort();
     Ok(heads)
-}
-
-fn not_found(space: &SpaceId) -> Error {
-    Error::NotFound {
-        what: format!("space {space}"),
-    }
-}
-
-/// What the append's read statement returns.
-pub(crate) struct SpaceState {
-    pub(crate) max_seq: Option<Seq>,
-    /// Cache rows, sorted by id bytes.
-    pub(crate) cached: Vec<Head>,
-}
-
-impl SpaceState {
-    pub(crate) fn next(&self) -> Seq {
-        next_seq(self.max_seq)
-    }
-
-    pub(crate) fn cache_is_current(&self) -> bool {
-        cache_is_current(self.cached.iter().map(|h| h.seq).max(), self.next())
-    }
 }
 
 /// The columns of an epoch's events, as the write statements bind them.
@@ -278,7 +255,7 @@ impl PgStore {
         &self,
         conn: &mut PgConnection,
         space: &SpaceId,
-    ) -> Result<SpaceState> {
+    ) -> Result<HeadProbe> {
         self.tick();
         let rows = sqlx::query(sql::READ_STATE)
             .bind(space.as_bytes())
@@ -300,7 +277,7 @@ impl PgStore {
             }
         }
         cached.sort();
-        Ok(SpaceState { max_seq, cached })
+        Ok(HeadProbe { max_seq, cached })
     }
 
     /// The anti-join's heads, sorted by id bytes.
@@ -334,7 +311,7 @@ impl PgStore {
         &self,
         conn: &mut PgConnection,
         space: &SpaceId,
-        state: &SpaceState,
+        state: &HeadProbe,
     ) -> Result<Vec<Head>> {
         if state.cache_is_current() {
             Ok(state.cached.clone())
@@ -393,7 +370,7 @@ impl EpochStore for PgStore {
             .map_err(map_sqlx)?;
         let heads = heads_from(&rows)?;
         if heads.is_empty() {
-            return Err(not_found(space));
+            return Err(Error::space_not_found(space));
         }
         Ok(heads)
     }
@@ -404,7 +381,7 @@ impl EpochStore for PgStore {
         let before = self.cache_rows(&mut tx, space).await?;
         let after = self.anti_join(&mut tx, space).await?;
         if after.is_empty() {
-            return Err(not_found(space));
+            return Err(Error::space_not_found(space));
         }
         if before == after {
             self.commit(tx).await?;
@@ -508,13 +485,7 @@ impl EpochStore for PgStore {
         cursor: Option<&FeedCursor>,
         limit: usize,
     ) -> Result<FeedPage> {
-        if limit == 0 {
-            return Err(Error::invalid("feed limit", "must be at least 1"));
-        }
-        let after = match cursor {
-            Some(c) => c.resume_after(space)?,
-            None => Seq(0),
-        };
+        let after = FeedCursor::start_after(space, cursor, limit)?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.tick();
         let rows = sqlx::query(sql::FEED_PAGE)
@@ -532,7 +503,7 @@ impl EpochStore for PgStore {
                 .await
                 .map_err(map_sqlx)?;
             if !exists {
-                return Err(not_found(space));
+                return Err(Error::space_not_found(space));
             }
         }
         let mut events = Vec::with_capacity(rows.len());
@@ -693,17 +664,17 @@ mod tests {
             id: EpochId([seq as u8; 32]),
             seq: Seq(seq),
         };
-        let empty = SpaceState {
+        let empty = HeadProbe {
             max_seq: None,
             cached: vec![],
         };
         assert!(empty.cache_is_current());
-        let stale = SpaceState {
+        let stale = HeadProbe {
             max_seq: Some(Seq(3)),
             cached: vec![h(2)],
         };
         assert!(!stale.cache_is_current());
-        let current = SpaceState {
+        let current = HeadProbe {
             max_seq: Some(Seq(3)),
             cached: vec![h(1), h(3)],
         };

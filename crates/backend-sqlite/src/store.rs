@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use cairn_core::{
-    cache_is_current, epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId,
-    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore,
+    Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head, HeadProbe,
     ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 use rusqlite::{params, Connection, Params, Row};
@@ -179,32 +179,10 @@ fn heads_from(rows: Vec<(Vec<u8>, i64)>) -> Result<Vec<Head>> {
         .collect()
 }
 
-fn not_found(space: &SpaceId) -> Error {
-    Error::NotFound {
-        what: format!("space {space}"),
-    }
-}
-
-/// What the append probe read: the space's largest seq and its cached head rows.
-pub(crate) struct Probe {
-    pub(crate) max_seq: Option<Seq>,
-    pub(crate) cached: Vec<Head>,
-}
-
-impl Probe {
-    pub(crate) fn next(&self) -> Seq {
-        next_seq(self.max_seq)
-    }
-
-    pub(crate) fn cache_current(&self) -> bool {
-        cache_is_current(self.cached.iter().map(|h| h.seq).max(), self.next())
-    }
-}
-
 type ProbeRow = (Option<i64>, Option<Vec<u8>>, Option<i64>);
 
 /// One statement: next seq and cache rows (see [`sql::PROBE`]).
-pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<Probe> {
+pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<HeadProbe> {
     let rows: Vec<ProbeRow> = db.rows(sql::PROBE, params![space.as_bytes()], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?))
     })?;
@@ -221,7 +199,7 @@ pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<Probe> {
             });
         }
     }
-    Ok(Probe { max_seq, cached })
+    Ok(HeadProbe { max_seq, cached })
 }
 
 pub(crate) fn anti_join(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
@@ -253,8 +231,8 @@ pub(crate) fn epoch_seq(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Op
 }
 
 /// The heads the append path works from: the cache when current, else the anti-join (once).
-fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &Probe) -> Result<Vec<Head>> {
-    if probe.cache_current() {
+fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &HeadProbe) -> Result<Vec<Head>> {
+    if probe.cache_is_current() {
         Ok(probe.cached.clone())
     } else {
         anti_join(db, space)
@@ -356,7 +334,7 @@ fn heads_tx(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     db.read_tx(|db| {
         let probe = probe(db, space)?;
         if probe.max_seq.is_none() {
-            return Err(not_found(space));
+            return Err(Error::space_not_found(space));
         }
         working_heads(db, space, &probe)
     })
@@ -366,7 +344,7 @@ fn repair_tx(db: &Db<'_>, space: &SpaceId) -> Result<RepairOutcome> {
     db.write_tx(|db| {
         let probe = probe(db, space)?;
         if probe.max_seq.is_none() {
-            return Err(not_found(space));
+            return Err(Error::space_not_found(space));
         }
         let after = anti_join(db, space)?;
         if probe.cached == after {
@@ -432,7 +410,7 @@ fn feed_event(row: FeedRow) -> Result<FeedEvent> {
 fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Result<FeedPage> {
     db.read_tx(|db| {
         if max_seq(db, space)?.is_none() {
-            return Err(not_found(space));
+            return Err(Error::space_not_found(space));
         }
         db.count();
         let mut stmt = db.conn.prepare_cached(sql::EVENTS_AFTER).map_err(map)?;
@@ -711,13 +689,7 @@ impl EpochStore for SqliteStore {
         cursor: Option<&FeedCursor>,
         limit: usize,
     ) -> Result<FeedPage> {
-        if limit == 0 {
-            return Err(Error::invalid("feed limit", "must be at least 1"));
-        }
-        let after = match cursor {
-            Some(c) => c.resume_after(space)?,
-            None => Seq(0),
-        };
+        let after = FeedCursor::start_after(space, cursor, limit)?;
         let space = space.clone();
         self.with_reader(move |db| events_since_tx(db, &space, after, limit))
             .await

@@ -183,7 +183,7 @@ impl SqliteStore {
                 let batch = SEED_BATCH.min(epochs - done);
                 db.write_tx(|db| {
                     let probe = probe(db, &space)?;
-                    let mut parents: Vec<EpochId> = if probe.cache_current() {
+                    let mut parents: Vec<EpochId> = if probe.cache_is_current() {
                         probe.cached.iter().map(|h| h.id).collect()
                     } else {
                         anti_join(db, &space)?.into_iter().map(|h| h.id).collect()

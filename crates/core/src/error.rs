@@ -130,6 +130,13 @@ impl Error {
         }
     }
 
+    /// [`Error::NotFound`] for a space that has no epoch.
+    pub fn space_not_found(space: &crate::SpaceId) -> Self {
+        Self::NotFound {
+            what: format!("space {space}"),
+        }
+    }
+
     /// Whether retrying the whole operation may succeed (busy, serialization failure, deadlock,
     /// lock timeout).
     pub fn is_retryable(&self) -> bool {

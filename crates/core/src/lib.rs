@@ -28,7 +28,7 @@ mod types;
 pub use encoding::{epoch_id, event_id, verify_epoch};
 pub use error::{Error, Result};
 pub use memory::MemoryStore;
-pub use seq::{cache_is_current, next_seq};
+pub use seq::{cache_is_current, next_seq, HeadProbe};
 pub use store::{EpochDiagnostics, EpochStore};
 pub use types::{
     Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use crate::encoding::{epoch_id, verify_epoch};
 use crate::error::{Error, Result};
-use crate::seq::{cache_is_current, next_seq};
+use crate::seq::{next_seq, HeadProbe};
 use crate::store::{EpochDiagnostics, EpochStore};
 use crate::types::{
     Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
@@ -53,8 +53,11 @@ impl Space {
 
     /// Heads as the append path finds them: the cache when current, else the anti-join.
     fn current_heads(&self) -> Vec<Head> {
-        let max_cached = self.cache.values().max().copied();
-        if cache_is_current(max_cached, self.next()) {
+        let probe = HeadProbe {
+            max_seq: self.epochs.keys().next_back().copied(),
+            cached: self.cached(),
+        };
+        if probe.cache_is_current() {
             self.cached()
         } else {
             self.computed_heads()
@@ -136,12 +139,6 @@ impl MemoryStore {
     }
 }
 
-fn not_found(space: &SpaceId) -> Error {
-    Error::NotFound {
-        what: format!("space {space}"),
-    }
-}
-
 #[async_trait]
 impl EpochStore for MemoryStore {
     async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
@@ -164,7 +161,7 @@ impl EpochStore for MemoryStore {
         let sp = spaces
             .get(space)
             .filter(|s| !s.epochs.is_empty())
-            .ok_or_else(|| not_found(space))?;
+            .ok_or_else(|| Error::space_not_found(space))?;
         Ok(sp.current_heads())
     }
 
@@ -173,7 +170,7 @@ impl EpochStore for MemoryStore {
         let sp = spaces
             .get_mut(space)
             .filter(|s| !s.epochs.is_empty())
-            .ok_or_else(|| not_found(space))?;
+            .ok_or_else(|| Error::space_not_found(space))?;
         let before = sp.cached();
         let after = sp.computed_heads();
         if before == after {
@@ -211,18 +208,12 @@ impl EpochStore for MemoryStore {
         cursor: Option<&FeedCursor>,
         limit: usize,
     ) -> Result<FeedPage> {
-        if limit == 0 {
-            return Err(Error::invalid("feed limit", "must be at least 1"));
-        }
-        let after = match cursor {
-            Some(c) => c.resume_after(space)?,
-            None => Seq(0),
-        };
+        let after = FeedCursor::start_after(space, cursor, limit)?;
         let spaces = self.lock();
         let sp = spaces
             .get(space)
             .filter(|s| !s.epochs.is_empty())
-            .ok_or_else(|| not_found(space))?;
+            .ok_or_else(|| Error::space_not_found(space))?;
         let mut events = Vec::new();
         let mut last = after;
         for (seq, epoch) in sp.epochs.range(Seq(after.0 + 1)..) {

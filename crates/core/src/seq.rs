@@ -1,6 +1,6 @@
 //! The seq rule and the head-cache check, as pure functions.
 
-use crate::types::Seq;
+use crate::types::{Head, Seq};
 
 /// The seq the next epoch of a space gets, given the largest seq already in the space.
 ///
@@ -24,6 +24,28 @@ pub fn next_seq(max_seq: Option<Seq>) -> Seq {
 pub fn cache_is_current(max_cached: Option<Seq>, next: Seq) -> bool {
     let max = max_cached.map_or(0, |s| s.0);
     max.checked_add(1) == Some(next.0)
+}
+
+/// What an append reads before it chooses parents: the space's largest seq and its cached head
+/// rows (sorted by id bytes). Every backend reads exactly this, under the space's write lock.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct HeadProbe {
+    /// The largest seq in the space; `None` for an empty space.
+    pub max_seq: Option<Seq>,
+    /// The cache rows of the space.
+    pub cached: Vec<Head>,
+}
+
+impl HeadProbe {
+    /// The seq the next epoch gets.
+    pub fn next(&self) -> Seq {
+        next_seq(self.max_seq)
+    }
+
+    /// Whether the cached rows can be trusted as the space's heads ([`cache_is_current`]).
+    pub fn cache_is_current(&self) -> bool {
+        cache_is_current(self.cached.iter().map(|h| h.seq).max(), self.next())
+    }
 }
 
 #[cfg(test)]
@@ -58,6 +80,26 @@ mod tests {
     fn a_cache_ahead_of_the_log_is_not_current() {
         assert!(!cache_is_current(Some(Seq(9)), Seq(8)));
         assert!(!cache_is_current(Some(Seq(u64::MAX)), Seq(0)));
+    }
+
+    #[test]
+    fn probe_uses_the_newest_cached_row() {
+        let head = |b: u8, s: u64| Head {
+            id: crate::EpochId([b; 32]),
+            seq: Seq(s),
+        };
+        assert!(HeadProbe::default().cache_is_current());
+        let fork = HeadProbe {
+            max_seq: Some(Seq(5)),
+            cached: vec![head(1, 5), head(2, 4)],
+        };
+        assert!(fork.cache_is_current());
+        assert_eq!(fork.next(), Seq(6));
+        let stale = HeadProbe {
+            max_seq: Some(Seq(6)),
+            cached: vec![head(1, 5)],
+        };
+        assert!(!stale.cache_is_current());
     }
 
     proptest! {

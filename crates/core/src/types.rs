@@ -378,6 +378,18 @@ impl FeedCursor {
         Ok(self.after)
     }
 
+    /// Where a feed read starts: after `cursor`'s seq, or from the beginning (seq 0).
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when `limit` is 0; [`Error::BadCursor`] for a cursor issued for
+    /// another space.
+    pub fn start_after(space: &SpaceId, cursor: Option<&FeedCursor>, limit: usize) -> Result<Seq> {
+        if limit == 0 {
+            return Err(Error::invalid("feed limit", "must be at least 1"));
+        }
+        cursor.map_or(Ok(Seq(0)), |c| c.resume_after(space))
+    }
+
     /// Reads a cursor back from its printed form.
     ///
     /// # Errors
