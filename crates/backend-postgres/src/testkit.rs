@@ -441,6 +441,45 @@ pub enum HeadLookup {
     Cache,
 }
 
+/// How [`PgStore::bench_time_lookup_on`] times a lookup.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum LookupClock {
+    /// Wall time of the round trip, measured by the client.
+    RoundTrip,
+    /// Planning plus execution time reported by `EXPLAIN (ANALYZE)` on the server.
+    Server,
+}
+
+/// Reads `Planning Time` and `Execution Time` from `EXPLAIN (ANALYZE)` text output.
+fn server_time(rows: &[sqlx::postgres::PgRow]) -> Result<Duration> {
+    use sqlx::Row;
+    let mut total = 0.0_f64;
+    let mut found = 0;
+    for row in rows {
+        let line: String = row.try_get(0).map_err(map_sqlx)?;
+        for label in ["Planning Time:", "Execution Time:"] {
+            if let Some(rest) = line.trim().strip_prefix(label) {
+                let ms: f64 = rest
+                    .trim()
+                    .trim_end_matches("ms")
+                    .trim()
+                    .parse()
+                    .map_err(|_| Error::Corrupt {
+                        detail: format!("unreadable EXPLAIN line {line:?}"),
+                    })?;
+                total += ms;
+                found += 1;
+            }
+        }
+    }
+    if found != 2 {
+        return Err(Error::Corrupt {
+            detail: "EXPLAIN (ANALYZE) printed no timing".into(),
+        });
+    }
+    Ok(Duration::from_secs_f64(total / 1000.0))
+}
+
 /// Epochs per bulk-insert statement of [`PgStore::bench_seed_chain`].
 const SEED_BATCH: u64 = 5_000;
 
@@ -512,6 +551,24 @@ impl PgStore {
             .map_err(map_sqlx)?;
         self.commit(tx).await?;
         Ok(Appended { id, seq, parents })
+    }
+
+    /// Test support: `VACUUM (ANALYZE)` of the epoch-log tables after bulk seeding, as
+    /// autovacuum would do on a live store: fresh statistics for the planner and a visibility
+    /// map, so index-only scans need no heap fetches.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub async fn bench_vacuum_analyze(&self) -> Result<()> {
+        for table in ["epoch", "epoch_parent", "epoch_event", "epoch_head"] {
+            // The table names are the constants above, never input.
+            sqlx::query(&format!("VACUUM (ANALYZE) {table}"))
+                .persistent(false)
+                .execute(self.pool())
+                .await
+                .map_err(map_sqlx)?;
+        }
+        Ok(())
     }
 
     /// Bulk-seeds a linear chain of `epochs` one-event epochs on `space` (continuing from its
@@ -602,6 +659,24 @@ impl PgStore {
         lookup: HeadLookup,
         runs: usize,
     ) -> Result<Vec<Duration>> {
+        self.bench_time_lookup_on(space, lookup, runs, LookupClock::RoundTrip)
+            .await
+    }
+
+    /// As [`PgStore::bench_time_lookup`], timed by `clock`: [`LookupClock::Server`] runs each
+    /// lookup under `EXPLAIN (ANALYZE, TIMING OFF)` (no per-node clock overhead) and returns the
+    /// server's planning plus execution time, which is how the published comparison was
+    /// measured.
+    ///
+    /// # Errors
+    /// As [`PgStore::bench_time_lookup`].
+    pub async fn bench_time_lookup_on(
+        &self,
+        space: &SpaceId,
+        lookup: HeadLookup,
+        runs: usize,
+        clock: LookupClock,
+    ) -> Result<Vec<Duration>> {
         let mut conn = self.pool().acquire().await.map_err(map_sqlx)?;
         self.tick();
         sqlx::query(sql::NO_PARALLEL_WORKERS)
@@ -623,15 +698,25 @@ impl PgStore {
                     .await
                     .map_err(map_sqlx)?;
             }
+            // EXPLAIN wraps one of the two constant queries above; nothing here comes from input.
+            let explained = format!("EXPLAIN (ANALYZE, TIMING OFF) {query}");
             for _ in 0..runs {
                 self.tick();
                 let start = Instant::now();
-                let rows = sqlx::query(query)
+                let sent = match clock {
+                    LookupClock::RoundTrip => query,
+                    LookupClock::Server => explained.as_str(),
+                };
+                let rows = sqlx::query(sent)
                     .bind(space.as_bytes())
                     .fetch_all(&mut *tx)
                     .await
                     .map_err(map_sqlx)?;
-                times.push(start.elapsed());
+                let elapsed = start.elapsed();
+                times.push(match clock {
+                    LookupClock::RoundTrip => elapsed,
+                    LookupClock::Server => server_time(&rows)?,
+                });
                 if rows.is_empty() {
                     return Err(Error::NotFound {
                         what: format!("space {space}"),
