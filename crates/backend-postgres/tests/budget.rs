@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use cairn_conformance::{random_space, Harness};
-use cairn_core::{EpochDiagnostics, EpochStore, Error, Event, Head, Seq};
+use cairn_core::{EpochDiagnostics, EpochStore, Error, Event, Seq};
 use cairn_postgres::testkit::{harness, HeadLookup};
 use cairn_postgres::{PgOptions, PgStore};
 
@@ -88,10 +88,7 @@ async fn several_cached_heads_are_replaced_by_one() {
     let mut fork = vec![f1.id, f2.id];
     fork.sort();
     assert_eq!(a.parents, fork);
-    let head = Head {
-        id: a.id,
-        seq: a.seq,
-    };
+    let head = a.head();
     assert_eq!(store.cached_heads(&space).await.unwrap(), vec![head]);
     assert_eq!(store.heads(&space).await.unwrap(), vec![head]);
 }
@@ -175,25 +172,13 @@ async fn repair_keeps_a_row_that_stays_a_head() {
         .legacy_append(&space, Some(vec![root.id]), ev("f2"))
         .await
         .unwrap();
-    let mut after = vec![
-        Head {
-            id: f1.id,
-            seq: f1.seq,
-        },
-        Head {
-            id: f2.id,
-            seq: f2.seq,
-        },
-    ];
+    let mut after = vec![f1.head(), f2.head()];
     after.sort();
     let outcome = store.repair_heads(&space).await.unwrap();
     assert_eq!(
         outcome,
         cairn_core::RepairOutcome::Rewritten {
-            before: vec![Head {
-                id: f1.id,
-                seq: f1.seq
-            }],
+            before: vec![f1.head()],
             after: after.clone()
         }
     );
@@ -219,12 +204,6 @@ async fn waiting_past_the_lock_timeout_is_retryable_and_writes_nothing() {
     let err = store.append(&space, ev("blocked")).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
     held.release().await;
-    assert_eq!(
-        store.heads(&space).await.unwrap(),
-        vec![Head {
-            id: first.id,
-            seq: first.seq
-        }]
-    );
+    assert_eq!(store.heads(&space).await.unwrap(), vec![first.head()]);
     assert_eq!(store.next_seq(&space).await.unwrap(), Seq(2));
 }

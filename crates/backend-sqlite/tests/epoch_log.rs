@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use cairn_conformance::{random_space, Harness};
 use cairn_core::{
-    epoch_id, EpochDiagnostics, EpochId, EpochStore, Error, Event, FeedCursor, ForeignEpoch, Head,
+    epoch_id, EpochDiagnostics, EpochId, EpochStore, Error, Event, FeedCursor, ForeignEpoch,
     ImportOutcome, MemoryStore, RepairOutcome, Seq, SpaceId,
 };
 use cairn_sqlite::testkit::{harness, HeadLookup, SqliteHarness};
@@ -54,13 +54,7 @@ async fn e5_stale_cache_costs_one_extra_anti_join_and_is_repaired_by_the_append(
     let a = store.append(&space, ev("a")).await.unwrap();
     let legacy = h.legacy_append(&space, None, ev("legacy")).await.unwrap();
     assert_eq!(legacy.parents, vec![a.id]);
-    assert_eq!(
-        store.cached_heads(&space).await.unwrap(),
-        vec![Head {
-            id: a.id,
-            seq: a.seq
-        }]
-    );
+    assert_eq!(store.cached_heads(&space).await.unwrap(), vec![a.head()]);
     let before = store.statements_executed();
     let b = store.append(&space, ev("b")).await.unwrap();
     assert_eq!(
@@ -73,13 +67,7 @@ async fn e5_stale_cache_costs_one_extra_anti_join_and_is_repaired_by_the_append(
         "E5: parents come from the anti-join"
     );
     assert_eq!(b.seq, Seq(3));
-    assert_eq!(
-        store.cached_heads(&space).await.unwrap(),
-        vec![Head {
-            id: b.id,
-            seq: b.seq
-        }]
-    );
+    assert_eq!(store.cached_heads(&space).await.unwrap(), vec![b.head()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,16 +86,7 @@ async fn e7_repair_writes_nothing_the_second_time_as_seen_by_data_version() {
         .unwrap();
     assert!(store.cached_heads(&space).await.unwrap().is_empty());
 
-    let mut expected = vec![
-        Head {
-            id: x.id,
-            seq: x.seq,
-        },
-        Head {
-            id: y.id,
-            seq: y.seq,
-        },
-    ];
+    let mut expected = vec![x.head(), y.head()];
     expected.sort();
     match store.repair_heads(&space).await.unwrap() {
         RepairOutcome::Rewritten { before, after } => {

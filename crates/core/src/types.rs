@@ -289,6 +289,16 @@ pub struct Appended {
     pub parents: Vec<EpochId>,
 }
 
+impl Appended {
+    /// The new epoch as a head (what the space's only head is right after the append).
+    pub fn head(&self) -> Head {
+        Head {
+            id: self.id,
+            seq: self.seq,
+        }
+    }
+}
+
 /// An epoch produced elsewhere (another store, a replica), offered to
 /// [`crate::EpochStore::import`].
 #[derive(Clone, PartialEq, Eq, Debug)]

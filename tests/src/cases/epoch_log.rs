@@ -23,15 +23,7 @@ pub async fn e1_commit_ordered_seq<H: Harness>(h: &H) {
     for i in 1..=5u64 {
         let a = store.append(&space, ev(format!("e1-{i}"))).await.unwrap();
         assert_eq!(a.seq, Seq(i), "E1: seq of append {i}");
-        assert_single_head(
-            store.as_ref(),
-            &space,
-            Head {
-                id: a.id,
-                seq: a.seq,
-            },
-        )
-        .await;
+        assert_single_head(store.as_ref(), &space, a.head()).await;
     }
     let l = h
         .legacy_append(&space, None, ev("e1-legacy"))
@@ -97,15 +89,7 @@ pub async fn e1_commit_ordered_seq<H: Harness>(h: &H) {
         );
     }
     let last = all.last().unwrap();
-    assert_single_head(
-        store.as_ref(),
-        &space,
-        Head {
-            id: last.id,
-            seq: last.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &space, last.head()).await;
 }
 
 /// E2: every stored epoch's id recomputes from (space, parents, event ids), event ids recompute
@@ -189,10 +173,7 @@ pub async fn e2_ids_recompute<H: Harness>(h: &H) {
     }
     assert_eq!(
         EpochStore::heads(&replica, &space).await.unwrap(),
-        vec![Head {
-            id: m.id,
-            seq: m.seq
-        }],
+        vec![m.head()],
         "E2: the replica ends at the same single head"
     );
 
@@ -237,10 +218,7 @@ pub async fn e3_parents_are_heads_in_id_byte_order<H: Harness>(h: &H) {
                 .await
                 .unwrap();
             assert_eq!(l.parents, vec![root.id], "E3: legacy fork parents");
-            heads.push(Head {
-                id: l.id,
-                seq: l.seq,
-            });
+            heads.push(l.head());
             let by_seq = ids(&heads);
             let mut by_id = by_seq.clone();
             by_id.sort();
@@ -303,15 +281,7 @@ pub async fn e3_parents_are_heads_in_id_byte_order<H: Harness>(h: &H) {
             stored.parents, expected,
             "E3: stored parents in id byte order"
         );
-        assert_single_head(
-            store.as_ref(),
-            &space,
-            Head {
-                id: a.id,
-                seq: a.seq,
-            },
-        )
-        .await;
+        assert_single_head(store.as_ref(), &space, a.head()).await;
     }
 }
 
@@ -337,15 +307,7 @@ pub async fn e4_one_head_and_one_cache_row_after_every_append<H: Harness>(h: &H)
                 ids(&before),
                 "E4: {tag}: parents = heads before the append"
             );
-            assert_single_head(
-                store.as_ref(),
-                &space,
-                Head {
-                    id: a.id,
-                    seq: a.seq,
-                },
-            )
-            .await;
+            assert_single_head(store.as_ref(), &space, a.head()).await;
             a
         }
     };
@@ -416,15 +378,7 @@ pub async fn e4_one_head_and_one_cache_row_after_every_append<H: Harness>(h: &H)
         .await
         .unwrap();
     assert_eq!(a.parents, vec![l2.id], "E4: parents over an empty cache");
-    assert_single_head(
-        store.as_ref(),
-        &legacy_only,
-        Head {
-            id: a.id,
-            seq: a.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &legacy_only, a.head()).await;
     // A run of plain appends.
     for _ in 0..5 {
         append(1).await;
@@ -440,10 +394,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
         |cached: &[Head], next: Seq| cache_is_current(cached.iter().map(|h| h.seq).max(), next);
 
     let a = store.append(&space, ev("e5-a")).await.unwrap();
-    let a_head = Head {
-        id: a.id,
-        seq: a.seq,
-    };
+    let a_head = a.head();
     let cached = store.cached_heads(&space).await.unwrap();
     assert!(
         current(&cached, store.next_seq(&space).await.unwrap()),
@@ -462,16 +413,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
         .legacy_append(&space, Some(vec![l1.id]), ev("e5-fork"))
         .await
         .unwrap();
-    let mut want = vec![
-        Head {
-            id: l2.id,
-            seq: l2.seq,
-        },
-        Head {
-            id: fork.id,
-            seq: fork.seq,
-        },
-    ];
+    let mut want = vec![l2.head(), fork.head()];
     want.sort();
     for round in 0..2 {
         let cached = store.cached_heads(&space).await.unwrap();
@@ -513,15 +455,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
         current(&cached, store.next_seq(&space).await.unwrap()),
         "E5: cache current again"
     );
-    assert_single_head(
-        store.as_ref(),
-        &space,
-        Head {
-            id: b.id,
-            seq: b.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &space, b.head()).await;
 
     // A legacy-only space: the cache is empty (never current), heads still come out right.
     let lo = random_space("e5-legacy-only");
@@ -537,10 +471,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
     );
     assert_eq!(
         EpochStore::heads(store.as_ref(), &lo).await.unwrap(),
-        vec![Head {
-            id: x.id,
-            seq: x.seq
-        }],
+        vec![x.head()],
         "E5: heads() over an empty cache"
     );
     assert_heads_match_anti_join(store.as_ref(), &lo, "E5 legacy-only").await;
@@ -556,10 +487,7 @@ pub async fn e6_legacy_history_with_fork_detected<H: Harness>(h: &H) {
     let store = open(h).await;
     let space = random_space("e6");
     let a0 = store.append(&space, ev("e6-a0")).await.unwrap();
-    let stale = Head {
-        id: a0.id,
-        seq: a0.seq,
-    };
+    let stale = a0.head();
     let l1 = h.legacy_append(&space, None, ev("e6-l1")).await.unwrap();
     let l2 = h.legacy_append(&space, None, ev("e6-l2")).await.unwrap();
     assert_eq!(
@@ -576,16 +504,7 @@ pub async fn e6_legacy_history_with_fork_detected<H: Harness>(h: &H) {
         .legacy_append(&space, Some(vec![l2.id]), ev("e6-f2"))
         .await
         .unwrap();
-    let mut fork = vec![
-        Head {
-            id: f1.id,
-            seq: f1.seq,
-        },
-        Head {
-            id: f2.id,
-            seq: f2.seq,
-        },
-    ];
+    let mut fork = vec![f1.head(), f2.head()];
     fork.sort();
 
     assert_eq!(
@@ -621,15 +540,7 @@ pub async fn e6_legacy_history_with_fork_detected<H: Harness>(h: &H) {
         epoch_id(&space, &ids(&fork), &event_ids(&events)),
         "E6: id recomputes"
     );
-    assert_single_head(
-        store.as_ref(),
-        &space,
-        Head {
-            id: n.id,
-            seq: n.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &space, n.head()).await;
 }
 
 /// E7: repair fills an empty cache (linear and forked history) and replaces a stale row, a
@@ -649,10 +560,7 @@ pub async fn e7_repair_fills_once_and_fork_collapses<H: Harness>(h: &H) {
         );
     }
     let last = last.unwrap();
-    let tip = Head {
-        id: last.id,
-        seq: last.seq,
-    };
+    let tip = last.head();
     assert!(
         store.cached_heads(&linear).await.unwrap().is_empty(),
         "E7 setup: empty cache"
@@ -688,15 +596,7 @@ pub async fn e7_repair_fills_once_and_fork_collapses<H: Harness>(h: &H) {
         vec![last.id],
         "E7: append over the repaired cache"
     );
-    assert_single_head(
-        store.as_ref(),
-        &linear,
-        Head {
-            id: a.id,
-            seq: a.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &linear, a.head()).await;
     assert_eq!(
         store.repair_heads(&linear).await.unwrap(),
         RepairOutcome::Unchanged,
@@ -715,10 +615,7 @@ pub async fn e7_repair_fills_once_and_fork_collapses<H: Harness>(h: &H) {
             .legacy_append(&forked, Some(vec![root.id]), ev(format!("e7-f-{i}")))
             .await
             .unwrap();
-        fork.push(Head {
-            id: f.id,
-            seq: f.seq,
-        });
+        fork.push(f.head());
     }
     fork.sort();
     let r = store.repair_heads(&forked).await.unwrap();
@@ -752,15 +649,7 @@ pub async fn e7_repair_fills_once_and_fork_collapses<H: Harness>(h: &H) {
         ids(&fork),
         "E7: the append merges both cached heads"
     );
-    assert_single_head(
-        store.as_ref(),
-        &forked,
-        Head {
-            id: m.id,
-            seq: m.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &forked, m.head()).await;
 
     // A stale row is replaced.
     let stale = random_space("e7-stale");
@@ -770,14 +659,8 @@ pub async fn e7_repair_fills_once_and_fork_collapses<H: Harness>(h: &H) {
     assert_eq!(
         r,
         RepairOutcome::Rewritten {
-            before: vec![Head {
-                id: s.id,
-                seq: s.seq
-            }],
-            after: vec![Head {
-                id: l.id,
-                seq: l.seq
-            }],
+            before: vec![s.head()],
+            after: vec![l.head()],
         },
         "E7: repair replaces a stale row"
     );
@@ -875,10 +758,7 @@ pub async fn e9_import_fork_merge_and_refusals<H: Harness>(h: &H) {
         "E9: sibling import"
     );
     let mut fork = vec![
-        Head {
-            id: c.id,
-            seq: c.seq,
-        },
+        c.head(),
         Head {
             id: x.id,
             seq: Seq(4),
@@ -922,15 +802,7 @@ pub async fn e9_import_fork_merge_and_refusals<H: Harness>(h: &H) {
     // The next append merges every head.
     let m = store.append(&space, ev("e9-merge")).await.unwrap();
     assert_eq!(m.parents, ids(&fork), "E9: append merges every head");
-    assert_single_head(
-        store.as_ref(),
-        &space,
-        Head {
-            id: m.id,
-            seq: m.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &space, m.head()).await;
 
     // Refusals.
     let snap = snapshot(store.as_ref(), &space).await;
@@ -1450,15 +1322,7 @@ pub async fn reopen_keeps_history_and_cache<H: Harness>(h: &H) {
             ids(&b.computed),
             "reopen: {s}: parents are the heads"
         );
-        assert_single_head(
-            reopened.as_ref(),
-            s,
-            Head {
-                id: a.id,
-                seq: a.seq,
-            },
-        )
-        .await;
+        assert_single_head(reopened.as_ref(), s, a.head()).await;
     }
     // A second live instance sees the first one's writes.
     let second = open(h).await;

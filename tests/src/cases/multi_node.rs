@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::{Appended, EpochDiagnostics, EpochId, Head, RepairOutcome, Seq, SpaceId};
+use cairn_core::{Appended, EpochDiagnostics, EpochId, RepairOutcome, Seq, SpaceId};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
@@ -98,10 +98,7 @@ pub async fn e1_two_nodes_concurrent_appends_keep_one_head<H: Harness>(h: &H) {
         );
     }
     let last = appended.iter().max_by_key(|a| a.seq).unwrap();
-    let head = Head {
-        id: last.id,
-        seq: last.seq,
-    };
+    let head = last.head();
     for node in &nodes {
         assert_single_head(node.as_ref(), &space, head).await;
     }
@@ -156,10 +153,7 @@ pub async fn e7_repair_concurrent_with_appends_ends_exact<H: Harness>(h: &H) {
     assert_chain_in_seq_order(&appended, 4, &fork, "E7 concurrent");
 
     let last = appended.iter().max_by_key(|a| a.seq).unwrap();
-    let head = Head {
-        id: last.id,
-        seq: last.seq,
-    };
+    let head = last.head();
     for node in &nodes {
         assert_single_head(node.as_ref(), &space, head).await;
     }
@@ -208,24 +202,8 @@ pub async fn e12_spaces_do_not_block_each_other<H: Harness>(h: &H) {
         (Seq(2), vec![a0.id]),
         "E12: A's append after release"
     );
-    assert_single_head(
-        store.as_ref(),
-        &a,
-        Head {
-            id: a1.id,
-            seq: a1.seq,
-        },
-    )
-    .await;
-    assert_single_head(
-        store.as_ref(),
-        &b,
-        Head {
-            id: b1.id,
-            seq: b1.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &a, a1.head()).await;
+    assert_single_head(store.as_ref(), &b, b1.head()).await;
 }
 
 /// E6 upgrade path: a history written by a cache-unaware writer (with a fork) has an empty
@@ -249,16 +227,7 @@ pub async fn e6_upgrade_path_legacy_history_gets_cache_by_repair<H: Harness>(h: 
         .legacy_append(&space, Some(vec![l2.id]), ev("e6u-fork-2"))
         .await
         .unwrap();
-    let mut fork = vec![
-        Head {
-            id: f1.id,
-            seq: f1.seq,
-        },
-        Head {
-            id: f2.id,
-            seq: f2.seq,
-        },
-    ];
+    let mut fork = vec![f1.head(), f2.head()];
     fork.sort();
 
     assert_eq!(
@@ -309,23 +278,7 @@ pub async fn e6_upgrade_path_legacy_history_gets_cache_by_repair<H: Harness>(h: 
         (Seq(5), fork_ids),
         "E6: the next append merges both fork heads"
     );
-    assert_single_head(
-        store.as_ref(),
-        &space,
-        Head {
-            id: next.id,
-            seq: next.seq,
-        },
-    )
-    .await;
+    assert_single_head(store.as_ref(), &space, next.head()).await;
     let other = open(h).await;
-    assert_single_head(
-        other.as_ref(),
-        &space,
-        Head {
-            id: next.id,
-            seq: next.seq,
-        },
-    )
-    .await;
+    assert_single_head(other.as_ref(), &space, next.head()).await;
 }
