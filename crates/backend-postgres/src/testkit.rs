@@ -32,8 +32,9 @@ static SERVER_URL: OnceCell<std::result::Result<String, String>> = OnceCell::con
 /// Finds a Postgres server for the tests, once per process, in DESIGN §7 order:
 /// `CAIRN_TEST_POSTGRES_URL`; a server on `127.0.0.1:5432` (user `postgres`, trust auth); a
 /// private throwaway cluster started with `initdb`/`pg_ctl` from `PATH` or
-/// `/usr/lib/postgresql/*/bin` (stopped and removed when the process exits). The testcontainers
-/// step is not implemented (its dependency tree costs more build time than it saves).
+/// `/usr/lib/postgresql/*/bin` (stopped and removed when the process exits); a throwaway
+/// container started with testcontainers when a Docker engine answers
+/// ([`start_docker_postgres`]).
 ///
 /// # Errors
 /// A message saying what was tried and how to get a server (never containing a URL).
@@ -82,7 +83,10 @@ async fn discover(explicit: Option<String>) -> std::result::Result<String, Strin
         Ok(Err(e)) => tried.push(format!("a private initdb/pg_ctl cluster ({e})")),
         Err(e) => tried.push(format!("a private initdb/pg_ctl cluster ({e})")),
     }
-    tried.push("testcontainers (not implemented in this build)".into());
+    match start_docker_postgres().await {
+        Ok(url) => return Ok(url),
+        Err(e) => tried.push(format!("testcontainers ({e})")),
+    }
     Err(format!(
         "no PostgreSQL server for the cairn Postgres tests. Tried: {}. To fix: set \
          {TEST_URL_ENV}=postgres://USER@HOST:PORT/DB, or start a server on 127.0.0.1:5432 that \
@@ -106,6 +110,72 @@ async fn probe(url: &str, within: Duration) -> std::result::Result<(), String> {
     }
 }
 
+/// The image the testcontainers fallback runs.
+const DOCKER_IMAGE: (&str, &str) = ("postgres", "16-alpine");
+
+/// Removes the container named by `$1` once stdin closes (when the test process exits).
+const CONTAINER_WATCHDOG_SCRIPT: &str = r#"read _ignored
+docker rm -f "$1" >/dev/null 2>&1"#;
+
+/// The last provisioning step (DESIGN §7): a throwaway PostgreSQL container started with
+/// testcontainers when a Docker engine answers (`DOCKER_HOST` or the default socket). A
+/// watchdog process removes the container when the test process exits. Returns the container's
+/// URL once it accepts connections.
+///
+/// # Errors
+/// A one-line reason: no Docker engine answered, the image could not be started, or the server
+/// did not accept connections within a minute.
+pub async fn start_docker_postgres() -> std::result::Result<String, String> {
+    use std::os::unix::process::CommandExt;
+    use testcontainers::core::{IntoContainerPort, WaitFor};
+    use testcontainers::runners::AsyncRunner;
+    use testcontainers::{GenericImage, ImageExt};
+
+    let container = GenericImage::new(DOCKER_IMAGE.0, DOCKER_IMAGE.1)
+        .with_exposed_port(5432.tcp())
+        .with_wait_for(WaitFor::message_on_stderr(
+            "database system is ready to accept connections",
+        ))
+        .with_env_var("POSTGRES_HOST_AUTH_METHOD", "trust")
+        .start()
+        .await
+        .map_err(|e| format!("no Docker engine answered or the container failed to start: {e}"))?;
+    let watchdog = Command::new("sh")
+        .arg("-c")
+        .arg(CONTAINER_WATCHDOG_SCRIPT)
+        .arg("cairn-pg-container-watchdog")
+        .arg(container.id())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("cannot start the container watchdog: {e}"))?;
+    keep_watchdog_stdin(watchdog);
+    let host = container.get_host().await.map_err(|e| e.to_string())?;
+    let port = container
+        .get_host_port_ipv4(5432.tcp())
+        .await
+        .map_err(|e| e.to_string())?;
+    // The watchdog owns the container's removal now; dropping the handle here would stop the
+    // container while the tests still use it.
+    std::mem::forget(container);
+    let url = format!("postgres://postgres@{host}:{port}/postgres");
+    // The image restarts its server once after initialising: poll until it accepts.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match probe(&url, Duration::from_secs(5)).await {
+            Ok(()) => return Ok(url),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!(
+                    "the container's server did not accept connections: {e}"
+                ))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
 /// A throwaway cluster in a temp dir, stopped and removed by its watchdog.
 struct PrivateCluster {
     url: String,
@@ -122,9 +192,14 @@ impl PrivateCluster {
 }
 
 /// Keeps the watchdog's stdin open until the process exits; its EOF is the stop signal.
-fn keep_watchdog(mut cluster: PrivateCluster) {
+fn keep_watchdog(cluster: PrivateCluster) {
+    keep_watchdog_stdin(cluster.watchdog);
+}
+
+/// Keeps a watchdog's stdin open for the life of the process.
+fn keep_watchdog_stdin(mut watchdog: std::process::Child) {
     static WATCHDOGS: OnceLock<Mutex<Vec<std::process::ChildStdin>>> = OnceLock::new();
-    if let Some(stdin) = cluster.watchdog.stdin.take() {
+    if let Some(stdin) = watchdog.stdin.take() {
         WATCHDOGS
             .get_or_init(|| Mutex::new(Vec::new()))
             .lock()
