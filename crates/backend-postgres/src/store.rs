@@ -132,6 +132,27 @@ impl EventColumns {
     }
 }
 
+/// Binds `$1`–`$8` of the epoch-writing statements (append, import, the legacy writer), which
+/// share one parameter layout: space, id, seq, parent ids, then the event columns.
+pub(crate) fn bind_epoch<'q>(
+    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    space: &SpaceId,
+    id: &EpochId,
+    seq: Seq,
+    parents: &[EpochId],
+    cols: EventColumns,
+) -> Result<sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>> {
+    Ok(query
+        .bind(space.as_bytes().to_vec())
+        .bind(id.as_bytes().to_vec())
+        .bind(seq.to_i64()?)
+        .bind(id_bytes(parents))
+        .bind(cols.ids)
+        .bind(cols.kinds)
+        .bind(cols.keys)
+        .bind(cols.payloads))
+}
+
 pub(crate) fn id_bytes(ids: &[EpochId]) -> Vec<Vec<u8>> {
     ids.iter().map(|i| i.as_bytes().to_vec()).collect()
 }
@@ -345,15 +366,7 @@ impl EpochStore for PgStore {
             _ => sql::APPEND_REPLACE_HEADS,
         };
         self.tick();
-        sqlx::query(write)
-            .bind(space.as_bytes())
-            .bind(id.as_bytes().as_slice())
-            .bind(seq.to_i64()?)
-            .bind(id_bytes(&parents))
-            .bind(cols.ids)
-            .bind(cols.kinds)
-            .bind(cols.keys)
-            .bind(cols.payloads)
+        bind_epoch(sqlx::query(write), space, &id, seq, &parents, cols)?
             .execute(&mut *tx)
             .await
             .map_err(map_sqlx)?;
@@ -456,25 +469,24 @@ impl EpochStore for PgStore {
         let event_ids: Vec<EventId> = epoch.events.iter().map(Event::id).collect();
         let cols = EventColumns::new(epoch.events, &event_ids);
         self.tick();
-        sqlx::query(sql::IMPORT_WRITE)
-            .bind(space.as_bytes())
-            .bind(epoch.id.as_bytes().as_slice())
-            .bind(seq.to_i64()?)
-            .bind(id_bytes(&epoch.parents))
-            .bind(cols.ids)
-            .bind(cols.kinds)
-            .bind(cols.keys)
-            .bind(cols.payloads)
-            .bind(
-                heads
-                    .iter()
-                    .map(|h| h.id.as_bytes().to_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(head_seqs)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
+        bind_epoch(
+            sqlx::query(sql::IMPORT_WRITE),
+            space,
+            &epoch.id,
+            seq,
+            &epoch.parents,
+            cols,
+        )?
+        .bind(
+            heads
+                .iter()
+                .map(|h| h.id.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(head_seqs)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
         self.commit(tx).await?;
         Ok(ImportOutcome::Imported(seq))
     }

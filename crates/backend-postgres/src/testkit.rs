@@ -20,7 +20,7 @@ use tokio::sync::OnceCell;
 use crate::config::{PgOptions, SchemaName};
 use crate::error::map_sqlx;
 use crate::sql;
-use crate::store::{id_bytes, space_lock_key, EventColumns, PgStore};
+use crate::store::{bind_epoch, id_bytes, space_lock_key, EventColumns, PgStore};
 
 /// Environment variable naming the test server (`postgres://user@host:port/db`).
 pub const TEST_URL_ENV: &str = "CAIRN_TEST_POSTGRES_URL";
@@ -612,18 +612,17 @@ impl PgStore {
         let seq = next_seq(max.map(Seq::from_i64).transpose()?);
         let id = epoch_id(space, &parents, &event_ids);
         self.tick();
-        sqlx::query(sql::LEGACY_WRITE)
-            .bind(space.as_bytes())
-            .bind(id.as_bytes().as_slice())
-            .bind(seq.to_i64()?)
-            .bind(id_bytes(&parents))
-            .bind(cols.ids)
-            .bind(cols.kinds)
-            .bind(cols.keys)
-            .bind(cols.payloads)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
+        bind_epoch(
+            sqlx::query(sql::LEGACY_WRITE),
+            space,
+            &id,
+            seq,
+            &parents,
+            cols,
+        )?
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
         self.commit(tx).await?;
         Ok(Appended { id, seq, parents })
     }
