@@ -10,7 +10,7 @@ use cairn_core::{
 
 use super::{
     all_spaces, assert_heads_match_anti_join, assert_single_head, ev, event_ids, evs, foreign, ids,
-    open, snapshot,
+    legacy_fork, open, snapshot,
 };
 use crate::{random_space, Harness};
 
@@ -496,16 +496,7 @@ pub async fn e6_legacy_history_with_fork_detected<H: Harness>(h: &H) {
         "E6: legacy writer follows the seq rule"
     );
     assert_eq!(l2.parents, vec![l1.id], "E6: legacy chain");
-    let f1 = h
-        .legacy_append(&space, Some(vec![l2.id]), ev("e6-f1"))
-        .await
-        .unwrap();
-    let f2 = h
-        .legacy_append(&space, Some(vec![l2.id]), ev("e6-f2"))
-        .await
-        .unwrap();
-    let mut fork = vec![f1.head(), f2.head()];
-    fork.sort();
+    let fork = legacy_fork(h, &space, l2.id, "e6").await;
 
     assert_eq!(
         store.cached_heads(&space).await.unwrap(),

@@ -29,6 +29,26 @@ pub(crate) async fn open<H: Harness>(h: &H) -> Arc<dyn EpochDiagnostics> {
         .unwrap_or_else(|e| panic!("{}: cannot open store: {e}", h.backend()))
 }
 
+/// Makes a two-way fork with the legacy writer: two epochs whose only parent is `parent`.
+/// Returns the fork's heads sorted by id bytes.
+pub(crate) async fn legacy_fork<H: Harness>(
+    h: &H,
+    space: &SpaceId,
+    parent: EpochId,
+    tag: &str,
+) -> Vec<Head> {
+    let mut fork = Vec::new();
+    for side in ["f1", "f2"] {
+        let epoch = h
+            .legacy_append(space, Some(vec![parent]), ev(format!("{tag}-{side}")))
+            .await
+            .unwrap_or_else(|e| panic!("{tag}: legacy fork: {e}"));
+        fork.push(epoch.head());
+    }
+    fork.sort();
+    fork
+}
+
 /// A one-event batch whose payload is `tag`.
 pub(crate) fn ev(tag: impl AsRef<str>) -> Vec<Event> {
     vec![Event::new("test.event", tag.as_ref().as_bytes().to_vec())]

@@ -9,7 +9,7 @@ use cairn_core::{Appended, EpochDiagnostics, EpochId, RepairOutcome, Seq, SpaceI
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
-use super::{assert_single_head, ev, open};
+use super::{assert_single_head, ev, ids, legacy_fork, open};
 use crate::{random_space, Harness};
 
 /// Generous deadline for an operation that must complete (never a fixed sleep: it returns as
@@ -112,16 +112,7 @@ pub async fn e7_repair_concurrent_with_appends_ends_exact<H: Harness>(h: &H) {
     let nodes: [Arc<dyn EpochDiagnostics>; 3] = [open(h).await, open(h).await, open(h).await];
     let space = random_space("e7-concurrent");
     let root = h.legacy_append(&space, None, ev("e7c-root")).await.unwrap();
-    let f1 = h
-        .legacy_append(&space, Some(vec![root.id]), ev("e7c-f1"))
-        .await
-        .unwrap();
-    let f2 = h
-        .legacy_append(&space, Some(vec![root.id]), ev("e7c-f2"))
-        .await
-        .unwrap();
-    let mut fork = vec![f1.id, f2.id];
-    fork.sort();
+    let fork = ids(&legacy_fork(h, &space, root.id, "e7c").await);
 
     let mut appends = JoinSet::new();
     let mut repairs = JoinSet::new();
@@ -219,16 +210,7 @@ pub async fn e6_upgrade_path_legacy_history_gets_cache_by_repair<H: Harness>(h: 
         vec![l1.id],
         "E6: the legacy writer chains on the anti-join's head"
     );
-    let f1 = h
-        .legacy_append(&space, Some(vec![l2.id]), ev("e6u-fork-1"))
-        .await
-        .unwrap();
-    let f2 = h
-        .legacy_append(&space, Some(vec![l2.id]), ev("e6u-fork-2"))
-        .await
-        .unwrap();
-    let mut fork = vec![f1.head(), f2.head()];
-    fork.sort();
+    let fork = legacy_fork(h, &space, l2.id, "e6u").await;
 
     assert_eq!(
         store.cached_heads(&space).await.unwrap(),
