@@ -344,10 +344,10 @@ impl PgAdditivity {
             .map_err(map_sqlx);
         let _ = conn.close().await;
         if superuser? != Some(true) {
-            return Err(Error::Backend {
-                backend: "postgres",
-                detail: "the additivity check needs a superuser role: it captures DDL with event triggers".into(),
-            }
+            return Err(Error::backend(
+                "postgres",
+                "the additivity check needs a superuser role: it captures DDL with event triggers",
+            )
             .into());
         }
         self.build(schema, history).await?;
@@ -645,10 +645,10 @@ where
     T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
 {
     row.try_get(i).map_err(|e| {
-        MigrateError::Store(Error::Backend {
-            backend: "postgres",
-            detail: format!("reading the catalog: {e}"),
-        })
+        MigrateError::Store(Error::backend(
+            "postgres",
+            format!("reading the catalog: {e}"),
+        ))
     })
 }
 

@@ -14,36 +14,25 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> Error {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             classify_sqlstate(&code, db.message(), db.constraint())
         }
-        sqlx::Error::Io(io) => Error::Unavailable {
-            detail: format!("I/O error talking to the server: {io}"),
-        },
-        sqlx::Error::Tls(_) => Error::Unavailable {
-            detail: "TLS error talking to the server".into(),
-        },
-        sqlx::Error::PoolTimedOut => Error::Unavailable {
-            detail: "timed out waiting for a pooled connection".into(),
-        },
-        sqlx::Error::PoolClosed => Error::Unavailable {
-            detail: "the connection pool is closed".into(),
-        },
-        sqlx::Error::WorkerCrashed => Error::Unavailable {
-            detail: "the connection worker crashed".into(),
-        },
+        sqlx::Error::Io(io) => Error::unavailable(format!("I/O error talking to the server: {io}")),
+        sqlx::Error::Tls(_) => Error::unavailable("TLS error talking to the server"),
+        sqlx::Error::PoolTimedOut => {
+            Error::unavailable("timed out waiting for a pooled connection")
+        }
+        sqlx::Error::PoolClosed => Error::unavailable("the connection pool is closed"),
+        sqlx::Error::WorkerCrashed => Error::unavailable("the connection worker crashed"),
         // The driver's configuration errors may quote parts of the URL: say what to fix instead.
         sqlx::Error::Configuration(_) => Error::invalid(
             "postgres connection options",
             "the connection URL could not be parsed; expected postgres://user@host:port/db",
         ),
-        sqlx::Error::ColumnDecode { index, .. } => Error::Corrupt {
-            detail: format!("column {index} of a cairn table has an unexpected value"),
-        },
-        sqlx::Error::Decode(_) => Error::Corrupt {
-            detail: "a cairn table holds a value of an unexpected type".into(),
-        },
-        other => Error::Backend {
-            backend: BACKEND,
-            detail: other.to_string(),
-        },
+        sqlx::Error::ColumnDecode { index, .. } => Error::corrupt(format!(
+            "column {index} of a cairn table has an unexpected value"
+        )),
+        sqlx::Error::Decode(_) => {
+            Error::corrupt("a cairn table holds a value of an unexpected type")
+        }
+        other => Error::backend(BACKEND, other.to_string()),
     }
 }
 
@@ -51,30 +40,23 @@ pub(crate) fn map_sqlx(e: sqlx::Error) -> Error {
 pub(crate) fn classify_sqlstate(code: &str, message: &str, constraint: Option<&str>) -> Error {
     match code {
         // serialization_failure, deadlock_detected, lock_not_available (lock_timeout, NOWAIT)
-        "40001" | "40P01" | "55P03" => Error::Retryable {
-            detail: format!("SQLSTATE {code}"),
-        },
+        "40001" | "40P01" | "55P03" => Error::retryable(format!("SQLSTATE {code}")),
         // query_canceled: retryable only when a timeout cancelled it, not a user or admin.
-        "57014" if message.contains("timeout") => Error::Retryable {
-            detail: format!("SQLSTATE {code}, {message}"),
-        },
-        "23505" => Error::Conflict {
-            detail: match constraint {
-                Some(c) => format!("unique constraint {c} (SQLSTATE 23505)"),
-                None => "unique violation (SQLSTATE 23505)".into(),
-            },
-        },
+        "57014" if message.contains("timeout") => {
+            Error::retryable(format!("SQLSTATE {code}, {message}"))
+        }
+        "23505" => Error::conflict(match constraint {
+            Some(c) => format!("unique constraint {c} (SQLSTATE 23505)"),
+            None => "unique violation (SQLSTATE 23505)".into(),
+        }),
         // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
-        "57P01" | "57P02" | "57P03" | "53300" => Error::Unavailable {
-            detail: format!("server refused or dropped the connection (SQLSTATE {code})"),
-        },
-        c if c.starts_with("08") => Error::Unavailable {
-            detail: format!("connection exception (SQLSTATE {code})"),
-        },
-        _ => Error::Backend {
-            backend: BACKEND,
-            detail: format!("{message} (SQLSTATE {code})"),
-        },
+        "57P01" | "57P02" | "57P03" | "53300" => Error::unavailable(format!(
+            "server refused or dropped the connection (SQLSTATE {code})"
+        )),
+        c if c.starts_with("08") => {
+            Error::unavailable(format!("connection exception (SQLSTATE {code})"))
+        }
+        _ => Error::backend(BACKEND, format!("{message} (SQLSTATE {code})")),
     }
 }
 

@@ -107,9 +107,7 @@ async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState> {
     for row in rows {
         let revision: String = row.try_get(0).map_err(map_sqlx)?;
         let checksum: String = row.try_get(1).map_err(map_sqlx)?;
-        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::Corrupt {
-            detail: e.to_string(),
-        })?;
+        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::corrupt(e.to_string()))?;
         lineage.push(LineageEntry { revision, checksum });
     }
     Ok(StoredState {
@@ -210,18 +208,17 @@ struct PgLocked {
 
 impl PgLocked {
     fn conn(&mut self) -> Result<&mut PgConnection> {
-        self.conn.as_mut().ok_or_else(|| Error::Backend {
-            backend: "postgres",
-            detail: "migration transaction already finished".into(),
-        })
+        self.conn
+            .as_mut()
+            .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))
     }
 
     async fn finish(&mut self, statement: &str) -> Result<()> {
         let key = self.key;
-        let mut conn = self.conn.take().ok_or_else(|| Error::Backend {
-            backend: "postgres",
-            detail: "migration transaction already finished".into(),
-        })?;
+        let mut conn = self
+            .conn
+            .take()
+            .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))?;
         let ended = sqlx::query(statement)
             .persistent(false)
             .execute(&mut conn)

@@ -79,9 +79,7 @@ pub(crate) fn space_lock_keys<'a>(
 
 /// The key serializing schema creation of every cairn store in the database.
 fn corrupt(what: &str) -> Error {
-    Error::Corrupt {
-        detail: format!("{what} in the epoch log"),
-    }
+    Error::corrupt(format!("{what} in the epoch log"))
 }
 
 pub(crate) fn epoch_id_from(bytes: &[u8]) -> Result<EpochId> {

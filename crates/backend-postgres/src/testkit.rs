@@ -539,18 +539,14 @@ fn server_time(rows: &[sqlx::postgres::PgRow]) -> Result<Duration> {
                     .trim_end_matches("ms")
                     .trim()
                     .parse()
-                    .map_err(|_| Error::Corrupt {
-                        detail: format!("unreadable EXPLAIN line {line:?}"),
-                    })?;
+                    .map_err(|_| Error::corrupt(format!("unreadable EXPLAIN line {line:?}")))?;
                 total += ms;
                 found += 1;
             }
         }
     }
     if found != 2 {
-        return Err(Error::Corrupt {
-            detail: "EXPLAIN (ANALYZE) printed no timing".into(),
-        });
+        return Err(Error::corrupt("EXPLAIN (ANALYZE) printed no timing"));
     }
     Ok(Duration::from_secs_f64(total / 1000.0))
 }

@@ -21,54 +21,42 @@ pub(crate) fn map(err: rusqlite::Error) -> Error {
         // over many lines.
         rusqlite::Error::SqlInputError { error, msg, .. } => by_code(*error, msg.clone()),
         // Conversion errors can quote a stored value; name the kind of failure only.
-        rusqlite::Error::FromSqlConversionFailure(col, ty, _) => Error::Corrupt {
-            detail: format!("column {col} holds an unexpected {ty} value"),
-        },
-        rusqlite::Error::InvalidColumnType(col, name, ty) => Error::Corrupt {
-            detail: format!("column {col} ({name}) holds an unexpected {ty} value"),
-        },
-        rusqlite::Error::IntegralValueOutOfRange(col, _) => Error::Corrupt {
-            detail: format!("column {col} holds an out-of-range integer"),
-        },
-        other => Error::Backend {
-            backend: BACKEND,
-            detail: other.to_string(),
-        },
+        rusqlite::Error::FromSqlConversionFailure(col, ty, _) => {
+            Error::corrupt(format!("column {col} holds an unexpected {ty} value"))
+        }
+        rusqlite::Error::InvalidColumnType(col, name, ty) => Error::corrupt(format!(
+            "column {col} ({name}) holds an unexpected {ty} value"
+        )),
+        rusqlite::Error::IntegralValueOutOfRange(col, _) => {
+            Error::corrupt(format!("column {col} holds an out-of-range integer"))
+        }
+        other => Error::backend(BACKEND, other.to_string()),
     }
 }
 
 fn by_code(e: ffi::Error, text: String) -> Error {
     match e.code {
-        ErrorCode::DatabaseBusy => Error::Retryable {
-            detail: "SQLITE_BUSY".into(),
-        },
-        ErrorCode::DatabaseLocked => Error::Retryable {
-            detail: "SQLITE_LOCKED".into(),
-        },
+        ErrorCode::DatabaseBusy => Error::retryable("SQLITE_BUSY"),
+        ErrorCode::DatabaseLocked => Error::retryable("SQLITE_LOCKED"),
         ErrorCode::ConstraintViolation
             if e.extended_code == ffi::SQLITE_CONSTRAINT_UNIQUE
                 || e.extended_code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
         {
-            Error::Conflict { detail: text }
+            Error::conflict(text)
         }
-        ErrorCode::NotADatabase => Error::Corrupt {
-            detail: "the file is not a SQLite database (SQLITE_NOTADB)".into(),
-        },
-        ErrorCode::DatabaseCorrupt => Error::Corrupt {
-            detail: format!("the database file is damaged (SQLITE_CORRUPT: {text})"),
-        },
-        _ => Error::Backend {
-            backend: BACKEND,
-            detail: format!("{text} (code {})", e.extended_code),
-        },
+        ErrorCode::NotADatabase => {
+            Error::corrupt("the file is not a SQLite database (SQLITE_NOTADB)")
+        }
+        ErrorCode::DatabaseCorrupt => Error::corrupt(format!(
+            "the database file is damaged (SQLITE_CORRUPT: {text})"
+        )),
+        _ => Error::backend(BACKEND, format!("{text} (code {})", e.extended_code)),
     }
 }
 
 /// A stored value that cairn cannot have written (wrong id length, negative seq, …).
 pub(crate) fn corrupt(detail: impl Into<String>) -> Error {
-    Error::Corrupt {
-        detail: detail.into(),
-    }
+    Error::corrupt(detail.into())
 }
 
 #[cfg(test)]

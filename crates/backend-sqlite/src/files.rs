@@ -125,10 +125,10 @@ pub(crate) fn configure(path: &Path, conn: &Connection) -> Result<()> {
         .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
         .map_err(|e| open_error(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(Error::Backend {
-            backend: "sqlite",
-            detail: format!("{}: cannot switch to WAL mode (got {mode})", path.display()),
-        });
+        return Err(Error::backend(
+            "sqlite",
+            format!("{}: cannot switch to WAL mode (got {mode})", path.display()),
+        ));
     }
     conn.pragma_update(None, "synchronous", "FULL")
         .map_err(|e| open_error(path, e))?;
@@ -150,12 +150,18 @@ pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
 /// Adds the file's name to an already mapped error met while opening.
 pub(crate) fn open_error_mapped(path: &Path, e: Error) -> Error {
     match e {
-        Error::Corrupt { detail } => Error::Corrupt {
+        Error::Corrupt { detail, source } => Error::Corrupt {
             detail: format!("{}: {detail}", path.display()),
+            source,
         },
-        Error::Backend { backend, detail } => Error::Backend {
+        Error::Backend {
+            backend,
+            detail,
+            source,
+        } => Error::Backend {
             backend,
             detail: format!("{}: {detail}", path.display()),
+            source,
         },
         other => other,
     }

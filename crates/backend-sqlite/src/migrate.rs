@@ -79,9 +79,7 @@ fn read_state(conn: &Connection, set: &str) -> Result<StoredState> {
         .map_err(map)?;
     let mut lineage = Vec::with_capacity(rows.len());
     for (revision, checksum) in rows {
-        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::Corrupt {
-            detail: e.to_string(),
-        })?;
+        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::corrupt(e.to_string()))?;
         lineage.push(LineageEntry { revision, checksum });
     }
     Ok(StoredState {
@@ -153,10 +151,10 @@ impl SqliteLocked {
         &mut self,
         f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        let conn = self.conn.take().ok_or_else(|| Error::Backend {
-            backend: "sqlite",
-            detail: "migration transaction already finished".into(),
-        })?;
+        let conn = self
+            .conn
+            .take()
+            .ok_or_else(|| Error::backend("sqlite", "migration transaction already finished"))?;
         let (conn, out) = blocking(move || {
             let out = f(&conn);
             Ok((conn, out))

@@ -65,10 +65,7 @@ where
 {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| Error::Backend {
-            backend: "sqlite",
-            detail: format!("blocking task failed: {e}"),
-        })?
+        .map_err(|e| Error::backend("sqlite", format!("blocking task failed: {e}")))?
 }
 
 fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {

@@ -5,6 +5,9 @@ use crate::types::EpochId;
 /// Result alias with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The driver error behind a cairn error, kept so that [`std::error::Error::source`] reaches it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Everything a cairn store operation can fail with, by meaning.
 ///
 /// Backends map their driver errors into these variants; callers match on variants, never on
@@ -59,6 +62,9 @@ pub enum Error {
     Conflict {
         /// Which constraint, in the backend's words (no row data).
         detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// The store was busy or a serialization/deadlock/lock-timeout error aborted the
@@ -67,6 +73,9 @@ pub enum Error {
     Retryable {
         /// The backend's code (SQLSTATE or SQLite code).
         detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// The store could not be reached (connection refused, pool closed).
@@ -74,6 +83,9 @@ pub enum Error {
     Unavailable {
         /// What failed, without connection strings.
         detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// The store's file or schema is not a cairn store or is damaged.
@@ -81,6 +93,9 @@ pub enum Error {
     Corrupt {
         /// What was found.
         detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
 
     /// The store's schema is at a revision this build must not use (a diverged or unrelated
@@ -90,6 +105,16 @@ pub enum Error {
     Incompatible {
         /// Which revisions, and why.
         detail: String,
+    },
+
+    /// A migration revision failed and its upgrade was rolled back: nothing was changed.
+    #[error("revision {revision} failed and the upgrade was rolled back: {source}")]
+    Migration {
+        /// The revision whose statement failed.
+        revision: String,
+        /// The store error that stopped it.
+        #[source]
+        source: Box<Error>,
     },
 
     /// A store path was refused for safety (symlink, bad permissions).
@@ -118,6 +143,9 @@ pub enum Error {
         backend: &'static str,
         /// The driver's message and code.
         detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
     },
 }
 
@@ -130,6 +158,63 @@ impl Error {
         }
     }
 
+    /// [`Error::Retryable`] without a driver error.
+    pub fn retryable(detail: impl Into<String>) -> Self {
+        Self::Retryable {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Conflict`] without a driver error.
+    pub fn conflict(detail: impl Into<String>) -> Self {
+        Self::Conflict {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Unavailable`] without a driver error.
+    pub fn unavailable(detail: impl Into<String>) -> Self {
+        Self::Unavailable {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Corrupt`] without a driver error.
+    pub fn corrupt(detail: impl Into<String>) -> Self {
+        Self::Corrupt {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// [`Error::Backend`] without a driver error.
+    pub fn backend(backend: &'static str, detail: impl Into<String>) -> Self {
+        Self::Backend {
+            backend,
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
+    /// Attaches the driver error behind this one (for the variants that carry one:
+    /// [`Error::Retryable`], [`Error::Conflict`], [`Error::Unavailable`], [`Error::Corrupt`],
+    /// [`Error::Backend`]); other variants are returned unchanged.
+    #[must_use]
+    pub fn with_source(mut self, err: impl Into<BoxError>) -> Self {
+        match &mut self {
+            Self::Retryable { source, .. }
+            | Self::Conflict { source, .. }
+            | Self::Unavailable { source, .. }
+            | Self::Corrupt { source, .. }
+            | Self::Backend { source, .. } => *source = Some(err.into()),
+            _ => {}
+        }
+        self
+    }
+
     /// [`Error::NotFound`] for a space that has no epoch.
     pub fn space_not_found(space: &crate::SpaceId) -> Self {
         Self::NotFound {
@@ -138,13 +223,51 @@ impl Error {
     }
 
     /// Whether retrying the whole operation may succeed (busy, serialization failure, deadlock,
-    /// lock timeout).
+    /// lock timeout), including a migration that failed for such a reason.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Retryable { .. })
+        match self {
+            Self::Retryable { .. } => true,
+            Self::Migration { source, .. } => source.is_retryable(),
+            _ => false,
+        }
     }
 
     /// Whether this is a uniqueness conflict.
     pub fn is_conflict(&self) -> bool {
         matches!(self, Self::Conflict { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn with_source_keeps_the_driver_error_reachable() {
+        let io = std::io::Error::other("disk on fire");
+        let e = Error::backend("sqlite", "write failed").with_source(io);
+        let source = e.source().expect("a source");
+        assert_eq!(source.to_string(), "disk on fire");
+        // Variants without a source slot are left as they are.
+        let e = Error::invalid("x", "y").with_source(std::io::Error::other("z"));
+        assert!(e.source().is_none());
+    }
+
+    #[test]
+    fn a_failed_revision_keeps_its_id_and_cause() {
+        let e = Error::Migration {
+            revision: "0002_spool".into(),
+            source: Box::new(Error::retryable("SQLITE_BUSY")),
+        };
+        assert!(e.to_string().contains("0002_spool"));
+        assert!(matches!(
+            e.source()
+                .and_then(|s| s.downcast_ref::<Box<Error>>())
+                .map(|b| &**b),
+            Some(Error::Retryable { .. })
+        ));
+        // Retrying the open may succeed when the revision failed on a busy store.
+        assert!(e.is_retryable());
     }
 }

@@ -19,6 +19,7 @@
 
 mod encoding;
 mod error;
+mod keys;
 mod memory;
 pub mod schema;
 mod seq;
@@ -26,7 +27,8 @@ mod store;
 mod types;
 
 pub use encoding::{epoch_id, event_id, verify_epoch};
-pub use error::{Error, Result};
+pub use error::{BoxError, Error, Result};
+pub use keys::{key64, scratch_name};
 pub use memory::MemoryStore;
 pub use seq::{cache_is_current, next_seq, HeadProbe};
 pub use store::{EpochDiagnostics, EpochStore};

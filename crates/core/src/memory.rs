@@ -105,13 +105,15 @@ impl MemoryStore {
         self.spaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Test support: appends an epoch the way a writer that predates the head cache does —
+    /// Test support (feature `testkit`): appends an epoch the way a writer that predates the
+    /// head cache does —
     /// same lock and seq rule, parents from the anti-join (or `parents` when given, to make a
     /// fork), and the cache left untouched.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for an invalid batch, [`Error::UnknownParent`] for a parent not
     /// in the space.
+    #[cfg(any(test, feature = "testkit"))]
     pub fn legacy_append(
         &self,
         space: &SpaceId,

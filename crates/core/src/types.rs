@@ -131,8 +131,11 @@ impl Seq {
     /// # Errors
     /// [`Error::Corrupt`] when the seq does not fit (never for seqs cairn assigns).
     pub fn to_i64(self) -> Result<i64> {
-        i64::try_from(self.0).map_err(|_| Error::Corrupt {
-            detail: format!("seq {} does not fit a signed 64-bit column", self.0),
+        i64::try_from(self.0).map_err(|_| {
+            Error::corrupt(format!(
+                "seq {} does not fit a signed 64-bit column",
+                self.0
+            ))
         })
     }
 
@@ -141,9 +144,9 @@ impl Seq {
     /// # Errors
     /// [`Error::Corrupt`] when the stored value is negative.
     pub fn from_i64(v: i64) -> Result<Self> {
-        u64::try_from(v).map(Seq).map_err(|_| Error::Corrupt {
-            detail: format!("negative seq {v} in the store"),
-        })
+        u64::try_from(v)
+            .map(Seq)
+            .map_err(|_| Error::corrupt(format!("negative seq {v} in the store")))
     }
 }
 
@@ -362,7 +365,10 @@ pub struct FeedCursor {
 const CURSOR_PREFIX: &str = "c1.";
 
 impl FeedCursor {
-    /// The cursor that resumes after the epoch with seq `after` in `space`.
+    /// The cursor that resumes after the epoch with seq `after` in `space`. Backends build the
+    /// cursors their feed returns with it; users treat cursors as opaque (print them with
+    /// `Display`, read them back with [`FeedCursor::parse`]).
+    #[doc(hidden)]
     pub fn new(space: &SpaceId, after: Seq) -> Self {
         Self {
             space_tag: space_tag(space),
@@ -378,11 +384,17 @@ impl FeedCursor {
     /// Checks the cursor belongs to `space` and returns the seq to resume after.
     ///
     /// # Errors
-    /// [`Error::BadCursor`] when it was issued for another space.
+    /// [`Error::BadCursor`] when it was issued for another space, or when its position cannot
+    /// be a stored seq (above `i64::MAX`, which no engine stores).
     pub fn resume_after(&self, space: &SpaceId) -> Result<Seq> {
         if self.space_tag != space_tag(space) {
             return Err(Error::BadCursor {
                 reason: "the cursor was issued for another space".into(),
+            });
+        }
+        if i64::try_from(self.after.0).is_err() {
+            return Err(Error::BadCursor {
+                reason: "cursor position out of range".into(),
             });
         }
         Ok(self.after)

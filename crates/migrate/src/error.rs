@@ -61,16 +61,16 @@ impl From<MigrateError> for cairn_core::Error {
     /// Maps a runner error onto the store error a backend's open returns.
     fn from(e: MigrateError) -> Self {
         match e {
-            MigrateError::Store(inner) | MigrateError::RevisionFailed { source: inner, .. } => {
-                inner
-            }
+            MigrateError::Store(inner) => inner,
+            MigrateError::RevisionFailed { revision, source } => cairn_core::Error::Migration {
+                revision,
+                source: Box::new(source),
+            },
             MigrateError::Refused { .. } => cairn_core::Error::Incompatible {
                 detail: e.to_string(),
             },
-            MigrateError::LockTimeout { .. } => cairn_core::Error::Retryable {
-                detail: e.to_string(),
-            },
-            MigrateError::Corrupt { detail } => cairn_core::Error::Corrupt { detail },
+            MigrateError::LockTimeout { .. } => cairn_core::Error::retryable(e.to_string()),
+            MigrateError::Corrupt { detail } => cairn_core::Error::corrupt(detail),
             MigrateError::InvalidSet { .. } => {
                 cairn_core::Error::invalid("migration set", e.to_string())
             }

@@ -234,10 +234,10 @@ impl Runner {
         if self.hooks.fail_after_lineage_write {
             return Err(MigrateError::RevisionFailed {
                 revision: self.set.head().id.clone(),
-                source: cairn_core::Error::Backend {
-                    backend: "test",
-                    detail: "injected failure after the lineage write".into(),
-                },
+                source: cairn_core::Error::backend(
+                    "test",
+                    "injected failure after the lineage write",
+                ),
             });
         }
         Ok(opened)
