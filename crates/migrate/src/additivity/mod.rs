@@ -22,6 +22,10 @@ use cairn_core::schema::Dialect;
 use crate::error::MigrateError;
 use crate::revision::{MigrationSet, Revision};
 
+mod seed;
+
+pub use seed::seed_epoch_log;
+
 /// Which rule a violation breaks.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 #[non_exhaustive]
