@@ -15,12 +15,14 @@
 #![forbid(unsafe_code)]
 
 pub mod additivity;
+pub mod bookkeeping;
 mod cairn_set;
 mod classify;
 mod error;
 mod revision;
 mod runner;
 
+pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use classify::{classify, Classification, LineageVerdict, Refusal, StoredState};
 pub use error::MigrateError;

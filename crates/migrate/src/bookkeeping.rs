@@ -1,0 +1,194 @@
+//! The runner's bookkeeping, defined once: the stamp and lineage tables, their DDL and every
+//! statement that reads or writes them, per [`Dialect`].
+//!
+//! A [`MigrationBackend`](crate::MigrationBackend) runs these statements and nothing else on
+//! the bookkeeping tables, so both backends store stamps and lineages in one shape. The shapes
+//! are those every existing store already has; changing one strands those stores.
+//!
+//! - `cairn_migration_stamp (set_name PRIMARY KEY, revision)`: one row per migration set, the
+//!   revision the store is at.
+//! - `cairn_migration_lineage (set_name, position, revision, checksum, PRIMARY KEY (set_name,
+//!   position))`: per set, the chain of the build that last migrated the store, base at
+//!   position 0, checksums as 64 lowercase hex digits.
+
+use cairn_core::schema::Dialect;
+
+use crate::classify::StoredState;
+use crate::error::MigrateError;
+use crate::revision::{Checksum, LineageEntry};
+
+/// The table holding each set's stamp.
+pub const STAMP_TABLE: &str = "cairn_migration_stamp";
+
+/// The table holding each set's lineage.
+pub const LINEAGE_TABLE: &str = "cairn_migration_lineage";
+
+/// Names of the runner's bookkeeping tables. Schema comparisons (the additivity check, the
+/// conformance suite's schema probe) leave them out: they are not part of any set's schema.
+pub const BOOKKEEPING_TABLES: [&str; 2] = [STAMP_TABLE, LINEAGE_TABLE];
+
+/// Every bookkeeping statement in one dialect. Parameters are positional (`?N` on SQLite, `$N`
+/// on Postgres); each field documents its parameters and result columns.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct BookkeepingSql {
+    /// One row, one boolean-ish column (SQLite: a count, 0 or 1; Postgres: a `bool`): whether
+    /// the stamp table exists (on Postgres: on the session's `search_path`). A missing table
+    /// reads as an empty state and is never created by a read.
+    pub has_stamp_table: &'static str,
+    /// Creates the stamp table when missing (inside the upgrade transaction).
+    pub create_stamp: &'static str,
+    /// Creates the lineage table when missing (inside the upgrade transaction).
+    pub create_lineage: &'static str,
+    /// `1 = set` → zero or one row: `revision`.
+    pub read_stamp: &'static str,
+    /// `1 = set` → the lineage rows, base first: `revision, checksum`.
+    pub read_lineage: &'static str,
+    /// `1 = set, 2 = revision`: records the stamp, inserting or replacing it.
+    pub upsert_stamp: &'static str,
+    /// `1 = set`: deletes the set's lineage (before a new one is inserted).
+    pub delete_lineage: &'static str,
+    /// Inserts a lineage. SQLite: one row per execution, `1 = set, 2 = position, 3 = revision,
+    /// 4 = checksum hex`. Postgres: the whole lineage in one execution, `$1 = set, $2 = text[]
+    /// of revisions, $3 = text[] of checksum hexes`, positions from 0 in array order.
+    pub insert_lineage: &'static str,
+    /// Whether [`BookkeepingSql::insert_lineage`] takes the whole lineage as two arrays (one
+    /// execution) rather than one row per execution.
+    pub insert_lineage_is_bulk: bool,
+}
+
+const SQLITE: BookkeepingSql = BookkeepingSql {
+    has_stamp_table: "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'cairn_migration_stamp'",
+    create_stamp: "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
+        set_name TEXT NOT NULL PRIMARY KEY, revision TEXT NOT NULL)",
+    create_lineage: "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
+        set_name TEXT NOT NULL, position INTEGER NOT NULL, revision TEXT NOT NULL, checksum TEXT NOT NULL, \
+        PRIMARY KEY (set_name, position))",
+    read_stamp: "SELECT revision FROM cairn_migration_stamp WHERE set_name = ?1",
+    read_lineage: "SELECT revision, checksum FROM cairn_migration_lineage WHERE set_name = ?1 ORDER BY position",
+    upsert_stamp: "INSERT INTO cairn_migration_stamp (set_name, revision) VALUES (?1, ?2) \
+        ON CONFLICT (set_name) DO UPDATE SET revision = excluded.revision",
+    delete_lineage: "DELETE FROM cairn_migration_lineage WHERE set_name = ?1",
+    insert_lineage: "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) VALUES (?1, ?2, ?3, ?4)",
+    insert_lineage_is_bulk: false,
+};
+
+const POSTGRES: BookkeepingSql = BookkeepingSql {
+    has_stamp_table: "SELECT to_regclass('cairn_migration_stamp') IS NOT NULL",
+    create_stamp: "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
+        set_name text NOT NULL PRIMARY KEY, revision text NOT NULL)",
+    create_lineage: "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
+        set_name text NOT NULL, position integer NOT NULL, revision text NOT NULL, checksum text NOT NULL, \
+        PRIMARY KEY (set_name, position))",
+    read_stamp: "SELECT revision FROM cairn_migration_stamp WHERE set_name = $1",
+    read_lineage: "SELECT revision, checksum FROM cairn_migration_lineage WHERE set_name = $1 ORDER BY position",
+    upsert_stamp: "INSERT INTO cairn_migration_stamp (set_name, revision) VALUES ($1, $2) \
+        ON CONFLICT (set_name) DO UPDATE SET revision = excluded.revision",
+    delete_lineage: "DELETE FROM cairn_migration_lineage WHERE set_name = $1",
+    insert_lineage: "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) \
+        SELECT $1, ord::integer - 1, rev, sum FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS l(rev, sum, ord)",
+    insert_lineage_is_bulk: true,
+};
+
+/// The bookkeeping statements for `dialect`.
+pub fn sql(dialect: Dialect) -> &'static BookkeepingSql {
+    match dialect {
+        Dialect::Sqlite => &SQLITE,
+        Dialect::Postgres => &POSTGRES,
+    }
+}
+
+/// The DDL that creates both bookkeeping tables when missing, in order.
+pub fn ddl(dialect: Dialect) -> [&'static str; 2] {
+    let s = sql(dialect);
+    [s.create_stamp, s.create_lineage]
+}
+
+/// Builds a [`StoredState`] from what [`BookkeepingSql::read_stamp`] and
+/// [`BookkeepingSql::read_lineage`] returned (lineage rows base first, as `(revision,
+/// checksum hex)`); no rows is no lineage.
+///
+/// # Errors
+/// [`MigrateError::Corrupt`] for a checksum that is not 64 hex digits.
+pub fn stored_state(
+    stamp: Option<String>,
+    lineage_rows: impl IntoIterator<Item = (String, String)>,
+) -> Result<StoredState, MigrateError> {
+    let lineage = lineage_rows
+        .into_iter()
+        .map(|(revision, checksum)| {
+            Ok(LineageEntry {
+                revision,
+                checksum: Checksum::from_hex(&checksum)?,
+            })
+        })
+        .collect::<Result<Vec<_>, MigrateError>>()?;
+    Ok(StoredState {
+        stamp,
+        lineage: (!lineage.is_empty()).then_some(lineage),
+    })
+}
+
+/// The rows [`BookkeepingSql::insert_lineage`] stores for `lineage`: `(position, revision,
+/// checksum hex)`, base at 0.
+pub fn lineage_rows(lineage: &[LineageEntry]) -> Vec<(i64, String, String)> {
+    lineage
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i as i64, e.revision.clone(), e.checksum.to_hex()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_statement_names_only_the_bookkeeping_tables() {
+        for d in [Dialect::Sqlite, Dialect::Postgres] {
+            let s = sql(d);
+            for stmt in [
+                s.has_stamp_table,
+                s.create_stamp,
+                s.read_stamp,
+                s.upsert_stamp,
+            ] {
+                assert!(stmt.contains(STAMP_TABLE), "{stmt}");
+            }
+            for stmt in [
+                s.create_lineage,
+                s.read_lineage,
+                s.delete_lineage,
+                s.insert_lineage,
+            ] {
+                assert!(stmt.contains(LINEAGE_TABLE), "{stmt}");
+            }
+            assert_eq!(ddl(d), [s.create_stamp, s.create_lineage]);
+        }
+    }
+
+    #[test]
+    fn placeholders_follow_the_dialect() {
+        assert!(sql(Dialect::Sqlite).read_stamp.contains("?1"));
+        assert!(sql(Dialect::Postgres).read_stamp.contains("$1"));
+        assert!(!sql(Dialect::Sqlite).insert_lineage_is_bulk);
+        assert!(sql(Dialect::Postgres).insert_lineage_is_bulk);
+    }
+
+    #[test]
+    fn stored_state_round_trips_and_refuses_bad_checksums() {
+        let set = crate::cairn_set();
+        let rows: Vec<(String, String)> = lineage_rows(&set.lineage())
+            .into_iter()
+            .map(|(_, r, c)| (r, c))
+            .collect();
+        let state = stored_state(Some("0001_epoch_log".into()), rows).unwrap();
+        assert_eq!(state.lineage, Some(set.lineage()));
+        assert_eq!(
+            stored_state(None, Vec::new()).unwrap(),
+            StoredState::default()
+        );
+        let bad = stored_state(None, vec![("r".into(), "xyz".into())]);
+        assert!(matches!(bad, Err(MigrateError::Corrupt { .. })));
+    }
+}
