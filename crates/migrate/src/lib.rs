@@ -11,6 +11,11 @@
 //! An older build keeps using a store a newer build migrated (it is *ahead*) because every
 //! revision after the first is additive; a diverged store is refused with one line naming both
 //! revisions.
+//!
+//! ## Features
+//! - `testkit`: test hooks for the runner (`RunnerHooks`, `Runner::with_hooks`: fault
+//!   injection, a runner that records no lineage, a signal before the lock). For test suites
+//!   only; nothing a service needs is behind it.
 
 #![forbid(unsafe_code)]
 
@@ -27,4 +32,6 @@ pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use classify::{classify, Classification, LineageVerdict, Refusal, StoredState};
 pub use error::MigrateError;
 pub use revision::{Checksum, LineageEntry, MigrationSet, Revision};
-pub use runner::{LockedMigration, MigrationBackend, Opened, Runner, RunnerHooks};
+#[cfg(feature = "testkit")]
+pub use runner::RunnerHooks;
+pub use runner::{LockedMigration, MigrationBackend, Opened, Runner};

@@ -68,8 +68,10 @@ pub enum Opened {
     LineageRepaired,
 }
 
-/// Test hooks for the runner (fault injection, runners that predate lineage).
+/// Test hooks for the runner (fault injection, runners that predate lineage). Only with the
+/// `testkit` feature: a user's runner never carries hooks.
 #[derive(Clone, Default)]
+#[cfg_attr(not(feature = "testkit"), allow(unreachable_pub))]
 pub struct RunnerHooks {
     /// Called after the first look found work to do, just before waiting for the lock (lets a
     /// test interleave another migration deterministically).
@@ -115,6 +117,7 @@ impl Runner {
     }
 
     /// Installs test hooks.
+    #[cfg(feature = "testkit")]
     pub fn with_hooks(mut self, hooks: RunnerHooks) -> Self {
         self.hooks = hooks;
         self
