@@ -147,6 +147,50 @@ pub enum Error {
         #[source]
         source: Option<BoxError>,
     },
+
+    // Spool errors.
+    /// No run has this id in this store: it was never enqueued here, or retention removed it
+    /// after it finished.
+    #[error(
+        "run {run} does not exist (never enqueued in this store, or removed by retention after \
+         it finished); check the id, or enqueue the work again"
+    )]
+    UnknownRun {
+        /// The id asked for.
+        run: crate::spool::RunId,
+    },
+
+    /// The lease token is not the run's current one: the lease expired and another claim took
+    /// the run, so the presenter no longer holds it. Stop working on the run; its new holder
+    /// owns it.
+    #[error(
+        "the lease on run {run} is lost (it expired and the run was claimed again); stop \
+         working on it and leave it to its new holder"
+    )]
+    LeaseLost {
+        /// The run.
+        run: crate::spool::RunId,
+    },
+
+    /// The run's state does not allow the action (ack of a canceled run, cancel of a finished
+    /// one, …). Nothing was written; read the run's state and act on it.
+    #[error("cannot {action} a run that is {from}; nothing was changed, read the run's state and act on it")]
+    InvalidTransition {
+        /// The run's state.
+        from: crate::spool::RunState,
+        /// What was refused.
+        action: crate::spool::Action,
+    },
+
+    /// A run fact is already set to a different value. The first writer wins; act on the
+    /// existing value instead.
+    #[error("fact {name} is already set to a different value; the first writer wins, act on the existing value")]
+    FactConflict {
+        /// The fact.
+        name: crate::spool::FactName,
+        /// The value it holds.
+        existing: Vec<u8>,
+    },
 }
 
 impl Error {

@@ -14,6 +14,10 @@
 //! [`EpochId`] = BLAKE3 over a canonical encoding of (space, sorted parents, event ids). A
 //! maintained head cache makes appends cost O(heads); it is trusted only when
 //! [`cache_is_current`] says so.
+//!
+//! The spool ([`spool`], trait [`Spool`], model [`MemorySpool`]) is a durable work queue: runs
+//! deduplicated by `(queue, DedupKey)`, leased to one consumer at a time, retried with backoff,
+//! superseded, canceled, carrying event streams and write-once facts, with bounded retention.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +27,7 @@ mod keys;
 mod memory;
 pub mod schema;
 mod seq;
+pub mod spool;
 mod store;
 mod types;
 
@@ -31,6 +36,11 @@ pub use error::{BoxError, Error, Result};
 pub use keys::{key64, scratch_name};
 pub use memory::MemoryStore;
 pub use seq::{cache_is_current, next_seq, HeadProbe};
+pub use spool::{
+    Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
+    LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,
+    RunState, Spool, SupersedeGroup, SystemClock, Timestamp, Wakeup,
+};
 pub use store::{EpochDiagnostics, EpochStore};
 pub use types::{
     Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,

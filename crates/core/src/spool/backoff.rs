@@ -98,9 +98,7 @@ mod tests {
 
     #[test]
     fn default_policy_doubles_to_sixty_seconds() {
-        let ceilings: Vec<Duration> = (1..=8)
-            .map(|a| backoff_ceiling(a, S(1), S(60)))
-            .collect();
+        let ceilings: Vec<Duration> = (1..=8).map(|a| backoff_ceiling(a, S(1), S(60))).collect();
         assert_eq!(
             ceilings,
             vec![S(1), S(2), S(4), S(8), S(16), S(32), S(60), S(60)]
@@ -121,7 +119,10 @@ mod tests {
     fn degenerate_policies() {
         assert_eq!(backoff(5, Duration::ZERO, S(60), 123), Duration::ZERO);
         assert_eq!(backoff(1, S(100), S(10), u64::MAX), S(10));
-        assert_eq!(backoff(64, Duration::MAX, Duration::MAX, u64::MAX), Duration::MAX);
+        assert_eq!(
+            backoff(64, Duration::MAX, Duration::MAX, u64::MAX),
+            Duration::MAX
+        );
     }
 
     #[test]

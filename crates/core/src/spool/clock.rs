@@ -177,7 +177,10 @@ mod tests {
 
     #[test]
     fn display_is_seconds_dot_micros() {
-        assert_eq!(Timestamp::from_unix_micros(1_500_000).to_string(), "1.500000");
+        assert_eq!(
+            Timestamp::from_unix_micros(1_500_000).to_string(),
+            "1.500000"
+        );
         assert_eq!(Timestamp::from_unix_micros(-1).to_string(), "-1.999999");
     }
 

@@ -215,7 +215,11 @@ mod tests {
     #[test]
     fn non_netstring_bytes_have_no_parts() {
         for bytes in [&b"gate"[..], b"1:ab,", b"01:a,", b"1:a", b"+1:a,", b"1:a,x"] {
-            assert_eq!(DedupKey::from_bytes(bytes).unwrap().parts(), None, "{bytes:?}");
+            assert_eq!(
+                DedupKey::from_bytes(bytes).unwrap().parts(),
+                None,
+                "{bytes:?}"
+            );
         }
     }
 
@@ -227,7 +231,14 @@ mod tests {
 
     fn part_lists() -> impl Strategy<Value = Vec<Vec<u8>>> {
         // Small alphabets containing the separator bytes make near-collisions likely.
-        let byte = prop_oneof![Just(b':'), Just(b','), Just(b'0'), Just(b'1'), Just(0u8), any::<u8>()];
+        let byte = prop_oneof![
+            Just(b':'),
+            Just(b','),
+            Just(b'0'),
+            Just(b'1'),
+            Just(0u8),
+            any::<u8>()
+        ];
         prop::collection::vec(prop::collection::vec(byte, 0..6), 1..5)
     }
 

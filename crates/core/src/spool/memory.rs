@@ -1,0 +1,670 @@
+//! [`MemorySpool`]: the in-memory reference model of the [`Spool`] contract.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+
+use super::backoff::jitter_seed;
+use super::clock::{Clock, SystemClock, Timestamp};
+use super::dedup::{DedupKey, SupersedeGroup};
+use super::retention::{
+    EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
+    RunMeta,
+};
+use super::transition::{
+    check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
+    transition, Action,
+};
+use super::types::{
+    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, ConsumerId,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseInfo,
+    LeaseToken, NackKind, Nacked, QueueName, RunEvent, RunEventId, RunFilter, RunId, RunInfo,
+    RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    MAX_RUN_PAYLOAD,
+};
+use super::{Spool, Wakeup};
+use crate::error::{Error, Result};
+
+#[derive(Debug, Clone)]
+struct Lease {
+    consumer: ConsumerId,
+    expires_at: Timestamp,
+}
+
+#[derive(Debug, Clone)]
+struct StoredEvent {
+    id: RunEventId,
+    payload: Vec<u8>,
+    created_at: Timestamp,
+    /// Store-wide insertion order: the tie-break of the retention age order.
+    serial: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    id: RunId,
+    /// Store-wide enqueue order: the last tie-break of the claim order.
+    serial: u64,
+    queue: QueueName,
+    key: DedupKey,
+    group: Option<SupersedeGroup>,
+    payload: Vec<u8>,
+    state: RunState,
+    attempts: u32,
+    max_attempts: u32,
+    priority: i32,
+    enqueued_at: Timestamp,
+    updated_at: Timestamp,
+    /// Live runs only: the earliest time a claim may take the run.
+    due_at: Option<Timestamp>,
+    finished_at: Option<Timestamp>,
+    lease: Option<Lease>,
+    /// The token of the latest claim; kept after the run finishes so a repeated ack succeeds.
+    token: Option<LeaseToken>,
+    cancel_requested: bool,
+    reason: Option<String>,
+    facts: BTreeMap<FactName, Vec<u8>>,
+    events: BTreeMap<u64, StoredEvent>,
+    event_ids: HashMap<RunEventId, u64>,
+    last_event_seq: u64,
+}
+
+impl Run {
+    fn info(&self) -> RunInfo {
+        RunInfo {
+            run_id: self.id,
+            queue: self.queue.clone(),
+            dedup_key: self.key.clone(),
+            supersede_group: self.group.clone(),
+            state: self.state,
+            attempts: self.attempts,
+            max_attempts: self.max_attempts,
+            priority: self.priority,
+            payload_bytes: self.payload.len() as u64,
+            enqueued_at: self.enqueued_at,
+            updated_at: self.updated_at,
+            due_at: self.due_at,
+            finished_at: self.finished_at,
+            lease: self.lease.as_ref().map(|l| LeaseInfo {
+                consumer: l.consumer.clone(),
+                expires_at: l.expires_at,
+            }),
+            cancel_requested: self.cancel_requested,
+            reason: self.reason.clone(),
+            facts: self.facts.clone(),
+            events: self.events.len() as u64,
+        }
+    }
+
+    /// Applies a transition the state machine allows; the caller has checked it.
+    fn enter(&mut self, to: RunState, now: Timestamp) {
+        self.state = to;
+        self.updated_at = now;
+        if to.is_terminal() {
+            self.due_at = None;
+            self.finished_at = Some(now);
+            self.lease = None;
+            self.cancel_requested = false;
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    runs: BTreeMap<RunId, Run>,
+    by_key: HashMap<(QueueName, DedupKey), RunId>,
+    next_run_serial: u64,
+    next_event_serial: u64,
+    /// Every stored event in retention age order: `(created_at, serial)` → `(run, seq)`.
+    by_age: BTreeMap<(Timestamp, u64), (RunId, u64)>,
+    event_bytes: u64,
+    wake: HashMap<QueueName, watch::Sender<u64>>,
+}
+
+impl State {
+    fn run_mut(&mut self, run: RunId) -> Result<&mut Run> {
+        self.runs.get_mut(&run).ok_or(Error::UnknownRun { run })
+    }
+
+    fn notify(&self, queue: &QueueName) {
+        if let Some(tx) = self.wake.get(queue) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    fn remove_event(&mut self, run: RunId, seq: u64) -> bool {
+        let Some(r) = self.runs.get_mut(&run) else {
+            return false;
+        };
+        let Some(ev) = r.events.remove(&seq) else {
+            return false;
+        };
+        r.event_ids.remove(&ev.id);
+        self.by_age.remove(&(ev.created_at, ev.serial));
+        self.event_bytes -= ev.payload.len() as u64;
+        true
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    clock: Arc<dyn Clock>,
+    config: SpoolConfig,
+    state: Mutex<State>,
+}
+
+/// The in-memory reference model of the [`Spool`] contract.
+///
+/// It implements every contract bullet directly and serially (one lock), so the conformance
+/// suite can run the same operations on a real backend and on a fresh `MemorySpool` sharing its
+/// clock and require identical answers. Clones share the same data, like two processes opening
+/// one store file. It is also a handy spool for tests of code that takes an `Arc<dyn Spool>`;
+/// nothing is durable beyond the process.
+#[derive(Debug, Clone)]
+pub struct MemorySpool {
+    shared: Arc<Shared>,
+}
+
+impl Default for MemorySpool {
+    /// An empty spool on the system clock with the default config.
+    fn default() -> Self {
+        Self::new(Arc::new(SystemClock))
+    }
+}
+
+impl MemorySpool {
+    /// An empty spool reading time from `clock`, with the default config.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self::with_config(clock, SpoolConfig::default())
+    }
+
+    /// An empty spool reading time from `clock`, with `config`.
+    pub fn with_config(clock: Arc<dyn Clock>, config: SpoolConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                clock,
+                config,
+                state: Mutex::new(State::default()),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every mutation below validates first and then applies infallible steps, so a panic
+        // while holding the lock cannot leave a half-applied write behind.
+        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn now(&self) -> Timestamp {
+        self.shared.clock.now()
+    }
+
+    fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
+        self.shared
+            .config
+            .backoff
+            .delay(attempt, jitter_seed(queue, key, attempt))
+    }
+}
+
+/// The model's [`Wakeup`]: a watch channel per queue.
+#[derive(Debug)]
+struct MemoryWakeup {
+    rx: watch::Receiver<u64>,
+}
+
+#[async_trait]
+impl Wakeup for MemoryWakeup {
+    async fn wait(&mut self) -> Result<()> {
+        self.rx.changed().await.map_err(|_| Error::Unavailable {
+            detail: "the in-memory spool was dropped".into(),
+            source: None,
+        })
+    }
+}
+
+#[async_trait]
+impl Spool for MemorySpool {
+    fn clock(&self) -> &dyn Clock {
+        self.shared.clock.as_ref()
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
+        let max_attempts = options.effective_max_attempts()?;
+        let now = self.now();
+        let mut st = self.lock();
+        if let Some(id) = st.by_key.get(&(queue.clone(), key.clone())) {
+            return Ok(Enqueued {
+                run_id: *id,
+                created: false,
+            });
+        }
+        let mut id = RunId::generate(now);
+        while st.runs.contains_key(&id) {
+            id = RunId::generate(now);
+        }
+        if let Some(group) = &options.supersede_group {
+            for r in st.runs.values_mut() {
+                if r.state == RunState::Queued
+                    && r.queue == *queue
+                    && r.group.as_ref() == Some(group)
+                {
+                    let to = transition(r.state, Action::Supersede)?;
+                    r.enter(to, now);
+                }
+            }
+        }
+        let serial = st.next_run_serial;
+        st.next_run_serial += 1;
+        st.runs.insert(
+            id,
+            Run {
+                id,
+                serial,
+                queue: queue.clone(),
+                key: key.clone(),
+                group: options.supersede_group,
+                payload,
+                state: RunState::Queued,
+                attempts: 0,
+                max_attempts,
+                priority: options.priority,
+                enqueued_at: now,
+                updated_at: now,
+                due_at: Some(options.not_before.unwrap_or(now)),
+                finished_at: None,
+                lease: None,
+                token: None,
+                cancel_requested: false,
+                reason: None,
+                facts: BTreeMap::new(),
+                events: BTreeMap::new(),
+                event_ids: HashMap::new(),
+                last_event_seq: 0,
+            },
+        );
+        st.by_key.insert((queue.clone(), key.clone()), id);
+        st.notify(queue);
+        Ok(Enqueued {
+            run_id: id,
+            created: true,
+        })
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        check_limit(limit)?;
+        check_lease(lease)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let mut candidates: Vec<(Reverse<i32>, Timestamp, u64, RunId)> = Vec::new();
+        for r in st.runs.values_mut() {
+            let due = r.queue == *queue
+                && matches!(r.state, RunState::Queued | RunState::Claimed)
+                && r.due_at.is_some_and(|d| d <= now);
+            if !due {
+                continue;
+            }
+            let action = match r.state {
+                RunState::Claimed => expiry_action(r.attempts, r.max_attempts, r.cancel_requested),
+                _ => Action::Claim,
+            };
+            match action {
+                Action::Claim | Action::Reclaim => {
+                    if let Some(due_at) = r.due_at {
+                        candidates.push((Reverse(r.priority), due_at, r.serial, r.id));
+                    }
+                }
+                settle => {
+                    let to = transition(r.state, settle)?;
+                    if settle == Action::Park {
+                        r.reason = Some(expired_park_reason(r.attempts));
+                    }
+                    r.enter(to, now);
+                }
+            }
+        }
+        candidates.sort();
+        let mut out = Vec::new();
+        for (_, _, _, id) in candidates.into_iter().take(limit) {
+            let delay_for = |r: &Run| self.retry_delay(&r.queue, &r.key, r.attempts);
+            let Some(r) = st.runs.get_mut(&id) else {
+                continue;
+            };
+            let action = if r.state == RunState::Queued {
+                Action::Claim
+            } else {
+                Action::Reclaim
+            };
+            let to = transition(r.state, action)?;
+            r.state = to;
+            r.updated_at = now;
+            r.attempts += 1;
+            let token = LeaseToken::generate();
+            let expires_at = now.saturating_add(lease);
+            r.token = Some(token);
+            r.lease = Some(Lease {
+                consumer: consumer.clone(),
+                expires_at,
+            });
+            r.due_at = Some(expires_at.saturating_add(delay_for(r)));
+            out.push(Claimed {
+                run_id: r.id,
+                dedup_key: r.key.clone(),
+                payload: r.payload.clone(),
+                attempt: r.attempts,
+                token,
+                expires_at,
+                cancel_requested: r.cancel_requested,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {
+        check_lease(lease)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        check_token(run, r.token, token)?;
+        transition(r.state, Action::Heartbeat)?;
+        let expires_at = now.saturating_add(lease);
+        let delay = self.retry_delay(&r.queue, &r.key, r.attempts);
+        if let Some(l) = r.lease.as_mut() {
+            l.expires_at = expires_at;
+        }
+        r.due_at = Some(expires_at.saturating_add(delay));
+        Ok(Heartbeat {
+            expires_at,
+            cancel_requested: r.cancel_requested,
+        })
+    }
+
+    async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        check_token(run, r.token, token)?;
+        let to = transition(r.state, Action::Ack)?;
+        if r.state != to {
+            r.enter(to, now);
+        }
+        Ok(())
+    }
+
+    async fn nack(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<Nacked> {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        check_token(run, r.token, token)?;
+        let action = nack_action(kind, r.attempts, r.max_attempts, r.cancel_requested);
+        let to = transition(r.state, action)?;
+        let mut retry_at = None;
+        r.reason = Some(if action == Action::Park && kind == NackKind::Retryable {
+            exhausted_park_reason(r.attempts, reason)
+        } else {
+            clip_reason(reason)
+        });
+        if to == RunState::Queued {
+            let at = now.saturating_add(self.retry_delay(&r.queue, &r.key, r.attempts));
+            r.state = to;
+            r.updated_at = now;
+            r.lease = None;
+            r.due_at = Some(at);
+            retry_at = Some(at);
+        } else {
+            r.enter(to, now);
+        }
+        if to == RunState::Queued {
+            let queue = r.queue.clone();
+            st.notify(&queue);
+        }
+        Ok(Nacked {
+            state: to,
+            retry_at,
+        })
+    }
+
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        let to = transition(r.state, Action::Cancel)?;
+        if to == RunState::Claimed {
+            r.cancel_requested = true;
+            Ok(CancelOutcome::Requested)
+        } else {
+            r.enter(to, now);
+            Ok(CancelOutcome::Canceled)
+        }
+    }
+
+    async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
+        Ok(self.lock().runs.get(&run).map(Run::info))
+    }
+
+    async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+        check_limit(limit)?;
+        let st = self.lock();
+        let lower = filter.after.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(st
+            .runs
+            .range((lower, Bound::Unbounded))
+            .map(|(_, r)| r)
+            .filter(|r| filter.queue.as_ref().is_none_or(|q| *q == r.queue))
+            .filter(|r| filter.state.is_none_or(|s| s == r.state))
+            .take(limit)
+            .map(Run::info)
+            .collect())
+    }
+
+    async fn stats(&self) -> Result<SpoolStats> {
+        let st = self.lock();
+        let mut stats = SpoolStats {
+            events: st.by_age.len() as u64,
+            event_bytes: st.event_bytes,
+            oldest_event: st.by_age.keys().next().map(|(t, _)| *t),
+            ..SpoolStats::default()
+        };
+        for r in st.runs.values() {
+            *stats.runs.entry(r.state).or_default() += 1;
+            if r.state == RunState::Queued {
+                stats.oldest_queued = Some(
+                    stats
+                        .oldest_queued
+                        .map_or(r.enqueued_at, |t| t.min(r.enqueued_at)),
+                );
+            }
+        }
+        Ok(stats)
+    }
+
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let serial = st.next_event_serial;
+        let r = st.run_mut(run)?;
+        if let Some(seq) = r.event_ids.get(event_id) {
+            return Ok(EventAppended {
+                seq: *seq,
+                created: false,
+            });
+        }
+        let seq = r.last_event_seq + 1;
+        let bytes = payload.len() as u64;
+        r.last_event_seq = seq;
+        r.event_ids.insert(event_id.clone(), seq);
+        r.events.insert(
+            seq,
+            StoredEvent {
+                id: event_id.clone(),
+                payload,
+                created_at: now,
+                serial,
+            },
+        );
+        st.next_event_serial += 1;
+        st.by_age.insert((now, serial), (run, seq));
+        st.event_bytes += bytes;
+        Ok(EventAppended { seq, created: true })
+    }
+
+    async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
+        check_limit(limit)?;
+        let st = self.lock();
+        let r = st.runs.get(&run).ok_or(Error::UnknownRun { run })?;
+        Ok(r.events
+            .range((Bound::Excluded(after), Bound::Unbounded))
+            .take(limit)
+            .map(|(seq, e)| RunEvent {
+                seq: *seq,
+                event_id: e.id.clone(),
+                payload: e.payload.clone(),
+                created_at: e.created_at,
+            })
+            .collect())
+    }
+
+    async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64> {
+        if event_ids.len() > MAX_ACK_IDS {
+            return Err(Error::invalid(
+                "event ids",
+                format!("{} ids; the limit is {MAX_ACK_IDS}", event_ids.len()),
+            ));
+        }
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        let seqs: Vec<u64> = event_ids
+            .iter()
+            .filter_map(|id| r.event_ids.get(id).copied())
+            .collect();
+        let mut removed = 0;
+        for seq in seqs {
+            if st.remove_event(run, seq) {
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
+        check_payload("fact value", MAX_FACT_VALUE, &value)?;
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        match r.facts.get(name) {
+            None => {
+                r.facts.insert(name.clone(), value);
+                Ok(FactOutcome::Set)
+            }
+            Some(existing) if *existing == value => Ok(FactOutcome::AlreadySet),
+            Some(existing) => Err(Error::FactConflict {
+                name: name.clone(),
+                existing: existing.clone(),
+            }),
+        }
+    }
+
+    async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
+        let st = self.lock();
+        let r = st.runs.get(&run).ok_or(Error::UnknownRun { run })?;
+        Ok(r.facts.clone())
+    }
+
+    async fn retention_pass(
+        &self,
+        policy: &RetentionPolicy,
+        budget: &RetentionBudget,
+    ) -> Result<RetentionReport> {
+        let mut pass = RetentionPass::new(*policy, *budget, self.now())?;
+        while let Some(step) = pass.next_step(self.now()) {
+            // One lock per batch: the model's transaction.
+            let mut st = self.lock();
+            match step {
+                RetentionStep::Events => {
+                    let oldest: Vec<EventMeta> = st
+                        .by_age
+                        .iter()
+                        .take(pass.batch_size())
+                        .map(|((created_at, _), (run, seq))| EventMeta {
+                            run: *run,
+                            seq: *seq,
+                            created_at: *created_at,
+                            bytes: st.runs[run].events[seq].payload.len() as u64,
+                        })
+                        .collect();
+                    let batch = pass.plan_events(st.event_bytes, &oldest);
+                    for (run, seq) in &batch.events {
+                        st.remove_event(*run, *seq);
+                    }
+                    pass.events_deleted(&batch);
+                }
+                RetentionStep::Runs => {
+                    let cutoff = pass.cutoff();
+                    let mut candidates: Vec<(Timestamp, u64, RunId)> = st
+                        .runs
+                        .values()
+                        .filter(|r| r.state.is_terminal() && r.events.is_empty())
+                        .filter_map(|r| {
+                            r.finished_at
+                                .filter(|t| *t < cutoff)
+                                .map(|t| (t, r.serial, r.id))
+                        })
+                        .collect();
+                    candidates.sort();
+                    let window: Vec<RunMeta> = candidates
+                        .into_iter()
+                        .take(pass.batch_size())
+                        .map(|(finished_at, _, run)| RunMeta { run, finished_at })
+                        .collect();
+                    let ids = pass.plan_runs(&window);
+                    for id in &ids {
+                        if let Some(r) = st.runs.remove(id) {
+                            st.by_key.remove(&(r.queue, r.key));
+                        }
+                    }
+                    pass.runs_deleted(ids.len());
+                }
+            }
+        }
+        Ok(pass.finish())
+    }
+
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
+        let mut st = self.lock();
+        let rx = st
+            .wake
+            .entry(queue.clone())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe();
+        Ok(Box::new(MemoryWakeup { rx }))
+    }
+}

@@ -1,0 +1,338 @@
+//! The spool: a durable, interprocess-safe work queue.
+//!
+//! A *run* is one submission to a *queue*, identified within it by a [`DedupKey`]: enqueueing
+//! the same `(queue, key)` again — from any process — returns the same [`RunId`]. A consumer
+//! *claims* runs under a lease ([`LeaseToken`] + expiry), extends it with heartbeats and
+//! finishes with `ack` or `nack`; an expired lease makes the run claimable again after backoff.
+//! Runs carry an append-only event stream and write-once facts. Retention bounds what finished
+//! work leaves behind.
+//!
+//! ```text
+//! queued ──claim──▶ claimed ──ack──▶ succeeded
+//!   ▲ │                │ ├─nack(failed)──▶ failed
+//!   │ │                │ ├─nack(permanent) / attempts exhausted / last lease expired──▶ parked
+//!   │ │                │ └─nack or expiry after a cancel request──▶ canceled
+//!   │ │                └─nack(retryable), lease expiry: back to queued after backoff
+//!   │ ├─cancel──▶ canceled
+//!   │ └─newer run of its supersede group──▶ superseded
+//! ```
+//!
+//! This module holds the [`Spool`] trait, its value types, the pure decisions every backend
+//! shares ([`transition`], [`backoff`], [`RetentionPass`]), the [`Clock`] all spool time comes
+//! from, and [`MemorySpool`], the in-memory reference model the conformance suite compares real
+//! backends with.
+//!
+//! # For backend authors
+//! - Read `now` from the spool's [`Clock`] once per operation and pass it into SQL; never use
+//!   the engine's `now()`, or the suite's simulated clock cannot drive leases and retention.
+//! - Create ids with [`RunId::generate`] before writing: enqueue is then one upsert on
+//!   `(queue, dedup_key)` that returns the stored id, and `created` is "the returned id is the
+//!   one generated". Superseding adds one `UPDATE` in the same transaction (or a CTE).
+//! - Keep one `due_at` column: the not-before time of a queued run, and lease expiry plus
+//!   backoff ([`backoff`] with [`jitter_seed`]) of a claimed one. A claim is then one indexed
+//!   range over `(queue, state ∈ {queued, claimed}, due_at ≤ now)` ordered by
+//!   `priority DESC, due_at, enqueue order`, taking up to `limit` rows in one statement
+//!   (Postgres `FOR UPDATE SKIP LOCKED`).
+//! - Decide every state change with [`transition`], [`nack_action`] and [`expiry_action`];
+//!   check tokens with [`check_token`].
+
+mod backoff;
+mod clock;
+mod dedup;
+mod memory;
+mod retention;
+mod transition;
+mod types;
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+pub use backoff::{backoff, backoff_ceiling, jitter_seed, BackoffPolicy};
+pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
+pub use memory::MemorySpool;
+pub use retention::{
+    plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
+    RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
+};
+pub use transition::{
+    check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
+    transition, Action,
+};
+pub use types::{
+    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, ConsumerId,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseInfo,
+    LeaseToken, NackKind, Nacked, QueueName, RunEvent, RunEventId, RunFilter, RunId, RunInfo,
+    RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT,
+    MAX_BATCH, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_FACT_VALUE, MAX_LEASE, MAX_QUEUE_LEN,
+    MAX_REASON_LEN, MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
+};
+
+/// A handle that resolves when new work may exist in one queue; see [`Spool::subscribe`].
+///
+/// Implementations: the model uses an in-process watch channel; Postgres a `LISTEN` on a
+/// channel that enqueues `NOTIFY` (reconnecting, with a fallback poll); SQLite a poll of
+/// `PRAGMA data_version` (which changes when *another* connection commits, e.g. an offline
+/// hook writing straight to the file) plus in-process notifications.
+#[async_trait]
+pub trait Wakeup: Send + Debug {
+    /// Waits until work may have arrived since the handle was created or since the previous
+    /// `wait` returned.
+    ///
+    /// # Contract
+    /// - A wake-up that happens between two `wait` calls (or between `subscribe` and the first
+    ///   `wait`) is not lost: the next `wait` returns at once.
+    /// - Spurious returns are allowed; after each return the caller claims until the queue is
+    ///   empty, then waits again.
+    /// - Cancel safe: dropping the future loses nothing.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unavailable`] when the store is closed or its notifications cannot be
+    /// restored.
+    async fn wait(&mut self) -> Result<()>;
+}
+
+/// A durable work queue: deduplicated runs, leases, retries, supersession, cancellation,
+/// per-run events and facts, retention and wake-up.
+///
+/// Object safe: hold it as `Arc<dyn Spool>`. Every time the spool uses comes from its
+/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s15_…`) is the
+/// executable form of the contracts below; a backend is correct when it passes it and agrees
+/// with [`MemorySpool`] on random operation sequences.
+///
+/// Unless stated otherwise every method is atomic (on error nothing was written) and durable
+/// on return (no false success: a failed durable write returns an error). Every method may also
+/// fail with [`crate::Error::Retryable`] (busy past the timeout; nothing was written) or
+/// [`crate::Error::Unavailable`].
+#[async_trait]
+pub trait Spool: Send + Sync + Debug + 'static {
+    /// The clock this spool reads time from.
+    fn clock(&self) -> &dyn Clock;
+
+    /// Submits a run to `queue` under `key`, or finds the run already there.
+    ///
+    /// # Contract
+    /// - At most one run per `(queue, key)`, across processes and nodes: enqueueing an existing
+    ///   key returns the existing run's id with `created: false` and changes nothing (whatever
+    ///   its state, payload or options). A run removed by retention no longer deduplicates.
+    /// - A new run is `queued`, with `due_at = options.not_before` (default now), `attempts`
+    ///   0, and its id is durable before this returns.
+    /// - With `options.supersede_group`, in the same transaction every *other* `queued` run of
+    ///   the same queue and group becomes `superseded`; claimed and terminal runs are never
+    ///   touched. Nothing is superseded when the key already existed.
+    /// - A created run wakes the queue's subscribers.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a payload over [`MAX_RUN_PAYLOAD`] or invalid
+    /// options; nothing is written.
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued>;
+
+    /// Hands up to `limit` due runs of `queue` to `consumer`, each under a new lease of
+    /// length `lease`.
+    ///
+    /// # Contract
+    /// - Due runs: `queued` with `due_at <= now`, and `claimed` whose lease expired with
+    ///   `due_at` (expiry plus backoff) `<= now`.
+    /// - First, every due expired run that must not be handed out again is settled
+    ///   ([`expiry_action`]): cancel requested → `canceled`; attempts exhausted → `parked`
+    ///   ([`expired_park_reason`]). These do not count towards `limit`.
+    /// - Then runs are taken in order `priority` descending, `due_at` ascending, enqueue order
+    ///   ascending. Each becomes `claimed` with `attempts + 1`, a new random [`LeaseToken`]
+    ///   (the previous holder's token becomes stale), `expires_at = now + lease`, and
+    ///   `due_at = expires_at + backoff(attempts)`.
+    /// - Concurrent claims never hand out the same run; a run is handed to exactly one
+    ///   consumer per attempt.
+    /// - An empty result means nothing is due now.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for `limit` outside 1..=[`MAX_BATCH`] or a lease outside
+    /// [`MIN_LEASE`]..=[`MAX_LEASE`].
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>>;
+
+    /// Extends the lease on a claimed run to `now + lease`.
+    ///
+    /// # Contract
+    /// - The token must be the one the run's latest claim issued. An expired lease that no
+    ///   claim has taken over yet is still held and is extended.
+    /// - `due_at` moves to the new expiry plus backoff.
+    /// - Returns whether a cancel was requested: the holder should then stop and nack.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
+    /// [`crate::Error::InvalidTransition`] when the run is no longer claimed (e.g. a claim
+    /// parked it after its last lease expired); [`crate::Error::InvalidInput`] for a lease
+    /// outside [`MIN_LEASE`]..=[`MAX_LEASE`].
+    async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat>;
+
+    /// Reports success: the run becomes `succeeded`.
+    ///
+    /// # Contract
+    /// - Token checked as for [`Spool::heartbeat`].
+    /// - Idempotent: acking a `succeeded` run with the token that acked it succeeds and writes
+    ///   nothing.
+    /// - A requested cancel does not stop an ack: the work is done.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
+    /// [`crate::Error::InvalidTransition`] when the run ended otherwise.
+    async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()>;
+
+    /// Gives a claimed run back ([`nack_action`] decides what happens).
+    ///
+    /// # Contract
+    /// - Token checked as for [`Spool::heartbeat`].
+    /// - Cancel requested → `canceled`, whatever the kind.
+    /// - [`NackKind::Retryable`] with `attempts < max_attempts` → `queued` with
+    ///   `due_at = now + backoff(attempts, jitter_seed(queue, key, attempts))`; the queue's
+    ///   subscribers are woken. On the last attempt → `parked` ([`exhausted_park_reason`]).
+    /// - [`NackKind::Permanent`] → `parked`; [`NackKind::Failed`] → `failed`.
+    /// - `reason` (cut to [`MAX_REASON_LEN`]) is recorded on the run.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
+    /// [`crate::Error::InvalidTransition`] when the run is no longer claimed.
+    async fn nack(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<Nacked>;
+
+    /// Cancels a run.
+    ///
+    /// # Contract
+    /// - `queued` → `canceled` ([`CancelOutcome::Canceled`]).
+    /// - `claimed` → stays claimed with `cancel_requested`, which the holder sees on its next
+    ///   heartbeat ([`CancelOutcome::Requested`]; repeating it is allowed). The run ends
+    ///   `canceled` when its holder nacks it or its lease expires, `succeeded` if it acks.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidTransition`] for a terminal run.
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome>;
+
+    /// Everything about one run, or `None` when there is no such run.
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn run(&self, run: RunId) -> Result<Option<RunInfo>>;
+
+    /// Runs matching `filter`, in run id byte order, strictly after `filter.after`, at most
+    /// `limit`.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for `limit` outside 1..=[`MAX_BATCH`].
+    async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>>;
+
+    /// Counts for `cairn doctor` and metrics.
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn stats(&self) -> Result<SpoolStats>;
+
+    /// Appends an event to a run's stream.
+    ///
+    /// # Contract
+    /// - Sequence numbers start at 1 and rise by exactly 1 per new event of the run, never
+    ///   reused (also after events are acknowledged or removed).
+    /// - Re-appending an id the run still holds is a no-op returning the original seq with
+    ///   `created: false` (the first payload stays). Once an event is acknowledged or removed
+    ///   by retention its id may be appended again as a new event.
+    /// - Allowed in every state (a finished run may still report).
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for a payload over
+    /// [`MAX_RUN_EVENT_PAYLOAD`].
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended>;
+
+    /// The run's stored events with seq greater than `after`, in seq order, at most `limit`.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for `limit` outside
+    /// 1..=[`MAX_BATCH`].
+    async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>>;
+
+    /// Removes delivered events from the run's stream and returns how many were removed.
+    ///
+    /// # Contract
+    /// Ids the run does not hold are ignored, so repeating a call is harmless.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for more than
+    /// [`MAX_ACK_IDS`] ids.
+    async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64>;
+
+    /// Sets a named fact on a run, once.
+    ///
+    /// # Contract
+    /// First writer wins: setting an unset fact stores it ([`FactOutcome::Set`]); setting it
+    /// again to the same bytes writes nothing ([`FactOutcome::AlreadySet`]). Allowed in every
+    /// state.
+    ///
+    /// # Errors
+    /// [`crate::Error::FactConflict`] carrying the stored value when it differs;
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for a value over
+    /// [`MAX_FACT_VALUE`].
+    async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome>;
+
+    /// The run's facts.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`].
+    async fn facts(&self, run: RunId) -> Result<std::collections::BTreeMap<FactName, Vec<u8>>>;
+
+    /// Removes old events and finished runs, in bounded batches.
+    ///
+    /// # Contract
+    /// - Driven by [`RetentionPass`]: expired events first, then the oldest events while the
+    ///   total event payload is over `policy.max_bytes`, then terminal runs that hold no event
+    ///   and finished more than `policy.max_age` ago (with their facts).
+    /// - Each batch is one transaction deleting at most `budget.batch_size` rows; no batch
+    ///   starts after the budget is spent. A failure between batches leaves every batch before
+    ///   it committed and the store consistent.
+    /// - After a complete pass (`report.complete`), no event is older than `max_age` and the
+    ///   total event payload is at most `max_bytes`.
+    /// - Live runs and their events' sequence counters are never touched.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for an invalid budget.
+    async fn retention_pass(
+        &self,
+        policy: &RetentionPolicy,
+        budget: &RetentionBudget,
+    ) -> Result<RetentionReport>;
+
+    /// A handle that resolves when new work may exist in `queue`.
+    ///
+    /// # Contract
+    /// - Wakes for runs created in or returned to `queue` (retryable nacks) after this call,
+    ///   by this or any other process; see [`Wakeup::wait`]. A process that writes straight to
+    ///   the store (an offline hook) wakes a running subscriber within a second.
+    /// - Runs that become due by time alone (`not_before`, backoff, expired leases) wake no
+    ///   one: a consumer also polls at an interval of its choosing.
+    ///
+    /// # Errors
+    /// [`crate::Error::Unavailable`] when notifications cannot be set up.
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>>;
+}

@@ -1,0 +1,262 @@
+//! The run state machine as one pure function every backend calls, so no backend can invent a
+//! transition the others refuse.
+//!
+//! ```text
+//! queued ──claim──▶ claimed ──ack──▶ succeeded
+//!   │  ▲              │ ├─fail──▶ failed
+//!   │  └───retry──────┘ ├─park──▶ parked     (permanent nack, attempts exhausted, last lease expired)
+//!   │                   ├─confirm cancel──▶ canceled   (nack or expiry after a cancel request)
+//!   ├─cancel──▶ canceled  (claimed: cancel only sets the request flag)
+//!   └─supersede──▶ superseded
+//! ```
+
+use std::fmt;
+
+use super::types::{LeaseToken, NackKind, RunId, RunState};
+use crate::error::{Error, Result};
+
+/// Something that happens to a run.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Action {
+    /// A claim takes a queued run.
+    Claim,
+    /// A claim takes a claimed run whose lease expired (and whose backoff passed).
+    Reclaim,
+    /// The holder extends the lease.
+    Heartbeat,
+    /// The holder reports success (repeating it on a succeeded run is allowed).
+    Ack,
+    /// A retryable nack with attempts left: back to the queue.
+    Retry,
+    /// Give up: permanent nack, attempts exhausted, or the last lease expired.
+    Park,
+    /// The holder reports a failure outcome.
+    Fail,
+    /// A cancel: ends a queued run; on a claimed run it only requests cancellation.
+    Cancel,
+    /// A claimed run whose cancel was requested ends canceled (its holder nacked it, or its
+    /// lease expired).
+    ConfirmCancel,
+    /// A newer run of the supersede group replaces a queued run.
+    Supersede,
+}
+
+impl Action {
+    /// Every action.
+    pub const ALL: [Action; 10] = [
+        Action::Claim,
+        Action::Reclaim,
+        Action::Heartbeat,
+        Action::Ack,
+        Action::Retry,
+        Action::Park,
+        Action::Fail,
+        Action::Cancel,
+        Action::ConfirmCancel,
+        Action::Supersede,
+    ];
+
+    /// The action's name in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Claim => "claim",
+            Action::Reclaim => "reclaim",
+            Action::Heartbeat => "heartbeat",
+            Action::Ack => "ack",
+            Action::Retry => "retry",
+            Action::Park => "park",
+            Action::Fail => "fail",
+            Action::Cancel => "cancel",
+            Action::ConfirmCancel => "confirm the cancel of",
+            Action::Supersede => "supersede",
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The state `action` takes a run in state `from` to.
+///
+/// # Errors
+/// [`Error::InvalidTransition`] when the state does not allow the action.
+pub fn transition(from: RunState, action: Action) -> Result<RunState> {
+    use Action as A;
+    use RunState as S;
+    let to = match (from, action) {
+        (S::Queued, A::Claim) => S::Claimed,
+        (S::Queued, A::Cancel) => S::Canceled,
+        (S::Queued, A::Supersede) => S::Superseded,
+        (S::Claimed, A::Reclaim | A::Heartbeat | A::Cancel) => S::Claimed,
+        (S::Claimed, A::Ack) => S::Succeeded,
+        (S::Claimed, A::Retry) => S::Queued,
+        (S::Claimed, A::Park) => S::Parked,
+        (S::Claimed, A::Fail) => S::Failed,
+        (S::Claimed, A::ConfirmCancel) => S::Canceled,
+        // Ack is idempotent: the holder may repeat it after a lost reply.
+        (S::Succeeded, A::Ack) => S::Succeeded,
+        _ => return Err(Error::InvalidTransition { from, action }),
+    };
+    Ok(to)
+}
+
+/// What a nack of a claimed run does: a requested cancel wins over everything (the holder
+/// stopped because it was asked to); a retryable nack retries while `attempts <
+/// max_attempts`, else parks.
+pub fn nack_action(
+    kind: NackKind,
+    attempts: u32,
+    max_attempts: u32,
+    cancel_requested: bool,
+) -> Action {
+    if cancel_requested {
+        return Action::ConfirmCancel;
+    }
+    match kind {
+        NackKind::Retryable if attempts < max_attempts => Action::Retry,
+        NackKind::Retryable | NackKind::Permanent => Action::Park,
+        NackKind::Failed => Action::Fail,
+    }
+}
+
+/// What a claim does with a claimed run whose lease expired and whose backoff passed: cancel it
+/// if a cancel was requested, park it when its last attempt is used up, else take it again.
+pub fn expiry_action(attempts: u32, max_attempts: u32, cancel_requested: bool) -> Action {
+    if cancel_requested {
+        Action::ConfirmCancel
+    } else if attempts >= max_attempts {
+        Action::Park
+    } else {
+        Action::Reclaim
+    }
+}
+
+/// The reason recorded when a claim parks a run whose last lease expired.
+pub fn expired_park_reason(attempts: u32) -> String {
+    format!("the lease of attempt {attempts} expired and no attempts are left")
+}
+
+/// The reason recorded when a retryable nack on the last attempt parks a run.
+pub fn exhausted_park_reason(attempts: u32, reason: &str) -> String {
+    super::types::clip_reason(&format!(
+        "attempts exhausted after {attempts}; last error: {reason}"
+    ))
+}
+
+/// The lease check every heartbeat, ack and nack makes first: the presented token must be the
+/// one the run's latest claim issued.
+///
+/// # Errors
+/// [`Error::LeaseLost`] when the run was never claimed or a later claim issued another token.
+pub fn check_token(run: RunId, latest: Option<LeaseToken>, presented: LeaseToken) -> Result<()> {
+    if latest == Some(presented) {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost { run })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RunState as S;
+
+    /// The whole table, written out once more by hand: every (state, action) pair not listed
+    /// here must be refused.
+    const ALLOWED: &[(RunState, Action, RunState)] = &[
+        (S::Queued, Action::Claim, S::Claimed),
+        (S::Queued, Action::Cancel, S::Canceled),
+        (S::Queued, Action::Supersede, S::Superseded),
+        (S::Claimed, Action::Reclaim, S::Claimed),
+        (S::Claimed, Action::Heartbeat, S::Claimed),
+        (S::Claimed, Action::Cancel, S::Claimed),
+        (S::Claimed, Action::Ack, S::Succeeded),
+        (S::Claimed, Action::Retry, S::Queued),
+        (S::Claimed, Action::Park, S::Parked),
+        (S::Claimed, Action::Fail, S::Failed),
+        (S::Claimed, Action::ConfirmCancel, S::Canceled),
+        (S::Succeeded, Action::Ack, S::Succeeded),
+    ];
+
+    #[test]
+    fn every_pair_matches_the_table() {
+        for from in RunState::ALL {
+            for action in Action::ALL {
+                let want = ALLOWED
+                    .iter()
+                    .find(|(f, a, _)| *f == from && *a == action)
+                    .map(|(_, _, to)| *to);
+                match (transition(from, action), want) {
+                    (Ok(got), Some(to)) => assert_eq!(got, to, "{from} --{action}-->"),
+                    (Err(Error::InvalidTransition { from: f, action: a }), None) => {
+                        assert_eq!((f, a), (from, action));
+                    }
+                    (got, want) => panic!("{from} --{action}--> gave {got:?}, want {want:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn terminal_states_only_allow_a_repeated_ack() {
+        for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
+            for action in Action::ALL {
+                let ok = transition(from, action).is_ok();
+                assert_eq!(ok, from == S::Succeeded && action == Action::Ack);
+            }
+        }
+    }
+
+    #[test]
+    fn nack_decisions() {
+        use NackKind as K;
+        assert_eq!(nack_action(K::Retryable, 1, 3, false), Action::Retry);
+        assert_eq!(nack_action(K::Retryable, 3, 3, false), Action::Park);
+        assert_eq!(nack_action(K::Retryable, 4, 3, false), Action::Park);
+        assert_eq!(nack_action(K::Permanent, 1, 3, false), Action::Park);
+        assert_eq!(nack_action(K::Failed, 1, 3, false), Action::Fail);
+        for kind in [K::Retryable, K::Permanent, K::Failed] {
+            assert_eq!(nack_action(kind, 1, 3, true), Action::ConfirmCancel);
+        }
+        // Every decision is a valid transition from Claimed.
+        for kind in [K::Retryable, K::Permanent, K::Failed] {
+            for attempts in 0..4 {
+                for cancel in [false, true] {
+                    let a = nack_action(kind, attempts, 3, cancel);
+                    assert!(transition(S::Claimed, a).is_ok());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn expiry_decisions() {
+        assert_eq!(expiry_action(1, 3, false), Action::Reclaim);
+        assert_eq!(expiry_action(3, 3, false), Action::Park);
+        assert_eq!(expiry_action(1, 3, true), Action::ConfirmCancel);
+        for attempts in 0..5 {
+            for cancel in [false, true] {
+                let a = expiry_action(attempts, 3, cancel);
+                assert!(transition(S::Claimed, a).is_ok());
+            }
+        }
+    }
+
+    #[test]
+    fn tokens() {
+        let run = RunId([1; 16]);
+        let t = LeaseToken([2; 16]);
+        assert!(check_token(run, Some(t), t).is_ok());
+        assert!(matches!(
+            check_token(run, Some(LeaseToken([3; 16])), t),
+            Err(Error::LeaseLost { .. })
+        ));
+        assert!(matches!(
+            check_token(run, None, t),
+            Err(Error::LeaseLost { .. })
+        ));
+    }
+}
