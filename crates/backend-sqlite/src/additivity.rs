@@ -14,8 +14,8 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, ToSql};
 
 use crate::config::SqliteOptions;
+use crate::db::blocking;
 use crate::error::map;
-use crate::store::blocking;
 use crate::{files, SqliteStore, BOOKKEEPING_TABLES};
 
 /// The statements the engine sends. Fixed statements are constants; the per-table ones are
@@ -223,7 +223,7 @@ fn space(name: &str) -> Result<SpaceId> {
 
 /// Builds the store at the end of `set` and fills it through cairn's own write paths.
 async fn seed(path: &Path, opts: &SqliteOptions, set: MigrationSet) -> Result<(), MigrateError> {
-    let (store, _) = SqliteStore::open_migrated(path, opts.clone(), &Runner::new(set)).await?;
+    let store = SqliteStore::open_with_runner(path, opts.clone(), &Runner::new(set)).await?;
     let json: &[u8] = br#"{"x": 1, "y": [true, null]}"#;
     let not_json: &[u8] = b"\xff\x00";
 

@@ -59,10 +59,31 @@ pub(crate) fn check_path(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether anything sits at `path` (a link counts: [`check_path`] refuses it separately).
+pub(crate) fn exists(path: &Path) -> Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io_err(path, e)),
+    }
+}
+
+/// The error for a missing store that must not be created.
+pub(crate) fn no_store(path: &Path) -> Error {
+    Error::NotFound {
+        what: format!("cairn store at {}", path.display()),
+    }
+}
+
 /// Checks `path` ([`check_path`]), then creates its directory (0700) and the empty database
-/// file (0600) when missing, fsyncing the directory so the new entry survives a crash.
-pub(crate) fn prepare(path: &Path) -> Result<()> {
+/// file (0600) when missing, fsyncing the directory so the new entry survives a crash. With
+/// [`SqliteOptions::create_if_missing`] off, a missing file is [`Error::NotFound`] and
+/// nothing is created.
+pub(crate) fn prepare(path: &Path, opts: &SqliteOptions) -> Result<()> {
     check_path(path)?;
+    if !opts.create_if_missing && !exists(path)? {
+        return Err(no_store(path));
+    }
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -114,6 +135,19 @@ pub(crate) fn connect_unconfigured(path: &Path, opts: &SqliteOptions) -> Result<
     conn.pragma_update(None, "foreign_keys", "ON")
         .map_err(|e| open_error(path, e))?;
     conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+/// Opens a read-only connection to an existing, checked store file, in whatever journal mode
+/// the file has: the look that must write nothing (not even the switch to WAL) reads through
+/// it.
+pub(crate) fn connect_read_only(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| open_error(path, e))?;
+    conn.busy_timeout(opts.busy_timeout)
+        .map_err(|e| open_error(path, e))?;
     Ok(conn)
 }
 

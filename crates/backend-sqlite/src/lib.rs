@@ -28,9 +28,11 @@
 
 mod additivity;
 mod config;
+mod db;
 mod error;
 mod files;
 mod migrate;
+mod pool;
 mod sql;
 mod store;
 #[cfg(feature = "testkit")]

@@ -13,9 +13,10 @@ use cairn_migrate::{
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::config::SqliteOptions;
+use crate::db::blocking;
 use crate::error::map;
 use crate::files;
-use crate::store::blocking;
+use crate::store::check_not_foreign;
 
 mod sql {
     pub(super) const HAS_STAMP_TABLE: &str =
@@ -49,7 +50,11 @@ pub struct SqliteMigrator {
 }
 
 impl SqliteMigrator {
-    /// A migrator for the store file at `path` (created safely when missing).
+    /// A migrator for the store file at `path`, opened with `opts`: the file is created safely
+    /// by the first upgrade when missing (unless [`SqliteOptions::create_if_missing`] is off),
+    /// and a file holding another application's tables is refused unless
+    /// [`SqliteOptions::share_file_with_application`] is on. Looking at a store's state
+    /// ([`MigrationBackend::read_state`]) writes nothing.
     pub fn new(path: impl AsRef<Path>, opts: SqliteOptions) -> Self {
         Self {
             path: path.as_ref().to_path_buf(),
@@ -101,8 +106,15 @@ impl MigrationBackend for SqliteMigrator {
     async fn read_state(&self, set: &str) -> Result<StoredState, MigrateError> {
         let (path, opts, set) = (self.path.clone(), self.opts.clone(), set.to_owned());
         blocking(move || {
-            files::prepare(&path)?;
-            let conn = files::connect(&path, &opts)?;
+            files::check_path(&path)?;
+            // The look without the lock writes nothing: a missing file reads as a new store
+            // (creating it is the locked step's business), and an existing one is read through
+            // a read-only connection that leaves its journal mode alone.
+            if !files::exists(&path)? {
+                return Ok(StoredState::default());
+            }
+            let conn = files::connect_read_only(&path, &opts)?;
+            check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))?;
             // A deferred read transaction: a consistent snapshot, no lock, no write.
             conn.execute_batch("BEGIN").map_err(map)?;
             let state = read_state(&conn, &set);
@@ -116,13 +128,11 @@ impl MigrationBackend for SqliteMigrator {
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError> {
         let (path, opts) = (self.path.clone(), self.opts.clone());
         let conn = blocking(move || {
-            files::prepare(&path)?;
-            let conn = files::connect(
-                &path,
-                &SqliteOptions {
-                    busy_timeout: timeout,
-                },
-            )?;
+            files::prepare(&path, &opts)?;
+            let conn = files::connect_unconfigured(&path, &opts.clone().busy_timeout(timeout))?;
+            // Checked before the switch to WAL, which would already write to the file.
+            check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))?;
+            files::configure(&path, &conn)?;
             conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;
             conn.busy_timeout(opts.busy_timeout).map_err(map)?;
             conn.execute_batch(sql::CREATE_STAMP).map_err(map)?;

@@ -1,16 +1,18 @@
 //! [`SqliteStore`]: the epoch log on one SQLite file.
 //!
-//! Concurrency model: each store instance owns two connections, a writer and a reader, each
-//! behind a mutex and used only inside `spawn_blocking`, so no rusqlite call runs on the async
-//! executor. The writer mutex is the in-process writer guard; `BEGIN IMMEDIATE` then takes
-//! SQLite's single writer lock, which serializes writers across instances and processes (WAL
-//! lets readers proceed meanwhile). Seqs are assigned under that lock, which is what makes the
+//! Concurrency model: each store instance owns one writer connection behind a mutex and a small
+//! set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each used
+//! only inside `spawn_blocking`, so no rusqlite call runs on the async executor. The writer
+//! mutex is the in-process writer guard; `BEGIN IMMEDIATE` then takes SQLite's single writer
+//! lock, which serializes writers across instances and processes. WAL lets every read
+//! connection read its own snapshot meanwhile, so reads neither wait for the writer nor for
+//! each other. Seqs are assigned under that lock, which is what makes the
 //! head-cache check sound.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use cairn_core::{
@@ -18,14 +20,16 @@ use cairn_core::{
     Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head, HeadProbe,
     ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
-use rusqlite::{params, Connection, Params, Row};
+use rusqlite::{params, Connection};
 use std::time::Duration;
 
 use cairn_migrate::{cairn_set, Opened, Runner};
 
 use crate::config::SqliteOptions;
+use crate::db::{blocking, lock, Db, End};
 use crate::error::{corrupt, map};
 use crate::migrate::SqliteMigrator;
+use crate::pool::ReadPool;
 use crate::{files, sql};
 
 /// Statements a single-event append costs when the head cache is current and holds one row
@@ -43,8 +47,9 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     opts: SqliteOptions,
+    opened: Opened,
     writer: Mutex<Connection>,
-    reader: Mutex<Connection>,
+    readers: Arc<ReadPool>,
     statements: AtomicU64,
 }
 
@@ -54,110 +59,6 @@ impl fmt::Debug for SqliteStore {
             .field("path", &self.inner.path)
             .field("busy_timeout", &self.inner.opts.busy_timeout)
             .finish_non_exhaustive()
-    }
-}
-
-/// Runs blocking work off the async executor.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
-where
-    T: Send + 'static,
-    F: FnOnce() -> Result<T> + Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::backend("sqlite", format!("blocking task failed: {e}")))?
-}
-
-fn lock(m: &Mutex<Connection>) -> MutexGuard<'_, Connection> {
-    // Every transaction is finished (committed or rolled back) before the guard drops, and
-    // `Db::begin` rolls back anything left open, so a poisoned connection is still usable.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// How a write transaction ends.
-pub(crate) enum End {
-    Commit,
-    /// Nothing was written (or must not be): roll back so no commit touches the file.
-    Rollback,
-}
-
-/// A connection plus the store's statement counter: every statement sent goes through here.
-pub(crate) struct Db<'c> {
-    conn: &'c Connection,
-    counter: &'c AtomicU64,
-}
-
-impl<'c> Db<'c> {
-    pub(crate) fn new(conn: &'c Connection, counter: &'c AtomicU64) -> Self {
-        Self { conn, counter }
-    }
-
-    fn count(&self) {
-        self.counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn exec(&self, sql: &str, params: impl Params) -> Result<usize> {
-        self.count();
-        self.conn
-            .prepare_cached(sql)
-            .and_then(|mut s| s.execute(params))
-            .map_err(map)
-    }
-
-    pub(crate) fn rows<T>(
-        &self,
-        sql: &str,
-        params: impl Params,
-        f: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
-    ) -> Result<Vec<T>> {
-        self.count();
-        let mut stmt = self.conn.prepare_cached(sql).map_err(map)?;
-        let rows = stmt.query_map(params, f).map_err(map)?;
-        rows.collect::<rusqlite::Result<Vec<T>>>().map_err(map)
-    }
-
-    fn begin(&self, sql: &str) -> Result<()> {
-        if !self.conn.is_autocommit() {
-            self.exec(sql::ROLLBACK, [])?;
-        }
-        self.exec(sql, []).map(drop)
-    }
-
-    /// Runs `f` in a `BEGIN IMMEDIATE` transaction; an error rolls everything back.
-    pub(crate) fn write_tx<T>(&self, f: impl FnOnce(&Self) -> Result<(T, End)>) -> Result<T> {
-        self.begin(sql::BEGIN_IMMEDIATE)?;
-        self.finish(f(self))
-    }
-
-    /// Runs `f` in a read transaction: one consistent snapshot for all its statements.
-    pub(crate) fn read_tx<T>(&self, f: impl FnOnce(&Self) -> Result<T>) -> Result<T> {
-        self.begin(sql::BEGIN_READ)?;
-        self.finish(f(self).map(|v| (v, End::Commit)))
-    }
-
-    fn finish<T>(&self, r: Result<(T, End)>) -> Result<T> {
-        match r {
-            Ok((v, End::Commit)) => match self.exec(sql::COMMIT, []) {
-                Ok(_) => Ok(v),
-                Err(e) => {
-                    self.rollback_quietly();
-                    Err(e)
-                }
-            },
-            Ok((v, End::Rollback)) => self.exec(sql::ROLLBACK, []).map(|_| v),
-            Err(e) => {
-                self.rollback_quietly();
-                Err(e)
-            }
-        }
-    }
-
-    fn rollback_quietly(&self) {
-        if !self.conn.is_autocommit() {
-            // The original error is the one to report; a failed rollback leaves the
-            // transaction open, and the next `begin` rolls it back.
-            let _ = self.exec(sql::ROLLBACK, []);
-        }
     }
 }
 
@@ -410,7 +311,7 @@ fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Re
             return Err(Error::space_not_found(space));
         }
         db.count();
-        let mut stmt = db.conn.prepare_cached(sql::EVENTS_AFTER).map_err(map)?;
+        let mut stmt = db.conn().prepare_cached(sql::EVENTS_AFTER).map_err(map)?;
         let mut rows = stmt
             .query(params![space.as_bytes(), after.to_i64()?])
             .map_err(map)?;
@@ -505,45 +406,61 @@ impl SqliteStore {
         Self::open_with(path, SqliteOptions::default()).await
     }
 
-    /// Opens (creating when missing) the store at `path`: refuses a symlinked file, `-wal` or
-    /// `-shm`; creates the directory 0700 and the file 0600 and fsyncs the directory; turns on
-    /// WAL, foreign keys, the busy timeout and `synchronous=FULL`; applies the epoch-log schema
-    /// in one `BEGIN IMMEDIATE` transaction.
+    /// Opens the store at `path`, creating it when missing unless
+    /// [`SqliteOptions::create_if_missing`] is off: refuses a symlinked file, `-wal` or
+    /// `-shm`; creates the directory 0700 and the file 0600 and fsyncs the directory; refuses a
+    /// database that holds other tables and no cairn stamp (unless
+    /// [`SqliteOptions::share_file_with_application`]); runs cairn's migration set through the
+    /// lineage-aware runner ([`SqliteStore::opened`] says what it did); turns on WAL, foreign
+    /// keys, the busy timeout and `synchronous=FULL`.
     ///
     /// # Errors
-    /// [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is created);
-    /// [`Error::Io`] when the file or directory cannot be created or opened;
-    /// [`Error::Corrupt`] when the file is not a SQLite database or holds tables that do not
-    /// match cairn's schema; [`Error::Retryable`] when another writer held the lock past the
+    /// [`Error::InvalidInput`] for options no store can be opened with (0 read connections);
+    /// [`Error::NotFound`] when no file exists and `create_if_missing` is off (nothing is
+    /// created); [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is
+    /// created); [`Error::Io`] when the file or directory cannot be created or opened;
+    /// [`Error::Corrupt`] when the file is not a SQLite database, holds an application's tables
+    /// without the opt-in, or holds tables that do not match cairn's schema;
+    /// [`Error::Incompatible`] for a store whose migration history this build must not use
+    /// (nothing is changed); [`Error::Retryable`] when another writer held the lock past the
     /// busy timeout.
     pub async fn open_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
         let runner = Runner::new(cairn_set())
             .with_lock_timeout(opts.busy_timeout.max(Duration::from_secs(30)));
-        Ok(Self::open_migrated(path, opts, &runner).await?.0)
+        Self::open_with_runner(path.as_ref(), opts, &runner).await
     }
 
-    /// Opens the store at `path` as the build whose view of cairn's migration set `runner`
-    /// holds: the lineage-aware runner creates, upgrades, uses (when ahead) or refuses the
-    /// store; then the store's statements are checked against its tables. Says what the
-    /// runner did.
+    /// Test support: opens the store at `path` as the build whose view of cairn's migration set
+    /// `runner` holds (an older or a diverged build, or a runner with test hooks).
     ///
     /// # Errors
-    /// As [`SqliteStore::open_with`], plus [`Error::Incompatible`] for a store whose migration
-    /// history this build must not use (nothing is changed).
+    /// As [`SqliteStore::open_with`].
+    #[cfg(feature = "testkit")]
     pub async fn open_migrated(
         path: impl AsRef<Path>,
         opts: SqliteOptions,
         runner: &Runner,
     ) -> Result<(Self, Opened)> {
-        let path = path.as_ref().to_path_buf();
+        let store = Self::open_with_runner(path.as_ref(), opts, runner).await?;
+        let opened = store.opened().clone();
+        Ok((store, opened))
+    }
+
+    pub(crate) async fn open_with_runner(
+        path: &Path,
+        opts: SqliteOptions,
+        runner: &Runner,
+    ) -> Result<Self> {
+        opts.validate()?;
+        let path = path.to_path_buf();
         {
             let (path, opts) = (path.clone(), opts.clone());
             // A file that is not a SQLite database, or a database of something else, is refused
             // before anything (even the switch to WAL) is written to it.
             blocking(move || {
-                files::prepare(&path)?;
+                files::prepare(&path, &opts)?;
                 let conn = files::connect_unconfigured(&path, &opts)?;
-                check_not_foreign(&conn).map_err(|e| files::open_error_mapped(&path, e))
+                check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))
             })
             .await?;
         }
@@ -551,22 +468,30 @@ impl SqliteStore {
             .open(&SqliteMigrator::new(&path, opts.clone()))
             .await
             .map_err(|e| files::open_error_mapped(&path, e.into()))?;
-        let store = blocking(move || {
+        blocking(move || {
             let writer = files::connect(&path, &opts)?;
             check_schema(&writer).map_err(|e| files::open_error_mapped(&path, e))?;
-            let reader = files::connect(&path, &opts)?;
+            let readers = (0..opts.read_connections)
+                .map(|_| connect_reader(&path, &opts))
+                .collect::<Result<Vec<_>>>()?;
             Ok(Self {
                 inner: Arc::new(Inner {
                     path,
                     opts,
+                    opened,
                     writer: Mutex::new(writer),
-                    reader: Mutex::new(reader),
+                    readers: ReadPool::new(readers),
                     statements: AtomicU64::new(0),
                 }),
             })
         })
-        .await?;
-        Ok((store, opened))
+        .await
+    }
+
+    /// What cairn's migration runner did to the store's schema when this instance opened it
+    /// (at head, upgraded, ahead of this build, lineage repaired).
+    pub fn opened(&self) -> &Opened {
+        &self.inner.opened
     }
 
     /// The store file's path.
@@ -592,34 +517,50 @@ impl SqliteStore {
         .await
     }
 
-    async fn with_reader<T, F>(&self, f: F) -> Result<T>
+    /// Runs `f` on a read connection of its own (waiting, without holding a thread, while all
+    /// of them are busy).
+    pub(crate) async fn with_reader<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Db<'_>) -> Result<T> + Send + 'static,
     {
+        let conn = self.inner.readers.checkout().await?;
         let inner = self.inner.clone();
-        blocking(move || {
-            let conn = lock(&inner.reader);
-            f(&Db::new(&conn, &inner.statements))
-        })
-        .await
+        blocking(move || f(&Db::new(&conn, &inner.statements))).await
+    }
+
+    /// Test support: the read connections, to hold one busy.
+    #[cfg(feature = "testkit")]
+    pub(crate) fn readers(&self) -> &Arc<ReadPool> {
+        &self.inner.readers
     }
 
     /// Test support: rows the writer connection has changed since it was opened
     /// (`sqlite3_total_changes`), to prove that an operation wrote nothing.
-    #[doc(hidden)]
+    #[cfg(feature = "testkit")]
     pub async fn testkit_total_changes(&self) -> Result<u64> {
         let inner = self.inner.clone();
         blocking(move || Ok(lock(&inner.writer).total_changes())).await
     }
 }
 
-/// Compiles every statement the store uses, so a file whose tables exist with another shape
-/// (a foreign database) is refused at open rather than on first use.
+/// A read connection: configured like the writer, and `query_only`, so that no read path can
+/// write even by mistake.
+fn connect_reader(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
+    let conn = files::connect(path, opts)?;
+    conn.pragma_update(None, "query_only", "ON")
+        .map_err(|e| files::open_error(path, e))?;
+    Ok(conn)
+}
+
 /// Refuses a database that belongs to something else before anything is written to it: one
 /// that holds tables but no migration stamp must be a cairn store from before the runner (all
-/// of the epoch log's statements compile against it), or it is not ours.
-fn check_not_foreign(conn: &Connection) -> Result<()> {
+/// of the epoch log's statements compile against it), or it is not ours, and cairn writes into
+/// it only with [`SqliteOptions::share_file_with_application`].
+pub(crate) fn check_not_foreign(conn: &Connection, opts: &SqliteOptions) -> Result<()> {
+    if opts.share_file_with_application {
+        return Ok(());
+    }
     let tables: Vec<String> = conn
         .prepare(sql::USER_TABLES)
         .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
@@ -627,11 +568,37 @@ fn check_not_foreign(conn: &Connection) -> Result<()> {
     if tables.is_empty() || tables.iter().any(|t| t == "cairn_migration_stamp") {
         return Ok(());
     }
-    check_schema(conn)
+    match schema_mismatch(conn) {
+        None => Ok(()),
+        Some(Error::Backend { source, .. }) => Err(Error::Corrupt {
+            detail: "it holds another application's tables and no cairn migration stamp; point \
+                     cairn at a file of its own, or opt in with \
+                     SqliteOptions::share_file_with_application to keep cairn's tables beside \
+                     the application's"
+                .into(),
+            source,
+        }),
+        Some(other) => Err(other),
+    }
 }
 
+/// Compiles every statement the store uses, so a file whose tables exist with another shape
+/// (a foreign database) is refused at open rather than on first use.
 fn check_schema(conn: &Connection) -> Result<()> {
-    for q in [
+    match schema_mismatch(conn) {
+        None => Ok(()),
+        Some(Error::Backend { detail, source, .. }) => Err(Error::Corrupt {
+            detail: format!("its tables do not match cairn's epoch log ({detail})"),
+            source,
+        }),
+        Some(other) => Err(other),
+    }
+}
+
+/// The error of the first statement the store uses that does not compile against the file's
+/// tables, if any.
+fn schema_mismatch(conn: &Connection) -> Option<Error> {
+    [
         sql::PROBE,
         sql::ANTI_JOIN_HEADS,
         sql::EPOCH_SEQ,
@@ -645,15 +612,9 @@ fn check_schema(conn: &Connection) -> Result<()> {
         sql::EPOCH_EVENTS,
         sql::EVENTS_AFTER,
         sql::SPACES_AFTER,
-    ] {
-        conn.prepare_cached(q).map_err(|e| match map(e) {
-            Error::Backend { detail, .. } => corrupt(format!(
-                "its tables do not match cairn's epoch log ({detail})"
-            )),
-            other => other,
-        })?;
-    }
-    Ok(())
+    ]
+    .into_iter()
+    .find_map(|q| conn.prepare_cached(q).err().map(map))
 }
 
 #[async_trait]

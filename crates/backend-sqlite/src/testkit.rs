@@ -10,12 +10,13 @@ use cairn_conformance::Harness;
 use cairn_core::{
     Appended, EpochDiagnostics, EpochId, Error, Event, EventId, Head, Result, SpaceId,
 };
-use rusqlite::params;
+use rusqlite::{params, OptionalExtension};
 
 use crate::config::SqliteOptions;
+use crate::db::{blocking, End};
+use crate::pool::Checkout;
 use crate::store::{
-    anti_join, blocking, cache_sole_head, epoch_seq, insert_epoch, max_seq, probe, End,
-    APPEND_STATEMENT_BUDGET,
+    anti_join, cache_sole_head, epoch_seq, insert_epoch, max_seq, probe, APPEND_STATEMENT_BUDGET,
 };
 use crate::{files, sql, SqliteStore};
 
@@ -106,6 +107,27 @@ impl Harness for SqliteHarness {
     }
 }
 
+/// A read transaction held open on one of a store's read connections (see
+/// [`SqliteStore::testkit_hold_read`]); dropping it ends the transaction and returns the
+/// connection to the store.
+pub struct ReadHold {
+    conn: Checkout,
+}
+
+impl std::fmt::Debug for ReadHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadHold").finish_non_exhaustive()
+    }
+}
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        // A read transaction ends at once; a failure leaves it open, and the next read on this
+        // connection rolls it back before it begins.
+        let _ = self.conn.execute_batch(sql::ROLLBACK);
+    }
+}
+
 /// Which head lookup [`SqliteStore::bench_time_lookup`] times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadLookup {
@@ -127,6 +149,28 @@ pub enum HeadLookup {
 const SEED_BATCH: u64 = 50_000;
 
 impl SqliteStore {
+    /// Test support: takes one of the store's read connections out of use, inside a read
+    /// transaction that has read `space`'s largest seq (so it holds a WAL snapshot), until the
+    /// returned hold is dropped. Waits while every read connection is busy.
+    ///
+    /// # Errors
+    /// Backend errors.
+    pub async fn testkit_hold_read(&self, space: &SpaceId) -> Result<ReadHold> {
+        let conn = self.readers().checkout().await?;
+        let space = space.clone();
+        let conn = blocking(move || {
+            conn.execute_batch(sql::BEGIN_READ)
+                .map_err(crate::error::map)?;
+            let _seq: Option<i64> = conn
+                .query_row(sql::MAX_SEQ, params![space.as_bytes()], |r| r.get(0))
+                .optional()
+                .map_err(crate::error::map)?;
+            Ok(conn)
+        })
+        .await?;
+        Ok(ReadHold { conn })
+    }
+
     /// Test support: appends an epoch the way a writer that predates the head cache does:
     /// under the same writer lock and seq rule, with the anti-join's heads as parents (or
     /// `parents` when given, to make a fork), never touching `epoch_head`.
