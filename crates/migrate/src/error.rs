@@ -24,6 +24,15 @@ pub enum MigrateError {
         /// The first problem found.
         reason: String,
     },
+    /// A migration file of an application's set cannot be used (its name, its encoding, its
+    /// SQL, or its place in the set); nothing was applied.
+    #[error("migration file {file}: {reason}")]
+    Source {
+        /// The file's name.
+        file: String,
+        /// What is wrong and what to do.
+        reason: String,
+    },
     /// Another process held the migration lock past the timeout; nothing was changed.
     #[error("timed out after {waited_ms} ms waiting for the migration lock; another process is migrating, retry")]
     LockTimeout {
@@ -73,6 +82,9 @@ impl From<MigrateError> for cairn_core::Error {
             MigrateError::Corrupt { detail } => cairn_core::Error::corrupt(detail),
             MigrateError::InvalidSet { .. } => {
                 cairn_core::Error::invalid("migration set", e.to_string())
+            }
+            MigrateError::Source { .. } => {
+                cairn_core::Error::invalid("migration file", e.to_string())
             }
         }
     }

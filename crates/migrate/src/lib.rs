@@ -26,6 +26,8 @@ mod classify;
 mod error;
 mod revision;
 mod runner;
+pub mod source;
+mod split;
 
 pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
@@ -35,3 +37,4 @@ pub use revision::{Checksum, LineageEntry, MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
 pub use runner::{LockedMigration, MigrationBackend, Opened, Runner};
+pub use split::{split_statements, SplitError};

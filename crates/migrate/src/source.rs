@@ -1,0 +1,445 @@
+//! Loading an application's migration set from SQL files (a directory, or files embedded at
+//! compile time with [`embed_migrations!`](crate::embed_migrations)).
+//!
+//! File names follow sqlx: `NNNN_description.sql`, one revision per number, applied in numeric
+//! order. `NNNN_description.sqlite.sql` / `NNNN_description.postgres.sql` replace the generic
+//! file for one dialect. The revision id is the name without the dialect suffix and `.sql`
+//! (`0001_users`); each revision's parent is the one before it; its description is the text of
+//! the file's first `--` comment line when the file starts with one, else the id.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use cairn_core::schema::Dialect;
+
+use crate::cairn_set::CAIRN_SET;
+use crate::error::MigrateError;
+use crate::revision::{MigrationSet, Revision};
+use crate::split::split_statements;
+
+/// Which dialect a file is for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Target {
+    Generic,
+    Only(Dialect),
+}
+
+/// One parsed file name.
+#[derive(Debug)]
+struct FileName {
+    number: u64,
+    stem: String,
+    target: Target,
+}
+
+fn source_err(file: &str, reason: impl Into<String>) -> MigrateError {
+    MigrateError::Source {
+        file: file.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses a migration file name; `Ok(None)` for a file that is not a migration (no `.sql`).
+fn parse_name(file: &str) -> Result<Option<FileName>, MigrateError> {
+    let Some(rest) = file.strip_suffix(".sql") else {
+        return Ok(None);
+    };
+    if file.contains(['/', '\\']) {
+        return Err(source_err(
+            file,
+            "a migration file name must not hold a path",
+        ));
+    }
+    let (stem, target) = if let Some(s) = rest.strip_suffix(".sqlite") {
+        (s, Target::Only(Dialect::Sqlite))
+    } else if let Some(s) = rest.strip_suffix(".postgres") {
+        (s, Target::Only(Dialect::Postgres))
+    } else {
+        (rest, Target::Generic)
+    };
+    if stem.ends_with(".down") {
+        return Err(source_err(
+            file,
+            "down migrations (*.down.sql) are not supported yet; remove the file (revisions are additive, so an older build keeps working without one)",
+        ));
+    }
+    if stem.ends_with(".up") {
+        return Err(source_err(
+            file,
+            "reversible migrations (*.up.sql) are not supported; rename it to NNNN_description.sql",
+        ));
+    }
+    let expected = "name it NNNN_description.sql, optionally NNNN_description.sqlite.sql or NNNN_description.postgres.sql";
+    let digits = stem.bytes().take_while(u8::is_ascii_digit).count();
+    let description = stem[digits..].strip_prefix('_').unwrap_or_default();
+    if digits == 0 || description.is_empty() || stem.contains('.') {
+        return Err(source_err(file, expected));
+    }
+    let number = stem[..digits]
+        .parse::<u64>()
+        .map_err(|_| source_err(file, "the revision number is too large"))?;
+    Ok(Some(FileName {
+        number,
+        stem: stem.to_owned(),
+        target,
+    }))
+}
+
+/// The files of one revision number.
+#[derive(Default)]
+struct Group<'a> {
+    stem: String,
+    first_file: String,
+    generic: Option<(String, &'a str)>,
+    sqlite: Option<(String, &'a str)>,
+    postgres: Option<(String, &'a str)>,
+}
+
+/// The description of a revision: its file's first `--` comment line before the first
+/// statement, else the revision id.
+fn description(text: &str, stem: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .and_then(|l| l.strip_prefix("--"))
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| stem.to_owned(), str::to_owned)
+}
+
+fn statements(file: &str, text: &str, dialect: Dialect) -> Result<Vec<String>, MigrateError> {
+    let out = split_statements(text, dialect).map_err(|e| source_err(file, e.to_string()))?;
+    if out.is_empty() {
+        return Err(source_err(file, "holds no SQL statement"));
+    }
+    Ok(out)
+}
+
+impl MigrationSet {
+    /// Validates and builds an application's set: as [`MigrationSet::new`], and the name must
+    /// not be `cairn` (reserved for cairn's own set, whose stamp it would overwrite).
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] naming the first problem.
+    pub fn application(
+        name: impl Into<String>,
+        revisions: Vec<Revision>,
+    ) -> Result<Self, MigrateError> {
+        let name = check_application_name(name.into())?;
+        Self::new(name, revisions)
+    }
+
+    /// Loads an application's set from the SQL files in `dir` (see the module docs of
+    /// [`crate::source`] for the names). Files not ending in `.sql` (a README) are ignored;
+    /// subdirectories are not read.
+    ///
+    /// # Errors
+    /// [`MigrateError::Store`] with [`cairn_core::Error::Io`] when `dir` or a file cannot be
+    /// read; otherwise as [`MigrationSet::from_files`].
+    pub fn from_dir(name: impl Into<String>, dir: impl AsRef<Path>) -> Result<Self, MigrateError> {
+        let dir = dir.as_ref();
+        let io = |path: &Path, source| {
+            MigrateError::Store(cairn_core::Error::Io {
+                path: path.display().to_string(),
+                source,
+            })
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+            let entry = entry.map_err(|e| io(dir, e))?;
+            let path = entry.path();
+            let Some(file) = entry.file_name().to_str().map(str::to_owned) else {
+                let shown = entry.file_name().to_string_lossy().into_owned();
+                if shown.ends_with(".sql") {
+                    return Err(source_err(&shown, "the file name is not UTF-8"));
+                }
+                continue;
+            };
+            if !file.ends_with(".sql") || !entry.file_type().map_err(|e| io(&path, e))?.is_file() {
+                continue;
+            }
+            let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+            files.push((file, bytes));
+        }
+        Self::from_files(name, files)
+    }
+
+    /// Builds an application's set from `(file name, contents)` pairs, in any order: the
+    /// revision numbers order them (see the module docs of [`crate::source`]). Names not
+    /// ending in `.sql` are ignored.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for the name `cairn` or no migration file at all;
+    /// [`MigrateError::Source`] naming the file for: a name that does not follow
+    /// `NNNN_description[.sqlite|.postgres].sql`, a `*.down.sql` file, contents that are not
+    /// UTF-8, a literal, comment or body never closed, a file without a statement, two files
+    /// with one revision number (naming both), or a revision left without statements for one
+    /// dialect.
+    pub fn from_files<N, C>(
+        name: impl Into<String>,
+        files: impl IntoIterator<Item = (N, C)>,
+    ) -> Result<Self, MigrateError>
+    where
+        N: AsRef<str>,
+        C: AsRef<[u8]>,
+    {
+        let name = check_application_name(name.into())?;
+        let files: Vec<(N, C)> = files.into_iter().collect();
+        let mut groups: BTreeMap<u64, Group<'_>> = BTreeMap::new();
+        for (file, contents) in &files {
+            let file = file.as_ref();
+            let Some(parsed) = parse_name(file)? else {
+                continue;
+            };
+            let text = std::str::from_utf8(contents.as_ref())
+                .map_err(|e| source_err(file, format!("is not UTF-8 ({e})")))?;
+            let group = groups.entry(parsed.number).or_default();
+            if group.stem.is_empty() {
+                group.stem.clone_from(&parsed.stem);
+                group.first_file = file.to_owned();
+            } else if group.stem != parsed.stem {
+                let (a, b) = ordered(&group.first_file, file);
+                return Err(source_err(
+                    b,
+                    format!("has the same revision number as {a}; each number names one revision"),
+                ));
+            }
+            let slot = match parsed.target {
+                Target::Generic => &mut group.generic,
+                Target::Only(Dialect::Sqlite) => &mut group.sqlite,
+                Target::Only(Dialect::Postgres) => &mut group.postgres,
+            };
+            if let Some((other, _)) = slot {
+                return Err(source_err(
+                    file,
+                    format!("is given twice (also as {other})"),
+                ));
+            }
+            *slot = Some((file.to_owned(), text));
+        }
+        let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
+        for group in groups.into_values() {
+            let pick = |dialect: Dialect, own: &Option<(String, &str)>| match (own, &group.generic)
+            {
+                (Some((file, text)), _) | (None, Some((file, text))) => {
+                    statements(file, text, dialect)
+                }
+                (None, None) => {
+                    let present = group
+                        .sqlite
+                        .as_ref()
+                        .or(group.postgres.as_ref())
+                        .map_or(group.first_file.as_str(), |(f, _)| f.as_str());
+                    let missing = match dialect {
+                        Dialect::Sqlite => "sqlite",
+                        Dialect::Postgres => "postgres",
+                    };
+                    Err(source_err(
+                        present,
+                        format!(
+                            "has no {missing} counterpart: add {stem}.{missing}.sql or a generic {stem}.sql",
+                            stem = group.stem
+                        ),
+                    ))
+                }
+            };
+            let up_sqlite = pick(Dialect::Sqlite, &group.sqlite)?;
+            let up_postgres = pick(Dialect::Postgres, &group.postgres)?;
+            let (_, described) = group
+                .generic
+                .as_ref()
+                .or(group.sqlite.as_ref())
+                .or(group.postgres.as_ref())
+                .expect("a group holds at least one file");
+            revisions.push(Revision {
+                parent: revisions.last().map(|r| r.id.clone()),
+                description: description(described, &group.stem),
+                id: group.stem,
+                up_sqlite,
+                up_postgres,
+            });
+        }
+        if revisions.is_empty() {
+            return Err(MigrateError::InvalidSet {
+                set: name,
+                reason: "no migration file (NNNN_description.sql) was found".into(),
+            });
+        }
+        Self::new(name, revisions)
+    }
+
+    /// Builds an application's set from files embedded with
+    /// [`embed_migrations!`](crate::embed_migrations):
+    ///
+    /// ```
+    /// # use cairn_migrate::MigrationSet;
+    /// // In a service: `MigrationSet::from_embedded("billing", cairn_migrate::embed_migrations!("migrations"))`.
+    /// let files: &[(&str, &str)] = &[("0001_users.sql", "CREATE TABLE users (id BIGINT PRIMARY KEY);")];
+    /// let set = MigrationSet::from_embedded("billing", files)?;
+    /// assert_eq!(set.head().id, "0001_users");
+    /// # Ok::<(), cairn_migrate::MigrateError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`MigrationSet::from_files`].
+    pub fn from_embedded(
+        name: impl Into<String>,
+        files: &[(&str, &str)],
+    ) -> Result<Self, MigrateError> {
+        Self::from_files(name, files.iter().copied())
+    }
+}
+
+fn ordered<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
+    if a <= b {
+        (a, b)
+    } else {
+        (b, a)
+    }
+}
+
+fn check_application_name(name: String) -> Result<String, MigrateError> {
+    if name == CAIRN_SET {
+        return Err(MigrateError::InvalidSet {
+            set: name,
+            reason: "the name `cairn` is reserved for cairn's own migration set; name the set after the application".into(),
+        });
+    }
+    Ok(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(files: &[(&str, &str)]) -> Result<MigrationSet, MigrateError> {
+        MigrationSet::from_files("app", files.iter().copied())
+    }
+
+    fn source_file(e: &MigrateError) -> &str {
+        match e {
+            MigrateError::Source { file, .. } => file,
+            other => panic!("expected a Source error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn files_become_a_chain_ordered_by_number() {
+        let s = set(&[
+            ("README.md", "not a migration"),
+            ("10_orders.sql", "CREATE TABLE orders (id BIGINT);"),
+            (
+                "0002_users.sql",
+                "\n-- users and their emails\n-- more\nCREATE TABLE users (id BIGINT);\nCREATE INDEX users_id ON users (id)",
+            ),
+            ("1_base.sql", "CREATE TABLE base (id BIGINT);"),
+        ])
+        .unwrap();
+        let ids: Vec<&str> = s.revisions().iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(ids, ["1_base", "0002_users", "10_orders"]);
+        assert_eq!(s.revisions()[1].parent.as_deref(), Some("1_base"));
+        assert_eq!(s.revisions()[1].description, "users and their emails");
+        assert_eq!(s.revisions()[0].description, "1_base");
+        assert_eq!(s.revisions()[1].up_sqlite.len(), 2);
+        assert_eq!(s.revisions()[1].up_sqlite, s.revisions()[1].up_postgres);
+        assert_eq!(s.name(), "app");
+    }
+
+    #[test]
+    fn dialect_files_replace_the_generic_one() {
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0001_a.postgres.sql", "CREATE TABLE a (id bigserial);"),
+            ("0002_b.sqlite.sql", "CREATE TABLE b (id INTEGER);"),
+            ("0002_b.postgres.sql", "CREATE TABLE b (id bigint);"),
+        ])
+        .unwrap();
+        let a = &s.revisions()[0];
+        assert_eq!(a.up_sqlite, ["CREATE TABLE a (id BIGINT)"]);
+        assert_eq!(a.up_postgres, ["CREATE TABLE a (id bigserial)"]);
+        assert_eq!(s.revisions()[1].id, "0002_b");
+        assert_eq!(s.revisions()[1].up_sqlite, ["CREATE TABLE b (id INTEGER)"]);
+    }
+
+    #[test]
+    fn a_revision_missing_a_dialect_is_refused_naming_the_file() {
+        let e = set(&[("0001_a.sqlite.sql", "CREATE TABLE a (id INTEGER);")]).unwrap_err();
+        assert_eq!(source_file(&e), "0001_a.sqlite.sql");
+        assert!(e.to_string().contains("0001_a.postgres.sql"), "{e}");
+    }
+
+    #[test]
+    fn two_files_with_one_number_are_refused_naming_both() {
+        let e = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("001_b.sql", "CREATE TABLE b (id BIGINT);"),
+        ])
+        .unwrap_err();
+        let line = e.to_string();
+        assert!(
+            line.contains("0001_a.sql") && line.contains("001_b.sql"),
+            "{line}"
+        );
+        assert!(matches!(e, MigrateError::Source { .. }));
+    }
+
+    #[test]
+    fn down_files_bad_names_and_bad_contents_are_refused() {
+        let down = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0001_a.down.sql", "DROP TABLE a;"),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&down), "0001_a.down.sql");
+        assert!(down.to_string().contains("not supported yet"));
+        for bad in [
+            "users.sql",
+            "0001.sql",
+            "0001_.sql",
+            "x0001_a.sql",
+            "0001_a.b.sql",
+        ] {
+            let e = set(&[(bad, "SELECT 1;")]).unwrap_err();
+            assert_eq!(source_file(&e), bad);
+        }
+        let e = set(&[("0001_a.sql", "-- nothing here\n")]).unwrap_err();
+        assert!(e.to_string().contains("no SQL statement"), "{e}");
+        let e = set(&[("0001_a.sql", "SELECT 'open;")]).unwrap_err();
+        assert!(e.to_string().contains("line 1"), "{e}");
+        let e =
+            MigrationSet::from_files("app", [("0001_a.sql", &b"SELECT \xff;"[..])]).unwrap_err();
+        assert!(e.to_string().contains("not UTF-8"), "{e}");
+        let e = set(&[("0001_a.sql", "SELECT 1;"), ("0001_a.sql", "SELECT 2;")]).unwrap_err();
+        assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn the_cairn_name_and_empty_sets_are_refused() {
+        let e = MigrationSet::from_files("cairn", [("0001_a.sql", "SELECT 1;")]).unwrap_err();
+        assert!(matches!(e, MigrateError::InvalidSet { .. }), "{e}");
+        assert!(e.to_string().contains("reserved"));
+        let e = set(&[("README.md", "hello")]).unwrap_err();
+        assert!(matches!(e, MigrateError::InvalidSet { .. }), "{e}");
+        assert!(MigrationSet::application("cairn", crate::cairn_revisions()).is_err());
+    }
+
+    #[test]
+    fn from_dir_reads_sql_files_and_ignores_the_rest() {
+        let dir = std::env::temp_dir().join(cairn_core::scratch_name("cairn_migrate_src"));
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("0001_base.sql"), "CREATE TABLE t (id BIGINT);").unwrap();
+        std::fs::write(dir.join("0002_more.sql"), "ALTER TABLE t ADD COLUMN n TEXT").unwrap();
+        std::fs::write(dir.join("README.md"), "docs").unwrap();
+        std::fs::create_dir(dir.join("old.sql")).unwrap();
+        let loaded = MigrationSet::from_dir("app", &dir);
+        let missing = MigrationSet::from_dir("app", dir.join("missing"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let s = loaded.unwrap();
+        assert_eq!(s.head().id, "0002_more");
+        assert_eq!(s.head().up_postgres, ["ALTER TABLE t ADD COLUMN n TEXT"]);
+        assert!(matches!(
+            missing,
+            Err(MigrateError::Store(cairn_core::Error::Io { .. }))
+        ));
+    }
+}
