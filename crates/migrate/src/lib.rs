@@ -12,6 +12,26 @@
 //! revision after the first is additive; a diverged store is refused with one line naming both
 //! revisions.
 //!
+//! ## Application sets
+//!
+//! A service brings its own set, from a directory of SQL files with sqlx-compatible names (see
+//! [`source`]) read at run time or embedded at compile time, and opens it with the same
+//! protocol after cairn's own set; its name must not be `cairn`:
+//!
+//! ```
+//! use cairn_migrate::{embed_migrations, MigrationSet};
+//!
+//! let set = MigrationSet::from_embedded("inventory", embed_migrations!("../../tests/fixtures/app_v2"))?;
+//! assert_eq!(set.head().id, "0003_item_events");
+//! # Ok::<(), cairn_migrate::MigrateError>(())
+//! ```
+//!
+//! A directory that does not exist is a compile error:
+//!
+//! ```compile_fail
+//! let files = cairn_migrate::embed_migrations!("no/such/directory");
+//! ```
+//!
 //! ## Features
 //! - `testkit`: test hooks for the runner (`RunnerHooks`, `Runner::with_hooks`: fault
 //!   injection, a runner that records no lineage, a signal before the lock). For test suites
@@ -30,6 +50,7 @@ pub mod source;
 mod split;
 
 pub use bookkeeping::BOOKKEEPING_TABLES;
+pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use classify::{classify, Classification, LineageVerdict, Refusal, StoredState};
 pub use error::MigrateError;
