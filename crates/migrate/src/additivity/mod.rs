@@ -6,8 +6,10 @@
 //! using a store a newer build migrated.
 //!
 //! The check is executed, not parsed. For each revision, a backend engine builds a throwaway
-//! store at the parent revision, seeds it through cairn's real write paths (appends, forks by
-//! import, repairs), applies the revision inside the production transaction while recording
+//! store at the parent revision ([`CheckTarget`]: after cairn's own set when the revision is an
+//! application's), seeds the epoch log through cairn's real write paths ([`seed_epoch_log`]:
+//! appends, forks by import, repairs) and every other table with one synthesized row
+//! ([`synth`]), applies the revision inside the production transaction while recording
 //! every statement the engine executes (SQLite: the trace callback; Postgres: an event trigger
 //! on `ddl_command_end` plus statement-level triggers on every existing table), then compares
 //! before and after and rolls everything back.
@@ -19,10 +21,12 @@
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 
+use crate::cairn_set::{cairn_set, CAIRN_SET};
 use crate::error::MigrateError;
 use crate::revision::{MigrationSet, Revision};
 
 mod seed;
+pub mod synth;
 
 pub use seed::seed_epoch_log;
 
@@ -100,15 +104,117 @@ pub struct RevisionReport {
     pub violations: Vec<Violation>,
 }
 
+/// What the throwaway store for checking one revision is built from: the `prelude` sets, each
+/// to its head, then `history`, the checked set up to the revision's parent.
+///
+/// An application's revisions are checked on a store that holds cairn's own schema first,
+/// the way a service opens (cairn's set, then its own), so the prelude of an application set
+/// is this build's cairn set; cairn's own set has no prelude.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct CheckTarget {
+    prelude: Vec<MigrationSet>,
+    history: MigrationSet,
+}
+
+impl CheckTarget {
+    /// A target from its parts.
+    pub fn new(prelude: Vec<MigrationSet>, history: MigrationSet) -> Self {
+        Self { prelude, history }
+    }
+
+    /// The target for revision `index` (from 1; the base is exempt) of `set`: `set` up to
+    /// `index - 1`, after cairn's own set when `set` is an application's.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] when `index` is 0 or past the set's head.
+    pub fn for_revision(set: &MigrationSet, index: usize) -> Result<Self, MigrateError> {
+        if index == 0 || index >= set.revisions().len() {
+            return Err(MigrateError::InvalidSet {
+                set: set.name().into(),
+                reason: format!("no revision after the base at position {index}"),
+            });
+        }
+        let history = MigrationSet::new(set.name(), set.revisions()[..index].to_vec())?;
+        let prelude = if set.name() == CAIRN_SET {
+            Vec::new()
+        } else {
+            vec![cairn_set()]
+        };
+        Ok(Self { prelude, history })
+    }
+
+    /// The sets applied before the checked one, in order, each to its head.
+    pub fn prelude(&self) -> &[MigrationSet] {
+        &self.prelude
+    }
+
+    /// The checked set up to the revision's parent (its name is the checked set's).
+    pub fn history(&self) -> &MigrationSet {
+        &self.history
+    }
+
+    /// Every set to apply, in order: the prelude, then the history.
+    pub fn sets(&self) -> impl Iterator<Item = &MigrationSet> {
+        self.prelude.iter().chain(std::iter::once(&self.history))
+    }
+
+    /// Whether the throwaway store holds cairn's epoch log (some set is cairn's own), so the
+    /// engine must seed it with [`seed_epoch_log`].
+    pub fn holds_epoch_log(&self) -> bool {
+        self.sets().any(|s| s.name() == CAIRN_SET)
+    }
+}
+
 /// A backend's engine for the check.
+///
+/// # Contract
+/// For [`AdditivityEngine::check`], on a throwaway store nothing else uses:
+/// 1. apply every set of [`CheckTarget::sets`] in order through the lineage-aware [`Runner`]
+///    (cairn's own through the backend's store open, so the engine holds an epoch store);
+/// 2. when [`CheckTarget::holds_epoch_log`], seed it with [`seed_epoch_log`] (the one seeding
+///    routine; engines do not write the epoch log any other way);
+/// 3. give every table that is still empty, leaving out the
+///    [`BOOKKEEPING_TABLES`](crate::BOOKKEEPING_TABLES), one row from
+///    [`synth::synthesize_row`] over its catalog columns, in creation order; a table whose row
+///    cannot be synthesized or is refused (a CHECK, a foreign key) stays empty;
+/// 4. apply `revision` inside the production transaction, judge, and roll back.
+///
+/// [`Runner`]: crate::Runner
 #[async_trait]
 pub trait AdditivityEngine: Send + Sync {
     /// The dialect whose statements the engine runs.
     fn dialect(&self) -> Dialect;
 
-    /// Checks `revision` on a throwaway store built at the end of `history` (base first; the
-    /// revision's parent is `history`'s last entry) and seeded through cairn's write paths.
+    /// Checks `revision` on a throwaway store built from `target` (see the trait's contract).
     /// Nothing outside the throwaway store is touched.
+    ///
+    /// The provided implementation predates application sets: it handles cairn's own set
+    /// through [`AdditivityEngine::check_revision`] and refuses any other; engines override it.
+    ///
+    /// # Errors
+    /// When the throwaway store cannot be built (a broken history), not for violations.
+    async fn check(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+    ) -> Result<Vec<Violation>, MigrateError> {
+        if target.prelude().is_empty() && target.history().name() == CAIRN_SET {
+            return self
+                .check_revision(target.history().revisions(), revision)
+                .await;
+        }
+        Err(MigrateError::Store(cairn_core::Error::backend(
+            "additivity",
+            format!(
+                "this engine cannot check revisions of the application set {} yet",
+                target.history().name()
+            ),
+        )))
+    }
+
+    /// Checks `revision` of cairn's own set on a throwaway store built at the end of `history`
+    /// (base first; the revision's parent is `history`'s last entry) and seeded with
+    /// [`seed_epoch_log`]. Nothing outside the throwaway store is touched.
     ///
     /// # Errors
     /// When the throwaway store cannot be built (a broken `history`), not for violations.
@@ -119,7 +225,9 @@ pub trait AdditivityEngine: Send + Sync {
     ) -> Result<Vec<Violation>, MigrateError>;
 }
 
-/// Checks every revision after the first of `set`, in order.
+/// Checks every revision after the first of `set`, in order, each on a store built by
+/// [`CheckTarget::for_revision`]: cairn's own set on its own, an application's set after
+/// cairn's.
 ///
 /// # Errors
 /// When the engine cannot build a store for some revision's parent.
@@ -129,12 +237,54 @@ pub async fn check_set(
 ) -> Result<Vec<RevisionReport>, MigrateError> {
     let revs = set.revisions();
     let mut out = Vec::new();
-    for i in 1..revs.len() {
-        let violations = engine.check_revision(&revs[..i], &revs[i]).await?;
+    for (i, revision) in revs.iter().enumerate().skip(1) {
+        let target = CheckTarget::for_revision(set, i)?;
+        let violations = engine.check(&target, revision).await?;
         out.push(RevisionReport {
-            revision: revs[i].id.clone(),
+            revision: revision.id.clone(),
             violations,
         });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_application_target_holds_cairns_set_first() {
+        let app = MigrationSet::from_files(
+            "app",
+            [
+                ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+                ("0002_b.sql", "CREATE TABLE b (id BIGINT);"),
+                ("0003_c.sql", "CREATE TABLE c (id BIGINT);"),
+            ],
+        )
+        .unwrap();
+        let t = CheckTarget::for_revision(&app, 2).unwrap();
+        assert_eq!(t.prelude(), [cairn_set()]);
+        assert_eq!(t.history().name(), "app");
+        assert_eq!(t.history().head().id, "0002_b");
+        let names: Vec<&str> = t.sets().map(MigrationSet::name).collect();
+        assert_eq!(names, [CAIRN_SET, "app"]);
+        assert!(t.holds_epoch_log());
+        assert!(CheckTarget::for_revision(&app, 0).is_err());
+        assert!(CheckTarget::for_revision(&app, 3).is_err());
+
+        let mut revs = crate::cairn_revisions();
+        let head = revs[0].id.clone();
+        revs.push(Revision {
+            id: "t2".into(),
+            parent: Some(head),
+            up_sqlite: vec!["CREATE TABLE t2 (id BIGINT)".into()],
+            up_postgres: vec!["CREATE TABLE t2 (id BIGINT)".into()],
+            description: String::new(),
+        });
+        let own = MigrationSet::new(CAIRN_SET, revs).unwrap();
+        let t = CheckTarget::for_revision(&own, 1).unwrap();
+        assert!(t.prelude().is_empty());
+        assert!(t.holds_epoch_log());
+    }
 }
