@@ -31,6 +31,10 @@
 //!    cairn's SQLite backend runs `suite!(cairn_sqlite::testkit::harness(), migrations,
 //!    additivity)`; its Postgres backend adds `multi_node`.
 //!
+//! 4. For a backend with a spool, implement [`SpoolHarness`] (spools over the same location on
+//!    one [`ManualClock`]) and add a second line, `cairn_conformance::spool_suite!(EXPR);`,
+//!    which expands the S cases. The memory backend's `tests/memory.rs` has both lines.
+//!
 //! Property tests draw [`proptest_cases`] cases (default 24; set `CAIRN_PROPTEST_CASES` for a
 //! deep run).
 
@@ -42,6 +46,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, MemoryStore, Result, SpaceId};
+use cairn_core::{ManualClock, MemorySpool, QueueName, Spool};
 use cairn_migrate::additivity::AdditivityEngine;
 use cairn_migrate::{MigrationBackend, Runner};
 
@@ -125,10 +130,44 @@ pub trait AdditivityHarness: MigrationHarness {
     fn additivity(&self) -> Arc<dyn AdditivityEngine>;
 }
 
-/// The in-memory reference backend's harness, and the worked example of a [`Harness`].
-#[derive(Debug, Default, Clone)]
+/// What the spool cases (S…) need on top of [`Harness`]: spools over the harness's store
+/// location, all reading one [`ManualClock`] the cases advance.
+///
+/// Every spool the harness opens uses [`cairn_core::spool::SpoolConfig::default`] (the cases
+/// rely on its backoff policy).
+#[async_trait]
+pub trait SpoolHarness: Harness {
+    /// The clock every spool this harness opens reads; advancing it drives leases, backoff
+    /// and retention.
+    fn clock(&self) -> &ManualClock;
+
+    /// Opens a new spool instance over this harness's location. Every call returns a separate
+    /// instance (its own connections, like another process); all see the same data.
+    async fn open_spool(&self) -> Result<Arc<dyn Spool>>;
+
+    /// Opens a spool over a new, empty location of the same backend, on the same clock (the
+    /// model property test compares each case's whole store with a fresh model).
+    async fn fresh_spool(&self) -> Result<Arc<dyn Spool>>;
+}
+
+/// The in-memory reference backend's harness, and the worked example of a [`Harness`] and a
+/// [`SpoolHarness`].
+#[derive(Debug, Clone)]
 pub struct MemoryHarness {
     store: MemoryStore,
+    clock: ManualClock,
+    spool: MemorySpool,
+}
+
+impl Default for MemoryHarness {
+    fn default() -> Self {
+        let clock = ManualClock::default();
+        Self {
+            store: MemoryStore::default(),
+            spool: MemorySpool::new(Arc::new(clock.clone())),
+            clock,
+        }
+    }
 }
 
 impl MemoryHarness {
@@ -163,6 +202,22 @@ impl Harness for MemoryHarness {
     }
 }
 
+#[async_trait]
+impl SpoolHarness for MemoryHarness {
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    async fn open_spool(&self) -> Result<Arc<dyn Spool>> {
+        // Clones share the same data, like a reopened file.
+        Ok(Arc::new(self.spool.clone()))
+    }
+
+    async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(MemorySpool::new(Arc::new(self.clock.clone()))))
+    }
+}
+
 /// How many cases each property test draws: `CAIRN_PROPTEST_CASES` when set, else 24.
 pub fn proptest_cases() -> u32 {
     std::env::var("CAIRN_PROPTEST_CASES")
@@ -181,6 +236,11 @@ pub fn random_space(label: &str) -> SpaceId {
         .map_or(0, |d| d.as_nanos());
     let tag = blake3::hash(format!("{nanos}/{n}/{}", std::process::id()).as_bytes());
     SpaceId::new(format!("{label}-{}", &tag.to_hex()[..16]).into_bytes()).expect("valid space id")
+}
+
+/// A random queue name, so cases sharing a store never see each other's runs.
+pub fn random_queue(label: &str) -> QueueName {
+    QueueName::new(random_space(label).to_string()).expect("valid queue name")
 }
 
 /// Expands the conformance cases into one `#[tokio::test]` per case.
@@ -240,6 +300,37 @@ macro_rules! suite {
     ($harness:expr, multi_node) => {
         $crate::suite!($harness);
         $crate::__multi_node_cases!($harness);
+    };
+}
+
+/// Expands the spool cases (S…) into one `#[tokio::test]` per case; the harness must
+/// implement [`SpoolHarness`]. Kept apart from [`suite!`] so a backend adds the spool with one
+/// more line, whatever flags its epoch-log suite takes. `EXPR` is awaited once per test to
+/// build a fresh harness.
+#[macro_export]
+macro_rules! spool_suite {
+    ($harness:expr) => {
+        $crate::__cases!($harness;
+            s1_same_key_same_run_across_instances,
+            s2_run_id_survives_reopen,
+            s3_subscriber_wakes_for_another_instances_enqueue,
+            s4_concurrent_claimers_never_share_a_run,
+            s4_expired_lease_reclaimed_and_stale_token_refused,
+            s4_heartbeat_extends_and_unreclaimed_lease_is_still_held,
+            s5_enqueue_claim_ack_races_lose_and_duplicate_nothing,
+            s7_run_events_sequence_dedup_and_order,
+            s7_concurrent_appends_get_gap_free_seqs,
+            s8_supersede_replaces_older_queued_runs_only,
+            s9_cancel_queued_claimed_and_terminal,
+            s10_retry_backoff_then_park,
+            s10_permanent_failed_and_expired_last_attempt,
+            s10_claim_order_priority_then_due_time,
+            s11_retention_keeps_store_under_cap_in_long_run,
+            s11_retention_order_and_batches,
+            s15_facts_first_writer_wins,
+            spool_bad_input_is_refused_without_writes,
+            spool_model_random_ops_match_reference,
+        );
     };
 }
 

@@ -2,3 +2,4 @@
 //! harness).
 
 cairn_conformance::suite!(async { cairn_conformance::MemoryHarness::new() });
+cairn_conformance::spool_suite!(async { cairn_conformance::MemoryHarness::new() });

@@ -15,12 +15,14 @@ mod epoch_log;
 mod migrations;
 mod model;
 mod multi_node;
+mod spool;
 
 pub use additivity::*;
 pub use epoch_log::*;
 pub use migrations::*;
 pub use model::*;
 pub use multi_node::*;
+pub use spool::*;
 
 /// Opens a store, panicking with the backend's message when it cannot.
 pub(crate) async fn open<H: Harness>(h: &H) -> Arc<dyn EpochDiagnostics> {
