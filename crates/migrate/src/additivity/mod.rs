@@ -274,7 +274,7 @@ mod tests {
         assert!(CheckTarget::for_revision(&app, 3).is_err());
 
         let mut revs = crate::cairn_revisions();
-        let head = revs[0].id.clone();
+        let head = revs.last().expect("cairn has revisions").id.clone();
         revs.push(Revision {
             id: "t2".into(),
             parent: Some(head),

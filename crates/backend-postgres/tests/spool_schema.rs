@@ -1,0 +1,135 @@
+//! Revision `0002_spool` of cairn's own migration set on Postgres: it passes the executed
+//! additivity check, a store created by the previous build (at `0001_epoch_log`) upgrades to it
+//! with its epoch log intact, and the previous build opens a store at `0002_spool` as *ahead*
+//! and keeps using its epoch log.
+
+use std::str::FromStr;
+
+use cairn_core::{EpochStore, Event, SpaceId};
+use cairn_migrate::additivity::check_set;
+use cairn_migrate::{cairn_revisions, cairn_set, MigrationSet, Opened, Runner, CAIRN_SET};
+use cairn_postgres::testkit::{harness, test_server_url, PgHarness};
+use cairn_postgres::{PgAdditivity, PgOptions, PgStore};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+
+/// The runner of the build before the spool: cairn's set as it was, `[0001_epoch_log]`.
+fn previous_build() -> Runner {
+    let base = cairn_revisions().into_iter().take(1).collect();
+    Runner::new(MigrationSet::new(CAIRN_SET, base).expect("the base revision alone is a set"))
+}
+
+fn space() -> SpaceId {
+    SpaceId::new(b"spool-schema".to_vec()).unwrap()
+}
+
+fn event(n: u32) -> Vec<Event> {
+    vec![Event::new("schema.test", format!("event-{n}").into_bytes())]
+}
+
+async fn url() -> String {
+    test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"))
+}
+
+/// A schema of its own next to the harness's (which the harness already migrated to this
+/// build's head), created by whichever build connects first; dropped by [`drop_schema`].
+fn own_schema(h: &PgHarness) -> PgOptions {
+    h.options().schema(format!("{}_own", h.schema()))
+}
+
+async fn drop_schema(opts: &PgOptions) {
+    let conn_opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&conn_opts)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(&format!(
+        "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+        opts.schema_name()
+    ))
+    .execute(&mut conn)
+    .await
+    .expect("drop the test schema");
+    let _ = conn.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_revision_0002_passes_the_additivity_check_on_postgres() {
+    let set = cairn_set();
+    assert_eq!(set.head().id, "0002_spool");
+    let reports = check_set(&PgAdditivity::new(url().await), &set)
+        .await
+        .expect("the check runs");
+    assert_eq!(reports.len(), set.revisions().len() - 1);
+    for r in reports {
+        assert!(
+            r.violations.is_empty(),
+            "{} is not additive on Postgres: {:?}",
+            r.revision,
+            r.violations
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
+    let h = harness().await;
+    let opts = own_schema(&h);
+    let (old, opened) = PgStore::connect_migrated(opts.clone(), &previous_build())
+        .await
+        .unwrap();
+    assert!(
+        matches!(opened, Opened::Upgraded { ref applied, .. } if applied == &["0001_epoch_log"]),
+        "{opened:?}"
+    );
+    let mut appended = Vec::new();
+    for n in 0..3 {
+        appended.push(old.append(&space(), event(n)).await.unwrap());
+    }
+    drop(old);
+
+    let store = PgStore::connect_with(opts.clone()).await.unwrap();
+    assert_eq!(
+        store.opened(),
+        &Opened::Upgraded {
+            from: Some("0001_epoch_log".into()),
+            applied: vec!["0002_spool".into()],
+        }
+    );
+    let last = appended.last().unwrap();
+    assert_eq!(store.heads(&space()).await.unwrap(), vec![last.head()]);
+    let feed = store.events_since(&space(), None, 100).await.unwrap();
+    assert_eq!(feed.events.len(), 3, "the epoch log keeps every event");
+    let next = store.append(&space(), event(3)).await.unwrap();
+    assert_eq!(next.parents, vec![last.id]);
+    drop(store);
+
+    let again = PgStore::connect_with(opts.clone()).await.unwrap();
+    assert_eq!(again.opened(), &Opened::AtHead);
+    drop(again);
+    drop_schema(&opts).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
+    let h = harness().await;
+    let current = h.store().await.unwrap();
+    let first = current.append(&space(), event(0)).await.unwrap();
+
+    let (previous, opened) = PgStore::connect_migrated(h.options(), &previous_build())
+        .await
+        .unwrap();
+    assert_eq!(
+        opened,
+        Opened::Ahead {
+            stamp: "0002_spool".into()
+        }
+    );
+    assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);
+    let second = previous.append(&space(), event(1)).await.unwrap();
+    assert_eq!(second.parents, vec![first.id]);
+    assert_eq!(current.heads(&space()).await.unwrap(), vec![second.head()]);
+    let third = current.append(&space(), event(2)).await.unwrap();
+    assert_eq!(previous.heads(&space()).await.unwrap(), vec![third.head()]);
+}

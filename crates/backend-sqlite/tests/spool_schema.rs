@@ -1,0 +1,105 @@
+//! Revision `0002_spool` of cairn's own migration set on SQLite: it passes the executed
+//! additivity check, a store created by the previous build (at `0001_epoch_log`) upgrades to it
+//! with its epoch log intact, and the previous build opens a store at `0002_spool` as *ahead*
+//! and keeps using its epoch log.
+
+use cairn_core::{EpochStore, Event, SpaceId};
+use cairn_migrate::additivity::check_set;
+use cairn_migrate::{cairn_revisions, cairn_set, MigrationSet, Opened, Runner, CAIRN_SET};
+use cairn_sqlite::{SqliteAdditivity, SqliteOptions, SqliteStore};
+
+/// The runner of the build before the spool: cairn's set as it was, `[0001_epoch_log]`.
+fn previous_build() -> Runner {
+    let base = cairn_revisions().into_iter().take(1).collect();
+    Runner::new(MigrationSet::new(CAIRN_SET, base).expect("the base revision alone is a set"))
+}
+
+fn space() -> SpaceId {
+    SpaceId::new(b"spool-schema".to_vec()).unwrap()
+}
+
+fn event(n: u32) -> Vec<Event> {
+    vec![Event::new("schema.test", format!("event-{n}").into_bytes())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_revision_0002_passes_the_additivity_check_on_sqlite() {
+    let set = cairn_set();
+    assert_eq!(set.head().id, "0002_spool");
+    let reports = check_set(&SqliteAdditivity::new(), &set)
+        .await
+        .expect("the check runs");
+    assert_eq!(reports.len(), set.revisions().len() - 1);
+    for r in reports {
+        assert!(
+            r.violations.is_empty(),
+            "{} is not additive on SQLite: {:?}",
+            r.revision,
+            r.violations
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cairn.db");
+    let (old, opened) =
+        SqliteStore::open_migrated(&db, SqliteOptions::default(), &previous_build())
+            .await
+            .unwrap();
+    assert!(
+        matches!(opened, Opened::Upgraded { ref applied, .. } if applied == &["0001_epoch_log"]),
+        "{opened:?}"
+    );
+    let mut appended = Vec::new();
+    for n in 0..3 {
+        appended.push(old.append(&space(), event(n)).await.unwrap());
+    }
+    drop(old);
+
+    let store = SqliteStore::open(&db).await.unwrap();
+    assert_eq!(
+        store.opened(),
+        &Opened::Upgraded {
+            from: Some("0001_epoch_log".into()),
+            applied: vec!["0002_spool".into()],
+        }
+    );
+    let last = appended.last().unwrap();
+    assert_eq!(store.heads(&space()).await.unwrap(), vec![last.head()]);
+    let feed = store.events_since(&space(), None, 100).await.unwrap();
+    assert_eq!(feed.events.len(), 3, "the epoch log keeps every event");
+    let next = store.append(&space(), event(3)).await.unwrap();
+    assert_eq!(next.parents, vec![last.id]);
+
+    drop(store);
+    let again = SqliteStore::open(&db).await.unwrap();
+    assert_eq!(again.opened(), &Opened::AtHead);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cairn.db");
+    let current = SqliteStore::open(&db).await.unwrap();
+    let first = current.append(&space(), event(0)).await.unwrap();
+
+    let (previous, opened) =
+        SqliteStore::open_migrated(&db, SqliteOptions::default(), &previous_build())
+            .await
+            .unwrap();
+    assert_eq!(
+        opened,
+        Opened::Ahead {
+            stamp: "0002_spool".into()
+        }
+    );
+    assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);
+    let second = previous.append(&space(), event(1)).await.unwrap();
+    assert_eq!(second.parents, vec![first.id]);
+    // Both builds see one history.
+    assert_eq!(current.heads(&space()).await.unwrap(), vec![second.head()]);
+    let third = current.append(&space(), event(2)).await.unwrap();
+    assert_eq!(previous.heads(&space()).await.unwrap(), vec![third.head()]);
+}
