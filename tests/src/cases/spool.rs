@@ -11,13 +11,19 @@ use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, QueueName, RunId, 
 
 use crate::SpoolHarness;
 
+mod bad_input;
 mod events;
+mod identity;
+mod leases;
+mod lifecycle;
 mod model;
-mod queue;
 
+pub use bad_input::*;
 pub use events::*;
+pub use identity::*;
+pub use leases::*;
+pub use lifecycle::*;
 pub use model::*;
-pub use queue::*;
 
 /// The lease the cases claim with.
 pub(crate) const LEASE: Duration = Duration::from_secs(30);

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use super::dedup::DedupKey;
-use super::types::QueueName;
+use super::ids::QueueName;
 
 /// Base and cap of the retry backoff.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

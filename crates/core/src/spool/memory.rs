@@ -12,6 +12,7 @@ use tokio::sync::watch;
 use super::backoff::jitter_seed;
 use super::clock::{Clock, SystemClock, Timestamp};
 use super::dedup::{DedupKey, SupersedeGroup};
+use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunMeta,
@@ -21,11 +22,10 @@ use super::transition::{
     transition, Action,
 };
 use super::types::{
-    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, ConsumerId,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseInfo,
-    LeaseToken, NackKind, Nacked, QueueName, RunEvent, RunEventId, RunFilter, RunId, RunInfo,
-    RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
-    MAX_RUN_PAYLOAD,
+    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, EnqueueOptions,
+    Enqueued, EventAppended, FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent,
+    RunFilter, RunInfo, RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};

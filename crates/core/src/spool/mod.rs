@@ -22,6 +22,31 @@
 //! from, and [`MemorySpool`], the in-memory reference model the conformance suite compares real
 //! backends with.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> cairn_core::Result<()> {
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use cairn_core::spool::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState};
+//! use cairn_core::{ManualClock, MemorySpool, Spool};
+//!
+//! let spool: Arc<dyn Spool> = Arc::new(MemorySpool::new(Arc::new(ManualClock::default())));
+//! let gate = QueueName::new("gate")?;
+//! let key = DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"])?;
+//! let first = spool.enqueue(&gate, &key, b"{}".to_vec(), EnqueueOptions::default()).await?;
+//! let again = spool.enqueue(&gate, &key, b"{}".to_vec(), EnqueueOptions::default()).await?;
+//! assert!(first.created && !again.created && again.run_id == first.run_id);
+//!
+//! let me = ConsumerId::new("worker-1")?;
+//! for run in spool.claim(&gate, &me, Duration::from_secs(30), 10).await? {
+//!     // … do the work, heartbeating while it runs …
+//!     spool.ack(run.run_id, run.token).await?;
+//! }
+//! assert_eq!(spool.run(first.run_id).await?.unwrap().state, RunState::Succeeded);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # For backend authors
 //! - Read `now` from the spool's [`Clock`] once per operation and pass it into SQL; never use
 //!   the engine's `now()`, or the suite's simulated clock cannot drive leases and retention.
@@ -39,6 +64,7 @@
 mod backoff;
 mod clock;
 mod dedup;
+mod ids;
 mod memory;
 mod retention;
 mod transition;
@@ -54,6 +80,10 @@ use crate::error::Result;
 pub use backoff::{backoff, backoff_ceiling, jitter_seed, BackoffPolicy};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
+pub use ids::{
+    ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, MAX_CONSUMER_LEN,
+    MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
+};
 pub use memory::MemorySpool;
 pub use retention::{
     plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
@@ -64,12 +94,11 @@ pub use transition::{
     transition, Action,
 };
 pub use types::{
-    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, ConsumerId,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseInfo,
-    LeaseToken, NackKind, Nacked, QueueName, RunEvent, RunEventId, RunFilter, RunId, RunInfo,
-    RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT,
-    MAX_BATCH, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_FACT_VALUE, MAX_LEASE, MAX_QUEUE_LEN,
-    MAX_REASON_LEN, MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
+    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, EnqueueOptions,
+    Enqueued, EventAppended, FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent,
+    RunFilter, RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
+    MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_LEASE, MAX_REASON_LEN,
+    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
 
 /// A handle that resolves when new work may exist in one queue; see [`Spool::subscribe`].

@@ -16,7 +16,8 @@
 use std::time::Duration;
 
 use super::clock::Timestamp;
-use super::types::{RunId, MAX_BATCH};
+use super::ids::RunId;
+use super::types::MAX_BATCH;
 use crate::error::{Error, Result};
 
 /// What retention keeps.

@@ -12,7 +12,8 @@
 
 use std::fmt;
 
-use super::types::{LeaseToken, NackKind, RunId, RunState};
+use super::ids::{LeaseToken, RunId};
+use super::types::{NackKind, RunState};
 use crate::error::{Error, Result};
 
 /// Something that happens to a run.
