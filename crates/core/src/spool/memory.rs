@@ -372,7 +372,6 @@ impl Spool for MemorySpool {
                 attempt: r.attempts,
                 token,
                 expires_at,
-                cancel_requested: r.cancel_requested,
             });
         }
         Ok(out)

@@ -192,8 +192,6 @@ pub struct Claimed {
     pub token: LeaseToken,
     /// When the lease expires unless extended.
     pub expires_at: Timestamp,
-    /// Whether a cancel was already requested (possible on a reclaimed run).
-    pub cancel_requested: bool,
 }
 
 /// What [`Spool::heartbeat`](super::Spool::heartbeat) returns.
@@ -298,7 +296,7 @@ pub struct RunInfo {
     pub payload_bytes: u64,
     /// When it was enqueued.
     pub enqueued_at: Timestamp,
-    /// When its state last changed.
+    /// When it last changed state or was claimed (heartbeats and cancel requests do not count).
     pub updated_at: Timestamp,
     /// For a live run, the earliest time a claim may take it (for a claimed run: its lease
     /// expiry plus backoff).

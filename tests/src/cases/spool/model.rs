@@ -221,7 +221,6 @@ impl Pair {
                                         c.payload.clone(),
                                         c.attempt,
                                         c.expires_at,
-                                        c.cancel_requested,
                                     )
                                 })
                                 .collect::<Vec<_>>()
