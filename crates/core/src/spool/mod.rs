@@ -365,3 +365,33 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::Unavailable`] when notifications cannot be set up.
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Error;
+
+    /// Spool errors say what happened and what to do, and never print a fact's value.
+    #[test]
+    fn spool_errors_say_what_to_do() {
+        let run = RunId([7; 16]);
+        let msgs = [
+            Error::UnknownRun { run }.to_string(),
+            Error::LeaseLost { run }.to_string(),
+            Error::InvalidTransition {
+                from: RunState::Succeeded,
+                action: Action::Cancel,
+            }
+            .to_string(),
+            Error::FactConflict {
+                name: FactName::new("review").unwrap(),
+                existing: b"secret-value".to_vec(),
+            }
+            .to_string(),
+        ];
+        assert!(msgs[0].contains(&run.to_string()) && msgs[0].contains("check the id"));
+        assert!(msgs[1].contains("stop working on it"));
+        assert!(msgs[2].starts_with("cannot cancel a run that is succeeded"));
+        assert!(msgs[3].contains("review") && !msgs[3].contains("secret-value"));
+    }
+}
