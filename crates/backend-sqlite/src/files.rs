@@ -1,9 +1,8 @@
 //! Store-file safety (DESIGN §6): refuse symlinks, create private files, make creation durable,
 //! and open connections with cairn's pragmas.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use cairn_core::{Error, Result};
@@ -11,6 +10,57 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::config::SqliteOptions;
 use crate::error;
+
+/// What differs between platforms: file modes and directory fsync exist on Unix only.
+#[cfg(unix)]
+mod platform {
+    use std::fs::{DirBuilder, File, OpenOptions};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::path::Path;
+
+    /// Creates one directory, readable by its owner only (0700).
+    pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+        DirBuilder::new().mode(0o700).create(dir)
+    }
+
+    /// Options that create a new file readable by its owner only (0600), failing when it
+    /// exists.
+    pub(crate) fn new_private_file() -> OpenOptions {
+        let mut o = OpenOptions::new();
+        o.write(true).create_new(true).mode(0o600);
+        o
+    }
+
+    /// Makes the entries of `dir` durable (a new file or directory in it survives a crash).
+    pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}
+
+/// Elsewhere (Windows): files and directories take the access rules (ACL) their parent
+/// directory passes on, there is no mode to set; and a directory cannot be opened as a file
+/// to fsync it, while NTFS journals directory entries itself.
+#[cfg(not(unix))]
+mod platform {
+    use std::fs::{DirBuilder, OpenOptions};
+    use std::path::Path;
+
+    pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+        DirBuilder::new().create(dir)
+    }
+
+    pub(crate) fn new_private_file() -> OpenOptions {
+        let mut o = OpenOptions::new();
+        o.write(true).create_new(true);
+        o
+    }
+
+    pub(crate) fn sync_dir(_dir: &Path) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub(crate) use platform::create_private_dir;
 
 /// The files SQLite uses next to the database in WAL mode.
 const SIDECARS: [&str; 2] = ["-wal", "-shm"];
@@ -75,8 +125,52 @@ pub(crate) fn no_store(path: &Path) -> Error {
     }
 }
 
-/// Checks `path` ([`check_path`]), then creates its directory (0700) and the empty database
-/// file (0600) when missing, fsyncing the directory so the new entry survives a crash. With
+/// The directory an entry at `path` lives in.
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Fsyncs `dir` (see `platform::sync_dir`); tests see every directory synced.
+fn sync_dir(dir: &Path) -> Result<()> {
+    #[cfg(test)]
+    tests::SYNCED.with(|s| s.borrow_mut().push(dir.to_path_buf()));
+    platform::sync_dir(dir).map_err(|e| io_err(dir, e))
+}
+
+/// Creates `dir` and each missing ancestor, top down, each 0700, and fsyncs the directory
+/// holding each one it created, so that no new entry on the way to the store file can be lost
+/// in a crash after the open succeeded.
+fn create_dirs(dir: &Path) -> Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    loop {
+        match std::fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == ErrorKind::NotFound => missing.push(at),
+            Err(e) => return Err(io_err(at, e)),
+        }
+        match at.parent() {
+            Some(p) if !p.as_os_str().is_empty() => at = p,
+            _ => break,
+        }
+    }
+    for d in missing.into_iter().rev() {
+        match create_private_dir(d) {
+            Ok(()) => sync_dir(&parent_of(d))?,
+            // Another opener created it first, and syncs it.
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err(d, e)),
+        }
+    }
+    Ok(())
+}
+
+/// Checks `path` ([`check_path`]), then creates its directory and any missing ancestor (0700)
+/// and the empty database file (0600) when missing, fsyncing the directory holding each new
+/// entry so it survives a crash. With
 /// [`SqliteOptions::create_if_missing`] off, a missing file is [`Error::NotFound`] and
 /// nothing is created.
 pub(crate) fn prepare(path: &Path, opts: &SqliteOptions) -> Result<()> {
@@ -84,28 +178,12 @@ pub(crate) fn prepare(path: &Path, opts: &SqliteOptions) -> Result<()> {
     if !opts.create_if_missing && !exists(path)? {
         return Err(no_store(path));
     }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if !dir.exists() {
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io_err(&dir, e))?;
-    }
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
+    let dir = parent_of(path);
+    create_dirs(&dir)?;
+    match platform::new_private_file().open(path) {
         Ok(file) => {
             file.sync_all().map_err(|e| io_err(path, e))?;
-            File::open(&dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io_err(&dir, e))?;
+            sync_dir(&dir)?;
         }
         // Another opener created it first; the checks below still apply to what is there.
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
@@ -198,5 +276,40 @@ pub(crate) fn open_error_mapped(path: &Path, e: Error) -> Error {
             source,
         },
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::path::PathBuf;
+
+    use super::*;
+
+    thread_local! {
+        /// Directories fsynced on this thread.
+        pub(super) static SYNCED: RefCell<Vec<PathBuf>> = const { RefCell::new(Vec::new()) };
+    }
+
+    #[test]
+    fn every_directory_created_is_made_durable_in_its_parent() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_path_buf();
+        let db = root.join("a").join("b").join("store.db");
+        SYNCED.with(|s| s.borrow_mut().clear());
+        prepare(&db, &SqliteOptions::default()).unwrap();
+        let synced = SYNCED.with(|s| std::mem::take(&mut *s.borrow_mut()));
+        // `a` is an entry of the root, `b` of `a`, the file of `b`.
+        for dir in [root.clone(), root.join("a"), root.join("a").join("b")] {
+            assert!(
+                synced.contains(&dir),
+                "{} not synced: {synced:?}",
+                dir.display()
+            );
+        }
+
+        // Nothing new, nothing synced.
+        prepare(&db, &SqliteOptions::default()).unwrap();
+        assert!(SYNCED.with(|s| s.borrow().is_empty()));
     }
 }
