@@ -1,0 +1,191 @@
+//! The SQLite engine of the executed additivity check; see [`SqliteAdditivity`].
+//!
+//! By concern: [`capture`] runs a revision under SQLite's trace callback; [`tokens`] recognises
+//! what each traced statement is; [`snapshot`] reads the schema and the seeded rows before and
+//! after; [`judge`] applies the rules on statements and schema, [`rows`] those on data. This
+//! module builds the throwaway store and runs the check.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use cairn_core::schema::Dialect;
+use cairn_core::{Error, Result};
+use cairn_migrate::additivity::{seed_epoch_log, AdditivityEngine, Rule, Violation};
+use cairn_migrate::{MigrateError, MigrationSet, Revision, Runner, CAIRN_SET};
+
+use crate::config::SqliteOptions;
+use crate::db::blocking;
+use crate::error::map;
+use crate::{files, SqliteStore};
+
+mod capture;
+mod judge;
+mod rows;
+mod snapshot;
+mod sql;
+mod tokens;
+
+use capture::run_traced;
+use judge::{judge_schema, judge_statements};
+use rows::{judge_old_writes, judge_rows};
+use snapshot::{of_kind, read_schema, read_seeded};
+
+/// The SQLite engine of cairn-migrate's executed additivity check ([`AdditivityEngine`]).
+///
+/// Per revision, in a fresh private temporary directory (removed afterwards; nothing else is
+/// touched): a throwaway store is built at the revision's parent through the lineage-aware
+/// runner and seeded through cairn's real write paths
+/// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Tables an
+/// earlier revision created that cairn does not write stay empty. The engine snapshots
+/// `sqlite_schema` and every row, opens the production transaction (`BEGIN IMMEDIATE`),
+/// applies the revision's statements one at a time while SQLite's trace callback records every
+/// statement SQLite runs (trigger programs included), and requires:
+/// - on an existing table, only `ALTER TABLE … ADD COLUMN` and `CREATE INDEX` (any other kind
+///   is refused for its kind, whatever rows it touches; an unknown kind is flagged for review);
+/// - each existing table's stored SQL equal to the old one plus one insertion of column
+///   definitions, at the same root page (so any rebuild, even an identical one, fails);
+/// - new columns not generated, not in the key, nullable or with a literal default, without
+///   CHECK, UNIQUE or REFERENCES;
+/// - existing indexes, triggers and views unchanged; new indexes on existing tables
+///   non-unique, non-partial and on plain columns; no new trigger on an existing table;
+/// - the seeded rows unchanged, value for value, and a DELETE, INSERT and UPDATE naming only
+///   the old columns succeeding on one row of every seeded table (with no foreign key left
+///   broken);
+/// - every statement succeeding inside the transaction (`VACUUM` cannot).
+///
+/// Then everything is rolled back.
+///
+/// It is a **guard, stricter than compatibility needs**: it refuses harmless changes too (an
+/// identical rebuild, a replaced index, a `PRAGMA`). What it cannot see: what rows *mean* to
+/// older code; side effects outside SQL (files, other connections); triggers created on new
+/// tables that did not fire during the migration; constraints a new table places on existing
+/// rows once newer code fills it (e.g. a foreign key into `epoch_head` that would stop older
+/// code deleting cache rows), since new tables are not seeded; and rows of tables cairn's write
+/// paths do not fill. The history it is given must be cairn's own migration set (the seed runs
+/// cairn's write paths).
+#[derive(Clone, Debug, Default)]
+pub struct SqliteAdditivity {
+    opts: SqliteOptions,
+}
+
+impl SqliteAdditivity {
+    /// An engine with default store options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait]
+impl AdditivityEngine for SqliteAdditivity {
+    fn dialect(&self) -> Dialect {
+        Dialect::Sqlite
+    }
+
+    async fn check_revision(
+        &self,
+        history: &[Revision],
+        revision: &Revision,
+    ) -> Result<Vec<Violation>, MigrateError> {
+        let set = MigrationSet::new(CAIRN_SET, history.to_vec())?;
+        let dir = Scratch::new()?;
+        let path = dir.0.join("check.db");
+        let store =
+            SqliteStore::open_with_runner(&path, self.opts.clone(), &Runner::new(set)).await?;
+        seed_epoch_log(&store).await?;
+        drop(store);
+        let (opts, statements) = (self.opts.clone(), revision.up_sqlite.clone());
+        let violations = blocking(move || inspect(&path, &opts, &statements)).await?;
+        drop(dir);
+        Ok(violations)
+    }
+}
+
+/// A private temporary directory, removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new() -> Result<Self> {
+        let base = std::env::temp_dir();
+        loop {
+            let dir = base.join(cairn_core::scratch_name("cairn_additivity"));
+            match files::create_private_dir(&dir) {
+                Ok(()) => return Ok(Self(dir)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(Error::Io {
+                        path: base.display().to_string(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // A leftover scratch directory holds only synthetic data; failing to remove it must
+        // not turn a verdict into an error.
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+struct Verdict(Vec<Violation>);
+
+impl Verdict {
+    fn add(&mut self, rule: Rule, table: Option<&str>, detail: impl Into<String>) {
+        let v = Violation {
+            rule,
+            table: table.map(str::to_owned),
+            detail: detail.into(),
+        };
+        if !self.0.contains(&v) {
+            self.0.push(v);
+        }
+    }
+}
+
+/// A SQLite error as one line (SQLite's messages name objects, never row values).
+fn one_line(e: rusqlite::Error) -> String {
+    map(e).to_string().replace('\n', " ")
+}
+
+fn inspect(path: &Path, opts: &SqliteOptions, statements: &[String]) -> Result<Vec<Violation>> {
+    let conn = files::connect(path, opts)?;
+    let before = read_schema(&conn).map_err(map)?;
+    let mut seeded = BTreeMap::new();
+    for (name, _) in of_kind(&before, "table") {
+        seeded.insert(name.clone(), read_seeded(&conn, name).map_err(map)?);
+    }
+    conn.execute_batch(crate::sql::BEGIN_IMMEDIATE)
+        .map_err(map)?;
+    let mut verdict = Verdict(Vec::new());
+
+    let traced = run_traced(&conn, statements, &mut verdict);
+
+    judge_statements(&traced, &before, &mut verdict);
+    match read_schema(&conn) {
+        Ok(after) => {
+            judge_schema(&conn, &before, &after, &seeded, &mut verdict);
+            // A table that is gone is reported once, by its definition.
+            seeded.retain(|t, _| after.get(t).is_some_and(|o| o.kind == "table"));
+            judge_rows(&conn, &seeded, &mut verdict);
+            if !conn.is_autocommit() {
+                judge_old_writes(&conn, &seeded, &mut verdict);
+            }
+        }
+        Err(e) => verdict.add(
+            Rule::Failed,
+            None,
+            format!(
+                "the schema cannot be read after the revision: {}",
+                one_line(e)
+            ),
+        ),
+    }
+    if !conn.is_autocommit() {
+        conn.execute_batch(crate::sql::ROLLBACK).map_err(map)?;
+    }
+    Ok(verdict.0)
+}
