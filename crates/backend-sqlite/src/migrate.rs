@@ -7,9 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
-use cairn_migrate::{
-    Checksum, LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState,
-};
+use cairn_migrate::bookkeeping::{self, BookkeepingSql};
+use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::config::SqliteOptions;
@@ -18,29 +17,14 @@ use crate::error::map;
 use crate::files;
 use crate::store::check_not_foreign;
 
-mod sql {
-    pub(super) const HAS_STAMP_TABLE: &str =
-        "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'cairn_migration_stamp'";
-    pub(super) const CREATE_STAMP: &str = "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
-        set_name TEXT NOT NULL PRIMARY KEY, revision TEXT NOT NULL)";
-    pub(super) const CREATE_LINEAGE: &str = "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
-        set_name TEXT NOT NULL, position INTEGER NOT NULL, revision TEXT NOT NULL, checksum TEXT NOT NULL, \
-        PRIMARY KEY (set_name, position))";
-    pub(super) const READ_STAMP: &str =
-        "SELECT revision FROM cairn_migration_stamp WHERE set_name = ?1";
-    pub(super) const READ_LINEAGE: &str =
-        "SELECT revision, checksum FROM cairn_migration_lineage WHERE set_name = ?1 ORDER BY position";
-    pub(super) const UPSERT_STAMP: &str =
-        "INSERT INTO cairn_migration_stamp (set_name, revision) VALUES (?1, ?2) \
-        ON CONFLICT (set_name) DO UPDATE SET revision = excluded.revision";
-    pub(super) const DELETE_LINEAGE: &str =
-        "DELETE FROM cairn_migration_lineage WHERE set_name = ?1";
-    pub(super) const INSERT_LINEAGE: &str =
-        "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) VALUES (?1, ?2, ?3, ?4)";
-}
+/// Names of the runner's bookkeeping tables (defined in cairn-migrate, re-exported here for
+/// callers that already use this name).
+pub use cairn_migrate::BOOKKEEPING_TABLES;
 
-/// Names of the runner's bookkeeping tables; schema comparisons leave them out.
-pub const BOOKKEEPING_TABLES: [&str; 2] = ["cairn_migration_stamp", "cairn_migration_lineage"];
+/// The runner's bookkeeping statements, defined once in cairn-migrate for both backends.
+fn sql() -> &'static BookkeepingSql {
+    bookkeeping::sql(Dialect::Sqlite)
+}
 
 /// cairn-migrate's backend for one SQLite store file.
 #[derive(Clone, Debug)]
@@ -64,17 +48,18 @@ impl SqliteMigrator {
 }
 
 fn read_state(conn: &Connection, set: &str) -> Result<StoredState> {
+    let sql = sql();
     let has: i64 = conn
-        .query_row(sql::HAS_STAMP_TABLE, [], |r| r.get(0))
+        .query_row(sql.has_stamp_table, [], |r| r.get(0))
         .map_err(map)?;
     if has == 0 {
         return Ok(StoredState::default());
     }
     let stamp: Option<String> = conn
-        .query_row(sql::READ_STAMP, params![set], |r| r.get(0))
+        .query_row(sql.read_stamp, params![set], |r| r.get(0))
         .optional()
         .map_err(map)?;
-    let mut stmt = conn.prepare(sql::READ_LINEAGE).map_err(map)?;
+    let mut stmt = conn.prepare(sql.read_lineage).map_err(map)?;
     let rows = stmt
         .query_map(params![set], |r| {
             Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
@@ -82,15 +67,7 @@ fn read_state(conn: &Connection, set: &str) -> Result<StoredState> {
         .map_err(map)?
         .collect::<rusqlite::Result<Vec<_>>>()
         .map_err(map)?;
-    let mut lineage = Vec::with_capacity(rows.len());
-    for (revision, checksum) in rows {
-        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::corrupt(e.to_string()))?;
-        lineage.push(LineageEntry { revision, checksum });
-    }
-    Ok(StoredState {
-        stamp,
-        lineage: (!lineage.is_empty()).then_some(lineage),
-    })
+    bookkeeping::stored_state(stamp, rows).map_err(Error::from)
 }
 
 fn store_err(e: Error) -> MigrateError {
@@ -135,8 +112,9 @@ impl MigrationBackend for SqliteMigrator {
             files::configure(&path, &conn)?;
             conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;
             conn.busy_timeout(opts.busy_timeout).map_err(map)?;
-            conn.execute_batch(sql::CREATE_STAMP).map_err(map)?;
-            conn.execute_batch(sql::CREATE_LINEAGE).map_err(map)?;
+            for ddl in bookkeeping::ddl(Dialect::Sqlite) {
+                conn.execute_batch(ddl).map_err(map)?;
+            }
             Ok(conn)
         })
         .await
@@ -199,14 +177,17 @@ impl LockedMigration for SqliteLocked {
         let (set, stamp) = (set.to_owned(), stamp.to_owned());
         let lineage = lineage.map(<[LineageEntry]>::to_vec);
         self.run(move |c| {
-            c.execute(sql::UPSERT_STAMP, params![set, stamp])
+            let sql = sql();
+            c.execute(sql.upsert_stamp, params![set, stamp])
                 .map_err(map)?;
             if let Some(lineage) = lineage {
-                c.execute(sql::DELETE_LINEAGE, params![set]).map_err(map)?;
-                for (i, e) in lineage.iter().enumerate() {
+                c.execute(sql.delete_lineage, params![set]).map_err(map)?;
+                // SQLite's statement inserts one row per execution (`insert_lineage_is_bulk`
+                // is false for this dialect).
+                for (position, revision, checksum) in bookkeeping::lineage_rows(&lineage) {
                     c.execute(
-                        sql::INSERT_LINEAGE,
-                        params![set, i as i64, e.revision, e.checksum.to_hex()],
+                        sql.insert_lineage,
+                        params![set, position, revision, checksum],
                     )
                     .map_err(map)?;
                 }

@@ -335,7 +335,7 @@ impl cairn_conformance::MigrationHarness for SqliteHarness {
                 .map_err(crate::error::map)?;
             let mut out = std::collections::BTreeMap::<String, Vec<String>>::new();
             for (table, column) in rows {
-                if !crate::BOOKKEEPING_TABLES.contains(&table.as_str()) {
+                if !cairn_migrate::BOOKKEEPING_TABLES.contains(&table.as_str()) {
                     out.entry(table).or_default().push(column);
                 }
             }
