@@ -146,7 +146,8 @@ pub fn plan_event_batch(
 }
 
 /// Plans one run batch: of `candidates` (terminal runs holding no event, ordered by
-/// `finished_at`), those finished before `cutoff`, at most `batch_size`.
+/// `(finished_at, enqueue order)` so every backend removes the same runs first), those finished
+/// before `cutoff`, at most `batch_size`.
 pub fn plan_run_batch(cutoff: Timestamp, candidates: &[RunMeta], batch_size: usize) -> Vec<RunId> {
     candidates
         .iter()
