@@ -63,12 +63,29 @@ pub(crate) enum Command {
         #[arg(long)]
         space: String,
     },
-    /// Inspect and apply cairn's schema migrations (lineage-aware).
+    /// Inspect and apply schema migrations (lineage-aware): cairn's own set, or an
+    /// application's with `--set NAME --source DIR`.
     Migrate {
+        /// Which migration set.
+        #[command(flatten)]
+        set: SetArgs,
         /// What to do.
         #[command(subcommand)]
         action: MigrateAction,
     },
+}
+
+/// The migration set a `cairn migrate` command acts on.
+#[derive(clap::Args)]
+pub(crate) struct SetArgs {
+    /// An application's migration set, by the name its stamp and lineage are stored under
+    /// (default: cairn's own set). Needs `--source`.
+    #[arg(long, global = true, value_name = "NAME", requires = "source")]
+    pub(crate) set: Option<String>,
+    /// The directory holding the application set's SQL files: `NNNN_name.sql`, optionally
+    /// `NNNN_name.sqlite.sql` / `NNNN_name.postgres.sql` per engine. Needs `--set`.
+    #[arg(long, global = true, value_name = "DIR", requires = "set")]
+    pub(crate) source: Option<std::path::PathBuf>,
 }
 
 /// `cairn migrate …`: exit 0 when fine, 1 when the store is refused or incompatible, 2 for
@@ -85,7 +102,7 @@ pub(crate) enum MigrateAction {
     /// Record this build's lineage on a store at this build's head whose lineage is missing or
     /// another history's.
     Repair,
-    /// Run the executed additivity check over every packaged revision after the first, on
+    /// Run the executed additivity check over every revision after the set's first, on
     /// throwaway stores; one line per revision and backend (ok, or each violation with its
     /// reason). Exit 1 on any violation.
     Check {
@@ -97,8 +114,8 @@ pub(crate) enum MigrateAction {
         /// `postgres://postgres@127.0.0.1:5432/postgres`.
         #[arg(long, value_name = "URL", hide_env_values = true)]
         postgres_url: Option<String>,
-        /// Also check the revision in FILE (SQL statements, each ending with `;` at the end of a
-        /// line), as the revision after cairn's head, named after the file.
+        /// Also check the revision in FILE (SQL statements separated by `;`), as the revision
+        /// after the set's head, named after the file.
         #[arg(long, value_name = "FILE")]
         with_revision: Option<std::path::PathBuf>,
     },

@@ -2,19 +2,16 @@
 
 use std::io::Write;
 
-use cairn_core::{Error, Event, FeedCursor, FeedEvent, Head, RepairOutcome, SpaceId};
+use cairn::{Error, Event, FeedCursor, FeedEvent, Head, RepairOutcome, SpaceId};
 
 use crate::cli::{Cli, Command};
 use crate::error::CliError;
-use crate::open::{IfMissing, Target};
+use crate::open::{open, target, IfMissing};
 
 /// Runs one command. Input is validated before the store is opened, so bad input never creates
 /// or touches a store.
 pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
-    let target = match &cli.database {
-        Some(url) => Target::parse(url)?,
-        None => Target::default_sqlite()?,
-    };
+    let target = target(cli.database.as_deref())?;
     let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Append {
@@ -31,14 +28,14 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             };
             let events = vec![event];
             Event::validate_batch(&events)?;
-            let store = target.open(IfMissing::Create).await?;
-            let appended = store.append(&space, events).await?;
+            let store = open(&target, IfMissing::Create).await?;
+            let appended = store.epochs().append(&space, events).await?;
             writeln!(out, "{} {}", appended.seq, appended.id)?;
         }
         Command::Heads { space } => {
             let space = SpaceId::new(space)?;
-            let store = target.open(IfMissing::Refuse).await?;
-            print_heads(&mut out, &store.heads(&space).await?)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            print_heads(&mut out, &store.epochs().heads(&space).await?)?;
         }
         Command::Feed {
             space,
@@ -53,8 +50,11 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(c) = &cursor {
                 c.resume_after(&space)?;
             }
-            let store = target.open(IfMissing::Refuse).await?;
-            let page = store.events_since(&space, cursor.as_ref(), limit).await?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            let page = store
+                .epochs()
+                .events_since(&space, cursor.as_ref(), limit)
+                .await?;
             for event in &page.events {
                 print_event(&mut out, event)?;
             }
@@ -62,8 +62,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Repair { space } => {
             let space = SpaceId::new(space)?;
-            let store = target.open(IfMissing::Refuse).await?;
-            match store.repair_heads(&space).await? {
+            let store = open(&target, IfMissing::Refuse).await?;
+            match store.epochs().repair_heads(&space).await? {
                 RepairOutcome::Unchanged => writeln!(out, "unchanged")?,
                 RepairOutcome::Rewritten { before, after } => {
                     writeln!(
@@ -76,7 +76,9 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
-        Command::Migrate { action } => crate::migrate::run(target, action, &mut out).await?,
+        Command::Migrate { set, action } => {
+            crate::migrate::run(&target, set, action, &mut out).await?;
+        }
     }
     out.flush()?;
     Ok(())

@@ -6,7 +6,7 @@ use std::fmt;
 #[derive(Debug)]
 pub(crate) enum CliError {
     /// The store refused the operation or its input.
-    Store(cairn_core::Error),
+    Store(cairn::Error),
     /// The configuration (database URL, data directory) is unusable.
     Config(String),
     /// A command that needs an existing SQLite store found no file.
@@ -30,8 +30,8 @@ impl fmt::Display for CliError {
     }
 }
 
-impl From<cairn_core::Error> for CliError {
-    fn from(e: cairn_core::Error) -> Self {
+impl From<cairn::Error> for CliError {
+    fn from(e: cairn::Error) -> Self {
         Self::Store(e)
     }
 }

@@ -4,28 +4,43 @@ use std::io::Write;
 
 use std::sync::Arc;
 
-use cairn_migrate::additivity::{check_set, AdditivityEngine};
-use cairn_migrate::{
-    cairn_revisions, cairn_set, classify, Classification, MigrateError, MigrationSet, Opened,
-    Revision, Runner, CAIRN_SET,
+use cairn::migrate::{
+    additivity_engine, cairn_set, check_set, classify, split_statements, AdditivityEngine,
+    Classification, Dialect, MigrateError, MigrationSet, Opened, Revision, Runner, CAIRN_SET,
 };
+use cairn::{Backend, DatabaseUrl};
 
-use crate::cli::{CheckBackend, MigrateAction};
+use crate::cli::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
-use crate::open::{IfMissing, Target};
+use crate::open::{migrator, IfMissing};
+
+/// The set a command acts on: cairn's own, or the application's set loaded from `--source`.
+fn load_set(args: SetArgs) -> Result<MigrationSet, CliError> {
+    match (args.set, args.source) {
+        (Some(name), Some(dir)) if name != CAIRN_SET => {
+            MigrationSet::from_dir(name, &dir).map_err(store)
+        }
+        (Some(_), Some(_)) => Err(CliError::Config(format!(
+            "`{CAIRN_SET}` is cairn's own set, which ships with this build; drop --set and --source to act on it"
+        ))),
+        // clap makes `--set` and `--source` require each other.
+        _ => Ok(cairn_set()),
+    }
+}
 
 /// Runs one `cairn migrate` action against `target`.
 pub(crate) async fn run(
-    target: Target,
+    target: &DatabaseUrl,
+    set: SetArgs,
     action: MigrateAction,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let runner = Runner::new(cairn_set());
+    let runner = Runner::new(load_set(set)?);
     let set = runner.set();
     let head = &set.head().id;
     match action {
         MigrateAction::History => {
-            let state = match target.migrator(IfMissing::Refuse) {
+            let state = match migrator(target, IfMissing::Refuse) {
                 Ok(m) => Some(m.read_state(set.name()).await.map_err(store)?),
                 Err(CliError::NoStore(_)) => None,
                 Err(e) => return Err(e),
@@ -51,7 +66,7 @@ pub(crate) async fn run(
             }
         }
         MigrateAction::Status => {
-            let m = target.migrator(IfMissing::Refuse)?;
+            let m = migrator(target, IfMissing::Refuse)?;
             let state = m.read_state(set.name()).await.map_err(store)?;
             let class = classify(set, &state);
             if let Classification::Refused(refusal) = class {
@@ -99,7 +114,7 @@ pub(crate) async fn run(
             )?;
         }
         MigrateAction::Up => {
-            let m = target.migrator(IfMissing::Create)?;
+            let m = migrator(target, IfMissing::Create)?;
             match runner.open(m.as_ref()).await.map_err(store)? {
                 Opened::AtHead => writeln!(out, "at head {head}; nothing to do")?,
                 Opened::LineageRepaired => writeln!(out, "at head {head}; lineage recorded")?,
@@ -116,7 +131,7 @@ pub(crate) async fn run(
             }
         }
         MigrateAction::Repair => {
-            let m = target.migrator(IfMissing::Refuse)?;
+            let m = migrator(target, IfMissing::Refuse)?;
             let state = m.read_state(set.name()).await.map_err(store)?;
             match classify(set, &state) {
                 Classification::AtHead { repair_lineage: true } => {
@@ -142,7 +157,8 @@ pub(crate) async fn run(
             with_revision,
         } => {
             check(
-                &target,
+                target,
+                runner.set(),
                 backend,
                 postgres_url,
                 with_revision.as_deref(),
@@ -157,33 +173,34 @@ pub(crate) async fn run(
 const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
 async fn check(
-    target: &Target,
+    target: &DatabaseUrl,
+    set: &MigrationSet,
     backend: CheckBackend,
     postgres_url: Option<String>,
     with_revision: Option<&std::path::Path>,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let mut revisions = cairn_revisions();
+    let mut revisions = set.revisions().to_vec();
     if let Some(file) = with_revision {
-        revisions.push(revision_from_file(
-            file,
-            &revisions[revisions.len() - 1].id,
-        )?);
+        revisions.push(revision_from_file(file, &set.head().id)?);
     }
-    let set = MigrationSet::new(CAIRN_SET, revisions).map_err(store)?;
-    let mut engines: Vec<(&str, Arc<dyn AdditivityEngine>)> = Vec::new();
+    let set = MigrationSet::new(set.name(), revisions).map_err(store)?;
+    let mut engines: Vec<(Backend, Arc<dyn AdditivityEngine>)> = Vec::new();
     if backend != CheckBackend::Postgres {
-        engines.push(("sqlite", Arc::new(cairn_sqlite::SqliteAdditivity::new())));
+        engines.push((Backend::Sqlite, additivity_engine(Backend::Sqlite, None)?));
     }
     if backend != CheckBackend::Sqlite {
         let url = postgres_url
             .or_else(|| match target {
-                Target::Postgres { url, .. } => Some(url.clone()),
-                Target::Sqlite(_) => None,
+                DatabaseUrl::Postgres { url, .. } => Some(url.clone()),
+                DatabaseUrl::Sqlite(_) => None,
             })
             .or_else(|| std::env::var("CAIRN_TEST_POSTGRES_URL").ok())
             .unwrap_or_else(|| LOCAL_POSTGRES.to_owned());
-        engines.push(("postgres", Arc::new(cairn_postgres::PgAdditivity::new(url))));
+        engines.push((
+            Backend::Postgres,
+            additivity_engine(Backend::Postgres, Some(&url))?,
+        ));
     }
     let mut violations = 0;
     for (name, engine) in engines {
@@ -207,10 +224,11 @@ async fn check(
     Ok(())
 }
 
-/// Reads a revision for `check --with-revision`: statements end with `;` at the end of a line.
+/// Reads a revision for `check --with-revision`: the file's SQL statements, named after the
+/// file, following `parent`.
 fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, CliError> {
     let text = std::fs::read_to_string(file).map_err(|source| {
-        CliError::Store(cairn_core::Error::Io {
+        CliError::Store(cairn::Error::Io {
             path: file.display().to_string(),
             source,
         })
@@ -221,33 +239,22 @@ fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, 
         .filter(|s| !s.is_empty())
         .ok_or_else(|| CliError::Config("the revision file needs a UTF-8 name".into()))?
         .to_owned();
-    let mut statements = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        if line.trim_start().starts_with("--") {
-            continue;
-        }
-        current.push_str(line);
-        current.push('\n');
-        if line.trim_end().ends_with(';') {
-            statements.push(current.trim().trim_end_matches(';').to_owned());
-            current.clear();
-        }
-    }
-    if !current.trim().is_empty() {
-        statements.push(current.trim().to_owned());
-    }
-    if statements.is_empty() {
+    let split = |dialect| {
+        split_statements(&text, dialect)
+            .map_err(|e| CliError::Config(format!("{}: {e}", file.display())))
+    };
+    let (up_sqlite, up_postgres) = (split(Dialect::Sqlite)?, split(Dialect::Postgres)?);
+    if up_sqlite.is_empty() {
         return Err(CliError::Config(format!(
             "{} holds no SQL statement",
             file.display()
         )));
     }
     Ok(Revision {
-        id: id.clone(),
+        id,
         parent: Some(parent.to_owned()),
-        up_sqlite: statements.clone(),
-        up_postgres: statements,
+        up_sqlite,
+        up_postgres,
         description: format!("from {}", file.display()),
     })
 }

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cairn_core::{EpochStore, Event, SpaceId};
+use cairn::{EpochStore, Event, SpaceId};
 
 /// A `cairn` command with a clean environment: no `CAIRN_DATABASE` from the caller.
 fn cairn() -> Command {
@@ -334,7 +334,9 @@ async fn repair_rewrites_a_stale_cache_once() {
     let (_dir, db) = temp_db();
     append(&db, "s", "x");
     let legacy = {
-        let store = cairn_sqlite::SqliteStore::open(&db).await.unwrap();
+        let store = cairn::testkit::sqlite::SqliteStore::open(&db)
+            .await
+            .unwrap();
         let space = SpaceId::new("s").unwrap();
         store
             .legacy_append(&space, None, vec![Event::new("note", "legacy")])
@@ -430,7 +432,7 @@ fn usage_errors_exit_with_status_2() {
 /// server, found as DESIGN §7 says; fails when there is none).
 #[tokio::test]
 async fn postgres_url_selects_the_postgres_backend() {
-    let h = cairn_postgres::testkit::harness().await;
+    let h = cairn::testkit::postgres::testkit::harness().await;
     let base = h.options().url;
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}cairn_schema={}", h.schema());

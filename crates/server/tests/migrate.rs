@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use cairn::testkit::sqlite::{SqliteOptions, SqliteStore};
 use cairn_migrate::{cairn_revisions, MigrationSet, Revision, Runner, RunnerHooks, CAIRN_SET};
-use cairn_sqlite::{SqliteOptions, SqliteStore};
 
 fn run(db: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -184,7 +184,7 @@ fn check(args: &[&str], pg: &str) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_passes_cairns_own_revisions_on_both_backends() {
-    let pg = cairn_postgres::testkit::test_server_url()
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
         .await
         .unwrap_or_else(|msg| panic!("{msg}"));
     let out = ok(check(&["--backend", "all"], &pg));
@@ -200,7 +200,7 @@ async fn check_passes_cairns_own_revisions_on_both_backends() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_fails_with_reasons_on_a_bad_fixture_revision() {
-    let pg = cairn_postgres::testkit::test_server_url()
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
         .await
         .unwrap_or_else(|msg| panic!("{msg}"));
     let fixture = concat!(
@@ -219,4 +219,155 @@ async fn check_fails_with_reasons_on_a_bad_fixture_revision() {
         );
     }
     assert_eq!(text(&out.stderr).lines().count(), 1);
+}
+
+/// The application-set fixtures the facade's tests use too.
+fn notes(version: &str) -> String {
+    format!(
+        "{}/../cairn/tests/fixtures/{version}",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// `cairn --database <url> migrate --set notes --source <fixture> args…`.
+fn run_set(url: &str, version: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .args(["--database", url, "migrate", "--set", "notes", "--source"])
+        .arg(notes(version))
+        .args(args)
+        .output()
+        .expect("the cairn binary runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_set_goes_up_runs_ahead_and_a_diverged_one_is_refused_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_cli");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let urls = [
+        dir.path().join("app.db").display().to_string(),
+        format!("{pg}{sep}cairn_schema={schema}"),
+    ];
+    for url in &urls {
+        let up = ok(run_set(url, "notes_v1", &["up"]));
+        assert!(
+            up.contains("upgraded (empty) -> 0001_notes: applied 0001_notes"),
+            "{up}"
+        );
+        let status = ok(run_set(url, "notes_v1", &["status"]));
+        assert!(status.contains("set: notes"), "{status}");
+        assert!(status.contains("state: at head"), "{status}");
+
+        let status = ok(run_set(url, "notes_v2", &["status"]));
+        assert!(status.contains("state: upgrade"), "{status}");
+        assert!(status.contains("pending: 0002_note_tags"), "{status}");
+        let up = ok(run_set(url, "notes_v2", &["up"]));
+        assert!(up.contains("upgraded 0001_notes -> 0002_note_tags"), "{up}");
+        let history = ok(run_set(url, "notes_v2", &["history"]));
+        assert_eq!(
+            history.lines().filter(|l| l.contains(" applied ")).count(),
+            2,
+            "{history}"
+        );
+
+        // The older build finds the store ahead; a diverged one is refused in one line.
+        let status = ok(run_set(url, "notes_v1", &["status"]));
+        assert!(status.contains("state: ahead"), "{status}");
+        let out = run_set(url, "notes_diverged", &["status"]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("0002_note_tags") && err.contains("0002_note_authors"),
+            "{err}"
+        );
+        let out = run_set(url, "notes_diverged", &["up"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+
+        // cairn's own set is a separate history in the same store.
+        let own = ok(run(std::path::Path::new(url), &["status"]));
+        assert!(own.contains("set: cairn"), "{own}");
+    }
+    let mut conn = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&pg).await.unwrap()
+    };
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_additivity_check_runs_on_an_application_set_on_both_engines() {
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("unused.db").display().to_string();
+    let out = ok(run_set(
+        &db,
+        "notes_v2",
+        &["check", "--backend", "all", "--postgres-url", &pg],
+    ));
+    for backend in ["sqlite", "postgres"] {
+        assert!(
+            out.contains(&format!("{backend} 0001_notes: base revision, exempt")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("{backend} 0002_note_tags: ok")),
+            "{out}"
+        );
+    }
+
+    let out = run_set(
+        &db,
+        "notes_breaking",
+        &["check", "--backend", "all", "--postgres-url", &pg],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    for backend in ["sqlite", "postgres"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{backend} 0002_drop_body: "))
+                    && l.contains("notes")),
+            "{backend}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn set_and_source_go_together_and_cairn_is_not_an_application_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("x.db");
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .arg("--database")
+        .arg(&db)
+        .args(["migrate", "--set", "notes", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "--set needs --source");
+    let out = run_set(&db.display().to_string(), "notes_v1", &["status"]);
+    assert_eq!(out.status.code(), Some(1), "no store yet");
+    assert!(!db.exists());
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .arg("--database")
+        .arg(&db)
+        .args(["migrate", "--set", "cairn", "--source"])
+        .arg(notes("notes_v1"))
+        .arg("up")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("cairn's own set"));
+    assert!(!db.exists());
 }

@@ -1,0 +1,78 @@
+//! # cairn
+//!
+//! Shared state for many processes, nodes and *versions* of a program, on **SQLite** (the
+//! embedded default: one file, no server) or **PostgreSQL** (many nodes against one database).
+//! This crate is the front door: open a [`Store`] from a URL and use its capabilities as trait
+//! objects.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> cairn::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let url = format!("sqlite://{}/demo.db", dir.path().display());
+//! let store = cairn::Store::open(&url).await?;
+//! let space = cairn::SpaceId::new("docs")?;
+//! store.epochs().append(&space, vec![cairn::Event::new("doc.edit", "hello")]).await?;
+//! let heads = store.epochs().heads(&space).await?;
+//! let page = store.epochs().events_since(&space, None, 100).await?;
+//! # assert_eq!(heads.len(), 1); assert_eq!(page.events.len(), 1); Ok(()) }
+//! ```
+//!
+//! ## What a store holds
+//!
+//! - **The epoch log** ([`Store::epochs`], an [`EpochStore`]): per-space causal histories. An
+//!   *epoch* is an atomic batch of [`Event`]s with a commit-ordered [`Seq`]; it names the
+//!   space's heads as its parents and is identified by a BLAKE3 content address ([`EpochId`]).
+//!   Appends cost a fixed number of statements however long the history is, thanks to a head
+//!   cache that checks itself on every write. Imports from other stores (replication), forks and
+//!   their merge, repair, and a feed with opaque cursors are included.
+//! - **Lineage-aware migrations** ([`migrate`]): a store records, per migration set, its
+//!   revision (stamp) and the history of the build that migrated it (lineage). A newer build
+//!   upgrades the store atomically; an older build keeps using it (it is *ahead*); a diverged
+//!   history is refused in one line naming both revisions. A service brings its own tables as
+//!   a [`MigrationSet`] ([`StoreBuilder::migrations`]) on the same runner.
+//!
+//! ## URLs
+//!
+//! `sqlite:///absolute/path.db`, `sqlite://relative/path.db` or a bare path open a SQLite file
+//! (created 0600 in a 0700 directory; symlinks refused; WAL with `synchronous=FULL`).
+//! `postgres://user@host/db?cairn_schema=NAME` opens the store in schema `NAME` (default
+//! `public`). See [`DatabaseUrl`]. Errors never repeat a URL: it may hold a password.
+//!
+//! ## Features
+//!
+//! - `sqlite` (default): the SQLite backend (rusqlite, bundled SQLite).
+//! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`].
+//! - `testkit`: test support (conformance harnesses, legacy writers, bench hooks) in
+//!   [`testkit`]; not for production code.
+
+#![forbid(unsafe_code)]
+
+pub mod migrate;
+mod store;
+mod url;
+
+pub use cairn_core::{
+    epoch_id, event_id, verify_epoch, Appended, BoxError, Epoch, EpochDiagnostics, EpochId,
+    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, MemoryStore, RepairOutcome, Result, Seq, SpaceId, MAX_EPOCH_EVENTS,
+    MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN,
+};
+pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
+pub use store::{SetOpened, Store, StoreBuilder};
+pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
+
+/// Test support (feature `testkit`): the backend crates with their conformance harnesses,
+/// legacy (cache-unaware) writers and benchmark hooks. Not for production code.
+#[cfg(feature = "testkit")]
+pub mod testkit {
+    pub use cairn_core::scratch_name;
+    #[cfg(feature = "postgres")]
+    pub use cairn_postgres as postgres;
+    #[cfg(feature = "sqlite")]
+    pub use cairn_sqlite as sqlite;
+}
+
+// The README's examples are compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -1,0 +1,405 @@
+//! [`Store`] and its builder: open a store from a URL, through the migration runner.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
+use cairn_migrate::{MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
+
+use crate::url::{Backend, DatabaseUrl};
+
+/// How long an open waits for another process's migration before it gives up with
+/// [`Error::Retryable`].
+const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What opening a store did for one migration set.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SetOpened {
+    /// The set's name (`cairn` for cairn's own schema).
+    pub set: String,
+    /// What the runner did: nothing (at head, ahead), an upgrade, or a lineage repair.
+    pub outcome: Opened,
+}
+
+/// An open cairn store: the capabilities of one database, as trait objects.
+///
+/// Cheap to clone (a shared handle). Open it with [`Store::open`] or [`Store::builder`]:
+///
+/// ```no_run
+/// # async fn demo() -> cairn::Result<()> {
+/// let store = cairn::Store::open("sqlite://./demo.db").await?;
+/// let space = cairn::SpaceId::new("docs")?;
+/// store.epochs().append(&space, vec![cairn::Event::new("doc.edit", "hello")]).await?;
+/// let heads = store.epochs().heads(&space).await?;
+/// let page = store.epochs().events_since(&space, None, 100).await?;
+/// # let _ = (heads, page); Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    epochs: Arc<dyn EpochDiagnostics>,
+    backend: Backend,
+    migrations: Vec<SetOpened>,
+    #[cfg(feature = "postgres")]
+    pg: Option<cairn_postgres::PgStore>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("backend", &self.inner.backend)
+            .field("migrations", &self.inner.migrations)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    /// Opens the store at `url` with default options (see [`DatabaseUrl`] for the URL forms),
+    /// creating it when missing and bringing cairn's schema to this build's head.
+    ///
+    /// # Errors
+    /// As [`StoreBuilder::open`].
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::builder(url).open().await
+    }
+
+    /// A builder for the store at `url`, to set options and the application's migration sets
+    /// before opening.
+    pub fn builder(url: impl Into<String>) -> StoreBuilder {
+        StoreBuilder::new(Source::Url(url.into()))
+    }
+
+    /// A builder for the store at an already parsed location.
+    pub fn builder_at(url: DatabaseUrl) -> StoreBuilder {
+        StoreBuilder::new(Source::Parsed(url))
+    }
+
+    /// A builder for a store in the database an existing `sqlx` pool connects to. cairn reuses
+    /// the pool's connect options (host, credentials, TLS) but keeps its own small pool
+    /// ([`StoreBuilder::pool_size`]): its connections carry session settings (`search_path`,
+    /// `lock_timeout`) that must not leak into the service's connections.
+    #[cfg(feature = "postgres")]
+    pub fn builder_from_pg_pool(pool: &sqlx::PgPool) -> StoreBuilder {
+        StoreBuilder::new(Source::PgPool(pool.clone()))
+    }
+
+    /// The epoch log.
+    pub fn epochs(&self) -> Arc<dyn EpochStore> {
+        self.inner.epochs.clone()
+    }
+
+    /// The epoch log with its read-only diagnostics (cached vs computed heads, next seq), for
+    /// operator tools.
+    pub fn diagnostics(&self) -> Arc<dyn EpochDiagnostics> {
+        self.inner.epochs.clone()
+    }
+
+    /// The engine the store runs on.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend
+    }
+
+    /// What the open did for each migration set: cairn's own first, then the application's in
+    /// the order they were given.
+    pub fn migrations(&self) -> &[SetOpened] {
+        &self.inner.migrations
+    }
+
+    /// Shuts the store down in order. On Postgres the pool is closed: connections in use are
+    /// waited for, and later operations through any clone of this store (or of a trait object
+    /// it handed out) fail with [`Error::Unavailable`]. On SQLite every write was already
+    /// durable when it returned; the files' connections close when the last clone is dropped.
+    ///
+    /// # Errors
+    /// None today; the signature leaves room for backends whose shutdown can fail.
+    pub async fn close(self) -> Result<()> {
+        #[cfg(feature = "postgres")]
+        if let Some(pg) = &self.inner.pg {
+            pg.close().await;
+        }
+        Ok(())
+    }
+}
+
+enum Source {
+    Url(String),
+    Parsed(DatabaseUrl),
+    #[cfg(feature = "postgres")]
+    PgPool(sqlx::PgPool),
+}
+
+/// Options for opening a [`Store`]; every method has a sensible default.
+///
+/// ```no_run
+/// # async fn demo(app: cairn::MigrationSet) -> cairn::Result<()> {
+/// use std::time::Duration;
+/// let store = cairn::Store::builder("postgres://app@db/app?cairn_schema=cairn")
+///     .pool_size(4)
+///     .busy_timeout(Duration::from_secs(2))
+///     .migrations(app)
+///     .open()
+///     .await?;
+/// # let _ = store; Ok(()) }
+/// ```
+#[must_use = "a builder does nothing until `open` is awaited"]
+pub struct StoreBuilder {
+    source: Source,
+    busy_timeout: Option<Duration>,
+    pool_size: Option<u32>,
+    schema: Option<String>,
+    read_connections: Option<usize>,
+    create_if_missing: bool,
+    share_sqlite_file: bool,
+    migration_lock_timeout: Duration,
+    sets: Vec<MigrationSet>,
+}
+
+impl fmt::Debug for StoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The source is left out: a URL may hold a password.
+        f.debug_struct("StoreBuilder")
+            .field("busy_timeout", &self.busy_timeout)
+            .field("pool_size", &self.pool_size)
+            .field("schema", &self.schema)
+            .field("read_connections", &self.read_connections)
+            .field("create_if_missing", &self.create_if_missing)
+            .field("share_sqlite_file", &self.share_sqlite_file)
+            .field("migration_lock_timeout", &self.migration_lock_timeout)
+            .field(
+                "sets",
+                &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+impl StoreBuilder {
+    fn new(source: Source) -> Self {
+        Self {
+            source,
+            busy_timeout: None,
+            pool_size: None,
+            schema: None,
+            read_connections: None,
+            create_if_missing: true,
+            share_sqlite_file: false,
+            migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
+            sets: Vec::new(),
+        }
+    }
+
+    /// How long an operation waits for another writer's lock before it fails with
+    /// [`Error::Retryable`] (SQLite's busy timeout, Postgres's `lock_timeout`). Default 5 s on
+    /// SQLite, 10 s on Postgres.
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = Some(timeout);
+        self
+    }
+
+    /// Largest number of pooled connections (Postgres; default 10). Ignored on SQLite, whose
+    /// writes go through one connection (see [`StoreBuilder::read_connections`] for reads).
+    pub fn pool_size(mut self, connections: u32) -> Self {
+        self.pool_size = Some(connections);
+        self
+    }
+
+    /// The Postgres schema that holds the store (default `public`, or the URL's
+    /// `cairn_schema`). Must match `[a-z_][a-z0-9_]{0,62}`. Ignored on SQLite.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = Some(schema.into());
+        self
+    }
+
+    /// How many read connections a SQLite store keeps, so concurrent reads proceed in parallel
+    /// (default 4). Ignored on Postgres, whose reads share the pool.
+    pub fn read_connections(mut self, connections: usize) -> Self {
+        self.read_connections = Some(connections);
+        self
+    }
+
+    /// Whether a missing store is created (default `true`). With `false`, opening a missing
+    /// SQLite file or a Postgres schema without a store fails with [`Error::NotFound`] and
+    /// creates nothing: what a read-only tool wants.
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// Allows cairn's tables to live in a SQLite file that already holds the application's own
+    /// tables (default `false`: such a file is refused as "not a cairn store", so a mistyped
+    /// path never gets cairn's tables written into somebody else's database).
+    pub fn share_sqlite_file(mut self, share: bool) -> Self {
+        self.share_sqlite_file = share;
+        self
+    }
+
+    /// How long an open waits for another process that is migrating the same store (default
+    /// 30 s); past it the open fails with [`Error::Retryable`] and changes nothing.
+    pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.migration_lock_timeout = timeout;
+        self
+    }
+
+    /// Adds an application migration set, opened after cairn's own with the same protocol:
+    /// stamp and lineage per set; at head and ahead take no lock and write nothing; an upgrade
+    /// takes the migration lock, looks again, and applies the pending revisions with the
+    /// lineage in one transaction; a diverged history is refused naming both revisions. Call
+    /// it once per set.
+    pub fn migrations(mut self, set: MigrationSet) -> Self {
+        self.sets.push(set);
+        self
+    }
+
+    /// Opens the store: picks the backend from the URL, opens cairn's own migration set
+    /// through the runner, then each application set in order.
+    ///
+    /// # Errors
+    /// - [`Error::InvalidInput`]: a malformed URL or option, an application set named `cairn`
+    ///   or given twice, a backend this build was compiled without (enable the `sqlite` or
+    ///   `postgres` feature);
+    /// - [`Error::NotFound`]: no store and [`StoreBuilder::create_if_missing`] is off;
+    /// - [`Error::Incompatible`]: a set's stored history is one this build must not use
+    ///   (nothing was changed);
+    /// - [`Error::Migration`]: a revision failed (its upgrade was rolled back);
+    /// - [`Error::Retryable`]: another process held a lock past its timeout;
+    /// - the backend's errors: [`Error::UnsafePath`], [`Error::Io`], [`Error::Corrupt`],
+    ///   [`Error::Unavailable`].
+    pub async fn open(self) -> Result<Store> {
+        let mut names: Vec<&str> = vec![CAIRN_SET];
+        for set in &self.sets {
+            if names.contains(&set.name()) {
+                return Err(Error::invalid(
+                    "migration set",
+                    format!(
+                        "the set name `{}` is {}",
+                        set.name(),
+                        if set.name() == CAIRN_SET {
+                            "reserved for cairn's own schema"
+                        } else {
+                            "given twice"
+                        }
+                    ),
+                ));
+            }
+            names.push(set.name());
+        }
+        let url = match &self.source {
+            Source::Url(url) => DatabaseUrl::parse(url)?,
+            Source::Parsed(url) => url.clone(),
+            #[cfg(feature = "postgres")]
+            Source::PgPool(pool) => {
+                let opts = cairn_postgres::PgOptions::from_pool(pool);
+                return self.open_postgres(opts, None).await;
+            }
+        };
+        match url {
+            DatabaseUrl::Sqlite(path) => self.open_sqlite(path).await,
+            #[cfg(feature = "postgres")]
+            DatabaseUrl::Postgres { url, schema } => {
+                self.open_postgres(cairn_postgres::PgOptions::new(url), schema)
+                    .await
+            }
+            #[cfg(not(feature = "postgres"))]
+            DatabaseUrl::Postgres { .. } => Err(missing_feature(Backend::Postgres)),
+        }
+    }
+
+    #[cfg(feature = "sqlite")]
+    async fn open_sqlite(&self, path: std::path::PathBuf) -> Result<Store> {
+        let mut opts = cairn_sqlite::SqliteOptions::default()
+            .create_if_missing(self.create_if_missing)
+            .share_file_with_application(self.share_sqlite_file);
+        if let Some(t) = self.busy_timeout {
+            opts = opts.busy_timeout(t);
+        }
+        if let Some(n) = self.read_connections {
+            opts = opts.read_connections(n);
+        }
+        let store = cairn_sqlite::SqliteStore::open_with(&path, opts.clone()).await?;
+        let mut migrations = vec![SetOpened {
+            set: CAIRN_SET.into(),
+            outcome: store.opened().clone(),
+        }];
+        let migrator = cairn_sqlite::SqliteMigrator::new(&path, opts);
+        self.open_sets(&migrator, &mut migrations).await?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                epochs: Arc::new(store),
+                backend: Backend::Sqlite,
+                migrations,
+                #[cfg(feature = "postgres")]
+                pg: None,
+            }),
+        })
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    async fn open_sqlite(&self, _path: std::path::PathBuf) -> Result<Store> {
+        Err(missing_feature(Backend::Sqlite))
+    }
+
+    #[cfg(feature = "postgres")]
+    async fn open_postgres(
+        &self,
+        mut opts: cairn_postgres::PgOptions,
+        url_schema: Option<String>,
+    ) -> Result<Store> {
+        if let Some(schema) = self.schema.clone().or(url_schema) {
+            opts = opts.schema(schema);
+        }
+        if let Some(n) = self.pool_size {
+            opts = opts.max_connections(n);
+        }
+        if let Some(t) = self.busy_timeout {
+            opts = opts.lock_timeout(t);
+        }
+        opts = opts.create_if_missing(self.create_if_missing);
+        let store = cairn_postgres::PgStore::connect_with(opts.clone()).await?;
+        let mut migrations = vec![SetOpened {
+            set: CAIRN_SET.into(),
+            outcome: store.opened().clone(),
+        }];
+        let migrator = cairn_postgres::PgMigrator::new(opts)?;
+        if let Err(e) = self.open_sets(&migrator, &mut migrations).await {
+            store.close().await;
+            return Err(e);
+        }
+        Ok(Store {
+            inner: Arc::new(Inner {
+                epochs: Arc::new(store.clone()),
+                backend: Backend::Postgres,
+                migrations,
+                pg: Some(store),
+            }),
+        })
+    }
+
+    /// Opens the application's sets, in order, through the runner.
+    async fn open_sets(
+        &self,
+        migrator: &dyn MigrationBackend,
+        out: &mut Vec<SetOpened>,
+    ) -> Result<()> {
+        for set in &self.sets {
+            let runner = Runner::new(set.clone()).with_lock_timeout(self.migration_lock_timeout);
+            let outcome = runner.open(migrator).await?;
+            out.push(SetOpened {
+                set: set.name().to_owned(),
+                outcome,
+            });
+        }
+        Ok(())
+    }
+}
+
+#[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
+pub(crate) fn missing_feature(backend: Backend) -> Error {
+    Error::invalid(
+        "database URL",
+        format!("this build of cairn has no {backend} backend; enable the `{backend}` feature"),
+    )
+}

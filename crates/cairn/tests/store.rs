@@ -1,0 +1,428 @@
+//! The front door, as a service uses it: open from a URL (SQLite and Postgres), options,
+//! application migration sets (upgrade, ahead, refused), an existing Postgres pool, close.
+
+use std::path::{Path, PathBuf};
+
+use cairn::migrate::MigrationSet;
+use cairn::{Backend, Error, Event, Opened, SpaceId, Store};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn notes(version: &str) -> MigrationSet {
+    MigrationSet::from_dir("notes", fixture(version)).expect("the fixture set loads")
+}
+
+/// A store location of one backend, fresh for each test.
+enum Location {
+    Sqlite(tempfile::TempDir),
+    Postgres { server: String, schema: String },
+}
+
+impl Location {
+    fn sqlite() -> Self {
+        Self::Sqlite(tempfile::tempdir().expect("a temporary directory"))
+    }
+
+    async fn postgres() -> Self {
+        let server = cairn::testkit::postgres::testkit::test_server_url()
+            .await
+            .unwrap_or_else(|why| panic!("no Postgres server for the facade tests: {why}"));
+        Self::Postgres {
+            server,
+            schema: cairn::testkit::scratch_name("cairn_f"),
+        }
+    }
+
+    async fn each() -> [Self; 2] {
+        [Self::sqlite(), Self::postgres().await]
+    }
+
+    fn url(&self) -> String {
+        match self {
+            Self::Sqlite(dir) => format!("sqlite://{}", dir.path().join("store.db").display()),
+            Self::Postgres { server, schema } => {
+                let sep = if server.contains('?') { '&' } else { '?' };
+                format!("{server}{sep}cairn_schema={schema}")
+            }
+        }
+    }
+
+    fn backend(&self) -> Backend {
+        match self {
+            Self::Sqlite(_) => Backend::Sqlite,
+            Self::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// Runs `sql` against the store's database as the application would (its own connection).
+    async fn exec(&self, sql: &str) {
+        match self {
+            Self::Sqlite(dir) => {
+                let conn = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+                conn.execute_batch(sql).unwrap();
+            }
+            Self::Postgres { server, schema } => {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(server).await.unwrap();
+                sqlx::query(&format!("SET search_path TO {schema}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+            }
+        }
+    }
+
+    /// Counts the rows of `table` as the application would.
+    async fn count(&self, table: &str) -> i64 {
+        let q = format!("SELECT count(*) FROM {table}");
+        match self {
+            Self::Sqlite(dir) => {
+                let conn = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+                conn.query_row(&q, [], |r| r.get(0)).unwrap()
+            }
+            Self::Postgres { server, schema } => {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(server).await.unwrap();
+                sqlx::query(&format!("SET search_path TO {schema}"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+                sqlx::query_scalar(&q).fetch_one(&mut conn).await.unwrap()
+            }
+        }
+    }
+
+    /// Drops a Postgres store's schema (SQLite's directory goes with the `TempDir`).
+    async fn cleanup(self) {
+        if let Self::Postgres { server, schema } = self {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&server).await.unwrap();
+            sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_append_heads_feed_on_both_backends() {
+    for loc in Location::each().await {
+        let store = Store::open(&loc.url()).await.unwrap();
+        assert_eq!(store.backend(), loc.backend());
+        assert!(
+            matches!(store.migrations()[0].outcome, Opened::Upgraded { .. }),
+            "a new store is created at cairn's head: {:?}",
+            store.migrations()
+        );
+        let space = SpaceId::new("docs").unwrap();
+        let a = store
+            .epochs()
+            .append(&space, vec![Event::new("doc.edit", "hello")])
+            .await
+            .unwrap();
+        let heads = store.epochs().heads(&space).await.unwrap();
+        assert_eq!(heads, vec![a.head()]);
+        let page = store
+            .epochs()
+            .events_since(&space, None, 100)
+            .await
+            .unwrap();
+        assert_eq!(page.events.len(), 1);
+        store.close().await.unwrap();
+
+        // Reopening finds the store at head and writes nothing for the migration.
+        let again = Store::open(&loc.url()).await.unwrap();
+        assert_eq!(again.migrations()[0].outcome, Opened::AtHead);
+        assert_eq!(again.epochs().heads(&space).await.unwrap(), vec![a.head()]);
+        again.close().await.unwrap();
+        loc.cleanup().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_create_if_missing_a_missing_store_is_refused_and_nothing_is_created() {
+    for loc in Location::each().await {
+        let err = Store::builder(loc.url())
+            .create_if_missing(false)
+            .open()
+            .await
+            .expect_err("no store exists yet");
+        assert!(matches!(err, Error::NotFound { .. }), "{err}");
+        match &loc {
+            Location::Sqlite(dir) => assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                0,
+                "nothing was created in the directory"
+            ),
+            Location::Postgres { server, schema } => {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(server).await.unwrap();
+                let n: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+                        .bind(schema)
+                        .fetch_one(&mut conn)
+                        .await
+                        .unwrap();
+                assert_eq!(n, 0, "no schema was created");
+            }
+        }
+        // Once created, the same builder opens it.
+        Store::open(&loc.url())
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        Store::builder(loc.url())
+            .create_if_missing(false)
+            .open()
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        loc.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn an_application_sqlite_file_is_refused_unless_sharing_is_chosen() {
+    let loc = Location::sqlite();
+    loc.exec("CREATE TABLE accounts (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO accounts (name) VALUES ('a')")
+        .await;
+    let err = Store::open(&loc.url())
+        .await
+        .expect_err("a file holding another application's tables is not a cairn store");
+    assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    assert_eq!(loc.count("accounts").await, 1);
+
+    let store = Store::builder(loc.url())
+        .share_sqlite_file(true)
+        .open()
+        .await
+        .unwrap();
+    let space = SpaceId::new("s").unwrap();
+    store
+        .epochs()
+        .append(&space, vec![Event::new("k", "v")])
+        .await
+        .unwrap();
+    assert_eq!(
+        loc.count("accounts").await,
+        1,
+        "the application's rows are untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_set_upgrades_an_older_build_runs_ahead_and_a_diverged_one_is_refused() {
+    for loc in Location::each().await {
+        // Build v1 of the service creates its table beside cairn's.
+        let v1 = Store::builder(loc.url())
+            .migrations(notes("notes_v1"))
+            .open()
+            .await
+            .unwrap();
+        assert_eq!(v1.migrations()[1].set, "notes");
+        assert!(matches!(
+            &v1.migrations()[1].outcome,
+            Opened::Upgraded { from: None, applied } if applied == &["0001_notes".to_owned()]
+        ));
+        loc.exec("INSERT INTO notes (id, body) VALUES (1, 'from v1')")
+            .await;
+
+        // Build v2 upgrades the store while v1 still runs.
+        let v2 = Store::builder(loc.url())
+            .migrations(notes("notes_v2"))
+            .open()
+            .await
+            .unwrap();
+        assert!(matches!(
+            &v2.migrations()[1].outcome,
+            Opened::Upgraded { from: Some(from), applied }
+                if from == "0001_notes" && applied == &["0002_note_tags".to_owned()]
+        ));
+        loc.exec("INSERT INTO note_tags (note_id, tag) VALUES (1, 'x')")
+            .await;
+
+        // A v1 process started now finds the store ahead and keeps using its table.
+        let v1_again = Store::builder(loc.url())
+            .migrations(notes("notes_v1"))
+            .open()
+            .await
+            .unwrap();
+        assert_eq!(
+            v1_again.migrations()[1].outcome,
+            Opened::Ahead {
+                stamp: "0002_note_tags".into()
+            }
+        );
+        loc.exec("INSERT INTO notes (id, body) VALUES (2, 'v1 after the upgrade')")
+            .await;
+        assert_eq!(loc.count("notes").await, 2);
+
+        // Another team's revision 2 is a diverged history: refused in one line naming both.
+        let err = Store::builder(loc.url())
+            .migrations(notes("notes_diverged"))
+            .open()
+            .await
+            .expect_err("a diverged build must not use the store");
+        assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        assert!(
+            msg.contains("0002_note_tags") && msg.contains("0002_note_authors"),
+            "names both revisions: {msg}"
+        );
+        assert!(
+            loc.count("note_tags").await == 1,
+            "the refusal changed nothing"
+        );
+
+        for s in [v1, v2, v1_again] {
+            s.close().await.unwrap();
+        }
+        loc.cleanup().await;
+    }
+}
+
+#[tokio::test]
+async fn application_sets_named_cairn_or_given_twice_are_refused_before_anything_is_opened() {
+    let loc = Location::sqlite();
+    let cairn_named = MigrationSet::from_files(
+        "cairn",
+        [(
+            "0001_x.sql".to_owned(),
+            "CREATE TABLE x (id INTEGER)".to_owned(),
+        )],
+    );
+    // The name is reserved either where the set is built or, at the latest, at open.
+    match cairn_named {
+        Err(e) => assert!(
+            matches!(e, cairn::migrate::MigrateError::InvalidSet { .. }),
+            "{e}"
+        ),
+        Ok(set) => {
+            let err = Store::builder(loc.url())
+                .migrations(set)
+                .open()
+                .await
+                .expect_err("the name is reserved");
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+        }
+    }
+    let err = Store::builder(loc.url())
+        .migrations(notes("notes_v1"))
+        .migrations(notes("notes_v2"))
+        .open()
+        .await
+        .expect_err("one set, two chains");
+    assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+    let Location::Sqlite(dir) = &loc else {
+        unreachable!()
+    };
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_existing_pg_pool_is_accepted() {
+    let loc = Location::postgres().await;
+    let Location::Postgres { server, schema } = &loc else {
+        unreachable!()
+    };
+    let pool = sqlx::PgPool::connect(server).await.unwrap();
+    let store = Store::builder_from_pg_pool(&pool)
+        .schema(schema.clone())
+        .pool_size(2)
+        .migrations(notes("notes_v1"))
+        .open()
+        .await
+        .unwrap();
+    let space = SpaceId::new("pooled").unwrap();
+    store
+        .epochs()
+        .append(&space, vec![Event::new("k", "v")])
+        .await
+        .unwrap();
+    assert_eq!(loc.count("notes").await, 0);
+    // The service's own pool is untouched by cairn's session settings.
+    let path: String = sqlx::query_scalar("SHOW search_path")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(!path.contains(schema.as_str()), "{path}");
+    let handle = store.epochs();
+    store.close().await.unwrap();
+    let err = handle
+        .heads(&space)
+        .await
+        .expect_err("a closed store refuses work");
+    assert!(matches!(err, Error::Unavailable { .. }), "{err}");
+    loc.cleanup().await;
+}
+
+#[tokio::test]
+async fn errors_never_echo_the_url() {
+    for url in [
+        "mysql://user:hunter2@127.0.0.1/db",
+        "postgres://user:hunter2@127.0.0.1:1/db?cairn_schema=Bad-Name",
+    ] {
+        let err = Store::open(url).await.expect_err("cannot open");
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+    }
+    let builder = Store::builder("postgres://user:hunter2@h/db");
+    assert!(!format!("{builder:?}").contains("hunter2"));
+}
+
+#[tokio::test]
+async fn a_failed_application_revision_names_itself_and_changes_nothing() {
+    let loc = Location::sqlite();
+    Store::builder(loc.url())
+        .migrations(notes("notes_v1"))
+        .open()
+        .await
+        .unwrap();
+    let broken = MigrationSet::from_files(
+        "notes",
+        [
+            (
+                "0001_notes.sql".to_owned(),
+                std::fs::read_to_string(fixture("notes_v1/0001_notes.sql")).unwrap(),
+            ),
+            (
+                "0002_broken.sql".to_owned(),
+                "CREATE TABLE half_done (id INTEGER);\nALTER TABLE no_such_table ADD COLUMN x TEXT;"
+                    .to_owned(),
+            ),
+        ],
+    )
+    .unwrap();
+    let err = Store::builder(loc.url())
+        .migrations(broken)
+        .open()
+        .await
+        .expect_err("the revision fails");
+    match &err {
+        Error::Migration { revision, .. } => assert_eq!(revision, "0002_broken"),
+        other => panic!("expected a migration error, got {other}"),
+    }
+    let Location::Sqlite(dir) = &loc else {
+        unreachable!()
+    };
+    let conn = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name = 'half_done'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0, "the failed upgrade was rolled back");
+}
