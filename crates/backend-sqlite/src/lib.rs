@@ -33,6 +33,7 @@ mod error;
 mod files;
 mod migrate;
 mod pool;
+mod spool;
 mod sql;
 mod store;
 #[cfg(feature = "testkit")]
@@ -41,4 +42,7 @@ pub mod testkit;
 pub use additivity::SqliteAdditivity;
 pub use config::SqliteOptions;
 pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
+#[cfg(feature = "testkit")]
+pub use spool::testkit as spool_testkit;
+pub use spool::{SqliteSpool, DEFAULT_WAKE_POLL};
 pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET};

@@ -1,0 +1,346 @@
+//! [`SqliteSpool`]: the spool (DESIGN §3) on the tables of revision `0002_spool`.
+//!
+//! A spool works over an opened [`SqliteStore`] and shares its connections: writes go through
+//! the store's one writer connection (`BEGIN IMMEDIATE`, `synchronous=FULL`, on tokio's
+//! blocking pool), reads through its read-only read connections, so the epoch log and the spool
+//! of one process queue behind one writer lock instead of contending for SQLite's. Every
+//! operation is one transaction ([`tx`]); every time comes from the spool's [`Clock`].
+//!
+//! Hot paths: a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
+//! RETURNING run_id` (a duplicate adds one indexed `SELECT` and commits nothing); a claim is
+//! one range of the partial index `spool_run_claim` in claim order, `LIMIT n`, then one
+//! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust
+//! by [`cairn_core::spool::backoff`], which SQL cannot call).
+
+mod sql;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+mod tx;
+mod wake;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cairn_core::spool::{
+    check_lease, check_limit, check_payload, CancelOutcome, Claimed, Clock, ConsumerId, DedupKey,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseToken,
+    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
+    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunInfo, Spool, SpoolConfig, SpoolStats,
+    Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+};
+use cairn_core::{Error, Result};
+
+use crate::config::SqliteOptions;
+use crate::error::map;
+use crate::SqliteStore;
+
+pub use wake::DEFAULT_WAKE_POLL;
+
+/// The spool on a SQLite store. Cheap to clone (clones share the store and the subscribers).
+///
+/// ```no_run
+/// # async fn demo() -> cairn_core::Result<()> {
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, QueueName, Spool, SystemClock};
+/// let spool = cairn_sqlite::SqliteSpool::open(
+///     "/tmp/cairn-demo/store.db",
+///     cairn_sqlite::SqliteOptions::default(),
+///     Arc::new(SystemClock),
+/// )
+/// .await?;
+/// let queue = QueueName::new("gate")?;
+/// let key = DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"])?;
+/// let run = spool.enqueue(&queue, &key, b"build".to_vec(), EnqueueOptions::default()).await?;
+/// let me = ConsumerId::new("host/1234/worker-0")?;
+/// for claimed in spool.claim(&queue, &me, Duration::from_secs(30), 10).await? {
+///     spool.ack(claimed.run_id, claimed.token).await?;
+/// }
+/// # let _ = run; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteSpool {
+    store: SqliteStore,
+    clock: Arc<dyn Clock>,
+    config: SpoolConfig,
+    wake: Arc<wake::WakeHub>,
+}
+
+impl fmt::Debug for SqliteSpool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteSpool")
+            .field("path", &self.store.path())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteSpool {
+    /// Opens the store at `path` ([`SqliteStore::open_with`]: file checks, cairn's migrations,
+    /// which create the spool's tables) and a spool over it reading time from `clock`, with
+    /// the default [`SpoolConfig`].
+    ///
+    /// # Errors
+    /// As [`SqliteStore::open_with`] and [`SqliteSpool::from_store`].
+    pub async fn open(
+        path: impl AsRef<Path>,
+        opts: SqliteOptions,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let store = SqliteStore::open_with(path, opts).await?;
+        Self::from_store(&store, clock).await
+    }
+
+    /// A spool over an opened store, sharing its writer and read connections, reading time
+    /// from `clock`, with the default [`SpoolConfig`].
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] when the store's spool tables are missing or do not match this
+    /// build's statements (a store opened by a build older than revision `0002_spool`).
+    pub async fn from_store(store: &SqliteStore, clock: Arc<dyn Clock>) -> Result<Self> {
+        store
+            .with_reader(|db| {
+                for q in sql::ALL {
+                    db.conn().prepare_cached(q).map_err(|e| match map(e) {
+                        Error::Backend { detail, source, .. } => Error::Corrupt {
+                            detail: format!(
+                                "its spool tables (revision 0002_spool) are missing or differ \
+                                 ({detail}); open it with this build's SqliteStore::open first"
+                            ),
+                            source,
+                        },
+                        other => other,
+                    })?;
+                }
+                Ok(())
+            })
+            .await?;
+        Ok(Self {
+            wake: wake::WakeHub::new(store.path(), store.options().clone(), DEFAULT_WAKE_POLL),
+            store: store.clone(),
+            clock,
+            config: SpoolConfig::default(),
+        })
+    }
+
+    /// Uses `config` (the retry backoff) instead of the default.
+    #[must_use]
+    pub fn with_config(mut self, config: SpoolConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Polls for commits of other connections every `interval` (default
+    /// [`DEFAULT_WAKE_POLL`]) while this instance has subscribers. Takes effect for this
+    /// instance's subscriptions from now on; call it before subscribing.
+    #[must_use]
+    pub fn with_wake_poll(mut self, interval: Duration) -> Self {
+        self.wake = wake::WakeHub::new(
+            self.store.path(),
+            self.store.options().clone(),
+            interval.max(Duration::from_millis(1)),
+        );
+        self
+    }
+
+    /// The store this spool works on.
+    pub fn store(&self) -> &SqliteStore {
+        &self.store
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+}
+
+#[async_trait]
+impl Spool for SqliteSpool {
+    fn clock(&self) -> &dyn Clock {
+        self.clock.as_ref()
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
+        let max_attempts = options.effective_max_attempts()?;
+        let now = self.now();
+        let (q, key) = (queue.clone(), key.clone());
+        let enqueued = self
+            .store
+            .with_writer(move |db| {
+                tx::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
+            })
+            .await?;
+        if enqueued.created {
+            self.wake.notify(queue);
+        }
+        Ok(enqueued)
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        check_limit(limit)?;
+        check_lease(lease)?;
+        let now = self.now();
+        let backoff = self.config.backoff;
+        let (queue, consumer) = (queue.clone(), consumer.clone());
+        self.store
+            .with_writer(move |db| tx::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff))
+            .await
+    }
+
+    async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {
+        check_lease(lease)?;
+        let now = self.now();
+        let backoff = self.config.backoff;
+        self.store
+            .with_writer(move |db| tx::heartbeat_tx(db, run, token, lease, now, &backoff))
+            .await
+    }
+
+    async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
+        let now = self.now();
+        self.store
+            .with_writer(move |db| tx::ack_tx(db, run, token, now))
+            .await
+    }
+
+    async fn nack(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<Nacked> {
+        let now = self.now();
+        let backoff = self.config.backoff;
+        let reason = reason.to_owned();
+        let (nacked, retry_queue) = self
+            .store
+            .with_writer(move |db| tx::nack_tx(db, run, token, kind, &reason, now, &backoff))
+            .await?;
+        if let Some(queue) = retry_queue {
+            self.wake.notify(&queue);
+        }
+        Ok(nacked)
+    }
+
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
+        let now = self.now();
+        self.store
+            .with_writer(move |db| tx::cancel_tx(db, run, now))
+            .await
+    }
+
+    async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
+        self.store.with_reader(move |db| tx::run_tx(db, run)).await
+    }
+
+    async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+        check_limit(limit)?;
+        let filter = filter.clone();
+        self.store
+            .with_reader(move |db| tx::runs_tx(db, &filter, limit))
+            .await
+    }
+
+    async fn stats(&self) -> Result<SpoolStats> {
+        self.store.with_reader(tx::stats_tx).await
+    }
+
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
+        let now = self.now();
+        let event_id = event_id.clone();
+        self.store
+            .with_writer(move |db| tx::append_event_tx(db, run, &event_id, &payload, now))
+            .await
+    }
+
+    async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
+        check_limit(limit)?;
+        self.store
+            .with_reader(move |db| tx::events_tx(db, run, after, limit))
+            .await
+    }
+
+    async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64> {
+        if event_ids.len() > MAX_ACK_IDS {
+            return Err(Error::invalid(
+                "event ids",
+                format!("{} ids; the limit is {MAX_ACK_IDS}", event_ids.len()),
+            ));
+        }
+        let ids = event_ids.to_vec();
+        self.store
+            .with_writer(move |db| tx::acknowledge_events_tx(db, run, &ids))
+            .await
+    }
+
+    async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
+        check_payload("fact value", MAX_FACT_VALUE, &value)?;
+        let now = self.now();
+        let name = name.clone();
+        self.store
+            .with_writer(move |db| tx::set_fact_tx(db, run, &name, &value, now))
+            .await
+    }
+
+    async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
+        self.store
+            .with_reader(move |db| tx::facts_tx(db, run))
+            .await
+    }
+
+    async fn retention_pass(
+        &self,
+        policy: &RetentionPolicy,
+        budget: &RetentionBudget,
+    ) -> Result<RetentionReport> {
+        let mut pass = RetentionPass::new(*policy, *budget, self.now())?;
+        // Each batch is its own transaction: the writer lock is free between batches.
+        while let Some(step) = pass.next_step(self.now()) {
+            let planner = pass.clone();
+            match step {
+                RetentionStep::Events => {
+                    let batch = self
+                        .store
+                        .with_writer(move |db| tx::retention_events_tx(db, &planner))
+                        .await?;
+                    pass.events_deleted(&batch);
+                }
+                RetentionStep::Runs => {
+                    let removed = self
+                        .store
+                        .with_writer(move |db| tx::retention_runs_tx(db, &planner))
+                        .await?;
+                    pass.runs_deleted(removed);
+                }
+            }
+        }
+        Ok(pass.finish())
+    }
+
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
+        Ok(Box::new(self.wake.subscribe(queue).await?))
+    }
+}

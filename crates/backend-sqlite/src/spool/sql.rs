@@ -1,0 +1,228 @@
+//! Every SQL statement the SQLite spool sends, as constants over the tables of revision
+//! `0002_spool` (`crates/migrate/sql/0002_spool.sqlite.sql`).
+//!
+//! Parameters are always bound; nothing here is assembled from input. States are bound as
+//! [`cairn_core::RunState::as_str`] of what the pure transition functions decided, never
+//! written as literals the Rust side did not choose — except in `WHERE` clauses that name the
+//! live states a partial index is defined over.
+
+/// Creates a run unless `(queue, dedup_key)` exists; returns the new id, or no row when the key
+/// already had a run (then nothing was written).
+pub(super) const ENQUEUE: &str = "\
+INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts,
+                       priority, enqueued_at, updated_at, due_at, payload_bytes, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
+ON CONFLICT (queue, dedup_key) DO NOTHING
+RETURNING run_id";
+
+/// The id of the run holding `(queue, dedup_key)`.
+pub(super) const RUN_ID_BY_KEY: &str =
+    "SELECT run_id FROM spool_run WHERE queue = ?1 AND dedup_key = ?2";
+
+/// Supersedes the other queued runs of a group (through `spool_run_group`).
+pub(super) const SUPERSEDE: &str = "\
+UPDATE spool_run
+SET state = ?4, updated_at = ?5, due_at = NULL, finished_at = ?5, lease_consumer = NULL,
+    lease_expires_at = NULL, cancel_requested = 0
+WHERE queue = ?1 AND supersede_group = ?2 AND state = 'queued' AND run_id <> ?3";
+
+/// Claimed runs of a queue whose lease plus backoff ran out (through `spool_run_expiry`).
+pub(super) const EXPIRED: &str = "\
+SELECT run_no, attempts, max_attempts, cancel_requested
+FROM spool_run
+WHERE queue = ?1 AND state = 'claimed' AND due_at <= ?2";
+
+/// Due runs of a queue in claim order, at most `?3` (one range of `spool_run_claim`: `due_at`
+/// is set exactly on live runs).
+pub(super) const CANDIDATES: &str = "\
+SELECT run_no, run_id, dedup_key, state, attempts, payload
+FROM spool_run
+WHERE queue = ?1 AND due_at <= ?2
+ORDER BY priority DESC, due_at, run_no
+LIMIT ?3";
+
+/// Hands one run to a consumer under a new lease.
+pub(super) const TAKE: &str = "\
+UPDATE spool_run
+SET state = ?2, attempts = ?3, updated_at = ?4, lease_token = ?5, lease_consumer = ?6,
+    lease_expires_at = ?7, due_at = ?8
+WHERE run_no = ?1";
+
+/// Ends a run in a terminal state: clears its schedule and lease (the token stays, for a
+/// repeated ack) and records the reason when one is given.
+pub(super) const FINISH: &str = "\
+UPDATE spool_run
+SET state = ?2, reason = coalesce(?3, reason), updated_at = ?4, due_at = NULL, finished_at = ?4,
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0
+WHERE run_no = ?1";
+
+/// What the lease operations (heartbeat, ack, nack, cancel) decide from.
+pub(super) const LEASE_STATE: &str = "\
+SELECT run_no, queue, dedup_key, state, attempts, max_attempts, cancel_requested, lease_token
+FROM spool_run
+WHERE run_id = ?1";
+
+/// Extends a lease.
+pub(super) const EXTEND: &str =
+    "UPDATE spool_run SET lease_expires_at = ?2, due_at = ?3 WHERE run_no = ?1";
+
+/// Returns a nacked run to its queue for a retry.
+pub(super) const RETRY: &str = "\
+UPDATE spool_run
+SET state = ?2, reason = ?3, updated_at = ?4, due_at = ?5, lease_consumer = NULL,
+    lease_expires_at = NULL
+WHERE run_no = ?1";
+
+/// Marks a claimed run's cancel as requested.
+pub(super) const REQUEST_CANCEL: &str =
+    "UPDATE spool_run SET cancel_requested = 1 WHERE run_no = ?1";
+
+/// Columns of [`crate::spool`]'s `RunInfo` (without facts), in the order `run_info` reads them.
+macro_rules! run_info_columns {
+    () => {
+        "r.run_id, r.queue, r.dedup_key, r.supersede_group, r.state, r.attempts, r.max_attempts,
+       r.priority, r.payload_bytes, r.enqueued_at, r.updated_at, r.due_at, r.finished_at,
+       r.lease_consumer, r.lease_expires_at, r.cancel_requested, r.reason,
+       (SELECT count(*) FROM spool_event AS e WHERE e.run_id = r.run_id)"
+    };
+}
+
+/// One run's info.
+pub(super) const RUN_INFO: &str = concat!(
+    "SELECT ",
+    run_info_columns!(),
+    "\nFROM spool_run AS r WHERE r.run_id = ?1"
+);
+
+/// A page of runs in id byte order after `?1`, optionally of one queue (`?2`) and one state
+/// (`?3`).
+pub(super) const RUNS_PAGE: &str = concat!(
+    "SELECT ",
+    run_info_columns!(),
+    "\nFROM spool_run AS r
+WHERE r.run_id > ?1 AND (?2 IS NULL OR r.queue = ?2) AND (?3 IS NULL OR r.state = ?3)
+ORDER BY r.run_id
+LIMIT ?4"
+);
+
+/// Whether a run exists.
+pub(super) const RUN_EXISTS: &str = "SELECT run_no FROM spool_run WHERE run_id = ?1";
+
+/// Run counts per state.
+pub(super) const STATE_COUNTS: &str = "SELECT state, count(*) FROM spool_run GROUP BY state";
+
+/// Enqueue time of the oldest queued run.
+pub(super) const OLDEST_QUEUED: &str =
+    "SELECT min(enqueued_at) FROM spool_run WHERE state = 'queued'";
+
+/// Stored events: count, payload bytes, oldest append time.
+pub(super) const EVENT_TOTALS: &str =
+    "SELECT count(*), coalesce(sum(payload_bytes), 0), min(created_at) FROM spool_event";
+
+/// The run's event counter.
+pub(super) const LAST_EVENT_SEQ: &str =
+    "SELECT run_no, last_event_seq FROM spool_run WHERE run_id = ?1";
+
+/// The seq of an event id the run holds.
+pub(super) const EVENT_SEQ_BY_ID: &str =
+    "SELECT seq FROM spool_event WHERE run_id = ?1 AND event_id = ?2";
+
+/// Stores one event.
+pub(super) const INSERT_EVENT: &str = "\
+INSERT INTO spool_event (run_id, seq, event_id, created_at, payload_bytes, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// Moves the run's event counter.
+pub(super) const SET_LAST_EVENT_SEQ: &str =
+    "UPDATE spool_run SET last_event_seq = ?2 WHERE run_no = ?1";
+
+/// A run's events after a seq, in seq order.
+pub(super) const EVENTS_AFTER: &str = "\
+SELECT seq, event_id, payload, created_at
+FROM spool_event
+WHERE run_id = ?1 AND seq > ?2
+ORDER BY seq
+LIMIT ?3";
+
+/// Removes one delivered event by id.
+pub(super) const DELETE_EVENT_BY_ID: &str =
+    "DELETE FROM spool_event WHERE run_id = ?1 AND event_id = ?2";
+
+/// Sets a fact unless it is set.
+pub(super) const INSERT_FACT: &str = "\
+INSERT INTO spool_fact (run_id, name, created_at, value) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (run_id, name) DO NOTHING";
+
+/// One fact's value.
+pub(super) const FACT_VALUE: &str = "SELECT value FROM spool_fact WHERE run_id = ?1 AND name = ?2";
+
+/// A run's facts.
+pub(super) const FACTS: &str = "SELECT name, value FROM spool_fact WHERE run_id = ?1 ORDER BY name";
+
+/// Total payload bytes of every stored event (what the retention cap bounds).
+pub(super) const EVENT_BYTES: &str = "SELECT coalesce(sum(payload_bytes), 0) FROM spool_event";
+
+/// The oldest events in retention age order (`spool_event_age`).
+pub(super) const OLDEST_EVENTS: &str = "\
+SELECT run_id, seq, created_at, payload_bytes
+FROM spool_event
+ORDER BY created_at, event_no
+LIMIT ?1";
+
+/// Removes one event by position.
+pub(super) const DELETE_EVENT: &str = "DELETE FROM spool_event WHERE run_id = ?1 AND seq = ?2";
+
+/// Terminal runs without events finished before `?1`, oldest first (`spool_run_finished`).
+pub(super) const REMOVABLE_RUNS: &str = "\
+SELECT r.run_id, r.finished_at
+FROM spool_run AS r
+WHERE r.finished_at < ?1
+  AND NOT EXISTS (SELECT 1 FROM spool_event AS e WHERE e.run_id = r.run_id)
+ORDER BY r.finished_at, r.run_no
+LIMIT ?2";
+
+/// Removes a run's facts (before the run itself).
+pub(super) const DELETE_FACTS: &str = "DELETE FROM spool_fact WHERE run_id = ?1";
+
+/// Removes a run.
+pub(super) const DELETE_RUN: &str = "DELETE FROM spool_run WHERE run_id = ?1";
+
+/// Changes whenever another connection commits to the file.
+pub(super) const DATA_VERSION: &str = "PRAGMA data_version";
+
+/// Every statement above that reads or writes the spool's tables, compiled when a spool is
+/// opened so a store whose tables do not match is refused at once.
+pub(super) const ALL: &[&str] = &[
+    ENQUEUE,
+    RUN_ID_BY_KEY,
+    SUPERSEDE,
+    EXPIRED,
+    CANDIDATES,
+    TAKE,
+    FINISH,
+    LEASE_STATE,
+    EXTEND,
+    RETRY,
+    REQUEST_CANCEL,
+    RUN_INFO,
+    RUNS_PAGE,
+    RUN_EXISTS,
+    STATE_COUNTS,
+    OLDEST_QUEUED,
+    EVENT_TOTALS,
+    LAST_EVENT_SEQ,
+    EVENT_SEQ_BY_ID,
+    INSERT_EVENT,
+    SET_LAST_EVENT_SEQ,
+    EVENTS_AFTER,
+    DELETE_EVENT_BY_ID,
+    INSERT_FACT,
+    FACT_VALUE,
+    FACTS,
+    EVENT_BYTES,
+    OLDEST_EVENTS,
+    DELETE_EVENT,
+    REMOVABLE_RUNS,
+    DELETE_FACTS,
+    DELETE_RUN,
+];

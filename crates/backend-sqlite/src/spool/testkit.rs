@@ -1,0 +1,138 @@
+//! Test support for the spool (feature `testkit`): the conformance harness and fault
+//! injection on a spool's writer connection.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use cairn_conformance::{Harness, SpoolHarness};
+use cairn_core::spool::{ManualClock, Spool};
+use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId};
+
+use super::SqliteSpool;
+use crate::config::SqliteOptions;
+use crate::error::map;
+use crate::testkit::SqliteHarness;
+
+/// The largest page count SQLite accepts for `PRAGMA max_page_count` (its default limit).
+const NO_PAGE_LIMIT: u64 = 4_294_967_294;
+
+/// A conformance harness for the spool: a [`SqliteHarness`] (one store file in a fresh
+/// temporary directory) plus the [`ManualClock`] every spool it opens reads.
+#[derive(Debug)]
+pub struct SqliteSpoolHarness {
+    inner: SqliteHarness,
+    clock: ManualClock,
+    /// The stores [`SpoolHarness::fresh_spool`] created; removed with the harness.
+    fresh: Mutex<Vec<SqliteHarness>>,
+}
+
+impl SqliteSpoolHarness {
+    /// A harness over a new store file.
+    ///
+    /// # Errors
+    /// When the directory or the store cannot be created.
+    pub async fn new() -> Result<Self> {
+        Ok(Self {
+            inner: SqliteHarness::new().await?,
+            clock: ManualClock::default(),
+            fresh: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// The store file's path.
+    pub fn path(&self) -> &Path {
+        self.inner.path()
+    }
+
+    /// Opens a spool over this harness's store with `opts`, on the harness's clock.
+    ///
+    /// # Errors
+    /// As [`SqliteSpool::open`].
+    pub async fn open_with(&self, opts: SqliteOptions) -> Result<SqliteSpool> {
+        SqliteSpool::open(self.path(), opts, Arc::new(self.clock.clone())).await
+    }
+}
+
+/// A fresh spool harness; panics (test support) when the temporary store cannot be created.
+pub async fn spool_harness() -> SqliteSpoolHarness {
+    SqliteSpoolHarness::new()
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a temporary SQLite store: {e}"))
+}
+
+#[async_trait]
+impl Harness for SqliteSpoolHarness {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
+        self.inner.open().await
+    }
+
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.inner.legacy_append(space, parents, events).await
+    }
+
+    fn append_statement_budget(&self) -> Option<u64> {
+        self.inner.append_statement_budget()
+    }
+}
+
+#[async_trait]
+impl SpoolHarness for SqliteSpoolHarness {
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    async fn open_spool(&self) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(self.open_with(SqliteOptions::default()).await?))
+    }
+
+    async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
+        let h = SqliteHarness::new().await?;
+        let spool = SqliteSpool::open(
+            h.path(),
+            SqliteOptions::default(),
+            Arc::new(self.clock.clone()),
+        )
+        .await?;
+        self.fresh
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(h);
+        Ok(Arc::new(spool))
+    }
+}
+
+impl SqliteSpool {
+    /// Test support: simulates a full disk for this spool's writes. Caps the database of the
+    /// writer connection (shared with its store) at its current size plus `spare_pages`
+    /// (`PRAGMA max_page_count`), so a write that needs more pages fails with `SQLITE_FULL`;
+    /// `None` lifts the cap. Returns the page count the cap was computed from.
+    ///
+    /// # Errors
+    /// When the pragma fails.
+    pub async fn testkit_limit_pages(&self, spare_pages: Option<u64>) -> Result<u64> {
+        self.store
+            .with_writer(move |db| {
+                let conn = db.conn();
+                let pages: i64 = conn
+                    .query_row("PRAGMA page_count", [], |r| r.get(0))
+                    .map_err(map)?;
+                let pages = u64::try_from(pages).unwrap_or(0);
+                let cap = spare_pages.map_or(NO_PAGE_LIMIT, |spare| pages + spare);
+                let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+                conn.pragma_update_and_check(None, "max_page_count", cap, |r| r.get::<_, i64>(0))
+                    .map_err(map)?;
+                Ok(pages)
+            })
+            .await
+    }
+}
