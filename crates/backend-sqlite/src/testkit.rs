@@ -345,6 +345,29 @@ impl cairn_conformance::MigrationHarness for SqliteHarness {
         .expect("read the store's schema")
     }
 
+    async fn execute_sql(&self, sql: &str) -> Result<()> {
+        let (path, sql) = (self.path.clone(), sql.to_owned());
+        blocking(move || {
+            let conn = files::connect(&path, &SqliteOptions::default())?;
+            conn.execute_batch(crate::sql::BEGIN_IMMEDIATE)
+                .map_err(crate::error::map)?;
+            conn.execute_batch(&sql).map_err(crate::error::map)?;
+            conn.execute_batch(crate::sql::COMMIT)
+                .map_err(crate::error::map)
+        })
+        .await
+    }
+
+    async fn query_i64(&self, sql: &str) -> Result<i64> {
+        let (path, sql) = (self.path.clone(), sql.to_owned());
+        blocking(move || {
+            let conn = files::connect(&path, &SqliteOptions::default())?;
+            conn.query_row(&sql, [], |r| r.get(0))
+                .map_err(crate::error::map)
+        })
+        .await
+    }
+
     async fn commit_probe(&self) -> String {
         if !self.path.exists() {
             return "absent".into();

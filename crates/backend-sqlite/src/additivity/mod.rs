@@ -2,8 +2,9 @@
 //!
 //! By concern: [`capture`] runs a revision under SQLite's trace callback; [`tokens`] recognises
 //! what each traced statement is; [`snapshot`] reads the schema and the seeded rows before and
-//! after; [`judge`] applies the rules on statements and schema, [`rows`] those on data. This
-//! module builds the throwaway store and runs the check.
+//! after; [`fill`] gives every table the seed leaves empty one synthesized row; [`judge`]
+//! applies the rules on statements and schema, [`rows`] those on data. This module builds the
+//! throwaway store and runs the check.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,15 +12,16 @@ use std::path::{Path, PathBuf};
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
-use cairn_migrate::additivity::{seed_epoch_log, AdditivityEngine, Rule, Violation};
+use cairn_migrate::additivity::{seed_epoch_log, AdditivityEngine, CheckTarget, Rule, Violation};
 use cairn_migrate::{MigrateError, MigrationSet, Revision, Runner, CAIRN_SET};
 
 use crate::config::SqliteOptions;
 use crate::db::blocking;
 use crate::error::map;
-use crate::{files, SqliteStore};
+use crate::{files, SqliteMigrator, SqliteStore};
 
 mod capture;
+mod fill;
 mod judge;
 mod rows;
 mod snapshot;
@@ -35,9 +37,13 @@ use snapshot::{of_kind, read_schema, read_seeded};
 ///
 /// Per revision, in a fresh private temporary directory (removed afterwards; nothing else is
 /// touched): a throwaway store is built at the revision's parent through the lineage-aware
-/// runner and seeded through cairn's real write paths
-/// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Tables an
-/// earlier revision created that cairn does not write stay empty. The engine snapshots
+/// runner — for an application's set, cairn's own set first, then the application's history
+/// ([`CheckTarget`]) — and seeded through cairn's real write paths
+/// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Every
+/// table still empty then gets one row synthesized from its declared column types
+/// ([`cairn_migrate::additivity::synth::synthesize_row`]; NOT NULL honoured), in creation
+/// order, so an application's tables are judged on rows too; a table whose row is refused (a
+/// CHECK, a foreign key) stays empty. The engine snapshots
 /// `sqlite_schema` and every row, opens the production transaction (`BEGIN IMMEDIATE`),
 /// applies the revision's statements one at a time while SQLite's trace callback records every
 /// statement SQLite runs (trigger programs included), and requires:
@@ -61,9 +67,8 @@ use snapshot::{of_kind, read_schema, read_seeded};
 /// older code; side effects outside SQL (files, other connections); triggers created on new
 /// tables that did not fire during the migration; constraints a new table places on existing
 /// rows once newer code fills it (e.g. a foreign key into `epoch_head` that would stop older
-/// code deleting cache rows), since new tables are not seeded; and rows of tables cairn's write
-/// paths do not fill. The history it is given must be cairn's own migration set (the seed runs
-/// cairn's write paths).
+/// code deleting cache rows), since new tables are not seeded; and rows unlike the one
+/// synthesized row of a table cairn's write paths do not fill.
 #[derive(Clone, Debug, Default)]
 pub struct SqliteAdditivity {
     opts: SqliteOptions,
@@ -82,23 +87,56 @@ impl AdditivityEngine for SqliteAdditivity {
         Dialect::Sqlite
     }
 
-    async fn check_revision(
+    async fn check(
         &self,
-        history: &[Revision],
+        target: &CheckTarget,
         revision: &Revision,
     ) -> Result<Vec<Violation>, MigrateError> {
-        let set = MigrationSet::new(CAIRN_SET, history.to_vec())?;
         let dir = Scratch::new()?;
         let path = dir.0.join("check.db");
-        let store =
-            SqliteStore::open_with_runner(&path, self.opts.clone(), &Runner::new(set)).await?;
-        seed_epoch_log(&store).await?;
-        drop(store);
+        build(&path, &self.opts, target).await?;
         let (opts, statements) = (self.opts.clone(), revision.up_sqlite.clone());
         let violations = blocking(move || inspect(&path, &opts, &statements)).await?;
         drop(dir);
         Ok(violations)
     }
+
+    async fn check_revision(
+        &self,
+        history: &[Revision],
+        revision: &Revision,
+    ) -> Result<Vec<Violation>, MigrateError> {
+        let target = CheckTarget::new(Vec::new(), MigrationSet::new(CAIRN_SET, history.to_vec())?);
+        self.check(&target, revision).await
+    }
+}
+
+/// Builds the throwaway store at `path` from `target` and fills it: every set through the
+/// lineage-aware runner (cairn's own through the store's open, so its epoch log is a store to
+/// seed), cairn's epoch log through [`seed_epoch_log`], then one synthesized row in every table
+/// still empty.
+async fn build(
+    path: &Path,
+    opts: &SqliteOptions,
+    target: &CheckTarget,
+) -> Result<(), MigrateError> {
+    let mut store = None;
+    for set in target.sets() {
+        let runner = Runner::new(set.clone());
+        if set.name() == CAIRN_SET {
+            store = Some(SqliteStore::open_with_runner(path, opts.clone(), &runner).await?);
+        } else {
+            runner
+                .open(&SqliteMigrator::new(path, opts.clone()))
+                .await?;
+        }
+    }
+    if let Some(store) = store {
+        seed_epoch_log(&store).await?;
+    }
+    let (path, opts) = (path.to_path_buf(), opts.clone());
+    blocking(move || fill::fill_empty_tables(&path, &opts)).await?;
+    Ok(())
 }
 
 /// A private temporary directory, removed on drop.

@@ -15,6 +15,23 @@ ORDER BY type, name";
 pub(super) const COLUMNS: &str =
     "SELECT name, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid";
 
+/// Every ordinary table, oldest first (`sqlite_schema` rows are appended as objects are
+/// created), SQLite's internal tables left out.
+pub(super) const TABLES_IN_CREATION_ORDER: &str = "\
+SELECT name FROM sqlite_schema
+WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
+ORDER BY rowid";
+
+/// A table's columns with their declared types, for a synthesized row (`hidden` non-zero: no
+/// value may be given).
+pub(super) const COLUMN_TYPES: &str = "SELECT name, type, \"notnull\", dflt_value, hidden \
+    FROM pragma_table_xinfo(?1) ORDER BY cid";
+
+/// Whether a table has no row.
+pub(super) fn is_empty(table: &str) -> String {
+    format!("SELECT NOT EXISTS (SELECT 1 FROM {})", quote(table))
+}
+
 /// Whether a table of the main schema is a WITHOUT ROWID table.
 pub(super) const WITHOUT_ROWID: &str = "SELECT wr FROM pragma_table_list(?1) WHERE schema = 'main'";
 
