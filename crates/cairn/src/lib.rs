@@ -25,6 +25,11 @@
 //!   Appends cost a fixed number of statements however long the history is, thanks to a head
 //!   cache that checks itself on every write. Imports from other stores (replication), forks and
 //!   their merge, repair, and a feed with opaque cursors are included.
+//! - **The spool** ([`Store::spool`], a [`Spool`]): a durable, interprocess-safe work queue.
+//!   Enqueueing the same `(queue, dedup key)` from any process returns the same [`RunId`];
+//!   consumers claim runs under leases, heartbeat, ack or nack (retries with capped backoff,
+//!   parking with a reason); supersede groups, cancellation, per-run event streams, write-once
+//!   facts, bounded retention and cross-process wake-up ([`Spool::subscribe`]).
 //! - **Lineage-aware migrations** ([`migrate`]): a store records, per migration set, its
 //!   revision (stamp) and the history of the build that migrated it (lineage). A newer build
 //!   upgrades the store atomically; an older build keeps using it (it is *ahead*); a diverged
@@ -51,6 +56,13 @@ pub mod migrate;
 mod store;
 mod url;
 
+/// The spool's types, traits and pure decisions (see [`Spool`]).
+pub use cairn_core::spool;
+pub use cairn_core::spool::{
+    Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
+    LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,
+    RunState, Spool, SupersedeGroup, SystemClock, Timestamp, Wakeup,
+};
 pub use cairn_core::{
     epoch_id, event_id, verify_epoch, Appended, BoxError, Epoch, EpochDiagnostics, EpochId,
     EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_core::spool::{Clock, Spool, SystemClock};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
 use cairn_migrate::{MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
 
@@ -42,10 +43,11 @@ pub struct Store {
 
 struct Inner {
     epochs: Arc<dyn EpochDiagnostics>,
+    spool: Arc<dyn Spool>,
     backend: Backend,
     migrations: Vec<SetOpened>,
     #[cfg(feature = "postgres")]
-    pg: Option<cairn_postgres::PgStore>,
+    pg: Option<(cairn_postgres::PgStore, cairn_postgres::PgSpool)>,
 }
 
 impl fmt::Debug for Store {
@@ -92,6 +94,12 @@ impl Store {
         self.inner.epochs.clone()
     }
 
+    /// The spool: a durable, interprocess-safe work queue (dedup keys, leases, retries,
+    /// supersession, cancellation, run events and facts, wake-up).
+    pub fn spool(&self) -> Arc<dyn Spool> {
+        self.inner.spool.clone()
+    }
+
     /// The epoch log with its read-only diagnostics (cached vs computed heads, next seq), for
     /// operator tools.
     pub fn diagnostics(&self) -> Arc<dyn EpochDiagnostics> {
@@ -118,8 +126,9 @@ impl Store {
     /// None today; the signature leaves room for backends whose shutdown can fail.
     pub async fn close(self) -> Result<()> {
         #[cfg(feature = "postgres")]
-        if let Some(pg) = &self.inner.pg {
-            pg.close().await;
+        if let Some((store, spool)) = &self.inner.pg {
+            spool.close().await;
+            store.close().await;
         }
         Ok(())
     }
@@ -156,6 +165,7 @@ pub struct StoreBuilder {
     share_sqlite_file: bool,
     migration_lock_timeout: Duration,
     sets: Vec<MigrationSet>,
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -169,6 +179,7 @@ impl fmt::Debug for StoreBuilder {
             .field("create_if_missing", &self.create_if_missing)
             .field("share_sqlite_file", &self.share_sqlite_file)
             .field("migration_lock_timeout", &self.migration_lock_timeout)
+            .field("clock", &self.clock)
             .field(
                 "sets",
                 &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
@@ -189,6 +200,7 @@ impl StoreBuilder {
             share_sqlite_file: false,
             migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             sets: Vec::new(),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -241,6 +253,13 @@ impl StoreBuilder {
     /// 30 s); past it the open fails with [`Error::Retryable`] and changes nothing.
     pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
         self.migration_lock_timeout = timeout;
+        self
+    }
+
+    /// The clock the spool reads every time from (lease expiry, backoff, retention; default the
+    /// system clock). Tests pass a `ManualClock` to drive time.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
         self
     }
 
@@ -326,9 +345,11 @@ impl StoreBuilder {
         }];
         let migrator = cairn_sqlite::SqliteMigrator::new(&path, opts);
         self.open_sets(&migrator, &mut migrations).await?;
+        let spool = cairn_sqlite::SqliteSpool::from_store(&store, self.clock.clone()).await?;
         Ok(Store {
             inner: Arc::new(Inner {
                 epochs: Arc::new(store),
+                spool: Arc::new(spool),
                 backend: Backend::Sqlite,
                 migrations,
                 #[cfg(feature = "postgres")]
@@ -363,17 +384,25 @@ impl StoreBuilder {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),
         }];
-        let migrator = cairn_postgres::PgMigrator::new(opts)?;
-        if let Err(e) = self.open_sets(&migrator, &mut migrations).await {
-            store.close().await;
-            return Err(e);
-        }
+        let migrator = cairn_postgres::PgMigrator::new(opts.clone())?;
+        let spool = match self.open_sets(&migrator, &mut migrations).await {
+            Ok(()) => cairn_postgres::PgSpool::connect(opts, self.clock.clone()).await,
+            Err(e) => Err(e),
+        };
+        let spool = match spool {
+            Ok(spool) => spool,
+            Err(e) => {
+                store.close().await;
+                return Err(e);
+            }
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 epochs: Arc::new(store.clone()),
+                spool: Arc::new(spool.clone()),
                 backend: Backend::Postgres,
                 migrations,
-                pg: Some(store),
+                pg: Some((store, spool)),
             }),
         })
     }

@@ -426,3 +426,50 @@ async fn a_failed_application_revision_names_itself_and_changes_nothing() {
         .unwrap();
     assert_eq!(n, 0, "the failed upgrade was rolled back");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spool_through_the_front_door_on_both_backends() {
+    use cairn::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState};
+    use std::time::Duration;
+    for loc in Location::each().await {
+        let store = Store::open(&loc.url()).await.unwrap();
+        let queue = QueueName::new("gate").unwrap();
+        let key = DedupKey::from_parts(["gate", "refs/heads/main", "abc123"]).unwrap();
+        let first = store
+            .spool()
+            .enqueue(&queue, &key, b"check".to_vec(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert!(first.created);
+
+        // Another handle on the same store (another process, as far as the store can tell)
+        // gets the same run for the same key.
+        let other = Store::open(&loc.url()).await.unwrap();
+        let again = other
+            .spool()
+            .enqueue(&queue, &key, b"check".to_vec(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(again.run_id, first.run_id);
+        assert!(!again.created);
+
+        let me = ConsumerId::new("facade-test").unwrap();
+        let claimed = other
+            .spool()
+            .claim(&queue, &me, Duration::from_secs(30), 10)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].run_id, first.run_id);
+        other
+            .spool()
+            .ack(claimed[0].run_id, claimed[0].token)
+            .await
+            .unwrap();
+        let info = store.spool().run(first.run_id).await.unwrap().unwrap();
+        assert_eq!(info.state, RunState::Succeeded);
+        store.close().await.unwrap();
+        other.close().await.unwrap();
+        loc.cleanup().await;
+    }
+}
