@@ -1,58 +1,155 @@
 //! Connection options and the validated schema (store namespace) name.
 
 use std::fmt;
+use std::str::FromStr;
 use std::time::Duration;
 
 use cairn_core::{Error, Result};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::PgPool;
 
-/// How to reach a Postgres server and which schema to keep the store in.
-///
-/// `Debug` never prints the URL: it may carry a password.
+use crate::error::map_sqlx;
+
+/// Where the server is: a URL parsed when the store connects, or the connect options of a pool
+/// the service already has.
 #[derive(Clone)]
+enum Source {
+    Url(String),
+    Options(Box<PgConnectOptions>),
+}
+
+/// How to reach a Postgres server and which schema to keep the store in: a builder.
+///
+/// ```
+/// # use std::time::Duration;
+/// let opts = cairn_postgres::PgOptions::new("postgres://app@db.internal/app")
+///     .schema("cairn")
+///     .max_connections(4)
+///     .lock_timeout(Duration::from_secs(5));
+/// ```
+///
+/// `Debug` never prints the URL, the host or the password.
+#[derive(Clone)]
+#[non_exhaustive]
 pub struct PgOptions {
-    /// `postgres://…` or `postgresql://…` connection URL.
-    pub url: String,
-    /// The schema that holds the store's tables: the store namespace. Two stores in different
-    /// schemas of one database are independent and never block each other. Must match
-    /// `[a-z_][a-z0-9_]{0,62}`; default `public`.
-    pub schema: String,
-    /// Largest number of pooled connections (default 10).
-    pub max_connections: u32,
-    /// How long a statement waits for a lock (including a space's write lock) before the
-    /// operation fails with [`Error::Retryable`] (default 10 s).
-    pub lock_timeout: Duration,
-    /// How long an operation waits for a pooled connection before it fails with
-    /// [`Error::Unavailable`] (default 10 s).
-    pub acquire_timeout: Duration,
+    source: Source,
+    pub(crate) schema: String,
+    pub(crate) max_connections: u32,
+    pub(crate) lock_timeout: Duration,
+    pub(crate) acquire_timeout: Duration,
+    pub(crate) create_if_missing: bool,
 }
 
 impl PgOptions {
-    /// Options for `url` with every other field at its default.
+    /// Options for the server at `url` (`postgres://…` or `postgresql://…`) with every other
+    /// setting at its default: schema `public`, 10 connections, 10 s lock and acquire
+    /// timeouts, the store created when missing. The URL is parsed when the store connects.
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with_source(Source::Url(url.into()), 10)
+    }
+
+    /// Options that reach the server the way `pool` does, for a service that already has a
+    /// pool: cairn reuses the pool's connect options (credentials, host, port, database, TLS
+    /// settings) but not its connections. It opens its own small pool (default 4 connections,
+    /// see [`PgOptions::max_connections`]), because every cairn connection carries session
+    /// settings — `search_path` set to the store's schema and cairn's `lock_timeout` — that must
+    /// not leak into the connections the service's own queries run on. Closing either pool
+    /// leaves the other open.
+    pub fn from_pool(pool: &PgPool) -> Self {
+        Self::with_source(
+            Source::Options(Box::new((*pool.connect_options()).clone())),
+            4,
+        )
+    }
+
+    fn with_source(source: Source, max_connections: u32) -> Self {
         Self {
-            url: url.into(),
+            source,
             schema: "public".into(),
-            max_connections: 10,
+            max_connections,
             lock_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(10),
+            create_if_missing: true,
         }
     }
 
-    /// The same options with another schema.
-    pub fn with_schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = schema.into();
+    /// The schema that holds the store's tables: the store namespace. Two stores in different
+    /// schemas of one database are independent and never block each other. Must match
+    /// `[a-z_][a-z0-9_]{0,62}` (checked when the store connects); default `public`.
+    #[must_use]
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = name.into();
         self
+    }
+
+    /// The former name of [`PgOptions::schema`], kept while callers move over.
+    #[doc(hidden)]
+    #[must_use]
+    pub fn with_schema(self, name: impl Into<String>) -> Self {
+        self.schema(name)
+    }
+
+    /// The largest number of connections cairn's pool holds (at least 1).
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n;
+        self
+    }
+
+    /// How long a statement waits for a lock (including a space's write lock) before the
+    /// operation fails with [`Error::Retryable`] (default 10 s).
+    #[must_use]
+    pub fn lock_timeout(mut self, d: Duration) -> Self {
+        self.lock_timeout = d;
+        self
+    }
+
+    /// How long an operation waits for a pooled connection before it fails with
+    /// [`Error::Unavailable`] (default 10 s).
+    #[must_use]
+    pub fn acquire_timeout(mut self, d: Duration) -> Self {
+        self.acquire_timeout = d;
+        self
+    }
+
+    /// Whether opening creates the schema and cairn's tables when they are missing (default
+    /// `true`). With `false`, a missing schema, or a schema that does not hold cairn's store, is
+    /// refused with [`Error::NotFound`] and nothing is created: what a read-only command wants,
+    /// so that a mistyped schema name is an error rather than a new empty store.
+    #[must_use]
+    pub fn create_if_missing(mut self, create: bool) -> Self {
+        self.create_if_missing = create;
+        self
+    }
+
+    /// The schema name as given (validated when the store connects).
+    pub fn schema_name(&self) -> &str {
+        &self.schema
+    }
+
+    /// The driver's connect options. A URL is parsed here, so a malformed one fails when the
+    /// store connects; the error never repeats the URL.
+    pub(crate) fn connect_options(&self) -> Result<PgConnectOptions> {
+        match &self.source {
+            Source::Url(url) => PgConnectOptions::from_str(url).map_err(map_sqlx),
+            Source::Options(opts) => Ok((**opts).clone()),
+        }
     }
 }
 
 impl fmt::Debug for PgOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let source = match self.source {
+            Source::Url(_) => "url <redacted>",
+            Source::Options(_) => "a pool's connect options <redacted>",
+        };
         f.debug_struct("PgOptions")
-            .field("url", &"<redacted>")
+            .field("source", &source)
             .field("schema", &self.schema)
             .field("max_connections", &self.max_connections)
             .field("lock_timeout", &self.lock_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
+            .field("create_if_missing", &self.create_if_missing)
             .finish()
     }
 }
@@ -114,5 +211,63 @@ mod tests {
     fn debug_hides_the_url() {
         let o = PgOptions::new("postgres://u:secret@h/db");
         assert!(!format!("{o:?}").contains("secret"));
+    }
+
+    #[tokio::test]
+    async fn debug_hides_a_pools_credentials_and_host() {
+        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy_with(
+            PgConnectOptions::new()
+                .host("secret-host.example")
+                .username("someone")
+                .password("s3cret"),
+        );
+        let shown = format!("{:?}", PgOptions::from_pool(&pool));
+        for secret in ["s3cret", "someone", "secret-host"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    #[tokio::test]
+    async fn from_pool_reuses_the_pools_connect_options_with_its_own_small_pool() {
+        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy_with(
+            PgConnectOptions::new()
+                .host("h.example")
+                .port(6543)
+                .username("app")
+                .database("appdb"),
+        );
+        let opts = PgOptions::from_pool(&pool);
+        let c = opts.connect_options().unwrap();
+        assert_eq!(
+            (c.get_host(), c.get_port(), c.get_username()),
+            ("h.example", 6543, "app")
+        );
+        assert_eq!(c.get_database(), Some("appdb"));
+        assert_eq!(opts.max_connections, 4);
+        assert!(opts.create_if_missing);
+    }
+
+    #[test]
+    fn a_malformed_url_is_invalid_input_without_the_url() {
+        let err = PgOptions::new("postgres://u:s3cret@h:notaport/db")
+            .connect_options()
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+        assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn the_builder_sets_every_option() {
+        let o = PgOptions::new("postgres://h/db")
+            .schema("tenant_a")
+            .max_connections(3)
+            .lock_timeout(Duration::from_millis(250))
+            .acquire_timeout(Duration::from_secs(2))
+            .create_if_missing(false);
+        assert_eq!(o.schema_name(), "tenant_a");
+        assert_eq!(o.max_connections, 3);
+        assert_eq!(o.lock_timeout, Duration::from_millis(250));
+        assert_eq!(o.acquire_timeout, Duration::from_secs(2));
+        assert!(!o.create_if_missing);
     }
 }

@@ -6,6 +6,9 @@
 //! - The store namespace is a Postgres schema ([`PgOptions::schema`]); [`PgStore::connect_with`]
 //!   opens it through cairn-migrate's lineage-aware runner ([`PgMigrator`]), which creates the
 //!   schema and tables when missing and upgrades, uses or refuses an existing store.
+//!   [`PgOptions`] is a builder: [`PgOptions::new`] takes a URL, [`PgOptions::from_pool`] the
+//!   connect options of a pool a service already has; [`PgStore::opened`] says what the open
+//!   did and [`PgStore::close`] shuts the pool down.
 //! - Writers of a space are serialized by `pg_advisory_xact_lock` on a 64-bit key derived from
 //!   (schema, space), so spaces and stores in different schemas never wait on each other.
 //! - A single-event append with a current head cache costs exactly 5 statements — BEGIN, lock,
@@ -28,5 +31,5 @@ pub mod testkit;
 
 pub use additivity::PgAdditivity;
 pub use config::PgOptions;
-pub use migrate::{PgMigrator, BOOKKEEPING_TABLES};
+pub use migrate::PgMigrator;
 pub use store::PgStore;

@@ -2,57 +2,50 @@
 //! schema, a session advisory lock taken by polling `pg_try_advisory_lock` with backoff, and
 //! the upgrade transaction on one dedicated connection.
 
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
-use cairn_core::{Error, Result};
-use cairn_migrate::{
-    Checksum, LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState,
-};
-use sqlx::postgres::PgConnectOptions;
-use sqlx::{Connection, PgConnection, Row};
+use cairn_core::{key64, Error, Result};
+use cairn_migrate::bookkeeping::{self as bk, BookkeepingSql};
+use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
+use sqlx::{Connection, PgConnection};
 
 use crate::config::{PgOptions, SchemaName};
 use crate::error::map_sqlx;
-use crate::sql::{create_schema, SESSION_SETUP, SET_LOCAL_SEARCH_PATH};
+use crate::sql::{create_schema, SCHEMA_EXISTS, SESSION_SETUP, SET_LOCAL_SEARCH_PATH};
 
+/// The migration lock's statements; the stamp and lineage statements are
+/// [`cairn_migrate::bookkeeping`]'s, shared with every backend.
 mod sql {
-    pub(super) const HAS_STAMP_TABLE: &str =
-        "SELECT to_regclass('cairn_migration_stamp') IS NOT NULL";
-    pub(super) const CREATE_STAMP: &str = "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
-        set_name text NOT NULL PRIMARY KEY, revision text NOT NULL)";
-    pub(super) const CREATE_LINEAGE: &str = "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
-        set_name text NOT NULL, position integer NOT NULL, revision text NOT NULL, checksum text NOT NULL, \
-        PRIMARY KEY (set_name, position))";
-    pub(super) const READ_STAMP: &str =
-        "SELECT revision FROM cairn_migration_stamp WHERE set_name = $1";
-    pub(super) const READ_LINEAGE: &str =
-        "SELECT revision, checksum FROM cairn_migration_lineage WHERE set_name = $1 ORDER BY position";
-    pub(super) const UPSERT_STAMP: &str =
-        "INSERT INTO cairn_migration_stamp (set_name, revision) VALUES ($1, $2) \
-        ON CONFLICT (set_name) DO UPDATE SET revision = excluded.revision";
-    pub(super) const DELETE_LINEAGE: &str =
-        "DELETE FROM cairn_migration_lineage WHERE set_name = $1";
-    pub(super) const INSERT_LINEAGE: &str = "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) \
-        SELECT $1, ord::integer - 1, rev, sum FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS l(rev, sum, ord)";
     pub(super) const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1)";
     pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
 }
 
-/// Names of the runner's bookkeeping tables; schema comparisons leave them out.
-pub const BOOKKEEPING_TABLES: [&str; 2] = ["cairn_migration_stamp", "cairn_migration_lineage"];
+/// The stamp and lineage statements in this backend's dialect.
+fn bookkeeping() -> &'static BookkeepingSql {
+    cairn_migrate::bookkeeping::sql(Dialect::Postgres)
+}
 
-/// cairn-migrate's backend for one Postgres store (one schema).
-#[derive(Clone, Debug)]
+/// The key-derivation context of the migration lock (shared by every build: changing it lets
+/// two builds migrate one store at once).
+const MIGRATION_LOCK_CONTEXT: &str = "cairn 2026-11 postgres migration lock v1";
+
+/// cairn-migrate's backend for one Postgres store (one schema): cairn's own set and an
+/// application's sets alike (each set keeps its own stamp and lineage rows).
+///
+/// It connects as the options say ([`PgOptions::new`] or [`PgOptions::from_pool`]), one
+/// short-lived connection per look and one for the upgrade transaction. The schema is created
+/// only when it is missing, so a role that owns its schema but has no CREATE on the database
+/// can open, upgrade and repair; with [`PgOptions::create_if_missing`] `false`, a missing
+/// schema is refused with [`Error::NotFound`] instead.
 pub struct PgMigrator {
     opts: PgOptions,
     schema: SchemaName,
 }
 
 impl PgMigrator {
-    /// A migrator for the store `opts` names.
+    /// A migrator for the store `opts` names. Nothing is connected until the runner looks.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a schema name outside `[a-z_][a-z0-9_]{0,62}`.
@@ -63,15 +56,11 @@ impl PgMigrator {
 
     /// The advisory-lock key that serializes migrations of this store (its schema).
     pub fn lock_key(&self) -> i64 {
-        let mut h = blake3::Hasher::new_derive_key("cairn 2026-11 postgres migration lock v1");
-        h.update(self.schema.as_str().as_bytes());
-        let mut out = [0u8; 8];
-        out.copy_from_slice(&h.finalize().as_bytes()[..8]);
-        i64::from_le_bytes(out)
+        key64(MIGRATION_LOCK_CONTEXT, &[self.schema.as_str().as_bytes()])
     }
 
     async fn connection(&self) -> Result<PgConnection> {
-        let options = PgConnectOptions::from_str(&self.opts.url).map_err(map_sqlx)?;
+        let options = self.opts.connect_options()?;
         let mut conn = PgConnection::connect_with(&options)
             .await
             .map_err(map_sqlx)?;
@@ -85,35 +74,28 @@ impl PgMigrator {
     }
 }
 
-async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState> {
-    let has: bool = sqlx::query_scalar(sql::HAS_STAMP_TABLE)
+/// The set's stamp and lineage; a schema without the stamp table (or no schema at all) reads
+/// as an empty state.
+async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, MigrateError> {
+    let sql = bookkeeping();
+    let has: bool = sqlx::query_scalar(sql.has_stamp_table)
         .fetch_one(&mut *conn)
         .await
         .map_err(map_sqlx)?;
     if !has {
         return Ok(StoredState::default());
     }
-    let stamp: Option<String> = sqlx::query_scalar(sql::READ_STAMP)
+    let stamp: Option<String> = sqlx::query_scalar(sql.read_stamp)
         .bind(set)
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_sqlx)?;
-    let rows = sqlx::query(sql::READ_LINEAGE)
+    let rows: Vec<(String, String)> = sqlx::query_as(sql.read_lineage)
         .bind(set)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_sqlx)?;
-    let mut lineage = Vec::with_capacity(rows.len());
-    for row in rows {
-        let revision: String = row.try_get(0).map_err(map_sqlx)?;
-        let checksum: String = row.try_get(1).map_err(map_sqlx)?;
-        let checksum = Checksum::from_hex(&checksum).map_err(|e| Error::corrupt(e.to_string()))?;
-        lineage.push(LineageEntry { revision, checksum });
-    }
-    Ok(StoredState {
-        stamp,
-        lineage: (!lineage.is_empty()).then_some(lineage),
-    })
+    bk::stored_state(stamp, rows)
 }
 
 #[async_trait]
@@ -127,7 +109,7 @@ impl MigrationBackend for PgMigrator {
         let state = read_state(&mut conn, set).await;
         // Closing is best effort: the state is already read and nothing was written.
         let _ = conn.close().await;
-        Ok(state?)
+        state
     }
 
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError> {
@@ -155,7 +137,7 @@ impl MigrationBackend for PgMigrator {
             tokio::time::sleep(pause.min(timeout.saturating_sub(started.elapsed()))).await;
             pause = (pause * 2).min(Duration::from_millis(250));
         }
-        if let Err(e) = start(&mut conn, &self.schema).await {
+        if let Err(e) = start(&mut conn, &self.schema, self.opts.create_if_missing).await {
             let _ = sqlx::query(sql::UNLOCK).bind(key).execute(&mut conn).await;
             let _ = conn.close().await;
             return Err(e.into());
@@ -168,34 +150,48 @@ impl MigrationBackend for PgMigrator {
     }
 }
 
-/// Opens the upgrade transaction: creates the schema and the bookkeeping tables when missing.
-async fn start(conn: &mut PgConnection, schema: &SchemaName) -> Result<()> {
+/// Opens the upgrade transaction: creates the schema (when missing and allowed) and the
+/// bookkeeping tables when missing.
+///
+/// `CREATE SCHEMA IF NOT EXISTS` is not used on an existing schema: Postgres checks CREATE on
+/// the database before it notices the schema exists, which would shut out a role that owns its
+/// schema and nothing else. Concurrent creators are serialized by the migration lock.
+async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Result<()> {
     sqlx::query("BEGIN")
         .persistent(false)
         .execute(&mut *conn)
         .await
         .map_err(map_sqlx)?;
-    sqlx::query(&create_schema(schema))
-        .persistent(false)
-        .execute(&mut *conn)
+    let exists: bool = sqlx::query_scalar(SCHEMA_EXISTS)
+        .bind(schema.as_str())
+        .fetch_one(&mut *conn)
         .await
         .map_err(map_sqlx)?;
+    if !exists {
+        if !create {
+            return Err(Error::NotFound {
+                what: format!("cairn store in schema {}", schema.as_str()),
+            });
+        }
+        sqlx::query(&create_schema(schema))
+            .persistent(false)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+    }
     // The session's search_path named the schema before it existed: re-read it now.
     sqlx::query(SET_LOCAL_SEARCH_PATH)
         .bind(schema.as_str())
         .execute(&mut *conn)
         .await
         .map_err(map_sqlx)?;
-    sqlx::query(sql::CREATE_STAMP)
-        .persistent(false)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-    sqlx::query(sql::CREATE_LINEAGE)
-        .persistent(false)
-        .execute(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
+    for ddl in bk::ddl(Dialect::Postgres) {
+        sqlx::query(ddl)
+            .persistent(false)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+    }
     Ok(())
 }
 
@@ -239,7 +235,7 @@ impl PgLocked {
 #[async_trait]
 impl LockedMigration for PgLocked {
     async fn read_state(&mut self, set: &str) -> Result<StoredState, MigrateError> {
-        Ok(read_state(self.conn()?, set).await?)
+        read_state(self.conn()?, set).await
     }
 
     async fn execute(&mut self, statement: &str) -> Result<()> {
@@ -257,22 +253,27 @@ impl LockedMigration for PgLocked {
         stamp: &str,
         lineage: Option<&[LineageEntry]>,
     ) -> Result<(), MigrateError> {
+        let sql = bookkeeping();
         let conn = self.conn()?;
-        sqlx::query(sql::UPSERT_STAMP)
+        sqlx::query(sql.upsert_stamp)
             .bind(set)
             .bind(stamp)
             .execute(&mut *conn)
             .await
             .map_err(map_sqlx)?;
         if let Some(lineage) = lineage {
-            let revs: Vec<String> = lineage.iter().map(|e| e.revision.clone()).collect();
-            let sums: Vec<String> = lineage.iter().map(|e| e.checksum.to_hex()).collect();
-            sqlx::query(sql::DELETE_LINEAGE)
+            let (revs, sums): (Vec<String>, Vec<String>) = bk::lineage_rows(lineage)
+                .into_iter()
+                .map(|(_, revision, checksum)| (revision, checksum))
+                .unzip();
+            sqlx::query(sql.delete_lineage)
                 .bind(set)
                 .execute(&mut *conn)
                 .await
                 .map_err(map_sqlx)?;
-            sqlx::query(sql::INSERT_LINEAGE)
+            // Postgres's insert takes the whole lineage as two arrays, in order.
+            debug_assert!(sql.insert_lineage_is_bulk);
+            sqlx::query(sql.insert_lineage)
                 .bind(set)
                 .bind(revs)
                 .bind(sums)

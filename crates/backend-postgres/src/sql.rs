@@ -18,7 +18,12 @@ pub(crate) const SESSION_SETUP: &str =
 /// created.
 pub(crate) const SET_LOCAL_SEARCH_PATH: &str = "SELECT set_config('search_path', $1, true)";
 
-/// `CREATE SCHEMA` for a validated name (identifiers cannot be bound parameters).
+/// Whether schema `$1` exists.
+pub(crate) const SCHEMA_EXISTS: &str =
+    "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)";
+
+/// `CREATE SCHEMA` for a validated name (identifiers cannot be bound parameters). Issued only
+/// after [`SCHEMA_EXISTS`] found none; `IF NOT EXISTS` covers a creator outside cairn's lock.
 pub(crate) fn create_schema(schema: &SchemaName) -> String {
     format!("CREATE SCHEMA IF NOT EXISTS \"{}\"", schema.as_str())
 }
@@ -34,7 +39,7 @@ pub(crate) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
 /// The append's read, in one statement: the space's largest seq (`max_seq`, NULL for an empty
 /// space) on every row, plus one row per cached head (`id`/`seq` NULL when the cache has none).
-pub(crate) const READ_STATE: &str = "\
+pub(crate) const PROBE: &str = "\
 SELECT (SELECT max(seq) FROM epoch WHERE space = $1) AS max_seq, h.id, h.seq \
 FROM (VALUES (1)) AS one(x) LEFT JOIN epoch_head h ON h.space = $1";
 
@@ -45,7 +50,7 @@ pub(crate) const MAX_SEQ: &str = "SELECT max(seq) FROM epoch WHERE space = $1";
 pub(crate) const CACHED_HEADS: &str = "SELECT id, seq FROM epoch_head WHERE space = $1 ORDER BY id";
 
 /// The anti-join: epochs of the space no epoch names as a parent. O(history).
-pub(crate) const COMPUTED_HEADS: &str = "\
+pub(crate) const ANTI_JOIN_HEADS: &str = "\
 SELECT e.id, e.seq FROM epoch e \
 WHERE e.space = $1 \
 AND NOT EXISTS (SELECT 1 FROM epoch_parent p WHERE p.space = $1 AND p.parent = e.id) \

@@ -1,20 +1,27 @@
 //! [`PgStore`]: the epoch log on PostgreSQL.
+//!
+//! Each step of an operation is a free function over a [`Db`] (one connection or open
+//! transaction that counts the statements it sends), with the same names as the SQLite
+//! backend's steps: [`probe`], [`working_heads`], [`anti_join`], [`insert_epoch`],
+//! [`cache_exact`]. Where SQLite runs `insert_epoch` and `cache_sole_head` as separate
+//! statements, Postgres folds the cache write into the one statement that inserts the epoch
+//! ([`CacheWrite`]), which is what keeps a single-event append at 5 statements.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::{
-    epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore,
-    Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head, HeadProbe,
-    ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    epoch_id, key64, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId,
+    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
+use sqlx::query::Query;
 use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
 
-use cairn_migrate::{cairn_set, Opened, Runner};
+use cairn_migrate::{cairn_set, MigrationBackend, Opened, Runner};
 
 use crate::config::{PgOptions, SchemaName};
 use crate::error::map_sqlx;
@@ -38,6 +45,7 @@ pub struct PgStore {
 struct Inner {
     pool: PgPool,
     schema: SchemaName,
+    opened: Opened,
     statements: AtomicU64,
 }
 
@@ -49,17 +57,16 @@ impl fmt::Debug for PgStore {
     }
 }
 
-/// The advisory-lock key of `space` in the store namespace `schema`: 64 bits of a keyed BLAKE3
-/// over the length-prefixed schema name and the space id.
+/// The key-derivation context of the space locks (part of the lock protocol every node shares:
+/// changing it lets two builds write one space at once).
+const SPACE_LOCK_CONTEXT: &str = "cairn 2026-11 postgres space lock v1";
+
+/// The advisory-lock key of `space` in the store namespace `schema`.
 pub(crate) fn space_lock_key(schema: &SchemaName, space: &SpaceId) -> i64 {
-    let mut h = blake3::Hasher::new_derive_key("cairn 2026-11 postgres space lock v1");
-    let name = schema.as_str().as_bytes();
-    h.update(&(name.len() as u64).to_le_bytes());
-    h.update(name);
-    h.update(space.as_bytes());
-    let mut out = [0u8; 8];
-    out.copy_from_slice(&h.finalize().as_bytes()[..8]);
-    i64::from_le_bytes(out)
+    key64(
+        SPACE_LOCK_CONTEXT,
+        &[schema.as_str().as_bytes(), space.as_bytes()],
+    )
 }
 
 /// The keys to lock for `spaces`, in the one global order every writer uses (ascending,
@@ -77,7 +84,6 @@ pub(crate) fn space_lock_keys<'a>(
     keys
 }
 
-/// The key serializing schema creation of every cairn store in the database.
 fn corrupt(what: &str) -> Error {
     Error::corrupt(format!("{what} in the epoch log"))
 }
@@ -90,7 +96,7 @@ fn event_id_from(bytes: &[u8]) -> Result<EventId> {
     EventId::from_slice(bytes).map_err(|_| corrupt("an event id that is not 32 bytes"))
 }
 
-pub(crate) fn head_from(row: &PgRow) -> Result<Head> {
+fn head_from(row: &PgRow) -> Result<Head> {
     let id: Vec<u8> = row.try_get(0).map_err(map_sqlx)?;
     let seq: i64 = row.try_get(1).map_err(map_sqlx)?;
     Ok(Head {
@@ -130,16 +136,213 @@ impl EventColumns {
     }
 }
 
-/// Binds `$1`–`$8` of the epoch-writing statements (append, import, the legacy writer), which
-/// share one parameter layout: space, id, seq, parent ids, then the event columns.
-pub(crate) fn bind_epoch<'q>(
-    query: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+pub(crate) fn id_bytes(ids: &[EpochId]) -> Vec<Vec<u8>> {
+    ids.iter().map(|i| i.as_bytes().to_vec()).collect()
+}
+
+fn head_columns(heads: &[Head]) -> Result<(Vec<Vec<u8>>, Vec<i64>)> {
+    let ids = heads.iter().map(|h| h.id.as_bytes().to_vec()).collect();
+    let seqs = heads
+        .iter()
+        .map(|h| h.seq.to_i64())
+        .collect::<Result<Vec<_>>>()?;
+    Ok((ids, seqs))
+}
+
+/// One connection, or one open transaction, of a store: every statement sent through
+/// [`Db::conn`] is counted.
+pub(crate) struct Db<'c> {
+    conn: &'c mut PgConnection,
+    statements: &'c AtomicU64,
+}
+
+impl<'c> Db<'c> {
+    pub(crate) fn new(conn: &'c mut PgConnection, statements: &'c AtomicU64) -> Self {
+        Self { conn, statements }
+    }
+
+    /// The connection, for sending exactly one statement.
+    pub(crate) fn conn(&mut self) -> &mut PgConnection {
+        self.statements.fetch_add(1, Ordering::Relaxed);
+        self.conn
+    }
+}
+
+/// Takes the write locks of `spaces` in the global key order (see [`space_lock_keys`]).
+pub(crate) async fn lock_spaces(
+    db: &mut Db<'_>,
+    schema: &SchemaName,
+    spaces: &[&SpaceId],
+) -> Result<()> {
+    for key in space_lock_keys(schema, spaces.iter().copied()) {
+        sqlx::query(sql::LOCK)
+            .bind(key)
+            .execute(db.conn())
+            .await
+            .map_err(map_sqlx)?;
+    }
+    Ok(())
+}
+
+/// One statement: the space's largest seq and its cache rows (see [`sql::PROBE`]).
+pub(crate) async fn probe(db: &mut Db<'_>, space: &SpaceId) -> Result<HeadProbe> {
+    let rows = sqlx::query(sql::PROBE)
+        .bind(space.as_bytes())
+        .fetch_all(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    let mut max_seq = None;
+    let mut cached = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let max: Option<i64> = row.try_get(0).map_err(map_sqlx)?;
+        max_seq = max.map(Seq::from_i64).transpose()?;
+        let id: Option<Vec<u8>> = row.try_get(1).map_err(map_sqlx)?;
+        let seq: Option<i64> = row.try_get(2).map_err(map_sqlx)?;
+        if let (Some(id), Some(seq)) = (id, seq) {
+            cached.push(Head {
+                id: epoch_id_from(&id)?,
+                seq: Seq::from_i64(seq)?,
+            });
+        }
+    }
+    cached.sort();
+    Ok(HeadProbe { max_seq, cached })
+}
+
+/// The anti-join's heads, sorted by id bytes. O(history).
+pub(crate) async fn anti_join(db: &mut Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
+    let rows = sqlx::query(sql::ANTI_JOIN_HEADS)
+        .bind(space.as_bytes())
+        .fetch_all(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    heads_from(&rows)
+}
+
+/// The head cache's rows, sorted by id bytes.
+pub(crate) async fn cached_heads(db: &mut Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
+    let rows = sqlx::query(sql::CACHED_HEADS)
+        .bind(space.as_bytes())
+        .fetch_all(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    heads_from(&rows)
+}
+
+/// The space's largest seq.
+pub(crate) async fn max_seq(db: &mut Db<'_>, space: &SpaceId) -> Result<Option<Seq>> {
+    let max: Option<i64> = sqlx::query_scalar(sql::MAX_SEQ)
+        .bind(space.as_bytes())
+        .fetch_one(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    max.map(Seq::from_i64).transpose()
+}
+
+/// The seq of epoch `id`, when the space has it.
+pub(crate) async fn epoch_seq(
+    db: &mut Db<'_>,
+    space: &SpaceId,
+    id: &EpochId,
+) -> Result<Option<Seq>> {
+    let seq: Option<i64> = sqlx::query_scalar(sql::EPOCH_SEQ)
+        .bind(space.as_bytes())
+        .bind(id.as_bytes().as_slice())
+        .fetch_optional(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    seq.map(Seq::from_i64).transpose()
+}
+
+/// Refuses the first of `parents` (sorted) that is not an epoch of the space, in one statement.
+pub(crate) async fn check_parents(
+    db: &mut Db<'_>,
+    space: &SpaceId,
+    parents: &[EpochId],
+) -> Result<()> {
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let known: Vec<Vec<u8>> = sqlx::query_scalar(sql::KNOWN_EPOCHS)
+        .bind(space.as_bytes())
+        .bind(id_bytes(parents))
+        .fetch_all(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    match parents
+        .iter()
+        .find(|p| !known.iter().any(|k| k.as_slice() == p.as_bytes()))
+    {
+        Some(missing) => Err(Error::UnknownParent { parent: *missing }),
+        None => Ok(()),
+    }
+}
+
+/// The heads the write path works from, under the lock: the cache when current, else the
+/// anti-join (once).
+pub(crate) async fn working_heads(
+    db: &mut Db<'_>,
+    space: &SpaceId,
+    probe: &HeadProbe,
+) -> Result<Vec<Head>> {
+    if probe.cache_is_current() {
+        Ok(probe.cached.clone())
+    } else {
+        anti_join(db, space).await
+    }
+}
+
+/// What the statement that inserts an epoch also does to the head cache.
+pub(crate) enum CacheWrite<'a> {
+    /// The new epoch becomes the only cached head (an append, DESIGN §2 step 5): the cache held
+    /// `before_rows` rows, which picks UPDATE (one), INSERT (none) or DELETE + INSERT.
+    SoleHead { before_rows: usize },
+    /// The cache becomes exactly these heads (an import, which may fork the space).
+    Exact(&'a [Head]),
+    /// The cache is left alone (a writer that predates the cache; test support).
+    #[cfg(feature = "testkit")]
+    Untouched,
+}
+
+/// Inserts an epoch with its parent edges and events at `seq`, and writes the cache as `cache`
+/// says, in one statement. `parents` must be sorted and already in the space.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn insert_epoch(
+    db: &mut Db<'_>,
     space: &SpaceId,
     id: &EpochId,
     seq: Seq,
     parents: &[EpochId],
     cols: EventColumns,
-) -> Result<sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>> {
+    cache: CacheWrite<'_>,
+) -> Result<()> {
+    let write = match &cache {
+        CacheWrite::SoleHead { before_rows: 0 } => sql::APPEND_INSERT_HEAD,
+        CacheWrite::SoleHead { before_rows: 1 } => sql::APPEND_UPDATE_HEAD,
+        CacheWrite::SoleHead { .. } => sql::APPEND_REPLACE_HEADS,
+        CacheWrite::Exact(_) => sql::IMPORT_WRITE,
+        #[cfg(feature = "testkit")]
+        CacheWrite::Untouched => sql::LEGACY_WRITE,
+    };
+    let mut query = bind_epoch(sqlx::query(write), space, id, seq, parents, cols)?;
+    if let CacheWrite::Exact(heads) = cache {
+        let (ids, seqs) = head_columns(heads)?;
+        query = query.bind(ids).bind(seqs);
+    }
+    query.execute(db.conn()).await.map_err(map_sqlx)?;
+    Ok(())
+}
+
+/// Binds `$1`–`$8` of the epoch-writing statements, which share one parameter layout: space,
+/// id, seq, parent ids, then the event columns.
+fn bind_epoch<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    space: &SpaceId,
+    id: &EpochId,
+    seq: Seq,
+    parents: &[EpochId],
+    cols: EventColumns,
+) -> Result<Query<'q, Postgres, PgArguments>> {
     Ok(query
         .bind(space.as_bytes().to_vec())
         .bind(id.as_bytes().to_vec())
@@ -151,32 +354,45 @@ pub(crate) fn bind_epoch<'q>(
         .bind(cols.payloads))
 }
 
-pub(crate) fn id_bytes(ids: &[EpochId]) -> Vec<Vec<u8>> {
-    ids.iter().map(|i| i.as_bytes().to_vec()).collect()
+/// Sets the cache to exactly `after` (sorted), in one statement that deletes the rows not in
+/// it and upserts the rest (a repair).
+pub(crate) async fn cache_exact(db: &mut Db<'_>, space: &SpaceId, after: &[Head]) -> Result<()> {
+    let (ids, seqs) = head_columns(after)?;
+    sqlx::query(sql::REPLACE_HEADS)
+        .bind(space.as_bytes())
+        .bind(ids)
+        .bind(seqs)
+        .execute(db.conn())
+        .await
+        .map_err(map_sqlx)?;
+    Ok(())
 }
 
 impl PgStore {
     /// Connects to `url` with the store in schema `public`.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for a malformed URL, [`Error::Unavailable`] when the server cannot
-    /// be reached, [`Error::Backend`] when the schema cannot be created.
+    /// As [`PgStore::connect_with`].
     pub async fn connect(url: &str) -> Result<Self> {
         Self::connect_with(PgOptions::new(url)).await
     }
 
     /// Connects with `opts` as a build that knows cairn's own migration set: opens the store
-    /// through the lineage-aware runner (creating the schema and tables when missing, upgrading
-    /// an older store, using a newer compatible one as is), then builds the pool.
+    /// through the lineage-aware runner (creating the schema and tables when missing, unless
+    /// [`PgOptions::create_if_missing`] says not to; upgrading an older store; using a newer
+    /// compatible one as is), then builds the pool. [`PgStore::opened`] says what the open did.
     ///
     /// # Errors
-    /// As [`PgStore::connect`], plus [`Error::InvalidInput`] for a schema name outside
-    /// `[a-z_][a-z0-9_]{0,62}` or a zero `max_connections`, and [`Error::Incompatible`] for a
-    /// store whose migration history this build must not use.
+    /// [`Error::InvalidInput`] for a malformed URL, a schema name outside
+    /// `[a-z_][a-z0-9_]{0,62}` or a zero `max_connections`; [`Error::Unavailable`] when the
+    /// server cannot be reached; [`Error::NotFound`] when `create_if_missing(false)` and the
+    /// schema holds no cairn store; [`Error::Incompatible`] for a store whose migration history
+    /// this build must not use; [`Error::Migration`] when an upgrade failed (and was rolled
+    /// back); [`Error::Backend`] when the schema cannot be created.
     pub async fn connect_with(opts: PgOptions) -> Result<Self> {
         let runner = Runner::new(cairn_set())
             .with_lock_timeout(opts.lock_timeout.max(std::time::Duration::from_secs(30)));
-        Ok(Self::connect_migrated(opts, &runner).await?.0)
+        Self::open_through(opts, &runner).await
     }
 
     /// Connects with `opts`, opening the store through `runner` (a build's own view of cairn's
@@ -184,13 +400,32 @@ impl PgStore {
     ///
     /// # Errors
     /// As [`PgStore::connect_with`].
+    #[cfg(feature = "testkit")]
     pub async fn connect_migrated(opts: PgOptions, runner: &Runner) -> Result<(Self, Opened)> {
+        let store = Self::open_through(opts, runner).await?;
+        let opened = store.opened().clone();
+        Ok((store, opened))
+    }
+
+    /// Opens the store through `runner`, then builds the pool.
+    pub(crate) async fn open_through(opts: PgOptions, runner: &Runner) -> Result<Self> {
         let schema = SchemaName::parse(&opts.schema)?;
         if opts.max_connections == 0 {
             return Err(Error::invalid("max_connections", "must be at least 1"));
         }
-        let connect = PgConnectOptions::from_str(&opts.url).map_err(map_sqlx)?;
-        let opened = runner.open(&PgMigrator::new(opts.clone())?).await?;
+        let connect = opts.connect_options()?;
+        let migrator = PgMigrator::new(opts.clone())?;
+        if !opts.create_if_missing {
+            // The look without the lock writes nothing, and a missing schema reads as a store
+            // without a stamp, so this refuses before anything could be created.
+            let state = migrator.read_state(runner.set().name()).await?;
+            if state.stamp.is_none() {
+                return Err(Error::NotFound {
+                    what: format!("cairn store in schema {}", schema.as_str()),
+                });
+            }
+        }
+        let opened = runner.open(&migrator).await?;
         let search_path = schema.as_str().to_owned();
         let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
         let pool = PgPoolOptions::new()
@@ -211,14 +446,26 @@ impl PgStore {
             .connect_with(connect)
             .await
             .map_err(map_sqlx)?;
-        let store = Self {
+        Ok(Self {
             inner: Arc::new(Inner {
                 pool,
                 schema,
+                opened,
                 statements: AtomicU64::new(0),
             }),
-        };
-        Ok((store, opened))
+        })
+    }
+
+    /// What the migration runner did for cairn's own set when this store was opened (at head,
+    /// upgraded, ahead, lineage repaired).
+    pub fn opened(&self) -> &Opened {
+        &self.inner.opened
+    }
+
+    /// Closes the pool, waiting for the connections in use to come back: an orderly shutdown.
+    /// Every later operation on this store (and its clones) fails with [`Error::Unavailable`].
+    pub async fn close(&self) {
+        self.inner.pool.close().await;
     }
 
     /// The pool (test support and benchmarks).
@@ -228,16 +475,21 @@ impl PgStore {
     }
 
     /// The validated schema name.
-    #[cfg(feature = "testkit")]
     pub(crate) fn schema(&self) -> &SchemaName {
         &self.inner.schema
     }
 
-    /// Counts one statement sent to the server.
+    /// The statement counter, for a [`Db`] over a connection of this store.
+    pub(crate) fn statements(&self) -> &AtomicU64 {
+        &self.inner.statements
+    }
+
+    /// Counts one statement sent outside a [`Db`].
     pub(crate) fn tick(&self) {
         self.inner.statements.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Opens a write transaction (one counted statement).
     pub(crate) async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         self.tick();
         self.inner
@@ -247,96 +499,10 @@ impl PgStore {
             .map_err(map_sqlx)
     }
 
+    /// Commits (one counted statement).
     pub(crate) async fn commit(&self, tx: Transaction<'static, Postgres>) -> Result<()> {
         self.tick();
         tx.commit().await.map_err(map_sqlx)
-    }
-
-    /// Takes the write locks of `spaces` in the global key order (see [`space_lock_keys`]).
-    pub(crate) async fn lock_spaces(
-        &self,
-        conn: &mut PgConnection,
-        spaces: &[&SpaceId],
-    ) -> Result<()> {
-        for key in space_lock_keys(&self.inner.schema, spaces.iter().copied()) {
-            self.tick();
-            sqlx::query(sql::LOCK)
-                .bind(key)
-                .execute(&mut *conn)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        Ok(())
-    }
-
-    /// The space's largest seq and cache rows, in one statement.
-    pub(crate) async fn read_state(
-        &self,
-        conn: &mut PgConnection,
-        space: &SpaceId,
-    ) -> Result<HeadProbe> {
-        self.tick();
-        let rows = sqlx::query(sql::READ_STATE)
-            .bind(space.as_bytes())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_sqlx)?;
-        let mut max_seq = None;
-        let mut cached = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let max: Option<i64> = row.try_get(0).map_err(map_sqlx)?;
-            max_seq = max.map(Seq::from_i64).transpose()?;
-            let id: Option<Vec<u8>> = row.try_get(1).map_err(map_sqlx)?;
-            let seq: Option<i64> = row.try_get(2).map_err(map_sqlx)?;
-            if let (Some(id), Some(seq)) = (id, seq) {
-                cached.push(Head {
-                    id: epoch_id_from(&id)?,
-                    seq: Seq::from_i64(seq)?,
-                });
-            }
-        }
-        cached.sort();
-        Ok(HeadProbe { max_seq, cached })
-    }
-
-    /// The anti-join's heads, sorted by id bytes.
-    pub(crate) async fn anti_join(
-        &self,
-        conn: &mut PgConnection,
-        space: &SpaceId,
-    ) -> Result<Vec<Head>> {
-        self.tick();
-        let rows = sqlx::query(sql::COMPUTED_HEADS)
-            .bind(space.as_bytes())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_sqlx)?;
-        heads_from(&rows)
-    }
-
-    async fn cache_rows(&self, conn: &mut PgConnection, space: &SpaceId) -> Result<Vec<Head>> {
-        self.tick();
-        let rows = sqlx::query(sql::CACHED_HEADS)
-            .bind(space.as_bytes())
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_sqlx)?;
-        heads_from(&rows)
-    }
-
-    /// Heads as the write path finds them under the lock: the cache when current, else the
-    /// anti-join (once).
-    pub(crate) async fn current_heads(
-        &self,
-        conn: &mut PgConnection,
-        space: &SpaceId,
-        state: &HeadProbe,
-    ) -> Result<Vec<Head>> {
-        if state.cache_is_current() {
-            Ok(state.cached.clone())
-        } else {
-            self.anti_join(conn, space).await
-        }
     }
 }
 
@@ -348,26 +514,20 @@ impl EpochStore for PgStore {
         let cols = EventColumns::new(events, &event_ids);
 
         let mut tx = self.begin().await?;
-        self.lock_spaces(&mut tx, &[space]).await?;
-        let state = self.read_state(&mut tx, space).await?;
-        let seq = state.next();
-        let parents: Vec<EpochId> = self
-            .current_heads(&mut tx, space, &state)
+        let mut db = Db::new(&mut tx, self.statements());
+        lock_spaces(&mut db, self.schema(), &[space]).await?;
+        let probe = probe(&mut db, space).await?;
+        let seq = probe.next();
+        let parents: Vec<EpochId> = working_heads(&mut db, space, &probe)
             .await?
             .into_iter()
             .map(|h| h.id)
             .collect();
         let id = epoch_id(space, &parents, &event_ids);
-        let write = match state.cached.len() {
-            0 => sql::APPEND_INSERT_HEAD,
-            1 => sql::APPEND_UPDATE_HEAD,
-            _ => sql::APPEND_REPLACE_HEADS,
+        let cache = CacheWrite::SoleHead {
+            before_rows: probe.cached.len(),
         };
-        self.tick();
-        bind_epoch(sqlx::query(write), space, &id, seq, &parents, cols)?
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
+        insert_epoch(&mut db, space, &id, seq, &parents, cols, cache).await?;
         self.commit(tx).await?;
         Ok(Appended { id, seq, parents })
     }
@@ -388,9 +548,10 @@ impl EpochStore for PgStore {
 
     async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome> {
         let mut tx = self.begin().await?;
-        self.lock_spaces(&mut tx, &[space]).await?;
-        let before = self.cache_rows(&mut tx, space).await?;
-        let after = self.anti_join(&mut tx, space).await?;
+        let mut db = Db::new(&mut tx, self.statements());
+        lock_spaces(&mut db, self.schema(), &[space]).await?;
+        let before = cached_heads(&mut db, space).await?;
+        let after = anti_join(&mut db, space).await?;
         if after.is_empty() {
             return Err(Error::space_not_found(space));
         }
@@ -398,23 +559,7 @@ impl EpochStore for PgStore {
             self.commit(tx).await?;
             return Ok(RepairOutcome::Unchanged);
         }
-        let seqs = after
-            .iter()
-            .map(|h| h.seq.to_i64())
-            .collect::<Result<Vec<_>>>()?;
-        self.tick();
-        sqlx::query(sql::REPLACE_HEADS)
-            .bind(space.as_bytes())
-            .bind(
-                after
-                    .iter()
-                    .map(|h| h.id.as_bytes().to_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(seqs)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
+        cache_exact(&mut db, space, &after).await?;
         self.commit(tx).await?;
         Ok(RepairOutcome::Rewritten { before, after })
     }
@@ -423,68 +568,23 @@ impl EpochStore for PgStore {
         verify_epoch(&epoch)?;
         let space = &epoch.space;
         let mut tx = self.begin().await?;
-        self.lock_spaces(&mut tx, &[space]).await?;
-
-        self.tick();
-        let present: Option<i64> = sqlx::query_scalar(sql::EPOCH_SEQ)
-            .bind(space.as_bytes())
-            .bind(epoch.id.as_bytes().as_slice())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        if let Some(seq) = present {
+        let mut db = Db::new(&mut tx, self.statements());
+        lock_spaces(&mut db, self.schema(), &[space]).await?;
+        if let Some(seq) = epoch_seq(&mut db, space, &epoch.id).await? {
             self.commit(tx).await?;
-            return Ok(ImportOutcome::AlreadyPresent(Seq::from_i64(seq)?));
+            return Ok(ImportOutcome::AlreadyPresent(seq));
         }
-        if !epoch.parents.is_empty() {
-            self.tick();
-            let known: Vec<Vec<u8>> = sqlx::query_scalar(sql::KNOWN_EPOCHS)
-                .bind(space.as_bytes())
-                .bind(id_bytes(&epoch.parents))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-            if let Some(missing) = epoch
-                .parents
-                .iter()
-                .find(|p| !known.iter().any(|k| k.as_slice() == p.as_bytes()))
-            {
-                return Err(Error::UnknownParent { parent: *missing });
-            }
-        }
-
-        let state = self.read_state(&mut tx, space).await?;
-        let seq = state.next();
-        let mut heads = self.current_heads(&mut tx, space, &state).await?;
+        check_parents(&mut db, space, &epoch.parents).await?;
+        let probe = probe(&mut db, space).await?;
+        let seq = probe.next();
+        let mut heads = working_heads(&mut db, space, &probe).await?;
         heads.retain(|h| !epoch.parents.contains(&h.id));
         heads.push(Head { id: epoch.id, seq });
         heads.sort();
-        let head_seqs = heads
-            .iter()
-            .map(|h| h.seq.to_i64())
-            .collect::<Result<Vec<_>>>()?;
-
         let event_ids: Vec<EventId> = epoch.events.iter().map(Event::id).collect();
         let cols = EventColumns::new(epoch.events, &event_ids);
-        self.tick();
-        bind_epoch(
-            sqlx::query(sql::IMPORT_WRITE),
-            space,
-            &epoch.id,
-            seq,
-            &epoch.parents,
-            cols,
-        )?
-        .bind(
-            heads
-                .iter()
-                .map(|h| h.id.as_bytes().to_vec())
-                .collect::<Vec<_>>(),
-        )
-        .bind(head_seqs)
-        .execute(&mut *tx)
-        .await
-        .map_err(map_sqlx)?;
+        let cache = CacheWrite::Exact(&heads);
+        insert_epoch(&mut db, space, &epoch.id, seq, &epoch.parents, cols, cache).await?;
         self.commit(tx).await?;
         Ok(ImportOutcome::Imported(seq))
     }
@@ -603,22 +703,18 @@ impl EpochStore for PgStore {
 impl EpochDiagnostics for PgStore {
     async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
         let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
-        self.cache_rows(&mut conn, space).await
+        cached_heads(&mut Db::new(&mut conn, self.statements()), space).await
     }
 
     async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
         let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
-        self.anti_join(&mut conn, space).await
+        anti_join(&mut Db::new(&mut conn, self.statements()), space).await
     }
 
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
-        self.tick();
-        let max: Option<i64> = sqlx::query_scalar(sql::MAX_SEQ)
-            .bind(space.as_bytes())
-            .fetch_one(&self.inner.pool)
-            .await
-            .map_err(map_sqlx)?;
-        Ok(next_seq(max.map(Seq::from_i64).transpose()?))
+        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let max = max_seq(&mut Db::new(&mut conn, self.statements()), space).await?;
+        Ok(next_seq(max))
     }
 
     fn statements_executed(&self) -> u64 {
@@ -669,6 +765,16 @@ mod tests {
     }
 
     #[test]
+    fn the_space_lock_key_is_the_one_every_earlier_build_takes() {
+        // Nodes of different builds serialize on this key: it must not move.
+        let public = SchemaName::parse("public").unwrap();
+        assert_eq!(
+            space_lock_key(&public, &space("s")),
+            7_856_939_167_008_013_709
+        );
+    }
+
+    #[test]
     fn cache_currency_follows_the_core_rule() {
         let h = |seq| Head {
             id: EpochId([seq as u8; 32]),
@@ -695,6 +801,6 @@ mod tests {
     fn dropped_index_is_the_schema_parent_index() {
         #[cfg(feature = "testkit")]
         assert!(sql::DROP_PARENT_INDEX.ends_with(cairn_core::schema::PARENT_INDEX));
-        assert!(sql::COMPUTED_HEADS.contains("epoch_parent"));
+        assert!(sql::ANTI_JOIN_HEADS.contains("epoch_parent"));
     }
 }

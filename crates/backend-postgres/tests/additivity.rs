@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::str::FromStr;
 
-use cairn_migrate::additivity::{AdditivityEngine, Rule, Violation};
-use cairn_migrate::{cairn_revisions, Revision};
+use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
+use cairn_migrate::{cairn_revisions, MigrationSet, Revision};
 use cairn_postgres::testkit::test_server_url;
 use cairn_postgres::PgAdditivity;
 use sqlx::postgres::PgConnectOptions;
@@ -192,4 +192,56 @@ async fn a_statement_outside_a_transaction_fails_and_the_rest_is_still_judged() 
         "{v:?}"
     );
     assert!(rules_on(&v, "epoch_head").contains(&Rule::Rows), "{v:?}");
+}
+
+/// An application's set, checked the way a service opens: on a store that holds cairn's own
+/// schema (seeded) first, with one synthesized row in each application table.
+async fn check_app(files: &[(&str, &str)]) -> Vec<RevisionReport> {
+    let _serial = SERIAL.lock().await;
+    let set = MigrationSet::from_files("app", files.iter().copied()).expect("a valid app set");
+    check_set(&PgAdditivity::new(url().await), &set)
+        .await
+        .unwrap_or_else(|e| panic!("the check runs: {e}"))
+}
+
+const APP_BASE: (&str, &str) = (
+    "0001_items.sql",
+    "CREATE TYPE app_mood AS ENUM ('calm', 'busy');
+     CREATE TABLE app_items (id BIGINT PRIMARY KEY, name TEXT NOT NULL, at TIMESTAMPTZ NOT NULL,
+         price NUMERIC(10, 2) NOT NULL, tags TEXT[] NOT NULL, flag BOOLEAN, data JSONB NOT NULL);
+     CREATE TABLE app_moods (id BIGINT PRIMARY KEY, mood app_mood NOT NULL);",
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_revision_is_checked_over_cairns_schema_with_synthesized_rows() {
+    let reports = check_app(&[
+        APP_BASE,
+        ("0002_note.sql", "ALTER TABLE app_items ADD COLUMN note TEXT;"),
+        (
+            "0003_rename.sql",
+            "UPDATE app_items SET name = name || '!'; DELETE FROM app_moods; DELETE FROM epoch_head;",
+        ),
+    ])
+    .await;
+    assert_eq!(reports.len(), 2);
+    assert!(reports[0].violations.is_empty(), "{:?}", reports[0]);
+    let v = &reports[1].violations;
+    // The synthesized row (NOT NULL columns of several types filled) is seen to change.
+    assert!(rules_on(v, "app_items").contains(&Rule::Rows), "{v:?}");
+    assert!(
+        rules_on(v, "app_items").contains(&Rule::StatementKind),
+        "{v:?}"
+    );
+    // A table whose NOT NULL column has a type the synthesizer cannot fill stays empty: its
+    // DELETE is still a forbidden statement, but no rows change.
+    assert_eq!(
+        rules_on(v, "app_moods"),
+        BTreeSet::from([Rule::StatementKind]),
+        "{v:?}"
+    );
+    // cairn's own tables are there, seeded, under the application's revision.
+    assert!(
+        rules_on(v, "epoch_head").is_superset(&BTreeSet::from([Rule::StatementKind, Rule::Rows])),
+        "{v:?}"
+    );
 }

@@ -3,6 +3,7 @@
 //! cache, whatever the history's length; one more (the anti-join) when the cache is stale.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_conformance::{random_space, Harness};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Event, Seq};
@@ -114,7 +115,7 @@ async fn stores_in_different_schemas_do_not_block_each_other() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_schema_names_are_refused_before_connecting() {
     for bad in ["Public", "x; drop table epoch", "1x", ""] {
-        let opts = PgOptions::new("postgres://nobody@127.0.0.1:1/none").with_schema(bad);
+        let opts = PgOptions::new("postgres://nobody@127.0.0.1:1/none").schema(bad);
         match PgStore::connect_with(opts).await {
             Err(Error::InvalidInput { .. }) => {}
             other => panic!("schema {bad:?}: expected InvalidInput, got {other:?}"),
@@ -124,10 +125,8 @@ async fn bad_schema_names_are_refused_before_connecting() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_is_unavailable_and_the_message_has_no_url() {
-    let opts = PgOptions {
-        acquire_timeout: std::time::Duration::from_secs(3),
-        ..PgOptions::new("postgres://someone:s3cret@127.0.0.1:1/db")
-    };
+    let opts = PgOptions::new("postgres://someone:s3cret@127.0.0.1:1/db")
+        .acquire_timeout(std::time::Duration::from_secs(3));
     let err = PgStore::connect_with(opts).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let msg = err.to_string();
@@ -192,17 +191,21 @@ async fn repair_keeps_a_row_that_stays_a_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_past_the_lock_timeout_is_retryable_and_writes_nothing() {
     let h = harness().await;
-    let store = PgStore::connect_with(PgOptions {
-        lock_timeout: std::time::Duration::from_millis(200),
-        ..h.options()
-    })
-    .await
-    .unwrap();
+    let store = PgStore::connect_with(h.options().lock_timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
     let space = random_space("lock-timeout");
     let first = store.append(&space, ev("first")).await.unwrap();
     let held = h.hold_space_lock(&space).await.unwrap();
     let err = store.append(&space, ev("blocked")).await.unwrap_err();
     assert!(err.is_retryable(), "{err:?}");
+    // Classified by its SQLSTATE (lock_not_available), and the driver error stays reachable.
+    let source = std::error::Error::source(&err).expect("the driver error is the source");
+    let code = match source.downcast_ref::<sqlx::Error>() {
+        Some(sqlx::Error::Database(db)) => db.code().map(|c| c.into_owned()),
+        other => panic!("expected a database error, got {other:?}"),
+    };
+    assert_eq!(code.as_deref(), Some("55P03"));
     held.release().await;
     assert_eq!(store.heads(&space).await.unwrap(), vec![first.head()]);
     assert_eq!(store.next_seq(&space).await.unwrap(), Seq(2));

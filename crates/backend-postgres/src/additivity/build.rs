@@ -1,0 +1,104 @@
+//! Building the throwaway store of one check: every set of the [`CheckTarget`] applied through
+//! the lineage-aware runner (cairn's own through the store open), the epoch log seeded with
+//! [`seed_epoch_log`], and one synthesized row in every table that is still empty.
+
+use std::time::Duration;
+
+use cairn_core::schema::Dialect;
+use cairn_migrate::additivity::synth::{synthesize_row, ColumnSpec};
+use cairn_migrate::additivity::{seed_epoch_log, CheckTarget};
+use cairn_migrate::{MigrateError, Runner, BOOKKEEPING_TABLES, CAIRN_SET};
+use sqlx::{Connection, PgConnection};
+
+use super::{sql, PgAdditivity};
+use crate::config::{PgOptions, SchemaName};
+use crate::error::map_sqlx;
+use crate::migrate::PgMigrator;
+use crate::store::PgStore;
+
+impl PgAdditivity {
+    /// Applies the target's sets in order, seeds the epoch log when the store holds it, and
+    /// fills the tables still empty.
+    pub(super) async fn build(
+        &self,
+        schema: &SchemaName,
+        target: &CheckTarget,
+    ) -> Result<(), MigrateError> {
+        let opts = PgOptions::new(self.url.clone())
+            .schema(schema.as_str())
+            .max_connections(2);
+        let mut store = None;
+        for set in target.sets() {
+            let runner = Runner::new(set.clone()).with_lock_timeout(Duration::from_secs(30));
+            if set.name() == CAIRN_SET {
+                store = Some(PgStore::open_through(opts.clone(), &runner).await?);
+            } else {
+                runner.open(&PgMigrator::new(opts.clone())?).await?;
+            }
+        }
+        if let Some(store) = &store {
+            if target.holds_epoch_log() {
+                seed_epoch_log(store).await?;
+            }
+            store.close().await;
+        }
+        let mut conn = self.connect(schema).await?;
+        let filled = fill_empty_tables(&mut conn, schema).await;
+        let _ = conn.close().await;
+        filled
+    }
+}
+
+/// Gives every table of the schema that is still empty (bookkeeping left out) one synthesized
+/// row, in creation order, so a foreign key to an earlier table usually finds its row. A table
+/// whose row cannot be synthesized, or whose row the table refuses (a CHECK, a foreign key),
+/// stays empty: its definition is still checked, its rows cannot be.
+async fn fill_empty_tables(
+    conn: &mut PgConnection,
+    schema: &SchemaName,
+) -> Result<(), MigrateError> {
+    sqlx::query(sql::CREATE_SEED_ROW)
+        .persistent(false)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    let bookkeeping: Vec<String> = BOOKKEEPING_TABLES.iter().map(|s| (*s).to_owned()).collect();
+    let tables: Vec<(i64, String)> = sqlx::query_as(sql::TABLES)
+        .bind(schema.as_str())
+        .bind(&bookkeeping)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    for (oid, _) in tables {
+        let columns: Vec<(String, String, bool, bool, bool)> = sqlx::query_as(sql::SEED_COLUMNS)
+            .bind(oid)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        let specs: Vec<ColumnSpec> = columns
+            .into_iter()
+            .map(
+                |(name, declared_type, not_null, has_default, generated)| ColumnSpec {
+                    name,
+                    declared_type,
+                    not_null,
+                    has_default,
+                    generated,
+                },
+            )
+            .collect();
+        let Some(row) = synthesize_row(Dialect::Postgres, &specs) else {
+            continue;
+        };
+        let (names, values): (Vec<String>, Vec<String>) =
+            row.into_iter().map(|(name, v)| (name, v.text())).unzip();
+        // A refused row leaves the table empty, as the contract says; the session goes on.
+        let _ = sqlx::query(sql::SEED_ROW)
+            .bind(oid)
+            .bind(&names)
+            .bind(&values)
+            .execute(&mut *conn)
+            .await;
+    }
+    Ok(())
+}

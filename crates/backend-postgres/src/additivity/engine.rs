@@ -1,0 +1,196 @@
+//! The checked transaction: one connection, one transaction that is always rolled back, each
+//! statement of the revision in its own savepoint, judged as it runs.
+
+use std::collections::BTreeSet;
+
+use cairn_core::Error;
+use cairn_migrate::additivity::{Rule, Violation};
+use cairn_migrate::{MigrateError, Revision, BOOKKEEPING_TABLES};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Postgres, Row};
+
+use super::judge::{compare, judge_commands, Findings};
+use super::sql;
+use crate::config::SchemaName;
+use crate::error::map_sqlx;
+
+/// The check of one revision on one connection to the throwaway store.
+pub(super) struct Checker<'a> {
+    pub(super) conn: &'a mut PgConnection,
+    pub(super) schema: &'a SchemaName,
+}
+
+pub(super) fn to_migrate(e: sqlx::Error) -> MigrateError {
+    MigrateError::Store(map_sqlx(e))
+}
+
+/// Column `i` of a catalog row the check's own query shaped.
+pub(super) fn col<'r, T>(row: &'r PgRow, i: usize) -> Result<T, MigrateError>
+where
+    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+{
+    row.try_get(i).map_err(|e| {
+        MigrateError::Store(Error::backend(
+            "postgres",
+            format!("reading the catalog: {e}"),
+        ))
+    })
+}
+
+/// The server's one-line message for a failed statement.
+fn message(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => db.message().replace('\n', " "),
+        other => other.to_string().replace('\n', " "),
+    }
+}
+
+impl Checker<'_> {
+    pub(super) async fn exec(&mut self, statement: &str) -> Result<(), MigrateError> {
+        sqlx::query(statement)
+            .persistent(false)
+            .execute(&mut *self.conn)
+            .await
+            .map_err(to_migrate)?;
+        Ok(())
+    }
+
+    /// Runs the check; the caller rolls the transaction back whatever happens.
+    pub(super) async fn run(mut self, revision: &Revision) -> Result<Vec<Violation>, MigrateError> {
+        self.exec(sql::BEGIN).await?;
+        sqlx::query(sql::LOCAL_TIMEOUTS)
+            .execute(&mut *self.conn)
+            .await
+            .map_err(to_migrate)?;
+        let bookkeeping: Vec<String> = BOOKKEEPING_TABLES.iter().map(|s| (*s).to_owned()).collect();
+        let tables: Vec<(i64, String)> = sqlx::query_as(sql::TABLES)
+            .bind(self.schema.as_str())
+            .bind(&bookkeeping)
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(to_migrate)?;
+        let oids: Vec<i64> = tables.iter().map(|t| t.0).collect();
+        let objects: BTreeSet<(String, i64)> = sqlx::query_as(sql::OBJECTS)
+            .bind(self.schema.as_str())
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(to_migrate)?
+            .into_iter()
+            .collect();
+        let before = self.snapshot(&oids).await?;
+        self.create_capture_objects().await?;
+        let digests = self.digests(&before).await?;
+        self.install_capture(&oids).await?;
+
+        let mut findings = Findings::default();
+        let mut previous = before.clone();
+        let mut last_log = 0i64;
+        for (i, statement) in revision.up_postgres.iter().enumerate() {
+            let n = i + 1;
+            self.exec(sql::SAVEPOINT).await?;
+            let ran = sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut *self.conn)
+                .await;
+            let closed = match &ran {
+                Ok(_) => {
+                    sqlx::query(sql::RELEASE)
+                        .persistent(false)
+                        .execute(&mut *self.conn)
+                        .await
+                }
+                Err(_) => {
+                    sqlx::query(sql::ROLLBACK_TO)
+                        .persistent(false)
+                        .execute(&mut *self.conn)
+                        .await
+                }
+            };
+            if let Err(e) = &ran {
+                findings.add(
+                    Rule::Failed,
+                    None,
+                    n,
+                    format!("failed inside the transaction: {}", message(e)),
+                );
+            }
+            if closed.is_err() {
+                // The statement ended the checked transaction (COMMIT, ROLLBACK, …): nothing after
+                // it can be judged.
+                findings.add(Rule::Failed, None, n, "ended the migration transaction");
+                return Ok(findings.into_violations());
+            }
+            let log = self.read_log(last_log).await?;
+            if let Some(last) = log.last() {
+                last_log = last.id;
+            }
+            let current = self.snapshot(&oids).await?;
+            judge_commands(
+                &mut findings,
+                n,
+                &log,
+                &before,
+                &objects,
+                &previous,
+                &current,
+            );
+            previous = current;
+        }
+
+        compare(&mut findings, &before, &previous);
+        let q = sql::digest(self.schema);
+        for (oid, t) in &before.tables {
+            if !previous.tables.contains_key(oid) {
+                continue;
+            }
+            let cols: Vec<i32> = t.columns.keys().copied().collect();
+            let now: Option<String> = sqlx::query_scalar(&q)
+                .bind(oid)
+                .bind(&cols)
+                .fetch_one(&mut *self.conn)
+                .await
+                .map_err(to_migrate)?;
+            let now = now.unwrap_or_default();
+            let was = digests.get(oid).cloned().unwrap_or_default();
+            if now != was {
+                findings.add(
+                    Rule::Rows,
+                    Some(&t.name),
+                    0,
+                    format!("seeded rows changed (rows:digest {was} -> {now})"),
+                );
+            }
+        }
+        let q = sql::old_writes(self.schema);
+        for (oid, t) in &before.tables {
+            let cols: Vec<i32> = t.columns.keys().copied().collect();
+            self.exec(sql::SAVEPOINT).await?;
+            let failed: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(&q)
+                .bind(oid)
+                .bind(&cols)
+                .fetch_one(&mut *self.conn)
+                .await;
+            let closed = match &failed {
+                Ok(_) => {
+                    sqlx::query(sql::RELEASE)
+                        .persistent(false)
+                        .execute(&mut *self.conn)
+                        .await
+                }
+                Err(_) => {
+                    sqlx::query(sql::ROLLBACK_TO)
+                        .persistent(false)
+                        .execute(&mut *self.conn)
+                        .await
+                }
+            };
+            closed.map_err(to_migrate)?;
+            match failed {
+                Ok(None) => {}
+                Ok(Some(why)) => findings.add(Rule::OldWrites, Some(&t.name), 0, why),
+                Err(e) => findings.add(Rule::OldWrites, Some(&t.name), 0, message(&e)),
+            }
+        }
+        Ok(findings.into_violations())
+    }
+}

@@ -1,0 +1,13 @@
+//! Test support (feature `testkit`): test-server provisioning (DESIGN §7), the conformance
+//! harness with the legacy (cache-unaware) writer, and the head-lookup benchmark API.
+//!
+//! Nothing here is for services: it exists for this crate's tests, the conformance suite,
+//! the server's tests and `cargo xtask bench`.
+
+mod bench;
+mod harness;
+mod provision;
+
+pub use bench::{HeadLookup, LookupClock};
+pub use harness::{harness, PgHarness};
+pub use provision::{start_docker_postgres, test_server_url, TEST_URL_ENV};
