@@ -1,10 +1,12 @@
 //! [`SqliteStore`]: the epoch log on one SQLite file.
 //!
-//! Concurrency model: each store instance owns one writer connection behind a mutex and a small
-//! set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each used
-//! only inside `spawn_blocking`, so no rusqlite call runs on the async executor. The writer
-//! mutex is the in-process writer guard; `BEGIN IMMEDIATE` then takes SQLite's single writer
-//! lock, which serializes writers across instances and processes. WAL lets every read
+//! Concurrency model: each store instance owns one writer connection behind an async mutex and a
+//! small set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each
+//! used only inside `spawn_blocking`, so no rusqlite call runs on the async executor. The
+//! writer mutex is the in-process writer guard: a writer waits for it without holding a
+//! thread, and no longer than the busy timeout (then [`Error::Retryable`], as for SQLite's own
+//! lock). `BEGIN IMMEDIATE` then takes SQLite's single writer lock, which serializes writers
+//! across instances and processes. WAL lets every read
 //! connection read its own snapshot meanwhile, so reads neither wait for the writer nor for
 //! each other. Seqs are assigned under that lock, which is what makes the
 //! head-cache check sound.
@@ -12,7 +14,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::{
@@ -26,7 +28,7 @@ use std::time::Duration;
 use cairn_migrate::{cairn_set, Opened, Runner};
 
 use crate::config::SqliteOptions;
-use crate::db::{blocking, lock, Db, End};
+use crate::db::{blocking, Db, End};
 use crate::error::{corrupt, map};
 use crate::migrate::SqliteMigrator;
 use crate::pool::ReadPool;
@@ -48,7 +50,7 @@ struct Inner {
     path: PathBuf,
     opts: SqliteOptions,
     opened: Opened,
-    writer: Mutex<Connection>,
+    writer: Arc<tokio::sync::Mutex<Connection>>,
     readers: Arc<ReadPool>,
     statements: AtomicU64,
 }
@@ -479,7 +481,7 @@ impl SqliteStore {
                     path,
                     opts,
                     opened,
-                    writer: Mutex::new(writer),
+                    writer: Arc::new(tokio::sync::Mutex::new(writer)),
                     readers: ReadPool::new(readers),
                     statements: AtomicU64::new(0),
                 }),
@@ -504,17 +506,35 @@ impl SqliteStore {
         &self.inner.opts
     }
 
+    /// Runs `f` on the writer connection, once the in-process writer guard is free.
+    ///
+    /// # Errors
+    /// [`Error::Retryable`] when another task of this instance held the guard past the busy
+    /// timeout; whatever `f` returns.
     pub(crate) async fn with_writer<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Db<'_>) -> Result<T> + Send + 'static,
     {
+        let conn = self.writer_guard().await?;
         let inner = self.inner.clone();
-        blocking(move || {
-            let conn = lock(&inner.writer);
-            f(&Db::new(&conn, &inner.statements))
-        })
-        .await
+        blocking(move || f(&Db::new(&conn, &inner.statements))).await
+    }
+
+    /// The in-process writer guard, waited for at most the busy timeout. A panic inside a
+    /// write leaves no transaction behind that matters: `Db::begin` rolls back whatever the
+    /// connection still has open.
+    async fn writer_guard(&self) -> Result<tokio::sync::OwnedMutexGuard<Connection>> {
+        let timeout = self.inner.opts.busy_timeout;
+        tokio::time::timeout(timeout, self.inner.writer.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                Error::retryable(format!(
+                    "another write of this store instance held the writer past the busy \
+                     timeout ({} ms); retry, or raise SqliteOptions::busy_timeout",
+                    timeout.as_millis()
+                ))
+            })
     }
 
     /// Runs `f` on a read connection of its own (waiting, without holding a thread, while all
@@ -539,8 +559,8 @@ impl SqliteStore {
     /// (`sqlite3_total_changes`), to prove that an operation wrote nothing.
     #[cfg(feature = "testkit")]
     pub async fn testkit_total_changes(&self) -> Result<u64> {
-        let inner = self.inner.clone();
-        blocking(move || Ok(lock(&inner.writer).total_changes())).await
+        let conn = self.writer_guard().await?;
+        blocking(move || Ok(conn.total_changes())).await
     }
 }
 

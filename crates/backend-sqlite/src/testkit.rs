@@ -128,6 +128,13 @@ impl Drop for ReadHold {
     }
 }
 
+/// The store's in-process writer guard, held by a blocking task until this is dropped (see
+/// [`SqliteStore::testkit_hold_writer`]).
+#[derive(Debug)]
+pub struct WriterHold {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
 /// Which head lookup [`SqliteStore::bench_time_lookup`] times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadLookup {
@@ -169,6 +176,31 @@ impl SqliteStore {
         })
         .await?;
         Ok(ReadHold { conn })
+    }
+
+    /// Test support: takes the store instance's in-process writer guard (the way a long write
+    /// would hold it) and keeps it until the returned hold is dropped.
+    ///
+    /// # Errors
+    /// When the guard cannot be taken (see [`cairn_core::EpochStore::append`]).
+    pub async fn testkit_hold_writer(&self) -> Result<WriterHold> {
+        let (held, taken) = tokio::sync::oneshot::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let store = self.clone();
+        tokio::spawn(async move {
+            store
+                .with_writer(move |_db| {
+                    let _ = held.send(());
+                    // Returns when the hold (the only sender) is dropped.
+                    let _ = released.recv();
+                    Ok(())
+                })
+                .await
+        });
+        taken
+            .await
+            .map_err(|_| Error::backend("sqlite", "the writer guard could not be taken"))?;
+        Ok(WriterHold { _release: release })
     }
 
     /// Test support: appends an epoch the way a writer that predates the head cache does:

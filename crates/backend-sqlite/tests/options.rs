@@ -178,3 +178,26 @@ async fn with_one_read_connection_a_read_resumes_when_the_held_one_is_released()
         .unwrap();
     assert_eq!(heads.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_waiting_for_the_in_process_writer_past_the_busy_timeout_is_retryable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let opts = SqliteOptions::default().busy_timeout(Duration::from_millis(100));
+    let store = SqliteStore::open_with(&db, opts).await.unwrap();
+
+    let hold = store.testkit_hold_writer().await.unwrap();
+    let err = tokio::time::timeout(DEADLINE, store.append(&space(), ev("a")))
+        .await
+        .expect("the append waited for the writer past its busy timeout")
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    drop(hold);
+
+    // Once the guard is free, the same append succeeds: nothing was left half-done.
+    let appended = tokio::time::timeout(DEADLINE, store.append(&space(), ev("a")))
+        .await
+        .expect("the append waited for a released writer")
+        .unwrap();
+    assert_eq!(store.heads(&space()).await.unwrap(), vec![appended.head()]);
+}
