@@ -433,7 +433,9 @@ fn usage_errors_exit_with_status_2() {
 #[tokio::test]
 async fn postgres_url_selects_the_postgres_backend() {
     let h = cairn::testkit::postgres::testkit::harness().await;
-    let base = h.options().url;
+    let base = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
     let sep = if base.contains('?') { '&' } else { '?' };
     let url = format!("{base}{sep}cairn_schema={}", h.schema());
     let url = Path::new(&url);

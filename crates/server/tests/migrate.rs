@@ -72,16 +72,23 @@ async fn status_of_an_older_store_is_upgrade_and_up_applies_it() {
     let status = ok(run(&db, &["status"]));
     assert!(status.contains("state: upgrade"), "{status}");
     assert!(status.contains("stamp: (none)"), "{status}");
-    assert!(status.contains(&format!("pending: {}", head())), "{status}");
+    let all: Vec<String> = cairn_revisions().into_iter().map(|r| r.id).collect();
+    assert!(
+        status.contains(&format!("pending: {}", all.join(" "))),
+        "{status}"
+    );
     let up = ok(run(&db, &["up"]));
     assert!(up.contains("upgraded"), "{up}");
     let status = ok(run(&db, &["status"]));
     assert!(status.contains("state: at head"), "{status}");
     let history = ok(run(&db, &["history"]));
-    assert!(
-        history.starts_with(&head()) && history.contains(" applied "),
-        "{history}"
-    );
+    assert_eq!(history.lines().count(), all.len(), "{history}");
+    for (line, id) in history.lines().zip(&all) {
+        assert!(
+            line.starts_with(id.as_str()) && line.contains(" applied "),
+            "{history}"
+        );
+    }
     assert_eq!(
         ok(run(&db, &["up"])).trim(),
         format!("at head {}; nothing to do", head())
@@ -149,9 +156,34 @@ async fn repair_records_a_missing_lineage_only_when_due() {
         },
     )
     .await;
-    // cairn's own head is its base today: exempt from lineage, nothing to repair.
+    // A store at this build's head without a lineage gets it recorded, once.
+    let status = ok(run(&db, &["status"]));
+    assert!(status.contains("lineage repair due"), "{status}");
+    let out = ok(run(&db, &["repair"]));
+    assert!(
+        out.contains(&format!("lineage recorded at {}", head())),
+        "{out}"
+    );
     let out = ok(run(&db, &["repair"]));
     assert!(out.contains("nothing to repair"), "{out}");
+
+    // A store at the base revision is exempt: every history contains it.
+    let base_db = dir.path().join("base.db");
+    create(
+        &base_db,
+        cairn_revisions()[..1].to_vec(),
+        RunnerHooks {
+            skip_lineage: true,
+            ..RunnerHooks::default()
+        },
+    )
+    .await;
+    let out = run(&base_db, &["repair"]);
+    let stdout = text(&out.stdout);
+    assert!(
+        !stdout.contains("lineage recorded"),
+        "a base store is behind this build, not repaired: {stdout}"
+    );
 }
 
 #[test]
@@ -188,14 +220,24 @@ async fn check_passes_cairns_own_revisions_on_both_backends() {
         .await
         .unwrap_or_else(|msg| panic!("{msg}"));
     let out = ok(check(&["--backend", "all"], &pg));
+    let revisions = cairn_revisions();
     assert!(
-        out.contains(&format!("sqlite {}: base revision, exempt", head())),
-        "{out}"
+        revisions.len() > 1,
+        "cairn's set has revisions after its base"
     );
-    assert!(
-        out.contains(&format!("postgres {}: base revision, exempt", head())),
-        "{out}"
-    );
+    for backend in ["sqlite", "postgres"] {
+        assert!(
+            out.contains(&format!(
+                "{backend} {}: base revision, exempt",
+                revisions[0].id
+            )),
+            "{out}"
+        );
+        // Every later revision reached the engine and passed.
+        for rev in &revisions[1..] {
+            assert!(out.contains(&format!("{backend} {}: ok", rev.id)), "{out}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
