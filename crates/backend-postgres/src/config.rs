@@ -54,7 +54,8 @@ impl PgOptions {
     /// see [`PgOptions::max_connections`]), because every cairn connection carries session
     /// settings — `search_path` set to the store's schema and cairn's `lock_timeout` — that must
     /// not leak into the connections the service's own queries run on. Closing either pool
-    /// leaves the other open.
+    /// leaves the other open. Startup parameters set on the pool's options (`options(…)`,
+    /// `application_name`) come along; cairn's session settings take precedence over them.
     pub fn from_pool(pool: &PgPool) -> Self {
         Self::with_source(
             Source::Options(Box::new((*pool.connect_options()).clone())),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_conformance::{random_space, Harness};
-use cairn_core::{EpochDiagnostics, EpochStore, Error, Event, Seq};
+use cairn_core::{Appended, EpochDiagnostics, EpochStore, Error, Event, Seq};
 use cairn_postgres::testkit::{harness, HeadLookup};
 use cairn_postgres::{PgOptions, PgStore};
 
@@ -209,4 +209,51 @@ async fn waiting_past_the_lock_timeout_is_retryable_and_writes_nothing() {
     held.release().await;
     assert_eq!(store.heads(&space).await.unwrap(), vec![first.head()]);
     assert_eq!(store.next_seq(&space).await.unwrap(), Seq(2));
+}
+
+/// A writer that skips the space lock can pick a seq another writer picked too; the unique
+/// `(space, seq)` index turns that race into a [`Error::Conflict`] for one of them, and the
+/// heads stay right.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_skipping_the_space_lock_races_into_a_conflict_never_a_wrong_head() {
+    let h = harness().await;
+    let (s1, s2) = (h.store().await.unwrap(), h.store().await.unwrap());
+    let space = random_space("unlocked");
+    let root = s1.append(&space, ev("root")).await.unwrap();
+    // Both writers read (seq 2, parent root) before either writes.
+    let both_read = Arc::new(tokio::sync::Barrier::new(2));
+    let racer = |store: PgStore, tag: &'static str| {
+        let (space, both_read) = (space.clone(), both_read.clone());
+        tokio::spawn(async move {
+            store
+                .legacy_append_unlocked(&space, ev(tag), async move {
+                    both_read.wait().await;
+                })
+                .await
+        })
+    };
+    let (a, b) = (racer(s1.clone(), "a"), racer(s2.clone(), "b"));
+    let outcomes = [a.await.unwrap(), b.await.unwrap()];
+    let winners: Vec<&Appended> = outcomes.iter().filter_map(|o| o.as_ref().ok()).collect();
+    let losers: Vec<&Error> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    assert_eq!((winners.len(), losers.len()), (1, 1), "{outcomes:?}");
+    let winner = winners[0];
+    assert_eq!(
+        (winner.seq, winner.parents.clone()),
+        (Seq(2), vec![root.id])
+    );
+    let err = losers[0];
+    assert!(err.is_conflict(), "{err:?}");
+    match std::error::Error::source(err).and_then(|s| s.downcast_ref::<sqlx::Error>()) {
+        Some(sqlx::Error::Database(db)) => assert_eq!(db.code().as_deref(), Some("23505")),
+        other => panic!("expected the unique violation as the source, got {other:?}"),
+    }
+    // The loser wrote nothing; the heads are the winner, and the next append builds on it.
+    assert_eq!(s1.heads(&space).await.unwrap(), vec![winner.head()]);
+    assert_eq!(
+        s1.computed_heads(&space).await.unwrap(),
+        vec![winner.head()]
+    );
+    let next = s2.append(&space, ev("after")).await.unwrap();
+    assert_eq!((next.seq, next.parents), (Seq(3), vec![winner.id]));
 }

@@ -185,6 +185,42 @@ impl Harness for PgHarness {
 }
 
 impl PgStore {
+    /// Appends an epoch the way a writer that ignores the space lock would: parents from the
+    /// anti-join and seq from `max(seq) + 1`, read without the lock; then `between` is awaited
+    /// (so a test can line two such writers up after their reads); then the epoch is written,
+    /// the cache untouched, and committed. Only the unique `(space, seq)` index stands between
+    /// two of these and a space with two epochs at one seq.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] when another writer took the seq first; [`Error::InvalidInput`] for
+    /// an invalid batch.
+    pub async fn legacy_append_unlocked(
+        &self,
+        space: &SpaceId,
+        events: Vec<Event>,
+        between: impl std::future::Future<Output = ()> + Send,
+    ) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let event_ids: Vec<EventId> = events.iter().map(Event::id).collect();
+        let cols = EventColumns::new(events, &event_ids);
+        let mut tx = self.begin().await?;
+        let mut db = Db::new(&mut tx, self.statements());
+        let parents: Vec<EpochId> = anti_join(&mut db, space)
+            .await?
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        let seq = next_seq(max_seq(&mut db, space).await?);
+        between.await;
+        let id = epoch_id(space, &parents, &event_ids);
+        let cache = CacheWrite::Untouched;
+        insert_epoch(&mut db, space, &id, seq, &parents, cols, cache).await?;
+        self.commit(tx).await?;
+        Ok(Appended { id, seq, parents })
+    }
+}
+
+impl PgStore {
     /// Appends an epoch the way a writer that predates the head cache does: same space lock
     /// and seq rule, parents from the anti-join (or `parents`, sorted and de-duplicated), and
     /// the cache untouched.
