@@ -24,6 +24,7 @@ mod additivity;
 mod config;
 mod error;
 mod migrate;
+pub mod spool;
 mod sql;
 mod store;
 #[cfg(feature = "testkit")]
@@ -32,4 +33,5 @@ pub mod testkit;
 pub use additivity::PgAdditivity;
 pub use config::PgOptions;
 pub use migrate::PgMigrator;
+pub use spool::PgSpool;
 pub use store::PgStore;

@@ -1,0 +1,268 @@
+//! [`PgSpool`]: the spool ([`cairn_core::Spool`]) on PostgreSQL.
+//!
+//! The spool lives in the store's schema (revision `0002_spool` of cairn's migration set:
+//! `spool_run`, `spool_event`, `spool_fact`) and follows [`cairn_core::MemorySpool`] exactly:
+//! every state change is decided by the core's pure functions (`transition`, `nack_action`,
+//! `expiry_action`, `check_token`, the backoff with its per-run jitter) on values read from
+//! the row, and written back in one statement that applies only if the row still holds what was
+//! read (a compare-and-set), so concurrent writers from any process never lose an update.
+//!
+//! Statements per operation:
+//! - enqueue: one (`INSERT … ON CONFLICT (queue, dedup_key) DO UPDATE … RETURNING run_id`, with
+//!   the supersede and the `NOTIFY` in the same statement); with a supersede group, that
+//!   statement runs after the group's advisory lock in one transaction, so enqueues of one group
+//!   supersede each other in commit order;
+//! - claim: one transaction of two statements — one read that locks (`FOR NO KEY UPDATE SKIP
+//!   LOCKED`) both the expired leases to settle and the next `limit` due runs, and one `UPDATE
+//!   … FROM unnest(…)` that writes every picked run. The backoff's jitter is BLAKE3 over the
+//!   run's key, which SQL cannot compute, so the new `due_at`s come from Rust between the two;
+//! - ack: one statement; heartbeat, nack, cancel: one read and one compare-and-set write;
+//! - append_event, acknowledge_events, set_fact: one statement each (a fact conflict reads the
+//!   stored value with a second);
+//! - retention: each batch is one transaction of one read and one `DELETE`.
+//!
+//! Wake-up: an enqueue that creates a run, and a retryable nack, `NOTIFY` the queue's channel
+//! (`cairn_spool_` + 16 hex digits derived from schema and queue, so stores in different
+//! schemas never wake each other) inside their own transaction; [`Spool::subscribe`] `LISTEN`s
+//! on a dedicated connection that reconnects by itself, and also returns every
+//! [`WAKE_POLL`] as a fallback poll.
+//!
+//! Time comes from the spool's [`Clock`], never from the server's `now()`.
+
+mod ops;
+mod row;
+mod sql;
+#[cfg(feature = "testkit")]
+pub mod testkit;
+mod wake;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::spool::{Clock, QueueName, SpoolConfig, SupersedeGroup, SystemClock};
+use cairn_core::{key64, Error, Result};
+use cairn_migrate::{cairn_set, MigrationBackend, Runner};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::config::{PgOptions, SchemaName};
+use crate::error::map_sqlx;
+use crate::migrate::PgMigrator;
+
+pub use wake::WAKE_POLL;
+
+/// Most subscriptions (each holds one listening connection) one spool serves at a time.
+const MAX_LISTENERS: u32 = 64;
+
+/// The key-derivation context of wake-up channel names (shared by every process of a store:
+/// changing it makes two builds miss each other's enqueues).
+const WAKE_CONTEXT: &str = "cairn 2026-11 postgres spool wake v1";
+
+/// The key-derivation context of the supersede-group locks.
+const GROUP_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool group lock v1";
+
+/// The `NOTIFY` channel of `queue` in the store namespace `schema`: a plain lowercase
+/// identifier of 28 bytes (Postgres allows 63), whatever the queue name.
+pub(crate) fn wake_channel(schema: &SchemaName, queue: &QueueName) -> String {
+    let key = key64(
+        WAKE_CONTEXT,
+        &[schema.as_str().as_bytes(), queue.as_str().as_bytes()],
+    );
+    format!("cairn_spool_{:016x}", key as u64)
+}
+
+/// The advisory-lock key that serializes enqueues of one supersede group.
+pub(crate) fn group_lock_key(
+    schema: &SchemaName,
+    queue: &QueueName,
+    group: &SupersedeGroup,
+) -> i64 {
+    key64(
+        GROUP_LOCK_CONTEXT,
+        &[
+            schema.as_str().as_bytes(),
+            queue.as_str().as_bytes(),
+            group.as_bytes(),
+        ],
+    )
+}
+
+/// The spool on PostgreSQL: a cloneable handle over its own connection pool in the store's
+/// schema. Separately connected `PgSpool`s (in one process or many) share the store safely.
+///
+/// ```no_run
+/// # async fn f() -> cairn_core::Result<()> {
+/// use std::sync::Arc;
+/// let spool = cairn_postgres::PgSpool::connect(
+///     cairn_postgres::PgOptions::new("postgres://app@db.internal/app").schema("cairn"),
+///     Arc::new(cairn_core::SystemClock),
+/// )
+/// .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PgSpool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    /// Connections that only `LISTEN` (one per subscription), apart from the pool that runs
+    /// statements so that subscribers can never starve it.
+    listen_pool: PgPool,
+    schema: SchemaName,
+    clock: Arc<dyn Clock>,
+    config: SpoolConfig,
+}
+
+impl fmt::Debug for PgSpool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgSpool")
+            .field("schema", &self.inner.schema.as_str())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSpool {
+    /// Connects with `opts` (the same options as [`crate::PgStore::connect_with`]: server,
+    /// schema, pool size, lock and acquire timeouts), reading time from `clock`
+    /// (production: [`SystemClock`]) with the default [`SpoolConfig`].
+    ///
+    /// Opens the store through cairn's lineage-aware migration runner first, exactly as
+    /// `PgStore` does: a missing store is created (unless `create_if_missing(false)`), a store
+    /// at `0001_epoch_log` is upgraded to `0002_spool`, a newer compatible store is used as is.
+    ///
+    /// # Errors
+    /// As [`crate::PgStore::connect_with`].
+    pub async fn connect(opts: PgOptions, clock: Arc<dyn Clock>) -> Result<Self> {
+        Self::connect_with_config(opts, clock, SpoolConfig::default()).await
+    }
+
+    /// [`PgSpool::connect`] on the system clock.
+    ///
+    /// # Errors
+    /// As [`crate::PgStore::connect_with`].
+    pub async fn connect_system(opts: PgOptions) -> Result<Self> {
+        Self::connect(opts, Arc::new(SystemClock)).await
+    }
+
+    /// [`PgSpool::connect`] with a spool config (the retry backoff). Every process of one store
+    /// should use the same config: the backoff decides when a run is due again.
+    ///
+    /// # Errors
+    /// As [`crate::PgStore::connect_with`].
+    pub async fn connect_with_config(
+        opts: PgOptions,
+        clock: Arc<dyn Clock>,
+        config: SpoolConfig,
+    ) -> Result<Self> {
+        let schema = SchemaName::parse(&opts.schema)?;
+        if opts.max_connections == 0 {
+            return Err(Error::invalid("max_connections", "must be at least 1"));
+        }
+        let connect = opts.connect_options()?;
+        let runner = Runner::new(cairn_set())
+            .with_lock_timeout(opts.lock_timeout.max(Duration::from_secs(30)));
+        let migrator = PgMigrator::new(opts.clone())?;
+        if !opts.create_if_missing {
+            let state = migrator.read_state(runner.set().name()).await?;
+            if state.stamp.is_none() {
+                return Err(Error::NotFound {
+                    what: format!("cairn store in schema {}", schema.as_str()),
+                });
+            }
+        }
+        runner.open(&migrator).await?;
+        let search_path = schema.as_str().to_owned();
+        let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(opts.acquire_timeout)
+            .after_connect(move |conn, _meta| {
+                let search_path = search_path.clone();
+                let lock_timeout_ms = lock_timeout_ms.clone();
+                Box::pin(async move {
+                    sqlx::query(crate::sql::SESSION_SETUP)
+                        .bind(search_path)
+                        .bind(lock_timeout_ms)
+                        .execute(conn)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect_with(connect.clone())
+            .await
+            .map_err(map_sqlx)?;
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(MAX_LISTENERS)
+            .min_connections(0)
+            .acquire_timeout(opts.acquire_timeout)
+            .idle_timeout(Some(Duration::from_secs(60)))
+            .connect_lazy_with(connect);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                listen_pool,
+                schema,
+                clock,
+                config,
+            }),
+        })
+    }
+
+    /// Closes the spool's connections, waiting for those in use: an orderly shutdown. Every
+    /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
+    pub async fn close(&self) {
+        self.inner.listen_pool.close().await;
+        self.inner.pool.close().await;
+    }
+
+    /// The wake-up channel of `queue` (what an enqueue `NOTIFY`s).
+    pub fn wake_channel(&self, queue: &QueueName) -> String {
+        wake_channel(&self.inner.schema, queue)
+    }
+
+    pub(crate) fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wake_channels_are_short_identifiers_per_schema_and_queue() {
+        let a = SchemaName::parse("a").unwrap();
+        let b = SchemaName::parse("b").unwrap();
+        let q = QueueName::new("q".repeat(128)).unwrap();
+        let ch = wake_channel(&a, &q);
+        assert!(ch.len() <= 63 && ch.starts_with("cairn_spool_"));
+        assert!(ch
+            .bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_'));
+        assert_ne!(ch, wake_channel(&b, &q), "schemas never share a channel");
+        assert_ne!(ch, wake_channel(&a, &QueueName::new("r").unwrap()));
+        assert_eq!(
+            ch,
+            wake_channel(&a, &q),
+            "every process derives the same name"
+        );
+    }
+
+    #[test]
+    fn wake_channel_and_group_lock_are_pinned() {
+        // Every process and build of a store must derive the same names, or enqueues stop
+        // waking consumers of another build.
+        let public = SchemaName::parse("public").unwrap();
+        let gate = QueueName::new("gate").unwrap();
+        assert_eq!(wake_channel(&public, &gate), "cairn_spool_c26351f57aa5a75d");
+        let group = SupersedeGroup::from_parts(["repo", "main"]).unwrap();
+        assert_eq!(
+            group_lock_key(&public, &gate, &group),
+            5_378_766_527_718_916_394
+        );
+    }
+}

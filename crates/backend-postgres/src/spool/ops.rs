@@ -1,0 +1,780 @@
+//! The [`Spool`] implementation: each operation decides with the core's pure functions and
+//! writes with the statements of [`super::sql`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cairn_core::spool::{
+    check_lease, check_limit, check_payload, check_token, clip_reason, exhausted_park_reason,
+    expired_park_reason, expiry_action, jitter_seed, nack_action, transition, Action,
+    CancelOutcome, Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended,
+    EventMeta, FactName, FactOutcome, Heartbeat, LeaseToken, NackKind, Nacked, QueueName,
+    RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent,
+    RunEventId, RunFilter, RunId, RunInfo, RunMeta, RunState, Spool, SpoolStats, Timestamp, Wakeup,
+    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+};
+use cairn_core::{Error, Result};
+use sqlx::postgres::PgRow;
+
+use super::row::{count, get, opt_ts, run_id, run_info, state, ts, u32_of, RunRow};
+use super::{group_lock_key, sql, wake, wake_channel, PgSpool};
+use crate::error::map_sqlx;
+
+/// How often a read-decide-write transition is retried when the run changed between its read
+/// and its compare-and-set write, before giving up with [`Error::Retryable`].
+const CAS_ROUNDS: usize = 32;
+
+fn micros(t: Timestamp) -> i64 {
+    t.as_unix_micros()
+}
+
+fn bytes_len(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn changed_too_often(run: RunId) -> Error {
+    Error::retryable(format!(
+        "run {run} changed under {CAS_ROUNDS} attempts to update it; try again"
+    ))
+}
+
+/// What the model's `Run::enter` does: a terminal state drops the lease, the due time and the
+/// cancel request and records when the run finished.
+fn enter(r: &mut RunRow, to: RunState, now: Timestamp) {
+    r.state = to;
+    r.updated_at = now;
+    if to.is_terminal() {
+        r.due_at = None;
+        r.finished_at = Some(now);
+        r.consumer = None;
+        r.lease_expires_at = None;
+        r.cancel_requested = false;
+    }
+}
+
+/// What one enqueue writes, whatever run id it tries.
+#[derive(Clone, Copy)]
+struct NewRun<'a> {
+    queue: &'a QueueName,
+    key: &'a DedupKey,
+    payload: &'a [u8],
+    options: &'a EnqueueOptions,
+    max_attempts: u32,
+    now: Timestamp,
+}
+
+/// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].
+#[derive(Default)]
+struct ClaimWrites {
+    ids: Vec<Vec<u8>>,
+    states: Vec<String>,
+    attempts: Vec<i32>,
+    tokens: Vec<Option<Vec<u8>>>,
+    consumers: Vec<Option<String>>,
+    expires: Vec<Option<i64>>,
+    due: Vec<Option<i64>>,
+    finished: Vec<Option<i64>>,
+    cancel: Vec<bool>,
+    reasons: Vec<Option<String>>,
+}
+
+impl ClaimWrites {
+    /// A run settled by the claim: canceled or parked, with `reason` (None: keep).
+    fn settle(&mut self, id: RunId, to: RunState, attempts: i32, reason: Option<String>, now: i64) {
+        self.ids.push(id.as_bytes().to_vec());
+        self.states.push(to.as_str().to_owned());
+        self.attempts.push(attempts);
+        self.tokens.push(None);
+        self.consumers.push(None);
+        self.expires.push(None);
+        self.due.push(None);
+        self.finished.push(Some(now));
+        self.cancel.push(false);
+        self.reasons.push(reason);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &mut self,
+        id: RunId,
+        attempt: i32,
+        token: LeaseToken,
+        consumer: &ConsumerId,
+        expires_at: Timestamp,
+        due_at: Timestamp,
+        cancel_requested: bool,
+    ) {
+        self.ids.push(id.as_bytes().to_vec());
+        self.states.push(RunState::Claimed.as_str().to_owned());
+        self.attempts.push(attempt);
+        self.tokens.push(Some(token.as_bytes().to_vec()));
+        self.consumers.push(Some(consumer.as_str().to_owned()));
+        self.expires.push(Some(micros(expires_at)));
+        self.due.push(Some(micros(due_at)));
+        self.finished.push(None);
+        self.cancel.push(cancel_requested);
+        self.reasons.push(None);
+    }
+}
+
+impl PgSpool {
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The backoff after `attempt` of the run `(queue, key)`, as every backend computes it.
+    fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
+        self.inner
+            .config
+            .backoff
+            .delay(attempt, jitter_seed(queue, key, attempt))
+    }
+
+    async fn read_run(&self, run: RunId) -> Result<Option<RunRow>> {
+        let row = sqlx::query(sql::READ_RUN)
+            .bind(run.as_bytes().as_slice())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        row.as_ref().map(RunRow::from_row).transpose()
+    }
+
+    async fn read_existing(&self, run: RunId) -> Result<RunRow> {
+        self.read_run(run).await?.ok_or(Error::UnknownRun { run })
+    }
+
+    /// Writes `after` if the run still has `before`'s state, token and cancel flag; `None`
+    /// when it changed meanwhile (read again and decide again). Returns the stored cancel flag.
+    async fn write_run(&self, before: &RunRow, after: &RunRow, wake: bool) -> Result<Option<bool>> {
+        let row = sqlx::query(sql::WRITE_RUN)
+            .bind(before.run_id.as_bytes().as_slice())
+            .bind(before.state.as_str())
+            .bind(before.token.map(|t| t.as_bytes().to_vec()))
+            .bind(before.cancel_requested)
+            .bind(after.state.as_str())
+            .bind(micros(after.updated_at))
+            .bind(after.due_at.map(micros))
+            .bind(after.finished_at.map(micros))
+            .bind(after.consumer.as_ref().map(|c| c.as_str().to_owned()))
+            .bind(after.lease_expires_at.map(micros))
+            .bind(after.cancel_requested)
+            .bind(after.reason.clone())
+            .bind(wake)
+            .bind(wake_channel(&self.inner.schema, &after.queue))
+            .fetch_optional(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        row.map(|r| get::<bool>(&r, 0)).transpose()
+    }
+
+    async fn enqueue_once(&self, id: RunId, new: &NewRun<'_>) -> Result<RunId> {
+        let NewRun {
+            queue,
+            key,
+            payload,
+            options,
+            max_attempts,
+            now,
+        } = *new;
+        let superseded = transition(RunState::Queued, Action::Supersede)?;
+        let max_attempts = i32::try_from(max_attempts)
+            .map_err(|_| Error::invalid("max attempts", "is too large"))?;
+        let query = sqlx::query(sql::ENQUEUE)
+            .bind(id.as_bytes().as_slice())
+            .bind(queue.as_str())
+            .bind(key.as_bytes())
+            .bind(options.supersede_group.as_ref().map(|g| g.as_bytes()))
+            .bind(max_attempts)
+            .bind(options.priority)
+            .bind(micros(now))
+            .bind(micros(options.not_before.unwrap_or(now)))
+            .bind(bytes_len(payload.len()))
+            .bind(payload)
+            .bind(superseded.as_str())
+            .bind(wake_channel(&self.inner.schema, queue));
+        let row = match &options.supersede_group {
+            None => query.fetch_one(self.pool()).await.map_err(map_sqlx)?,
+            Some(group) => {
+                let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+                sqlx::query(sql::LOCK_GROUP)
+                    .bind(group_lock_key(&self.inner.schema, queue, group))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_sqlx)?;
+                let row = query.fetch_one(&mut *tx).await.map_err(map_sqlx)?;
+                tx.commit().await.map_err(map_sqlx)?;
+                row
+            }
+        };
+        let stored: Vec<u8> = get(&row, 0)?;
+        run_id(&stored)
+    }
+
+    async fn claim_in_tx(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>> {
+        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        let rows = sqlx::query(sql::CLAIM_PICK)
+            .bind(queue.as_str())
+            .bind(micros(now))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        let mut writes = ClaimWrites::default();
+        let mut settled = HashSet::new();
+        let mut out = Vec::new();
+        let expires_at = now.saturating_add(lease);
+        for row in &rows {
+            let kind: String = get(row, 0)?;
+            let id = run_id(&get::<Vec<u8>>(row, 1)?)?;
+            let from = state(&get::<String>(row, 2)?)?;
+            let attempts_raw: i32 = get(row, 3)?;
+            let attempts = u32_of(attempts_raw)?;
+            let max_attempts = u32_of(get(row, 4)?)?;
+            let cancel_requested: bool = get(row, 5)?;
+            let action = match from {
+                RunState::Queued => Action::Claim,
+                _ => expiry_action(attempts, max_attempts, cancel_requested),
+            };
+            if matches!(action, Action::Claim | Action::Reclaim) {
+                if kind == "e" || out.len() >= limit {
+                    // A reclaimable expired lease is handed out from the ordered rows only.
+                    continue;
+                }
+                let to = transition(from, action)?;
+                debug_assert_eq!(to, RunState::Claimed);
+                let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 6)?)
+                    .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+                let payload: Vec<u8> = get(row, 7)?;
+                let attempt = attempts + 1;
+                let token = LeaseToken::generate();
+                let due_at = expires_at.saturating_add(self.retry_delay(queue, &key, attempt));
+                writes.claim(
+                    id,
+                    attempts_raw.saturating_add(1),
+                    token,
+                    consumer,
+                    expires_at,
+                    due_at,
+                    cancel_requested,
+                );
+                out.push(Claimed {
+                    run_id: id,
+                    dedup_key: key,
+                    payload,
+                    attempt,
+                    token,
+                    expires_at,
+                });
+            } else if settled.insert(id) {
+                let to = transition(from, action)?;
+                let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
+                writes.settle(id, to, attempts_raw, reason, micros(now));
+            }
+        }
+        if !writes.ids.is_empty() {
+            sqlx::query(sql::CLAIM_APPLY)
+                .bind(micros(now))
+                .bind(writes.ids)
+                .bind(writes.states)
+                .bind(writes.attempts)
+                .bind(writes.tokens)
+                .bind(writes.consumers)
+                .bind(writes.expires)
+                .bind(writes.due)
+                .bind(writes.finished)
+                .bind(writes.cancel)
+                .bind(writes.reasons)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)?;
+        Ok(out)
+    }
+
+    async fn retention_events(&self, pass: &mut RetentionPass) -> Result<()> {
+        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        let rows = sqlx::query(sql::RETENTION_EVENT_WINDOW)
+            .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        let mut total = 0;
+        let mut window = Vec::with_capacity(rows.len());
+        for row in &rows {
+            total = count(get(row, 0)?)?;
+            let Some(run) = get::<Option<Vec<u8>>>(row, 1)? else {
+                continue;
+            };
+            window.push(EventMeta {
+                run: run_id(&run)?,
+                seq: count(get(row, 2)?)?,
+                created_at: ts(get(row, 3)?),
+                bytes: count(get(row, 4)?)?,
+            });
+        }
+        let batch = pass.plan_events(total, &window);
+        if !batch.events.is_empty() {
+            let (runs, seqs): (Vec<Vec<u8>>, Vec<i64>) = batch
+                .events
+                .iter()
+                .map(|(run, seq)| {
+                    (
+                        run.as_bytes().to_vec(),
+                        i64::try_from(*seq).unwrap_or(i64::MAX),
+                    )
+                })
+                .unzip();
+            sqlx::query(sql::RETENTION_DELETE_EVENTS)
+                .bind(runs)
+                .bind(seqs)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)?;
+        pass.events_deleted(&batch);
+        Ok(())
+    }
+
+    async fn retention_runs(&self, pass: &mut RetentionPass) -> Result<()> {
+        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        let rows = sqlx::query(sql::RETENTION_RUN_WINDOW)
+            .bind(micros(pass.cutoff()))
+            .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        let window = rows
+            .iter()
+            .map(|row| {
+                Ok(RunMeta {
+                    run: run_id(&get::<Vec<u8>>(row, 0)?)?,
+                    finished_at: ts(get(row, 1)?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let ids = pass.plan_runs(&window);
+        let mut removed = 0;
+        if !ids.is_empty() {
+            let bytes: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
+            removed = sqlx::query(sql::RETENTION_DELETE_RUNS)
+                .bind(bytes)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?
+                .rows_affected();
+        }
+        tx.commit().await.map_err(map_sqlx)?;
+        pass.runs_deleted(usize::try_from(removed).unwrap_or(usize::MAX));
+        Ok(())
+    }
+}
+
+fn event_from(row: &PgRow) -> Result<Option<RunEvent>> {
+    let Some(seq) = get::<Option<i64>>(row, 0)? else {
+        return Ok(None);
+    };
+    let id: Vec<u8> = get(row, 1)?;
+    Ok(Some(RunEvent {
+        seq: count(seq)?,
+        event_id: RunEventId::new(id)
+            .map_err(|_| Error::corrupt("an invalid run event id in the spool tables"))?,
+        payload: get(row, 2)?,
+        created_at: ts(get(row, 3)?),
+    }))
+}
+
+#[async_trait]
+impl Spool for PgSpool {
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock.as_ref()
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
+        let max_attempts = options.effective_max_attempts()?;
+        let now = self.now();
+        let new = NewRun {
+            queue,
+            key,
+            payload: &payload,
+            options: &options,
+            max_attempts,
+            now,
+        };
+        let mut last = None;
+        // A new id collides with a stored one (not the key's run) with negligible probability;
+        // the unique violation then wrote nothing, and a fresh id is tried.
+        for _ in 0..3 {
+            let id = RunId::generate(now);
+            match self.enqueue_once(id, &new).await {
+                Ok(stored) => {
+                    return Ok(Enqueued {
+                        run_id: stored,
+                        created: stored == id,
+                    })
+                }
+                Err(e) if e.is_conflict() => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| Error::retryable("enqueue kept colliding; try again")))
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        check_limit(limit)?;
+        check_lease(lease)?;
+        let now = self.now();
+        self.claim_in_tx(queue, consumer, lease, limit, now).await
+    }
+
+    async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {
+        check_lease(lease)?;
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let before = self.read_existing(run).await?;
+            check_token(run, before.token, token)?;
+            let to = transition(before.state, Action::Heartbeat)?;
+            let expires_at = now.saturating_add(lease);
+            let delay = self.retry_delay(&before.queue, &before.dedup_key, before.attempts);
+            let mut after = before.clone();
+            after.state = to;
+            after.lease_expires_at = Some(expires_at);
+            after.due_at = Some(expires_at.saturating_add(delay));
+            if let Some(cancel_requested) = self.write_run(&before, &after, false).await? {
+                return Ok(Heartbeat {
+                    expires_at,
+                    cancel_requested,
+                });
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
+        let now = self.now();
+        let succeeded = transition(RunState::Claimed, Action::Ack)?;
+        for _ in 0..CAS_ROUNDS {
+            let done = sqlx::query(sql::ACK)
+                .bind(run.as_bytes().as_slice())
+                .bind(token.as_bytes().as_slice())
+                .bind(succeeded.as_str())
+                .bind(micros(now))
+                .execute(self.pool())
+                .await
+                .map_err(map_sqlx)?
+                .rows_affected();
+            if done == 1 {
+                return Ok(());
+            }
+            let before = self.read_existing(run).await?;
+            check_token(run, before.token, token)?;
+            let to = transition(before.state, Action::Ack)?;
+            if before.state == to {
+                // A repeated ack of the run this token acked.
+                return Ok(());
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn nack(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<Nacked> {
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let before = self.read_existing(run).await?;
+            check_token(run, before.token, token)?;
+            let action = nack_action(
+                kind,
+                before.attempts,
+                before.max_attempts,
+                before.cancel_requested,
+            );
+            let to = transition(before.state, action)?;
+            let mut after = before.clone();
+            after.reason = Some(if action == Action::Park && kind == NackKind::Retryable {
+                exhausted_park_reason(before.attempts, reason)
+            } else {
+                clip_reason(reason)
+            });
+            let mut retry_at = None;
+            if to == RunState::Queued {
+                let at = now.saturating_add(self.retry_delay(
+                    &before.queue,
+                    &before.dedup_key,
+                    before.attempts,
+                ));
+                after.state = to;
+                after.updated_at = now;
+                after.consumer = None;
+                after.lease_expires_at = None;
+                after.due_at = Some(at);
+                retry_at = Some(at);
+            } else {
+                enter(&mut after, to, now);
+            }
+            let wake = to == RunState::Queued;
+            if self.write_run(&before, &after, wake).await?.is_some() {
+                return Ok(Nacked {
+                    state: to,
+                    retry_at,
+                });
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let before = self.read_existing(run).await?;
+            let to = transition(before.state, Action::Cancel)?;
+            let mut after = before.clone();
+            let outcome = if to == RunState::Claimed {
+                after.cancel_requested = true;
+                CancelOutcome::Requested
+            } else {
+                enter(&mut after, to, now);
+                CancelOutcome::Canceled
+            };
+            if self.write_run(&before, &after, false).await?.is_some() {
+                return Ok(outcome);
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
+        let row = sqlx::query(sql::RUN_INFO)
+            .bind(run.as_bytes().as_slice())
+            .fetch_optional(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        row.as_ref().map(run_info).transpose()
+    }
+
+    async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+        check_limit(limit)?;
+        let rows = sqlx::query(sql::RUN_LIST)
+            .bind(filter.after.map(|a| a.as_bytes().to_vec()))
+            .bind(filter.queue.as_ref().map(|q| q.as_str().to_owned()))
+            .bind(filter.state.map(|s| s.as_str()))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        rows.iter().map(run_info).collect()
+    }
+
+    async fn stats(&self) -> Result<SpoolStats> {
+        let rows = sqlx::query(sql::STATS)
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        let mut stats = SpoolStats::default();
+        for row in &rows {
+            if let Some(name) = get::<Option<String>>(row, 0)? {
+                let n: Option<i64> = get(row, 1)?;
+                stats.runs.insert(state(&name)?, count(n.unwrap_or(0))?);
+            }
+            stats.events = count(get(row, 2)?)?;
+            stats.event_bytes = count(get(row, 3)?)?;
+            stats.oldest_event = opt_ts(get(row, 4)?);
+            stats.oldest_queued = opt_ts(get(row, 5)?);
+        }
+        Ok(stats)
+    }
+
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let row = sqlx::query(sql::APPEND_EVENT)
+                .bind(run.as_bytes().as_slice())
+                .bind(event_id.as_bytes())
+                .bind(micros(now))
+                .bind(bytes_len(payload.len()))
+                .bind(payload.as_slice())
+                .fetch_one(self.pool())
+                .await
+                .map_err(map_sqlx);
+            let row = match row {
+                Ok(row) => row,
+                // Another append of the same new id won the race; its seq is read next round.
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e),
+            };
+            if !get::<bool>(&row, 0)? {
+                return Err(Error::UnknownRun { run });
+            }
+            if let Some(seq) = get::<Option<i64>>(&row, 1)? {
+                return Ok(EventAppended {
+                    seq: count(seq)?,
+                    created: false,
+                });
+            }
+            if let Some(seq) = get::<Option<i64>>(&row, 2)? {
+                return Ok(EventAppended {
+                    seq: count(seq)?,
+                    created: true,
+                });
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
+        check_limit(limit)?;
+        let rows = sqlx::query(sql::EVENTS)
+            .bind(run.as_bytes().as_slice())
+            .bind(i64::try_from(after).unwrap_or(i64::MAX))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        if rows.is_empty() {
+            return Err(Error::UnknownRun { run });
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if let Some(e) = event_from(row)? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64> {
+        if event_ids.len() > MAX_ACK_IDS {
+            return Err(Error::invalid(
+                "event ids",
+                format!("{} ids; the limit is {MAX_ACK_IDS}", event_ids.len()),
+            ));
+        }
+        let ids: Vec<Vec<u8>> = event_ids.iter().map(|e| e.as_bytes().to_vec()).collect();
+        let row = sqlx::query(sql::ACK_EVENTS)
+            .bind(run.as_bytes().as_slice())
+            .bind(ids)
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        if !get::<bool>(&row, 0)? {
+            return Err(Error::UnknownRun { run });
+        }
+        count(get(&row, 1)?)
+    }
+
+    async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
+        check_payload("fact value", MAX_FACT_VALUE, &value)?;
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let row = sqlx::query(sql::SET_FACT)
+                .bind(run.as_bytes().as_slice())
+                .bind(name.as_str())
+                .bind(micros(now))
+                .bind(value.as_slice())
+                .fetch_one(self.pool())
+                .await
+                .map_err(map_sqlx)?;
+            if !get::<bool>(&row, 0)? {
+                return Err(Error::UnknownRun { run });
+            }
+            if get::<bool>(&row, 1)? {
+                return Ok(FactOutcome::Set);
+            }
+            // Set before (possibly by a writer that committed after this statement's snapshot):
+            // a new statement sees it.
+            let stored: Option<Vec<u8>> = sqlx::query_scalar(sql::FACT_VALUE)
+                .bind(run.as_bytes().as_slice())
+                .bind(name.as_str())
+                .fetch_optional(self.pool())
+                .await
+                .map_err(map_sqlx)?;
+            match stored {
+                Some(existing) if existing == value => return Ok(FactOutcome::AlreadySet),
+                Some(existing) => {
+                    return Err(Error::FactConflict {
+                        name: name.clone(),
+                        existing,
+                    })
+                }
+                // Removed with its run by retention meanwhile: the next round says so.
+                None => continue,
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
+    async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
+        let rows = sqlx::query(sql::FACTS)
+            .bind(run.as_bytes().as_slice())
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        if rows.is_empty() {
+            return Err(Error::UnknownRun { run });
+        }
+        let mut out = BTreeMap::new();
+        for row in &rows {
+            if let Some(name) = get::<Option<String>>(row, 0)? {
+                let name = FactName::new(name)
+                    .map_err(|_| Error::corrupt("an invalid fact name in the spool tables"))?;
+                out.insert(name, get::<Vec<u8>>(row, 1)?);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn retention_pass(
+        &self,
+        policy: &RetentionPolicy,
+        budget: &RetentionBudget,
+    ) -> Result<RetentionReport> {
+        let mut pass = RetentionPass::new(*policy, *budget, self.now())?;
+        while let Some(step) = pass.next_step(self.now()) {
+            match step {
+                RetentionStep::Events => self.retention_events(&mut pass).await?,
+                RetentionStep::Runs => self.retention_runs(&mut pass).await?,
+            }
+        }
+        Ok(pass.finish())
+    }
+
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
+        let channel = wake_channel(&self.inner.schema, queue);
+        Ok(Box::new(
+            wake::subscribe(&self.inner.listen_pool, channel).await?,
+        ))
+    }
+}

@@ -1,0 +1,254 @@
+//! Every statement the Postgres spool sends. Nothing here is built from input: values are bound
+//! parameters, states are the names [`cairn_core::RunState::as_str`] gives (bound too, as the
+//! transition functions decide them), and tables are unqualified (every pooled connection's
+//! `search_path` is the store's schema).
+//!
+//! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is
+//! [`CLAIM_PICK`] (locks the expired and the next due runs in one statement) plus
+//! [`CLAIM_APPLY`] (writes every picked run in one statement); single-run transitions are one
+//! compare-and-set [`WRITE_RUN`] after one read.
+
+/// The columns [`super::row::RunRow`] reads, in its order.
+macro_rules! run_columns {
+    () => {
+        "r.run_id, r.queue, r.dedup_key, r.supersede_group, r.state, r.attempts, \
+         r.max_attempts, r.priority, r.payload_bytes, r.enqueued_at, r.updated_at, r.due_at, \
+         r.finished_at, r.lease_token, r.lease_consumer, r.lease_expires_at, \
+         r.cancel_requested, r.reason"
+    };
+}
+
+/// Enqueue in one statement: `$1` new run id, `$2` queue, `$3` dedup key, `$4` supersede
+/// group (NULL: none), `$5` max attempts, `$6` priority, `$7` now, `$8` due at, `$9` payload
+/// bytes, `$10` payload, `$11` the superseded state, `$12` the queue's wake channel.
+///
+/// The upsert's `DO UPDATE` writes nothing new; it is there so the statement returns the
+/// existing run's id even when that run was committed after the statement's snapshot (`DO
+/// NOTHING` would return no row then). The supersede and the `NOTIFY` happen only when the
+/// returned id is the new one, i.e. the run was created; data-modifying CTEs share one snapshot,
+/// so the new run never supersedes itself.
+pub(super) const ENQUEUE: &str = "\
+WITH ins AS ( \
+    INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
+        priority, enqueued_at, updated_at, due_at, payload_bytes, payload) \
+    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10) \
+    ON CONFLICT (queue, dedup_key) DO UPDATE SET queue = EXCLUDED.queue \
+    RETURNING run_id \
+), sup AS ( \
+    UPDATE spool_run s SET state = $11, updated_at = $7, due_at = NULL, finished_at = $7, \
+        lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
+    WHERE $4::bytea IS NOT NULL AND s.queue = $2 AND s.supersede_group = $4 \
+        AND s.state = 'queued' AND s.run_id <> $1 \
+        AND EXISTS (SELECT 1 FROM ins WHERE ins.run_id = $1) \
+    RETURNING 1 \
+), wake AS ( \
+    SELECT pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
+) \
+SELECT ins.run_id, (SELECT count(*) FROM wake) FROM ins";
+
+/// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
+/// group), so each sees the runs the previous one created.
+pub(super) const LOCK_GROUP: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
+/// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
+/// plus backoff ran out by `$2` (the claim settles those that must not run again); kind `c`
+/// rows are the next `$3` due runs in claim order, leaving out expired runs that will be
+/// settled (cancel requested, or no attempt left: the SQL form of
+/// [`cairn_core::spool::expiry_action`], which the caller still applies to every row).
+pub(super) const CLAIM_PICK: &str = "\
+WITH e AS ( \
+    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested \
+    FROM spool_run r \
+    WHERE r.queue = $1 AND r.state = 'claimed' AND r.due_at <= $2 \
+    FOR NO KEY UPDATE SKIP LOCKED \
+), c AS ( \
+    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested, r.dedup_key, \
+        r.payload, r.priority, r.due_at, r.run_no \
+    FROM spool_run r \
+    WHERE r.queue = $1 AND r.due_at IS NOT NULL AND r.due_at <= $2 \
+        AND NOT (r.state = 'claimed' AND (r.cancel_requested OR r.attempts >= r.max_attempts)) \
+    ORDER BY r.priority DESC, r.due_at, r.run_no \
+    LIMIT $3 \
+    FOR NO KEY UPDATE SKIP LOCKED \
+) \
+SELECT * FROM ( \
+    SELECT 'e' AS kind, run_id, state, attempts, max_attempts, cancel_requested, \
+        NULL::bytea AS dedup_key, NULL::bytea AS payload, 0 AS priority, 0::bigint AS due_at, \
+        0::bigint AS run_no \
+    FROM e \
+    UNION ALL \
+    SELECT 'c', run_id, state, attempts, max_attempts, cancel_requested, dedup_key, payload, \
+        priority, due_at, run_no \
+    FROM c \
+) picked \
+ORDER BY kind DESC, priority DESC, due_at, run_no";
+
+/// Writes every run a claim picked, in one statement: `$1` now, then one array per column
+/// (`$2` run ids, `$3` states, `$4` attempts, `$5` lease tokens (NULL: keep), `$6` consumers,
+/// `$7` lease expiries, `$8` due times, `$9` finish times, `$10` cancel flags, `$11` reasons
+/// (NULL: keep)).
+pub(super) const CLAIM_APPLY: &str = "\
+UPDATE spool_run r SET \
+    state = u.state, attempts = u.attempts, lease_token = COALESCE(u.token, r.lease_token), \
+    lease_consumer = u.consumer, lease_expires_at = u.expires_at, due_at = u.due_at, \
+    finished_at = u.finished_at, cancel_requested = u.cancel_requested, \
+    reason = COALESCE(u.reason, r.reason), updated_at = $1 \
+FROM unnest($2::bytea[], $3::text[], $4::int[], $5::bytea[], $6::text[], $7::bigint[], \
+    $8::bigint[], $9::bigint[], $10::bool[], $11::text[]) \
+    AS u(run_id, state, attempts, token, consumer, expires_at, due_at, finished_at, \
+        cancel_requested, reason) \
+WHERE r.run_id = u.run_id";
+
+/// One run's row (no payload, facts or events), for a read-decide-write transition.
+pub(super) const READ_RUN: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    " FROM spool_run r WHERE r.run_id = $1"
+);
+
+/// One run with its event count and facts (names and values, in name order).
+pub(super) const RUN_INFO: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    ", (SELECT count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
+     ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
+     ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values \
+     FROM spool_run r WHERE r.run_id = $1"
+);
+
+/// A page of runs in run id (byte) order: `$1` after (NULL: from the start), `$2` queue
+/// (NULL: any), `$3` state (NULL: any), `$4` limit.
+pub(super) const RUN_LIST: &str = concat!(
+    "SELECT ",
+    run_columns!(),
+    ", (SELECT count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
+     ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
+     ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values \
+     FROM spool_run r \
+     WHERE ($1::bytea IS NULL OR r.run_id > $1) AND ($2::text IS NULL OR r.queue = $2) \
+        AND ($3::text IS NULL OR r.state = $3) \
+     ORDER BY r.run_id LIMIT $4"
+);
+
+/// Ack in one statement: `$1` run, `$2` token, `$3` the succeeded state, `$4` now. No row: the
+/// caller reads the run to say why.
+pub(super) const ACK: &str = "\
+UPDATE spool_run SET state = $3, updated_at = $4, finished_at = $4, due_at = NULL, \
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
+WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
+
+/// The compare-and-set write of one run's transition, decided from a read of the run: applies
+/// only if the run still has the state `$2`, token `$3` and cancel flag `$4` that were read
+/// (else no row, and the caller reads again). Writes `$5` state, `$6` now (updated at), `$7`
+/// due at, `$8` finished at, `$9` consumer, `$10` lease expiry, `$11` cancel flag, `$12` reason;
+/// wakes channel `$14` when `$13`. Returns the run's cancel flag.
+pub(super) const WRITE_RUN: &str = "\
+WITH u AS ( \
+    UPDATE spool_run SET state = $5, updated_at = $6, due_at = $7, finished_at = $8, \
+        lease_consumer = $9, lease_expires_at = $10, cancel_requested = $11, reason = $12 \
+    WHERE run_id = $1 AND state = $2 AND lease_token IS NOT DISTINCT FROM $3 \
+        AND cancel_requested = $4 \
+    RETURNING cancel_requested \
+), wake AS ( \
+    SELECT pg_notify($14, '') FROM u WHERE $13 \
+) \
+SELECT u.cancel_requested, (SELECT count(*) FROM wake) FROM u";
+
+/// Appends an event in one statement: `$1` run, `$2` event id, `$3` now, `$4` payload bytes,
+/// `$5` payload. Returns whether the run exists, the seq of an event the run already holds
+/// under that id, and the new event's seq. The run row's lock serializes appends to one run;
+/// two appends of one new id race to the `(run_id, event_id)` unique constraint, and the loser
+/// (a unique violation, nothing written) reads the winner's seq on retry.
+pub(super) const APPEND_EVENT: &str = "\
+WITH old AS ( \
+    SELECT seq FROM spool_event WHERE run_id = $1 AND event_id = $2 \
+), bump AS ( \
+    UPDATE spool_run SET last_event_seq = last_event_seq + 1 \
+    WHERE run_id = $1 AND NOT EXISTS (SELECT 1 FROM old) \
+    RETURNING last_event_seq \
+), ins AS ( \
+    INSERT INTO spool_event (run_id, seq, event_id, created_at, payload_bytes, payload) \
+    SELECT $1, last_event_seq, $2, $3, $4, $5 FROM bump \
+    RETURNING seq \
+) \
+SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), (SELECT seq FROM old), \
+    (SELECT seq FROM ins)";
+
+/// A run's events after seq `$2`, at most `$3`; one row with NULL columns when the run exists
+/// but has none, no row when it does not exist.
+pub(super) const EVENTS: &str = "\
+SELECT e.seq, e.event_id, e.payload, e.created_at \
+FROM spool_run r LEFT JOIN LATERAL ( \
+    SELECT seq, event_id, payload, created_at FROM spool_event \
+    WHERE run_id = r.run_id AND seq > $2 ORDER BY seq LIMIT $3 \
+) e ON TRUE \
+WHERE r.run_id = $1 \
+ORDER BY e.seq";
+
+/// Removes the run's (`$1`) events with ids in `$2`; returns whether the run exists and how
+/// many were removed.
+pub(super) const ACK_EVENTS: &str = "\
+WITH d AS ( \
+    DELETE FROM spool_event WHERE run_id = $1 AND event_id = ANY($2) RETURNING 1 \
+) \
+SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), (SELECT count(*) FROM d)";
+
+/// Sets a fact unless it is set: `$1` run, `$2` name, `$3` now, `$4` value. Returns whether the
+/// run exists and whether this statement stored the fact.
+pub(super) const SET_FACT: &str = "\
+WITH ins AS ( \
+    INSERT INTO spool_fact (run_id, name, created_at, value) \
+    SELECT $1, $2, $3, $4 WHERE EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1) \
+    ON CONFLICT (run_id, name) DO NOTHING \
+    RETURNING 1 \
+) \
+SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), EXISTS (SELECT 1 FROM ins)";
+
+/// The stored value of fact `$2` of run `$1`.
+pub(super) const FACT_VALUE: &str = "SELECT value FROM spool_fact WHERE run_id = $1 AND name = $2";
+
+/// A run's facts; one row with NULL columns when it exists but has none, no row when it does
+/// not exist.
+pub(super) const FACTS: &str = "\
+SELECT f.name, f.value FROM spool_run r LEFT JOIN spool_fact f ON f.run_id = r.run_id \
+WHERE r.run_id = $1";
+
+/// Counts: one row per state with runs (state NULL when there are none), each carrying the
+/// event count, their payload bytes, the oldest event's time and the oldest queued run's
+/// enqueue time.
+pub(super) const STATS: &str = "\
+SELECT s.state, s.n, ev.n, ev.bytes, ev.oldest, q.oldest \
+FROM (SELECT count(*) AS n, coalesce(sum(payload_bytes), 0)::bigint AS bytes, \
+        min(created_at) AS oldest FROM spool_event) ev \
+CROSS JOIN (SELECT min(enqueued_at) AS oldest FROM spool_run WHERE state = 'queued') q \
+LEFT JOIN (SELECT state, count(*) AS n FROM spool_run GROUP BY state) s ON TRUE";
+
+/// Retention's event window: the total event payload bytes on every row, plus the oldest `$1`
+/// events in age order (run, seq, created at, bytes; NULL when there are none).
+pub(super) const RETENTION_EVENT_WINDOW: &str = "\
+SELECT (SELECT coalesce(sum(payload_bytes), 0)::bigint FROM spool_event) AS total, \
+    e.run_id, e.seq, e.created_at, e.payload_bytes \
+FROM (VALUES (1)) AS one(x) LEFT JOIN LATERAL ( \
+    SELECT run_id, seq, created_at, payload_bytes, event_no FROM spool_event \
+    ORDER BY created_at, event_no LIMIT $1 \
+) e ON TRUE \
+ORDER BY e.created_at, e.event_no";
+
+/// Deletes the events `(run_id, seq)` = `($1[i], $2[i])`.
+pub(super) const RETENTION_DELETE_EVENTS: &str = "\
+DELETE FROM spool_event e USING unnest($1::bytea[], $2::bigint[]) AS u(run_id, seq) \
+WHERE e.run_id = u.run_id AND e.seq = u.seq";
+
+/// Retention's run window: terminal runs without events finished before `$1`, oldest first,
+/// at most `$2`.
+pub(super) const RETENTION_RUN_WINDOW: &str = "\
+SELECT r.run_id, r.finished_at FROM spool_run r \
+WHERE r.finished_at IS NOT NULL AND r.finished_at < $1 \
+    AND NOT EXISTS (SELECT 1 FROM spool_event e WHERE e.run_id = r.run_id) \
+ORDER BY r.finished_at, r.run_no LIMIT $2";
+
+/// Deletes the runs `$1` (their facts go with them) unless an event arrived meanwhile.
+pub(super) const RETENTION_DELETE_RUNS: &str = "\
+DELETE FROM spool_run r WHERE r.run_id = ANY($1) AND r.finished_at IS NOT NULL \
+    AND NOT EXISTS (SELECT 1 FROM spool_event e WHERE e.run_id = r.run_id)";

@@ -1,0 +1,127 @@
+//! The spool's conformance harness ([`PgSpoolHarness`], feature `testkit`): spools over one
+//! scratch schema of the test server, all on one [`ManualClock`].
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use cairn_conformance::{Harness, HeldLock, SpoolHarness};
+use cairn_core::spool::ManualClock;
+use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId, Spool};
+
+use super::PgSpool;
+use crate::testkit::{harness, PgHarness};
+use crate::PgOptions;
+
+/// A fresh spool harness over a new random schema of the test server.
+///
+/// # Panics
+/// As [`crate::testkit::harness`]: when no server can be found.
+pub async fn spool_harness() -> PgSpoolHarness {
+    PgSpoolHarness {
+        pg: harness().await,
+        clock: ManualClock::default(),
+        fresh: Mutex::new(None),
+    }
+}
+
+/// The spool harness: a [`PgHarness`] (one scratch schema, dropped with the harness) plus the
+/// clock every spool it opens reads.
+pub struct PgSpoolHarness {
+    pg: PgHarness,
+    clock: ManualClock,
+    /// The latest [`SpoolHarness::fresh_spool`]'s harness and spool: its schema lives until the
+    /// next fresh spool replaces it (a property test opens one per case, and the test server's
+    /// connections are shared by everyone's tests) or this harness is dropped.
+    fresh: Mutex<Option<(PgHarness, PgSpool)>>,
+}
+
+impl std::fmt::Debug for PgSpoolHarness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgSpoolHarness")
+            .field("schema", &self.pg.schema())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSpoolHarness {
+    /// The epoch-log harness underneath (its schema is the spool's).
+    pub fn pg(&self) -> &PgHarness {
+        &self.pg
+    }
+
+    /// Options for a new spool or store over this harness's schema.
+    pub fn options(&self) -> PgOptions {
+        self.pg.options()
+    }
+
+    /// Connects a new [`PgSpool`] over this harness's schema, on the harness's clock.
+    ///
+    /// # Errors
+    /// As [`PgSpool::connect`].
+    pub async fn spool(&self) -> Result<PgSpool> {
+        self.spool_with(self.options()).await
+    }
+
+    /// Connects a new [`PgSpool`] with `opts` (e.g. shorter timeouts), on the harness's clock.
+    ///
+    /// # Errors
+    /// As [`PgSpool::connect`].
+    pub async fn spool_with(&self, opts: PgOptions) -> Result<PgSpool> {
+        PgSpool::connect(opts, Arc::new(self.clock.clone())).await
+    }
+}
+
+#[async_trait]
+impl Harness for PgSpoolHarness {
+    fn backend(&self) -> &'static str {
+        self.pg.backend()
+    }
+
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
+        self.pg.open().await
+    }
+
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.pg.legacy_append(space, parents, events).await
+    }
+
+    fn append_statement_budget(&self) -> Option<u64> {
+        self.pg.append_statement_budget()
+    }
+
+    async fn hold_space_lock(&self, space: &SpaceId) -> Result<Box<dyn HeldLock>> {
+        self.pg.hold_space_lock(space).await
+    }
+}
+
+#[async_trait]
+impl SpoolHarness for PgSpoolHarness {
+    fn clock(&self) -> &ManualClock {
+        &self.clock
+    }
+
+    async fn open_spool(&self) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(self.spool().await?))
+    }
+
+    async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
+        let previous = self.fresh.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((pg, spool)) = previous {
+            spool.close().await;
+            drop(pg);
+        }
+        let pg = harness().await;
+        let spool = PgSpool::connect(
+            pg.options().max_connections(4),
+            Arc::new(self.clock.clone()),
+        )
+        .await?;
+        *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = Some((pg, spool.clone()));
+        Ok(Arc::new(spool))
+    }
+}
