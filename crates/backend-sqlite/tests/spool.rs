@@ -2,3 +2,588 @@
 //! plus the cases that need real OS processes or SQLite fault injection.
 
 cairn_conformance::spool_suite!(cairn_sqlite::spool_testkit::spool_harness());
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::spool::{FactOutcome, Spool};
+use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, FactName, QueueName, SystemClock};
+use cairn_sqlite::{SqliteOptions, SqliteSpool};
+
+/// Set in a child process: the store file it works on.
+const CHILD_DB: &str = "CAIRN_SPOOL_CHILD_DB";
+/// Set in a child process: its name (`a`, `b`) and any argument of its role.
+const CHILD_NAME: &str = "CAIRN_SPOOL_CHILD_NAME";
+const CHILD_ARG: &str = "CAIRN_SPOOL_CHILD_ARG";
+/// A child prints this once its spool is open, then waits for a line on stdin.
+const READY: &str = "cairn-spool-child-ready";
+/// A child prefixes every report with this.
+const REPORT: &str = "cairn-spool-report ";
+
+/// The child's side of a test, when this process is a child: `(db, name, arg)`.
+fn child_env() -> Option<(String, String, String)> {
+    let db = std::env::var(CHILD_DB).ok()?;
+    let name = std::env::var(CHILD_NAME).unwrap_or_default();
+    let arg = std::env::var(CHILD_ARG).unwrap_or_default();
+    Some((db, name, arg))
+}
+
+async fn child_spool(db: &str) -> SqliteSpool {
+    SqliteSpool::open(db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap_or_else(|e| panic!("child: cannot open the spool: {e}"))
+}
+
+/// Reports ready and blocks until the parent's go.
+fn ready_and_wait() {
+    println!("\n{READY}");
+    let mut go = String::new();
+    std::io::stdin().read_line(&mut go).unwrap();
+}
+
+fn report(line: impl std::fmt::Display) {
+    println!("{REPORT}{line}");
+}
+
+/// Re-runs this test binary as a child running only `test`, on `db`.
+fn spawn_child(test: &str, db: &Path, name: &str, arg: &str) -> Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(CHILD_DB, db)
+        .env(CHILD_NAME, name)
+        .env(CHILD_ARG, arg)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads a child's stdout up to its ready line.
+fn await_ready(child: &mut Child) -> BufReader<ChildStdout> {
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out.read_line(&mut line).unwrap();
+        assert!(n > 0, "a child exited before it was ready");
+        if line.contains(READY) {
+            return out;
+        }
+    }
+}
+
+/// Waits until every child is ready, releases them together, and returns each child's
+/// reports (the text after [`REPORT`] on each line), failing when a child failed.
+fn run_together(mut children: Vec<Child>) -> Vec<Vec<String>> {
+    let outs: Vec<BufReader<ChildStdout>> = children.iter_mut().map(await_ready).collect();
+    for c in &mut children {
+        c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    }
+    // One reader thread per child, so a full pipe never blocks a child.
+    let readers: Vec<_> = outs
+        .into_iter()
+        .map(|out| {
+            std::thread::spawn(move || {
+                out.lines()
+                    .map(Result::unwrap)
+                    .filter_map(|l| l.find(REPORT).map(|at| l[at + REPORT.len()..].to_owned()))
+                    .collect::<Vec<String>>()
+            })
+        })
+        .collect();
+    let reports: Vec<Vec<String>> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "a child failed: {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    reports
+}
+
+fn queue(name: &str) -> QueueName {
+    QueueName::new(name).unwrap()
+}
+
+fn key(k: &str) -> DedupKey {
+    DedupKey::from_parts(["gate", "refs/heads/main", k]).unwrap()
+}
+
+const S1_KEYS: usize = 40;
+const S1_ROUNDS: usize = 3;
+
+/// S1 across OS processes: two processes enqueue the same keys at once, each key several
+/// times and in another order; every key gets exactly one run id, exactly one enqueue in all
+/// says `created`, and the store holds exactly one run per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_two_processes_enqueue_duplicates_one_run_per_key() {
+    const TEST: &str = "s1_two_processes_enqueue_duplicates_one_run_per_key";
+    if let Some((db, name, _)) = child_env() {
+        let spool = child_spool(&db).await;
+        let q = queue("s1-processes");
+        ready_and_wait();
+        for round in 0..S1_ROUNDS {
+            for i in 0..S1_KEYS {
+                // Child b walks the keys backwards, so every key is raced.
+                let k = if name == "a" { i } else { S1_KEYS - 1 - i };
+                let e = spool
+                    .enqueue(
+                        &q,
+                        &key(&format!("k{k}")),
+                        format!("{name}-{round}").into_bytes(),
+                        EnqueueOptions::default(),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("child {name}: enqueue k{k}: {e}"));
+                report(format!("k{k} {} {}", e.run_id, e.created));
+            }
+        }
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s1.db");
+    let parent = SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let children = vec![
+        spawn_child(TEST, &db, "a", ""),
+        spawn_child(TEST, &db, "b", ""),
+    ];
+    let reports = tokio::task::spawn_blocking(move || run_together(children))
+        .await
+        .unwrap();
+
+    let mut ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut created: BTreeMap<String, usize> = BTreeMap::new();
+    for r in reports.iter().flatten() {
+        let parts: Vec<&str> = r.split(' ').collect();
+        assert_eq!(parts.len(), 3, "report {r:?}");
+        ids.entry(parts[0].to_owned())
+            .or_default()
+            .insert(parts[1].to_owned());
+        *created.entry(parts[0].to_owned()).or_default() += usize::from(parts[2] == "true");
+    }
+    assert_eq!(
+        reports.iter().map(Vec::len).sum::<usize>(),
+        2 * S1_ROUNDS * S1_KEYS
+    );
+    assert_eq!(ids.len(), S1_KEYS);
+    for (k, set) in &ids {
+        assert_eq!(set.len(), 1, "S1: key {k} got several run ids: {set:?}");
+        assert_eq!(created[k], 1, "S1: exactly one enqueue of {k} created it");
+    }
+    let stored = parent
+        .runs(
+            &cairn_core::spool::RunFilter {
+                queue: Some(queue("s1-processes")),
+                ..Default::default()
+            },
+            1000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), S1_KEYS, "S1: one stored run per key");
+    for run in stored {
+        let k = run.dedup_key.parts().unwrap()[2].clone();
+        let k = String::from_utf8(k).unwrap();
+        assert_eq!(
+            ids[&k].iter().next().unwrap(),
+            &run.run_id.to_string(),
+            "S1: the stored run is the one both processes were given"
+        );
+    }
+}
+
+/// S3 across OS processes: a consumer blocked in `subscribe` wakes when another process —
+/// an offline hook writing straight to the store file — enqueues, without restarting; the
+/// woken consumer claims exactly that run. The wait has a deadline; nothing sleeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s3_subscriber_wakes_for_another_process_enqueue() {
+    const TEST: &str = "s3_subscriber_wakes_for_another_process_enqueue";
+    if let Some((db, _, arg)) = child_env() {
+        let spool = child_spool(&db).await;
+        ready_and_wait();
+        let e = spool
+            .enqueue(
+                &queue("s3-processes"),
+                &key(&arg),
+                b"from the hook".to_vec(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap();
+        report(e.run_id);
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s3.db");
+    let consumer_side = SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let q = queue("s3-processes");
+    let me = ConsumerId::new("s3-consumer").unwrap();
+    for round in 0..3 {
+        let mut wake = consumer_side.subscribe(&q).await.unwrap();
+        assert!(
+            consumer_side
+                .claim(&q, &me, Duration::from_secs(30), 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "S3: nothing is queued before the hook runs"
+        );
+        // The consumer loop: wait, claim, and wait again after a spurious wake.
+        let (spool, q2, me2) = (consumer_side.clone(), q.clone(), me.clone());
+        let consumer = tokio::spawn(async move {
+            loop {
+                wake.wait().await.expect("wait failed");
+                let got = spool
+                    .claim(&q2, &me2, Duration::from_secs(30), 10)
+                    .await
+                    .unwrap();
+                if !got.is_empty() {
+                    return got;
+                }
+            }
+        });
+        let child = spawn_child(TEST, &db, "hook", &format!("hook-{round}"));
+        let reports = tokio::task::spawn_blocking(move || run_together(vec![child]));
+        let claimed = tokio::time::timeout(Duration::from_secs(10), consumer)
+            .await
+            .expect("S3: the subscriber wakes and claims within the deadline")
+            .expect("consumer panicked");
+        let reports = reports.await.unwrap();
+        assert_eq!(claimed.len(), 1, "S3: the woken consumer finds the run");
+        assert_eq!(claimed[0].run_id.to_string(), reports[0][0]);
+        assert_eq!(claimed[0].dedup_key, key(&format!("hook-{round}")));
+        consumer_side
+            .ack(claimed[0].run_id, claimed[0].token)
+            .await
+            .unwrap();
+    }
+}
+
+const S15_NAMES: usize = 20;
+
+/// S15 across OS processes: two processes race to set the same facts on one run, with
+/// different values (`race-*`) and with equal values (`same-*`). For every fact exactly one
+/// process wins; the loser of a different value gets `FactConflict` carrying the winner's
+/// value, the loser of an equal value gets `AlreadySet`, and the store keeps the winner's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s15_two_processes_set_facts_first_writer_wins() {
+    const TEST: &str = "s15_two_processes_set_facts_first_writer_wins";
+    if let Some((db, name, arg)) = child_env() {
+        let spool = child_spool(&db).await;
+        let run = cairn_core::RunId::parse(&arg).unwrap();
+        ready_and_wait();
+        for i in 0..S15_NAMES {
+            let i = if name == "a" { i } else { S15_NAMES - 1 - i };
+            for (fact, value) in [
+                (format!("race-{i}"), format!("from-{name}")),
+                (format!("same-{i}"), "agreed".to_owned()),
+            ] {
+                let outcome = match spool
+                    .set_fact(
+                        run,
+                        &FactName::new(fact.clone()).unwrap(),
+                        value.into_bytes(),
+                    )
+                    .await
+                {
+                    Ok(FactOutcome::Set) => "set".to_owned(),
+                    Ok(FactOutcome::AlreadySet) => "already".to_owned(),
+                    Err(Error::FactConflict { existing, .. }) => {
+                        format!("conflict:{}", String::from_utf8(existing).unwrap())
+                    }
+                    Err(e) => panic!("child {name}: set_fact {fact}: {e}"),
+                };
+                report(format!("{fact} {name} {outcome}"));
+            }
+        }
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s15.db");
+    let parent = SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let run = parent
+        .enqueue(
+            &queue("s15-processes"),
+            &key("facts"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let arg = run.to_string();
+    let children = vec![
+        spawn_child(TEST, &db, "a", &arg),
+        spawn_child(TEST, &db, "b", &arg),
+    ];
+    let reports = tokio::task::spawn_blocking(move || run_together(children))
+        .await
+        .unwrap();
+
+    let mut outcomes: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+    for r in reports.iter().flatten() {
+        let parts: Vec<&str> = r.split(' ').collect();
+        outcomes
+            .entry(parts[0].to_owned())
+            .or_default()
+            .push((parts[1].to_owned(), parts[2].to_owned()));
+    }
+    assert_eq!(outcomes.len(), 2 * S15_NAMES);
+    let stored = parent.facts(run).await.unwrap();
+    assert_eq!(stored.len(), 2 * S15_NAMES);
+    for (fact, got) in &outcomes {
+        assert_eq!(got.len(), 2, "{fact}: both processes report");
+        let winners: Vec<&(String, String)> = got.iter().filter(|(_, o)| o == "set").collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "S15: exactly one writer of {fact} wins: {got:?}"
+        );
+        let winner = &winners[0].0;
+        let loser = got.iter().find(|(n, _)| n != winner).unwrap();
+        let value =
+            String::from_utf8(stored[&FactName::new(fact.clone()).unwrap()].clone()).unwrap();
+        if fact.starts_with("race-") {
+            assert_eq!(
+                value,
+                format!("from-{winner}"),
+                "S15: the first writer's value stays"
+            );
+            assert_eq!(
+                loser.1,
+                format!("conflict:from-{winner}"),
+                "S15: the loser is refused with the stored value"
+            );
+        } else {
+            assert_eq!(value, "agreed");
+            assert_eq!(loser.1, "already", "S15: an equal value is AlreadySet");
+        }
+    }
+}
+
+/// What every write attempted under an injected failure must leave behind: the run as it was,
+/// as another spool instance (its own connections) reads it.
+async fn assert_unchanged(
+    other: &SqliteSpool,
+    run: cairn_core::RunId,
+    before: &cairn_core::RunInfo,
+    stats: &cairn_core::spool::SpoolStats,
+    ctx: &str,
+) {
+    assert_eq!(
+        other.run(run).await.unwrap().as_ref(),
+        Some(before),
+        "S12: {ctx} changed the run"
+    );
+    assert_eq!(
+        &other.stats().await.unwrap(),
+        stats,
+        "S12: {ctx} changed the store"
+    );
+}
+
+/// An error from a failed durable write: a store error, never a validation or spool verdict.
+fn assert_write_failed<T: std::fmt::Debug>(r: cairn_core::Result<T>, ctx: &str) {
+    match r {
+        Err(Error::Backend { .. } | Error::Io { .. } | Error::Unavailable { .. }) => {}
+        other => panic!("S12: {ctx} must fail with a store error, got {other:?}"),
+    }
+}
+
+/// S12 (full disk): with the store capped at its current size (`PRAGMA max_page_count`), an
+/// enqueue and an event append that need new pages fail with an error, nothing claims success
+/// and nothing is left behind; once space is back the same calls succeed and the store works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_full_disk_fails_writes_without_false_success() {
+    let h = cairn_sqlite::spool_testkit::spool_harness().await;
+    let spool = h.open_with(SqliteOptions::default()).await.unwrap();
+    let other = h.open_with(SqliteOptions::default()).await.unwrap();
+    let q = queue("s12-full");
+    let me = ConsumerId::new("s12").unwrap();
+    let run = spool
+        .enqueue(&q, &key("first"), vec![1; 16], EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    let lease = spool
+        .claim(&q, &me, Duration::from_secs(30), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    let before = other.run(run).await.unwrap().unwrap();
+    let stats = other.stats().await.unwrap();
+
+    spool.testkit_limit_pages(Some(0)).await.unwrap();
+    let big = vec![7u8; 256 * 1024];
+    assert_write_failed(
+        spool
+            .enqueue(&q, &key("big"), big.clone(), EnqueueOptions::default())
+            .await,
+        "an enqueue on a full disk",
+    );
+    let event = cairn_core::RunEventId::new(b"e1".to_vec()).unwrap();
+    assert_write_failed(
+        spool.append_event(run, &event, big.clone()).await,
+        "an event append on a full disk",
+    );
+    assert_unchanged(&other, run, &before, &stats, "a write on a full disk").await;
+    assert!(other.events(run, 0, 10).await.unwrap().is_empty());
+
+    spool.testkit_limit_pages(None).await.unwrap();
+    let e = spool
+        .enqueue(&q, &key("big"), big.clone(), EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert!(e.created, "S12: the failed enqueue left no run behind");
+    assert_eq!(
+        spool.append_event(run, &event, big).await.unwrap().seq,
+        1,
+        "S12: the failed append used no seq"
+    );
+    spool.ack(run, lease.token).await.unwrap();
+    assert_eq!(
+        other.run(run).await.unwrap().unwrap().state,
+        cairn_core::RunState::Succeeded
+    );
+}
+
+/// Makes the store's files read-only for as long as it lives, even for root: the immutable
+/// attribute (`chattr +i`) refuses writes through descriptors SQLite already holds.
+struct Immutable(Vec<std::path::PathBuf>);
+
+impl Immutable {
+    fn set(files: &[std::path::PathBuf]) -> std::io::Result<Self> {
+        let guard = Self(Vec::new());
+        let mut guard = guard;
+        for f in files {
+            let status = Command::new("chattr").arg("+i").arg(f).status()?;
+            if !status.success() {
+                return Err(std::io::Error::other(format!(
+                    "chattr +i {} failed: {status}",
+                    f.display()
+                )));
+            }
+            guard.0.push(f.clone());
+        }
+        Ok(guard)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        for f in &self.0 {
+            let _ = Command::new("chattr").arg("-i").arg(f).status();
+        }
+    }
+}
+
+/// S12 (read-only store file): with the store file and its WAL made read-only under a running
+/// spool, enqueue, claim, heartbeat, ack, event appends and facts each return an error, nothing
+/// claims success and nothing changes; once writable again the store works and holds exactly
+/// what succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_read_only_store_fails_writes_without_false_success() {
+    let h = cairn_sqlite::spool_testkit::spool_harness().await;
+    let spool = h.open_with(SqliteOptions::default()).await.unwrap();
+    let other = h.open_with(SqliteOptions::default()).await.unwrap();
+    let q = queue("s12-read-only");
+    let me = ConsumerId::new("s12").unwrap();
+    let run = spool
+        .enqueue(&q, &key("first"), vec![1; 16], EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    spool
+        .enqueue(&q, &key("second"), vec![2; 16], EnqueueOptions::default())
+        .await
+        .unwrap();
+    let lease = spool
+        .claim(&q, &me, Duration::from_secs(30), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(lease.run_id, run);
+    let before = other.run(run).await.unwrap().unwrap();
+    let stats = other.stats().await.unwrap();
+
+    let mut wal = h.path().as_os_str().to_owned();
+    wal.push("-wal");
+    let files = [h.path().to_path_buf(), std::path::PathBuf::from(wal)];
+    let guard = Immutable::set(&files).unwrap_or_else(|e| {
+        panic!(
+            "S12 needs the immutable file attribute (root on a file system with chattr, e.g. \
+             ext4) to make a store read-only under a running process: {e}"
+        )
+    });
+    assert_write_failed(
+        spool
+            .enqueue(&q, &key("third"), vec![3; 16], EnqueueOptions::default())
+            .await,
+        "an enqueue on a read-only store",
+    );
+    assert_write_failed(
+        spool.claim(&q, &me, Duration::from_secs(30), 1).await,
+        "a claim on a read-only store",
+    );
+    assert_write_failed(
+        spool
+            .heartbeat(run, lease.token, Duration::from_secs(60))
+            .await,
+        "a heartbeat on a read-only store",
+    );
+    assert_write_failed(
+        spool.ack(run, lease.token).await,
+        "an ack on a read-only store",
+    );
+    let event = cairn_core::RunEventId::new(b"e1".to_vec()).unwrap();
+    assert_write_failed(
+        spool.append_event(run, &event, vec![9; 8]).await,
+        "an event append on a read-only store",
+    );
+    assert_write_failed(
+        spool
+            .set_fact(run, &FactName::new("decision").unwrap(), b"yes".to_vec())
+            .await,
+        "a fact on a read-only store",
+    );
+    drop(guard);
+    assert_unchanged(&other, run, &before, &stats, "a write on a read-only store").await;
+
+    // Writable again: the same spool instance works and the store holds what succeeded only.
+    let third = spool
+        .enqueue(&q, &key("third"), vec![3; 16], EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert!(third.created, "S12: the failed enqueue left no run behind");
+    spool.ack(run, lease.token).await.unwrap();
+    assert_eq!(
+        spool
+            .append_event(run, &event, vec![9; 8])
+            .await
+            .unwrap()
+            .seq,
+        1
+    );
+    let reopened = h.open_with(SqliteOptions::default()).await.unwrap();
+    let info = reopened.run(run).await.unwrap().unwrap();
+    assert_eq!(info.state, cairn_core::RunState::Succeeded);
+    assert!(info.facts.is_empty(), "S12: the failed fact was not stored");
+    assert_eq!(info.events, 1);
+}

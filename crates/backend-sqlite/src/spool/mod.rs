@@ -15,6 +15,8 @@
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+#[cfg(test)]
+mod tests;
 mod tx;
 mod wake;
 
