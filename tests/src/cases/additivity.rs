@@ -335,14 +335,24 @@ pub async fn a1_every_packaged_revision_passes<H: AdditivityHarness>(h: &H) {
             report.violations
         );
     }
-    let mut revs = cairn_revisions();
-    revs.push(Revision {
-        id: "fixture_bad".into(),
-        parent: Some(cairn_head()),
-        up_sqlite: vec!["ALTER TABLE epoch_event DROP COLUMN key".into()],
-        up_postgres: vec!["ALTER TABLE epoch_event DROP COLUMN key".into()],
-        description: "drops a column".into(),
-    });
+    // An application's set checked after cairn's own: a harmless base, then a revision that
+    // drops a column of cairn's epoch log.
+    let revs = vec![
+        Revision {
+            id: "fixture_base".into(),
+            parent: None,
+            up_sqlite: vec!["CREATE TABLE fixture_base (id BIGINT)".into()],
+            up_postgres: vec!["CREATE TABLE fixture_base (id BIGINT)".into()],
+            description: "a table of its own".into(),
+        },
+        Revision {
+            id: "fixture_bad".into(),
+            parent: Some("fixture_base".into()),
+            up_sqlite: vec!["ALTER TABLE epoch_event DROP COLUMN key".into()],
+            up_postgres: vec!["ALTER TABLE epoch_event DROP COLUMN key".into()],
+            description: "drops a column".into(),
+        },
+    ];
     let bad = MigrationSet::new("fixture", revs).unwrap();
     let reports = check_set(engine.as_ref(), &bad)
         .await
