@@ -63,6 +63,51 @@ pub(crate) enum Command {
         #[arg(long)]
         space: String,
     },
+    /// Enqueue a run on the spool; prints `<run id> created`, or `<run id> existing` when the
+    /// queue already holds a run with this dedup key (from any process).
+    Enqueue {
+        /// The queue, e.g. `gate`.
+        #[arg(long)]
+        queue: String,
+        /// The dedup key's first part (e.g. `gate`); the key is built from this part and every
+        /// `--key-part`, each length-prefixed, so no two part lists collide.
+        #[arg(long)]
+        key: String,
+        /// Further parts of the dedup key, in order (e.g. a git ref, then an input hash).
+        #[arg(long = "key-part", value_name = "PART")]
+        key_parts: Vec<String>,
+        /// The run's payload, stored as the argument's UTF-8 bytes.
+        #[arg(long)]
+        payload: String,
+        /// Supersede group: older queued runs of the group become `superseded`.
+        #[arg(long, value_name = "GROUP")]
+        supersede: Option<String>,
+        /// Higher runs are claimed first (default 0).
+        #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+        priority: i32,
+        /// Attempts before the run is parked (default: the spool's).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+    },
+    /// List runs, one `<run id> <queue> <state> attempts=<n>` line each, in run-id order
+    /// (which is enqueue-time order).
+    Runs {
+        /// Only this queue.
+        #[arg(long)]
+        queue: Option<String>,
+        /// Only this state: queued, claimed, succeeded, failed, canceled, superseded, parked.
+        #[arg(long)]
+        state: Option<String>,
+        /// Most runs to print.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Inspect one run.
+    Run {
+        /// What to do.
+        #[command(subcommand)]
+        action: RunAction,
+    },
     /// Inspect and apply schema migrations (lineage-aware): cairn's own set, or an
     /// application's with `--set NAME --source DIR`.
     Migrate {
@@ -72,6 +117,16 @@ pub(crate) enum Command {
         /// What to do.
         #[command(subcommand)]
         action: MigrateAction,
+    },
+}
+
+/// `cairn run …`.
+#[derive(Subcommand)]
+pub(crate) enum RunAction {
+    /// Print a run's state, attempts, lease, facts and events.
+    Show {
+        /// The run id `cairn enqueue` printed.
+        id: String,
     },
 }
 

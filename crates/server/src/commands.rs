@@ -2,9 +2,13 @@
 
 use std::io::Write;
 
-use cairn::{Error, Event, FeedCursor, FeedEvent, Head, RepairOutcome, SpaceId};
+use cairn::spool::{self, RunFilter};
+use cairn::{
+    DedupKey, EnqueueOptions, Error, Event, FeedCursor, FeedEvent, Head, QueueName, RepairOutcome,
+    RunId, RunInfo, RunState, SpaceId, SupersedeGroup,
+};
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, RunAction};
 use crate::error::CliError;
 use crate::open::{open, target, IfMissing};
 
@@ -76,12 +80,121 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
+        Command::Enqueue {
+            queue,
+            key,
+            key_parts,
+            payload,
+            supersede,
+            priority,
+            max_attempts,
+        } => {
+            let queue = QueueName::new(queue)?;
+            let key = DedupKey::from_parts(std::iter::once(key).chain(key_parts))?;
+            let options = EnqueueOptions {
+                supersede_group: supersede
+                    .map(|g| SupersedeGroup::from_parts([g]))
+                    .transpose()?,
+                max_attempts,
+                priority,
+                ..EnqueueOptions::default()
+            };
+            let payload = payload.into_bytes();
+            spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, &payload)?;
+            let store = open(&target, IfMissing::Create).await?;
+            let enqueued = store
+                .spool()
+                .enqueue(&queue, &key, payload, options)
+                .await?;
+            let how = if enqueued.created {
+                "created"
+            } else {
+                "existing"
+            };
+            writeln!(out, "{} {how}", enqueued.run_id)?;
+        }
+        Command::Runs {
+            queue,
+            state,
+            limit,
+        } => {
+            let filter = RunFilter {
+                queue: queue.map(QueueName::new).transpose()?,
+                state: state.as_deref().map(RunState::parse).transpose()?,
+                ..RunFilter::default()
+            };
+            if limit == 0 {
+                return Err(Error::invalid("run limit", "must be at least 1").into());
+            }
+            let store = open(&target, IfMissing::Refuse).await?;
+            for run in store.spool().runs(&filter, limit).await? {
+                writeln!(
+                    out,
+                    "{} {} {} attempts={}",
+                    run.run_id, run.queue, run.state, run.attempts
+                )?;
+            }
+        }
+        Command::Run {
+            action: RunAction::Show { id },
+        } => {
+            let id = RunId::parse(&id)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            let spool = store.spool();
+            let run = spool
+                .run(id)
+                .await?
+                .ok_or_else(|| Error::UnknownRun { run: id })?;
+            print_run(&mut out, &run)?;
+            let mut after = 0;
+            loop {
+                let page = spool.events(id, after, 100).await?;
+                let Some(last) = page.last() else { break };
+                after = last.seq;
+                for e in &page {
+                    writeln!(
+                        out,
+                        "event {} {} {}",
+                        e.seq,
+                        shown(e.event_id.as_bytes(), Column::Word),
+                        shown(&e.payload, Column::Rest)
+                    )?;
+                }
+            }
+        }
         Command::Migrate { set, action } => {
             crate::migrate::run(&target, set, action, &mut out).await?;
         }
     }
     out.flush()?;
     Ok(())
+}
+
+/// `key value` lines: what `cairn run show` prints before the run's events.
+fn print_run(out: &mut impl Write, run: &RunInfo) -> std::io::Result<()> {
+    writeln!(out, "run {}", run.run_id)?;
+    writeln!(out, "queue {}", run.queue)?;
+    writeln!(out, "state {}", run.state)?;
+    writeln!(out, "attempts {}/{}", run.attempts, run.max_attempts)?;
+    writeln!(out, "priority {}", run.priority)?;
+    writeln!(out, "payload_bytes {}", run.payload_bytes)?;
+    writeln!(out, "enqueued_at {}", run.enqueued_at)?;
+    if let Some(due) = run.due_at {
+        writeln!(out, "due_at {due}")?;
+    }
+    if let Some(lease) = &run.lease {
+        writeln!(out, "lease {} until {}", lease.consumer, lease.expires_at)?;
+    }
+    if run.cancel_requested {
+        writeln!(out, "cancel_requested")?;
+    }
+    if let Some(reason) = &run.reason {
+        writeln!(out, "reason {}", shown(reason.as_bytes(), Column::Rest))?;
+    }
+    for (name, value) in &run.facts {
+        writeln!(out, "fact {name} {}", shown(value, Column::Rest))?;
+    }
+    writeln!(out, "events {}", run.events)
 }
 
 fn print_heads(out: &mut impl Write, heads: &[Head]) -> std::io::Result<()> {

@@ -1,0 +1,183 @@
+//! `cairn enqueue`, `cairn runs` and `cairn run show`, run as an operator's hook runs them:
+//! many OS processes enqueueing the same key at once get one run id, on SQLite and Postgres.
+
+use std::process::{Command, Output};
+
+fn cairn(db: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.env_remove("CAIRN_DATABASE")
+        .args(["--database", db])
+        .args(args);
+    cmd
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+async fn databases() -> (tempfile::TempDir, Vec<String>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_cli_spool");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let urls = vec![
+        dir.path().join("spool.db").display().to_string(),
+        format!("{pg}{sep}cairn_schema={schema}"),
+    ];
+    (dir, urls, pg, schema)
+}
+
+async fn drop_schema(pg: &str, schema: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(pg).await.unwrap();
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s1_concurrent_enqueue_processes_get_one_run_id_per_key_on_both_backends() {
+    let (_dir, urls, pg, schema) = databases().await;
+    for db in &urls {
+        // Create the store first, so the processes race on the key, not on creating the store.
+        ok(cairn(
+            db,
+            &[
+                "enqueue",
+                "--queue",
+                "setup",
+                "--key",
+                "setup",
+                "--payload",
+                "-",
+            ],
+        )
+        .output()
+        .unwrap());
+        let children: Vec<_> = (0..8)
+            .map(|i| {
+                let key = if i % 2 == 0 { "even" } else { "odd" };
+                cairn(
+                    db,
+                    &[
+                        "enqueue",
+                        "--queue",
+                        "gate",
+                        "--key",
+                        "gate",
+                        "--key-part",
+                        key,
+                        "--payload",
+                        "p",
+                    ],
+                )
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn cairn enqueue")
+            })
+            .collect();
+        let lines: Vec<String> = children
+            .into_iter()
+            .map(|c| ok(c.wait_with_output().unwrap()).trim().to_owned())
+            .collect();
+        for (i, key_lines) in [0, 1]
+            .iter()
+            .map(|parity| {
+                lines
+                    .iter()
+                    .enumerate()
+                    .filter(move |(i, _)| i % 2 == *parity)
+                    .map(|(_, l)| l.clone())
+                    .collect::<Vec<_>>()
+            })
+            .enumerate()
+        {
+            let ids: std::collections::BTreeSet<&str> = key_lines
+                .iter()
+                .map(|l| l.split(' ').next().unwrap())
+                .collect();
+            assert_eq!(
+                ids.len(),
+                1,
+                "key {i}: one run id for one key: {key_lines:?}"
+            );
+            let created = key_lines.iter().filter(|l| l.ends_with(" created")).count();
+            assert_eq!(
+                created, 1,
+                "key {i}: exactly one process created it: {key_lines:?}"
+            );
+        }
+        let runs = ok(cairn(db, &["runs", "--queue", "gate"]).output().unwrap());
+        assert_eq!(runs.lines().count(), 2, "{runs}");
+        assert!(
+            runs.lines().all(|l| l.contains(" gate queued attempts=0")),
+            "{runs}"
+        );
+    }
+    drop_schema(&pg, &schema).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_show_prints_state_and_bad_input_gets_one_line() {
+    let (dir, urls, pg, schema) = databases().await;
+    for db in &urls {
+        let line = ok(cairn(
+            db,
+            &[
+                "enqueue",
+                "--queue",
+                "q",
+                "--key",
+                "k",
+                "--payload",
+                "hello",
+                "--priority",
+                "-3",
+            ],
+        )
+        .output()
+        .unwrap());
+        let id = line.split(' ').next().unwrap().to_owned();
+        let show = ok(cairn(db, &["run", "show", &id]).output().unwrap());
+        assert!(show.starts_with(&format!("run {id}\n")), "{show}");
+        assert!(show.contains("\nstate queued\n"), "{show}");
+        assert!(show.contains("\npriority -3\n"), "{show}");
+        assert!(show.contains("\npayload_bytes 5\n"), "{show}");
+        assert!(show.ends_with("events 0\n"), "{show}");
+
+        for args in [
+            vec!["run", "show", "not-a-run-id"],
+            vec!["runs", "--state", "bogus"],
+            vec!["enqueue", "--queue", "", "--key", "k", "--payload", "p"],
+        ] {
+            let out = cairn(db, &args).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{args:?}");
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(err.starts_with("cairn: "), "{err}");
+        }
+        // An unknown (well-formed) run id is its own error.
+        let out = cairn(db, &["run", "show", "01a22b8e-34b5-72f6-aaf8-4f06b0f965c8"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+    }
+    // Reading runs of a store that does not exist creates nothing.
+    let missing = dir.path().join("missing.db");
+    let out = cairn(&missing.display().to_string(), &["runs"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!missing.exists());
+    drop_schema(&pg, &schema).await;
+}
