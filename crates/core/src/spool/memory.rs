@@ -657,6 +657,16 @@ impl Spool for MemorySpool {
         Ok(pass.finish())
     }
 
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        let st = self.lock();
+        Ok(st
+            .runs
+            .values()
+            .filter(|r| r.queue == *queue)
+            .filter_map(|r| r.due_at)
+            .min())
+    }
+
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         let mut st = self.lock();
         let rx = st

@@ -63,6 +63,7 @@
 
 mod backoff;
 mod clock;
+mod consumer;
 mod dedup;
 mod ids;
 mod memory;
@@ -79,6 +80,10 @@ use crate::error::Result;
 
 pub use backoff::{backoff, backoff_ceiling, jitter_seed, BackoffPolicy};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
+pub use consumer::{
+    Consumer, ConsumerBuilder, ConsumerStats, Handler, Job, Outcome, ShutdownReport, StopReason,
+    StopSignal, DEFAULT_CONSUMER_LEASE, DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
+};
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
 pub use ids::{
     ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, MAX_CONSUMER_LEN,
@@ -364,6 +369,43 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::Unavailable`] when notifications cannot be set up.
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>>;
+
+    /// The earliest time a run of `queue` is or becomes due (see [`Spool::claim`]): the
+    /// smallest `due_at` of its live runs, or `None` when it has none. The consumer loop
+    /// sleeps until then when a claim found nothing, since time alone wakes no subscriber.
+    ///
+    /// # Contract
+    /// - Counts `queued` runs (their not-before or retry time) and `claimed` runs (lease
+    ///   expiry plus backoff), whether or not that time has passed.
+    /// - Read only; a hint, not a reservation: another consumer may claim the run first.
+    ///
+    /// The provided body pages through [`Spool::runs`], which is correct for any backend and
+    /// linear in the queue's live runs; backends override it with one indexed query
+    /// (`SELECT min(due_at) … WHERE queue = ? AND due_at IS NOT NULL`).
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        let mut earliest: Option<Timestamp> = None;
+        for state in [RunState::Queued, RunState::Claimed] {
+            let mut filter = RunFilter {
+                queue: Some(queue.clone()),
+                state: Some(state),
+                after: None,
+            };
+            loop {
+                let page = self.runs(&filter, MAX_BATCH).await?;
+                for due in page.iter().filter_map(|r| r.due_at) {
+                    earliest = Some(earliest.map_or(due, |e| e.min(due)));
+                }
+                match page.last() {
+                    Some(last) if page.len() == MAX_BATCH => filter.after = Some(last.run_id),
+                    _ => break,
+                }
+            }
+        }
+        Ok(earliest)
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,698 @@
+//! The consumer loop: the library's worker over any [`Spool`].
+//!
+//! A [`Consumer`] claims up to `concurrency` runs of one queue at a time, calls a [`Handler`]
+//! per run on its own task, heartbeats each lease every `lease / 3` while the handler runs,
+//! and acks or nacks from the handler's [`Outcome`]. It claims again when a run finishes, when
+//! [`Spool::subscribe`] says work may have arrived, when the earliest due time of the queue
+//! ([`Spool::next_due`]) passes, and at least every `poll_interval`.
+//!
+//! Time: lease and heartbeat times are read from the spool's [`Clock`]; waiting is done on the
+//! runtime's timer in slices of at most `poll_interval`, so a spool on a [`ManualClock`] is
+//! driven by advancing that clock (the consumer notices within one slice).
+//!
+//! Shutdown ([`Consumer::shutdown`]) is bounded: the consumer stops claiming, tells every
+//! running handler ([`StopReason::Shutdown`]), lets them finish and settles their runs until
+//! the deadline, then drops what is left. A dropped run is not lost: it stays claimed until its
+//! lease expires and is then claimable again like any run whose consumer died.
+//!
+//! [`ManualClock`]: super::ManualClock
+//! [`Clock`]: super::Clock
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::{watch, Notify};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use super::dedup::DedupKey;
+use super::ids::{ConsumerId, QueueName, RunId};
+use super::types::{check_lease, Claimed, NackKind, RunState, MAX_BATCH};
+use super::{Spool, Wakeup};
+use crate::error::{Error, Result};
+
+/// Default lease a consumer claims with.
+pub const DEFAULT_CONSUMER_LEASE: Duration = Duration::from_secs(30);
+/// Default longest wait between two looks at the queue and the clock.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default bound on [`Consumer::shutdown`].
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many times a consumer tries an ack or nack that failed with a retryable error.
+const SETTLE_TRIES: u32 = 4;
+/// The shortest wait of the loop, so a backend that keeps reporting due work it then does not
+/// hand out cannot make the consumer spin.
+const MIN_WAIT: Duration = Duration::from_millis(1);
+
+/// What a handler decided about its run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The work is done: ack the run (it becomes `succeeded`).
+    Done,
+    /// A transient failure: nack as [`NackKind::Retryable`] (retried after backoff while
+    /// attempts remain, else parked).
+    Retry(String),
+    /// A failure retrying cannot fix: nack as [`NackKind::Permanent`] (parked with the reason
+    /// for an operator).
+    Fail(String),
+    /// Any nack, e.g. [`NackKind::Failed`] for work that ran and whose result is failure.
+    Nack(NackKind, String),
+}
+
+/// Why a running handler is asked to stop, in rising order of urgency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StopReason {
+    /// The consumer is shutting down. Finish soon or return [`Outcome::Retry`]; a handler
+    /// still running at the shutdown deadline is dropped and its run is claimed again later.
+    Shutdown,
+    /// Someone canceled the run ([`Spool::cancel`]). Stop and return any nack: the run ends
+    /// `canceled` (an ack still records success).
+    CancelRequested,
+    /// The lease is gone (it expired and another claim took the run). Stop at once: nothing
+    /// this handler returns is recorded.
+    LeaseLost,
+}
+
+/// Tells a handler when to stop. Clones observe the same signal.
+#[derive(Clone, Debug)]
+pub struct StopSignal {
+    rx: watch::Receiver<Option<StopReason>>,
+}
+
+impl StopSignal {
+    /// The most urgent reason raised so far, if any.
+    pub fn reason(&self) -> Option<StopReason> {
+        *self.rx.borrow()
+    }
+
+    /// Whether any stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        self.reason().is_some()
+    }
+
+    /// Resolves once a stop is asked for (at once if it already was) with the most urgent
+    /// reason at that moment. Cancel safe.
+    pub async fn stopped(&self) -> StopReason {
+        let mut rx = self.rx.clone();
+        let reason = match rx.wait_for(Option::is_some).await {
+            Ok(r) => *r,
+            // The consumer dropped the run's sender: it is gone, which is a shutdown.
+            Err(_) => None,
+        };
+        reason.unwrap_or(StopReason::Shutdown)
+    }
+}
+
+/// One claimed run, handed to a [`Handler`].
+#[derive(Debug)]
+pub struct Job {
+    queue: QueueName,
+    claimed: Claimed,
+    spool: Arc<dyn Spool>,
+    stop: StopSignal,
+}
+
+impl Job {
+    /// The run.
+    pub fn run_id(&self) -> RunId {
+        self.claimed.run_id
+    }
+
+    /// The run's queue.
+    pub fn queue(&self) -> &QueueName {
+        &self.queue
+    }
+
+    /// The run's dedup key.
+    pub fn dedup_key(&self) -> &DedupKey {
+        &self.claimed.dedup_key
+    }
+
+    /// The payload given at enqueue.
+    pub fn payload(&self) -> &[u8] {
+        &self.claimed.payload
+    }
+
+    /// Which delivery this is (1 for the first).
+    pub fn attempt(&self) -> u32 {
+        self.claimed.attempt
+    }
+
+    /// The spool, for the run's events and facts ([`Spool::append_event`],
+    /// [`Spool::set_fact`]). The consumer acks and nacks; a handler must not.
+    pub fn spool(&self) -> &Arc<dyn Spool> {
+        &self.spool
+    }
+
+    /// The signal that asks this handler to stop.
+    pub fn stop(&self) -> &StopSignal {
+        &self.stop
+    }
+}
+
+/// The work a [`Consumer`] does per run. Closures `Fn(Job) -> impl Future<Output = Outcome>`
+/// are handlers.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// Does the run's work and says how it went. Runs on its own task; a panic is reported as
+    /// [`Outcome::Retry`].
+    async fn handle(&self, job: Job) -> Outcome;
+}
+
+#[async_trait]
+impl<F, Fut> Handler for F
+where
+    F: Fn(Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    async fn handle(&self, job: Job) -> Outcome {
+        (self)(job).await
+    }
+}
+
+/// Counters of a consumer, for metrics and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Runs handed to this consumer.
+    pub claimed: u64,
+    /// Runs settled by this consumer, by the state the ack or nack left them in (`Succeeded`,
+    /// `Queued` for a retry, `Parked`, `Failed`, `Canceled`).
+    pub settled: BTreeMap<RunState, u64>,
+    /// Heartbeats that extended a lease.
+    pub heartbeats: u64,
+    /// Runs whose lease was lost (a heartbeat, ack or nack found another claim had taken it).
+    pub lease_lost: u64,
+    /// Handlers that panicked (their runs were nacked as retryable).
+    pub panics: u64,
+    /// Spool calls that failed for another reason (the loop carries on).
+    pub errors: u64,
+    /// The latest such error's message.
+    pub last_error: Option<String>,
+}
+
+/// What [`Consumer::shutdown`] leaves behind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// The consumer's counters at the end.
+    pub stats: ConsumerStats,
+    /// Runs whose handler (or whose ack or nack) had not finished by the deadline. They were
+    /// dropped without a word to the spool: each stays claimed until its lease expires and is
+    /// then claimable again (or was settled by a write that raced the deadline).
+    pub abandoned: Vec<RunId>,
+}
+
+impl ShutdownReport {
+    /// Whether every run this consumer claimed was settled before the deadline.
+    pub fn is_clean(&self) -> bool {
+        self.abandoned.is_empty()
+    }
+}
+
+/// Builds and starts a [`Consumer`].
+#[derive(Debug)]
+pub struct ConsumerBuilder {
+    spool: Arc<dyn Spool>,
+    queue: QueueName,
+    consumer: ConsumerId,
+    concurrency: usize,
+    claim_batch: Option<usize>,
+    lease: Duration,
+    poll_interval: Duration,
+    shutdown_timeout: Duration,
+}
+
+impl ConsumerBuilder {
+    /// A consumer of `queue` on `spool`, recorded on its leases as `consumer`, with the
+    /// defaults: one run at a time, [`DEFAULT_CONSUMER_LEASE`], [`DEFAULT_POLL_INTERVAL`],
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`].
+    pub fn new(spool: Arc<dyn Spool>, queue: QueueName, consumer: ConsumerId) -> Self {
+        Self {
+            spool,
+            queue,
+            consumer,
+            concurrency: 1,
+            claim_batch: None,
+            lease: DEFAULT_CONSUMER_LEASE,
+            poll_interval: DEFAULT_POLL_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+        }
+    }
+
+    /// Most runs handled at once (1 to [`MAX_BATCH`]).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// Most runs one claim takes (default: as many as there are free slots; at most the
+    /// concurrency).
+    pub fn claim_batch(mut self, n: usize) -> Self {
+        self.claim_batch = Some(n);
+        self
+    }
+
+    /// The lease each claim and heartbeat asks for; heartbeats come every third of it.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// The longest the consumer waits between two looks at the queue and at the spool's clock
+    /// (a safety net for wake-ups a backend cannot deliver, and the step at which a
+    /// [`ManualClock`](super::ManualClock) is noticed).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll_interval = every;
+        self
+    }
+
+    /// The bound [`Consumer::shutdown`] keeps to.
+    pub fn shutdown_timeout(mut self, bound: Duration) -> Self {
+        self.shutdown_timeout = bound;
+        self
+    }
+
+    fn check(&self) -> Result<usize> {
+        if !(1..=MAX_BATCH).contains(&self.concurrency) {
+            return Err(Error::invalid(
+                "consumer concurrency",
+                format!(
+                    "is {}; it must be between 1 and {MAX_BATCH}",
+                    self.concurrency
+                ),
+            ));
+        }
+        let batch = self.claim_batch.unwrap_or(self.concurrency);
+        if !(1..=self.concurrency).contains(&batch) {
+            return Err(Error::invalid(
+                "consumer claim batch",
+                format!(
+                    "is {batch}; it must be between 1 and the concurrency ({})",
+                    self.concurrency
+                ),
+            ));
+        }
+        check_lease(self.lease)?;
+        if self.poll_interval < MIN_WAIT {
+            return Err(Error::invalid(
+                "consumer poll interval",
+                format!(
+                    "is {:?}; it must be at least {MIN_WAIT:?}",
+                    self.poll_interval
+                ),
+            ));
+        }
+        Ok(batch)
+    }
+
+    /// Subscribes to the queue and starts the loop on the current Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for invalid options; the spool's error when
+    /// [`Spool::subscribe`] fails. Nothing was claimed.
+    pub async fn spawn<H: Handler>(self, handler: H) -> Result<Consumer> {
+        let batch = self.check()?;
+        // Subscribe before the first claim, so an enqueue between the two is not missed.
+        let wakeup = self.spool.subscribe(&self.queue).await?;
+        let ctx = Arc::new(Ctx {
+            spool: self.spool,
+            queue: self.queue,
+            consumer: self.consumer,
+            concurrency: self.concurrency,
+            batch,
+            lease: self.lease,
+            poll_interval: self.poll_interval,
+            notify: Notify::new(),
+            shared: Mutex::new(Shared::default()),
+        });
+        let (stop_tx, stop_rx) = watch::channel(None);
+        let listener = AbortOnDrop(tokio::spawn(listen(ctx.clone(), wakeup)));
+        let main = tokio::spawn(main_loop(ctx.clone(), Arc::new(handler), stop_rx, listener));
+        Ok(Consumer {
+            ctx,
+            stop: stop_tx,
+            main: Some(AbortOnDrop(main)),
+            shutdown_timeout: self.shutdown_timeout,
+        })
+    }
+}
+
+/// A running consumer loop (see the [module docs](self)). Dropping it stops the loop at once,
+/// like [`Consumer::shutdown`] with a zero bound.
+#[derive(Debug)]
+pub struct Consumer {
+    ctx: Arc<Ctx>,
+    stop: watch::Sender<Option<Instant>>,
+    main: Option<AbortOnDrop<()>>,
+    shutdown_timeout: Duration,
+}
+
+impl Consumer {
+    /// The counters so far.
+    pub fn stats(&self) -> ConsumerStats {
+        self.ctx.shared().stats.clone()
+    }
+
+    /// How many handlers are running.
+    pub fn in_flight(&self) -> usize {
+        self.ctx.shared().running.len()
+    }
+
+    /// Stops within the builder's shutdown timeout; see [`Consumer::shutdown_within`].
+    pub async fn shutdown(self) -> ShutdownReport {
+        let bound = self.shutdown_timeout;
+        self.shutdown_within(bound).await
+    }
+
+    /// Stops claiming at once, asks running handlers to stop ([`StopReason::Shutdown`]), lets
+    /// them finish and settles their runs until `bound` has passed, then drops the rest
+    /// (their runs stay claimable once their leases expire). Returns within `bound` plus the
+    /// time a spool call already in progress takes to return.
+    pub async fn shutdown_within(mut self, bound: Duration) -> ShutdownReport {
+        let deadline = Instant::now() + bound;
+        self.stop.send_replace(Some(deadline));
+        self.ctx.notify.notify_one();
+        if let Some(mut main) = self.main.take() {
+            // The loop honours the deadline itself; this outer bound only covers a spool call
+            // that hangs, after which dropping the loop aborts every task it owns.
+            let slack = self.ctx.poll_interval.max(Duration::from_millis(100));
+            let _ = tokio::time::timeout_at(deadline + slack, &mut main.0).await;
+        }
+        let sh = self.ctx.shared();
+        let mut abandoned: Vec<RunId> = sh.running.keys().copied().collect();
+        abandoned.sort();
+        ShutdownReport {
+            stats: sh.stats.clone(),
+            abandoned,
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop.send_replace(Some(Instant::now()));
+        self.ctx.notify.notify_one();
+    }
+}
+
+/// Aborts a task when dropped, so dropping the consumer (or a run) stops what it started.
+#[derive(Debug)]
+struct AbortOnDrop<T>(JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    stats: ConsumerStats,
+    /// Runs whose task has not finished, with the sender of their stop signal.
+    running: HashMap<RunId, watch::Sender<Option<StopReason>>>,
+}
+
+#[derive(Debug)]
+struct Ctx {
+    spool: Arc<dyn Spool>,
+    queue: QueueName,
+    consumer: ConsumerId,
+    concurrency: usize,
+    batch: usize,
+    lease: Duration,
+    poll_interval: Duration,
+    /// Poked by the wake-up listener, by finished runs and by shutdown. One stored permit
+    /// keeps a poke that arrives while the loop is busy.
+    notify: Notify,
+    shared: Mutex<Shared>,
+}
+
+impl Ctx {
+    fn shared(&self) -> MutexGuard<'_, Shared> {
+        // Every update under this lock is a plain counter or map change: a panic elsewhere
+        // cannot leave it half done.
+        self.shared.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn error(&self, e: &Error) {
+        let mut sh = self.shared();
+        sh.stats.errors += 1;
+        sh.stats.last_error = Some(e.to_string());
+    }
+}
+
+/// Whether an error means the run is no longer this consumer's.
+fn lease_gone(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::LeaseLost { .. } | Error::InvalidTransition { .. } | Error::UnknownRun { .. }
+    )
+}
+
+/// Whether trying the same call again may succeed.
+fn transient(e: &Error) -> bool {
+    matches!(e, Error::Retryable { .. } | Error::Unavailable { .. })
+}
+
+/// How long to wait for the next due run: until `due` on the spool's clock, at most `poll`,
+/// at least [`MIN_WAIT`].
+pub(crate) fn idle_wait(
+    now: super::Timestamp,
+    due: Option<super::Timestamp>,
+    poll: Duration,
+) -> Duration {
+    due.map_or(poll, |t| t.duration_since(now).min(poll))
+        .max(MIN_WAIT)
+}
+
+/// Forwards the spool's wake-ups to the loop; re-subscribes after an error.
+async fn listen(ctx: Arc<Ctx>, mut wakeup: Box<dyn Wakeup>) {
+    loop {
+        match wakeup.wait().await {
+            Ok(()) => ctx.notify.notify_one(),
+            Err(e) => {
+                ctx.error(&e);
+                ctx.notify.notify_one();
+                tokio::time::sleep(ctx.poll_interval).await;
+                match ctx.spool.subscribe(&ctx.queue).await {
+                    Ok(w) => wakeup = w,
+                    Err(e) => ctx.error(&e),
+                }
+            }
+        }
+    }
+}
+
+async fn main_loop(
+    ctx: Arc<Ctx>,
+    handler: Arc<dyn Handler>,
+    stop: watch::Receiver<Option<Instant>>,
+    _listener: AbortOnDrop<()>,
+) {
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    loop {
+        if stop.borrow().is_some() {
+            break;
+        }
+        while tasks.try_join_next().is_some() {}
+        let free = ctx.concurrency.saturating_sub(tasks.len());
+        let mut wait = ctx.poll_interval;
+        if free > 0 {
+            let want = free.min(ctx.batch);
+            match ctx
+                .spool
+                .claim(&ctx.queue, &ctx.consumer, ctx.lease, want)
+                .await
+            {
+                Ok(runs) => {
+                    let got = runs.len();
+                    for claimed in runs {
+                        start_run(&ctx, &handler, &mut tasks, claimed);
+                    }
+                    if got == want {
+                        // The queue may hold more due runs: claim again without waiting.
+                        continue;
+                    }
+                    // Nothing more is due now: wait for the earliest due time (or a wake-up).
+                    match ctx.spool.next_due(&ctx.queue).await {
+                        Ok(due) => {
+                            wait = idle_wait(ctx.spool.clock().now(), due, ctx.poll_interval);
+                        }
+                        Err(e) => ctx.error(&e),
+                    }
+                }
+                Err(e) => ctx.error(&e),
+            }
+        }
+        let _ = tokio::time::timeout(wait, ctx.notify.notified()).await;
+    }
+
+    // Shutdown: no more claims. Tell every handler, then give them until the deadline.
+    let deadline = (*stop.borrow()).unwrap_or_else(Instant::now);
+    for tx in ctx.shared().running.values() {
+        raise(tx, StopReason::Shutdown);
+    }
+    let drained = tokio::time::timeout_at(deadline, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        // Abort the rest; their entries stay in `running`, which is what the report lists.
+        tasks.shutdown().await;
+    }
+}
+
+/// Raises a stop reason unless a more urgent one is already raised.
+fn raise(tx: &watch::Sender<Option<StopReason>>, reason: StopReason) {
+    tx.send_if_modified(|cur| {
+        if cur.is_none_or(|c| c < reason) {
+            *cur = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+fn start_run(
+    ctx: &Arc<Ctx>,
+    handler: &Arc<dyn Handler>,
+    tasks: &mut JoinSet<()>,
+    claimed: Claimed,
+) {
+    let (stop_tx, stop_rx) = watch::channel(None);
+    {
+        let mut sh = ctx.shared();
+        sh.stats.claimed += 1;
+        sh.running.insert(claimed.run_id, stop_tx);
+    }
+    let job = Job {
+        queue: ctx.queue.clone(),
+        claimed,
+        spool: ctx.spool.clone(),
+        stop: StopSignal { rx: stop_rx },
+    };
+    tasks.spawn(run_one(ctx.clone(), handler.clone(), job));
+}
+
+/// Runs one handler with heartbeats, then settles the run.
+async fn run_one(ctx: Arc<Ctx>, handler: Arc<dyn Handler>, job: Job) {
+    let run = job.claimed.run_id;
+    let token = job.claimed.token;
+    let spool = ctx.spool.clone();
+    let clock = spool.clock();
+    let every = ctx.lease / 3;
+    let mut next_beat = clock.now().saturating_add(every);
+    // The handler runs on its own task so that a panic is caught; dropping this run's task
+    // (shutdown deadline) aborts it.
+    let mut work = AbortOnDrop(tokio::spawn(async move { handler.handle(job).await }));
+    let mut lost = false;
+    let outcome = loop {
+        let now = clock.now();
+        if !lost && now >= next_beat {
+            match ctx.spool.heartbeat(run, token, ctx.lease).await {
+                Ok(hb) => {
+                    ctx.shared().stats.heartbeats += 1;
+                    if hb.cancel_requested {
+                        signal(&ctx, run, StopReason::CancelRequested);
+                    }
+                }
+                Err(e) if lease_gone(&e) => {
+                    lost = true;
+                    signal(&ctx, run, StopReason::LeaseLost);
+                }
+                // Tried again at the next beat; a lease outlives two missed beats.
+                Err(e) => ctx.error(&e),
+            }
+            next_beat = clock.now().saturating_add(every);
+        }
+        let wait = idle_wait(clock.now(), Some(next_beat), ctx.poll_interval);
+        match tokio::time::timeout(wait, &mut work.0).await {
+            Ok(Ok(outcome)) => break outcome,
+            Ok(Err(join)) => {
+                ctx.shared().stats.panics += 1;
+                break Outcome::Retry(if join.is_panic() {
+                    "the handler panicked".to_owned()
+                } else {
+                    "the handler was aborted".to_owned()
+                });
+            }
+            Err(_elapsed) => {}
+        }
+    };
+    if lost {
+        ctx.shared().stats.lease_lost += 1;
+    } else {
+        settle(&ctx, run, token, outcome).await;
+    }
+    ctx.shared().running.remove(&run);
+    ctx.notify.notify_one();
+}
+
+fn signal(ctx: &Ctx, run: RunId, reason: StopReason) {
+    if let Some(tx) = ctx.shared().running.get(&run) {
+        raise(tx, reason);
+    }
+}
+
+/// Acks or nacks from the outcome, retrying transient failures a few times while the lease
+/// lasts; a run that cannot be settled is left to its lease expiry (and redelivered).
+async fn settle(ctx: &Ctx, run: RunId, token: super::LeaseToken, outcome: Outcome) {
+    let mut pause = Duration::from_millis(20);
+    for attempt in 1..=SETTLE_TRIES {
+        let result = match &outcome {
+            Outcome::Done => ctx
+                .spool
+                .ack(run, token)
+                .await
+                .map(|()| RunState::Succeeded),
+            Outcome::Retry(why) => nack(ctx, run, token, NackKind::Retryable, why).await,
+            Outcome::Fail(why) => nack(ctx, run, token, NackKind::Permanent, why).await,
+            Outcome::Nack(kind, why) => nack(ctx, run, token, *kind, why).await,
+        };
+        match result {
+            Ok(state) => {
+                *ctx.shared().stats.settled.entry(state).or_default() += 1;
+                return;
+            }
+            Err(e) if lease_gone(&e) => {
+                ctx.shared().stats.lease_lost += 1;
+                return;
+            }
+            Err(e) => {
+                ctx.error(&e);
+                if !transient(&e) || attempt == SETTLE_TRIES {
+                    return;
+                }
+                tokio::time::sleep(pause.min(ctx.poll_interval)).await;
+                pause *= 2;
+            }
+        }
+    }
+}
+
+async fn nack(
+    ctx: &Ctx,
+    run: RunId,
+    token: super::LeaseToken,
+    kind: NackKind,
+    why: &str,
+) -> Result<RunState> {
+    ctx.spool.nack(run, token, kind, why).await.map(|n| n.state)
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            StopReason::Shutdown => "the consumer is shutting down",
+            StopReason::CancelRequested => "the run was canceled",
+            StopReason::LeaseLost => "the lease on the run is lost",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
