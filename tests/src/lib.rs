@@ -121,6 +121,17 @@ pub trait MigrationHarness: Harness + Sized {
     /// state or schema (SQLite: `PRAGMA data_version` of a long-lived connection; Postgres: the
     /// committing transactions of the stamp and lineage rows and of the schema's catalog rows).
     async fn commit_probe(&self) -> String;
+
+    /// Runs one SQL statement (the same text on every backend) against the store location on a
+    /// new connection, in its own committed transaction, waiting for locks as a store's writer
+    /// does (SQLite: the default busy timeout; Postgres: the store's schema first on the
+    /// `search_path`). The application-set cases write an application's tables through it.
+    async fn execute_sql(&self, sql: &str) -> Result<()>;
+
+    /// Runs `sql`, a query returning one row of one 64-bit integer column (`SELECT count(*)
+    /// …`; a Postgres `bigint`), as [`MigrationHarness::execute_sql`] does, and returns the
+    /// value.
+    async fn query_i64(&self, sql: &str) -> Result<i64>;
 }
 
 /// What the additivity cases (A…) need on top of [`MigrationHarness`]: the backend's engine
@@ -148,6 +159,19 @@ pub trait SpoolHarness: Harness {
     /// Opens a spool over a new, empty location of the same backend, on the same clock (the
     /// model property test compares each case's whole store with a fresh model).
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>>;
+
+    /// Opens a spool over this harness's location as a build whose cairn migration set is
+    /// `runner`'s (cairn's revisions, possibly followed by test revisions), on the harness's
+    /// clock: the runner upgrades a store that is behind and uses one that is ahead as it is,
+    /// exactly as the backend's own open does with cairn's set. S14 models two releases one
+    /// additive revision apart with it.
+    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
+        let _ = runner;
+        panic!(
+            "the {} harness does not implement SpoolHarness::open_spool_as",
+            self.backend()
+        )
+    }
 }
 
 /// The in-memory reference backend's harness, and the worked example of a [`Harness`] and a
@@ -216,6 +240,20 @@ impl SpoolHarness for MemoryHarness {
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
         Ok(Arc::new(MemorySpool::new(Arc::new(self.clock.clone()))))
     }
+
+    /// The model has no schema, so every build reads and writes it alike; the runner is only
+    /// checked to be a build of cairn's own set (cairn's revisions first).
+    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
+        let set = runner.set();
+        let ours = cairn_migrate::cairn_revisions();
+        let prefix = set.revisions().get(..ours.len());
+        if set.name() != cairn_migrate::CAIRN_SET || prefix != Some(&ours[..]) {
+            return Err(cairn_core::Error::Incompatible {
+                detail: format!("set {} is not a build of cairn's own set", set.name()),
+            });
+        }
+        Ok(Arc::new(self.spool.clone()))
+    }
 }
 
 /// How many cases each property test draws: `CAIRN_PROPTEST_CASES` when set, else 24.
@@ -283,6 +321,17 @@ macro_rules! suite {
             m10_failed_upgrade_changes_nothing,
             m11_same_id_different_content_refused,
             m_rollback_story_end_to_end,
+            m2_app_real_stores_match_the_model,
+            m3_app_one_line_of_history_never_refuses,
+            m4_app_older_build_uses_newer_store_without_the_lock,
+            m6_app_live_older_connection_survives_a_migration,
+            m7_app_divergence_refused_without_the_lock,
+            m8_app_second_look_under_the_lock_returns_ahead,
+            m9_app_lineage_repair_and_base_exemption,
+            m10_app_failed_upgrade_changes_nothing,
+            m11_app_same_id_different_content_refused,
+            m_app_rollback_story_end_to_end,
+            m_app_two_builds_share_one_store,
         );
     };
     ($harness:expr, migrations, multi_node) => {
@@ -318,6 +367,7 @@ macro_rules! spool_suite {
             s4_expired_lease_reclaimed_and_stale_token_refused,
             s4_heartbeat_extends_and_unreclaimed_lease_is_still_held,
             s5_enqueue_claim_ack_races_lose_and_duplicate_nothing,
+            s6_shutdown_while_enqueues_arrive_strands_nothing,
             s7_run_events_sequence_dedup_and_order,
             s7_concurrent_appends_get_gap_free_seqs,
             s8_supersede_replaces_older_queued_runs_only,
@@ -327,6 +377,7 @@ macro_rules! spool_suite {
             s10_claim_order_priority_then_due_time,
             s11_retention_keeps_store_under_cap_in_long_run,
             s11_retention_order_and_batches,
+            s14_builds_one_additive_revision_apart_share_runs,
             s15_facts_first_writer_wins,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,

@@ -1,17 +1,22 @@
 //! Migration cases (M…): the lineage-aware runner on a real store.
 //!
 //! Builds with different histories are modelled in one process by giving the runner different
-//! revision chains: cairn's own revisions followed by test revisions. Test revisions use SQL
+//! revision chains: a set's base revisions followed by test revisions. Test revisions use SQL
 //! both engines accept, so every case runs unchanged on SQLite and Postgres.
+//!
+//! Every case runs for two sets (a [`Subject`]): cairn's own (`m4_…`), and an application's
+//! (`m4_app_…`): a set named `app` whose base is `tests/fixtures/app_v1`, opened on a store
+//! cairn's own set already created — the way a service opens: cairn's set first, then its own.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::{Error, Seq};
+use cairn_core::{EpochDiagnostics, Error, Seq};
 use cairn_migrate::{
-    cairn_revisions, classify, Classification, MigrateError, MigrationSet, Opened, Revision,
-    Runner, RunnerHooks, StoredState, CAIRN_SET,
+    cairn_revisions, classify, embed_migrations, Classification, MigrateError, MigrationSet,
+    Opened, Revision, Runner, RunnerHooks, StoredState, CAIRN_SET,
 };
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -22,6 +27,82 @@ use crate::{proptest_cases, random_space, MigrationHarness};
 /// How long a case waits for something that must happen promptly (an open that takes no lock,
 /// an append released by a commit). Generous: it bounds a wait, it is never slept.
 const DEADLINE: Duration = Duration::from_secs(20);
+
+/// The application set's name in these cases.
+const APP_SET: &str = "app";
+
+/// Build 1 of the imaginary service: the base revision `0001_items` (table `app_items`).
+const APP_V1: &[(&str, &str)] = embed_migrations!("fixtures/app_v1");
+/// Build 2: the same base, then `0002_item_notes` and `0003_item_events` (per-dialect files).
+const APP_V2: &[(&str, &str)] = embed_migrations!("fixtures/app_v2");
+/// Another build 2, diverged after the base: `0002_item_audit`.
+const APP_V2_DIVERGED: &[(&str, &str)] = embed_migrations!("fixtures/app_v2_diverged");
+
+/// The migration set a case runs on.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Subject {
+    /// cairn's own set: its revisions, then test revisions.
+    Cairn,
+    /// An application's set (`app`): the base of `tests/fixtures/app_v1`, then test revisions,
+    /// on a store cairn's own set created first.
+    App,
+}
+
+impl Subject {
+    fn name(self) -> &'static str {
+        match self {
+            Subject::Cairn => CAIRN_SET,
+            Subject::App => APP_SET,
+        }
+    }
+
+    /// The set's base revisions, which every build of these cases has.
+    fn base(self) -> Vec<Revision> {
+        match self {
+            Subject::Cairn => cairn_revisions(),
+            Subject::App => app_set(APP_V1).revisions().to_vec(),
+        }
+    }
+
+    /// The last base revision, the parent of the first test revision.
+    fn head(self) -> String {
+        self.base().last().expect("a set has revisions").id.clone()
+    }
+
+    /// The base revisions followed by `extra`.
+    fn set(self, extra: Vec<Revision>) -> MigrationSet {
+        let mut revs = self.base();
+        revs.extend(extra);
+        MigrationSet::new(self.name(), revs).expect("a valid test chain")
+    }
+
+    fn build(self, extra: Vec<Revision>) -> Runner {
+        Runner::new(self.set(extra)).with_lock_timeout(DEADLINE)
+    }
+
+    /// An existing table of the set's base that the additive revision adds a column to.
+    fn base_table(self) -> &'static str {
+        match self {
+            Subject::Cairn => "epoch_event",
+            Subject::App => "app_items",
+        }
+    }
+
+    /// Brings a new store location to where the set is opened: nothing for cairn's own set;
+    /// cairn's own set (through the store's normal open) for an application's.
+    async fn prepare<H: MigrationHarness>(self, h: &H) {
+        if self == Subject::App {
+            h.open()
+                .await
+                .unwrap_or_else(|e| panic!("{}: cairn's own set: {e}", h.backend()));
+        }
+    }
+}
+
+/// An application set from embedded fixture files.
+fn app_set(files: &[(&str, &str)]) -> MigrationSet {
+    MigrationSet::from_embedded(APP_SET, files).expect("the fixture set is valid")
+}
 
 /// A test revision with the same SQL on both engines.
 fn rev(id: &str, parent: &str, sql: &[&str]) -> Revision {
@@ -46,52 +127,52 @@ fn table_rev(id: &str, parent: &str) -> Revision {
     )
 }
 
-fn cairn_head() -> String {
-    cairn_revisions()
-        .last()
-        .expect("cairn has revisions")
-        .id
-        .clone()
-}
-
-/// cairn's own revisions followed by `extra`.
-fn set(extra: Vec<Revision>) -> MigrationSet {
-    let mut revs = cairn_revisions();
-    revs.extend(extra);
-    MigrationSet::new(CAIRN_SET, revs).expect("a valid test chain")
-}
-
-fn build(extra: Vec<Revision>) -> Runner {
-    Runner::new(set(extra)).with_lock_timeout(DEADLINE)
-}
-
-/// The release build N+1 of the rollback story: an additive revision on the epoch log itself
-/// plus a new table.
-fn additive_next() -> Vec<Revision> {
+/// The release build N+1 of the rollback story: an additive revision on an existing table of
+/// the set (for cairn's own set, the epoch log itself) plus a new table.
+fn additive_next(s: Subject) -> Vec<Revision> {
     vec![rev(
         "t_0002_event_note",
-        &cairn_head(),
+        &s.head(),
         &[
-            "ALTER TABLE epoch_event ADD COLUMN note TEXT",
+            &format!("ALTER TABLE {} ADD COLUMN note TEXT", s.base_table()),
             "CREATE TABLE t_0002_side (id BIGINT NOT NULL PRIMARY KEY, note TEXT)",
             "CREATE INDEX t_0002_side_note ON t_0002_side (note)",
         ],
     )]
 }
 
-async fn state<H: MigrationHarness>(h: &H) -> StoredState {
+async fn state<H: MigrationHarness>(h: &H, s: Subject) -> StoredState {
     h.migrator()
         .await
-        .read_state(CAIRN_SET)
+        .read_state(s.name())
         .await
         .expect("read the migration state")
 }
 
+/// Opens the epoch store as a build whose `s` set is `runner`'s: for cairn's own set through
+/// the harness; for an application's, cairn's set first (the store's normal open), then the
+/// application's set through the runner.
+async fn try_open_as<H: MigrationHarness>(
+    h: &H,
+    s: Subject,
+    runner: &Runner,
+) -> Result<Arc<dyn EpochDiagnostics>, Error> {
+    match s {
+        Subject::Cairn => h.open_as(runner).await,
+        Subject::App => {
+            let store = h.open().await?;
+            runner.open(h.migrator().await.as_ref()).await?;
+            Ok(store)
+        }
+    }
+}
+
 async fn open_as<H: MigrationHarness>(
     h: &H,
+    s: Subject,
     runner: &Runner,
-) -> Arc<dyn cairn_core::EpochDiagnostics> {
-    h.open_as(runner)
+) -> Arc<dyn EpochDiagnostics> {
+    try_open_as(h, s, runner)
         .await
         .unwrap_or_else(|e| panic!("{}: open failed: {e}", h.backend()))
 }
@@ -102,8 +183,14 @@ async fn run<H: MigrationHarness>(h: &H, runner: &Runner) -> Result<Opened, Migr
     runner.open(m.as_ref()).await
 }
 
-/// Exercises the epoch log through `store`: append, read the heads and the feed, repair.
-async fn use_store(store: &dyn cairn_core::EpochDiagnostics, label: &str) {
+/// Exercises the epoch log through `store`: append, read the heads and the feed, repair; and,
+/// for an application's set, writes and reads its base table naming only the base columns.
+async fn use_store<H: MigrationHarness>(
+    h: &H,
+    s: Subject,
+    store: &dyn EpochDiagnostics,
+    label: &str,
+) {
     let space = random_space(label);
     let a = store
         .append(&space, ev(format!("{label}-1")))
@@ -120,28 +207,110 @@ async fn use_store(store: &dyn cairn_core::EpochDiagnostics, label: &str) {
     let page = store.events_since(&space, None, 10).await.expect("feed");
     assert_eq!(page.events.len(), 2);
     store.repair_heads(&space).await.expect("repair");
+    if s == Subject::App {
+        use_app_table(h, label).await;
+    }
 }
 
-/// M3: builds whose heads lie on one line of history, opening in any order, never refuse each
-/// other, and the store ends at the newest head any of them brought.
-pub async fn m3_one_line_of_history_never_refuses<H: MigrationHarness>(h: &H) {
-    let head = cairn_head();
+/// Inserts, updates and reads back one row of `app_items`, naming only the base revision's
+/// columns (what build 1 of the service does).
+async fn use_app_table<H: MigrationHarness>(h: &H, label: &str) {
+    static NEXT_ID: AtomicI64 = AtomicI64::new(1_000);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    h.execute_sql(&format!(
+        "INSERT INTO app_items (id, name, qty) VALUES ({id}, '{label}', 1)"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("{label}: write the application's table: {e}"));
+    h.execute_sql(&format!(
+        "UPDATE app_items SET qty = qty + 1 WHERE id = {id}"
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("{label}: update the application's table: {e}"));
+    let found = h
+        .query_i64(&format!(
+            "SELECT count(*) FROM app_items WHERE id = {id} AND name = '{label}' AND qty = 2"
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("{label}: read the application's table: {e}"));
+    assert_eq!(found, 1, "{label}: the application's row reads back");
+}
+
+/// Declares each case twice, for cairn's own set and for the application set.
+macro_rules! for_both_sets {
+    ($( $(#[$doc:meta])* $cairn:ident, $app:ident => $body:ident; )*) => {
+        $(
+            $(#[$doc])*
+            pub async fn $cairn<H: MigrationHarness>(h: &H) {
+                $body(h, Subject::Cairn).await;
+            }
+
+            $(#[$doc])*
+            ///
+            /// On an application's set, opened after cairn's own.
+            pub async fn $app<H: MigrationHarness>(h: &H) {
+                $body(h, Subject::App).await;
+            }
+        )*
+    };
+}
+
+for_both_sets! {
+    /// M2: real stores match the model over random revision trees (up to three revisions on
+    /// top of the set's base) and up to eight opens by any build, some of which upgrade without
+    /// recording lineage. After every open: the outcome, stamp, lineage, tables and columns,
+    /// and whether the open committed anything.
+    m2_real_stores_match_the_model, m2_app_real_stores_match_the_model => m2;
+    /// M3: builds whose heads lie on one line of history, opening in any order, never refuse
+    /// each other, and the store ends at the newest head any of them brought.
+    m3_one_line_of_history_never_refuses, m3_app_one_line_of_history_never_refuses => m3;
+    /// M4 and the rollback story: an older build opens a store a newer build migrated — without
+    /// taking the lock, while another connection holds it — and then appends, reads and
+    /// repairs.
+    m4_older_build_uses_newer_store_without_the_lock,
+    m4_app_older_build_uses_newer_store_without_the_lock => m4;
+    /// M6: a store opened by the older build keeps working across a newer build's migration;
+    /// its write, blocked by the migration's transaction, completes after the commit.
+    m6_live_older_connection_survives_a_migration,
+    m6_app_live_older_connection_survives_a_migration => m6;
+    /// M7: a diverged branch is refused without taking the lock, changes nothing, names both
+    /// revisions; the common ancestor still opens.
+    m7_divergence_refused_without_the_lock, m7_app_divergence_refused_without_the_lock => m7;
+    /// M8: an opener that found the store behind and then waited out a newer build's migration
+    /// returns ahead and runs nothing (the test holds the lock and migrates in between).
+    m8_second_look_under_the_lock_returns_ahead,
+    m8_app_second_look_under_the_lock_returns_ahead => m8;
+    /// M9: lineage repair after a runner that records none, and the base exemption.
+    m9_lineage_repair_and_base_exemption, m9_app_lineage_repair_and_base_exemption => m9;
+    /// M10: an upgrade that fails after writing the lineage leaves schema, stamp and lineage as
+    /// they were.
+    m10_failed_upgrade_changes_nothing, m10_app_failed_upgrade_changes_nothing => m10;
+    /// M11: the same revision id with different content is refused and named.
+    m11_same_id_different_content_refused, m11_app_same_id_different_content_refused => m11;
+    /// The rollback story end to end: build N+1 migrates additively and writes; build N, rolled
+    /// back to, keeps working on the same store with no manual step and reads N+1's epochs;
+    /// N+1 then opens again without migrating.
+    m_rollback_story_end_to_end, m_app_rollback_story_end_to_end => rollback_story;
+}
+
+async fn m3<H: MigrationHarness>(h: &H, s: Subject) {
+    let head = s.head();
     let line = [
         table_rev("m3_a", &head),
         table_rev("m3_b", "m3_a"),
         table_rev("m3_c", "m3_b"),
     ];
     let builds: Vec<Runner> = (0..=line.len())
-        .map(|n| build(line[..n].to_vec()))
+        .map(|n| s.build(line[..n].to_vec()))
         .collect();
     for order in [[0, 3, 1, 2], [2, 1, 3, 0], [1, 2, 0, 3], [3, 2, 1, 0]] {
         let h = h.fresh().await;
         let mut newest = 0;
         for &b in &order {
-            let store = open_as(&h, &builds[b]).await;
-            use_store(store.as_ref(), "m3").await;
+            let store = open_as(&h, s, &builds[b]).await;
+            use_store(&h, s, store.as_ref(), "m3").await;
             newest = newest.max(b);
-            let stamp = state(&h).await.stamp;
+            let stamp = state(&h, s).await.stamp;
             assert_eq!(
                 stamp.as_deref(),
                 Some(builds[newest].set().head().id.as_str()),
@@ -151,14 +320,12 @@ pub async fn m3_one_line_of_history_never_refuses<H: MigrationHarness>(h: &H) {
     }
 }
 
-/// M4 and the rollback story: an older build opens a store a newer build migrated — without
-/// taking the lock, while another connection holds it — and then appends, reads and repairs.
-pub async fn m4_older_build_uses_newer_store_without_the_lock<H: MigrationHarness>(h: &H) {
-    let newer = build(additive_next());
-    let older = build(vec![]);
-    let n1 = open_as(h, &newer).await;
-    use_store(n1.as_ref(), "m4-newer").await;
-    let before = state(h).await;
+async fn m4<H: MigrationHarness>(h: &H, s: Subject) {
+    let newer = s.build(additive_next(s));
+    let older = s.build(vec![]);
+    let n1 = open_as(h, s, &newer).await;
+    use_store(h, s, n1.as_ref(), "m4-newer").await;
+    let before = state(h, s).await;
 
     let m = h.migrator().await;
     let held = m.lock(DEADLINE).await.expect("take the migration lock");
@@ -174,21 +341,19 @@ pub async fn m4_older_build_uses_newer_store_without_the_lock<H: MigrationHarnes
     );
     held.rollback().await.expect("release the lock");
 
-    let old = open_as(h, &older).await;
-    use_store(old.as_ref(), "m4-older").await;
+    let old = open_as(h, s, &older).await;
+    use_store(h, s, old.as_ref(), "m4-older").await;
     assert_eq!(
-        state(h).await,
+        state(h, s).await,
         before,
         "M4: the older build left stamp and lineage alone"
     );
 }
 
-/// M6: a store instance opened by the older build keeps working across a newer build's
-/// migration; its append, blocked by the migration's transaction, completes after the commit.
-pub async fn m6_live_older_connection_survives_a_migration<H: MigrationHarness>(h: &H) {
-    let older = build(vec![]);
-    let newer = build(additive_next());
-    let live = open_as(h, &older).await;
+async fn m6<H: MigrationHarness>(h: &H, s: Subject) {
+    let older = s.build(vec![]);
+    let newer = s.build(additive_next(s));
+    let live = open_as(h, s, &older).await;
     let space = random_space("m6");
     let first = live.append(&space, ev("m6-before")).await.unwrap();
 
@@ -198,50 +363,78 @@ pub async fn m6_live_older_connection_survives_a_migration<H: MigrationHarness>(
         tx.execute(sql).await.expect("apply the newer revision");
     }
     tx.write_state(
-        CAIRN_SET,
+        s.name(),
         &newer.set().head().id,
         Some(&newer.set().lineage()),
     )
     .await
     .unwrap();
 
-    let blocked = {
-        let live = Arc::clone(&live);
-        let space = space.clone();
-        tokio::spawn(async move { live.append(&space, ev("m6-during")).await })
-    };
-    // The append must wait for the migration: it cannot finish while the transaction is open.
-    let mut blocked = blocked;
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), &mut blocked)
-            .await
-            .is_err(),
-        "M6: an append finished while the migration held the lock"
-    );
-    tx.commit().await.expect("commit the migration");
-    let during = tokio::time::timeout(DEADLINE, blocked)
-        .await
-        .expect("M6: the blocked append completes after the commit")
-        .expect("task")
-        .expect("M6: the blocked append succeeds");
-    assert_eq!(during.parents, vec![first.id]);
-    assert_eq!(during.seq, Seq(2));
-    use_store(live.as_ref(), "m6-after").await;
+    match s {
+        Subject::Cairn => {
+            let blocked = {
+                let live = Arc::clone(&live);
+                let space = space.clone();
+                tokio::spawn(async move { live.append(&space, ev("m6-during")).await })
+            };
+            // The append must wait for the migration: it cannot finish while the transaction
+            // is open.
+            let mut blocked = blocked;
+            assert!(
+                tokio::time::timeout(Duration::from_millis(300), &mut blocked)
+                    .await
+                    .is_err(),
+                "M6: an append finished while the migration held the lock"
+            );
+            tx.commit().await.expect("commit the migration");
+            let during = tokio::time::timeout(DEADLINE, blocked)
+                .await
+                .expect("M6: the blocked append completes after the commit")
+                .expect("task")
+                .expect("M6: the blocked append succeeds");
+            assert_eq!(during.parents, vec![first.id]);
+            assert_eq!(during.seq, Seq(2));
+        }
+        Subject::App => {
+            // The older build's write to the table the migration alters must wait for it.
+            let mut blocked =
+                h.execute_sql("INSERT INTO app_items (id, name, qty) VALUES (6, 'm6-during', 1)");
+            assert!(
+                tokio::time::timeout(Duration::from_millis(300), &mut blocked)
+                    .await
+                    .is_err(),
+                "M6: a write to the altered table finished while the migration held the lock"
+            );
+            tx.commit().await.expect("commit the migration");
+            tokio::time::timeout(DEADLINE, blocked)
+                .await
+                .expect("M6: the blocked write completes after the commit")
+                .expect("M6: the blocked write succeeds");
+            let n = h
+                .query_i64("SELECT count(*) FROM app_items WHERE id = 6 AND note IS NULL")
+                .await
+                .expect("read the application's table");
+            assert_eq!(
+                n, 1,
+                "M6: the older build's row is stored, the new column empty"
+            );
+        }
+    }
+    use_store(h, s, live.as_ref(), "m6-after").await;
     assert_eq!(
-        state(h).await.stamp.as_deref(),
+        state(h, s).await.stamp.as_deref(),
         Some(newer.set().head().id.as_str())
     );
 }
 
-/// M7: a diverged branch is refused without taking the lock, changes nothing, names both
-/// revisions; the common ancestor still opens.
-pub async fn m7_divergence_refused_without_the_lock<H: MigrationHarness>(h: &H) {
-    let head = cairn_head();
-    let left = build(vec![table_rev("m7_left", &head)]);
-    let right = build(vec![table_rev("m7_right", &head)]);
-    let ancestor = build(vec![]);
+async fn m7<H: MigrationHarness>(h: &H, s: Subject) {
+    s.prepare(h).await;
+    let head = s.head();
+    let left = s.build(vec![table_rev("m7_left", &head)]);
+    let right = s.build(vec![table_rev("m7_right", &head)]);
+    let ancestor = s.build(vec![]);
     run(h, &left).await.expect("left migrates");
-    let (schema, probe, before) = (h.schema().await, h.commit_probe().await, state(h).await);
+    let (schema, probe, before) = (h.schema().await, h.commit_probe().await, state(h, s).await);
 
     let m = h.migrator().await;
     let held = m.lock(DEADLINE).await.expect("take the migration lock");
@@ -257,8 +450,7 @@ pub async fn m7_divergence_refused_without_the_lock<H: MigrationHarness>(h: &H) 
         "M7: names both revisions: {line}"
     );
     assert!(!line.contains('\n'), "M7: one line");
-    let store_err = h
-        .open_as(&right)
+    let store_err = try_open_as(h, s, &right)
         .await
         .expect_err("the store open refuses too");
     assert!(
@@ -267,7 +459,7 @@ pub async fn m7_divergence_refused_without_the_lock<H: MigrationHarness>(h: &H) 
     );
     assert_eq!(h.schema().await, schema, "M7: nothing changed");
     assert_eq!(h.commit_probe().await, probe, "M7: nothing was committed");
-    assert_eq!(state(h).await, before);
+    assert_eq!(state(h, s).await, before);
 
     let opened = run(h, &ancestor)
         .await
@@ -278,17 +470,16 @@ pub async fn m7_divergence_refused_without_the_lock<H: MigrationHarness>(h: &H) 
             stamp: "m7_left".into()
         }
     );
-    use_store(open_as(h, &ancestor).await.as_ref(), "m7").await;
+    use_store(h, s, open_as(h, s, &ancestor).await.as_ref(), "m7").await;
 }
 
-/// M8: an opener that found the store behind and then waited out a newer build's migration
-/// returns ahead and runs nothing (the test holds the lock and migrates in between).
-pub async fn m8_second_look_under_the_lock_returns_ahead<H: MigrationHarness>(h: &H) {
-    let base = build(vec![]);
+async fn m8<H: MigrationHarness>(h: &H, s: Subject) {
+    s.prepare(h).await;
+    let base = s.build(vec![]);
     run(h, &base).await.expect("base");
-    let behind_set = set(vec![table_rev("m8_mid", &cairn_head())]);
-    let newer = build(vec![
-        table_rev("m8_mid", &cairn_head()),
+    let behind_set = s.set(vec![table_rev("m8_mid", &s.head())]);
+    let newer = s.build(vec![
+        table_rev("m8_mid", &s.head()),
         table_rev("m8_top", "m8_mid"),
     ]);
 
@@ -308,12 +499,12 @@ pub async fn m8_second_look_under_the_lock_returns_ahead<H: MigrationHarness>(h:
         .await
         .expect("M8: the opener looked, found work, and went for the lock");
 
-    for r in &newer.set().revisions()[cairn_revisions().len()..] {
+    for r in &newer.set().revisions()[s.base().len()..] {
         for sql in r.up(m.dialect()) {
             tx.execute(sql).await.unwrap();
         }
     }
-    tx.write_state(CAIRN_SET, "m8_top", Some(&newer.set().lineage()))
+    tx.write_state(s.name(), "m8_top", Some(&newer.set().lineage()))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -328,7 +519,7 @@ pub async fn m8_second_look_under_the_lock_returns_ahead<H: MigrationHarness>(h:
             stamp: "m8_top".into()
         }
     );
-    let after = state(h).await;
+    let after = state(h, s).await;
     assert_eq!(after.stamp.as_deref(), Some("m8_top"));
     assert_eq!(
         after.lineage,
@@ -340,12 +531,12 @@ pub async fn m8_second_look_under_the_lock_returns_ahead<H: MigrationHarness>(h:
     }
 }
 
-/// M9: lineage repair after a runner that records none, and the base exemption.
-pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
+async fn m9<H: MigrationHarness>(h: &H, s: Subject) {
     let h = &h.fresh().await;
+    s.prepare(h).await;
     // Base exemption: a store at the base revision with no lineage opens without the lock and
-    // without a write.
-    let base_only = Runner::new(MigrationSet::new(CAIRN_SET, cairn_revisions()).unwrap())
+    // without a write. The build that knows only the base revision is the oldest possible.
+    let base_only = Runner::new(MigrationSet::new(s.name(), s.base()[..1].to_vec()).unwrap())
         .with_lock_timeout(DEADLINE);
     let no_lineage = |r: Runner| {
         r.with_hooks(RunnerHooks {
@@ -356,7 +547,7 @@ pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
     run(h, &no_lineage(base_only.clone()))
         .await
         .expect("a lineage-less runner creates the store");
-    assert_eq!(state(h).await.lineage, None);
+    assert_eq!(state(h, s).await.lineage, None);
     let probe = h.commit_probe().await;
     let m = h.migrator().await;
     let held = m.lock(DEADLINE).await.unwrap();
@@ -373,7 +564,7 @@ pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
     );
 
     // A lineage-less runner moves the store to N+1: the older build is refused.
-    let newer = build(additive_next());
+    let newer = s.build(additive_next(s));
     run(h, &no_lineage(newer.clone()))
         .await
         .expect("lineage-less upgrade");
@@ -384,7 +575,7 @@ pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
 
     // A lineage-recording build at N+1 repairs it; later opens only read.
     assert_eq!(run(h, &newer).await.unwrap(), Opened::LineageRepaired);
-    assert_eq!(state(h).await.lineage, Some(newer.set().lineage()));
+    assert_eq!(state(h, s).await.lineage, Some(newer.set().lineage()));
     let probe = h.commit_probe().await;
     let held = m.lock(DEADLINE).await.unwrap();
     let again = tokio::time::timeout(DEADLINE, run(h, &newer))
@@ -402,19 +593,20 @@ pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
     );
 
     // A store at this head carrying another history's lineage gets ours.
-    let other = build(vec![table_rev("m9_other", &cairn_head())]);
+    let other = s.build(vec![table_rev("m9_other", &s.head())]);
     let h2 = h.fresh().await;
+    s.prepare(&h2).await;
     run(&h2, &other).await.unwrap();
-    let foreign_lineage = state(&h2).await.lineage;
+    let foreign_lineage = state(&h2, s).await.lineage;
     let m2 = h2.migrator().await;
     let mut tx = m2.lock(DEADLINE).await.unwrap();
-    tx.write_state(CAIRN_SET, &cairn_head(), foreign_lineage.as_deref())
+    tx.write_state(s.name(), &s.head(), foreign_lineage.as_deref())
         .await
         .unwrap();
     tx.commit().await.unwrap();
-    let head_build = Runner::new(set(vec![])).with_lock_timeout(DEADLINE);
-    // cairn's own head is the base today: exempt, so nothing is repaired.
-    let expected = if cairn_revisions().len() > 1 {
+    let head_build = s.build(vec![]);
+    // A head that is the base is exempt: nothing is repaired.
+    let expected = if s.base().len() > 1 {
         Opened::LineageRepaired
     } else {
         Opened::AtHead
@@ -422,12 +614,11 @@ pub async fn m9_lineage_repair_and_base_exemption<H: MigrationHarness>(h: &H) {
     assert_eq!(run(&h2, &head_build).await.unwrap(), expected);
 }
 
-/// M10: an upgrade that fails after writing the lineage leaves schema, stamp and lineage as they
-/// were.
-pub async fn m10_failed_upgrade_changes_nothing<H: MigrationHarness>(h: &H) {
-    run(h, &build(vec![])).await.unwrap();
-    let (schema, before) = (h.schema().await, state(h).await);
-    let failing = build(additive_next()).with_hooks(RunnerHooks {
+async fn m10<H: MigrationHarness>(h: &H, s: Subject) {
+    s.prepare(h).await;
+    run(h, &s.build(vec![])).await.unwrap();
+    let (schema, before) = (h.schema().await, state(h, s).await);
+    let failing = s.build(additive_next(s)).with_hooks(RunnerHooks {
         fail_after_lineage_write: true,
         ..RunnerHooks::default()
     });
@@ -436,11 +627,15 @@ pub async fn m10_failed_upgrade_changes_nothing<H: MigrationHarness>(h: &H) {
         .expect_err("M10: the injected failure surfaces");
     assert!(matches!(err, MigrateError::RevisionFailed { .. }), "{err}");
     assert_eq!(h.schema().await, schema, "M10: schema unchanged");
-    assert_eq!(state(h).await, before, "M10: stamp and lineage unchanged");
+    assert_eq!(
+        state(h, s).await,
+        before,
+        "M10: stamp and lineage unchanged"
+    );
     // A failing statement mid-revision also rolls back everything before it.
-    let broken = build(vec![rev(
+    let broken = s.build(vec![rev(
         "m10_broken",
-        &cairn_head(),
+        &s.head(),
         &[
             "CREATE TABLE m10_first (id BIGINT)",
             "ALTER TABLE no_such_table ADD COLUMN x TEXT",
@@ -458,20 +653,20 @@ pub async fn m10_failed_upgrade_changes_nothing<H: MigrationHarness>(h: &H) {
         schema,
         "M10: the first statement was rolled back"
     );
-    assert_eq!(state(h).await, before);
+    assert_eq!(state(h, s).await, before);
 }
 
-/// M11: the same revision id with different content is refused and named.
-pub async fn m11_same_id_different_content_refused<H: MigrationHarness>(h: &H) {
-    let head = cairn_head();
-    let one = build(vec![table_rev("m11_x", &head)]);
-    let other = build(vec![rev(
+async fn m11<H: MigrationHarness>(h: &H, s: Subject) {
+    s.prepare(h).await;
+    let head = s.head();
+    let one = s.build(vec![table_rev("m11_x", &head)]);
+    let other = s.build(vec![rev(
         "m11_x",
         &head,
         &["CREATE TABLE m11_x (id BIGINT NOT NULL PRIMARY KEY, other TEXT)"],
     )]);
     run(h, &one).await.unwrap();
-    let (schema, before) = (h.schema().await, state(h).await);
+    let (schema, before) = (h.schema().await, state(h, s).await);
     let err = run(h, &other).await.expect_err("M11: refused");
     assert!(
         matches!(&err, MigrateError::Refused { refusal: cairn_migrate::Refusal::ChecksumMismatch { revision, .. }, .. } if revision == "m11_x"),
@@ -479,26 +674,23 @@ pub async fn m11_same_id_different_content_refused<H: MigrationHarness>(h: &H) {
     );
     assert!(err.to_string().contains("m11_x"));
     assert_eq!(h.schema().await, schema);
-    assert_eq!(state(h).await, before);
+    assert_eq!(state(h, s).await, before);
 }
 
-/// The rollback story end to end: build N+1 migrates additively and writes; build N, rolled
-/// back to, keeps working on the same store with no manual step and reads N+1's epochs; N+1
-/// then opens again without migrating.
-pub async fn m_rollback_story_end_to_end<H: MigrationHarness>(h: &H) {
-    let n = build(vec![]);
-    let n1 = build(additive_next());
+async fn rollback_story<H: MigrationHarness>(h: &H, s: Subject) {
+    let n = s.build(vec![]);
+    let n1 = s.build(additive_next(s));
     let space = random_space("rollback");
-    let store_n = open_as(h, &n).await;
+    let store_n = open_as(h, s, &n).await;
     let a = store_n.append(&space, ev("by N")).await.unwrap();
     drop(store_n);
 
-    let store_n1 = open_as(h, &n1).await;
+    let store_n1 = open_as(h, s, &n1).await;
     let b = store_n1.append(&space, ev("by N+1")).await.unwrap();
     assert_eq!(b.parents, vec![a.id]);
     drop(store_n1);
 
-    let store_n = open_as(h, &n).await;
+    let store_n = open_as(h, s, &n).await;
     let c = store_n.append(&space, ev("by N again")).await.unwrap();
     assert_eq!(c.parents, vec![b.id], "N sees N+1's epoch as the head");
     let page = store_n.events_since(&space, None, 100).await.unwrap();
@@ -507,18 +699,115 @@ pub async fn m_rollback_story_end_to_end<H: MigrationHarness>(h: &H) {
         store_n.repair_heads(&space).await.unwrap(),
         cairn_core::RepairOutcome::Unchanged
     ));
+    use_store(h, s, store_n.as_ref(), "rollback-n").await;
 
     assert_eq!(run(h, &n1).await.unwrap(), Opened::AtHead);
-    assert_eq!(state(h).await.stamp.as_deref(), Some("t_0002_event_note"));
+    assert_eq!(
+        state(h, s).await.stamp.as_deref(),
+        Some("t_0002_event_note")
+    );
+}
+
+/// Two builds of a service sharing one store (the fixtures `app_v1`, `app_v2`,
+/// `app_v2_diverged`, embedded with `embed_migrations!`): v2 upgrades the store v1 created;
+/// v1 then classifies it ahead — without the lock — and keeps reading and writing its table,
+/// next to v2's rows; a diverged v2' is refused in one line naming both revisions and changes
+/// nothing; cairn's own set is untouched throughout.
+pub async fn m_app_two_builds_share_one_store<H: MigrationHarness>(h: &H) {
+    let runner = |files| Runner::new(app_set(files)).with_lock_timeout(DEADLINE);
+    let (v1, v2, v2_diverged) = (runner(APP_V1), runner(APP_V2), runner(APP_V2_DIVERGED));
+    let s = Subject::App;
+    let store = open_as(h, s, &v1).await;
+    use_store(h, s, store.as_ref(), "v1").await;
+    let cairn_state = state(h, Subject::Cairn).await;
+
+    let upgraded = run(h, &v2).await.expect("v2 upgrades the store");
+    assert_eq!(
+        upgraded,
+        Opened::Upgraded {
+            from: Some("0001_items".into()),
+            applied: vec!["0002_item_notes".into(), "0003_item_events".into()],
+        }
+    );
+    h.execute_sql("INSERT INTO app_items (id, name, qty, note) VALUES (2, 'by v2', 5, 'noted')")
+        .await
+        .expect("v2 writes its new column");
+    h.execute_sql("INSERT INTO app_item_events (item_id) VALUES (2)")
+        .await
+        .expect("v2 writes its new table");
+    let after_v2 = state(h, s).await;
+
+    let m = h.migrator().await;
+    let held = m.lock(DEADLINE).await.expect("take the migration lock");
+    let status = v1
+        .status(m.as_ref())
+        .await
+        .expect("v1 classifies the store");
+    assert_eq!(
+        status,
+        Classification::Ahead {
+            stamp: "0003_item_events".into()
+        }
+    );
+    let opened = tokio::time::timeout(DEADLINE, run(h, &v1))
+        .await
+        .expect("v1 must not wait for the migration lock")
+        .expect("v1 opens the store v2 migrated");
+    held.rollback().await.expect("release the lock");
+    assert_eq!(
+        opened,
+        Opened::Ahead {
+            stamp: "0003_item_events".into()
+        }
+    );
+    let store = open_as(h, s, &v1).await;
+    use_store(h, s, store.as_ref(), "v1-after-v2").await;
+    assert_eq!(
+        h.query_i64("SELECT count(*) FROM app_items WHERE note = 'noted' AND qty = 5")
+            .await
+            .expect("read v2's row"),
+        1,
+        "v2's row is intact"
+    );
+    assert_eq!(state(h, s).await, after_v2, "v1 wrote no bookkeeping");
+
+    let (schema, probe) = (h.schema().await, h.commit_probe().await);
+    let err = run(h, &v2_diverged)
+        .await
+        .expect_err("the diverged build is refused");
+    assert!(err.is_refusal(), "{err}");
+    let line = err.to_string();
+    assert!(
+        line.contains("0003_item_events") && line.contains("0002_item_audit"),
+        "names both revisions: {line}"
+    );
+    assert!(!line.contains('\n'), "one line: {line}");
+    let store_err = try_open_as(h, s, &v2_diverged)
+        .await
+        .expect_err("the service's open refuses too");
+    assert!(
+        matches!(store_err, Error::Incompatible { .. }),
+        "{store_err:?}"
+    );
+    assert_eq!(h.schema().await, schema, "nothing changed");
+    assert_eq!(h.commit_probe().await, probe, "nothing was committed");
+    assert_eq!(state(h, s).await, after_v2);
+
+    assert_eq!(run(h, &v2).await.unwrap(), Opened::AtHead);
+    assert_eq!(
+        state(h, Subject::Cairn).await,
+        cairn_state,
+        "cairn's own stamp and lineage are untouched by the application's builds"
+    );
 }
 
 // ---- M2: real stores match the model ------------------------------------------------------
 
 #[derive(Clone, Debug)]
 struct M2Case {
-    /// Parent of each test node: `None` = cairn's head, `Some(j)` = node j (< i).
+    /// Parent of each test node: `None` = the set's head, `Some(j)` = node j (< i).
     parents: Vec<Option<usize>>,
-    /// Opens: (head node or None for cairn's head, runner records lineage?).
+    /// Opens: (head node or None for the set's head, runner records lineage?).
     opens: Vec<(Option<usize>, bool)>,
 }
 
@@ -559,16 +848,16 @@ impl M2Case {
         out
     }
 
-    fn set(&self, head: Option<usize>) -> MigrationSet {
+    fn set(&self, s: Subject, head: Option<usize>) -> MigrationSet {
         let revs = self
             .path(head)
             .into_iter()
             .map(|i| {
-                let parent = self.parents[i].map_or_else(cairn_head, Self::node_id);
+                let parent = self.parents[i].map_or_else(|| s.head(), Self::node_id);
                 table_rev(&Self::node_id(i), &parent)
             })
             .collect();
-        set(revs)
+        s.set(revs)
     }
 }
 
@@ -624,7 +913,7 @@ fn kind(r: &Result<Opened, MigrateError>) -> &'static str {
     }
 }
 
-/// Tables a store at `stamp` holds beyond cairn's own: the test nodes on the stamp's path.
+/// Tables a store at `stamp` holds beyond the set's base: the test nodes on the stamp's path.
 fn m2_tables(case: &M2Case, stamp: Option<&str>) -> BTreeSet<String> {
     let node = stamp
         .and_then(|s| s.strip_prefix("m2_n"))
@@ -632,12 +921,13 @@ fn m2_tables(case: &M2Case, stamp: Option<&str>) -> BTreeSet<String> {
     case.path(node).into_iter().map(M2Case::node_id).collect()
 }
 
-async fn m2_run_case<H: MigrationHarness>(h: &H, case: &M2Case) -> Result<(), String> {
+async fn m2_run_case<H: MigrationHarness>(h: &H, s: Subject, case: &M2Case) -> Result<(), String> {
     let h = h.fresh().await;
+    s.prepare(&h).await;
     let mut model = StoredState::default();
     let mut base_tables: Option<BTreeMap<String, Vec<String>>> = None;
     for (step, (head, records)) in case.opens.iter().enumerate() {
-        let set = case.set(*head);
+        let set = case.set(s, *head);
         let mut runner = Runner::new(set.clone()).with_lock_timeout(DEADLINE);
         if !records {
             runner = runner.with_hooks(RunnerHooks {
@@ -657,12 +947,12 @@ async fn m2_run_case<H: MigrationHarness>(h: &H, case: &M2Case) -> Result<(), St
             return Err(format!("{ctx}: wrote {wrote}, model says {writes}"));
         }
         model = next;
-        let real = state(&h).await;
+        let real = state(&h, s).await;
         if real != model {
             return Err(format!("{ctx}: state {real:?} != model {model:?}"));
         }
         let schema = h.schema().await;
-        let cairn_tables: BTreeMap<String, Vec<String>> = schema
+        let base_now: BTreeMap<String, Vec<String>> = schema
             .iter()
             .filter(|(t, _)| !t.starts_with("m2_n"))
             .map(|(t, c)| (t.clone(), c.clone()))
@@ -684,19 +974,15 @@ async fn m2_run_case<H: MigrationHarness>(h: &H, case: &M2Case) -> Result<(), St
             }
         }
         match &base_tables {
-            None if model.stamp.is_some() => base_tables = Some(cairn_tables),
-            Some(b) if *b != cairn_tables => return Err(format!("{ctx}: cairn's tables changed")),
+            None if model.stamp.is_some() => base_tables = Some(base_now),
+            Some(b) if *b != base_now => return Err(format!("{ctx}: the base tables changed")),
             _ => {}
         }
     }
     Ok(())
 }
 
-/// M2: real stores match the model over random revision trees (up to three revisions on top of
-/// cairn's history) and up to eight opens by any build, some of which upgrade without
-/// recording lineage. After every open: the outcome, stamp, lineage, tables and columns, and
-/// whether the open committed anything.
-pub async fn m2_real_stores_match_the_model<H: MigrationHarness>(h: &H) {
+async fn m2<H: MigrationHarness>(h: &H, s: Subject) {
     let cases = (proptest_cases() / 2).max(8);
     tokio::task::block_in_place(|| {
         let mut runner = TestRunner::new(Config {
@@ -707,7 +993,7 @@ pub async fn m2_real_stores_match_the_model<H: MigrationHarness>(h: &H) {
         let handle = tokio::runtime::Handle::current();
         let result = runner.run(&m2_strategy(), |case| {
             handle
-                .block_on(m2_run_case(h, &case))
+                .block_on(m2_run_case(h, s, &case))
                 .map_err(|e| TestCaseError::fail(format!("M2: {e}")))
         });
         if let Err(e) = result {
