@@ -1,2 +1,7 @@
-//! The spool on PostgreSQL: every S case and the model property test of the conformance suite.
+//! The spool on PostgreSQL: every S case and the model property test of the conformance suite,
+//! the cross-process cases (S1, S3, S15 with child processes), and write failures (S12) and
+//! listener reconnection against a real server.
 cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness());
+
+#[path = "spool/processes.rs"]
+mod processes;

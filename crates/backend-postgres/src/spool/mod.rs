@@ -37,6 +37,7 @@ pub mod testkit;
 mod wake;
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -61,6 +62,10 @@ const WAKE_CONTEXT: &str = "cairn 2026-11 postgres spool wake v1";
 
 /// The key-derivation context of the supersede-group locks.
 const GROUP_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool group lock v1";
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// The `NOTIFY` channel of `queue` in the store namespace `schema`: a plain lowercase
 /// identifier of 28 bytes (Postgres allows 63), whatever the queue name.
@@ -114,6 +119,8 @@ struct Inner {
     schema: SchemaName,
     clock: Arc<dyn Clock>,
     config: SpoolConfig,
+    /// The fallback poll of new subscriptions, in milliseconds.
+    wake_poll_ms: AtomicU64,
 }
 
 impl fmt::Debug for PgSpool {
@@ -208,6 +215,7 @@ impl PgSpool {
                 schema,
                 clock,
                 config,
+                wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
             }),
         })
     }
@@ -217,6 +225,20 @@ impl PgSpool {
     pub async fn close(&self) {
         self.inner.listen_pool.close().await;
         self.inner.pool.close().await;
+    }
+
+    /// Sets the fallback poll of subscriptions made after this call (default [`WAKE_POLL`],
+    /// at least 1 ms): a waiting subscriber returns at least this often even without a
+    /// notification. Longer polls cost fewer idle claims but find work written without a
+    /// `NOTIFY` later.
+    pub fn set_wake_poll(&self, poll: Duration) {
+        self.inner
+            .wake_poll_ms
+            .store(millis(poll).max(1), Ordering::Relaxed);
+    }
+
+    pub(crate) fn wake_poll(&self) -> Duration {
+        Duration::from_millis(self.inner.wake_poll_ms.load(Ordering::Relaxed))
     }
 
     /// The wake-up channel of `queue` (what an enqueue `NOTIFY`s).

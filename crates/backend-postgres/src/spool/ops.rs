@@ -774,7 +774,7 @@ impl Spool for PgSpool {
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         let channel = wake_channel(&self.inner.schema, queue);
         Ok(Box::new(
-            wake::subscribe(&self.inner.listen_pool, channel).await?,
+            wake::subscribe(&self.inner.listen_pool, channel, self.wake_poll()).await?,
         ))
     }
 }

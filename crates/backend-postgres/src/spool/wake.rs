@@ -13,13 +13,15 @@ use crate::error::map_sqlx;
 /// The fallback poll: a waiting subscriber returns at least this often even when no
 /// notification came, so work written by something that does not `NOTIFY` (an older build, a
 /// hand-written `INSERT`), or announced while the listening connection was being replaced, is
-/// found within this bound. Waking is cheap: the consumer's next claim finds nothing.
+/// found within this bound. Waking is cheap: the consumer's next claim finds nothing. The
+/// default of [`super::PgSpool::set_wake_poll`].
 pub const WAKE_POLL: Duration = Duration::from_secs(1);
 
 /// One subscription: a listening connection of its own.
 pub(super) struct PgWakeup {
     listener: PgListener,
     channel: String,
+    poll: Duration,
 }
 
 impl std::fmt::Debug for PgWakeup {
@@ -32,7 +34,7 @@ impl std::fmt::Debug for PgWakeup {
 
 /// Listens on `channel` with a connection from `pool`. Returns once the `LISTEN` is in effect,
 /// so every `NOTIFY` committed after this returns reaches the subscription.
-pub(super) async fn subscribe(pool: &PgPool, channel: String) -> Result<PgWakeup> {
+pub(super) async fn subscribe(pool: &PgPool, channel: String, poll: Duration) -> Result<PgWakeup> {
     let unavailable = |e: sqlx::Error| {
         let mapped = map_sqlx(e);
         match mapped {
@@ -43,7 +45,11 @@ pub(super) async fn subscribe(pool: &PgPool, channel: String) -> Result<PgWakeup
     };
     let mut listener = PgListener::connect_with(pool).await.map_err(unavailable)?;
     listener.listen(&channel).await.map_err(unavailable)?;
-    Ok(PgWakeup { listener, channel })
+    Ok(PgWakeup {
+        listener,
+        channel,
+        poll,
+    })
 }
 
 #[async_trait]
@@ -51,7 +57,7 @@ impl Wakeup for PgWakeup {
     async fn wait(&mut self) -> Result<()> {
         // A notification that arrived since the previous wait is already buffered (in the
         // listener or the socket), so it is returned at once: wake-ups between waits are kept.
-        match tokio::time::timeout(WAKE_POLL, self.listener.try_recv()).await {
+        match tokio::time::timeout(self.poll, self.listener.try_recv()).await {
             // A notification, or the fallback poll.
             Ok(Ok(Some(_))) | Err(_) => Ok(()),
             // The connection was lost and has been replaced (listening again): notifications
@@ -63,7 +69,7 @@ impl Wakeup for PgWakeup {
             // The server cannot be reached right now. The listener reconnects on the next
             // wait; until then the caller polls at the fallback interval.
             Ok(Err(_)) => {
-                tokio::time::sleep(WAKE_POLL).await;
+                tokio::time::sleep(self.poll.min(WAKE_POLL)).await;
                 Ok(())
             }
         }
