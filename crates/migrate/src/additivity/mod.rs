@@ -188,41 +188,29 @@ pub trait AdditivityEngine: Send + Sync {
     /// Checks `revision` on a throwaway store built from `target` (see the trait's contract).
     /// Nothing outside the throwaway store is touched.
     ///
-    /// The provided implementation predates application sets: it handles cairn's own set
-    /// through [`AdditivityEngine::check_revision`] and refuses any other; engines override it.
-    ///
     /// # Errors
     /// When the throwaway store cannot be built (a broken history), not for violations.
     async fn check(
         &self,
         target: &CheckTarget,
         revision: &Revision,
-    ) -> Result<Vec<Violation>, MigrateError> {
-        if target.prelude().is_empty() && target.history().name() == CAIRN_SET {
-            return self
-                .check_revision(target.history().revisions(), revision)
-                .await;
-        }
-        Err(MigrateError::Store(cairn_core::Error::backend(
-            "additivity",
-            format!(
-                "this engine cannot check revisions of the application set {} yet",
-                target.history().name()
-            ),
-        )))
-    }
+    ) -> Result<Vec<Violation>, MigrateError>;
 
     /// Checks `revision` of cairn's own set on a throwaway store built at the end of `history`
-    /// (base first; the revision's parent is `history`'s last entry) and seeded with
-    /// [`seed_epoch_log`]. Nothing outside the throwaway store is touched.
+    /// (base first; the revision's parent is `history`'s last entry): [`AdditivityEngine::check`]
+    /// with no prelude. Engines need not implement it.
     ///
     /// # Errors
-    /// When the throwaway store cannot be built (a broken `history`), not for violations.
+    /// As [`AdditivityEngine::check`].
     async fn check_revision(
         &self,
         history: &[Revision],
         revision: &Revision,
-    ) -> Result<Vec<Violation>, MigrateError>;
+    ) -> Result<Vec<Violation>, MigrateError> {
+        let history = MigrationSet::new(CAIRN_SET, history.to_vec())?;
+        self.check(&CheckTarget::new(Vec::new(), history), revision)
+            .await
+    }
 }
 
 /// Checks every revision after the first of `set`, in order, each on a store built by
