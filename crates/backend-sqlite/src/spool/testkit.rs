@@ -8,11 +8,13 @@ use async_trait::async_trait;
 use cairn_conformance::{Harness, SpoolHarness};
 use cairn_core::spool::{ManualClock, Spool};
 use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId};
+use cairn_migrate::Runner;
 
 use super::SqliteSpool;
 use crate::config::SqliteOptions;
 use crate::error::map;
 use crate::testkit::SqliteHarness;
+use crate::SqliteStore;
 
 /// The largest page count SQLite accepts for `PRAGMA max_page_count` (its default limit).
 const NO_PAGE_LIMIT: u64 = 4_294_967_294;
@@ -108,6 +110,14 @@ impl SpoolHarness for SqliteSpoolHarness {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(h);
         Ok(Arc::new(spool))
+    }
+
+    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
+        let (store, _) =
+            SqliteStore::open_migrated(self.path(), SqliteOptions::default(), runner).await?;
+        Ok(Arc::new(
+            SqliteSpool::from_store(&store, Arc::new(self.clock.clone())).await?,
+        ))
     }
 }
 
