@@ -192,7 +192,7 @@ impl PgStore {
     /// two of these and a space with two epochs at one seq.
     ///
     /// # Errors
-    /// [`Error::Conflict`] when another writer took the seq first; [`Error::InvalidInput`] for
+    /// [`Error::Conflict`](cairn_core::Error::Conflict) when another writer took the seq first; [`Error::InvalidInput`](cairn_core::Error::InvalidInput) for
     /// an invalid batch.
     pub async fn legacy_append_unlocked(
         &self,
@@ -226,7 +226,7 @@ impl PgStore {
     /// the cache untouched.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] for an invalid batch, [`Error::UnknownParent`] for a parent not
+    /// [`Error::InvalidInput`](cairn_core::Error::InvalidInput) for an invalid batch, [`Error::UnknownParent`](cairn_core::Error::UnknownParent) for a parent not
     /// in the space.
     pub async fn legacy_append(
         &self,
