@@ -17,6 +17,8 @@ mod identity;
 mod leases;
 mod lifecycle;
 mod model;
+mod shutdown;
+mod versions;
 
 pub use bad_input::*;
 pub use events::*;
@@ -24,6 +26,8 @@ pub use identity::*;
 pub use leases::*;
 pub use lifecycle::*;
 pub use model::*;
+pub use shutdown::*;
+pub use versions::*;
 
 /// The lease the cases claim with.
 pub(crate) const LEASE: Duration = Duration::from_secs(30);
