@@ -165,13 +165,37 @@ impl PgSpool {
         clock: Arc<dyn Clock>,
         config: SpoolConfig,
     ) -> Result<Self> {
+        let runner = Runner::new(cairn_set())
+            .with_lock_timeout(opts.lock_timeout.max(Duration::from_secs(30)));
+        Self::open_through(opts, clock, config, &runner).await
+    }
+
+    /// Connects as a build whose own view of cairn's migration set is `runner`'s (test support:
+    /// two releases one revision apart), with the default [`SpoolConfig`].
+    ///
+    /// # Errors
+    /// As [`crate::PgStore::connect_with`].
+    #[cfg(feature = "testkit")]
+    pub async fn connect_as(
+        opts: PgOptions,
+        clock: Arc<dyn Clock>,
+        runner: &Runner,
+    ) -> Result<Self> {
+        Self::open_through(opts, clock, SpoolConfig::default(), runner).await
+    }
+
+    /// Opens the store through `runner`, then builds the pools.
+    async fn open_through(
+        opts: PgOptions,
+        clock: Arc<dyn Clock>,
+        config: SpoolConfig,
+        runner: &Runner,
+    ) -> Result<Self> {
         let schema = SchemaName::parse(&opts.schema)?;
         if opts.max_connections == 0 {
             return Err(Error::invalid("max_connections", "must be at least 1"));
         }
         let connect = opts.connect_options()?;
-        let runner = Runner::new(cairn_set())
-            .with_lock_timeout(opts.lock_timeout.max(Duration::from_secs(30)));
         let migrator = PgMigrator::new(opts.clone())?;
         if !opts.create_if_missing {
             let state = migrator.read_state(runner.set().name()).await?;

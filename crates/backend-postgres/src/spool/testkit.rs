@@ -109,6 +109,12 @@ impl SpoolHarness for PgSpoolHarness {
         Ok(Arc::new(self.spool().await?))
     }
 
+    async fn open_spool_as(&self, runner: &cairn_migrate::Runner) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(
+            PgSpool::connect_as(self.options(), Arc::new(self.clock.clone()), runner).await?,
+        ))
+    }
+
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
         let previous = self.fresh.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((pg, spool)) = previous {
