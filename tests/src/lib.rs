@@ -393,6 +393,7 @@ macro_rules! __additivity_cases {
             a1_every_packaged_revision_passes,
             a2_each_change_alone_is_judged_for_its_own_reason,
             a2_random_combinations_flag_iff_forbidden,
+            a3_app_set_checked_over_cairns_schema,
         );
     };
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::{EpochDiagnostics, Error, Seq};
+use cairn_migrate::additivity::{check_set, Rule};
 use cairn_migrate::{
     cairn_revisions, classify, embed_migrations, Classification, MigrateError, MigrationSet,
     Opened, Revision, Runner, RunnerHooks, StoredState, CAIRN_SET,
@@ -22,7 +23,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
 use super::ev;
-use crate::{proptest_cases, random_space, MigrationHarness};
+use crate::{proptest_cases, random_space, AdditivityHarness, MigrationHarness};
 
 /// How long a case waits for something that must happen promptly (an open that takes no lock,
 /// an append released by a commit). Generous: it bounds a wait, it is never slept.
@@ -1000,4 +1001,70 @@ async fn m2<H: MigrationHarness>(h: &H, s: Subject) {
             panic!("{}: {e}", h.backend());
         }
     });
+}
+
+// ---- The additivity check on an application's set -----------------------------------------
+
+/// The executed additivity check on an application's set: each revision is checked on a store
+/// that holds cairn's own schema and then the application's history, with cairn's epoch log
+/// seeded and one synthesized row in each application table. The fixture build 2 passes; a
+/// revision that changes the application's rows or adds a NOT NULL column without a default to
+/// its table is refused on that table for its own reason; an index on cairn's own table is
+/// judged like any other (the table is there).
+pub async fn a3_app_set_checked_over_cairns_schema<H: AdditivityHarness>(h: &H) {
+    let engine = h.additivity();
+    let backend = h.backend();
+    let v2 = app_set(APP_V2);
+    let reports = check_set(engine.as_ref(), &v2)
+        .await
+        .unwrap_or_else(|e| panic!("{backend}: check build 2: {e}"));
+    let checked: Vec<&str> = reports.iter().map(|r| r.revision.as_str()).collect();
+    assert_eq!(
+        checked,
+        ["0002_item_notes", "0003_item_events"],
+        "{backend}"
+    );
+    for r in &reports {
+        assert!(
+            r.violations.is_empty(),
+            "{backend}: {} is additive: {:?}",
+            r.revision,
+            r.violations
+        );
+    }
+
+    let judged = |sql: &'static str| {
+        let engine = Arc::clone(&engine);
+        async move {
+            let mut revs = app_set(APP_V1).revisions().to_vec();
+            revs.push(rev("0002_changed", "0001_items", &[sql]));
+            let set = MigrationSet::application(APP_SET, revs).expect("a valid chain");
+            let reports = check_set(engine.as_ref(), &set)
+                .await
+                .unwrap_or_else(|e| panic!("{backend}: check {sql}: {e}"));
+            reports
+                .into_iter()
+                .flat_map(|r| r.violations)
+                .map(|v| (v.rule, v.table))
+                .collect::<Vec<_>>()
+        }
+    };
+    let on_items = Some("app_items".to_owned());
+    let rows = judged("UPDATE app_items SET qty = qty + 1").await;
+    assert!(
+        rows.contains(&(Rule::Rows, on_items.clone())),
+        "{backend}: the synthesized row of app_items changed: {rows:?}"
+    );
+    let column =
+        judged("ALTER TABLE app_items ADD COLUMN sku TEXT NOT NULL DEFAULT 'x' CHECK (sku <> '')")
+            .await;
+    assert!(
+        column.contains(&(Rule::NewColumn, on_items.clone())),
+        "{backend}: a CHECK on a new column of app_items: {column:?}"
+    );
+    let index = judged("CREATE INDEX app_epoch_event_kind ON epoch_event (kind)").await;
+    assert!(
+        index.is_empty(),
+        "{backend}: a plain index on cairn's epoch_event is additive: {index:?}"
+    );
 }
