@@ -377,3 +377,229 @@ async fn s15_two_processes_set_facts_first_writer_wins() {
         }
     }
 }
+
+const S5_KEYS: usize = 60;
+
+/// S5 across OS processes: two processes enqueue the same keys while claiming and acking as
+/// they go, then drain the queue. Every run is created once, handed out once (one attempt, to
+/// one process) and acked once; none is lost, none is duplicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_two_processes_enqueue_claim_and_ack_lose_and_duplicate_nothing() {
+    const TEST: &str = "s5_two_processes_enqueue_claim_and_ack_lose_and_duplicate_nothing";
+    let q = queue("s5-processes");
+    if let Some((db, name, _)) = child_env() {
+        let spool = child_spool(&db).await;
+        let me = ConsumerId::new(format!("s5-{name}")).unwrap();
+        ready_and_wait();
+        let work = |claimed: Vec<cairn_core::Claimed>| {
+            let spool = spool.clone();
+            async move {
+                for c in claimed {
+                    report(format!("claim {} {}", c.run_id, c.attempt));
+                    spool.ack(c.run_id, c.token).await.unwrap();
+                    report(format!("ack {}", c.run_id));
+                }
+            }
+        };
+        for i in 0..S5_KEYS {
+            let k = if name == "a" { i } else { S5_KEYS - 1 - i };
+            let e = spool
+                .enqueue(
+                    &q,
+                    &key(&format!("k{k}")),
+                    Vec::new(),
+                    EnqueueOptions::default(),
+                )
+                .await
+                .unwrap();
+            report(format!("enqueue k{k} {} {}", e.run_id, e.created));
+            if i % 3 == 0 {
+                let got = spool
+                    .claim(&q, &me, Duration::from_secs(300), 2)
+                    .await
+                    .unwrap();
+                work(got).await;
+            }
+        }
+        loop {
+            let got = spool
+                .claim(&q, &me, Duration::from_secs(300), 5)
+                .await
+                .unwrap();
+            if got.is_empty() {
+                break;
+            }
+            work(got).await;
+        }
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s5.db");
+    let parent = SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let children = vec![
+        spawn_child(TEST, &db, "a", ""),
+        spawn_child(TEST, &db, "b", ""),
+    ];
+    let reports = tokio::task::spawn_blocking(move || run_together(children))
+        .await
+        .unwrap();
+
+    let mut ids: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut created = 0;
+    let mut claims: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut acks: BTreeMap<String, usize> = BTreeMap::new();
+    for r in reports.iter().flatten() {
+        let parts: Vec<&str> = r.split(' ').collect();
+        match parts[0] {
+            "enqueue" => {
+                ids.entry(parts[1].to_owned())
+                    .or_default()
+                    .insert(parts[2].to_owned());
+                created += usize::from(parts[3] == "true");
+            }
+            "claim" => claims
+                .entry(parts[1].to_owned())
+                .or_default()
+                .push(parts[2].to_owned()),
+            "ack" => *acks.entry(parts[1].to_owned()).or_default() += 1,
+            other => panic!("unexpected report {other}"),
+        }
+    }
+    assert_eq!(ids.len(), S5_KEYS);
+    assert!(ids.values().all(|s| s.len() == 1), "S5: one id per key");
+    assert_eq!(created, S5_KEYS, "S5: each run created once");
+    let runs: BTreeSet<String> = ids.values().flatten().cloned().collect();
+    for run in &runs {
+        assert_eq!(
+            claims.get(run).map(Vec::as_slice),
+            Some(&["1".to_owned()][..]),
+            "S5: run {run} is handed out exactly once"
+        );
+        assert_eq!(
+            acks.get(run),
+            Some(&1),
+            "S5: run {run} is acked exactly once"
+        );
+    }
+    let stats = parent.stats().await.unwrap();
+    assert_eq!(
+        stats.runs.get(&cairn_core::RunState::Succeeded),
+        Some(&(S5_KEYS as u64)),
+        "S5: every run ends succeeded: {stats:?}"
+    );
+    assert_eq!(stats.runs.values().sum::<u64>(), S5_KEYS as u64);
+}
+
+/// S6: a producer process killed (SIGKILL) while enqueues keep arriving, holding a claimed
+/// run it never acks: after the crash every run whose id an enqueue returned is in the
+/// store, and every one of them is claimable — the unacknowledged one once its lease expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s6_crash_while_enqueues_arrive_loses_no_returned_run() {
+    const TEST: &str = "s6_crash_while_enqueues_arrive_loses_no_returned_run";
+    const SEEN_BEFORE_KILL: usize = 40;
+    let q = queue("s6-processes");
+    if let Some((db, _, _)) = child_env() {
+        let spool = child_spool(&db).await;
+        ready_and_wait();
+        let first = spool
+            .enqueue(&q, &key("held"), Vec::new(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        let held = spool
+            .claim(
+                &q,
+                &ConsumerId::new("s6-doomed").unwrap(),
+                Duration::from_secs(1),
+                1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(held[0].run_id, first.run_id);
+        report(format!("{}", first.run_id));
+        // Enqueue until killed.
+        for i in 0.. {
+            let e = spool
+                .enqueue(
+                    &q,
+                    &key(&format!("k{i}")),
+                    vec![0; 64],
+                    EnqueueOptions::default(),
+                )
+                .await
+                .unwrap();
+            report(e.run_id);
+        }
+        return;
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s6.db");
+    drop(
+        SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+            .await
+            .unwrap(),
+    );
+    let mut child = spawn_child(TEST, &db, "doomed", "");
+    let returned = tokio::task::spawn_blocking(move || {
+        let mut out = await_ready(&mut child);
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        let mut ids = Vec::new();
+        let mut line = String::new();
+        while ids.len() < SEEN_BEFORE_KILL {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "the child stopped early"
+            );
+            if let Some(at) = line.find(REPORT) {
+                ids.push(line[at + REPORT.len()..].trim().to_owned());
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        ids
+    })
+    .await
+    .unwrap();
+
+    let spool = SqliteSpool::open(&db, SqliteOptions::default(), Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let me = ConsumerId::new("s6-survivor").unwrap();
+    let mut claimed = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // Claim until every returned run has been handed out; the held run comes back after its
+    // one-second lease and backoff, the others at once.
+    while !returned.iter().all(|id| claimed.contains(id)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "S6: runs never became claimable: {:?}",
+            returned
+                .iter()
+                .filter(|id| !claimed.contains(*id))
+                .collect::<Vec<_>>()
+        );
+        let mut wake = spool.subscribe(&q).await.unwrap();
+        let got = spool
+            .claim(&q, &me, Duration::from_secs(30), 100)
+            .await
+            .unwrap();
+        if got.is_empty() {
+            // Nothing due yet: wait for a wake-up or the next lease expiry, whichever first.
+            let _ = tokio::time::timeout(Duration::from_millis(200), wake.wait()).await;
+        }
+        for c in got {
+            claimed.insert(c.run_id.to_string());
+            spool.ack(c.run_id, c.token).await.unwrap();
+        }
+    }
+    let held = cairn_core::RunId::parse(&returned[0]).unwrap();
+    let info = spool.run(held).await.unwrap().unwrap();
+    assert_eq!(
+        info.attempts, 2,
+        "S6: the crashed holder's run was handed out again"
+    );
+}
