@@ -22,7 +22,9 @@
 //!
 //! 3. Add flags after the expression for what the backend supports, each requiring more of the
 //!    harness:
-//!    - `migrations` — the M cases (implement [`MigrationHarness`]);
+//!    - `migrations` — the M cases (implement [`MigrationHarness`]), each for cairn's own set
+//!      (`m4_…`) and for an application's set opened after it (`m4_app_…`), plus two builds
+//!      of a service sharing one store;
 //!    - `migrations, additivity` — also the A cases (implement [`AdditivityHarness`]);
 //!    - `…, multi_node` (last) — the cases for backends whose separately opened instances are
 //!      separate nodes that lock spaces independently (implement
