@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 use std::str::FromStr;
+use std::time::{Duration, Instant};
 
+use cairn_core::{key64, scratch_name};
 use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
 use cairn_migrate::{cairn_revisions, MigrationSet, Revision};
 use cairn_postgres::testkit::test_server_url;
@@ -59,6 +61,11 @@ fn revision(statements: &[&str]) -> Revision {
 /// Runs one check and asserts it left no event trigger and no throwaway schema behind.
 async fn check(statements: &[&str]) -> Vec<Violation> {
     let _serial = SERIAL.lock().await;
+    check_serially(statements).await
+}
+
+/// As [`check`], for a caller that holds [`SERIAL`].
+async fn check_serially(statements: &[&str]) -> Vec<Violation> {
     let schemas_before = names(SCHEMAS).await;
     let engine = PgAdditivity::new(url().await);
     let violations = engine
@@ -70,16 +77,45 @@ async fn check(statements: &[&str]) -> Vec<Violation> {
         BTreeSet::new(),
         "an event trigger survived the check"
     );
-    let left: Vec<String> = names(SCHEMAS)
+    // Checks of other test processes on the same server come and go meanwhile; theirs are
+    // claimed while they run, so a new schema nobody claims is this check's.
+    let new: Vec<String> = names(SCHEMAS)
         .await
         .difference(&schemas_before)
         .cloned()
         .collect();
+    let left = unclaimed(new).await;
     assert!(
         left.is_empty(),
         "the check left its schema behind: {left:?}"
     );
     violations
+}
+
+/// The schemas of `names` no live check claims.
+async fn unclaimed(names: Vec<String>) -> Vec<String> {
+    let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&opts)
+        .await
+        .expect("connect to the test server");
+    let mut out = Vec::new();
+    for name in names {
+        let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(claim_key(&name))
+            .fetch_one(&mut conn)
+            .await
+            .expect("try the claim");
+        if free {
+            sqlx::query("SELECT pg_advisory_unlock($1)")
+                .bind(claim_key(&name))
+                .execute(&mut conn)
+                .await
+                .expect("release the claim");
+            out.push(name);
+        }
+    }
+    let _ = conn.close().await;
+    out
 }
 
 fn rules_on(violations: &[Violation], table: &str) -> BTreeSet<Rule> {
@@ -244,4 +280,133 @@ async fn an_application_revision_is_checked_over_cairns_schema_with_synthesized_
         rules_on(v, "epoch_head").is_superset(&BTreeSet::from([Rule::StatementKind, Rule::Rows])),
         "{v:?}"
     );
+}
+
+async fn admin_exec(sql: &str) {
+    let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&opts)
+        .await
+        .expect("connect to the test server");
+    sqlx::query(sql)
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let _ = conn.close().await;
+}
+
+async fn count(sql: &str, bind: &str) -> i64 {
+    let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&opts)
+        .await
+        .expect("connect to the test server");
+    let n: i64 = sqlx::query_scalar(sql)
+        .bind(bind)
+        .fetch_one(&mut conn)
+        .await
+        .expect("count query");
+    let _ = conn.close().await;
+    n
+}
+
+async fn schema_exists(name: &str) -> bool {
+    count("SELECT count(*) FROM pg_namespace WHERE nspname = $1", name).await == 1
+}
+
+/// Polls `done` every 50 ms until it holds or `within` passes.
+async fn wait_for<F, Fut>(within: Duration, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + within;
+    while !done().await {
+        assert!(Instant::now() < deadline, "gave up waiting: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The key a live check holds on its throwaway schema (the protocol every build shares).
+fn claim_key(schema: &str) -> i64 {
+    key64(
+        "cairn 2026-11 postgres additivity scratch v1",
+        &[schema.as_bytes()],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_a_killed_check_left_behind_is_dropped_by_the_next_check() {
+    let _serial = SERIAL.lock().await;
+    let left = scratch_name("cairn_add");
+    admin_exec(&format!("CREATE SCHEMA {left}")).await;
+    admin_exec(&format!("CREATE TABLE {left}.epoch (id int)")).await;
+    let v = check_serially(&["CREATE TABLE k_new (id BIGINT)"]).await;
+    assert!(v.is_empty(), "{v:?}");
+    assert!(!schema_exists(&left).await, "the leftover schema survived");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_of_a_live_check_survives_another_checks_cleanup() {
+    let _serial = SERIAL.lock().await;
+    // Claimed before it exists, as a check does, so no check running meanwhile takes it for a
+    // leftover.
+    let live = scratch_name("cairn_add");
+    let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut holder = PgConnection::connect_with(&opts).await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(claim_key(&live))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    admin_exec(&format!("CREATE SCHEMA {live}")).await;
+    check_serially(&["CREATE TABLE l_new (id BIGINT)"]).await;
+    let survived = schema_exists(&live).await;
+    let _ = holder.close().await;
+    admin_exec(&format!("DROP SCHEMA {live} CASCADE")).await;
+    assert!(survived, "a claimed schema was dropped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_check_leaves_no_schema_and_no_session_behind() {
+    let _serial = SERIAL.lock().await;
+    let engine = PgAdditivity::new(url().await);
+    let task = tokio::spawn(async move {
+        engine
+            .check_revision(&cairn_revisions(), &revision(&["SELECT pg_sleep(25)"]))
+            .await
+    });
+    // The check's sessions are named after its schema; the one running the revision says which.
+    let sleeping = "SELECT count(*) FROM pg_stat_activity WHERE query = $1";
+    wait_for(Duration::from_secs(60), "the revision runs", || async {
+        count(sleeping, "SELECT pg_sleep(25)").await == 1
+    })
+    .await;
+    let ours: Vec<String> = {
+        let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+        let mut conn = PgConnection::connect_with(&opts).await.unwrap();
+        let names = sqlx::query_scalar(
+            "SELECT application_name::text FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(25)'",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let _ = conn.close().await;
+        names
+    };
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    assert!(schema_exists(&ours[0]).await, "{ours:?}");
+    task.abort();
+    assert!(task.await.unwrap_err().is_cancelled());
+    wait_for(
+        Duration::from_secs(20),
+        "the guard drops the schema",
+        || async { !schema_exists(&ours[0]).await },
+    )
+    .await;
+    let sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1";
+    wait_for(
+        Duration::from_secs(20),
+        "the check's sessions end",
+        || async { count(sessions, &ours[0]).await == 0 },
+    )
+    .await;
 }

@@ -8,6 +8,7 @@ use cairn_core::schema::Dialect;
 use cairn_migrate::additivity::synth::{synthesize_row, ColumnSpec};
 use cairn_migrate::additivity::{seed_epoch_log, CheckTarget};
 use cairn_migrate::{MigrateError, Runner, BOOKKEEPING_TABLES, CAIRN_SET};
+use sqlx::postgres::PgPoolOptions;
 use sqlx::{Connection, PgConnection};
 
 use super::{sql, PgAdditivity};
@@ -24,7 +25,10 @@ impl PgAdditivity {
         schema: &SchemaName,
         target: &CheckTarget,
     ) -> Result<(), MigrateError> {
-        let opts = PgOptions::new(self.url.clone())
+        // A pool that never connects, only there to hand its connect options on: the store's
+        // and the runner's sessions carry the check's application_name like the others.
+        let named = PgPoolOptions::new().connect_lazy_with(self.connect_options(schema)?);
+        let opts = PgOptions::from_pool(&named)
             .schema(schema.as_str())
             .max_connections(2);
         let mut store = None;

@@ -46,6 +46,7 @@ mod build;
 mod capture;
 mod engine;
 mod judge;
+mod scratch;
 mod snapshot;
 mod sql;
 
@@ -67,7 +68,10 @@ use engine::Checker;
 /// `cairn_migrate::additivity` for the rule).
 ///
 /// Each check builds its own throwaway schema in the database `url` names and drops it
-/// afterwards; the checked transaction is always rolled back. The connecting role must be a
+/// afterwards; the checked transaction is always rolled back. A check claims its schema with a
+/// session advisory lock while it runs; an abandoned check (a panic, a dropped future) has its
+/// sessions ended and its schema dropped by a guard, and schemas a killed process left behind
+/// (no live claim) are dropped by the next check. The connecting role must be a
 /// superuser (event triggers need it). `Debug` never prints the URL.
 #[derive(Clone)]
 pub struct PgAdditivity {
@@ -80,9 +84,16 @@ impl PgAdditivity {
         Self { url: url.into() }
     }
 
+    /// The connect options of every session of the check on `schema`: the URL's, named after
+    /// the schema (`application_name`), so a check that is abandoned can find and end them.
+    fn connect_options(&self, schema: &SchemaName) -> Result<PgConnectOptions, Error> {
+        Ok(PgConnectOptions::from_str(&self.url)
+            .map_err(map_sqlx)?
+            .application_name(schema.as_str()))
+    }
+
     async fn connect(&self, schema: &SchemaName) -> Result<PgConnection, Error> {
-        let options = PgConnectOptions::from_str(&self.url).map_err(map_sqlx)?;
-        let mut conn = PgConnection::connect_with(&options)
+        let mut conn = PgConnection::connect_with(&self.connect_options(schema)?)
             .await
             .map_err(map_sqlx)?;
         sqlx::query(crate::sql::SESSION_SETUP)
@@ -162,9 +173,15 @@ impl AdditivityEngine for PgAdditivity {
         target: &CheckTarget,
         revision: &Revision,
     ) -> Result<Vec<Violation>, MigrateError> {
-        let schema = SchemaName::parse(&scratch_name("cairn_add"))?;
+        let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
+        // Held for the whole check: other checks leave this schema alone while it is.
+        let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
+        let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
+        owner.drop_leftovers().await;
         let outcome = self.check_in(&schema, target, revision).await;
         let dropped = self.drop_schema(&schema).await;
+        guard.disarm();
+        owner.release().await;
         let violations = outcome?;
         dropped?;
         Ok(violations)

@@ -237,3 +237,22 @@ pub(super) const CREATE_SEED_ROW: &str = "CREATE FUNCTION pg_temp.cairn_add_seed
 
 /// Calls [`CREATE_SEED_ROW`]'s helper: `$1` table oid, `$2` column names, `$3` values.
 pub(super) const SEED_ROW: &str = "SELECT pg_temp.cairn_add_seed_row($1::int8::oid, $2, $3)";
+
+/// Throwaway schemas of earlier checks: `$1` a `LIKE` pattern.
+pub(super) const SCRATCH_SCHEMAS: &str =
+    "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE $1 ORDER BY nspname";
+
+/// Takes the session lock `$1` (a check's claim on its schema; never contended: the schema's
+/// name is new).
+pub(super) const CLAIM: &str = "SELECT pg_advisory_lock($1)";
+
+/// Tries the session lock `$1`: true when no live check holds it.
+pub(super) const TRY_CLAIM: &str = "SELECT pg_try_advisory_lock($1)";
+
+/// Releases the session lock `$1`.
+pub(super) const UNCLAIM: &str = "SELECT pg_advisory_unlock($1)";
+
+/// Ends every other session named `$1` (an abandoned check's), so its locks go with it.
+pub(super) const END_SESSIONS: &str =
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+    WHERE application_name = $1 AND pid <> pg_backend_pid()";
