@@ -155,7 +155,12 @@ impl MigrationSet {
                 }
                 continue;
             };
-            if !file.ends_with(".sql") || !entry.file_type().map_err(|e| io(&path, e))?.is_file() {
+            // A symlinked file counts as the file it points to, as `embed_migrations!` reads it.
+            if !file.ends_with(".sql")
+                || !std::fs::metadata(&path)
+                    .map_err(|e| io(&path, e))?
+                    .is_file()
+            {
                 continue;
             }
             let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;

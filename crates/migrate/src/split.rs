@@ -16,7 +16,7 @@ pub struct SplitError {
 ///
 /// A `;` ends a statement only outside string literals (`'…'` with `''`, and on Postgres
 /// `E'…'` with backslash escapes), quoted identifiers (`"…"`; on SQLite also `` `…` `` and
-/// `[…]`), comments (`--` to the end of the line, `/* … */`, nested on Postgres),
+/// `[…]`), parentheses, comments (`--` to the end of the line, `/* … */`, nested on Postgres),
 /// Postgres dollar-quoted bodies (`$$ … $$`, `$tag$ … $tag$`), and the `BEGIN … END` body of a
 /// SQLite `CREATE TRIGGER` or a Postgres `BEGIN ATOMIC … END` (where `CASE … END` nests). A last
 /// statement without a `;` counts. Each statement is returned without its `;`, without the
@@ -39,6 +39,8 @@ pub fn split_statements(sql: &str, dialect: Dialect) -> Result<Vec<String>, Spli
     let mut words: Vec<String> = Vec::new();
     let mut prev = String::new();
     let mut depth = 0usize;
+    // A `;` inside parentheses never ends a statement (a Postgres rule's `( … ; … )` actions).
+    let mut parens = 0usize;
     let mut i = 0;
     while i < b.len() {
         let c = b[i];
@@ -75,12 +77,13 @@ pub fn split_statements(sql: &str, dialect: Dialect) -> Result<Vec<String>, Spli
                 i += 1;
                 continue;
             }
-            b';' if depth == 0 => {
+            b';' if depth == 0 && parens == 0 => {
                 if let Some(s) = code_start.take() {
                     out.push(sql[s..i].trim_end().to_owned());
                 }
                 words.clear();
                 prev.clear();
+                parens = 0;
                 i += 1;
                 continue;
             }
@@ -126,6 +129,14 @@ pub fn split_statements(sql: &str, dialect: Dialect) -> Result<Vec<String>, Spli
                     words.push(word.clone());
                 }
                 prev = word;
+            }
+            b'(' => {
+                parens += 1;
+                i += 1;
+            }
+            b')' => {
+                parens = parens.saturating_sub(1);
+                i += 1;
             }
             _ => i += 1,
         }
@@ -292,6 +303,18 @@ mod tests {
     }
 
     #[test]
+    fn semicolons_inside_parentheses_do_not_split() {
+        let sql = "CREATE RULE r AS ON INSERT TO t DO ALSO (INSERT INTO a VALUES (1); DELETE FROM b);\nSELECT 1";
+        assert_eq!(
+            both(sql),
+            [
+                "CREATE RULE r AS ON INSERT TO t DO ALSO (INSERT INTO a VALUES (1); DELETE FROM b)",
+                "SELECT 1"
+            ]
+        );
+    }
+
+    #[test]
     fn unterminated_constructs_are_refused_with_their_line() {
         for (sql, dialect) in [
             ("SELECT 1;\nSELECT 'open", Dialect::Sqlite),
@@ -313,8 +336,8 @@ mod tests {
             "TABLE",
             "t1",
             "x",
-            "(",
-            ")",
+            "(x, 1)",
+            "(a; 'b;' (c; d))",
             ",",
             "1",
             "INSERT",
