@@ -61,7 +61,7 @@ pub fn seed_value(dialect: Dialect, declared_type: &str) -> Option<SeedValue> {
     if t.ends_with("[]") {
         return text("{}");
     }
-    // Order matters: `timestamp` contains `time`, `interval` contains `int`, `point` contains
+    // Order matters: `timestamp` contains `time`, and on SQLite `interval` and `point` contain
     // `int`.
     if t.starts_with("timestamp") || t == "datetime" {
         return text("2026-11-30 12:00:00");
@@ -93,8 +93,33 @@ pub fn seed_value(dialect: Dialect, declared_type: &str) -> Option<SeedValue> {
     if t == "money" {
         return text("1.00");
     }
-    if t.contains("int") || t.contains("serial") {
+    let integer = match dialect {
+        // SQLite's affinity rule: any declared type containing INT is an integer.
+        Dialect::Sqlite => t.contains("int"),
+        Dialect::Postgres => matches!(
+            t.as_str(),
+            "smallint"
+                | "integer"
+                | "bigint"
+                | "int"
+                | "int2"
+                | "int4"
+                | "int8"
+                | "smallserial"
+                | "serial"
+                | "bigserial"
+                | "serial4"
+                | "serial8"
+        ),
+    };
+    if integer {
         return Some(SeedValue::Integer(1));
+    }
+    if dialect == Dialect::Postgres && t.ends_with("range") {
+        return text("empty");
+    }
+    if dialect == Dialect::Postgres && t == "point" {
+        return text("(0,0)");
     }
     if t.contains("char") || t.contains("clob") || t.contains("text") || t == "name" {
         // A length limit (`varchar(2)`, `character(1)`) is honoured.
@@ -190,6 +215,15 @@ mod tests {
         assert_eq!(seed_value(Dialect::Sqlite, ""), Some(Text("seed".into())));
         assert_eq!(seed_value(Dialect::Sqlite, "MONEYBAGS"), Some(Integer(1)));
         assert_eq!(seed_value(Dialect::Postgres, "mood"), None);
+        assert_eq!(
+            seed_value(Dialect::Postgres, "int4range"),
+            Some(Text("empty".into()))
+        );
+        assert_eq!(
+            seed_value(Dialect::Postgres, "point"),
+            Some(Text("(0,0)".into()))
+        );
+        assert_eq!(seed_value(Dialect::Sqlite, "POINT"), Some(Integer(1)));
         assert_eq!(Blob(vec![0, 255]).text(), "\\x00ff");
     }
 
