@@ -391,8 +391,17 @@ mod tests {
             })
     }
 
+    /// Cases per property: `CAIRN_PROPTEST_CASES` when set (deep runs), else 128 (splitting
+    /// is cheap).
+    fn cases() -> u32 {
+        std::env::var("CAIRN_PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(128)
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(256))]
+        #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
         #[test]
         fn split_recovers_the_statements_sqlite((stmts, text) in file(false)) {
