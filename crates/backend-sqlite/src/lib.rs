@@ -21,8 +21,13 @@
 //! an append with a current head cache costs a fixed number of them
 //! ([`APPEND_STATEMENT_BUDGET`] for one event and one head).
 //!
+//! The spool (DESIGN §3) works on the same file: [`SqliteSpool::open`] (or
+//! [`SqliteSpool::from_store`], sharing an open store's connections) implements
+//! [`cairn_core::spool::Spool`] on the tables of revision `0002_spool`, with wake-up by polling
+//! `PRAGMA data_version`, so a consumer sees work another process wrote to the file.
+//!
 //! The `testkit` feature adds [`testkit`]: the conformance harness, the legacy writer and the
-//! benchmark hooks.
+//! benchmark hooks; and [`spool_testkit`]: the spool's harness and fault injection.
 
 #![forbid(unsafe_code)]
 
