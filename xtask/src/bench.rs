@@ -1,5 +1,8 @@
 //! `cargo xtask bench heads`: head lookup by anti-join vs by cache, and append latency on a long
 //! history vs a fresh space, measured side by side in one run on a freshly seeded store.
+//!
+//! `cargo xtask bench readers`: concurrent reads (heads + a feed page) on one SQLite store
+//! through one read connection vs through several, measured side by side in one run.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -26,6 +29,8 @@ const APPEND_RATIO_TARGET: f64 = 1.1;
 pub(crate) enum Bench {
     /// Head lookup (anti-join vs cache) and append latency (long history vs empty space).
     Heads(HeadsArgs),
+    /// Concurrent readers on SQLite: one read connection vs several.
+    Readers(readers::ReadersArgs),
 }
 
 /// Options of `bench heads`.
@@ -74,12 +79,14 @@ enum Lookup {
 
 /// Runs a benchmark.
 pub(crate) fn run(bench: Bench) -> Result<(), String> {
-    let Bench::Heads(args) = bench;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(heads(args))
+    match bench {
+        Bench::Heads(args) => runtime.block_on(heads(args)),
+        Bench::Readers(args) => runtime.block_on(readers::run(args)),
+    }
 }
 
 /// The store under test, with what it takes to clean up after it.
@@ -656,6 +663,8 @@ fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {
         Some(_) => Err("--backend sqlite takes a sqlite:// URL or a file path".into()),
     }
 }
+
+mod readers;
 
 fn store_err(e: Error) -> String {
     e.to_string()
