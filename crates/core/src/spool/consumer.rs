@@ -340,8 +340,24 @@ impl ConsumerBuilder {
     }
 }
 
-/// A running consumer loop (see the [module docs](self)). Dropping it stops the loop at once,
-/// like [`Consumer::shutdown`] with a zero bound.
+/// A running consumer loop, started by [`ConsumerBuilder::spawn`].
+///
+/// It claims up to `concurrency` runs of one queue at a time, calls the [`Handler`] per run on
+/// its own task, heartbeats each lease every `lease / 3` while the handler runs, and acks or
+/// nacks from the handler's [`Outcome`]. It claims again when a run finishes, when
+/// [`Spool::subscribe`] says work may have arrived, when the earliest due time of the queue
+/// ([`Spool::next_due`]) passes, and at least every `poll_interval`.
+///
+/// Lease and heartbeat times are read from the spool's clock; waiting is done on the Tokio
+/// timer in slices of at most `poll_interval`, so a spool on a
+/// [`ManualClock`](super::ManualClock) is driven by advancing that clock (the consumer notices
+/// within one slice).
+///
+/// [`Consumer::shutdown`] is bounded: the consumer stops claiming, tells every running handler
+/// ([`StopReason::Shutdown`]), lets them finish and settles their runs until the deadline, then
+/// drops what is left. A dropped run is not lost: it stays claimed until its lease expires and
+/// is then claimable again, like any run whose consumer died. Dropping the `Consumer` stops
+/// the loop at once, like a shutdown with a zero bound.
 #[derive(Debug)]
 pub struct Consumer {
     ctx: Arc<Ctx>,

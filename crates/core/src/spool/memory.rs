@@ -22,10 +22,11 @@ use super::transition::{
     transition, Action,
 };
 use super::types::{
-    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, EnqueueOptions,
-    Enqueued, EventAppended, FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent,
-    RunFilter, RunInfo, RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_import, check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed,
+    EnqueueOptions, Enqueued, EventAppended, ExistingRun, FactOutcome, Heartbeat, ImportMarker,
+    ImportSource, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
+    RunInfo, RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    MAX_RUN_PAYLOAD,
 };
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
@@ -124,6 +125,8 @@ struct State {
     by_age: BTreeMap<(Timestamp, u64), (RunId, u64)>,
     event_bytes: u64,
     wake: HashMap<QueueName, watch::Sender<u64>>,
+    /// Completion markers of imports, by source fingerprint.
+    imports: HashMap<[u8; 32], ImportMarker>,
 }
 
 impl State {
@@ -655,6 +658,107 @@ impl Spool for MemorySpool {
             }
         }
         Ok(pass.finish())
+    }
+
+    async fn import_runs(
+        &self,
+        source: &ImportSource,
+        runs: Vec<ImportedRun>,
+    ) -> Result<RunImportOutcome> {
+        check_import(source, &runs)?;
+        let now = self.now();
+        let mut st = self.lock();
+        if let Some(marker) = st.imports.get(&source.fingerprint) {
+            return Ok(RunImportOutcome::AlreadyImported(*marker));
+        }
+        // Decide every run before the first change, so that a refusal writes nothing.
+        let mut create = Vec::new();
+        let mut existing = Vec::new();
+        for r in runs {
+            if let Some(id) = st.by_key.get(&(r.queue.clone(), r.dedup_key.clone())) {
+                existing.push(ExistingRun {
+                    imported: r.run_id,
+                    existing: *id,
+                });
+            } else if st.runs.contains_key(&r.run_id) {
+                return Err(Error::conflict(format!(
+                    "run id {} is stored already under another key; nothing was imported",
+                    r.run_id
+                )));
+            } else {
+                create.push(r);
+            }
+        }
+        let created: Vec<RunId> = create.iter().map(|r| r.run_id).collect();
+        let mut woken = Vec::new();
+        for r in create {
+            let serial = st.next_run_serial;
+            st.next_run_serial += 1;
+            let mut events = BTreeMap::new();
+            let mut event_ids = HashMap::new();
+            for (i, e) in r.events.into_iter().enumerate() {
+                let seq = i as u64 + 1;
+                let ev_serial = st.next_event_serial;
+                st.next_event_serial += 1;
+                st.by_age.insert((e.created_at, ev_serial), (r.run_id, seq));
+                st.event_bytes += e.payload.len() as u64;
+                event_ids.insert(e.event_id.clone(), seq);
+                events.insert(
+                    seq,
+                    StoredEvent {
+                        id: e.event_id,
+                        payload: e.payload,
+                        created_at: e.created_at,
+                        serial: ev_serial,
+                    },
+                );
+            }
+            if r.state == RunState::Queued {
+                woken.push(r.queue.clone());
+            }
+            st.by_key
+                .insert((r.queue.clone(), r.dedup_key.clone()), r.run_id);
+            st.runs.insert(
+                r.run_id,
+                Run {
+                    id: r.run_id,
+                    serial,
+                    queue: r.queue,
+                    key: r.dedup_key,
+                    group: r.supersede_group,
+                    payload: r.payload,
+                    state: r.state,
+                    attempts: r.attempts,
+                    max_attempts: r.max_attempts,
+                    priority: r.priority,
+                    enqueued_at: r.enqueued_at,
+                    updated_at: now,
+                    due_at: r.due_at,
+                    finished_at: r.finished_at,
+                    lease: None,
+                    token: None,
+                    cancel_requested: false,
+                    reason: r.reason,
+                    facts: r.facts,
+                    last_event_seq: events.len() as u64,
+                    events,
+                    event_ids,
+                },
+            );
+        }
+        st.imports.insert(
+            source.fingerprint,
+            ImportMarker {
+                imported_at: now,
+                runs_created: created.len() as u64,
+                runs_existing: existing.len() as u64,
+            },
+        );
+        woken.dedup();
+        for q in &woken {
+            st.notify(q);
+        }
+        Ok(RunImportOutcome::Imported { created, existing })
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {

@@ -66,6 +66,7 @@ mod clock;
 mod consumer;
 mod dedup;
 mod ids;
+pub mod legacy;
 mod memory;
 mod retention;
 mod transition;
@@ -99,11 +100,12 @@ pub use transition::{
     transition, Action,
 };
 pub use types::{
-    check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed, EnqueueOptions,
-    Enqueued, EventAppended, FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent,
-    RunFilter, RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
-    MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_LEASE, MAX_REASON_LEN,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
+    check_import, check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed,
+    EnqueueOptions, Enqueued, EventAppended, ExistingRun, FactOutcome, Heartbeat, ImportMarker,
+    ImportSource, ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter,
+    RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS,
+    MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
+    MAX_REASON_LEN, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
 
 /// A handle that resolves when new work may exist in one queue; see [`Spool::subscribe`].
@@ -369,6 +371,41 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::Unavailable`] when notifications cannot be set up.
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>>;
+
+    /// Imports runs from another system (the legacy importer, [`legacy`]), keeping their ids
+    /// and dedup keys, once per source.
+    ///
+    /// # Contract
+    /// - Atomic: one transaction writes every created run (with its events, numbered 1, 2, …
+    ///   in the order given, and its facts) and the source's completion marker, keyed by
+    ///   `source.fingerprint`; on any error nothing was written.
+    /// - Once: when a marker for the fingerprint exists, nothing is written and the result is
+    ///   [`RunImportOutcome::AlreadyImported`] with what the marker recorded. Two concurrent
+    ///   imports of one source create its runs once.
+    /// - A run whose `(queue, dedup_key)` is present already is not created (not duplicated,
+    ///   the present run untouched) and is reported in `existing`.
+    /// - Created runs keep every field given; `updated_at` is the import time, they hold no
+    ///   lease, and their enqueue order is the order given. Nothing is superseded. Created
+    ///   queued runs wake their queues' subscribers.
+    ///
+    /// The provided body refuses: a backend without import support says so rather than
+    /// pretending.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a batch [`check_import`] refuses;
+    /// [`crate::Error::Conflict`] when a run id to be created is stored already under another
+    /// key; [`crate::Error::Backend`] from a backend that does not implement imports.
+    async fn import_runs(
+        &self,
+        source: &ImportSource,
+        runs: Vec<ImportedRun>,
+    ) -> Result<RunImportOutcome> {
+        let _ = (source, runs);
+        Err(crate::Error::backend(
+            "spool",
+            "importing runs is not implemented by this backend yet; nothing was written",
+        ))
+    }
 
     /// The earliest time a run of `queue` is or becomes due (see [`Spool::claim`]): the
     /// smallest `due_at` of its live runs, or `None` when it has none. The consumer loop

@@ -1,0 +1,760 @@
+//! The legacy planner on directories built record by record, and its properties: every
+//! truncation of a valid log imports exactly the complete records (reporting the torn rest),
+//! and any flipped byte before the last newline refuses the import at the line it hit.
+
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::spool::{DedupKey, RunId, RunState, Timestamp};
+
+fn id(n: u32) -> String {
+    format!("0190a5c0-0000-7000-8000-{n:012x}")
+}
+
+fn rid(n: u32) -> RunId {
+    RunId::parse(&id(n)).unwrap()
+}
+
+/// A run record; `extra` members are merged in.
+fn run(n: u32, state: &str, attempts: u32, extra: Value) -> Value {
+    let mut v = json!({
+        "run_id": id(n), "gate": "ci", "ref": "refs/heads/main", "input_sha": format!("sha{n}"),
+        "payload": format!("{{\"n\":{n}}}"), "state": state, "attempts": attempts,
+        "created_ms": 1_700_000_000_000i64 + i64::from(n), "updated_ms": 1_700_000_100_000i64,
+    });
+    if !matches!(state, "queued" | "running") {
+        v["finished_ms"] = json!(1_700_000_200_000i64);
+    }
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+        m.extend(e);
+    }
+    v
+}
+
+fn line(v: &Value) -> String {
+    format!("{}\n", seal_record(&v.to_string()).unwrap())
+}
+
+fn file(records: &[Value]) -> Vec<u8> {
+    records.iter().map(line).collect::<String>().into_bytes()
+}
+
+fn checkpoint(generation: u64, runs: &[Value], events: &[Value], drained: u64) -> Vec<u8> {
+    let mut recs = vec![json!({
+        "kind": "checkpoint", "format": 1, "generation": generation, "runs": runs.len(),
+        "events": events.len(), "spool_drained": drained, "written_ms": 1_700_000_300_000i64,
+    })];
+    recs.extend(runs.iter().map(|r| json!({"kind": "run", "run": r})));
+    recs.extend(events.iter().cloned());
+    file(&recs)
+}
+
+fn cp_event(run: u32, event: &str) -> Value {
+    json!({"kind": "event", "run_id": id(run), "event_id": event, "payload": format!("p-{event}"), "at_ms": 1_700_000_050_000i64})
+}
+
+/// A log record of `gen`, `seq`.
+fn wal(gen: u64, seq: u64, op: &str, fields: Value) -> Value {
+    let mut v = json!({"gen": gen, "seq": seq, "op": op});
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, fields) {
+        m.extend(e);
+    }
+    v
+}
+
+fn submission(n: u32, sha: &str, extra: Value) -> Value {
+    let mut v = json!({
+        "run_id": id(n), "gate": "ci", "ref": "refs/heads/main", "input_sha": sha,
+        "payload": "{}", "submitted_ms": 1_700_000_400_000i64 + i64::from(n),
+    });
+    if let (Value::Object(m), Value::Object(e)) = (&mut v, extra) {
+        m.extend(e);
+    }
+    v
+}
+
+fn files(cp: Option<Vec<u8>>, w: Option<Vec<u8>>, s: Option<Vec<u8>>) -> LegacyFiles {
+    LegacyFiles {
+        label: "/var/lib/made".into(),
+        checkpoint: cp,
+        wal: w,
+        spool: s,
+    }
+}
+
+fn plan_of(f: &LegacyFiles) -> Result<ImportPlan, LegacyError> {
+    plan(f, &LegacyOptions::default())
+}
+
+fn by_id(p: &ImportPlan) -> BTreeMap<RunId, &ImportedRun> {
+    p.runs.iter().map(|r| (r.run_id, r)).collect()
+}
+
+#[track_caller]
+fn refused(f: &LegacyFiles, want_file: &str, want_line: u64) -> RecordProblem {
+    match plan_of(f) {
+        Err(LegacyError::Record {
+            file,
+            line,
+            problem,
+        }) => {
+            assert_eq!((file, line), (want_file, want_line), "{problem}");
+            problem
+        }
+        other => panic!("expected a refusal at {want_file}:{want_line}, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_directory_becomes_runs_with_ids_keys_events_and_facts() {
+    let cp = checkpoint(
+        3,
+        &[
+            run(
+                1,
+                "succeeded",
+                1,
+                json!({"stages": {"build": "passed"}, "decision": "approve", "merged_sha": "abc"}),
+            ),
+            run(2, "running", 1, json!({})),
+            run(
+                3,
+                "queued",
+                2,
+                json!({"not_before_ms": 1_700_000_900_000i64, "last_error": "flaky", "supersede": ["repo", "main"]}),
+            ),
+        ],
+        &[cp_event(1, "e1"), cp_event(1, "e2")],
+        0,
+    );
+    let spool_lines = [
+        submission(1, "sha1", json!({})),
+        submission(7, "sha7", json!({"supersede": ["repo", "main"]})),
+        submission(8, "sha4", json!({})),
+    ];
+    let first_len = line(&spool_lines[0]).len() as u64;
+    let w = file(&[
+        // A stale record of the generation the checkpoint folded in: never replayed.
+        wal(2, 1, "run", json!({"run": run(1, "failed", 1, json!({}))})),
+        wal(
+            3,
+            1,
+            "event",
+            json!({"run_id": id(2), "event_id": "b1", "payload": "x", "at_ms": 1}),
+        ),
+        wal(
+            3,
+            2,
+            "ack",
+            json!({"run_id": id(1), "event_ids": ["e1", "nope"]}),
+        ),
+        wal(3, 3, "run", json!({"run": run(4, "queued", 0, json!({}))})),
+        wal(
+            3,
+            4,
+            "event",
+            json!({"run_id": id(2), "event_id": "b1", "payload": "x", "at_ms": 1}),
+        ),
+        wal(3, 5, "drain", json!({"through": first_len})),
+    ]);
+    let p = plan_of(&files(Some(cp), Some(w), Some(file(&spool_lines)))).unwrap();
+    let runs = by_id(&p);
+    assert_eq!(
+        runs.keys().copied().collect::<Vec<_>>(),
+        vec![rid(1), rid(2), rid(3), rid(4), rid(7)]
+    );
+    let a = runs[&rid(1)];
+    assert_eq!(a.state, RunState::Succeeded, "the stale log did not replay");
+    assert_eq!(
+        a.dedup_key,
+        DedupKey::from_parts(["ci", "refs/heads/main", "sha1"]).unwrap()
+    );
+    assert_eq!(a.events.len(), 1);
+    assert_eq!(a.events[0].event_id.as_bytes(), b"e2");
+    let facts: Vec<(&str, &[u8])> = a
+        .facts
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    assert_eq!(
+        facts,
+        vec![
+            ("decision", &b"approve"[..]),
+            ("merged", b"abc"),
+            ("stage.build", b"passed")
+        ]
+    );
+    let b = runs[&rid(2)];
+    assert_eq!((b.state, b.attempts), (RunState::Queued, 1));
+    assert_eq!(b.events.len(), 1, "a re-appended event is a no-op");
+    assert_eq!(
+        runs[&rid(3)].state,
+        RunState::Superseded,
+        "a pending submission supersedes its group's queued runs"
+    );
+    assert_eq!(runs[&rid(4)].state, RunState::Queued);
+    let e = runs[&rid(7)];
+    assert_eq!((e.state, e.attempts), (RunState::Queued, 0));
+    assert_eq!(
+        e.due_at,
+        Some(Timestamp::from_unix_micros(1_700_000_400_007_000))
+    );
+    assert_eq!(
+        p.report,
+        LegacyReport {
+            generation: 3,
+            checkpoint_written_at: Some(Timestamp::from_unix_micros(1_700_000_300_000_000)),
+            checkpoint_runs: 3,
+            wal_applied: 5,
+            wal_stale: 1,
+            submissions_drained: 1,
+            submissions_queued: 1,
+            aliases: vec![SubmissionAlias {
+                line: 3,
+                submitted: rid(8),
+                kept: rid(4)
+            }],
+            torn: vec![],
+            running_settled: 1,
+        }
+    );
+    assert!(p.source.description.contains("/var/lib/made"));
+    crate::spool::check_import(&p.source, &p.runs).unwrap();
+}
+
+#[test]
+fn running_runs_settle_as_an_expired_lease_would() {
+    let cp = checkpoint(
+        0,
+        &[
+            run(1, "running", 2, json!({"max_attempts": 5})),
+            run(2, "running", 5, json!({"max_attempts": 5})),
+            run(3, "running", 1, json!({"cancel_requested": true})),
+            run(4, "queued", 3, json!({"max_attempts": 3})),
+        ],
+        &[],
+        0,
+    );
+    let p = plan_of(&files(Some(cp), None, None)).unwrap();
+    let runs = by_id(&p);
+    let states: Vec<RunState> = (1..=4).map(|n| runs[&rid(n)].state).collect();
+    assert_eq!(
+        states,
+        vec![
+            RunState::Queued,
+            RunState::Parked,
+            RunState::Canceled,
+            RunState::Parked
+        ]
+    );
+    assert_eq!(p.report.running_settled, 3);
+    assert!(runs[&rid(2)].reason.as_deref().unwrap().contains("expired"));
+    crate::spool::check_import(&p.source, &p.runs).unwrap();
+}
+
+#[test]
+fn torn_tails_are_left_out_and_reported() {
+    let w = file(&[wal(
+        0,
+        1,
+        "run",
+        json!({"run": run(1, "queued", 0, json!({}))}),
+    )]);
+    let second = line(&wal(
+        0,
+        2,
+        "run",
+        json!({"run": run(2, "queued", 0, json!({}))}),
+    ));
+    let mut torn_wal = w.clone();
+    torn_wal.extend_from_slice(&second.as_bytes()[..second.len() - 1]);
+    let sub = line(&submission(9, "sha9", json!({})));
+    let torn_spool = sub.as_bytes()[..10].to_vec();
+    let p = plan_of(&files(None, Some(torn_wal), Some(torn_spool))).unwrap();
+    assert_eq!(p.runs.len(), 1);
+    assert_eq!(
+        p.report.torn,
+        vec![
+            TornRecord {
+                file: WAL_FILE,
+                line: 2,
+                offset: w.len() as u64,
+                bytes: second.len() as u64 - 1
+            },
+            TornRecord {
+                file: SPOOL_FILE,
+                line: 1,
+                offset: 0,
+                bytes: 10
+            },
+        ]
+    );
+    // The fingerprint covers the accepted bytes only: cutting the torn tail away later is
+    // the same source.
+    let clean = plan_of(&files(None, Some(w.clone()), Some(Vec::new()))).unwrap();
+    assert_eq!(clean.source.fingerprint, p.source.fingerprint);
+    let other = plan_of(&files(None, Some(w), None)).unwrap();
+    assert_ne!(other.source.fingerprint, p.source.fingerprint);
+}
+
+#[test]
+fn a_log_newer_than_the_checkpoint_is_refused() {
+    let cp = checkpoint(2, &[], &[], 0);
+    let w = file(&[
+        wal(2, 1, "run", json!({"run": run(1, "queued", 0, json!({}))})),
+        wal(3, 1, "run", json!({"run": run(2, "queued", 0, json!({}))})),
+    ]);
+    let p = refused(&files(Some(cp), Some(w), None), WAL_FILE, 2);
+    assert_eq!(
+        p,
+        RecordProblem::FutureGeneration {
+            found: 3,
+            checkpoint: 2
+        }
+    );
+    // Without a checkpoint the state starts at generation 0.
+    let w = file(&[wal(1, 1, "drain", json!({"through": 0}))]);
+    refused(&files(None, Some(w), None), WAL_FILE, 1);
+}
+
+#[test]
+fn damaged_or_contradictory_records_are_refused_at_their_line() {
+    let put = |gen, seq, n: u32, sha: &str| {
+        let mut r = run(n, "queued", 0, json!({}));
+        r["input_sha"] = json!(sha);
+        wal(gen, seq, "run", json!({ "run": r }))
+    };
+    let ok = [put(0, 1, 1, "a"), put(0, 2, 2, "b"), put(0, 3, 3, "c")];
+    let with = |i: usize, v: Value| {
+        let mut recs = ok.to_vec();
+        recs[i] = v;
+        files(None, Some(file(&recs)), None)
+    };
+    // Damage: a flipped byte in the middle record.
+    let mut bytes = file(&ok);
+    let mid = line(&ok[0]).len() + 10;
+    bytes[mid] ^= 0x20;
+    assert_eq!(
+        refused(&files(None, Some(bytes), None), WAL_FILE, 2),
+        RecordProblem::Checksum
+    );
+    type Expect = fn(&RecordProblem) -> bool;
+    let cases: Vec<(LegacyFiles, Expect)> = vec![
+        (with(1, put(0, 3, 2, "b")), |p| {
+            matches!(
+                p,
+                RecordProblem::Sequence {
+                    expected: 2,
+                    found: 3
+                }
+            )
+        }),
+        (with(1, put(0, 1, 2, "b")), |p| {
+            matches!(p, RecordProblem::Sequence { .. })
+        }),
+        (with(1, put(1, 1, 2, "b")), |p| {
+            matches!(p, RecordProblem::FutureGeneration { .. })
+        }),
+        (
+            with(1, put(0, 2, 9, "a")),
+            |p| matches!(p, RecordProblem::Ambiguous(s) if s.contains("two ids")),
+        ),
+        (
+            with(1, put(0, 2, 1, "z")),
+            |p| matches!(p, RecordProblem::Ambiguous(s) if s.contains("two submissions")),
+        ),
+        (
+            with(
+                1,
+                wal(0, 2, "ack", json!({"run_id": id(7), "event_ids": []})),
+            ),
+            |p| matches!(p, RecordProblem::UnknownRun { .. }),
+        ),
+        (with(1, wal(0, 2, "vacuum", json!({}))), |p| {
+            matches!(p, RecordProblem::Malformed(_))
+        }),
+        (
+            with(1, {
+                let mut v = put(0, 2, 2, "b");
+                v["color"] = json!("red");
+                v
+            }),
+            |p| matches!(p, RecordProblem::Malformed(s) if s.contains("color")),
+        ),
+        (
+            with(1, {
+                let mut v = put(0, 2, 2, "b");
+                v["run"]["attempts"] = json!(11);
+                v
+            }),
+            |p| {
+                matches!(
+                    p,
+                    RecordProblem::Field {
+                        field: "attempts",
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            with(1, {
+                let mut v = put(0, 2, 2, "b");
+                v["run"]["state"] = json!("succeeded");
+                v
+            }),
+            |p| {
+                matches!(
+                    p,
+                    RecordProblem::Field {
+                        field: "finished_ms",
+                        ..
+                    }
+                )
+            },
+        ),
+    ];
+    for (i, (f, want)) in cases.into_iter().enumerate() {
+        let p = refused(&f, WAL_FILE, 2);
+        assert!(want(&p), "case {i}: {p:?}");
+    }
+
+    // A field twice is ambiguous: hand-written, since a JSON map cannot hold it.
+    let twice = seal_record(r#"{"gen":0,"seq":1,"op":"drain","through":0,"through":5}"#).unwrap();
+    let p = refused(
+        &files(None, Some(format!("{twice}\n").into_bytes()), None),
+        WAL_FILE,
+        1,
+    );
+    assert!(matches!(p, RecordProblem::Malformed(s) if s.contains("duplicate")));
+    // A damaged last line with its newline is damage, not a torn write.
+    let mut last = file(&ok);
+    let n = last.len();
+    last[n - 5] ^= 0x01;
+    refused(&files(None, Some(last), None), WAL_FILE, 3);
+}
+
+#[test]
+fn a_checkpoint_is_whole_or_refused() {
+    let good = checkpoint(1, &[run(1, "queued", 0, json!({}))], &[cp_event(1, "e")], 0);
+    let cut = good[..good.len() - 1].to_vec();
+    assert_eq!(
+        refused(&files(Some(cut), None, None), CHECKPOINT_FILE, 3),
+        RecordProblem::Unterminated
+    );
+    let mut short = checkpoint(1, &[run(1, "queued", 0, json!({}))], &[], 0);
+    let header = json!({"kind": "checkpoint", "format": 1, "generation": 1, "runs": 1, "events": 1, "spool_drained": 0, "written_ms": 0});
+    let body: Vec<u8> = short.split_off(short.iter().position(|b| *b == b'\n').unwrap() + 1);
+    let mut promised = line(&header).into_bytes();
+    promised.extend(body);
+    assert!(matches!(
+        refused(&files(Some(promised), None, None), CHECKPOINT_FILE, 1),
+        RecordProblem::Count { .. }
+    ));
+    let v2 = file(&[
+        json!({"kind": "checkpoint", "format": 2, "generation": 1, "runs": 0, "events": 0, "spool_drained": 0, "written_ms": 0}),
+    ]);
+    assert!(matches!(
+        refused(&files(Some(v2), None, None), CHECKPOINT_FILE, 1),
+        RecordProblem::Field {
+            field: "format",
+            ..
+        }
+    ));
+    let misplaced = file(&[
+        json!({"kind": "checkpoint", "format": 1, "generation": 1, "runs": 1, "events": 0, "spool_drained": 0, "written_ms": 0}),
+        cp_event(1, "e"),
+    ]);
+    assert!(matches!(
+        refused(&files(Some(misplaced), None, None), CHECKPOINT_FILE, 2),
+        RecordProblem::Count { .. }
+    ));
+    let orphan = checkpoint(1, &[run(1, "queued", 0, json!({}))], &[cp_event(5, "e")], 0);
+    assert!(matches!(
+        refused(&files(Some(orphan), None, None), CHECKPOINT_FILE, 3),
+        RecordProblem::UnknownRun { .. }
+    ));
+}
+
+#[test]
+fn the_drain_offset_must_fall_between_submissions() {
+    let subs = file(&[submission(1, "a", json!({})), submission(2, "b", json!({}))]);
+    let first = subs.iter().position(|b| *b == b'\n').unwrap() as u64 + 1;
+    let at = |through: u64| {
+        files(
+            Some(checkpoint(0, &[], &[], through)),
+            None,
+            Some(subs.clone()),
+        )
+    };
+    let p = plan_of(&at(first)).unwrap();
+    assert_eq!(
+        p.runs.len(),
+        1,
+        "the drained submission is not brought back"
+    );
+    assert_eq!(p.runs[0].run_id, rid(2));
+    assert_eq!(plan_of(&at(0)).unwrap().runs.len(), 2);
+    assert_eq!(plan_of(&at(subs.len() as u64)).unwrap().runs.len(), 0);
+    refused(&at(first - 1), SPOOL_FILE, 1);
+    refused(&at(first + 1), SPOOL_FILE, 2);
+    refused(&at(subs.len() as u64 + 1), SPOOL_FILE, 3);
+    let back = file(&[
+        wal(0, 1, "drain", json!({"through": first})),
+        wal(0, 2, "drain", json!({"through": 0})),
+    ]);
+    refused(&files(None, Some(back), None), WAL_FILE, 2);
+}
+
+#[test]
+fn read_dir_refuses_links_and_empty_directories() {
+    let dir = std::env::temp_dir().join(format!(
+        "cairn-legacy-unit-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(matches!(
+        read_dir(&dir, &LegacyOptions::default()),
+        Err(LegacyError::NotLegacy { .. })
+    ));
+    std::fs::write(
+        dir.join(WAL_FILE),
+        file(&[wal(0, 1, "drain", json!({"through": 0}))]),
+    )
+    .unwrap();
+    let p = read_dir(&dir, &LegacyOptions::default()).unwrap();
+    assert!(p.runs.is_empty());
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(dir.join(WAL_FILE), dir.join(SPOOL_FILE)).unwrap();
+        let e = read_dir(&dir, &LegacyOptions::default()).unwrap_err();
+        assert!(matches!(e, LegacyError::UnsafePath { .. }));
+        assert!(matches!(Error::from(e), Error::UnsafePath { .. }));
+    }
+    assert_eq!(
+        backup_files(&dir),
+        vec![
+            dir.join("checkpoint"),
+            dir.join("checkpoint.tmp"),
+            dir.join("runs.wal"),
+            dir.join("gate.spool")
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn refusals_name_the_file_line_and_next_step() {
+    let e = LegacyError::record(WAL_FILE, 7, RecordProblem::Checksum);
+    let msg = e.to_string();
+    assert!(msg.starts_with("runs.wal line 7: "), "{msg}");
+    assert!(msg.contains("Nothing was imported"));
+    assert!(matches!(Error::from(e), Error::InvalidInput { .. }));
+}
+
+/// One step of a generated history.
+#[derive(Clone, Debug)]
+enum Op {
+    Put { run: u32, state: u8, attempts: u32 },
+    Event { run: u32, event: u32 },
+    Ack { run: u32, event: u32 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..4u32, 0..3u8, 0..4u32).prop_map(|(run, state, attempts)| Op::Put {
+            run,
+            state,
+            attempts
+        }),
+        (0..4u32, 0..4u32).prop_map(|(run, event)| Op::Event { run, event }),
+        (0..4u32, 0..4u32).prop_map(|(run, event)| Op::Ack { run, event }),
+    ]
+}
+
+/// The model's view of a run: state, attempts, pending event ids.
+type View = BTreeMap<RunId, (RunState, u32, Vec<String>)>;
+
+fn view(p: &ImportPlan) -> View {
+    p.runs
+        .iter()
+        .map(|r| {
+            let evs = r
+                .events
+                .iter()
+                .map(|e| String::from_utf8(e.event_id.as_bytes().to_vec()).unwrap())
+                .collect();
+            (r.run_id, (r.state, r.attempts, evs))
+        })
+        .collect()
+}
+
+/// A checkpoint at generation 1 holding run 100, a stale generation-0 prefix, then the
+/// generation-1 log of `ops`; with the model's view after each applied record.
+fn history(ops: &[Op], stale: usize) -> (Vec<u8>, Vec<u8>, Vec<(usize, View)>) {
+    let cp = checkpoint(1, &[run(100, "queued", 0, json!({}))], &[], 0);
+    let mut recs = Vec::new();
+    for s in 0..stale {
+        recs.push(wal(
+            0,
+            s as u64 + 1,
+            "run",
+            json!({"run": run(200 + s as u32, "failed", 1, json!({}))}),
+        ));
+    }
+    let mut model: View = BTreeMap::new();
+    model.insert(rid(100), (RunState::Queued, 0, vec![]));
+    // Stale records change nothing: the first view holds from the start.
+    let mut views = vec![(0, model.clone())];
+    let mut seq = 0u64;
+    for o in ops {
+        let rec = match *o {
+            Op::Put {
+                run: n,
+                state,
+                attempts,
+            } => {
+                let (name, st) = [
+                    ("queued", RunState::Queued),
+                    ("succeeded", RunState::Succeeded),
+                    ("failed", RunState::Failed),
+                ][state as usize];
+                let events = model.get(&rid(n)).map(|v| v.2.clone()).unwrap_or_default();
+                model.insert(rid(n), (st, attempts, events));
+                Some(("run", json!({"run": run(n, name, attempts, json!({}))})))
+            }
+            Op::Event { run, event } => model.get_mut(&rid(run)).map(|v| {
+                let e = format!("e{event}");
+                if !v.2.contains(&e) {
+                    v.2.push(e.clone());
+                }
+                (
+                    "event",
+                    json!({"run_id": id(run), "event_id": e, "payload": "same", "at_ms": 5}),
+                )
+            }),
+            Op::Ack { run, event } => model.get_mut(&rid(run)).map(|v| {
+                let e = format!("e{event}");
+                v.2.retain(|x| *x != e);
+                ("ack", json!({"run_id": id(run), "event_ids": [e]}))
+            }),
+        };
+        if let Some((name, fields)) = rec {
+            seq += 1;
+            recs.push(wal(1, seq, name, fields));
+            views.push((recs.len(), model.clone()));
+        }
+    }
+    (cp, file(&recs), views)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(crate::spool::legacy::tests::cases()))]
+
+    /// Every truncation of a valid log imports the complete records' state — never a partial
+    /// or wrong one — and reports the torn rest exactly when the cut is inside a record.
+    #[test]
+    fn every_truncation_imports_the_prefix_or_is_refused(
+        ops in prop::collection::vec(op(), 0..24),
+        stale in 0..3usize,
+        picks in prop::collection::vec(any::<prop::sample::Index>(), 16),
+    ) {
+        let (cp, w, views) = history(&ops, stale);
+        let ends: Vec<usize> = w.iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| i + 1).collect();
+        let mut cuts: Vec<usize> = vec![0, w.len()];
+        for e in &ends {
+            cuts.extend([*e - 1, *e, (*e + 1).min(w.len())]);
+        }
+        cuts.extend(picks.iter().map(|p| p.index(w.len() + 1)));
+        for k in cuts {
+            let complete = ends.iter().filter(|e| **e <= k).count();
+            let got = plan_of(&files(Some(cp.clone()), Some(w[..k].to_vec()), None));
+            let p = got.map_err(|e| TestCaseError::fail(format!("cut at {k}: refused: {e}")))?;
+            // The view after the last complete record (stale ones change nothing).
+            let want = &views.iter().rev().find(|(n, _)| *n <= complete).unwrap().1;
+            prop_assert_eq!(&view(&p), want, "cut at {}", k);
+            let boundary = k == 0 || w[k - 1] == b'\n';
+            prop_assert_eq!(p.report.torn.is_empty(), boundary, "cut at {}", k);
+        }
+    }
+
+    /// A flipped byte anywhere before the log's last newline refuses the import, naming the
+    /// line the byte was on.
+    #[test]
+    fn a_flipped_byte_is_refused_at_its_line(
+        ops in prop::collection::vec(op(), 1..16),
+        pick in any::<prop::sample::Index>(),
+        flip in 1..=255u8,
+    ) {
+        let (cp, mut w, _) = history(&ops, 1);
+        let at = pick.index(w.len() - 1);
+        let line = w[..at].iter().filter(|b| **b == b'\n').count() as u64 + 1;
+        w[at] ^= flip;
+        match plan_of(&files(Some(cp), Some(w), None)) {
+            Err(LegacyError::Record { file, line: l, .. }) => {
+                prop_assert_eq!(file, WAL_FILE);
+                prop_assert_eq!(l, line);
+            }
+            other => prop_assert!(false, "flip at {} accepted: {:?}", at, other.map(|p| p.report)),
+        }
+    }
+}
+
+/// Modest by default; `CAIRN_PROPTEST_CASES` for a deep run (as the conformance suite).
+fn cases() -> u32 {
+    std::env::var("CAIRN_PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24)
+}
+
+/// The example in docs/LEGACY_FORMAT.md, byte for byte: its checksums are pinned here, and it
+/// plans as the document says.
+#[test]
+fn the_documented_example_plans_as_documented() {
+    let doc = include_str!("../../../../../docs/LEGACY_FORMAT.md");
+    let example = &doc[doc.find("## A complete example").unwrap()..];
+    let blocks: Vec<String> = example
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|b| b.trim_start_matches('\n').to_owned())
+        .collect();
+    assert_eq!(blocks.len(), 3);
+    let p = plan_of(&files(
+        Some(blocks[0].clone().into_bytes()),
+        Some(blocks[1].clone().into_bytes()),
+        Some(blocks[2].clone().into_bytes()),
+    ))
+    .unwrap();
+    assert_eq!(p.runs.len(), 2);
+    let (a, b) = (&p.runs[0], &p.runs[1]);
+    assert_eq!(a.run_id, rid(1));
+    assert_eq!(a.queue.as_str(), "gate");
+    assert_eq!((a.state, a.attempts), (RunState::Queued, 1));
+    assert_eq!(
+        a.due_at,
+        Some(Timestamp::from_unix_micros(1_700_000_100_000_000))
+    );
+    assert!(a.events.is_empty());
+    assert_eq!(a.facts.len(), 1);
+    assert_eq!(
+        (b.run_id, b.state, b.attempts),
+        (rid(2), RunState::Queued, 0)
+    );
+    assert_eq!(
+        b.due_at,
+        Some(Timestamp::from_unix_micros(1_700_000_400_000_000))
+    );
+    assert_eq!(p.report.generation, 4);
+    assert!(p.report.torn.is_empty());
+    // The checksum is BLAKE3 of the record without its sum member: pinned.
+    assert_eq!(
+        seal_record(r#"{"gen":4,"seq":2,"op":"drain","through":0}"#).unwrap(),
+        r#"{"gen":4,"seq":2,"op":"drain","through":0,"sum":"e0b8a121a9d832bf5e330655d94d59ff89ba43350c311a0f3be05159fd2e1220"}"#
+    );
+}
