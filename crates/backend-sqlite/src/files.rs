@@ -9,7 +9,8 @@ use cairn_core::{Error, Result};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::config::SqliteOptions;
-use crate::error;
+use crate::error::{self, map};
+use crate::sql;
 
 /// What differs between platforms: file modes and directory fsync exist on Unix only.
 #[cfg(unix)]
@@ -252,6 +253,79 @@ pub(crate) fn connect(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
     let conn = connect_unconfigured(path, opts)?;
     configure(path, &conn)?;
     Ok(conn)
+}
+
+/// A read connection: configured like the writer, and `query_only`, so that no read path can
+/// write even by mistake.
+pub(crate) fn connect_reader(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
+    let conn = connect(path, opts)?;
+    conn.pragma_update(None, "query_only", "ON")
+        .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// Refuses a database that belongs to something else before anything is written to it: one
+/// that holds tables but no migration stamp must be a cairn store from before the runner (all
+/// of the epoch log's statements compile against it), or it is not ours, and cairn writes into
+/// it only with [`SqliteOptions::share_file_with_application`].
+pub(crate) fn check_not_foreign(conn: &Connection, opts: &SqliteOptions) -> Result<()> {
+    if opts.share_file_with_application {
+        return Ok(());
+    }
+    let tables: Vec<String> = conn
+        .prepare(sql::USER_TABLES)
+        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .map_err(map)?;
+    if tables.is_empty() || tables.iter().any(|t| t == "cairn_migration_stamp") {
+        return Ok(());
+    }
+    match schema_mismatch(conn) {
+        None => Ok(()),
+        Some(Error::Backend { source, .. }) => Err(Error::Corrupt {
+            detail: "it holds another application's tables and no cairn migration stamp; point \
+                     cairn at a file of its own, or opt in with \
+                     SqliteOptions::share_file_with_application to keep cairn's tables beside \
+                     the application's"
+                .into(),
+            source,
+        }),
+        Some(other) => Err(other),
+    }
+}
+
+/// Compiles every statement the store uses, so a file whose tables exist with another shape
+/// (a foreign database) is refused at open rather than on first use.
+pub(crate) fn check_schema(conn: &Connection) -> Result<()> {
+    match schema_mismatch(conn) {
+        None => Ok(()),
+        Some(Error::Backend { detail, source, .. }) => Err(Error::Corrupt {
+            detail: format!("its tables do not match cairn's epoch log ({detail})"),
+            source,
+        }),
+        Some(other) => Err(other),
+    }
+}
+
+/// The error of the first statement the store uses that does not compile against the file's
+/// tables, if any.
+fn schema_mismatch(conn: &Connection) -> Option<Error> {
+    [
+        sql::PROBE,
+        sql::ANTI_JOIN_HEADS,
+        sql::EPOCH_SEQ,
+        sql::INSERT_EPOCH,
+        sql::INSERT_PARENT,
+        sql::INSERT_EVENT,
+        sql::UPDATE_SOLE_HEAD,
+        sql::INSERT_HEAD,
+        sql::DELETE_HEAD,
+        sql::EPOCH_PARENTS,
+        sql::EPOCH_EVENTS,
+        sql::EVENTS_AFTER,
+        sql::SPACES_AFTER,
+    ]
+    .into_iter()
+    .find_map(|q| conn.prepare_cached(q).err().map(map))
 }
 
 /// Maps an error met while opening, naming the file.

@@ -15,7 +15,6 @@ use crate::config::SqliteOptions;
 use crate::db::blocking;
 use crate::error::map;
 use crate::files;
-use crate::store::check_not_foreign;
 
 /// Names of the runner's bookkeeping tables (defined in cairn-migrate, re-exported here for
 /// callers that already use this name).
@@ -91,7 +90,8 @@ impl MigrationBackend for SqliteMigrator {
                 return Ok(StoredState::default());
             }
             let conn = files::connect_read_only(&path, &opts)?;
-            check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))?;
+            files::check_not_foreign(&conn, &opts)
+                .map_err(|e| files::open_error_mapped(&path, e))?;
             // A deferred read transaction: a consistent snapshot, no lock, no write.
             conn.execute_batch("BEGIN").map_err(map)?;
             let state = read_state(&conn, &set);
@@ -108,7 +108,8 @@ impl MigrationBackend for SqliteMigrator {
             files::prepare(&path, &opts)?;
             let conn = files::connect_unconfigured(&path, &opts.clone().busy_timeout(timeout))?;
             // Checked before the switch to WAL, which would already write to the file.
-            check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))?;
+            files::check_not_foreign(&conn, &opts)
+                .map_err(|e| files::open_error_mapped(&path, e))?;
             files::configure(&path, &conn)?;
             conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;
             conn.busy_timeout(opts.busy_timeout).map_err(map)?;

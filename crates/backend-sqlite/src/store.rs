@@ -1,15 +1,19 @@
 //! [`SqliteStore`]: the epoch log on one SQLite file.
 //!
-//! Concurrency model: each store instance owns one writer connection behind an async mutex and a
-//! small set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each
+//! Concurrency model: each store instance owns one writer connection behind an async mutex and
+//! a small set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each
 //! used only inside `spawn_blocking`, so no rusqlite call runs on the async executor. The
 //! writer mutex is the in-process writer guard: a writer waits for it without holding a
 //! thread, and no longer than the busy timeout (then [`Error::Retryable`], as for SQLite's own
 //! lock). `BEGIN IMMEDIATE` then takes SQLite's single writer lock, which serializes writers
-//! across instances and processes. WAL lets every read
-//! connection read its own snapshot meanwhile, so reads neither wait for the writer nor for
-//! each other. Seqs are assigned under that lock, which is what makes the
-//! head-cache check sound.
+//! across instances and processes. WAL lets every read connection read its own snapshot
+//! meanwhile, so reads neither wait for the writer nor for each other. Seqs are assigned under
+//! that lock, which is what makes the head-cache check sound.
+//!
+//! The epoch-log paths are built from per-step free functions over the connection wrapper
+//! [`Db`], named as in the Postgres backend: [`probe`] (next seq and cache rows in one
+//! statement), [`working_heads`] (the cache when current, else the anti-join), [`anti_join`],
+//! [`insert_epoch`], [`cache_sole_head`] and [`cache_exact`].
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -131,7 +135,7 @@ pub(crate) fn epoch_seq(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Op
 }
 
 /// The heads the append path works from: the cache when current, else the anti-join (once).
-fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &HeadProbe) -> Result<Vec<Head>> {
+pub(crate) fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &HeadProbe) -> Result<Vec<Head>> {
     if probe.cache_is_current() {
         Ok(probe.cached.clone())
     } else {
@@ -197,7 +201,12 @@ pub(crate) fn cache_sole_head(
 
 /// Rewrites the cache from `before` to exactly `after` (both sorted), touching only the rows
 /// that differ.
-fn cache_exact(db: &Db<'_>, space: &SpaceId, before: &[Head], after: &[Head]) -> Result<()> {
+pub(crate) fn cache_exact(
+    db: &Db<'_>,
+    space: &SpaceId,
+    before: &[Head],
+    after: &[Head],
+) -> Result<()> {
     let s = space.as_bytes();
     for h in before.iter().filter(|h| !after.contains(h)) {
         db.exec(sql::DELETE_HEAD, params![s, h.id.as_bytes()])?;
@@ -462,7 +471,8 @@ impl SqliteStore {
             blocking(move || {
                 files::prepare(&path, &opts)?;
                 let conn = files::connect_unconfigured(&path, &opts)?;
-                check_not_foreign(&conn, &opts).map_err(|e| files::open_error_mapped(&path, e))
+                files::check_not_foreign(&conn, &opts)
+                    .map_err(|e| files::open_error_mapped(&path, e))
             })
             .await?;
         }
@@ -472,9 +482,9 @@ impl SqliteStore {
             .map_err(|e| files::open_error_mapped(&path, e.into()))?;
         blocking(move || {
             let writer = files::connect(&path, &opts)?;
-            check_schema(&writer).map_err(|e| files::open_error_mapped(&path, e))?;
+            files::check_schema(&writer).map_err(|e| files::open_error_mapped(&path, e))?;
             let readers = (0..opts.read_connections)
-                .map(|_| connect_reader(&path, &opts))
+                .map(|_| files::connect_reader(&path, &opts))
                 .collect::<Result<Vec<_>>>()?;
             Ok(Self {
                 inner: Arc::new(Inner {
@@ -562,79 +572,6 @@ impl SqliteStore {
         let conn = self.writer_guard().await?;
         blocking(move || Ok(conn.total_changes())).await
     }
-}
-
-/// A read connection: configured like the writer, and `query_only`, so that no read path can
-/// write even by mistake.
-fn connect_reader(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
-    let conn = files::connect(path, opts)?;
-    conn.pragma_update(None, "query_only", "ON")
-        .map_err(|e| files::open_error(path, e))?;
-    Ok(conn)
-}
-
-/// Refuses a database that belongs to something else before anything is written to it: one
-/// that holds tables but no migration stamp must be a cairn store from before the runner (all
-/// of the epoch log's statements compile against it), or it is not ours, and cairn writes into
-/// it only with [`SqliteOptions::share_file_with_application`].
-pub(crate) fn check_not_foreign(conn: &Connection, opts: &SqliteOptions) -> Result<()> {
-    if opts.share_file_with_application {
-        return Ok(());
-    }
-    let tables: Vec<String> = conn
-        .prepare(sql::USER_TABLES)
-        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
-        .map_err(map)?;
-    if tables.is_empty() || tables.iter().any(|t| t == "cairn_migration_stamp") {
-        return Ok(());
-    }
-    match schema_mismatch(conn) {
-        None => Ok(()),
-        Some(Error::Backend { source, .. }) => Err(Error::Corrupt {
-            detail: "it holds another application's tables and no cairn migration stamp; point \
-                     cairn at a file of its own, or opt in with \
-                     SqliteOptions::share_file_with_application to keep cairn's tables beside \
-                     the application's"
-                .into(),
-            source,
-        }),
-        Some(other) => Err(other),
-    }
-}
-
-/// Compiles every statement the store uses, so a file whose tables exist with another shape
-/// (a foreign database) is refused at open rather than on first use.
-fn check_schema(conn: &Connection) -> Result<()> {
-    match schema_mismatch(conn) {
-        None => Ok(()),
-        Some(Error::Backend { detail, source, .. }) => Err(Error::Corrupt {
-            detail: format!("its tables do not match cairn's epoch log ({detail})"),
-            source,
-        }),
-        Some(other) => Err(other),
-    }
-}
-
-/// The error of the first statement the store uses that does not compile against the file's
-/// tables, if any.
-fn schema_mismatch(conn: &Connection) -> Option<Error> {
-    [
-        sql::PROBE,
-        sql::ANTI_JOIN_HEADS,
-        sql::EPOCH_SEQ,
-        sql::INSERT_EPOCH,
-        sql::INSERT_PARENT,
-        sql::INSERT_EVENT,
-        sql::UPDATE_SOLE_HEAD,
-        sql::INSERT_HEAD,
-        sql::DELETE_HEAD,
-        sql::EPOCH_PARENTS,
-        sql::EPOCH_EVENTS,
-        sql::EVENTS_AFTER,
-        sql::SPACES_AFTER,
-    ]
-    .into_iter()
-    .find_map(|q| conn.prepare_cached(q).err().map(map))
 }
 
 #[async_trait]
