@@ -20,6 +20,36 @@ use crate::sql::{create_schema, SCHEMA_EXISTS, SESSION_SETUP, SET_LOCAL_SEARCH_P
 mod sql {
     pub(super) const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1)";
     pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+
+    /// Marks the upgrade transaction with a transaction-local setting, which is gone once the
+    /// transaction ends by any means (a revision's COMMIT, ROLLBACK, END or ABORT included).
+    pub(super) const MARK_OPEN: &str = "SELECT set_config('cairn.migration_open', 'on', true)";
+
+    /// Whether the marked transaction is still the session's transaction.
+    pub(super) const IS_OPEN: &str =
+        "SELECT coalesce(current_setting('cairn.migration_open', true), '') = 'on'";
+
+    /// Whether the role may create temporary objects (the commit guard is one).
+    pub(super) const CAN_USE_TEMP: &str =
+        "SELECT has_database_privilege(current_database(), 'TEMP')";
+
+    /// The commit guard: a deferred constraint trigger on a temporary row that fails any
+    /// COMMIT while the row is armed, so a COMMIT issued by a revision rolls the whole upgrade
+    /// back instead of committing half of it. Temporary objects of this session only; the
+    /// table goes at commit, the function with the session (closed right after).
+    pub(super) const GUARD: [&str; 4] = [
+        "CREATE TEMP TABLE cairn_commit_guard (armed boolean NOT NULL) ON COMMIT DROP",
+        "CREATE FUNCTION pg_temp.cairn_commit_guard() RETURNS trigger LANGUAGE plpgsql AS $f$ \
+         BEGIN IF (SELECT armed FROM pg_temp.cairn_commit_guard) THEN \
+         RAISE EXCEPTION 'a revision statement tried to commit cairn''s migration transaction' \
+         USING ERRCODE = '25000'; END IF; RETURN NULL; END $f$",
+        "CREATE CONSTRAINT TRIGGER cairn_commit_guard AFTER INSERT ON pg_temp.cairn_commit_guard \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION pg_temp.cairn_commit_guard()",
+        "INSERT INTO pg_temp.cairn_commit_guard VALUES (true)",
+    ];
+
+    /// Lets the runner's own COMMIT through the guard.
+    pub(super) const DISARM: &str = "UPDATE pg_temp.cairn_commit_guard SET armed = false";
 }
 
 /// The stamp and lineage statements in this backend's dialect.
@@ -137,31 +167,53 @@ impl MigrationBackend for PgMigrator {
             tokio::time::sleep(pause.min(timeout.saturating_sub(started.elapsed()))).await;
             pause = (pause * 2).min(Duration::from_millis(250));
         }
-        if let Err(e) = start(&mut conn, &self.schema, self.opts.create_if_missing).await {
-            let _ = sqlx::query(sql::UNLOCK).bind(key).execute(&mut conn).await;
-            let _ = conn.close().await;
-            return Err(e.into());
-        }
+        let guarded = match start(&mut conn, &self.schema, self.opts.create_if_missing).await {
+            Ok(guarded) => guarded,
+            Err(e) => {
+                let _ = sqlx::query(sql::UNLOCK).bind(key).execute(&mut conn).await;
+                let _ = conn.close().await;
+                return Err(e.into());
+            }
+        };
         let locked = PgLocked {
             conn: Some(conn),
             key,
+            guarded,
         };
         Ok(Box::new(locked))
     }
 }
 
-/// Opens the upgrade transaction: creates the schema (when missing and allowed) and the
-/// bookkeeping tables when missing.
+/// Opens the upgrade transaction: marks it (see [`sql::MARK_OPEN`]), installs the commit guard
+/// when the role may create temporary objects (returns whether it did), and creates the schema
+/// (when missing and allowed) and the bookkeeping tables when missing.
 ///
 /// `CREATE SCHEMA IF NOT EXISTS` is not used on an existing schema: Postgres checks CREATE on
 /// the database before it notices the schema exists, which would shut out a role that owns its
 /// schema and nothing else. Concurrent creators are serialized by the migration lock.
-async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Result<()> {
+async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Result<bool> {
     sqlx::query("BEGIN")
         .persistent(false)
         .execute(&mut *conn)
         .await
         .map_err(map_sqlx)?;
+    sqlx::query(sql::MARK_OPEN)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    let guarded: bool = sqlx::query_scalar(sql::CAN_USE_TEMP)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    if guarded {
+        for statement in sql::GUARD {
+            sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_sqlx)?;
+        }
+    }
     let exists: bool = sqlx::query_scalar(SCHEMA_EXISTS)
         .bind(schema.as_str())
         .fetch_one(&mut *conn)
@@ -192,7 +244,7 @@ async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Re
             .await
             .map_err(map_sqlx)?;
     }
-    Ok(())
+    Ok(guarded)
 }
 
 /// An open upgrade transaction holding the session advisory lock on a dedicated connection.
@@ -200,6 +252,8 @@ async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Re
 struct PgLocked {
     conn: Option<PgConnection>,
     key: i64,
+    /// Whether the commit guard is installed (and must be disarmed before the runner's COMMIT).
+    guarded: bool,
 }
 
 impl PgLocked {
@@ -209,17 +263,30 @@ impl PgLocked {
             .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))
     }
 
-    async fn finish(&mut self, statement: &str) -> Result<()> {
+    async fn finish(&mut self, statement: &str, disarm: bool) -> Result<()> {
         let key = self.key;
         let mut conn = self
             .conn
             .take()
             .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))?;
-        let ended = sqlx::query(statement)
-            .persistent(false)
-            .execute(&mut conn)
-            .await
-            .map_err(map_sqlx);
+        let disarmed = if disarm {
+            sqlx::query(sql::DISARM)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map_sqlx)
+        } else {
+            Ok(())
+        };
+        let ended = match disarmed {
+            Ok(()) => sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map_sqlx),
+            Err(e) => Err(e),
+        };
         let unlocked = sqlx::query(sql::UNLOCK)
             .bind(key)
             .execute(&mut conn)
@@ -238,12 +305,28 @@ impl LockedMigration for PgLocked {
         read_state(self.conn()?, set).await
     }
 
+    /// Runs one revision statement, then checks the upgrade transaction is still open: a
+    /// statement that ended it (COMMIT, ROLLBACK, END, ABORT) fails the upgrade before anything
+    /// else runs outside it. With the commit guard a COMMIT fails itself and takes the whole
+    /// upgrade back; without it (a role without TEMP) what ran before it stays committed.
     async fn execute(&mut self, statement: &str) -> Result<()> {
+        let conn = self.conn()?;
         sqlx::query(statement)
             .persistent(false)
-            .execute(self.conn()?)
+            .execute(&mut *conn)
             .await
             .map_err(map_sqlx)?;
+        let open: bool = sqlx::query_scalar(sql::IS_OPEN)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        if !open {
+            return Err(Error::invalid(
+                "migration statement",
+                "it ended the upgrade transaction (COMMIT, ROLLBACK, END or ABORT); a revision \
+                 must not manage transactions, the runner runs it in one",
+            ));
+        }
         Ok(())
     }
 
@@ -285,10 +368,11 @@ impl LockedMigration for PgLocked {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), MigrateError> {
-        Ok(self.finish("COMMIT").await?)
+        let disarm = self.guarded;
+        Ok(self.finish("COMMIT", disarm).await?)
     }
 
     async fn rollback(mut self: Box<Self>) -> Result<(), MigrateError> {
-        Ok(self.finish("ROLLBACK").await?)
+        Ok(self.finish("ROLLBACK", false).await?)
     }
 }
