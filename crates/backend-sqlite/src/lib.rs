@@ -16,8 +16,12 @@
 //!
 //! Files follow DESIGN §6: symlinked paths are refused, the file is created 0600 in a 0700
 //! directory, WAL mode with `synchronous=FULL`, foreign keys on and a busy timeout
-//! ([`SqliteOptions`]). Blocking SQLite calls run on tokio's blocking pool, never on the async
-//! executor. Every statement sent is counted ([`cairn_core::EpochDiagnostics::statements_executed`]);
+//! ([`SqliteOptions`]). A file that holds another application's tables is refused unless
+//! [`SqliteOptions::share_file_with_application`] is on; with
+//! [`SqliteOptions::create_if_missing`] off, a missing store is an error and nothing is
+//! created. [`SqliteStore::opened`] says what the migration runner did at open. Blocking
+//! SQLite calls run on tokio's blocking pool, never on the async executor; reads run in
+//! parallel on [`SqliteOptions::read_connections`] connections. Every statement sent is counted ([`cairn_core::EpochDiagnostics::statements_executed`]);
 //! an append with a current head cache costs a fixed number of them
 //! ([`APPEND_STATEMENT_BUDGET`] for one event and one head).
 //!
@@ -26,8 +30,9 @@
 //! [`cairn_core::spool::Spool`] on the tables of revision `0002_spool`, with wake-up by polling
 //! `PRAGMA data_version`, so a consumer sees work another process wrote to the file.
 //!
-//! The `testkit` feature adds [`testkit`]: the conformance harness, the legacy writer and the
-//! benchmark hooks; and [`spool_testkit`]: the spool's harness and fault injection.
+//! The `testkit` feature adds the `testkit` module (the conformance harness, the legacy writer,
+//! the benchmark hooks, test-only constructors and hooks) and `spool_testkit` (the spool's
+//! harness and fault injection). Nothing public without it is test machinery.
 
 #![forbid(unsafe_code)]
 

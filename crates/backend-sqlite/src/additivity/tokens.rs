@@ -5,7 +5,7 @@
 pub(super) enum Tok {
     /// An unquoted word (keyword or identifier), as written.
     Word(String),
-    /// A quoted identifier ("x", `x`, [x]), unquoted.
+    /// A quoted identifier (`"x"`, `` `x` ``, `[x]`), unquoted.
     Ident(String),
     /// A string literal, unquoted.
     Str(String),
