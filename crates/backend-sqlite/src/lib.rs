@@ -21,8 +21,9 @@
 //! [`SqliteOptions::create_if_missing`] off, a missing store is an error and nothing is
 //! created. [`SqliteStore::opened`] says what the migration runner did at open. Blocking
 //! SQLite calls run on tokio's blocking pool, never on the async executor; reads run in
-//! parallel on [`SqliteOptions::read_connections`] connections. Every statement sent is counted ([`cairn_core::EpochDiagnostics::statements_executed`]);
-//! an append with a current head cache costs a fixed number of them
+//! parallel on [`SqliteOptions::read_connections`] connections. Every statement sent is counted
+//! ([`cairn_core::EpochDiagnostics::statements_executed`]); an append with a current head cache
+//! costs a fixed number of them
 //! ([`APPEND_STATEMENT_BUDGET`] for one event and one head).
 //!
 //! The spool (DESIGN §3) works on the same file: [`SqliteSpool::open`] (or
