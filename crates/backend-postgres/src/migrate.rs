@@ -376,3 +376,18 @@ impl LockedMigration for PgLocked {
         Ok(self.finish("ROLLBACK", false).await?)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_migration_lock_key_is_the_one_every_earlier_build_takes() {
+        // Builds of different versions serialize their migrations on this key: it must not
+        // move.
+        let m = PgMigrator::new(PgOptions::new("postgres://h/db")).unwrap();
+        assert_eq!(m.lock_key(), -5_844_876_268_162_346_966);
+        let other = PgMigrator::new(PgOptions::new("postgres://h/db").schema("tenant_a")).unwrap();
+        assert_ne!(other.lock_key(), m.lock_key());
+    }
+}
