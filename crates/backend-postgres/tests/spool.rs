@@ -3,5 +3,7 @@
 //! listener reconnection against a real server.
 cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness());
 
+#[path = "spool/failures.rs"]
+mod failures;
 #[path = "spool/processes.rs"]
 mod processes;

@@ -247,7 +247,12 @@ impl PgSpool {
     /// Closes the spool's connections, waiting for those in use: an orderly shutdown. Every
     /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
     pub async fn close(&self) {
-        self.inner.listen_pool.close().await;
+        // A subscription holds its listening connection until the handle is dropped, so the
+        // listening pool is only marked closed here (a waiting subscriber returns at once) and
+        // finishes closing in the background as the handles go.
+        drop(self.inner.listen_pool.close());
+        let listen_pool = self.inner.listen_pool.clone();
+        tokio::spawn(async move { listen_pool.close().await });
         self.inner.pool.close().await;
     }
 

@@ -1,0 +1,320 @@
+//! S12 on PostgreSQL: a write that fails — a lock wait past the timeout, the connection
+//! terminated by the server mid-operation — returns an error, nothing claims success, nothing
+//! was written, and the spool works afterwards. And the wake-up listener survives the loss of
+//! its connection.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use cairn_conformance::random_queue;
+use cairn_core::spool::RunState;
+use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, QueueName, Spool};
+use cairn_postgres::spool::testkit::{spool_harness, PgSpoolHarness};
+use cairn_postgres::testkit::test_server_url;
+use cairn_postgres::PgSpool;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+
+const LEASE: Duration = Duration::from_secs(30);
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn key(k: &str) -> DedupKey {
+    DedupKey::from_parts([k]).unwrap()
+}
+
+fn me() -> ConsumerId {
+    ConsumerId::new("s12").unwrap()
+}
+
+/// A connection of the test's own, in the harness's schema.
+async fn admin(h: &PgSpoolHarness) -> PgConnection {
+    let url = test_server_url().await.expect("the test server");
+    let mut conn = PgConnection::connect_with(&PgConnectOptions::from_str(&url).unwrap())
+        .await
+        .expect("connect");
+    sqlx::query("SELECT set_config('search_path', $1, false)")
+        .bind(h.pg().schema())
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
+/// Opens a transaction on `conn` holding `spool_run` exclusively: every spool statement waits.
+async fn lock_runs(conn: &mut PgConnection) {
+    sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+    sqlx::query("LOCK TABLE spool_run IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
+
+async fn unlock(conn: &mut PgConnection) {
+    sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
+}
+
+/// Waits (with a deadline) until `op`'s statement — the one starting with `statement` — is
+/// blocked by `conn`'s lock, terminates its backend, and returns `op`'s result.
+async fn terminate_while_blocked<T: std::fmt::Debug>(
+    conn: &mut PgConnection,
+    op: tokio::task::JoinHandle<T>,
+    statement: &str,
+) -> T {
+    let mine: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        // A transaction reads pg_stat_activity once and keeps that snapshot; the lock holder
+        // is inside one, so clear it for a fresh look.
+        sqlx::query("SELECT pg_stat_clear_snapshot()")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        let blocked: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE $1 = ANY(pg_blocking_pids(pid)) AND starts_with(query, $2) LIMIT 1",
+        )
+        .bind(mine)
+        .bind(statement)
+        .fetch_optional(&mut *conn)
+        .await
+        .unwrap();
+        if let Some(pid) = blocked {
+            let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap();
+            assert!(done, "the blocked backend is terminated");
+            return op.await.expect("the operation panicked");
+        }
+        if op.is_finished() {
+            panic!(
+                "the operation ended before it blocked on the lock: {:?}",
+                op.await
+            );
+        }
+        assert!(
+            started.elapsed() < DEADLINE,
+            "no spool statement blocked on the lock within {DEADLINE:?}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[track_caller]
+fn assert_failed_without_success<T: std::fmt::Debug>(r: cairn_core::Result<T>, what: &str) {
+    match r {
+        Err(Error::Retryable { .. } | Error::Unavailable { .. }) => {}
+        other => panic!("S12: {what}: expected Retryable or Unavailable, got {other:?}"),
+    }
+}
+
+/// S12: with every spool statement waiting on a lock past the lock timeout, enqueue, claim,
+/// ack, event appends and facts fail with `Retryable`; afterwards nothing of them is stored and
+/// the same calls succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_lock_timeout_fails_retryable_and_writes_nothing() {
+    let h = spool_harness().await;
+    let spool = h
+        .spool_with(h.options().lock_timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let q = random_queue("s12-timeout");
+    let held = spool
+        .enqueue(&q, &key("held"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    let c = spool.claim(&q, &me(), LEASE, 1).await.unwrap();
+    let before = spool.stats().await.unwrap();
+
+    let mut conn = admin(&h).await;
+    lock_runs(&mut conn).await;
+    assert_failed_without_success(
+        spool
+            .enqueue(&q, &key("new"), Vec::new(), EnqueueOptions::default())
+            .await,
+        "enqueue",
+    );
+    assert_failed_without_success(spool.claim(&q, &me(), LEASE, 10).await, "claim");
+    assert_failed_without_success(spool.ack(held, c[0].token).await, "ack");
+    let ev = cairn_core::RunEventId::new("e").unwrap();
+    assert_failed_without_success(spool.append_event(held, &ev, vec![1]).await, "append");
+    let fact = cairn_core::FactName::new("f").unwrap();
+    assert_failed_without_success(spool.set_fact(held, &fact, vec![1]).await, "set_fact");
+    unlock(&mut conn).await;
+
+    assert_eq!(
+        spool.stats().await.unwrap(),
+        before,
+        "S12: nothing was written"
+    );
+    let info = spool.run(held).await.unwrap().unwrap();
+    assert_eq!((info.state, info.events), (RunState::Claimed, 0));
+    assert!(
+        spool
+            .enqueue(&q, &key("new"), Vec::new(), EnqueueOptions::default())
+            .await
+            .unwrap()
+            .created
+    );
+    spool.ack(held, c[0].token).await.unwrap();
+    assert_eq!(spool.append_event(held, &ev, vec![1]).await.unwrap().seq, 1);
+    spool.set_fact(held, &fact, vec![1]).await.unwrap();
+    assert_eq!(spool.claim(&q, &me(), LEASE, 10).await.unwrap().len(), 1);
+    spool.close().await;
+}
+
+/// S12: the server terminates the connection of an enqueue, and of a claim, while it waits on
+/// a lock: each returns an error, neither wrote anything, and the spool works afterwards on
+/// fresh connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s12_connection_terminated_mid_operation_writes_nothing() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("s12-terminate");
+    let queued = spool
+        .enqueue(&q, &key("queued"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    let mut conn = admin(&h).await;
+
+    lock_runs(&mut conn).await;
+    let enqueue = {
+        let (spool, q) = (spool.clone(), q.clone());
+        tokio::spawn(async move {
+            spool
+                .enqueue(&q, &key("doomed"), Vec::new(), EnqueueOptions::default())
+                .await
+        })
+    };
+    let r = terminate_while_blocked(&mut conn, enqueue, "WITH ins AS").await;
+    assert_failed_without_success(r, "terminated enqueue");
+    unlock(&mut conn).await;
+
+    lock_runs(&mut conn).await;
+    let claim = {
+        let (spool, q) = (spool.clone(), q.clone());
+        tokio::spawn(async move { spool.claim(&q, &me(), LEASE, 10).await })
+    };
+    let r = terminate_while_blocked(&mut conn, claim, "WITH e AS").await;
+    assert_failed_without_success(r, "terminated claim");
+    unlock(&mut conn).await;
+
+    let info = spool.run(queued).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempts, info.lease),
+        (RunState::Queued, 0, None),
+        "S12: the terminated claim took nothing"
+    );
+    let again = spool
+        .enqueue(&q, &key("doomed"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap();
+    assert!(again.created, "S12: the terminated enqueue stored nothing");
+    let got = spool.claim(&q, &me(), LEASE, 10).await.unwrap();
+    assert_eq!(got.len(), 2, "S12: the spool works afterwards");
+    assert!(got.iter().all(|c| c.attempt == 1));
+    spool.close().await;
+}
+
+/// Waits for a wake-up within the deadline.
+async fn woken(wake: &mut Box<dyn cairn_core::Wakeup>, what: &str) {
+    tokio::time::timeout(DEADLINE, wake.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no wake-up within {DEADLINE:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// The pid of the backend listening on `channel`, once it is listening.
+async fn listener_pid(conn: &mut PgConnection, channel: &str) -> i32 {
+    let started = Instant::now();
+    loop {
+        let pid: Option<i32> =
+            // `LISTEN "channel"` when subscribing; `LISTEN "channel";` after a reconnect.
+            sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity \
+                 WHERE query LIKE 'LISTEN %' AND strpos(query, $1) > 0 LIMIT 1",
+            )
+            .bind(format!("\"{channel}\""))
+                .fetch_optional(&mut *conn)
+                .await
+                .unwrap();
+        if let Some(pid) = pid {
+            return pid;
+        }
+        assert!(started.elapsed() < DEADLINE, "no listener on {channel}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The subscriber's listening connection is terminated by the server: its next wait returns
+/// (notifications may have been lost, so the consumer looks), the run enqueued meanwhile is
+/// found, and later enqueues wake it by `NOTIFY` again (the fallback poll is set far beyond
+/// the deadline). Closing the spool ends its subscriptions with `Unavailable`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_reconnects_after_its_connection_is_terminated() {
+    let h = spool_harness().await;
+    let consumer = h.spool().await.unwrap();
+    let producer = h.spool().await.unwrap();
+    consumer.set_wake_poll(Duration::from_secs(3600));
+    let q: QueueName = random_queue("listener");
+    let mut wake = consumer.subscribe(&q).await.unwrap();
+    let mut conn = admin(&h).await;
+    let pid = listener_pid(&mut conn, &consumer.wake_channel(&q)).await;
+    let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let lost = producer
+        .enqueue(
+            &q,
+            &key("while-lost"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    woken(&mut wake, "after the listener's connection was lost").await;
+    let got = consumer.claim(&q, &me(), LEASE, 10).await.unwrap();
+    assert_eq!(got.iter().map(|c| c.run_id).collect::<Vec<_>>(), vec![lost]);
+
+    let after = producer
+        .enqueue(&q, &key("after"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    woken(&mut wake, "NOTIFY after reconnecting").await;
+    let got = consumer.claim(&q, &me(), LEASE, 10).await.unwrap();
+    assert_eq!(
+        got.iter().map(|c| c.run_id).collect::<Vec<_>>(),
+        vec![after]
+    );
+    assert_ne!(
+        listener_pid(&mut conn, &consumer.wake_channel(&q)).await,
+        pid,
+        "a new connection listens"
+    );
+
+    close_ends_subscriptions(consumer, wake).await;
+    producer.close().await;
+}
+
+async fn close_ends_subscriptions(spool: PgSpool, mut wake: Box<dyn cairn_core::Wakeup>) {
+    tokio::time::timeout(DEADLINE, spool.close())
+        .await
+        .expect("close does not wait for subscription handles");
+    let r = tokio::time::timeout(DEADLINE, wake.wait())
+        .await
+        .expect("a wait on a closed spool returns");
+    assert!(
+        matches!(r, Err(Error::Unavailable { .. })),
+        "a closed spool's subscription is Unavailable: {r:?}"
+    );
+}
