@@ -9,7 +9,8 @@ use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping::{self, BookkeepingSql};
 use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
 use crate::config::SqliteOptions;
 use crate::db::blocking;
@@ -129,6 +130,42 @@ impl MigrationBackend for SqliteMigrator {
     }
 }
 
+/// Refuses, as SQLite prepares each statement, anything that would begin, commit or roll back
+/// a transaction: a revision runs inside the runner's upgrade transaction, and a `COMMIT` in it
+/// would make half an upgrade durable.
+fn refuse_transaction_control(ctx: AuthContext<'_>) -> Authorization {
+    match ctx.action {
+        AuthAction::Transaction { .. } => Authorization::Deny,
+        _ => Authorization::Allow,
+    }
+}
+
+/// Runs one statement of a revision inside the upgrade transaction, which it must leave open.
+fn execute_revision_statement(conn: &Connection, statement: &str) -> Result<()> {
+    conn.authorizer(Some(refuse_transaction_control))
+        .map_err(map)?;
+    let ran = conn.execute_batch(statement);
+    conn.authorizer(None::<fn(AuthContext<'_>) -> Authorization>)
+        .map_err(map)?;
+    ran.map_err(|e| match e.sqlite_error_code() {
+        Some(ErrorCode::AuthorizationForStatementDenied) => Error::invalid(
+            "migration revision",
+            "a revision may not BEGIN, COMMIT, END or ROLLBACK a transaction: the runner \
+             applies it inside its own; remove the statement (nothing was changed)",
+        ),
+        _ => map(e),
+    })?;
+    // Transaction control is refused above; this holds the invariant whatever else might end
+    // a transaction.
+    if conn.is_autocommit() {
+        return Err(Error::backend(
+            "sqlite",
+            "the revision ended the migration transaction",
+        ));
+    }
+    Ok(())
+}
+
 /// An open `BEGIN IMMEDIATE` upgrade transaction. Dropping it rolls back (SQLite rolls back an
 /// open transaction when its connection closes).
 struct SqliteLocked {
@@ -165,7 +202,7 @@ impl LockedMigration for SqliteLocked {
 
     async fn execute(&mut self, statement: &str) -> Result<()> {
         let statement = statement.to_owned();
-        self.run(move |c| c.execute_batch(&statement).map_err(map))
+        self.run(move |c| execute_revision_statement(c, &statement))
             .await
     }
 
