@@ -7,3 +7,5 @@ cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness())
 mod failures;
 #[path = "spool/processes.rs"]
 mod processes;
+#[path = "spool/queries.rs"]
+mod queries;

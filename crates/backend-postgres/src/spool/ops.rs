@@ -771,6 +771,15 @@ impl Spool for PgSpool {
         Ok(pass.finish())
     }
 
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        let due: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+            .bind(queue.as_str())
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        Ok(opt_ts(due))
+    }
+
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         let channel = wake_channel(&self.inner.schema, queue);
         Ok(Box::new(

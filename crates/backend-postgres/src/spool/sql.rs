@@ -252,3 +252,8 @@ ORDER BY r.finished_at, r.run_no LIMIT $2";
 pub(super) const RETENTION_DELETE_RUNS: &str = "\
 DELETE FROM spool_run r WHERE r.run_id = ANY($1) AND r.finished_at IS NOT NULL \
     AND NOT EXISTS (SELECT 1 FROM spool_event e WHERE e.run_id = r.run_id)";
+
+/// The earliest `due_at` of queue `$1`'s live runs (NULL when it has none): one range of the
+/// claim index.
+pub(super) const NEXT_DUE: &str =
+    "SELECT min(due_at) FROM spool_run WHERE queue = $1 AND due_at IS NOT NULL";
