@@ -213,6 +213,37 @@ impl ShutdownReport {
 }
 
 /// Builds and starts a [`Consumer`].
+///
+/// ```
+/// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+/// # async fn main() -> cairn_core::Result<()> {
+/// use std::sync::Arc;
+/// use cairn_core::spool::{ConsumerBuilder, ConsumerId, DedupKey, EnqueueOptions, Job, Outcome};
+/// use cairn_core::{MemorySpool, QueueName, RunState, Spool};
+///
+/// let spool: Arc<dyn Spool> = Arc::new(MemorySpool::default());
+/// let gate = QueueName::new("gate")?;
+/// let key = DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"])?;
+/// let run = spool.enqueue(&gate, &key, b"{}".to_vec(), EnqueueOptions::default()).await?;
+///
+/// let consumer = ConsumerBuilder::new(spool.clone(), gate, ConsumerId::new("worker-1")?)
+///     .concurrency(4)
+///     .spawn(|job: Job| async move {
+///         if job.stop().is_stopped() {
+///             return Outcome::Retry("stopping".into());
+///         }
+///         // … the work, reporting through job.spool().append_event(job.run_id(), …) …
+///         Outcome::Done
+///     })
+///     .await?;
+///
+/// while spool.run(run.run_id).await?.map(|r| r.state) != Some(RunState::Succeeded) {
+///     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+/// }
+/// assert!(consumer.shutdown().await.is_clean());
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct ConsumerBuilder {
     spool: Arc<dyn Spool>,

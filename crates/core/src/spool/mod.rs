@@ -20,7 +20,9 @@
 //! This module holds the [`Spool`] trait, its value types, the pure decisions every backend
 //! shares ([`transition`], [`backoff`], [`RetentionPass`]), the [`Clock`] all spool time comes
 //! from, and [`MemorySpool`], the in-memory reference model the conformance suite compares real
-//! backends with.
+//! backends with. On top of any spool: [`Consumer`], the worker loop a service runs
+//! ([`ConsumerBuilder`]), and [`legacy`], the planner that reads the replaced system's state
+//! directory for [`Spool::import_runs`].
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -1,7 +1,7 @@
 //! Shutdown races (S6): the consumer loop stopping while enqueues keep arriving.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,13 +23,15 @@ pub async fn s6_shutdown_while_enqueues_arrive_strands_nothing<H: SpoolHarness>(
     let consumer_side = open_spool(h).await;
 
     let done: Arc<Mutex<BTreeSet<RunId>>> = Arc::default();
-    let d = done.clone();
+    // Handlers of each blocking kind running now: [polite, stuck].
+    let blocked: Arc<[AtomicUsize; 2]> = Arc::default();
+    let (d, b) = (done.clone(), blocked.clone());
     let worker = ConsumerBuilder::new(consumer_side.clone(), q.clone(), consumer("s6-worker"))
-        .concurrency(6)
+        .concurrency(8)
         .lease(LEASE)
         .poll_interval(Duration::from_millis(5))
         .spawn(move |job: Job| {
-            let d = d.clone();
+            let (d, b) = (d.clone(), b.clone());
             async move {
                 let n: usize = String::from_utf8_lossy(job.payload())
                     .parse()
@@ -40,9 +42,15 @@ pub async fn s6_shutdown_while_enqueues_arrive_strands_nothing<H: SpoolHarness>(
                         Outcome::Done
                     }
                     // Stops when asked: its run goes back to the queue.
-                    1 => Outcome::Retry(job.stop().stopped().await.to_string()),
+                    1 => {
+                        b[0].fetch_add(1, Ordering::SeqCst);
+                        Outcome::Retry(job.stop().stopped().await.to_string())
+                    }
                     // Ignores the shutdown: the deadline drops it.
-                    _ => std::future::pending().await,
+                    _ => {
+                        b[1].fetch_add(1, Ordering::SeqCst);
+                        std::future::pending().await
+                    }
                 }
             }
         })
@@ -84,7 +92,12 @@ pub async fn s6_shutdown_while_enqueues_arrive_strands_nothing<H: SpoolHarness>(
     }
 
     within("S6: the consumer gets going", async {
-        while done.lock().unwrap().len() < 3 || worker.in_flight() < 2 {
+        // Each producer's runs alternate kinds, so eight slots never fill with blocked
+        // handlers before two runs are done and both blocking kinds run.
+        while done.lock().unwrap().len() < 2
+            || blocked[0].load(Ordering::SeqCst) == 0
+            || blocked[1].load(Ordering::SeqCst) == 0
+        {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
     })
