@@ -142,6 +142,13 @@ mod tests {
         let upper = String::from_utf8(line.clone()).unwrap().to_uppercase();
         assert!(open_record(upper.as_bytes()).is_err());
         assert!(seal_record("[]").is_err());
+        let huge = vec![b'x'; MAX_LEGACY_LINE + 1];
+        assert_eq!(
+            open_record(&huge),
+            Err(RecordProblem::TooLong {
+                len: MAX_LEGACY_LINE + 1
+            })
+        );
     }
 
     #[test]
