@@ -1,7 +1,8 @@
-//! E1/E4 across OS processes: two processes append to the same space of one SQLite file at
-//! once. SQLite's writer lock (`BEGIN IMMEDIATE`) must serialize them: every seq is taken
-//! exactly once, each process sees its own seqs strictly increase, and one head with one cache
-//! row remains.
+//! E1/E4 across OS processes: two processes append to the same space of one SQLite file. First
+//! in lockstep (the parent makes them take turns, so their writes interleave for certain and
+//! each append must see the other process's last epoch as its parent), then at once. SQLite's
+//! writer lock (`BEGIN IMMEDIATE`) must serialize them: every seq is taken exactly once, each
+//! process sees its own seqs strictly increase, and one head with one cache row remains.
 //!
 //! The test re-runs its own binary as the two children (selected by an environment variable),
 //! the way crash harnesses re-execute themselves.
@@ -16,32 +17,44 @@ use cairn_sqlite::SqliteStore;
 const CHILD_ENV: &str = "CAIRN_TWO_PROCESS_CHILD_DB";
 const TEST_NAME: &str = "two_processes_append_to_one_space_without_sharing_a_seq";
 const PER_CHILD: u64 = 200;
+/// Appends each child makes in lockstep, taking turns, before both run free.
+const LOCKSTEP: u64 = 20;
 const SEQ_LINE: &str = "cairn-two-process-seq ";
 const READY_LINE: &str = "cairn-two-process-ready";
+const DONE_LINE: &str = "cairn-two-process-done";
 
 fn space() -> SpaceId {
     SpaceId::new(b"two-process".to_vec()).unwrap()
 }
 
-/// The child's half: open the store, report ready, wait for the parent's go (a line on
-/// stdin), then append `PER_CHILD` epochs and print each seq on its own line.
+/// The child's half: open the store, report ready, then follow the parent's commands on stdin:
+/// `append N` appends N epochs, printing each seq on its own line and then a done line; end of
+/// input ends the child.
 async fn child(db: &str, name: &str) {
     let store = SqliteStore::open(db).await.unwrap();
     println!("\n{READY_LINE}");
-    let mut go = String::new();
-    std::io::stdin().read_line(&mut go).unwrap();
-    for i in 0..PER_CHILD {
-        let a = store
-            .append(
-                &space(),
-                vec![Event::new(
-                    "two.process",
-                    format!("{name}-{i}").into_bytes(),
-                )],
-            )
-            .await
-            .unwrap_or_else(|e| panic!("child {name}: append {i} failed: {e}"));
-        println!("{SEQ_LINE}{}", a.seq.0);
+    let mut i = 0u64;
+    for line in std::io::stdin().lines() {
+        let line = line.unwrap();
+        let n: u64 = line
+            .strip_prefix("append ")
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("child {name}: bad command {line:?}"));
+        for _ in 0..n {
+            let a = store
+                .append(
+                    &space(),
+                    vec![Event::new(
+                        "two.process",
+                        format!("{name}-{i}").into_bytes(),
+                    )],
+                )
+                .await
+                .unwrap_or_else(|e| panic!("child {name}: append {i} failed: {e}"));
+            println!("{SEQ_LINE}{}", a.seq.0);
+            i += 1;
+        }
+        println!("{DONE_LINE}");
     }
 }
 
@@ -105,10 +118,18 @@ async fn two_processes_append_to_one_space_without_sharing_a_seq() {
         }
         per_child.push(seqs);
     }
-    // Informational: whether the scheduler actually interleaved the two writers this time.
-    let interleaved =
-        per_child[0].first() < per_child[1].last() && per_child[1].first() < per_child[0].last();
-    println!("two_process: writers interleaved = {interleaved}");
+    // The lockstep rounds interleaved the two writers: a, b, a, b, …
+    let turns = usize::try_from(LOCKSTEP).unwrap();
+    assert_eq!(
+        per_child[0][..turns],
+        (0..LOCKSTEP).map(|r| 2 * r + 1).collect::<Vec<_>>(),
+        "E1: in lockstep, the first child takes every odd seq"
+    );
+    assert_eq!(
+        per_child[1][..turns],
+        (0..LOCKSTEP).map(|r| 2 * r + 2).collect::<Vec<_>>(),
+        "E1: in lockstep, the second child takes every even seq"
+    );
     assert_eq!(
         all,
         (1..=2 * PER_CHILD).collect::<BTreeSet<_>>(),
@@ -139,36 +160,81 @@ async fn two_processes_append_to_one_space_without_sharing_a_seq() {
     }
 }
 
-/// Waits until both children report ready, releases them at once, and collects their output
-/// (stdout lines after the ready line, plus the full stderr).
-fn run_together(children: [Child; 2]) -> Vec<Output> {
-    let mut readers = Vec::new();
-    for mut c in children {
-        let mut out = BufReader::new(c.stdout.take().unwrap());
+/// A child as the parent drives it: its stdin, and its stdout read line by line.
+struct Driven {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    out: BufReader<std::process::ChildStdout>,
+    /// Every seq line read so far.
+    seen: String,
+}
+
+impl Driven {
+    /// Reads lines until one contains `marker` (keeping seq lines); panics if the child exits.
+    fn read_until(&mut self, marker: &str) {
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "child exited before it was ready: {:?}",
-                c.wait_with_output().unwrap()
-            );
-            if line.contains(READY_LINE) {
-                break;
+            if self.out.read_line(&mut line).unwrap() == 0 {
+                let mut stderr = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    e.read_to_string(&mut stderr).unwrap();
+                }
+                panic!("child exited before {marker:?}:\n{}\n{stderr}", self.seen);
+            }
+            if line.contains(SEQ_LINE) {
+                self.seen.push_str(&line);
+            }
+            if line.contains(marker) {
+                return;
             }
         }
-        readers.push((c, out));
     }
-    for (c, _) in &mut readers {
-        c.stdin.take().unwrap().write_all(b"go\n").unwrap();
+
+    fn command(&mut self, n: u64) {
+        writeln!(self.stdin, "append {n}").unwrap();
+        self.stdin.flush().unwrap();
     }
-    readers
+}
+
+/// Waits until both children report ready, runs the lockstep rounds (one append each, in
+/// turn, each waited for), then lets both append the rest at once; collects their output
+/// (the seq lines, plus the full stderr).
+fn run_together(children: [Child; 2]) -> Vec<Output> {
+    let mut driven: Vec<Driven> = children
         .into_iter()
-        .map(|(c, mut out)| {
-            let mut rest = Vec::new();
-            out.read_to_end(&mut rest).unwrap();
-            let mut output = c.wait_with_output().unwrap();
-            output.stdout = rest;
+        .map(|mut child| {
+            let stdin = child.stdin.take().unwrap();
+            let out = BufReader::new(child.stdout.take().unwrap());
+            Driven {
+                child,
+                stdin,
+                out,
+                seen: String::new(),
+            }
+        })
+        .collect();
+    for d in &mut driven {
+        d.read_until(READY_LINE);
+    }
+    for _ in 0..LOCKSTEP {
+        for d in &mut driven {
+            d.command(1);
+            d.read_until(DONE_LINE);
+        }
+    }
+    for d in &mut driven {
+        d.command(PER_CHILD - LOCKSTEP);
+    }
+    driven
+        .into_iter()
+        .map(|mut d| {
+            d.read_until(DONE_LINE);
+            drop(d.stdin);
+            let mut rest = String::new();
+            d.out.read_to_string(&mut rest).unwrap();
+            let mut output = d.child.wait_with_output().unwrap();
+            output.stdout = d.seen.into_bytes();
             output
         })
         .collect()
