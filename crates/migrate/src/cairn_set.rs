@@ -1,9 +1,19 @@
 //! cairn's own migration set: the schema of the epoch log and of the spool.
+//!
+//! Every revision's text is a file under `crates/migrate/sql/` shipped with the build: its
+//! checksum is over those bytes (as split into statements), never over text a dependency
+//! renders at run time. `0001_epoch_log` is what sea-query rendered for
+//! [`cairn_core::schema::epoch_log_ddl`] when it was released; a test checks the generator still
+//! renders exactly that text.
 
-use cairn_core::schema::{epoch_log_ddl, Dialect};
+use cairn_core::schema::Dialect;
 
 use crate::revision::{MigrationSet, Revision};
 use crate::split::split_statements;
+
+/// Revision 0001's fixed text per dialect, shipped with the build.
+const EPOCH_LOG_SQLITE: &str = include_str!("../sql/0001_epoch_log.sqlite.sql");
+const EPOCH_LOG_POSTGRES: &str = include_str!("../sql/0001_epoch_log.postgres.sql");
 
 /// Revision 0002's fixed text per dialect, shipped with the build (its checksum is over these
 /// bytes as split into statements, never over text rendered at run time).
@@ -17,6 +27,11 @@ fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
 /// Name under which cairn's own schema is stamped.
 pub const CAIRN_SET: &str = "cairn";
 
+/// The revisions of cairn's set released with the combined checksum
+/// ([`crate::ChecksumForm::Combined`]); they keep it for good. Never add to this list: a new
+/// revision uses the per-dialect form.
+pub(crate) const COMBINED_CHECKSUM_REVISIONS: [&str; 2] = ["0001_epoch_log", "0002_spool"];
+
 /// The revisions of cairn's own schema, base first. Every revision after the first must pass
 /// the additivity rule (older builds keep using the store).
 pub fn cairn_revisions() -> Vec<Revision> {
@@ -24,8 +39,8 @@ pub fn cairn_revisions() -> Vec<Revision> {
         Revision {
             id: "0001_epoch_log".into(),
             parent: None,
-            up_sqlite: epoch_log_ddl(Dialect::Sqlite),
-            up_postgres: epoch_log_ddl(Dialect::Postgres),
+            up_sqlite: fixed_statements(EPOCH_LOG_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(EPOCH_LOG_POSTGRES, Dialect::Postgres),
             description: "epoch log: epoch, epoch_parent, epoch_event, epoch_head (head cache)"
                 .into(),
         },
@@ -34,7 +49,7 @@ pub fn cairn_revisions() -> Vec<Revision> {
             parent: Some("0001_epoch_log".into()),
             up_sqlite: fixed_statements(SPOOL_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(SPOOL_POSTGRES, Dialect::Postgres),
-            description: "spool: spool_run, spool_event, spool_fact".into(),
+            description: "spool: spool_run, spool_event, spool_fact, spool_import".into(),
         },
     ]
 }
@@ -60,30 +75,77 @@ mod tests {
             .any(|s| s.contains("epoch_head")));
     }
 
-    /// The checksums older builds compare in their lineage check: 0001's must never change
-    /// (a store created by the previous build must still open, and the previous build must
-    /// see a store at 0002 as *ahead*), and 0002's is pinned from its first release on.
+    /// The golden test: the checksum every packaged revision's lineage entry holds, per
+    /// dialect. 0001's and 0002's are the combined checksums stores already carry and older
+    /// builds compare (a store created by the previous build must still open, and the previous
+    /// build must see a store at 0002 as *ahead*); they must never change. A revision added
+    /// later is pinned here, per dialect, from its first release on.
     #[test]
     fn revision_checksums_are_pinned() {
-        let sums: Vec<(String, String)> = cairn_revisions()
-            .iter()
-            .map(|r| (r.id.clone(), r.checksum().to_hex()))
-            .collect();
-        let want = [
-            (
+        let set = cairn_set();
+        let mut sums = Vec::new();
+        for (i, r) in set.revisions().iter().enumerate() {
+            for d in [Dialect::Sqlite, Dialect::Postgres] {
+                sums.push((r.id.clone(), d, set.checksum(i, d).to_hex()));
+            }
+        }
+        let combined = |id: &str, sum: &str| {
+            [Dialect::Sqlite, Dialect::Postgres].map(|d| (id.to_owned(), d, sum.to_owned()))
+        };
+        let want: Vec<(String, Dialect, String)> = [
+            combined(
                 "0001_epoch_log",
                 "41b46ffe809982d11b224f7ff3b023a207d5ab585258e87ce69f7a9b4d1a94e9",
             ),
-            (
+            combined(
                 "0002_spool",
                 "e3584e7f472252bf592d8c3fa6964b304a680ae47a32d0457af70a43d7709437",
             ),
-        ];
-        let want: Vec<(String, String)> = want
-            .iter()
-            .map(|(id, sum)| ((*id).to_owned(), (*sum).to_owned()))
-            .collect();
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
         assert_eq!(sums, want);
+        assert_eq!(set.checksum_form(0), crate::ChecksumForm::Combined);
+        assert_eq!(set.checksum_form(1), crate::ChecksumForm::Combined);
+    }
+
+    /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
+    /// fails this test (and changes nothing in any store), instead of silently changing the
+    /// revision's checksum.
+    #[test]
+    fn epoch_log_files_are_what_the_generator_renders() {
+        let rev = &cairn_revisions()[0];
+        for d in [Dialect::Sqlite, Dialect::Postgres] {
+            assert_eq!(
+                rev.up(d),
+                cairn_core::schema::epoch_log_ddl(d).as_slice(),
+                "{d:?}: regenerate nothing; find out why the renderer changed"
+            );
+        }
+    }
+
+    /// The revisions released with the combined checksum are exactly cairn's first two; a new
+    /// revision of cairn's set, and every application revision, is per dialect.
+    #[test]
+    fn only_the_released_revisions_keep_the_combined_form() {
+        let mut revs = cairn_revisions();
+        let head = revs.last().unwrap().id.clone();
+        revs.push(Revision {
+            id: "0003_next".into(),
+            parent: Some(head),
+            up_sqlite: vec!["CREATE TABLE t (id INTEGER)".into()],
+            up_postgres: vec!["CREATE TABLE t (id bigint)".into()],
+            description: String::new(),
+        });
+        let set = MigrationSet::new(CAIRN_SET, revs.clone()).unwrap();
+        assert_eq!(set.checksum_form(2), crate::ChecksumForm::PerDialect);
+        assert_ne!(
+            set.checksum(2, Dialect::Sqlite),
+            set.checksum(2, Dialect::Postgres)
+        );
+        let app = MigrationSet::new("app", revs).unwrap();
+        assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
     /// Both dialects of 0002 create the same objects in the same order.
@@ -109,7 +171,7 @@ mod tests {
         };
         let sqlite = objects(&rev.up_sqlite);
         assert_eq!(sqlite, objects(&rev.up_postgres));
-        for table in ["spool_run", "spool_event", "spool_fact"] {
+        for table in ["spool_run", "spool_event", "spool_fact", "spool_import"] {
             assert!(sqlite.contains(&format!("TABLE {table}")), "{sqlite:?}");
         }
     }
