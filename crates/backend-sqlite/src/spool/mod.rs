@@ -12,6 +12,7 @@
 //! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust
 //! by [`cairn_core::spool::backoff`], which SQL cannot call).
 
+mod import;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -28,11 +29,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_lease, check_limit, check_payload, CancelOutcome, Claimed, Clock, ConsumerId, DedupKey,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, LeaseToken,
-    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
-    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunInfo, Spool, SpoolConfig, SpoolStats,
-    Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_import, check_lease, check_limit, check_payload, CancelOutcome, Claimed, Clock,
+    ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome,
+    Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
+    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
+    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp, Wakeup,
+    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -344,5 +346,30 @@ impl Spool for SqliteSpool {
 
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         Ok(Box::new(self.wake.subscribe(queue).await?))
+    }
+
+    async fn import_runs(
+        &self,
+        source: &ImportSource,
+        runs: Vec<ImportedRun>,
+    ) -> Result<RunImportOutcome> {
+        check_import(source, &runs)?;
+        let now = self.now();
+        let source = source.clone();
+        let (outcome, woken) = self
+            .store
+            .with_writer(move |db| import::import_runs_tx(db, &source, &runs, now))
+            .await?;
+        for queue in &woken {
+            self.wake.notify(queue);
+        }
+        Ok(outcome)
+    }
+
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        let queue = queue.clone();
+        self.store
+            .with_reader(move |db| tx::next_due_q(db, &queue))
+            .await
     }
 }

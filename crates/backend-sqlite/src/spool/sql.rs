@@ -187,6 +187,30 @@ pub(super) const DELETE_FACTS: &str = "DELETE FROM spool_fact WHERE run_id = ?1"
 /// Removes a run.
 pub(super) const DELETE_RUN: &str = "DELETE FROM spool_run WHERE run_id = ?1";
 
+/// The earliest due time of a queue's live runs (a covering range of `spool_run_claim`).
+pub(super) const NEXT_DUE: &str =
+    "SELECT min(due_at) FROM spool_run WHERE queue = ?1 AND due_at IS NOT NULL";
+
+/// An import source's completion marker.
+pub(super) const IMPORT_MARKER: &str =
+    "SELECT imported_at, runs_created, runs_existing FROM spool_import WHERE fingerprint = ?1";
+
+/// Stores an imported run with the fields it brings.
+pub(super) const IMPORT_RUN: &str = "\
+INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts,
+                       priority, enqueued_at, updated_at, due_at, finished_at, reason,
+                       last_event_seq, payload_bytes, payload)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)";
+
+/// Stores an imported fact.
+pub(super) const IMPORT_FACT: &str =
+    "INSERT INTO spool_fact (run_id, name, created_at, value) VALUES (?1, ?2, ?3, ?4)";
+
+/// Records a source's completion marker.
+pub(super) const RECORD_IMPORT: &str = "\
+INSERT INTO spool_import (fingerprint, description, imported_at, runs_created, runs_existing)
+VALUES (?1, ?2, ?3, ?4, ?5)";
+
 /// Changes whenever another connection commits to the file.
 pub(super) const DATA_VERSION: &str = "PRAGMA data_version";
 
@@ -225,4 +249,9 @@ pub(super) const ALL: &[&str] = &[
     REMOVABLE_RUNS,
     DELETE_FACTS,
     DELETE_RUN,
+    NEXT_DUE,
+    IMPORT_MARKER,
+    IMPORT_RUN,
+    IMPORT_FACT,
+    RECORD_IMPORT,
 ];

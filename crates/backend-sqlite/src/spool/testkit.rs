@@ -2,12 +2,12 @@
 //! injection on a spool's writer connection.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use async_trait::async_trait;
 use cairn_conformance::{Harness, SpoolHarness};
 use cairn_core::spool::{ManualClock, Spool};
-use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId};
+use cairn_core::{Appended, EpochDiagnostics, EpochId, Error, Event, Result, SpaceId};
 use cairn_migrate::Runner;
 
 use super::SqliteSpool;
@@ -25,8 +25,10 @@ const NO_PAGE_LIMIT: u64 = 4_294_967_294;
 pub struct SqliteSpoolHarness {
     inner: SqliteHarness,
     clock: ManualClock,
-    /// The stores [`SpoolHarness::fresh_spool`] created; removed with the harness.
-    fresh: Mutex<Vec<SqliteHarness>>,
+    /// The directories of the stores [`SpoolHarness::fresh_spool`] created, each removed once
+    /// its spool is dropped (or with the harness), so long property runs hold neither file
+    /// descriptors nor disk space for finished cases.
+    fresh: Mutex<Vec<(tempfile::TempDir, Weak<SqliteSpool>)>>,
 }
 
 impl SqliteSpoolHarness {
@@ -98,18 +100,29 @@ impl SpoolHarness for SqliteSpoolHarness {
     }
 
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
-        let h = SqliteHarness::new().await?;
-        let spool = SqliteSpool::open(
-            h.path(),
-            SqliteOptions::default(),
-            Arc::new(self.clock.clone()),
-        )
-        .await?;
-        self.fresh
+        let dir = tempfile::Builder::new()
+            .prefix("cairn-sqlite-spool-")
+            .tempdir()
+            .map_err(|source| Error::Io {
+                path: std::env::temp_dir().display().to_string(),
+                source,
+            })?;
+        let path = dir.path().join("store").join("cairn.db");
+        let spool = Arc::new(
+            SqliteSpool::open(
+                &path,
+                SqliteOptions::default(),
+                Arc::new(self.clock.clone()),
+            )
+            .await?,
+        );
+        let mut fresh = self
+            .fresh
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(h);
-        Ok(Arc::new(spool))
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        fresh.retain(|(_, spool)| spool.strong_count() > 0);
+        fresh.push((dir, Arc::downgrade(&spool)));
+        Ok(spool)
     }
 
     async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {

@@ -763,3 +763,8 @@ pub(super) fn retention_runs_tx(db: &Db<'_>, pass: &RetentionPass) -> Result<usi
         Ok((ids.len(), end))
     })
 }
+
+pub(super) fn next_due_q(db: &Db<'_>, queue: &QueueName) -> Result<Option<Timestamp>> {
+    let due: Vec<Option<i64>> = db.rows(sql::NEXT_DUE, params![queue.as_str()], |r| r.get(0))?;
+    Ok(due.into_iter().flatten().next().map(ts))
+}
