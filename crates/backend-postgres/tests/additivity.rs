@@ -410,3 +410,54 @@ async fn an_abandoned_check_leaves_no_schema_and_no_session_behind() {
     )
     .await;
 }
+
+/// Issue 9 item 4: a revision that reaches past the throwaway store — reads, writes or alters
+/// a table in another schema, or creates an object there — is a violation for that reason,
+/// and the rollback leaves the other schema as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_touching_an_object_outside_the_store_is_a_violation() {
+    let other = scratch_name("cairn_t");
+    admin_exec(&format!("CREATE SCHEMA {other}")).await;
+    admin_exec(&format!("CREATE TABLE {other}.victim (id INT)")).await;
+    admin_exec(&format!("INSERT INTO {other}.victim VALUES (1)")).await;
+    let statements = [
+        format!("DELETE FROM {other}.victim"),
+        format!("ALTER TABLE {other}.victim ADD COLUMN x INT"),
+        format!("CREATE TABLE {other}.planted (id INT)"),
+        format!("CREATE TABLE o_copy AS SELECT * FROM {other}.victim"),
+        "CREATE TABLE o_fine (id BIGINT)".to_owned(),
+    ];
+    let refs: Vec<&str> = statements.iter().map(String::as_str).collect();
+    let v = check(&refs).await;
+    let rows = count(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1",
+        &other,
+    )
+    .await;
+    let victim_rows = {
+        let opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+        let mut conn = PgConnection::connect_with(&opts).await.unwrap();
+        let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {other}.victim"))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let _ = conn.close().await;
+        n
+    };
+    admin_exec(&format!("DROP SCHEMA {other} CASCADE")).await;
+    for n in 1..=4 {
+        assert!(
+            v.iter().any(|x| x.rule == Rule::StatementKind
+                && x.detail.starts_with(&format!("statement {n}:"))
+                && x.detail.contains("outside the throwaway store")),
+            "statement {n} is flagged for reaching outside: {v:?}"
+        );
+    }
+    assert!(
+        !v.iter().any(|x| x.detail.starts_with("statement 5:")),
+        "a statement inside the store is not: {v:?}"
+    );
+    assert_eq!(rows, 1, "the other schema gained or lost relations");
+    assert_eq!(victim_rows, 1, "the other schema's row is gone");
+}

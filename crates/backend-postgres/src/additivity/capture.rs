@@ -1,6 +1,8 @@
 //! Capture: the log table, the event triggers (`ddl_command_end`, `sql_drop`) and the
 //! statement-level triggers on every existing table, and reading what they logged.
 
+use std::collections::BTreeSet;
+
 use super::engine::{col, to_migrate, Checker};
 use super::sql;
 use cairn_migrate::MigrateError;
@@ -16,6 +18,9 @@ pub(super) struct LogRow {
     pub(super) otype: Option<String>,
     pub(super) ident: Option<String>,
     pub(super) rel: Option<i64>,
+    /// The schema of the object a DDL command or a drop touched, as the event trigger reports
+    /// it (none for objects outside schemas).
+    pub(super) schema: Option<String>,
 }
 
 impl Checker<'_> {
@@ -43,6 +48,18 @@ impl Checker<'_> {
         Ok(())
     }
 
+    /// The relations outside the throwaway schema this session holds locks on, with the mode.
+    pub(super) async fn outside_locks(
+        &mut self,
+    ) -> Result<BTreeSet<(String, String)>, MigrateError> {
+        let names: Vec<(String, String)> = sqlx::query_as(sql::OUTSIDE_LOCKS)
+            .bind(self.schema.as_str())
+            .fetch_all(&mut *self.conn)
+            .await
+            .map_err(to_migrate)?;
+        Ok(names.into_iter().collect())
+    }
+
     /// The log rows after id `after`, oldest first.
     pub(super) async fn read_log(&mut self, after: i64) -> Result<Vec<LogRow>, MigrateError> {
         let prefix = format!("{}.", self.schema.as_str());
@@ -66,6 +83,7 @@ impl Checker<'_> {
                     // Identities name the throwaway schema, which means nothing in a report.
                     ident: col::<Option<String>>(r, 7)?.map(|i| i.replace(&prefix, "")),
                     rel: col(r, 8)?,
+                    schema: col(r, 9)?,
                 })
             })
             .collect::<Result<_, MigrateError>>()?;

@@ -9,7 +9,7 @@ use cairn_migrate::{MigrateError, Revision, BOOKKEEPING_TABLES};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, Row};
 
-use super::judge::{compare, judge_commands, Findings};
+use super::judge::{compare, judge_commands, judge_outside, Findings};
 use super::sql;
 use crate::config::SchemaName;
 use crate::error::map_sqlx;
@@ -83,6 +83,9 @@ impl Checker<'_> {
         self.install_capture(&oids).await?;
 
         let mut findings = Findings::default();
+        // What the check itself holds outside the store before the revision runs (nothing, as
+        // a rule): only what the revision adds counts.
+        let mut outside = self.outside_locks().await?;
         let mut previous = before.clone();
         let mut last_log = 0i64;
         for (i, statement) in revision.up_postgres.iter().enumerate() {
@@ -134,6 +137,17 @@ impl Checker<'_> {
                 &previous,
                 &current,
             );
+            judge_outside(&mut findings, n, &log, self.schema.as_str());
+            let now_outside = self.outside_locks().await?;
+            for (name, _mode) in now_outside.difference(&outside) {
+                findings.add(
+                    Rule::StatementKind,
+                    Some(name),
+                    n,
+                    format!("touches {name}, outside the throwaway store"),
+                );
+            }
+            outside = now_outside;
             previous = current;
         }
 

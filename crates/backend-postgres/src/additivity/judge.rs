@@ -64,6 +64,27 @@ impl Findings {
     }
 }
 
+/// Flags every DDL command or drop of one statement that touched an object in a schema other
+/// than the throwaway store's (`scratch`): a revision checked here must not reach past the
+/// store it migrates, and whatever it did there would only be undone by the rollback.
+pub(super) fn judge_outside(findings: &mut Findings, n: usize, log: &[LogRow], scratch: &str) {
+    for row in log.iter().filter(|r| r.source != "dml") {
+        let Some(schema) = row.schema.as_deref() else {
+            continue;
+        };
+        if schema == scratch || schema.starts_with("pg_temp_") {
+            continue;
+        }
+        let ident = row.ident.as_deref().unwrap_or(schema);
+        findings.add(
+            Rule::StatementKind,
+            Some(ident),
+            n,
+            format!("touches {ident}, outside the throwaway store"),
+        );
+    }
+}
+
 /// Judges the commands one statement issued, as the capture logged them.
 pub(super) fn judge_commands(
     findings: &mut Findings,

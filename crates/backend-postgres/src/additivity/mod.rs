@@ -28,14 +28,21 @@
 //!    ADD COLUMN only when that statement's catalog change is new columns and nothing else), then
 //!    the final catalog and rows are compared with the snapshot, and an UPDATE and a
 //!    DELETE-and-INSERT naming only the old columns are run on one seeded row of each table.
+//! 5. Reaching past the store is a violation of its own: a statement whose DDL touched an
+//!    object in another schema (the event triggers report the object's schema), or that took a
+//!    lock on a relation in another schema (a read, a write, an ALTER: `pg_locks` of the
+//!    session, compared before and after each statement). The rollback undoes what it did
+//!    there, but it held those locks on live tables while it ran.
 //!
 //! What this engine cannot observe: commands event triggers do not report (on PostgreSQL 15:
 //! `REINDEX`, `CLUSTER`, `LOCK`, `SET`, `NOTIFY`, and commands on shared objects — roles,
 //! databases, tablespaces); a rewritten table or index is still caught by its changed file
 //! node. `GRANT`/`REVOKE` are reported without the object they touch, so they are flagged for
 //! review wherever they point. Sequence advances (`nextval`, `setval`) are not writes a trigger
-//! sees. And, like every engine of the check, it cannot see what rows mean to older code nor
-//! side effects outside SQL.
+//! sees. Effects that leave the database's transaction are not seen and not undone
+//! (`dblink_exec`, `COPY … TO PROGRAM`, `pg_terminate_backend`): run the check against a
+//! scratch server, never production. And, like every engine of the check, it cannot see what
+//! rows mean to older code nor side effects outside SQL.
 //!
 //! Stricter than needed, on purpose: any rewrite of an existing table or index (`CLUSTER`, a
 //! column type change) is a rebuild; `COMMENT`, `GRANT` and `CREATE RULE` on an existing table

@@ -74,7 +74,7 @@ pub(super) const TABLE_NAMES: &str = "SELECT c.relname::text, c.oid::int8 FROM p
 /// Log rows after id `$1`.
 pub(super) fn read_log(s: &SchemaName) -> String {
     format!(
-        "SELECT id, source, tag, classid, objid, objsubid, otype, ident, rel \
+        "SELECT id, source, tag, classid, objid, objsubid, otype, ident, rel, schema_name \
          FROM \"{s}\".cairn_add_log WHERE id > $1 ORDER BY id",
         s = s.as_str()
     )
@@ -112,13 +112,13 @@ pub(super) fn capture_objects(s: &SchemaName) -> Vec<String> {
     vec![
         format!(
             "CREATE TABLE \"{s}\".cairn_add_log (id bigserial PRIMARY KEY, source text NOT NULL, tag text, \
-             classid text, objid int8, objsubid int4, otype text, ident text, rel int8)"
+             classid text, objid int8, objsubid int4, otype text, ident text, rel int8, schema_name text)"
         ),
         format!(
             "CREATE FUNCTION \"{s}\".cairn_add_on_ddl() RETURNS event_trigger LANGUAGE plpgsql AS $f$ BEGIN \
-             INSERT INTO \"{s}\".cairn_add_log (source, tag, classid, objid, objsubid, otype, ident, rel) \
+             INSERT INTO \"{s}\".cairn_add_log (source, tag, classid, objid, objsubid, otype, ident, schema_name, rel) \
              SELECT 'ddl', c.command_tag, c.classid::regclass::text, c.objid::int8, c.objsubid, c.object_type, \
-             c.object_identity, (CASE c.classid \
+             c.object_identity, c.schema_name, (CASE c.classid \
                WHEN 'pg_class'::regclass::oid THEN coalesce((SELECT i.indrelid FROM pg_index i WHERE i.indexrelid = c.objid), c.objid) \
                WHEN 'pg_constraint'::regclass::oid THEN (SELECT k.conrelid FROM pg_constraint k WHERE k.oid = c.objid) \
                WHEN 'pg_trigger'::regclass::oid THEN (SELECT t.tgrelid FROM pg_trigger t WHERE t.oid = c.objid) \
@@ -130,9 +130,9 @@ pub(super) fn capture_objects(s: &SchemaName) -> Vec<String> {
         ),
         format!(
             "CREATE FUNCTION \"{s}\".cairn_add_on_drop() RETURNS event_trigger LANGUAGE plpgsql AS $f$ BEGIN \
-             INSERT INTO \"{s}\".cairn_add_log (source, tag, classid, objid, objsubid, otype, ident) \
+             INSERT INTO \"{s}\".cairn_add_log (source, tag, classid, objid, objsubid, otype, ident, schema_name) \
              SELECT 'drop', tg_tag, d.classid::regclass::text, d.objid::int8, d.objsubid, d.object_type, \
-             d.object_identity FROM pg_event_trigger_dropped_objects() d; END $f$"
+             d.object_identity, d.schema_name FROM pg_event_trigger_dropped_objects() d; END $f$"
         ),
         format!(
             "CREATE FUNCTION \"{s}\".cairn_add_on_dml() RETURNS trigger LANGUAGE plpgsql AS $f$ BEGIN \
@@ -256,3 +256,14 @@ pub(super) const UNCLAIM: &str = "SELECT pg_advisory_unlock($1)";
 pub(super) const END_SESSIONS: &str =
     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
     WHERE application_name = $1 AND pid <> pg_backend_pid()";
+
+/// Relations outside the throwaway schema `$1` that this session holds a lock on, with the
+/// lock mode: whatever a statement read, wrote or altered there (a statement that touches a
+/// relation an earlier one touched shows as a new mode). The server's own schemas are left out
+/// (every query locks catalogs).
+pub(super) const OUTSIDE_LOCKS: &str = "SELECT DISTINCT format('%s', l.relation::regclass), l.mode::text \
+    FROM pg_locks l JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace \
+    WHERE l.pid = pg_backend_pid() AND l.locktype = 'relation' \
+    AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+    AND n.nspname <> $1 AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') \
+    AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%' ORDER BY 1, 2";
