@@ -135,6 +135,22 @@ pub struct WriterHold {
     _release: std::sync::mpsc::Sender<()>,
 }
 
+/// Statements SQLite reported starting on a traced writer connection (see
+/// [`SqliteStore::testkit_traced_writes`]).
+static TRACED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// One traced measurement at a time in a process: the counter is global.
+static TRACING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn count_statement(event: rusqlite::trace::TraceEvent<'_>) {
+    if let rusqlite::trace::TraceEvent::Stmt(_, text) = event {
+        // The trace also reports the start of each trigger program (`-- TRIGGER name`); those
+        // are not statements the store sent.
+        if !text.starts_with("-- ") {
+            TRACED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
 /// Which head lookup [`SqliteStore::bench_time_lookup`] times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HeadLookup {
@@ -201,6 +217,39 @@ impl SqliteStore {
             .await
             .map_err(|_| Error::backend("sqlite", "the writer guard could not be taken"))?;
         Ok(WriterHold { _release: release })
+    }
+
+    /// Test support: runs `op` with SQLite's own statement trace (`trace_v2`) on this
+    /// instance's writer connection and returns its output with the number of statements
+    /// SQLite reported starting there: a count independent of the store's own counter
+    /// ([`EpochDiagnostics::statements_executed`]).
+    ///
+    /// # Errors
+    /// When the writer cannot be reached to install or remove the trace.
+    pub async fn testkit_traced_writes<T>(
+        &self,
+        op: impl std::future::Future<Output = T>,
+    ) -> Result<(T, u64)> {
+        let _one_at_a_time = TRACING.lock().await;
+        let trace = |on: bool| {
+            self.with_writer(move |db| {
+                if on {
+                    db.conn().trace_v2(
+                        rusqlite::trace::TraceEventCodes::SQLITE_TRACE_STMT,
+                        Some(count_statement),
+                    );
+                } else {
+                    db.conn()
+                        .trace_v2(rusqlite::trace::TraceEventCodes::empty(), None);
+                }
+                Ok(())
+            })
+        };
+        trace(true).await?;
+        TRACED.store(0, std::sync::atomic::Ordering::Relaxed);
+        let out = op.await;
+        trace(false).await?;
+        Ok((out, TRACED.load(std::sync::atomic::Ordering::Relaxed)))
     }
 
     /// Test support: appends an epoch the way a writer that predates the head cache does:

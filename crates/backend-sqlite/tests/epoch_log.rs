@@ -47,6 +47,28 @@ async fn e11_append_costs_exactly_the_budget_at_any_history_length() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e11_sqlites_own_trace_counts_the_same_budget() {
+    let h = harness().await;
+    let store = open(&h).await;
+    let space = random_space("e11-trace");
+    store
+        .bench_seed_chain(&space, 2_000, Arc::new(|_| {}))
+        .await
+        .unwrap();
+    let before = store.statements_executed();
+    let (appended, traced) = store
+        .testkit_traced_writes(store.append(&space, ev("traced")))
+        .await
+        .unwrap();
+    appended.unwrap();
+    assert_eq!(
+        traced, APPEND_STATEMENT_BUDGET,
+        "E11: as SQLite counts them"
+    );
+    assert_eq!(store.statements_executed() - before, traced);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e5_stale_cache_costs_one_extra_anti_join_and_is_repaired_by_the_append() {
     let h = harness().await;
     let store = open(&h).await;
