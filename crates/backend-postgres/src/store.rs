@@ -306,7 +306,6 @@ pub(crate) enum CacheWrite<'a> {
 
 /// Inserts an epoch with its parent edges and events at `seq`, and writes the cache as `cache`
 /// says, in one statement. `parents` must be sorted and already in the space.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn insert_epoch(
     db: &mut Db<'_>,
     space: &SpaceId,
