@@ -1,7 +1,7 @@
-//! Revision `0002_spool` of cairn's own migration set on Postgres: it passes the executed
-//! additivity check, a store created by the previous build (at `0001_epoch_log`) upgrades to it
-//! with its epoch log intact, and the previous build opens a store at `0002_spool` as *ahead*
-//! and keeps using its epoch log.
+//! The spool's revisions of cairn's own migration set (`0002_spool`, `0003_spool_import`) on
+//! Postgres: it passes the executed additivity check, a store created by the previous build (at
+//! `0001_epoch_log`) upgrades to them with its epoch log intact, and the previous build opens a
+//! store at this build's head as *ahead* and keeps using its epoch log.
 
 use std::str::FromStr;
 
@@ -55,9 +55,10 @@ async fn drop_schema(opts: &PgOptions) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spool_revision_0002_passes_the_additivity_check_on_postgres() {
+async fn spool_revisions_pass_the_additivity_check_on_postgres() {
     let set = cairn_set();
-    assert_eq!(set.head().id, "0002_spool");
+    let ids: Vec<&str> = set.revisions().iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["0001_epoch_log", "0002_spool", "0003_spool_import"]);
     let reports = check_set(&PgAdditivity::new(url().await), &set)
         .await
         .expect("the check runs");
@@ -73,7 +74,7 @@ async fn spool_revision_0002_passes_the_additivity_check_on_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
+async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
     let h = harness().await;
     let opts = own_schema(&h);
     let (old, opened) = PgStore::connect_migrated(opts.clone(), &previous_build())
@@ -94,7 +95,7 @@ async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
         store.opened(),
         &Opened::Upgraded {
             from: Some("0001_epoch_log".into()),
-            applied: vec!["0002_spool".into()],
+            applied: vec!["0002_spool".into(), "0003_spool_import".into()],
         }
     );
     let last = appended.last().unwrap();
@@ -112,7 +113,7 @@ async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
+async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let h = harness().await;
     let current = h.store().await.unwrap();
     let first = current.append(&space(), event(0)).await.unwrap();
@@ -123,7 +124,7 @@ async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0002_spool".into()
+            stamp: "0003_spool_import".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);

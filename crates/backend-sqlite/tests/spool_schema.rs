@@ -1,7 +1,7 @@
-//! Revision `0002_spool` of cairn's own migration set on SQLite: it passes the executed
-//! additivity check, a store created by the previous build (at `0001_epoch_log`) upgrades to it
-//! with its epoch log intact, and the previous build opens a store at `0002_spool` as *ahead*
-//! and keeps using its epoch log.
+//! The spool's revisions of cairn's own migration set (`0002_spool`, `0003_spool_import`) on
+//! SQLite: it passes the executed additivity check, a store created by the previous build (at
+//! `0001_epoch_log`) upgrades to them with its epoch log intact, and the previous build opens a
+//! store at this build's head as *ahead* and keeps using its epoch log.
 
 use cairn_core::{EpochStore, Event, SpaceId};
 use cairn_migrate::additivity::check_set;
@@ -23,9 +23,10 @@ fn event(n: u32) -> Vec<Event> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn spool_revision_0002_passes_the_additivity_check_on_sqlite() {
+async fn spool_revisions_pass_the_additivity_check_on_sqlite() {
     let set = cairn_set();
-    assert_eq!(set.head().id, "0002_spool");
+    let ids: Vec<&str> = set.revisions().iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["0001_epoch_log", "0002_spool", "0003_spool_import"]);
     let reports = check_set(&SqliteAdditivity::new(), &set)
         .await
         .expect("the check runs");
@@ -41,7 +42,7 @@ async fn spool_revision_0002_passes_the_additivity_check_on_sqlite() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
+async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cairn.db");
     let (old, opened) =
@@ -63,7 +64,7 @@ async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
         store.opened(),
         &Opened::Upgraded {
             from: Some("0001_epoch_log".into()),
-            applied: vec!["0002_spool".into()],
+            applied: vec!["0002_spool".into(), "0003_spool_import".into()],
         }
     );
     let last = appended.last().unwrap();
@@ -79,7 +80,7 @@ async fn store_at_0001_upgrades_to_0002_with_its_epoch_log_intact() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
+async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cairn.db");
     let current = SqliteStore::open(&db).await.unwrap();
@@ -92,7 +93,7 @@ async fn previous_build_opens_a_0002_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0002_spool".into()
+            stamp: "0003_spool_import".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);

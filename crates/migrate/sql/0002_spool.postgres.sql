@@ -76,13 +76,3 @@ CREATE TABLE spool_fact (
     value BYTEA NOT NULL,
     PRIMARY KEY (run_id, name)
 );
-
--- One row per source imported into the spool (the legacy importer): its completion marker,
--- written in the import's own transaction, so that a source is imported once.
-CREATE TABLE spool_import (
-    fingerprint BYTEA NOT NULL PRIMARY KEY CHECK (octet_length(fingerprint) = 32),
-    description TEXT NOT NULL,
-    imported_at BIGINT NOT NULL,
-    runs_created BIGINT NOT NULL,
-    runs_existing BIGINT NOT NULL
-);

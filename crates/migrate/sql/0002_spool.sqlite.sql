@@ -77,13 +77,3 @@ CREATE TABLE spool_fact (
     value BLOB NOT NULL,
     PRIMARY KEY (run_id, name)
 );
-
--- One row per source imported into the spool (the legacy importer): its completion marker,
--- written in the import's own transaction, so that a source is imported once.
-CREATE TABLE spool_import (
-    fingerprint BLOB NOT NULL PRIMARY KEY CHECK (length(fingerprint) = 32),
-    description TEXT NOT NULL,
-    imported_at BIGINT NOT NULL,
-    runs_created BIGINT NOT NULL,
-    runs_existing BIGINT NOT NULL
-);

@@ -19,6 +19,9 @@ const EPOCH_LOG_POSTGRES: &str = include_str!("../sql/0001_epoch_log.postgres.sq
 /// bytes as split into statements, never over text rendered at run time).
 const SPOOL_SQLITE: &str = include_str!("../sql/0002_spool.sqlite.sql");
 const SPOOL_POSTGRES: &str = include_str!("../sql/0002_spool.postgres.sql");
+/// Revision 0003's fixed text per dialect, shipped with the build.
+const SPOOL_IMPORT_SQLITE: &str = include_str!("../sql/0003_spool_import.sqlite.sql");
+const SPOOL_IMPORT_POSTGRES: &str = include_str!("../sql/0003_spool_import.postgres.sql");
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -49,7 +52,15 @@ pub fn cairn_revisions() -> Vec<Revision> {
             parent: Some("0001_epoch_log".into()),
             up_sqlite: fixed_statements(SPOOL_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(SPOOL_POSTGRES, Dialect::Postgres),
-            description: "spool: spool_run, spool_event, spool_fact, spool_import".into(),
+            description: "spool: spool_run, spool_event, spool_fact".into(),
+        },
+        Revision {
+            id: "0003_spool_import".into(),
+            parent: Some("0002_spool".into()),
+            up_sqlite: fixed_statements(SPOOL_IMPORT_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_IMPORT_POSTGRES, Dialect::Postgres),
+            description: "spool import: spool_import (a completion marker per imported source)"
+                .into(),
         },
     ]
 }
@@ -101,6 +112,18 @@ mod tests {
                 "0002_spool",
                 "e3584e7f472252bf592d8c3fa6964b304a680ae47a32d0457af70a43d7709437",
             ),
+            [
+                (
+                    "0003_spool_import".to_owned(),
+                    Dialect::Sqlite,
+                    "d56d3f819e7611f2f81109ab7836af421bbb071dc6b19163f59c80268bfc8e73".to_owned(),
+                ),
+                (
+                    "0003_spool_import".to_owned(),
+                    Dialect::Postgres,
+                    "7a3293434cea9bc15d4f4597714d33b5f09faaec3356f3ecd2358f4b4ad21231".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -108,6 +131,7 @@ mod tests {
         assert_eq!(sums, want);
         assert_eq!(set.checksum_form(0), crate::ChecksumForm::Combined);
         assert_eq!(set.checksum_form(1), crate::ChecksumForm::Combined);
+        assert_eq!(set.checksum_form(2), crate::ChecksumForm::PerDialect);
     }
 
     /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
@@ -148,12 +172,11 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of 0002 create the same objects in the same order.
+    /// Both dialects of each spool revision (0002, 0003) create the same objects in the same
+    /// order, and create nothing else.
     #[test]
-    fn spool_revision_defines_the_same_objects_on_both_engines() {
+    fn spool_revisions_define_the_same_objects_on_both_engines() {
         let set = cairn_set();
-        let rev = &set.revisions()[1];
-        assert_eq!(rev.parent.as_deref(), Some("0001_epoch_log"));
         let objects = |stmts: &[String]| -> Vec<String> {
             stmts
                 .iter()
@@ -161,18 +184,28 @@ mod tests {
                     let words: Vec<&str> = s.split_whitespace().collect();
                     assert!(
                         words.len() > 3 && words[0] == "CREATE",
-                        "0002 only creates: {s}"
+                        "a spool revision only creates: {s}"
                     );
                     let at = words.iter().position(|w| *w == "TABLE" || *w == "INDEX");
-                    let at = at.unwrap_or_else(|| panic!("0002 creates tables and indexes: {s}"));
+                    let at = at.unwrap_or_else(|| panic!("only tables and indexes: {s}"));
                     format!("{} {}", words[at], words[at + 1])
                 })
                 .collect()
         };
-        let sqlite = objects(&rev.up_sqlite);
-        assert_eq!(sqlite, objects(&rev.up_postgres));
-        for table in ["spool_run", "spool_event", "spool_fact", "spool_import"] {
-            assert!(sqlite.contains(&format!("TABLE {table}")), "{sqlite:?}");
+        let mut tables = Vec::new();
+        for rev in &set.revisions()[1..] {
+            let sqlite = objects(&rev.up_sqlite);
+            assert_eq!(sqlite, objects(&rev.up_postgres), "{}", rev.id);
+            tables.extend(sqlite.into_iter().filter(|o| o.starts_with("TABLE ")));
         }
+        assert_eq!(
+            tables,
+            [
+                "TABLE spool_run",
+                "TABLE spool_event",
+                "TABLE spool_fact",
+                "TABLE spool_import"
+            ]
+        );
     }
 }
