@@ -391,3 +391,20 @@ async fn s11_retention_failure_at_every_batch_boundary_leaves_a_consistent_store
         assert_eq!(snapshot(&reopened, &q).await, snapshot(&model, &q).await);
     }
 }
+
+/// A subscription whose wake-up poller cannot open the store (the file was removed under a
+/// running spool) fails with `Unavailable`, as the contract says, instead of waiting forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_without_a_readable_store_is_unavailable() {
+    let h = spool_harness().await;
+    let spool = h.open_with(SqliteOptions::default()).await.unwrap();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut p = h.path().as_os_str().to_owned();
+        p.push(suffix);
+        let _ = std::fs::remove_file(std::path::PathBuf::from(p));
+    }
+    match spool.subscribe(&queue("gone")).await {
+        Err(Error::Unavailable { source, .. }) => assert!(source.is_some()),
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

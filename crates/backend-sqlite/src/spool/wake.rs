@@ -74,10 +74,22 @@ impl WakeHub {
     }
 
     /// Registers a subscriber of `queue`, starting the poller when none runs.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] (with the cause as its source) when the poller's connection
+    /// cannot be opened or its thread started.
     pub(super) async fn subscribe(self: &Arc<Self>, queue: &QueueName) -> Result<SqliteWakeup> {
         let hub = self.clone();
         let queue = queue.clone();
-        blocking(move || hub.subscribe_blocking(queue)).await
+        blocking(move || hub.subscribe_blocking(queue))
+            .await
+            .map_err(|e| match e {
+                e @ Error::Unavailable { .. } => e,
+                e => Error::unavailable(
+                    "cannot watch the store for new work; check that the store file is readable",
+                )
+                .with_source(e),
+            })
     }
 
     fn open_probe(&self) -> Result<(Connection, i64)> {
