@@ -108,6 +108,18 @@ pub(crate) enum Command {
         #[command(subcommand)]
         action: RunAction,
     },
+    /// Import the runs of the system cairn replaces (docs/LEGACY_FORMAT.md) into the spool,
+    /// once: the files are validated first (a corrupt record changes nothing), copied to
+    /// `<DIR>.cairn-backup-<fingerprint>`, then imported in one transaction; a second run of
+    /// the same files is a no-op.
+    Import {
+        /// The legacy state directory (checkpoint, runs.wal, gate.spool).
+        #[arg(long, value_name = "DIR")]
+        legacy: std::path::PathBuf,
+        /// The queue the runs go to (default `gate`).
+        #[arg(long)]
+        queue: Option<String>,
+    },
     /// Inspect and apply schema migrations (lineage-aware): cairn's own set, or an
     /// application's with `--set NAME --source DIR`.
     Migrate {

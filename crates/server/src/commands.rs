@@ -162,6 +162,9 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
+        Command::Import { legacy, queue } => {
+            crate::import::run(&target, &legacy, queue, &mut out).await?;
+        }
         Command::Migrate { set, action } => {
             crate::migrate::run(&target, set, action, &mut out).await?;
         }

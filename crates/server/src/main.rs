@@ -10,6 +10,7 @@
 mod cli;
 mod commands;
 mod error;
+mod import;
 mod migrate;
 mod open;
 

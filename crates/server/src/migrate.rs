@@ -38,6 +38,11 @@ pub(crate) async fn run(
     let runner = Runner::new(load_set(set)?);
     let set = runner.set();
     let head = &set.head().id;
+    // The dialect whose checksums the store's lineage holds (per-dialect checksums).
+    let dialect = match target.backend() {
+        Backend::Postgres => Dialect::Postgres,
+        _ => Dialect::Sqlite,
+    };
     match action {
         MigrateAction::History => {
             let state = match migrator(target, IfMissing::Refuse) {
@@ -60,7 +65,7 @@ pub(crate) async fn run(
                     "{} {} {} {mark} {}",
                     rev.id,
                     rev.parent.as_deref().unwrap_or("-"),
-                    rev.checksum().to_hex(),
+                    set.checksum(i, dialect).to_hex(),
                     rev.description
                 )?;
             }
@@ -68,7 +73,7 @@ pub(crate) async fn run(
         MigrateAction::Status => {
             let m = migrator(target, IfMissing::Refuse)?;
             let state = m.read_state(set.name()).await.map_err(store)?;
-            let class = classify(set, &state);
+            let class = classify(set, m.dialect(), &state);
             if let Classification::Refused(refusal) = class {
                 return Err(store(MigrateError::Refused {
                     set: set.name().into(),
@@ -132,23 +137,24 @@ pub(crate) async fn run(
         }
         MigrateAction::Repair => {
             let m = migrator(target, IfMissing::Refuse)?;
-            let state = m.read_state(set.name()).await.map_err(store)?;
-            match classify(set, &state) {
-                Classification::AtHead { repair_lineage: true } => {
-                    let opened = runner.open(m.as_ref()).await.map_err(store)?;
-                    match opened {
-                        Opened::LineageRepaired => writeln!(out, "lineage recorded at {head}")?,
-                        other => writeln!(out, "nothing to repair ({other:?})")?,
-                    }
-                }
-                Classification::AtHead { repair_lineage: false } => writeln!(out, "lineage is already this build's; nothing to repair")?,
-                Classification::Ahead { stamp } => writeln!(out, "store is ahead at {stamp}; its lineage is the newer build's, left as is")?,
+            let repaired = runner.repair(m.as_ref()).await.map_err(store)?;
+            if let Some(stamp) = &repaired.stamp_restored {
+                writeln!(out, "stamp restored at {stamp} from the lineage")?;
+            }
+            if repaired.lineage_table_restored {
+                writeln!(out, "lineage table recreated")?;
+            }
+            if repaired.lineage_recorded {
+                writeln!(out, "lineage recorded at {head}")?;
+            }
+            match repaired.now {
+                Classification::Upgrade { .. } if repaired.changed() => writeln!(out, "the store is behind this build; run `cairn migrate up` next")?,
                 Classification::Upgrade { .. } => {
                     return Err(CliError::Config("the store is behind this build; run `cairn migrate up` (it records the lineage)".into()))
                 }
-                Classification::Refused(refusal) => {
-                    return Err(store(MigrateError::Refused { set: set.name().into(), refusal }))
-                }
+                Classification::Ahead { stamp } if !repaired.changed() => writeln!(out, "store is ahead at {stamp}; its lineage is the newer build's, left as is")?,
+                _ if !repaired.changed() => writeln!(out, "lineage is already this build's; nothing to repair")?,
+                _ => {}
             }
         }
         MigrateAction::Check {

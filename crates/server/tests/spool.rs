@@ -181,3 +181,90 @@ async fn run_show_prints_state_and_bad_input_gets_one_line() {
     assert!(!missing.exists());
     drop_schema(&pg, &schema).await;
 }
+
+/// Writes the documented example of docs/LEGACY_FORMAT.md into `dir` (checkpoint, runs.wal,
+/// gate.spool, in the order the document shows them).
+fn write_documented_legacy_dir(dir: &std::path::Path) {
+    let doc = include_str!("../../../docs/LEGACY_FORMAT.md");
+    let example = &doc[doc
+        .find("## A complete example")
+        .expect("the example section")..];
+    let blocks: Vec<&str> = example.split("```").skip(1).step_by(2).collect();
+    assert_eq!(blocks.len(), 3, "checkpoint, runs.wal and gate.spool");
+    std::fs::create_dir_all(dir).unwrap();
+    for (name, block) in ["checkpoint", "runs.wal", "gate.spool"].iter().zip(blocks) {
+        std::fs::write(dir.join(name), block.trim_start_matches('\n')).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s13_import_legacy_once_with_a_backup_and_corruption_changing_nothing() {
+    let (dir, urls, pg, schema) = databases().await;
+    for (n, db) in urls.iter().enumerate() {
+        // A corrupt record mid-file is refused before anything is written or copied.
+        let bad = dir.path().join(format!("bad-{n}"));
+        write_documented_legacy_dir(&bad);
+        let wal = std::fs::read_to_string(bad.join("runs.wal")).unwrap();
+        std::fs::write(
+            bad.join("runs.wal"),
+            wal.replacen("\"seq\":1", "\"seq\":7", 1),
+        )
+        .unwrap();
+        let out = cairn(db, &["import", "--legacy"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("runs.wal"), "names the file: {err}");
+        let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("bad-{n}.cairn-backup"))
+            })
+            .collect();
+        assert!(leftovers.is_empty(), "no backup for a refused import");
+
+        let legacy = dir.path().join(format!("legacy-{n}"));
+        write_documented_legacy_dir(&legacy);
+        let first = ok(cairn(db, &["import", "--legacy"])
+            .arg(&legacy)
+            .output()
+            .unwrap());
+        assert!(first.contains("runs to import 2"), "{first}");
+        assert!(first.contains("imported 2 run(s)"), "{first}");
+        let backup = first
+            .lines()
+            .find_map(|l| l.strip_prefix("backup "))
+            .expect("the backup is named");
+        for f in ["checkpoint", "runs.wal", "gate.spool"] {
+            assert_eq!(
+                std::fs::read(std::path::Path::new(backup).join(f)).unwrap(),
+                std::fs::read(legacy.join(f)).unwrap(),
+                "{f} is backed up byte for byte"
+            );
+        }
+        let runs = ok(cairn(db, &["runs", "--queue", "gate"]).output().unwrap());
+        assert!(
+            runs.contains("0190a5c0-0000-7000-8000-000000000001 gate queued attempts=1"),
+            "ids and attempts are preserved: {runs}"
+        );
+        assert!(
+            runs.contains("0190a5c0-0000-7000-8000-000000000002 gate queued attempts=0"),
+            "{runs}"
+        );
+
+        let second = ok(cairn(db, &["import", "--legacy"])
+            .arg(&legacy)
+            .output()
+            .unwrap());
+        assert!(second.contains("already imported"), "{second}");
+        let again = ok(cairn(db, &["runs", "--queue", "gate"]).output().unwrap());
+        assert_eq!(again, runs, "a second import changes nothing");
+    }
+    drop_schema(&pg, &schema).await;
+}
