@@ -5,6 +5,8 @@ cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness())
 
 #[path = "spool/failures.rs"]
 mod failures;
+#[path = "spool/import.rs"]
+mod import;
 #[path = "spool/processes.rs"]
 mod processes;
 #[path = "spool/queries.rs"]

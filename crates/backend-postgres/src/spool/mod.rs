@@ -29,6 +29,7 @@
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
+mod import;
 mod ops;
 mod row;
 mod sql;

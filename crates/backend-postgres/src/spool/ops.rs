@@ -9,10 +9,11 @@ use cairn_core::spool::{
     check_lease, check_limit, check_payload, check_token, clip_reason, exhausted_park_reason,
     expired_park_reason, expiry_action, jitter_seed, nack_action, transition, Action,
     CancelOutcome, Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended,
-    EventMeta, FactName, FactOutcome, Heartbeat, LeaseToken, NackKind, Nacked, QueueName,
-    RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent,
-    RunEventId, RunFilter, RunId, RunInfo, RunMeta, RunState, Spool, SpoolStats, Timestamp, Wakeup,
-    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    EventMeta, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind,
+    Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
+    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, RunMeta,
+    RunState, Spool, SpoolStats, Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -769,6 +770,14 @@ impl Spool for PgSpool {
             }
         }
         Ok(pass.finish())
+    }
+
+    async fn import_runs(
+        &self,
+        source: &ImportSource,
+        runs: Vec<ImportedRun>,
+    ) -> Result<RunImportOutcome> {
+        self.import_in_tx(source, runs).await
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {

@@ -257,3 +257,61 @@ DELETE FROM spool_run r WHERE r.run_id = ANY($1) AND r.finished_at IS NOT NULL \
 /// claim index.
 pub(super) const NEXT_DUE: &str =
     "SELECT min(due_at) FROM spool_run WHERE queue = $1 AND due_at IS NOT NULL";
+
+/// Serializes imports of one source (`$1`, a key derived from schema and fingerprint), so two
+/// concurrent imports of it create its runs once.
+pub(super) const LOCK_IMPORT: &str = "SELECT pg_advisory_xact_lock($1)";
+
+/// The completion marker of source `$1` (its fingerprint).
+pub(super) const IMPORT_MARKER: &str =
+    "SELECT imported_at, runs_created, runs_existing FROM spool_import WHERE fingerprint = $1";
+
+/// Records source `$1`'s completion: `$2` description, `$3` imported at, `$4` runs created,
+/// `$5` runs found present.
+pub(super) const INSERT_IMPORT_MARKER: &str = "\
+INSERT INTO spool_import (fingerprint, description, imported_at, runs_created, runs_existing) \
+VALUES ($1, $2, $3, $4, $5)";
+
+/// Creates imported runs in the order given (which becomes their enqueue order), skipping any
+/// whose `(queue, dedup_key)` is present; returns the ids created. `$1` now (updated at), then
+/// one array per column.
+pub(super) const IMPORT_RUNS: &str = "\
+INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, \
+    max_attempts, priority, enqueued_at, updated_at, due_at, finished_at, reason, \
+    last_event_seq, payload_bytes, payload) \
+SELECT u.run_id, u.queue, u.dedup_key, u.supersede_group, u.state, u.attempts, \
+    u.max_attempts, u.priority, u.enqueued_at, $1, u.due_at, u.finished_at, u.reason, \
+    u.last_event_seq, u.payload_bytes, u.payload \
+FROM unnest($2::bytea[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::int[], \
+    $8::int[], $9::int[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], \
+    $14::bigint[], $15::bigint[], $16::bytea[]) WITH ORDINALITY \
+    AS u(run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts, priority, \
+        enqueued_at, due_at, finished_at, reason, last_event_seq, payload_bytes, payload, ord) \
+ORDER BY u.ord \
+ON CONFLICT (queue, dedup_key) DO NOTHING \
+RETURNING run_id";
+
+/// The stored run ids of the keys `($1[i], $2[i])`, with the keys.
+pub(super) const RUN_IDS_BY_KEY: &str = "\
+SELECT r.queue, r.dedup_key, r.run_id FROM spool_run r \
+JOIN unnest($1::text[], $2::bytea[]) AS k(queue, dedup_key) \
+    ON r.queue = k.queue AND r.dedup_key = k.dedup_key";
+
+/// Creates imported events in the order given: `$1` runs, `$2` seqs, `$3` event ids, `$4`
+/// created at, `$5` payload bytes, `$6` payloads.
+pub(super) const IMPORT_EVENTS: &str = "\
+INSERT INTO spool_event (run_id, seq, event_id, created_at, payload_bytes, payload) \
+SELECT u.run_id, u.seq, u.event_id, u.created_at, u.payload_bytes, u.payload \
+FROM unnest($1::bytea[], $2::bigint[], $3::bytea[], $4::bigint[], $5::bigint[], $6::bytea[]) \
+    WITH ORDINALITY AS u(run_id, seq, event_id, created_at, payload_bytes, payload, ord) \
+ORDER BY u.ord";
+
+/// Creates imported facts: `$1` now, `$2` runs, `$3` names, `$4` values.
+pub(super) const IMPORT_FACTS: &str = "\
+INSERT INTO spool_fact (run_id, name, created_at, value) \
+SELECT u.run_id, u.name, $1, u.value \
+FROM unnest($2::bytea[], $3::text[], $4::bytea[]) AS u(run_id, name, value)";
+
+/// Wakes the channels `$1`.
+pub(super) const WAKE_CHANNELS: &str =
+    "SELECT pg_notify(c.ch, '') FROM unnest($1::text[]) AS c(ch)";
