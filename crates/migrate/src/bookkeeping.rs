@@ -36,6 +36,10 @@ pub struct BookkeepingSql {
     /// the stamp table exists (on Postgres: on the session's `search_path`). A missing table
     /// reads as an empty state and is never created by a read.
     pub has_stamp_table: &'static str,
+    /// As [`BookkeepingSql::has_stamp_table`], for the lineage table. A lineage table without
+    /// the stamp table (or the reverse) is inconsistent bookkeeping, which the runner refuses
+    /// rather than reading it as a new store.
+    pub has_lineage_table: &'static str,
     /// Creates the stamp table when missing (inside the upgrade transaction).
     pub create_stamp: &'static str,
     /// Creates the lineage table when missing (inside the upgrade transaction).
@@ -59,6 +63,7 @@ pub struct BookkeepingSql {
 
 const SQLITE: BookkeepingSql = BookkeepingSql {
     has_stamp_table: "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'cairn_migration_stamp'",
+    has_lineage_table: "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'cairn_migration_lineage'",
     create_stamp: "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
         set_name TEXT NOT NULL PRIMARY KEY, revision TEXT NOT NULL)",
     create_lineage: "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
@@ -75,6 +80,7 @@ const SQLITE: BookkeepingSql = BookkeepingSql {
 
 const POSTGRES: BookkeepingSql = BookkeepingSql {
     has_stamp_table: "SELECT to_regclass('cairn_migration_stamp') IS NOT NULL",
+    has_lineage_table: "SELECT to_regclass('cairn_migration_lineage') IS NOT NULL",
     create_stamp: "CREATE TABLE IF NOT EXISTS cairn_migration_stamp (\
         set_name text NOT NULL PRIMARY KEY, revision text NOT NULL)",
     create_lineage: "CREATE TABLE IF NOT EXISTS cairn_migration_lineage (\
@@ -126,7 +132,43 @@ pub fn stored_state(
     Ok(StoredState {
         stamp,
         lineage: (!lineage.is_empty()).then_some(lineage),
+        lineage_table_missing: false,
     })
+}
+
+/// Which bookkeeping tables a store has, as [`BookkeepingSql::has_stamp_table`] and
+/// [`BookkeepingSql::has_lineage_table`] found them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Tables {
+    /// The stamp table exists.
+    pub stamp: bool,
+    /// The lineage table exists.
+    pub lineage: bool,
+}
+
+impl Tables {
+    /// Whether there is nothing to read: neither table exists (a store this runner never
+    /// touched). Otherwise read each table that exists and build the state with
+    /// [`stored_state_of`].
+    pub fn none(self) -> bool {
+        !self.stamp && !self.lineage
+    }
+}
+
+/// [`stored_state`], for a store whose bookkeeping tables are `tables`: a missing table reads
+/// as no rows, and a stamp table without the lineage table is flagged
+/// ([`StoredState::lineage_table_missing`]) for the runner to refuse.
+///
+/// # Errors
+/// As [`stored_state`].
+pub fn stored_state_of(
+    tables: Tables,
+    stamp: Option<String>,
+    lineage_rows: impl IntoIterator<Item = (String, String)>,
+) -> Result<StoredState, MigrateError> {
+    let mut state = stored_state(stamp, lineage_rows)?;
+    state.lineage_table_missing = tables.stamp && !tables.lineage;
+    Ok(state)
 }
 
 /// The rows [`BookkeepingSql::insert_lineage`] stores for `lineage`: `(position, revision,
@@ -147,6 +189,7 @@ mod tests {
     fn every_statement_names_only_the_bookkeeping_tables() {
         for d in [Dialect::Sqlite, Dialect::Postgres] {
             let s = sql(d);
+            assert!(s.has_lineage_table.contains(LINEAGE_TABLE));
             for stmt in [
                 s.has_stamp_table,
                 s.create_stamp,
@@ -178,12 +221,12 @@ mod tests {
     #[test]
     fn stored_state_round_trips_and_refuses_bad_checksums() {
         let set = crate::cairn_set();
-        let rows: Vec<(String, String)> = lineage_rows(&set.lineage())
+        let rows: Vec<(String, String)> = lineage_rows(&set.lineage(Dialect::Sqlite))
             .into_iter()
             .map(|(_, r, c)| (r, c))
             .collect();
         let state = stored_state(Some("0001_epoch_log".into()), rows).unwrap();
-        assert_eq!(state.lineage, Some(set.lineage()));
+        assert_eq!(state.lineage, Some(set.lineage(Dialect::Sqlite)));
         assert_eq!(
             stored_state(None, Vec::new()).unwrap(),
             StoredState::default()

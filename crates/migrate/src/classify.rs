@@ -1,5 +1,8 @@
 //! Classification of a store's migration state, as a pure function.
 
+use cairn_core::schema::Dialect;
+
+use crate::cairn_set::CAIRN_SET;
 use crate::revision::{LineageEntry, MigrationSet};
 
 /// What a store records for one migration set.
@@ -10,6 +13,10 @@ pub struct StoredState {
     /// The history of the build that last migrated the store, base first; `None` when no
     /// lineage was recorded (a runner that predates lineage, or a store at its base).
     pub lineage: Option<Vec<LineageEntry>>,
+    /// The stamp table exists and the lineage table does not. Every runner creates both in one
+    /// transaction, so the lineage table was dropped by hand: the state is inconsistent
+    /// ([`Inconsistency::LineageTableMissing`]), never a store without lineage.
+    pub lineage_table_missing: bool,
 }
 
 /// What this build may do with a store.
@@ -52,6 +59,13 @@ pub enum Refusal {
         /// What the lineage showed.
         lineage: LineageVerdict,
     },
+    /// The bookkeeping contradicts itself; `cairn migrate repair` restores it.
+    Inconsistent {
+        /// The migration set (the repair command names it).
+        set: String,
+        /// What is wrong.
+        problem: Inconsistency,
+    },
     /// A revision id this build knows was recorded with different content.
     ChecksumMismatch {
         /// The revision id.
@@ -61,6 +75,22 @@ pub enum Refusal {
         /// This build's head.
         head: String,
     },
+}
+
+/// How a store's bookkeeping contradicts itself (it was edited by hand). Neither state can be
+/// left by a runner, and neither may be read as something a runner left: a lineage without a
+/// stamp is not a new store (replaying every revision would overwrite the newer lineage and
+/// stamp an older head).
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum Inconsistency {
+    /// The set's stamp row is missing while its lineage is recorded.
+    StampMissing {
+        /// The lineage's last revision: the stamp the build that recorded it wrote.
+        lineage_last: String,
+    },
+    /// The stamp table is present and the lineage table is missing.
+    LineageTableMissing,
 }
 
 /// What the lineage showed for a refused unknown stamp.
@@ -88,28 +118,62 @@ impl std::fmt::Display for Refusal {
                 };
                 write!(
                     f,
-                    "store is at revision {stamp}, unknown to this build (head {head}), and {why}: a diverged or unrelated history"
+                    "store is at revision {stamp}, unknown to this build (head {head}), and {why}: a diverged or unrelated history; use a build whose history contains the store's revision"
                 )
             }
             Refusal::ChecksumMismatch { revision, stamp, head } => write!(
                 f,
-                "revision {revision} was applied with different content than this build's (store at {stamp}, this build's head {head})"
+                "revision {revision} was applied with different content than this build's (store at {stamp}, this build's head {head}); use a build whose history contains the store's revision"
             ),
+            Refusal::Inconsistent { set, problem } => {
+                let command = repair_command(set);
+                match problem {
+                    Inconsistency::StampMissing { lineage_last } => write!(
+                        f,
+                        "the bookkeeping is inconsistent: the stamp row is missing while a lineage (last revision {lineage_last}) is recorded; run `{command}` to restore the stamp from the lineage"
+                    ),
+                    Inconsistency::LineageTableMissing => write!(
+                        f,
+                        "the bookkeeping is inconsistent: the stamp table is present but the lineage table is missing; run `{command}` to recreate it"
+                    ),
+                }
+            }
         }
     }
 }
 
-/// Classifies a store's state for the build that knows `set`.
+/// The operator command that repairs a set's bookkeeping.
+fn repair_command(set: &str) -> String {
+    if set == CAIRN_SET {
+        "cairn migrate repair".to_owned()
+    } else {
+        format!("cairn migrate --set {set} --source DIR repair")
+    }
+}
+
+/// Classifies a store's state for the build that knows `set`, on a store of `dialect` (whose
+/// lineage holds that dialect's checksums, see [`crate::ChecksumForm`]).
 ///
+/// - **refused, inconsistent**: a lineage without a stamp, or a stamp table without the
+///   lineage table (see [`Inconsistency`]);
 /// - **at head**: stamp = head;
 /// - **upgrade**: stamp empty, or a strict ancestor of head;
 /// - **ahead**: stamp unknown to this build, and the lineage holds the stamp and this head, with
 ///   this build's exact history (ids and checksums) up to the head;
 /// - **refused**: anything else, and any revision this build knows recorded with other content.
-pub fn classify(set: &MigrationSet, state: &StoredState) -> Classification {
+pub fn classify(set: &MigrationSet, dialect: Dialect, state: &StoredState) -> Classification {
     let head = set.head().id.clone();
-    let ours = set.lineage();
+    let ours = set.lineage(dialect);
     let stamp_text = state.stamp.clone().unwrap_or_default();
+    let inconsistent = |problem| {
+        Classification::Refused(Refusal::Inconsistent {
+            set: set.name().to_owned(),
+            problem,
+        })
+    };
+    if state.lineage_table_missing {
+        return inconsistent(Inconsistency::LineageTableMissing);
+    }
 
     if let Some(lineage) = &state.lineage {
         for entry in lineage {
@@ -126,6 +190,11 @@ pub fn classify(set: &MigrationSet, state: &StoredState) -> Classification {
     }
 
     let Some(stamp) = &state.stamp else {
+        if let Some(last) = state.lineage.as_ref().and_then(|l| l.last()) {
+            return inconsistent(Inconsistency::StampMissing {
+                lineage_last: last.revision.clone(),
+            });
+        }
         return Classification::Upgrade {
             from: None,
             pending: set.revisions().iter().map(|r| r.id.clone()).collect(),
@@ -180,6 +249,10 @@ mod tests {
     use crate::revision::Revision;
     use proptest::prelude::*;
 
+    /// The dialect of the stores these tests model (the combined checksum form is not in play:
+    /// the sets are not cairn's).
+    const D: Dialect = Dialect::Sqlite;
+
     fn rev(id: &str, parent: Option<&str>, body: &str) -> Revision {
         Revision {
             id: id.into(),
@@ -227,7 +300,7 @@ mod tests {
             MigrationSet::new("m1", revs).unwrap()
         }
         fn lineage(&self, to: usize) -> Vec<LineageEntry> {
-            self.set(to).lineage()
+            self.set(to).lineage(D)
         }
     }
 
@@ -281,7 +354,7 @@ mod tests {
         lineage: &Option<Vec<LineageEntry>>,
     ) -> &'static str {
         let set = t.set(head);
-        let ours = set.lineage();
+        let ours = set.lineage(D);
         if let Some(l) = lineage {
             if l.iter().any(|e| {
                 ours.iter()
@@ -291,6 +364,8 @@ mod tests {
             }
         }
         match stamp {
+            // A lineage without a stamp is inconsistent bookkeeping, never a new store.
+            StampPick::Empty if lineage.as_ref().is_some_and(|l| !l.is_empty()) => "refused",
             StampPick::Empty => "upgrade",
             StampPick::Node(s) if *s == head => "at_head",
             StampPick::Node(s) if t.strict_ancestor(*s, head) => "upgrade",
@@ -362,8 +437,9 @@ mod tests {
                     StampPick::Foreign => Some("foreign".into()),
                 },
                 lineage: lineage.clone(),
+                ..StoredState::default()
             };
-            let got = classify(&t.set(head), &state);
+            let got = classify(&t.set(head), D, &state);
             prop_assert_eq!(kind(&got), expected(&t, head, &stamp, &lineage), "{:?}", got);
             if let Classification::Upgrade { pending, .. } = &got {
                 let set = t.set(head);
@@ -386,9 +462,10 @@ mod tests {
         let state = StoredState {
             stamp: Some("r0".into()),
             lineage: None,
+            ..StoredState::default()
         };
         assert_eq!(
-            classify(&t.set(0), &state),
+            classify(&t.set(0), D, &state),
             Classification::AtHead {
                 repair_lineage: false
             }
@@ -401,9 +478,10 @@ mod tests {
         let state = StoredState {
             stamp: Some("r1".into()),
             lineage: None,
+            ..StoredState::default()
         };
         assert_eq!(
-            classify(&t.set(1), &state),
+            classify(&t.set(1), D, &state),
             Classification::AtHead {
                 repair_lineage: true
             }
@@ -411,9 +489,10 @@ mod tests {
         let ok = StoredState {
             stamp: Some("r1".into()),
             lineage: Some(t.lineage(1)),
+            ..StoredState::default()
         };
         assert_eq!(
-            classify(&t.set(1), &ok),
+            classify(&t.set(1), D, &ok),
             Classification::AtHead {
                 repair_lineage: false
             }
@@ -426,17 +505,19 @@ mod tests {
         let ahead = StoredState {
             stamp: Some("r2".into()),
             lineage: Some(t.lineage(2)),
+            ..StoredState::default()
         };
         assert_eq!(
-            classify(&t.set(1), &ahead),
+            classify(&t.set(1), D, &ahead),
             Classification::Ahead { stamp: "r2".into() }
         );
         let bare = StoredState {
             stamp: Some("r2".into()),
             lineage: None,
+            ..StoredState::default()
         };
         assert!(matches!(
-            classify(&t.set(1), &bare),
+            classify(&t.set(1), D, &bare),
             Classification::Refused(Refusal::UnknownStamp {
                 lineage: LineageVerdict::Missing,
                 ..
@@ -452,8 +533,9 @@ mod tests {
         let state = StoredState {
             stamp: Some("r1".into()),
             lineage: Some(lineage),
+            ..StoredState::default()
         };
-        let got = classify(&t.set(1), &state);
+        let got = classify(&t.set(1), D, &state);
         assert!(
             matches!(
                 got,
@@ -462,6 +544,93 @@ mod tests {
             "{got:?}"
         );
         assert!(got_message(&got).contains("r1"));
+    }
+
+    /// Issue 9 item 2: a revision's Postgres text changing alone leaves SQLite stores alone
+    /// (and refuses Postgres stores, whose lineage holds the Postgres text's checksum).
+    #[test]
+    fn a_change_in_one_dialect_leaves_the_other_dialects_stores_alone() {
+        let base = rev("r0", None, "base");
+        let one = rev("r1", Some("r0"), "body");
+        let mut pg_changed = one.clone();
+        pg_changed.up_postgres = vec!["body, as Postgres now reads it".into()];
+        let recorded = MigrationSet::new("m1", vec![base.clone(), one]).unwrap();
+        let changed = MigrationSet::new("m1", vec![base, pg_changed]).unwrap();
+        let store = |d: Dialect| StoredState {
+            stamp: Some("r1".into()),
+            lineage: Some(recorded.lineage(d)),
+            ..StoredState::default()
+        };
+        assert_eq!(
+            classify(&changed, Dialect::Sqlite, &store(Dialect::Sqlite)),
+            Classification::AtHead {
+                repair_lineage: false
+            }
+        );
+        assert!(matches!(
+            classify(&changed, Dialect::Postgres, &store(Dialect::Postgres)),
+            Classification::Refused(Refusal::ChecksumMismatch { .. })
+        ));
+    }
+
+    /// Issue 9 item 6: a lineage without a stamp row is not a new store (replaying every
+    /// revision would overwrite the lineage and stamp an older head): refused, naming the
+    /// repair command, whatever build looks — older, same or newer than the lineage.
+    #[test]
+    fn a_lineage_without_a_stamp_is_refused_as_inconsistent() {
+        let t = chain(3);
+        for (recorded, build) in [(1, 2), (1, 1), (2, 1), (0, 2)] {
+            let state = StoredState {
+                stamp: None,
+                lineage: Some(t.lineage(recorded)),
+                ..StoredState::default()
+            };
+            let got = classify(&t.set(build), D, &state);
+            assert_eq!(
+                got,
+                Classification::Refused(Refusal::Inconsistent {
+                    set: "m1".into(),
+                    problem: Inconsistency::StampMissing {
+                        lineage_last: format!("r{recorded}"),
+                    },
+                }),
+                "lineage to r{recorded}, build at r{build}"
+            );
+            assert!(got_message(&got).contains("run `cairn migrate --set m1 --source DIR repair`"));
+        }
+    }
+
+    /// Issue 9 item 6: a stamp table without the lineage table is refused too, whatever the
+    /// stamp; for cairn's own set the message names `cairn migrate repair`.
+    #[test]
+    fn a_missing_lineage_table_is_refused_as_inconsistent() {
+        let set = crate::cairn_set();
+        for stamp in [
+            None,
+            Some(set.head().id.clone()),
+            Some(set.base().id.clone()),
+        ] {
+            let state = StoredState {
+                stamp,
+                lineage: None,
+                lineage_table_missing: true,
+            };
+            let got = classify(&set, D, &state);
+            assert!(
+                matches!(
+                    &got,
+                    Classification::Refused(Refusal::Inconsistent {
+                        problem: Inconsistency::LineageTableMissing,
+                        ..
+                    })
+                ),
+                "{got:?}"
+            );
+            assert!(
+                got_message(&got).contains("run `cairn migrate repair`"),
+                "{got:?}"
+            );
+        }
     }
 
     fn got_message(c: &Classification) -> String {

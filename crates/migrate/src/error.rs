@@ -7,9 +7,7 @@ use crate::classify::Refusal;
 #[non_exhaustive]
 pub enum MigrateError {
     /// This build must not use the store; nothing was changed.
-    #[error(
-        "migration set {set}: {refusal}; use a build whose history contains the store's revision"
-    )]
+    #[error("migration set {set}: {refusal}")]
     Refused {
         /// The migration set.
         set: String,

@@ -48,14 +48,16 @@ mod revision;
 mod runner;
 pub mod source;
 mod split;
+mod transaction;
 
 pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
-pub use classify::{classify, Classification, LineageVerdict, Refusal, StoredState};
+pub use classify::{classify, Classification, Inconsistency, LineageVerdict, Refusal, StoredState};
 pub use error::MigrateError;
-pub use revision::{Checksum, LineageEntry, MigrationSet, Revision};
+pub use revision::{Checksum, ChecksumForm, LineageEntry, MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
-pub use runner::{LockedMigration, MigrationBackend, Opened, Runner};
+pub use runner::{LockedMigration, MigrationBackend, Opened, Repaired, Runner};
 pub use split::{split_statements, SplitError};
+pub use transaction::transaction_control;

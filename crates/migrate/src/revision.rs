@@ -2,6 +2,7 @@
 
 use cairn_core::schema::Dialect;
 
+use crate::cairn_set::{CAIRN_SET, COMBINED_CHECKSUM_REVISIONS};
 use crate::error::MigrateError;
 
 /// One revision of a migration set: an id, its parent and the DDL that moves a store from the
@@ -29,10 +30,14 @@ impl Revision {
         }
     }
 
-    /// BLAKE3 over the revision's id, parent and every backend's statements (length-prefixed).
-    /// Two revisions with one id and different content have different checksums, so a store
-    /// migrated by one is never mistaken for the other.
-    pub fn checksum(&self) -> Checksum {
+    /// The **combined** checksum (format v1): BLAKE3 over the revision's id, parent and both
+    /// dialects' statements (length-prefixed). Two revisions with one id and different content
+    /// have different checksums, so a store migrated by one is never mistaken for the other.
+    ///
+    /// Only the revisions released with this form keep it (cairn's `0001_epoch_log` and
+    /// `0002_spool`, see [`ChecksumForm`]): stores carry it in their lineage and older builds
+    /// compare it. Its text is fixed and shipped with the build, so it cannot drift.
+    pub fn combined_checksum(&self) -> Checksum {
         let mut h = blake3::Hasher::new_derive_key("cairn 2026-11 migration revision v1");
         let mut put = |b: &[u8]| {
             h.update(&(b.len() as u64).to_le_bytes());
@@ -49,6 +54,52 @@ impl Revision {
         }
         Checksum(*h.finalize().as_bytes())
     }
+
+    /// The **per-dialect** checksum (format v2): BLAKE3 over the revision's id, parent, the
+    /// dialect's name and that dialect's statements only (length-prefixed). A change in one
+    /// dialect's text leaves the other dialect's checksum, and so its stores, alone.
+    pub fn dialect_checksum(&self, dialect: Dialect) -> Checksum {
+        let mut h =
+            blake3::Hasher::new_derive_key("cairn 2026-11 migration revision per dialect v2");
+        let mut put = |b: &[u8]| {
+            h.update(&(b.len() as u64).to_le_bytes());
+            h.update(b);
+        };
+        put(self.id.as_bytes());
+        put(self.parent.as_deref().unwrap_or("").as_bytes());
+        put(&[u8::from(self.parent.is_some())]);
+        put(match dialect {
+            Dialect::Sqlite => b"sqlite",
+            Dialect::Postgres => b"postgres",
+        });
+        let list = self.up(dialect);
+        put(&(list.len() as u64).to_le_bytes());
+        for s in list {
+            put(s.as_bytes());
+        }
+        Checksum(*h.finalize().as_bytes())
+    }
+}
+
+/// How a revision's checksum — the value its lineage entry holds — is computed.
+///
+/// Why two forms: a lineage entry is one 64-hex-digit checksum per revision, and older builds
+/// compare the entries of the revisions they know with their own. cairn's first releases
+/// hashed both dialects together ([`Revision::combined_checksum`]); every store and every
+/// older build holds those values for `0001_epoch_log` and `0002_spool`, so those two keep the
+/// combined form for good (a different value would make the previous build refuse a store this
+/// build migrated, instead of finding it *ahead*), and their text is fixed files shipped with
+/// the build, pinned by a golden test. Every other revision — cairn's from `0003` on and every
+/// revision of an application's set — uses [`ChecksumForm::PerDialect`], so that a change in
+/// one dialect's text never refuses the other dialect's stores. An older build never computes
+/// a checksum for a revision it does not know, so adding the new form strands no one.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ChecksumForm {
+    /// [`Revision::combined_checksum`]: both dialects' text in one value (format v1).
+    Combined,
+    /// [`Revision::dialect_checksum`]: the store's dialect's text only (format v2).
+    PerDialect,
 }
 
 /// Checksum of a revision's content.
@@ -159,13 +210,39 @@ impl MigrationSet {
         self.revisions.iter().position(|r| r.id == id)
     }
 
-    /// This build's lineage: every revision of the chain with its checksum.
-    pub fn lineage(&self) -> Vec<LineageEntry> {
-        self.revisions
-            .iter()
-            .map(|r| LineageEntry {
-                revision: r.id.clone(),
-                checksum: r.checksum(),
+    /// The form of the checksum of the revision at `index` (see [`ChecksumForm`]): combined
+    /// for the revisions of cairn's own set released with it, per dialect for every other.
+    ///
+    /// # Panics
+    /// When `index` is out of the chain.
+    pub fn checksum_form(&self, index: usize) -> ChecksumForm {
+        let id = self.revisions[index].id.as_str();
+        if self.name == CAIRN_SET && COMBINED_CHECKSUM_REVISIONS.contains(&id) {
+            ChecksumForm::Combined
+        } else {
+            ChecksumForm::PerDialect
+        }
+    }
+
+    /// The checksum a store of `dialect` records for the revision at `index`.
+    ///
+    /// # Panics
+    /// When `index` is out of the chain.
+    pub fn checksum(&self, index: usize, dialect: Dialect) -> Checksum {
+        let rev = &self.revisions[index];
+        match self.checksum_form(index) {
+            ChecksumForm::Combined => rev.combined_checksum(),
+            ChecksumForm::PerDialect => rev.dialect_checksum(dialect),
+        }
+    }
+
+    /// This build's lineage as a store of `dialect` records it: every revision of the chain
+    /// with its checksum.
+    pub fn lineage(&self, dialect: Dialect) -> Vec<LineageEntry> {
+        (0..self.revisions.len())
+            .map(|i| LineageEntry {
+                revision: self.revisions[i].id.clone(),
+                checksum: self.checksum(i, dialect),
             })
             .collect()
     }

@@ -6,9 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 
-use crate::classify::{classify, Classification, StoredState};
+use crate::classify::{classify, Classification, Refusal, StoredState};
 use crate::error::MigrateError;
 use crate::revision::{LineageEntry, MigrationSet};
+use crate::transaction::transaction_control;
 
 /// A store's side of the protocol. Each backend implements it with its own SQL.
 #[async_trait]
@@ -17,11 +18,13 @@ pub trait MigrationBackend: Send + Sync {
     fn dialect(&self) -> Dialect;
 
     /// Reads the set's stamp and lineage without taking the write lock and without writing
-    /// anything (missing bookkeeping tables read as an empty state).
+    /// anything. Both bookkeeping tables missing read as an empty state; one missing is read
+    /// as such ([`crate::bookkeeping::stored_state_of`]), for the runner to refuse.
     async fn read_state(&self, set: &str) -> Result<StoredState, MigrateError>;
 
     /// Takes the migration lock (waiting at most `timeout`) and opens the upgrade transaction,
-    /// creating the bookkeeping tables inside it when missing.
+    /// creating each bookkeeping table inside it when missing (which is how a repair restores
+    /// a dropped lineage table).
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError>;
 }
 
@@ -31,7 +34,19 @@ pub trait MigrationBackend: Send + Sync {
 pub trait LockedMigration: Send {
     /// Reads the state again, under the lock.
     async fn read_state(&mut self, set: &str) -> Result<StoredState, MigrateError>;
-    /// Runs one statement of a revision.
+    /// Runs one statement of a revision inside the upgrade transaction.
+    ///
+    /// # Contract
+    /// - The statement must leave the upgrade transaction open: one that would end it
+    ///   (`COMMIT`, `END`, `ROLLBACK`, or anything else that commits or replaces the
+    ///   transaction) fails, and the backend checks after every statement that its transaction
+    ///   is still the one it opened (SQLite: not in autocommit; Postgres: the same transaction
+    ///   id). The runner refuses the statements [`crate::transaction_control`] recognises before
+    ///   running anything; this check holds the invariant whatever else could end it.
+    ///
+    /// # Errors
+    /// The statement's error, or one saying the transaction ended; the runner then rolls the
+    /// upgrade back.
     async fn execute(&mut self, sql: &str) -> Result<(), cairn_core::Error>;
     /// Records the stamp and, when given, replaces the lineage.
     async fn write_state(
@@ -66,6 +81,31 @@ pub enum Opened {
     /// The store was at this head with a missing or foreign lineage; this build's lineage was
     /// recorded.
     LineageRepaired,
+}
+
+/// What [`Runner::repair`] did. Every repair runs under the migration lock, after a second
+/// look, in one transaction.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct Repaired {
+    /// The stamp row was missing while a lineage was recorded; it was restored to the
+    /// lineage's last revision (the stamp the build that recorded the lineage wrote with it).
+    pub stamp_restored: Option<String>,
+    /// The lineage table was missing while the stamp table was present; it was recreated.
+    pub lineage_table_restored: bool,
+    /// The store is at this build's head with a missing or another history's lineage; this
+    /// build's lineage was recorded.
+    pub lineage_recorded: bool,
+    /// How the store classifies for this build now (an upgrade still pending is left to
+    /// [`Runner::open`], `cairn migrate up`).
+    pub now: Classification,
+}
+
+impl Repaired {
+    /// Whether the repair wrote anything.
+    pub fn changed(&self) -> bool {
+        self.stamp_restored.is_some() || self.lineage_table_restored || self.lineage_recorded
+    }
 }
 
 /// Test hooks for the runner (fault injection, runners that predate lineage). Only with the
@@ -138,8 +178,114 @@ impl Runner {
     ) -> Result<Classification, MigrateError> {
         Ok(classify(
             &self.set,
+            backend.dialect(),
             &backend.read_state(self.set.name()).await?,
         ))
+    }
+
+    /// Repairs the store's bookkeeping for this build (`cairn migrate repair`): restores a
+    /// missing stamp row from the recorded lineage, recreates a dropped lineage table, and
+    /// records this build's lineage on a store at this build's head whose lineage is missing
+    /// or another history's (a head that is the base revision is exempt: every history
+    /// contains it). It never runs a revision: a store left behind this build is upgraded by
+    /// [`Runner::open`]. A store that needs none of this is not locked and not written.
+    ///
+    /// A stamp is restored only when the store then classifies as something this build may
+    /// use (at head, behind, or ahead with this build's history in the lineage); otherwise the
+    /// repair is refused and changes nothing.
+    ///
+    /// # Errors
+    /// [`MigrateError::Refused`] (nothing changed) for a store this build must not use even
+    /// once repaired, [`MigrateError::LockTimeout`], store errors.
+    pub async fn repair(&self, backend: &dyn MigrationBackend) -> Result<Repaired, MigrateError> {
+        let dialect = backend.dialect();
+        let state = backend.read_state(self.set.name()).await?;
+        if !needs_repair(&classify(&self.set, dialect, &state)) {
+            return Ok(Repaired {
+                stamp_restored: None,
+                lineage_table_restored: false,
+                lineage_recorded: false,
+                now: self.checked(classify(&self.set, dialect, &state))?,
+            });
+        }
+        if let Some(signal) = &self.hooks.before_lock {
+            signal();
+        }
+        let mut tx = backend.lock(self.lock_timeout).await?;
+        let result = self
+            .repair_locked(dialect, state.lineage_table_missing, tx.as_mut())
+            .await;
+        match result {
+            Ok(repaired) if repaired.changed() => {
+                tx.commit().await?;
+                Ok(repaired)
+            }
+            other => {
+                // Nothing to keep (or an error that matters more than a failed rollback).
+                let _ = tx.rollback().await;
+                other
+            }
+        }
+    }
+
+    async fn repair_locked(
+        &self,
+        dialect: Dialect,
+        lineage_table_was_missing: bool,
+        tx: &mut dyn LockedMigration,
+    ) -> Result<Repaired, MigrateError> {
+        let name = self.set.name();
+        // Second look: another process may have repaired or migrated meanwhile. Taking the
+        // lock created any missing bookkeeping table, so a lineage table the first look missed
+        // and this one finds empty is the one this transaction restores.
+        let mut state = tx.read_state(name).await?;
+        let lineage_table_restored = lineage_table_was_missing && state.lineage.is_none();
+        let mut stamp_restored = None;
+        if state.stamp.is_none() {
+            if let Some(last) = state.lineage.as_ref().and_then(|l| l.last()) {
+                let restored = StoredState {
+                    stamp: Some(last.revision.clone()),
+                    ..state.clone()
+                };
+                self.checked(classify(&self.set, dialect, &restored))?;
+                tx.write_state(name, &last.revision, None).await?;
+                stamp_restored = Some(last.revision.clone());
+                state = restored;
+            }
+        }
+        let mut now = self.checked(classify(&self.set, dialect, &state))?;
+        let mut lineage_recorded = false;
+        if now
+            == (Classification::AtHead {
+                repair_lineage: true,
+            })
+            && !self.hooks.skip_lineage
+        {
+            let ours = self.set.lineage(dialect);
+            tx.write_state(name, &self.set.head().id, Some(&ours))
+                .await?;
+            lineage_recorded = true;
+            now = Classification::AtHead {
+                repair_lineage: false,
+            };
+        }
+        Ok(Repaired {
+            stamp_restored,
+            lineage_table_restored,
+            lineage_recorded,
+            now,
+        })
+    }
+
+    /// `class`, or the refusal it holds as an error.
+    fn checked(&self, class: Classification) -> Result<Classification, MigrateError> {
+        match class {
+            Classification::Refused(refusal) => Err(MigrateError::Refused {
+                set: self.set.name().into(),
+                refusal,
+            }),
+            other => Ok(other),
+        }
     }
 
     /// Opens a store: at head and ahead take no lock and write nothing; an upgrade or a lineage
@@ -193,9 +339,9 @@ impl Runner {
         let name = self.set.name();
         // Second look: another build may have migrated while we waited for the lock.
         let state = tx.read_state(name).await?;
-        let ours = self.set.lineage();
+        let ours = self.set.lineage(dialect);
         let lineage = (!self.hooks.skip_lineage).then_some(ours.as_slice());
-        let opened = match classify(&self.set, &state) {
+        let opened = match classify(&self.set, dialect, &state) {
             Classification::AtHead {
                 repair_lineage: false,
             } => return Ok(Opened::AtHead),
@@ -216,8 +362,23 @@ impl Runner {
                 Opened::LineageRepaired
             }
             Classification::Upgrade { from, pending } => {
-                for id in &pending {
-                    let rev = &self.set.revisions()[self.set.position(id).unwrap_or_default()];
+                let revisions: Vec<_> = pending
+                    .iter()
+                    .map(|id| &self.set.revisions()[self.set.position(id).unwrap_or_default()])
+                    .collect();
+                // Refused before anything runs: a statement that would end the upgrade
+                // transaction (see `LockedMigration::execute` for the check after each one).
+                for rev in &revisions {
+                    for (n, sql) in rev.up(dialect).iter().enumerate() {
+                        if let Some(control) = transaction_control(sql) {
+                            return Err(MigrateError::RevisionFailed {
+                                revision: rev.id.clone(),
+                                source: ends_transaction(n, control),
+                            });
+                        }
+                    }
+                }
+                for (rev, id) in revisions.iter().zip(&pending) {
                     for sql in rev.up(dialect) {
                         tx.execute(sql)
                             .await
@@ -245,4 +406,27 @@ impl Runner {
         }
         Ok(opened)
     }
+}
+
+/// Whether `class` is a state [`Runner::repair`] has work in.
+fn needs_repair(class: &Classification) -> bool {
+    matches!(
+        class,
+        Classification::AtHead {
+            repair_lineage: true
+        } | Classification::Refused(Refusal::Inconsistent { .. })
+    )
+}
+
+/// The error for statement `n` (0-based) of a revision, a transaction-control statement.
+fn ends_transaction(n: usize, control: &str) -> cairn_core::Error {
+    cairn_core::Error::invalid(
+        "migration revision",
+        format!(
+            "statement {} is {control}: a revision may not BEGIN, COMMIT, END or ROLLBACK a \
+             transaction, the runner applies it inside its own; remove the statement (nothing \
+             was changed)",
+            n + 1
+        ),
+    )
 }

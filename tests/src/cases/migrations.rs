@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cairn_core::schema::Dialect;
 use cairn_core::{EpochDiagnostics, Error, Seq};
 use cairn_migrate::additivity::{check_set, Rule};
 use cairn_migrate::{
@@ -286,6 +287,20 @@ for_both_sets! {
     /// M10: an upgrade that fails after writing the lineage leaves schema, stamp and lineage as
     /// they were.
     m10_failed_upgrade_changes_nothing, m10_app_failed_upgrade_changes_nothing => m10;
+    /// M9 (issue 9 item 6): a stamp row deleted while the lineage stays, and a dropped lineage
+    /// table, are refused as inconsistent by every build — naming the repair command, changing
+    /// nothing — until `Runner::repair` (`cairn migrate repair`) restores them.
+    m9_lost_stamp_or_lineage_table_refused_until_repaired,
+    m9_app_lost_stamp_or_lineage_table_refused_until_repaired => m9_lost_bookkeeping;
+    /// M9: a store at this build's head (past the set's base) whose lineage is another
+    /// history's gets this build's lineage, by an open and by `Runner::repair`; the schema and
+    /// stamp are untouched, and the older build then finds the store ahead.
+    m9_foreign_lineage_at_head_repaired, m9_app_foreign_lineage_at_head_repaired => m9_foreign;
+    /// M10 (issue 9 item 5): a revision that would end the upgrade transaction (`COMMIT`,
+    /// `END`, `ROLLBACK`, `BEGIN`) fails the upgrade and leaves schema, stamp and lineage
+    /// exactly as they were; the backend's `execute` refuses such a statement too.
+    m10_transaction_control_in_a_revision_changes_nothing,
+    m10_app_transaction_control_in_a_revision_changes_nothing => m10_transaction_control;
     /// M11: the same revision id with different content is refused and named.
     m11_same_id_different_content_refused, m11_app_same_id_different_content_refused => m11;
     /// The rollback story end to end: build N+1 migrates additively and writes; build N, rolled
@@ -366,7 +381,7 @@ async fn m6<H: MigrationHarness>(h: &H, s: Subject) {
     tx.write_state(
         s.name(),
         &newer.set().head().id,
-        Some(&newer.set().lineage()),
+        Some(&newer.set().lineage(m.dialect())),
     )
     .await
     .unwrap();
@@ -505,7 +520,7 @@ async fn m8<H: MigrationHarness>(h: &H, s: Subject) {
             tx.execute(sql).await.unwrap();
         }
     }
-    tx.write_state(s.name(), "m8_top", Some(&newer.set().lineage()))
+    tx.write_state(s.name(), "m8_top", Some(&newer.set().lineage(m.dialect())))
         .await
         .unwrap();
     tx.commit().await.unwrap();
@@ -524,7 +539,7 @@ async fn m8<H: MigrationHarness>(h: &H, s: Subject) {
     assert_eq!(after.stamp.as_deref(), Some("m8_top"));
     assert_eq!(
         after.lineage,
-        Some(newer.set().lineage()),
+        Some(newer.set().lineage(m.dialect())),
         "M8: the newer build's lineage stands"
     );
     for b in [&base, &newer, &Runner::new(behind_set)] {
@@ -576,7 +591,10 @@ async fn m9<H: MigrationHarness>(h: &H, s: Subject) {
 
     // A lineage-recording build at N+1 repairs it; later opens only read.
     assert_eq!(run(h, &newer).await.unwrap(), Opened::LineageRepaired);
-    assert_eq!(state(h, s).await.lineage, Some(newer.set().lineage()));
+    assert_eq!(
+        state(h, s).await.lineage,
+        Some(newer.set().lineage(m.dialect()))
+    );
     let probe = h.commit_probe().await;
     let held = m.lock(DEADLINE).await.unwrap();
     let again = tokio::time::timeout(DEADLINE, run(h, &newer))
@@ -655,6 +673,356 @@ async fn m10<H: MigrationHarness>(h: &H, s: Subject) {
         "M10: the first statement was rolled back"
     );
     assert_eq!(state(h, s).await, before);
+}
+
+/// The command a refusal of set `s`'s bookkeeping names.
+fn repair_command(s: Subject) -> String {
+    match s {
+        Subject::Cairn => "cairn migrate repair".to_owned(),
+        Subject::App => format!("cairn migrate --set {APP_SET} --source DIR repair"),
+    }
+}
+
+/// Every build is refused on the store, in one line naming `command`, without waiting for the
+/// lock, and nothing changes.
+async fn refused_by_every_build<H: MigrationHarness>(
+    h: &H,
+    builds: &[&Runner],
+    command: &str,
+    what: &str,
+) {
+    let (schema, probe) = (h.schema().await, h.commit_probe().await);
+    let m = h.migrator().await;
+    let held = m.lock(DEADLINE).await.expect("take the migration lock");
+    for b in builds {
+        let err = tokio::time::timeout(DEADLINE, run(h, b))
+            .await
+            .unwrap_or_else(|_| panic!("M9: {what}: a refusal must not wait for the lock"))
+            .expect_err(what);
+        assert!(err.is_refusal(), "M9: {what}: {err}");
+        let line = err.to_string();
+        assert!(
+            line.contains(command),
+            "M9: {what}: names `{command}`: {line}"
+        );
+        assert!(!line.contains('\n'), "M9: {what}: one line: {line}");
+    }
+    held.rollback().await.expect("release the lock");
+    assert_eq!(h.schema().await, schema, "M9: {what}: schema unchanged");
+    assert_eq!(
+        h.commit_probe().await,
+        probe,
+        "M9: {what}: nothing committed"
+    );
+}
+
+async fn m9_lost_bookkeeping<H: MigrationHarness>(h: &H, s: Subject) {
+    let h = &h.fresh().await;
+    s.prepare(h).await;
+    let newer = s.build(additive_next(s));
+    let older = s.build(vec![]);
+    let newest = s.build(vec![
+        additive_next(s).remove(0),
+        table_rev("m9_newest", "t_0002_event_note"),
+    ]);
+    run(h, &newer).await.expect("the newer build migrates");
+    let good = state(h, s).await;
+    assert!(good.lineage.is_some());
+    let command = repair_command(s);
+
+    // The stamp row deleted by hand, the lineage left: not a new store.
+    h.execute_sql(&format!(
+        "DELETE FROM cairn_migration_stamp WHERE set_name = '{}'",
+        s.name()
+    ))
+    .await
+    .expect("delete the stamp row");
+    let lost = state(h, s).await;
+    assert_eq!(lost.stamp, None);
+    refused_by_every_build(h, &[&older, &newer, &newest], &command, "stamp row missing").await;
+    assert_eq!(
+        state(h, s).await,
+        lost,
+        "M9: the bookkeeping is left as it was"
+    );
+    let err = try_open_as(h, s, &newer)
+        .await
+        .expect_err("the store's own open refuses too");
+    assert!(matches!(err, Error::Incompatible { .. }), "{err:?}");
+    assert!(err.to_string().contains(&command), "{err}");
+
+    let m = h.migrator().await;
+    let repaired = newer
+        .repair(m.as_ref())
+        .await
+        .expect("M9: repair the stamp");
+    assert_eq!(
+        repaired.stamp_restored.as_deref(),
+        Some("t_0002_event_note"),
+        "{repaired:?}"
+    );
+    assert!(!repaired.lineage_table_restored && !repaired.lineage_recorded);
+    assert_eq!(
+        state(h, s).await,
+        good,
+        "M9: the stamp is back, the lineage untouched"
+    );
+    assert_eq!(run(h, &newer).await.unwrap(), Opened::AtHead);
+
+    // The lineage table dropped by hand: not a store without lineage (nor a backend error).
+    h.execute_sql("DROP TABLE cairn_migration_lineage")
+        .await
+        .expect("drop the lineage table");
+    let looked = state(h, s).await;
+    assert!(looked.lineage_table_missing, "{looked:?}");
+    refused_by_every_build(
+        h,
+        &[&older, &newer, &newest],
+        &command,
+        "lineage table missing",
+    )
+    .await;
+    let repaired = newer
+        .repair(m.as_ref())
+        .await
+        .expect("M9: repair the lineage table");
+    assert!(
+        repaired.lineage_table_restored && repaired.lineage_recorded,
+        "{repaired:?}"
+    );
+    assert_eq!(repaired.stamp_restored, None);
+    assert_eq!(state(h, s).await, good, "M9: the lineage is back");
+    let probe = h.commit_probe().await;
+    let again = newer
+        .repair(m.as_ref())
+        .await
+        .expect("M9: nothing left to repair");
+    assert!(!again.changed(), "{again:?}");
+    assert_eq!(
+        h.commit_probe().await,
+        probe,
+        "M9: a repair with nothing to do writes nothing"
+    );
+    assert_eq!(run(h, &newer).await.unwrap(), Opened::AtHead);
+    assert_eq!(
+        run(h, &older).await.unwrap(),
+        Opened::Ahead {
+            stamp: "t_0002_event_note".into()
+        }
+    );
+    use_store(h, s, open_as(h, s, &newer).await.as_ref(), "m9-repaired").await;
+}
+
+async fn m9_foreign<H: MigrationHarness>(h: &H, s: Subject) {
+    let h = &h.fresh().await;
+    s.prepare(h).await;
+    // This build's head lies past the set's base, so its lineage is due for repair.
+    let ours = s.build(vec![table_rev("m9_mid", &s.head())]);
+    let theirs = s.build(vec![table_rev("m9_theirs", &s.head())]);
+    let older = s.build(vec![]);
+    run(h, &ours).await.expect("this build migrates");
+    let m = h.migrator().await;
+    let dialect = m.dialect();
+    for repair_by_open in [true, false] {
+        // Another history's lineage at this head (a restore from another store, or a build of
+        // another branch that recorded its lineage here).
+        let mut tx = m.lock(DEADLINE).await.unwrap();
+        tx.write_state(s.name(), "m9_mid", Some(&theirs.set().lineage(dialect)))
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        let foreign = state(h, s).await;
+        assert_ne!(foreign.lineage, Some(ours.set().lineage(dialect)));
+        assert_eq!(
+            ours.status(m.as_ref()).await.unwrap(),
+            Classification::AtHead {
+                repair_lineage: true
+            }
+        );
+        assert!(
+            run(h, &older)
+                .await
+                .expect_err("M9: the older build cannot tell")
+                .is_refusal(),
+            "the foreign lineage does not hold the store's stamp"
+        );
+        let schema = h.schema().await;
+        if repair_by_open {
+            assert_eq!(run(h, &ours).await.unwrap(), Opened::LineageRepaired);
+        } else {
+            let repaired = ours.repair(m.as_ref()).await.expect("M9: repair");
+            assert!(
+                repaired.lineage_recorded && repaired.stamp_restored.is_none(),
+                "{repaired:?}"
+            );
+        }
+        assert_eq!(
+            state(h, s).await,
+            StoredState {
+                stamp: Some("m9_mid".into()),
+                lineage: Some(ours.set().lineage(dialect)),
+                ..StoredState::default()
+            },
+            "M9: this build's lineage replaced the foreign one"
+        );
+        assert_eq!(h.schema().await, schema, "M9: a repair runs no revision");
+        let probe = h.commit_probe().await;
+        assert_eq!(run(h, &ours).await.unwrap(), Opened::AtHead);
+        assert_eq!(h.commit_probe().await, probe, "M9: later opens only read");
+        assert_eq!(
+            run(h, &older).await.unwrap(),
+            Opened::Ahead {
+                stamp: "m9_mid".into()
+            }
+        );
+    }
+}
+
+async fn m10_transaction_control<H: MigrationHarness>(h: &H, s: Subject) {
+    s.prepare(h).await;
+    run(h, &s.build(vec![])).await.unwrap();
+    for control in ["COMMIT", "END", "ROLLBACK", "BEGIN", "-- done\ncommit"] {
+        let (schema, probe, before) = (h.schema().await, h.commit_probe().await, state(h, s).await);
+        let build = s.build(vec![
+            table_rev("m10_fine", &s.head()),
+            rev(
+                "m10_control",
+                "m10_fine",
+                &[
+                    "CREATE TABLE m10_before (id BIGINT NOT NULL PRIMARY KEY)",
+                    control,
+                    "CREATE TABLE m10_after (id BIGINT NOT NULL PRIMARY KEY)",
+                ],
+            ),
+        ]);
+        let err = run(h, &build)
+            .await
+            .expect_err("M10: a revision that ends the transaction fails the upgrade");
+        assert!(
+            matches!(err, MigrateError::RevisionFailed { ref revision, .. } if revision == "m10_control"),
+            "{control}: {err}"
+        );
+        assert_eq!(h.schema().await, schema, "M10: {control}: schema unchanged");
+        assert_eq!(
+            state(h, s).await,
+            before,
+            "M10: {control}: stamp and lineage unchanged"
+        );
+        assert_eq!(
+            h.commit_probe().await,
+            probe,
+            "M10: {control}: nothing committed"
+        );
+    }
+
+    // The backend refuses it too, and its transaction stays the upgrade's.
+    let (schema, before) = (h.schema().await, state(h, s).await);
+    let m = h.migrator().await;
+    let mut tx = m.lock(DEADLINE).await.expect("take the migration lock");
+    tx.execute("CREATE TABLE m10_direct (id BIGINT NOT NULL PRIMARY KEY)")
+        .await
+        .expect("an ordinary statement runs");
+    for control in ["COMMIT", "END", "ROLLBACK"] {
+        assert!(
+            tx.execute(control).await.is_err(),
+            "M10: LockedMigration::execute refuses {control}"
+        );
+    }
+    tx.rollback().await.expect("roll the upgrade back");
+    assert_eq!(
+        h.schema().await,
+        schema,
+        "M10: the direct statement was rolled back"
+    );
+    assert_eq!(state(h, s).await, before);
+    assert_eq!(run(h, &s.build(vec![])).await.unwrap(), Opened::AtHead);
+}
+
+/// M11 and issue 9 item 2: stores written by earlier builds keep their lineage. The lineage
+/// rows below are what earlier builds wrote, byte for byte (revisions 0001 and 0002 hold the
+/// combined checksum for good): a store at 0001 upgrades, a store at 0002 is at head, and the
+/// previous build (head 0002) finds a store this build migrated past it *ahead*.
+pub async fn m11_lineage_written_by_earlier_builds_still_opens<H: MigrationHarness>(h: &H) {
+    const EPOCH_LOG: &str = "41b46ffe809982d11b224f7ff3b023a207d5ab585258e87ce69f7a9b4d1a94e9";
+    const SPOOL: &str = "e3584e7f472252bf592d8c3fa6964b304a680ae47a32d0457af70a43d7709437";
+    let this = Runner::new(MigrationSet::new(CAIRN_SET, cairn_revisions()).unwrap())
+        .with_lock_timeout(DEADLINE);
+    let revs = cairn_revisions();
+    let at = |id: &str| {
+        revs.iter()
+            .position(|r| r.id == id)
+            .expect("a packaged revision")
+    };
+    let build_to = |id: &str| {
+        Runner::new(MigrationSet::new(CAIRN_SET, revs[..=at(id)].to_vec()).unwrap())
+            .with_lock_timeout(DEADLINE)
+    };
+    let rows = |ids: &[(&str, &str)]| {
+        ids.iter()
+            .enumerate()
+            .map(|(i, (id, sum))| format!("('{CAIRN_SET}', {i}, '{id}', '{sum}')"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (stamp, lineage) in [
+        ("0001_epoch_log", vec![("0001_epoch_log", EPOCH_LOG)]),
+        (
+            "0002_spool",
+            vec![("0001_epoch_log", EPOCH_LOG), ("0002_spool", SPOOL)],
+        ),
+    ] {
+        let h = h.fresh().await;
+        // The store as the earlier build left it: its schema, stamp and lineage rows.
+        let earlier = build_to(stamp).with_hooks(RunnerHooks {
+            skip_lineage: true,
+            ..RunnerHooks::default()
+        });
+        run(&h, &earlier).await.expect("the earlier build's schema");
+        h.execute_sql(&format!(
+            "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) VALUES {}",
+            rows(&lineage)
+        ))
+        .await
+        .expect("the earlier build's lineage rows");
+        let opened = run(&h, &this).await.expect("M11: this build opens it");
+        if at(stamp) + 1 == revs.len() {
+            assert_eq!(opened, Opened::AtHead, "{stamp}");
+        } else {
+            assert!(
+                matches!(opened, Opened::Upgraded { .. }),
+                "{stamp}: {opened:?}"
+            );
+        }
+        let dialect = h.migrator().await.dialect();
+        let after = state(&h, Subject::Cairn).await;
+        assert_eq!(after.lineage, Some(this.set().lineage(dialect)));
+        // The stored entries of 0001 and 0002 are the earlier builds' values.
+        let stored: Vec<String> = after
+            .lineage
+            .unwrap()
+            .iter()
+            .take(2)
+            .map(|e| e.checksum.to_hex())
+            .collect();
+        assert_eq!(stored, [EPOCH_LOG, SPOOL]);
+        // Every earlier build finds the store at head or ahead, never refused.
+        for id in ["0001_epoch_log", "0002_spool"] {
+            let got = run(&h, &build_to(id))
+                .await
+                .expect("M11: an earlier build opens it");
+            assert!(
+                matches!(got, Opened::AtHead | Opened::Ahead { .. }),
+                "{id}: {got:?}"
+            );
+        }
+        use_store(
+            &h,
+            Subject::Cairn,
+            h.open().await.unwrap().as_ref(),
+            "m11-old",
+        )
+        .await;
+    }
 }
 
 async fn m11<H: MigrationHarness>(h: &H, s: Subject) {
@@ -866,10 +1234,11 @@ impl M2Case {
 /// state afterwards.
 fn m2_expect(
     set: &MigrationSet,
+    dialect: Dialect,
     records: bool,
     st: &StoredState,
 ) -> (&'static str, bool, StoredState) {
-    match classify(set, st) {
+    match classify(set, dialect, st) {
         Classification::AtHead {
             repair_lineage: false,
         } => ("at_head", false, st.clone()),
@@ -883,7 +1252,8 @@ fn m2_expect(
             true,
             StoredState {
                 stamp: st.stamp.clone(),
-                lineage: Some(set.lineage()),
+                lineage: Some(set.lineage(dialect)),
+                ..StoredState::default()
             },
         ),
         Classification::Upgrade { .. } => (
@@ -892,10 +1262,11 @@ fn m2_expect(
             StoredState {
                 stamp: Some(set.head().id.clone()),
                 lineage: if records {
-                    Some(set.lineage())
+                    Some(set.lineage(dialect))
                 } else {
                     st.lineage.clone()
                 },
+                ..StoredState::default()
             },
         ),
         Classification::Ahead { .. } => ("ahead", false, st.clone()),
@@ -936,7 +1307,8 @@ async fn m2_run_case<H: MigrationHarness>(h: &H, s: Subject, case: &M2Case) -> R
                 ..RunnerHooks::default()
             });
         }
-        let (want, writes, next) = m2_expect(&set, *records, &model);
+        let dialect = h.migrator().await.dialect();
+        let (want, writes, next) = m2_expect(&set, dialect, *records, &model);
         let probe = h.commit_probe().await;
         let got = run(&h, &runner).await;
         let ctx = format!("step {step}: build {head:?} (lineage {records}): {got:?}");
