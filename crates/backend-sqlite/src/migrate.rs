@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
-use cairn_migrate::bookkeeping::{self, BookkeepingSql};
+use cairn_migrate::bookkeeping::{self, BookkeepingSql, Tables};
 use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
@@ -49,25 +49,37 @@ impl SqliteMigrator {
 
 fn read_state(conn: &Connection, set: &str) -> Result<StoredState> {
     let sql = sql();
-    let has: i64 = conn
-        .query_row(sql.has_stamp_table, [], |r| r.get(0))
-        .map_err(map)?;
-    if has == 0 {
+    let exists = |q: &str| -> Result<bool> {
+        conn.query_row(q, [], |r| r.get::<_, i64>(0))
+            .map(|n| n != 0)
+            .map_err(map)
+    };
+    let tables = Tables {
+        stamp: exists(sql.has_stamp_table)?,
+        lineage: exists(sql.has_lineage_table)?,
+    };
+    if tables.none() {
         return Ok(StoredState::default());
     }
-    let stamp: Option<String> = conn
-        .query_row(sql.read_stamp, params![set], |r| r.get(0))
-        .optional()
-        .map_err(map)?;
-    let mut stmt = conn.prepare(sql.read_lineage).map_err(map)?;
-    let rows = stmt
-        .query_map(params![set], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-        })
-        .map_err(map)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(map)?;
-    bookkeeping::stored_state(stamp, rows).map_err(Error::from)
+    let stamp: Option<String> = if tables.stamp {
+        conn.query_row(sql.read_stamp, params![set], |r| r.get(0))
+            .optional()
+            .map_err(map)?
+    } else {
+        None
+    };
+    let rows = if tables.lineage {
+        let mut stmt = conn.prepare(sql.read_lineage).map_err(map)?;
+        let rows = stmt
+            .query_map(params![set], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(map)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(map)?
+    } else {
+        Vec::new()
+    };
+    bookkeeping::stored_state_of(tables, stamp, rows).map_err(Error::from)
 }
 
 fn store_err(e: Error) -> MigrateError {

@@ -64,6 +64,7 @@ impl fmt::Debug for SqliteStore {
         f.debug_struct("SqliteStore")
             .field("path", &self.inner.path)
             .field("busy_timeout", &self.inner.opts.busy_timeout)
+            .field("read_connections", &self.inner.opts.read_connections)
             .finish_non_exhaustive()
     }
 }
