@@ -4,7 +4,7 @@
 //! the store's one writer connection (`BEGIN IMMEDIATE`, `synchronous=FULL`, on tokio's
 //! blocking pool), reads through its read-only read connections, so the epoch log and the spool
 //! of one process queue behind one writer lock instead of contending for SQLite's. Every
-//! operation is one transaction ([`tx`]); every time comes from the spool's [`Clock`].
+//! operation is one transaction ([`queue`], [`read`], [`events`], [`retention`], [`import`]); every time comes from the spool's [`Clock`].
 //!
 //! Hot paths: a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
 //! RETURNING run_id` (a duplicate adds one indexed `SELECT` and commits nothing); a claim is
@@ -12,13 +12,17 @@
 //! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust
 //! by [`cairn_core::spool::backoff`], which SQL cannot call).
 
+mod convert;
+mod events;
 mod import;
+mod queue;
+mod read;
+mod retention;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 #[cfg(test)]
 mod tests;
-mod tx;
 mod wake;
 
 use std::collections::BTreeMap;
@@ -181,7 +185,7 @@ impl Spool for SqliteSpool {
         let enqueued = self
             .store
             .with_writer(move |db| {
-                tx::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
+                queue::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
             })
             .await?;
         if enqueued.created {
@@ -203,7 +207,9 @@ impl Spool for SqliteSpool {
         let backoff = self.config.backoff;
         let (queue, consumer) = (queue.clone(), consumer.clone());
         self.store
-            .with_writer(move |db| tx::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff))
+            .with_writer(move |db| {
+                queue::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff)
+            })
             .await
     }
 
@@ -212,14 +218,14 @@ impl Spool for SqliteSpool {
         let now = self.now();
         let backoff = self.config.backoff;
         self.store
-            .with_writer(move |db| tx::heartbeat_tx(db, run, token, lease, now, &backoff))
+            .with_writer(move |db| queue::heartbeat_tx(db, run, token, lease, now, &backoff))
             .await
     }
 
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
         let now = self.now();
         self.store
-            .with_writer(move |db| tx::ack_tx(db, run, token, now))
+            .with_writer(move |db| queue::ack_tx(db, run, token, now))
             .await
     }
 
@@ -235,7 +241,7 @@ impl Spool for SqliteSpool {
         let reason = reason.to_owned();
         let (nacked, retry_queue) = self
             .store
-            .with_writer(move |db| tx::nack_tx(db, run, token, kind, &reason, now, &backoff))
+            .with_writer(move |db| queue::nack_tx(db, run, token, kind, &reason, now, &backoff))
             .await?;
         if let Some(queue) = retry_queue {
             self.wake.notify(&queue);
@@ -246,24 +252,26 @@ impl Spool for SqliteSpool {
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
         let now = self.now();
         self.store
-            .with_writer(move |db| tx::cancel_tx(db, run, now))
+            .with_writer(move |db| queue::cancel_tx(db, run, now))
             .await
     }
 
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
-        self.store.with_reader(move |db| tx::run_tx(db, run)).await
+        self.store
+            .with_reader(move |db| read::run_tx(db, run))
+            .await
     }
 
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         check_limit(limit)?;
         let filter = filter.clone();
         self.store
-            .with_reader(move |db| tx::runs_tx(db, &filter, limit))
+            .with_reader(move |db| read::runs_tx(db, &filter, limit))
             .await
     }
 
     async fn stats(&self) -> Result<SpoolStats> {
-        self.store.with_reader(tx::stats_tx).await
+        self.store.with_reader(read::stats_tx).await
     }
 
     async fn append_event(
@@ -276,14 +284,14 @@ impl Spool for SqliteSpool {
         let now = self.now();
         let event_id = event_id.clone();
         self.store
-            .with_writer(move |db| tx::append_event_tx(db, run, &event_id, &payload, now))
+            .with_writer(move |db| events::append_event_tx(db, run, &event_id, &payload, now))
             .await
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
         check_limit(limit)?;
         self.store
-            .with_reader(move |db| tx::events_tx(db, run, after, limit))
+            .with_reader(move |db| events::events_tx(db, run, after, limit))
             .await
     }
 
@@ -296,7 +304,7 @@ impl Spool for SqliteSpool {
         }
         let ids = event_ids.to_vec();
         self.store
-            .with_writer(move |db| tx::acknowledge_events_tx(db, run, &ids))
+            .with_writer(move |db| events::acknowledge_events_tx(db, run, &ids))
             .await
     }
 
@@ -305,13 +313,13 @@ impl Spool for SqliteSpool {
         let now = self.now();
         let name = name.clone();
         self.store
-            .with_writer(move |db| tx::set_fact_tx(db, run, &name, &value, now))
+            .with_writer(move |db| events::set_fact_tx(db, run, &name, &value, now))
             .await
     }
 
     async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
         self.store
-            .with_reader(move |db| tx::facts_tx(db, run))
+            .with_reader(move |db| events::facts_tx(db, run))
             .await
     }
 
@@ -328,14 +336,14 @@ impl Spool for SqliteSpool {
                 RetentionStep::Events => {
                     let batch = self
                         .store
-                        .with_writer(move |db| tx::retention_events_tx(db, &planner))
+                        .with_writer(move |db| retention::retention_events_tx(db, &planner))
                         .await?;
                     pass.events_deleted(&batch);
                 }
                 RetentionStep::Runs => {
                     let removed = self
                         .store
-                        .with_writer(move |db| tx::retention_runs_tx(db, &planner))
+                        .with_writer(move |db| retention::retention_runs_tx(db, &planner))
                         .await?;
                     pass.runs_deleted(removed);
                 }
@@ -369,7 +377,7 @@ impl Spool for SqliteSpool {
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
         let queue = queue.clone();
         self.store
-            .with_reader(move |db| tx::next_due_q(db, &queue))
+            .with_reader(move |db| queue::next_due_q(db, &queue))
             .await
     }
 }

@@ -1,0 +1,171 @@
+//! Run events and run facts: appends with per-run seqs, ordered reads, acknowledgements, and
+//! write-once facts.
+
+use std::collections::BTreeMap;
+
+use cairn_core::spool::{
+    EventAppended, FactName, FactOutcome, RunEvent, RunEventId, RunId, Timestamp,
+};
+use cairn_core::{Error, Result};
+use rusqlite::params;
+
+use super::convert::{len_i64, micros, non_negative, ts};
+use super::read::{facts_of, require_run};
+use super::sql;
+use crate::db::{Db, End};
+use crate::error::corrupt;
+
+pub(super) fn append_event_tx(
+    db: &Db<'_>,
+    run: RunId,
+    event_id: &RunEventId,
+    payload: &[u8],
+    now: Timestamp,
+) -> Result<EventAppended> {
+    db.write_tx(|db| {
+        let heads: Vec<(i64, i64)> =
+            db.rows(sql::LAST_EVENT_SEQ, params![run.as_bytes()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        let Some((run_no, last)) = heads.into_iter().next() else {
+            return Err(Error::UnknownRun { run });
+        };
+        let held: Vec<i64> = db.rows(
+            sql::EVENT_SEQ_BY_ID,
+            params![run.as_bytes(), event_id.as_bytes()],
+            |r| r.get(0),
+        )?;
+        if let Some(seq) = held.first() {
+            let seq = non_negative(*seq, "event seq")?;
+            return Ok((
+                EventAppended {
+                    seq,
+                    created: false,
+                },
+                End::Rollback,
+            ));
+        }
+        let seq = last
+            .checked_add(1)
+            .ok_or_else(|| corrupt("a run's event counter is exhausted"))?;
+        db.exec(
+            sql::INSERT_EVENT,
+            params![
+                run.as_bytes(),
+                seq,
+                event_id.as_bytes(),
+                micros(now),
+                len_i64(payload),
+                payload
+            ],
+        )?;
+        db.exec(sql::SET_LAST_EVENT_SEQ, params![run_no, seq])?;
+        let appended = EventAppended {
+            seq: non_negative(seq, "event seq")?,
+            created: true,
+        };
+        Ok((appended, End::Commit))
+    })
+}
+
+pub(super) fn events_tx(
+    db: &Db<'_>,
+    run: RunId,
+    after: u64,
+    limit: usize,
+) -> Result<Vec<RunEvent>> {
+    let after = i64::try_from(after).unwrap_or(i64::MAX);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    db.read_tx(|db| {
+        require_run(db, run)?;
+        db.rows(
+            sql::EVENTS_AFTER,
+            params![run.as_bytes(), after, limit],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, Vec<u8>>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                ))
+            },
+        )?
+        .into_iter()
+        .map(|(seq, id, payload, created_at)| {
+            Ok(RunEvent {
+                seq: non_negative(seq, "event seq")?,
+                event_id: RunEventId::new(id)
+                    .map_err(|_| corrupt("a stored event id is out of bounds"))?,
+                payload,
+                created_at: ts(created_at),
+            })
+        })
+        .collect()
+    })
+}
+
+pub(super) fn acknowledge_events_tx(
+    db: &Db<'_>,
+    run: RunId,
+    event_ids: &[RunEventId],
+) -> Result<u64> {
+    db.write_tx(|db| {
+        require_run(db, run)?;
+        let mut removed = 0u64;
+        for id in event_ids {
+            removed += db.exec(
+                sql::DELETE_EVENT_BY_ID,
+                params![run.as_bytes(), id.as_bytes()],
+            )? as u64;
+        }
+        let end = if removed > 0 {
+            End::Commit
+        } else {
+            End::Rollback
+        };
+        Ok((removed, end))
+    })
+}
+
+pub(super) fn set_fact_tx(
+    db: &Db<'_>,
+    run: RunId,
+    name: &FactName,
+    value: &[u8],
+    now: Timestamp,
+) -> Result<FactOutcome> {
+    db.write_tx(|db| {
+        require_run(db, run)?;
+        let inserted = db.exec(
+            sql::INSERT_FACT,
+            params![run.as_bytes(), name.as_str(), micros(now), value],
+        )?;
+        if inserted == 1 {
+            return Ok((FactOutcome::Set, End::Commit));
+        }
+        let stored: Vec<Vec<u8>> = db.rows(
+            sql::FACT_VALUE,
+            params![run.as_bytes(), name.as_str()],
+            |r| r.get(0),
+        )?;
+        let existing = stored
+            .into_iter()
+            .next()
+            .ok_or_else(|| corrupt("a fact insert conflicted with a fact that is not there"))?;
+        if existing == value {
+            Ok((FactOutcome::AlreadySet, End::Rollback))
+        } else {
+            Err(Error::FactConflict {
+                name: name.clone(),
+                existing,
+            })
+        }
+    })
+}
+
+pub(super) fn facts_tx(db: &Db<'_>, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
+    db.read_tx(|db| {
+        require_run(db, run)?;
+        facts_of(db, run.as_bytes())
+    })
+}
