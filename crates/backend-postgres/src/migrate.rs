@@ -104,28 +104,43 @@ impl PgMigrator {
     }
 }
 
-/// The set's stamp and lineage; a schema without the stamp table (or no schema at all) reads
-/// as an empty state.
+/// The set's stamp and lineage. A schema without either bookkeeping table (or no schema at
+/// all) reads as an empty state; a missing table of the two reads as no rows, and a stamp table
+/// without the lineage table is flagged for the runner to refuse.
 async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, MigrateError> {
     let sql = bookkeeping();
-    let has: bool = sqlx::query_scalar(sql.has_stamp_table)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-    if !has {
+    let mut exists = async |query: &str| -> Result<bool> {
+        sqlx::query_scalar(query)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_sqlx)
+    };
+    let tables = bk::Tables {
+        stamp: exists(sql.has_stamp_table).await?,
+        lineage: exists(sql.has_lineage_table).await?,
+    };
+    if tables.none() {
         return Ok(StoredState::default());
     }
-    let stamp: Option<String> = sqlx::query_scalar(sql.read_stamp)
-        .bind(set)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-    let rows: Vec<(String, String)> = sqlx::query_as(sql.read_lineage)
-        .bind(set)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(map_sqlx)?;
-    bk::stored_state(stamp, rows)
+    let stamp: Option<String> = if tables.stamp {
+        sqlx::query_scalar(sql.read_stamp)
+            .bind(set)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+    } else {
+        None
+    };
+    let rows: Vec<(String, String)> = if tables.lineage {
+        sqlx::query_as(sql.read_lineage)
+            .bind(set)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_sqlx)?
+    } else {
+        Vec::new()
+    };
+    bk::stored_state_of(tables, stamp, rows)
 }
 
 #[async_trait]
