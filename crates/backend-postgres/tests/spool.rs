@@ -11,3 +11,5 @@ mod import;
 mod processes;
 #[path = "spool/queries.rs"]
 mod queries;
+#[path = "spool/retention.rs"]
+mod retention;

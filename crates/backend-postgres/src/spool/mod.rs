@@ -21,11 +21,15 @@
 //!   stored value with a second);
 //! - retention: each batch is one transaction of one read and one `DELETE`.
 //!
-//! Wake-up: an enqueue that creates a run, and a retryable nack, `NOTIFY` the queue's channel
-//! (`cairn_spool_` + 16 hex digits derived from schema and queue, so stores in different
-//! schemas never wake each other) inside their own transaction; [`Spool::subscribe`] `LISTEN`s
-//! on a dedicated connection that reconnects by itself, and also returns every
-//! [`WAKE_POLL`] as a fallback poll.
+//! - import_runs (revision `0003_spool_import`): one transaction under the source's advisory
+//!   lock.
+//!
+//! Wake-up: an enqueue that creates a run, a retryable nack and an import of queued runs
+//! `NOTIFY` the queue's channel (`cairn_spool_` + 16 hex digits derived from schema and queue,
+//! so stores in different schemas never wake each other) inside their own transaction;
+//! [`cairn_core::Spool::subscribe`] `LISTEN`s on a dedicated connection that reconnects by
+//! itself, and also returns every [`WAKE_POLL`] (see [`PgSpool::set_wake_poll`]) as a fallback
+//! poll.
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
