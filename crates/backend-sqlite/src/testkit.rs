@@ -111,7 +111,7 @@ impl Harness for SqliteHarness {
 /// [`SqliteStore::testkit_hold_read`]); dropping it ends the transaction and returns the
 /// connection to the store.
 pub struct ReadHold {
-    conn: Checkout,
+    conn: Option<Checkout>,
 }
 
 impl std::fmt::Debug for ReadHold {
@@ -122,9 +122,16 @@ impl std::fmt::Debug for ReadHold {
 
 impl Drop for ReadHold {
     fn drop(&mut self) {
-        // A read transaction ends at once; a failure leaves it open, and the next read on this
-        // connection rolls it back before it begins.
-        let _ = self.conn.execute_batch(sql::ROLLBACK);
+        // The rollback is a blocking call: it runs on the blocking pool when there is a
+        // runtime. A failure leaves the transaction open, and the next read on this connection
+        // rolls it back before it begins.
+        if let Some(conn) = self.conn.take() {
+            let end = move || drop(conn.execute_batch(sql::ROLLBACK));
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(end)),
+                Err(_) => end(),
+            }
+        }
     }
 }
 
@@ -191,7 +198,7 @@ impl SqliteStore {
             Ok(conn)
         })
         .await?;
-        Ok(ReadHold { conn })
+        Ok(ReadHold { conn: Some(conn) })
     }
 
     /// Test support: takes the store instance's in-process writer guard (the way a long write
