@@ -413,3 +413,178 @@ fn set_and_source_go_together_and_cairn_is_not_an_application_set() {
     assert!(text(&out.stderr).contains("cairn's own set"));
     assert!(!db.exists());
 }
+
+/// The journal mode a read-only look at `db` finds.
+fn journal_mode(db: &Path) -> String {
+    let conn =
+        rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// No file SQLite may leave next to `db` exists.
+fn no_sidecars(db: &Path) -> bool {
+    ["-wal", "-shm", "-journal"].iter().all(|s| {
+        let mut p = db.as_os_str().to_owned();
+        p.push(s);
+        !Path::new(&p).exists()
+    })
+}
+
+/// Issue 9 item 1: an application's SQLite database in rollback-journal mode. Every
+/// `cairn migrate` command — for cairn's set and for an application's — refuses it as
+/// `SqliteStore::open` does (one line, exit 1, naming the opt-in), and leaves its bytes and its
+/// journal mode exactly as they were.
+#[test]
+fn migrate_commands_refuse_an_applications_database_and_leave_it_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("app.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = DELETE;
+             CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER NOT NULL);
+             INSERT INTO orders VALUES (1, 5);",
+        )
+        .unwrap();
+    }
+    assert_eq!(journal_mode(&db), "delete");
+    let before = std::fs::read(&db).unwrap();
+    let db_url = db.display().to_string();
+    let runs: Vec<(String, Output)> = ["status", "history", "up", "repair"]
+        .into_iter()
+        .flat_map(|action| {
+            [
+                (format!("cairn {action}"), run(&db, &[action])),
+                (
+                    format!("notes {action}"),
+                    run_set(&db_url, "notes_v1", &[action]),
+                ),
+            ]
+        })
+        .collect();
+    for (what, out) in runs {
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", text(&out.stdout));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{what}: {err}");
+        assert!(
+            err.contains("another application's tables")
+                && err.contains("share_file_with_application"),
+            "{what}: {err}"
+        );
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            before,
+            "{what}: the file's bytes"
+        );
+        assert_eq!(journal_mode(&db), "delete", "{what}: the journal mode");
+        assert!(no_sidecars(&db), "{what}: no -wal, -shm or -journal left");
+    }
+}
+
+/// Issue 9 item 1: `cairn migrate status` on a database with no tables yet, in rollback-journal
+/// mode, reports a new store and writes nothing (not even the switch to WAL).
+#[test]
+fn status_of_an_empty_rollback_journal_database_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("empty.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = DELETE; PRAGMA user_version = 7;")
+            .unwrap();
+    }
+    let before = std::fs::read(&db).unwrap();
+    for action in ["status", "history"] {
+        let out = ok(run(&db, &[action]));
+        if action == "status" {
+            assert!(out.contains("state: upgrade"), "{out}");
+        }
+        assert_eq!(std::fs::read(&db).unwrap(), before, "{action}");
+        assert_eq!(journal_mode(&db), "delete", "{action}");
+        assert!(no_sidecars(&db), "{action}");
+    }
+}
+
+/// Issue 9 item 6: a store whose stamp row was deleted, or whose lineage table was dropped, by
+/// hand is refused by `status` and `up` naming `cairn migrate repair`, and that command
+/// restores it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_bookkeeping_is_refused_naming_repair_which_restores_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("lost.db");
+    ok(run(&db, &["up"]));
+    let at_head = ok(run(&db, &["status"]));
+    assert!(at_head.contains("state: at head"), "{at_head}");
+    for (damage, repaired) in [
+        (
+            "DELETE FROM cairn_migration_stamp WHERE set_name = 'cairn'",
+            format!("stamp restored at {} from the lineage", head()),
+        ),
+        (
+            "DROP TABLE cairn_migration_lineage",
+            format!("lineage table recreated\nlineage recorded at {}", head()),
+        ),
+    ] {
+        rusqlite::Connection::open(&db)
+            .unwrap()
+            .execute_batch(damage)
+            .unwrap();
+        let damaged = std::fs::read(&db).unwrap();
+        for action in ["status", "up"] {
+            let out = run(&db, &[action]);
+            assert_eq!(out.status.code(), Some(1), "{damage}: {action}");
+            let err = text(&out.stderr);
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains("inconsistent") && err.contains("run `cairn migrate repair`"),
+                "{damage}: {action}: {err}"
+            );
+        }
+        assert_eq!(
+            std::fs::read(&db).unwrap(),
+            damaged,
+            "{damage}: refused, unchanged"
+        );
+        assert_eq!(ok(run(&db, &["repair"])).trim(), repaired, "{damage}");
+        assert_eq!(ok(run(&db, &["status"])), at_head, "{damage}: repaired");
+        assert!(ok(run(&db, &["repair"])).contains("nothing to repair"));
+    }
+}
+
+/// The M9 gap, through the binary: a store at this build's head whose lineage is another
+/// history's is due for repair, and `cairn migrate repair` records this build's lineage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repair_replaces_a_foreign_lineage_at_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("foreign.db");
+    create(&db, cairn_revisions(), RunnerHooks::default()).await;
+    let at_head = ok(run(&db, &["status"]));
+    // Another history: cairn's base, then a revision this build does not know.
+    let mut theirs = cairn_revisions()[..1].to_vec();
+    theirs.push(extra("t_theirs", &theirs[0].id));
+    let foreign = MigrationSet::new(CAIRN_SET, theirs)
+        .unwrap()
+        .lineage(cairn_core::schema::Dialect::Sqlite);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute("DELETE FROM cairn_migration_lineage", [])
+            .unwrap();
+        for (i, e) in foreign.iter().enumerate() {
+            conn.execute(
+                "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) \
+                 VALUES ('cairn', ?1, ?2, ?3)",
+                rusqlite::params![i as i64, e.revision, e.checksum.to_hex()],
+            )
+            .unwrap();
+        }
+    }
+    let status = ok(run(&db, &["status"]));
+    assert!(status.contains("lineage repair due"), "{status}");
+    assert!(status.contains("t_theirs"), "{status}");
+    assert_eq!(
+        ok(run(&db, &["repair"])).trim(),
+        format!("lineage recorded at {}", head())
+    );
+    assert_eq!(ok(run(&db, &["status"])), at_head);
+}
