@@ -270,8 +270,12 @@ const CATALOG_PROBE: &str = "SELECT coalesce(string_agg(x, ',' ORDER BY x), '') 
     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 \
     UNION ALL SELECT 'ns:' || xmin::text FROM pg_catalog.pg_namespace WHERE nspname = $1) q";
 const HAS_STAMP: &str = "SELECT to_regclass('cairn_migration_stamp') IS NOT NULL";
-const STAMP_PROBE: &str = "SELECT coalesce((SELECT string_agg(xmin::text, ',' ORDER BY set_name) FROM cairn_migration_stamp), '') \
-    || '|' || coalesce((SELECT string_agg(xmin::text, ',' ORDER BY set_name, position) FROM cairn_migration_lineage), '')";
+const HAS_LINEAGE: &str = "SELECT to_regclass('cairn_migration_lineage') IS NOT NULL";
+const STAMP_PROBE: &str = "SELECT coalesce((SELECT string_agg(xmin::text, ',' ORDER BY set_name) \
+    FROM cairn_migration_stamp), '')";
+const LINEAGE_PROBE: &str =
+    "SELECT coalesce((SELECT string_agg(xmin::text, ',' ORDER BY set_name, position) \
+    FROM cairn_migration_lineage), '')";
 
 impl PgHarness {
     async fn probe_connection(&self) -> PgConnection {
@@ -354,20 +358,24 @@ impl cairn_conformance::MigrationHarness for PgHarness {
             .fetch_one(&mut conn)
             .await
             .expect("catalog probe");
-        let has: bool = sqlx::query_scalar(HAS_STAMP)
-            .fetch_one(&mut conn)
-            .await
-            .expect("stamp probe");
-        let stamp: String = if has {
-            sqlx::query_scalar(STAMP_PROBE)
+        // Each bookkeeping table is probed only when it exists (a case may have dropped one).
+        let mut rows = Vec::new();
+        for (has, probe) in [(HAS_STAMP, STAMP_PROBE), (HAS_LINEAGE, LINEAGE_PROBE)] {
+            let exists: bool = sqlx::query_scalar(has)
                 .fetch_one(&mut conn)
                 .await
-                .expect("stamp probe")
-        } else {
-            String::new()
-        };
+                .expect("bookkeeping probe");
+            rows.push(if exists {
+                sqlx::query_scalar(probe)
+                    .fetch_one(&mut conn)
+                    .await
+                    .expect("bookkeeping probe")
+            } else {
+                "-".to_owned()
+            });
+        }
         let _ = conn.close().await;
-        format!("{catalog}#{stamp}")
+        format!("{catalog}#{}|{}", rows[0], rows[1])
     }
 }
 
