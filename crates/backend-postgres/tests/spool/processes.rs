@@ -64,6 +64,7 @@ async fn run_child_if_asked(test: &str) -> bool {
         ("s1", tag) => s1_child(&spool, &arg, tag).await,
         ("s3", _) => s3_child(&spool, &arg).await,
         ("s15", tag) => s15_child(&spool, &arg, tag).await,
+        ("s5", tag) => s5_child(&spool, &arg, tag).await,
         _ => panic!("child: unknown role {role} for {test}"),
     }
     spool.close().await;
@@ -383,5 +384,135 @@ async fn s15_facts_first_writer_wins_across_processes() {
         }
         assert_eq!(winners, 1, "S15: exactly one process sets fact {i}");
     }
+    spool.close().await;
+}
+
+const S5_KEYS: usize = 60;
+
+/// One process of S5: a producer enqueuing every key (in its own order) and a consumer claiming
+/// and acking, at once; the consumer stops when its producer is done and the queue holds no
+/// live run.
+async fn s5_child(spool: &PgSpool, queue: &str, tag: &str) {
+    let q = QueueName::new(queue).expect("valid queue");
+    let producer = {
+        let (spool, q, tag) = (spool.clone(), q.clone(), tag.to_owned());
+        tokio::spawn(async move {
+            for i in 0..S5_KEYS {
+                let k = if tag == "a" { i } else { S5_KEYS - 1 - i };
+                spool
+                    .enqueue(
+                        &q,
+                        &DedupKey::from_parts([format!("s5-{k}")]).unwrap(),
+                        Vec::new(),
+                        EnqueueOptions::default(),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("child {tag}: enqueue {k}: {e}"));
+            }
+        })
+    };
+    let me = ConsumerId::new(format!("s5-{tag}")).unwrap();
+    let live = |state| cairn_core::spool::RunFilter {
+        queue: Some(q.clone()),
+        state: Some(state),
+        after: None,
+    };
+    loop {
+        let got = spool
+            .claim(&q, &me, Duration::from_secs(60), 5)
+            .await
+            .unwrap_or_else(|e| panic!("child {tag}: claim: {e}"));
+        for c in &got {
+            report(format_args!("claimed {} {}", c.run_id, c.attempt));
+            spool
+                .ack(c.run_id, c.token)
+                .await
+                .unwrap_or_else(|e| panic!("child {tag}: ack: {e}"));
+            report(format_args!("acked {}", c.run_id));
+        }
+        if got.is_empty() && producer.is_finished() {
+            let queued = spool
+                .runs(&live(cairn_core::spool::RunState::Queued), 1)
+                .await
+                .unwrap();
+            let claimed = spool
+                .runs(&live(cairn_core::spool::RunState::Claimed), 1)
+                .await
+                .unwrap();
+            if queued.is_empty() && claimed.is_empty() {
+                break;
+            }
+        }
+        if got.is_empty() {
+            tokio::task::yield_now().await;
+        }
+    }
+    producer.await.expect("producer panicked");
+}
+
+/// S5 across OS processes: two processes each enqueue the same keys while claiming and acking;
+/// afterwards every key has one run, every run was delivered once (no `(run, attempt)` twice)
+/// and acked once, and all succeeded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn s5_two_processes_enqueue_claim_ack_lose_and_duplicate_nothing() {
+    if run_child_if_asked("s5").await {
+        return;
+    }
+    let h = spool_harness().await;
+    let q = random_queue("s5-proc");
+    let spool = h.spool().await.expect("parent spool");
+    let name = "processes::s5_two_processes_enqueue_claim_ack_lose_and_duplicate_nothing";
+    let children = vec![
+        spawn(name, "a", h.pg().schema(), q.as_str()).await,
+        spawn(name, "b", h.pg().schema(), q.as_str()).await,
+    ];
+    let reports = run_together(children).await;
+    let mut deliveries = BTreeSet::new();
+    let mut acks: BTreeMap<RunId, usize> = BTreeMap::new();
+    for line in reports.iter().flatten() {
+        let mut parts = line.split(' ');
+        match parts.next() {
+            Some("claimed") => {
+                let run = RunId::parse(parts.next().unwrap()).unwrap();
+                let attempt: u32 = parts.next().unwrap().parse().unwrap();
+                assert!(
+                    deliveries.insert((run, attempt)),
+                    "S5: run {run} attempt {attempt} delivered twice"
+                );
+            }
+            Some("acked") => {
+                *acks
+                    .entry(RunId::parse(parts.next().unwrap()).unwrap())
+                    .or_default() += 1;
+            }
+            other => panic!("unexpected report {other:?}"),
+        }
+    }
+    let runs = spool
+        .runs(
+            &cairn_core::spool::RunFilter {
+                queue: Some(q.clone()),
+                ..Default::default()
+            },
+            1000,
+        )
+        .await
+        .unwrap();
+    assert_eq!(runs.len(), S5_KEYS, "S5: one run per key, none lost");
+    for r in &runs {
+        assert_eq!(
+            r.state,
+            cairn_core::spool::RunState::Succeeded,
+            "S5: run {} ends succeeded",
+            r.run_id
+        );
+        assert_eq!(
+            acks.get(&r.run_id),
+            Some(&1),
+            "S5: run {} acked once",
+            r.run_id
+        );
+    }
+    assert_eq!(acks.len(), S5_KEYS);
     spool.close().await;
 }
