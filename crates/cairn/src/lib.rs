@@ -6,7 +6,7 @@
 //! objects.
 //!
 //! ```
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> cairn::Result<()> {
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)] async fn main() -> cairn::Result<()> {
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let url = format!("sqlite://{}/demo.db", dir.path().display());
 //! let store = cairn::Store::open(&url).await?;
@@ -14,7 +14,23 @@
 //! store.epochs().append(&space, vec![cairn::Event::new("doc.edit", "hello")]).await?;
 //! let heads = store.epochs().heads(&space).await?;
 //! let page = store.epochs().events_since(&space, None, 100).await?;
-//! # assert_eq!(heads.len(), 1); assert_eq!(page.events.len(), 1); Ok(()) }
+//! # assert_eq!(heads.len(), 1); assert_eq!(page.events.len(), 1);
+//!
+//! // The spool: the same key from any process is the same run; a consumer works it off.
+//! use cairn::spool::{ConsumerBuilder, Job, Outcome};
+//! let gate = cairn::QueueName::new("gate")?;
+//! let key = cairn::DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"])?;
+//! let run = store.spool().enqueue(&gate, &key, b"{}".to_vec(), Default::default()).await?;
+//! let worker = ConsumerBuilder::new(store.spool(), gate, cairn::ConsumerId::new("worker-1")?)
+//!     .spawn(|_job: Job| async { Outcome::Done })
+//!     .await?;
+//! # let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+//! # while store.spool().run(run.run_id).await?.map(|r| r.state) != Some(cairn::RunState::Succeeded) {
+//! #     assert!(std::time::Instant::now() < deadline, "the consumer finishes the run");
+//! #     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+//! # }
+//! worker.shutdown().await;
+//! # Ok(()) }
 //! ```
 //!
 //! ## What a store holds
