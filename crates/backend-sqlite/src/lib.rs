@@ -28,8 +28,9 @@
 //!
 //! The spool (DESIGN §3) works on the same file: [`SqliteSpool::open`] (or
 //! [`SqliteSpool::from_store`], sharing an open store's connections) implements
-//! [`cairn_core::spool::Spool`] on the tables of revision `0002_spool`, with wake-up by polling
-//! `PRAGMA data_version`, so a consumer sees work another process wrote to the file.
+//! [`cairn_core::spool::Spool`] on the tables of revisions `0002_spool` and `0003_spool_import`,
+//! with wake-up by polling `PRAGMA data_version`, so a consumer sees work another process wrote
+//! to the file.
 //!
 //! The `testkit` feature adds the `testkit` module (the conformance harness, the legacy writer,
 //! the benchmark hooks, test-only constructors and hooks) and `spool_testkit` (the spool's

@@ -408,3 +408,19 @@ async fn subscribe_without_a_readable_store_is_unavailable() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
 }
+
+/// A spool is never opened through a symbolic link (DESIGN §6): the open is refused with
+/// `UnsafePath` and nothing is created at the link's target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_open_refuses_a_symlinked_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("real.db");
+    let link = dir.path().join("link.db");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let clock = Arc::new(cairn_core::ManualClock::default());
+    match SqliteSpool::open(&link, SqliteOptions::default(), clock).await {
+        Err(Error::UnsafePath { .. }) => {}
+        other => panic!("expected UnsafePath, got {other:?}"),
+    }
+    assert!(!target.exists(), "nothing is created behind the link");
+}

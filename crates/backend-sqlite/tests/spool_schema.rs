@@ -104,3 +104,21 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let third = current.append(&space(), event(2)).await.unwrap();
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![third.head()]);
 }
+
+/// A spool over a store that has no spool tables (opened only by the build before the spool)
+/// is refused with `Corrupt`, naming the missing revision, instead of failing on first use.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spool_over_a_store_without_spool_tables_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("cairn.db");
+    let (old, _) = SqliteStore::open_migrated(&db, SqliteOptions::default(), &previous_build())
+        .await
+        .unwrap();
+    let clock = std::sync::Arc::new(cairn_core::ManualClock::default());
+    match cairn_sqlite::SqliteSpool::from_store(&old, clock).await {
+        Err(cairn_core::Error::Corrupt { detail, .. }) => {
+            assert!(detail.contains("0002_spool"), "{detail}");
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+}

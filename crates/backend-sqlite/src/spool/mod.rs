@@ -1,10 +1,12 @@
-//! [`SqliteSpool`]: the spool (DESIGN §3) on the tables of revision `0002_spool`.
+//! [`SqliteSpool`]: the spool (DESIGN §3) on the tables of revisions `0002_spool` and
+//! `0003_spool_import`.
 //!
 //! A spool works over an opened [`SqliteStore`] and shares its connections: writes go through
 //! the store's one writer connection (`BEGIN IMMEDIATE`, `synchronous=FULL`, on tokio's
 //! blocking pool), reads through its read-only read connections, so the epoch log and the spool
 //! of one process queue behind one writer lock instead of contending for SQLite's. Every
-//! operation is one transaction ([`queue`], [`read`], [`events`], [`retention`], [`import`]); every time comes from the spool's [`Clock`].
+//! operation is one transaction (modules `queue`, `read`, `events`, `retention`, `import`);
+//! every time comes from the spool's [`Clock`].
 //!
 //! Hot paths: a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
 //! RETURNING run_id` (a duplicate adds one indexed `SELECT` and commits nothing); a claim is
@@ -116,8 +118,9 @@ impl SqliteSpool {
                     db.conn().prepare_cached(q).map_err(|e| match map(e) {
                         Error::Backend { detail, source, .. } => Error::Corrupt {
                             detail: format!(
-                                "its spool tables (revision 0002_spool) are missing or differ \
-                                 ({detail}); open it with this build's SqliteStore::open first"
+                                "its spool tables (revisions 0002_spool and 0003_spool_import) \
+                                 are missing or differ ({detail}); open it with this build's \
+                                 SqliteStore::open first"
                             ),
                             source,
                         },

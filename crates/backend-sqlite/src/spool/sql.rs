@@ -1,5 +1,5 @@
-//! Every SQL statement the SQLite spool sends, as constants over the tables of revision
-//! `0002_spool` (`crates/migrate/sql/0002_spool.sqlite.sql`).
+//! Every SQL statement the SQLite spool sends, as constants over the tables of revisions
+//! `0002_spool` and `0003_spool_import` (`crates/migrate/sql/000{2,3}_*.sqlite.sql`).
 //!
 //! Parameters are always bound; nothing here is assembled from input. States are bound as
 //! [`cairn_core::RunState::as_str`] of what the pure transition functions decided, never
