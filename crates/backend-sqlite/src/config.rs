@@ -33,7 +33,10 @@ pub struct SqliteOptions {
     pub create_if_missing: bool,
     /// Whether cairn may put its tables into a database file that already holds the
     /// application's own tables. Default `false`: such a file is refused, so that a mistyped
-    /// path never grafts a store onto someone else's database.
+    /// path never grafts a store onto someone else's database. When `true`, cairn's tables
+    /// (and its migration bookkeeping) are created beside the application's and the file is
+    /// switched to WAL mode for good, as every cairn store is; the application's tables are
+    /// never touched. Once cairn's stamp is in the file, it opens without the opt-in too.
     pub share_file_with_application: bool,
 }
 
