@@ -256,3 +256,74 @@ pub struct LineageEntry {
     /// Checksum of that revision's content in the build that recorded the lineage.
     pub checksum: Checksum,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Revision {
+        Revision {
+            id: "0001_items".into(),
+            parent: None,
+            up_sqlite: vec!["CREATE TABLE items (id INTEGER PRIMARY KEY)".into()],
+            up_postgres: vec!["CREATE TABLE items (id bigint PRIMARY KEY)".into()],
+            description: "items".into(),
+        }
+    }
+
+    /// The per-dialect formula is pinned like the combined one (cairn's set pins that): every
+    /// application revision's lineage entry is computed with it.
+    #[test]
+    fn the_per_dialect_checksum_is_pinned() {
+        let r = sample();
+        assert_eq!(
+            [Dialect::Sqlite, Dialect::Postgres].map(|d| r.dialect_checksum(d).to_hex()),
+            [
+                "b9f0c788a6e707f48cc32c80748aab24af608feb7c6a847b1031fb8b4457c529",
+                "b32e7f2aed6f09ad1d2d0321ced74bcc66fd55997e8e206db625ca3a40230a51",
+            ]
+        );
+    }
+
+    /// Issue 9 item 2: each dialect's checksum covers that dialect's text only; the combined
+    /// one covers both.
+    #[test]
+    fn each_dialects_checksum_is_independent() {
+        let r = sample();
+        let mut pg = r.clone();
+        pg.up_postgres[0].push_str(" -- now with a comment");
+        assert_eq!(
+            r.dialect_checksum(Dialect::Sqlite),
+            pg.dialect_checksum(Dialect::Sqlite)
+        );
+        assert_ne!(
+            r.dialect_checksum(Dialect::Postgres),
+            pg.dialect_checksum(Dialect::Postgres)
+        );
+        assert_ne!(r.combined_checksum(), pg.combined_checksum());
+        let mut renamed = r.clone();
+        renamed.id = "0001_things".into();
+        assert_ne!(
+            r.dialect_checksum(Dialect::Sqlite),
+            renamed.dialect_checksum(Dialect::Sqlite)
+        );
+        // The same text under the other dialect's name is another checksum.
+        let mut same = r.clone();
+        same.up_postgres = same.up_sqlite.clone();
+        assert_ne!(
+            same.dialect_checksum(Dialect::Sqlite),
+            same.dialect_checksum(Dialect::Postgres)
+        );
+    }
+
+    /// Application sets are per dialect from their first revision on.
+    #[test]
+    fn application_sets_are_checksummed_per_dialect() {
+        let set = MigrationSet::new("inventory", vec![sample()]).unwrap();
+        assert_eq!(set.checksum_form(0), ChecksumForm::PerDialect);
+        assert_eq!(
+            set.lineage(Dialect::Postgres)[0].checksum,
+            sample().dialect_checksum(Dialect::Postgres)
+        );
+    }
+}
