@@ -8,11 +8,12 @@
 //! operation is one transaction (modules `queue`, `read`, `events`, `retention`, `import`);
 //! every time comes from the spool's [`Clock`].
 //!
-//! Hot paths: a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
-//! RETURNING run_id` (a duplicate adds one indexed `SELECT` and commits nothing); a claim is
-//! one range of the partial index `spool_run_claim` in claim order, `LIMIT n`, then one
-//! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust
-//! by [`cairn_core::spool::backoff`], which SQL cannot call).
+//! Hot paths: a duplicate enqueue is one indexed `SELECT` on a read connection, which never waits
+//! for the writer; a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
+//! RETURNING run_id` (a key that appeared meanwhile adds one indexed `SELECT` and commits nothing);
+//! a claim is one range of the partial index `spool_run_claim` in claim order, `LIMIT n`, then one
+//! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust by
+//! [`cairn_core::spool::backoff`], which SQL cannot call).
 
 mod convert;
 mod events;
@@ -183,6 +184,17 @@ impl Spool for SqliteSpool {
     ) -> Result<Enqueued> {
         check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
         let max_attempts = options.effective_max_attempts()?;
+        let (q, k) = (queue.clone(), key.clone());
+        if let Some(run_id) = self
+            .store
+            .with_reader(move |db| queue::existing_run_q(db, &q, &k))
+            .await?
+        {
+            return Ok(Enqueued {
+                run_id,
+                created: false,
+            });
+        }
         let now = self.now();
         let (q, key) = (queue.clone(), key.clone());
         let enqueued = self

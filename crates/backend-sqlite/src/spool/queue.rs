@@ -21,6 +21,22 @@ use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;
 
+/// The run holding `(queue, key)`, read on a read connection: a duplicate enqueue answers
+/// from it without taking the writer (a run, once committed, keeps its key until retention
+/// removes it after it finished).
+pub(super) fn existing_run_q(
+    db: &Db<'_>,
+    queue: &QueueName,
+    key: &DedupKey,
+) -> Result<Option<RunId>> {
+    let found: Vec<Vec<u8>> = db.rows(
+        sql::RUN_ID_BY_KEY,
+        params![queue.as_str(), key.as_bytes()],
+        |r| r.get(0),
+    )?;
+    found.first().map(|id| run_id(id)).transpose()
+}
+
 pub(super) fn enqueue_tx(
     db: &Db<'_>,
     queue: &QueueName,
