@@ -13,12 +13,14 @@ pub(crate) const COMMIT: &str = "COMMIT";
 /// Rolls the open transaction back.
 pub(crate) const ROLLBACK: &str = "ROLLBACK";
 
-/// The append probe, in one statement: the space's largest seq (walking the unique
-/// `(space, seq)` index backwards, O(log n)) next to every cached head row. Always returns at
-/// least one row; with an empty cache `id` and `seq` are NULL. Rows come in id byte order.
+/// The append probe, in one statement: the space's largest seq and the id of the epoch there
+/// (each a walk backwards down the unique `(space, seq)` index, O(log n)) next to every cached
+/// head row. Always returns at least one row; with an empty cache `h.id` and `h.seq` are NULL.
+/// Rows come in id byte order.
 pub(crate) const PROBE: &str = "\
-SELECT m.max_seq, h.id, h.seq
-FROM (SELECT (SELECT seq FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1) AS max_seq) AS m
+SELECT m.max_seq, m.max_id, h.id, h.seq
+FROM (SELECT (SELECT seq FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1) AS max_seq,
+             (SELECT id FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1) AS max_id) AS m
 LEFT JOIN epoch_head AS h ON h.space = ?1
 ORDER BY h.id";
 

@@ -502,3 +502,50 @@ async fn bench_hooks_seed_a_valid_chain_and_time_the_lookups() {
         APPEND_STATEMENT_BUDGET
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_head_deleted_by_hand_whose_seq_was_reused_is_not_trusted() {
+    let h = harness().await;
+    let store = open(&h).await;
+    let space = random_space("phantom");
+    let a = store.append(&space, ev("a")).await.unwrap();
+    let b = store.append(&space, ev("b")).await.unwrap();
+    {
+        // The cached head's epoch deleted by hand; the cache row stays.
+        let conn = rusqlite::Connection::open(h.path()).unwrap();
+        let (s, seq, id) = (space.as_bytes(), b.seq.0 as i64, b.id.as_bytes().to_vec());
+        conn.execute(
+            "DELETE FROM epoch_event WHERE space = ?1 AND seq = ?2",
+            rusqlite::params![s, seq],
+        )
+        .unwrap();
+        conn.execute(
+            "DELETE FROM epoch_parent WHERE space = ?1 AND child = ?2",
+            rusqlite::params![s, id],
+        )
+        .unwrap();
+        conn.execute(
+            "DELETE FROM epoch WHERE space = ?1 AND id = ?2",
+            rusqlite::params![s, id],
+        )
+        .unwrap();
+    }
+    // A writer that never touches the cache takes the freed seq: `max(cached seq) + 1 == next`
+    // holds again, while the cached id names nothing.
+    let c = h.legacy_append(&space, None, ev("c")).await.unwrap();
+    assert_eq!((c.seq, c.parents.clone()), (b.seq, vec![a.id]));
+
+    assert_eq!(
+        store.heads(&space).await.unwrap(),
+        vec![c.head()],
+        "no phantom head"
+    );
+    let d = store.append(&space, ev("d")).await.unwrap();
+    assert_eq!(d.parents, vec![c.id]);
+    assert_eq!(store.cached_heads(&space).await.unwrap(), vec![d.head()]);
+    assert_eq!(
+        append_cost(&store, &space, "e").await,
+        APPEND_STATEMENT_BUDGET,
+        "the check costs no extra statement"
+    );
+}
