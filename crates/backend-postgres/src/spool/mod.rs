@@ -33,8 +33,10 @@
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
+mod claim;
 mod import;
 mod ops;
+mod retention;
 mod row;
 mod sql;
 #[cfg(feature = "testkit")]

@@ -1,24 +1,23 @@
 //! The [`Spool`] implementation: each operation decides with the core's pure functions and
 //! writes with the statements of [`super::sql`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
     check_lease, check_limit, check_payload, check_token, clip_reason, exhausted_park_reason,
-    expired_park_reason, expiry_action, jitter_seed, nack_action, transition, Action,
-    CancelOutcome, Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended,
-    EventMeta, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind,
-    Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
-    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, RunMeta,
-    RunState, Spool, SpoolStats, Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    jitter_seed, nack_action, transition, Action, CancelOutcome, Claimed, Clock, ConsumerId,
+    DedupKey, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat,
+    ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
+    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
+    RunFilter, RunId, RunImportOutcome, RunInfo, RunState, Spool, SpoolStats, Timestamp, Wakeup,
+    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
 
-use super::row::{count, get, opt_ts, run_id, run_info, state, ts, u32_of, RunRow};
+use super::row::{count, get, opt_ts, run_id, run_info, state, ts, RunRow};
 use super::{group_lock_key, sql, wake, wake_channel, PgSpool};
 use crate::error::map_sqlx;
 
@@ -26,7 +25,7 @@ use crate::error::map_sqlx;
 /// and its compare-and-set write, before giving up with [`Error::Retryable`].
 const CAS_ROUNDS: usize = 32;
 
-fn micros(t: Timestamp) -> i64 {
+pub(super) fn micros(t: Timestamp) -> i64 {
     t.as_unix_micros()
 }
 
@@ -65,67 +64,13 @@ struct NewRun<'a> {
     now: Timestamp,
 }
 
-/// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].
-#[derive(Default)]
-struct ClaimWrites {
-    ids: Vec<Vec<u8>>,
-    states: Vec<String>,
-    attempts: Vec<i32>,
-    tokens: Vec<Option<Vec<u8>>>,
-    consumers: Vec<Option<String>>,
-    expires: Vec<Option<i64>>,
-    due: Vec<Option<i64>>,
-    finished: Vec<Option<i64>>,
-    cancel: Vec<bool>,
-    reasons: Vec<Option<String>>,
-}
-
-impl ClaimWrites {
-    /// A run settled by the claim: canceled or parked, with `reason` (None: keep).
-    fn settle(&mut self, id: RunId, to: RunState, attempts: i32, reason: Option<String>, now: i64) {
-        self.ids.push(id.as_bytes().to_vec());
-        self.states.push(to.as_str().to_owned());
-        self.attempts.push(attempts);
-        self.tokens.push(None);
-        self.consumers.push(None);
-        self.expires.push(None);
-        self.due.push(None);
-        self.finished.push(Some(now));
-        self.cancel.push(false);
-        self.reasons.push(reason);
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn claim(
-        &mut self,
-        id: RunId,
-        attempt: i32,
-        token: LeaseToken,
-        consumer: &ConsumerId,
-        expires_at: Timestamp,
-        due_at: Timestamp,
-        cancel_requested: bool,
-    ) {
-        self.ids.push(id.as_bytes().to_vec());
-        self.states.push(RunState::Claimed.as_str().to_owned());
-        self.attempts.push(attempt);
-        self.tokens.push(Some(token.as_bytes().to_vec()));
-        self.consumers.push(Some(consumer.as_str().to_owned()));
-        self.expires.push(Some(micros(expires_at)));
-        self.due.push(Some(micros(due_at)));
-        self.finished.push(None);
-        self.cancel.push(cancel_requested);
-        self.reasons.push(None);
-    }
-}
-
 impl PgSpool {
-    fn now(&self) -> Timestamp {
+    pub(super) fn now(&self) -> Timestamp {
         self.inner.clock.now()
     }
 
     /// The backoff after `attempt` of the run `(queue, key)`, as every backend computes it.
-    fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
+    pub(super) fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
         self.inner
             .config
             .backoff
@@ -210,173 +155,6 @@ impl PgSpool {
         };
         let stored: Vec<u8> = get(&row, 0)?;
         run_id(&stored)
-    }
-
-    async fn claim_in_tx(
-        &self,
-        queue: &QueueName,
-        consumer: &ConsumerId,
-        lease: Duration,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Claimed>> {
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
-        let rows = sqlx::query(sql::CLAIM_PICK)
-            .bind(queue.as_str())
-            .bind(micros(now))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        let mut writes = ClaimWrites::default();
-        let mut settled = HashSet::new();
-        let mut out = Vec::new();
-        let expires_at = now.saturating_add(lease);
-        for row in &rows {
-            let kind: String = get(row, 0)?;
-            let id = run_id(&get::<Vec<u8>>(row, 1)?)?;
-            let from = state(&get::<String>(row, 2)?)?;
-            let attempts_raw: i32 = get(row, 3)?;
-            let attempts = u32_of(attempts_raw)?;
-            let max_attempts = u32_of(get(row, 4)?)?;
-            let cancel_requested: bool = get(row, 5)?;
-            let action = match from {
-                RunState::Queued => Action::Claim,
-                _ => expiry_action(attempts, max_attempts, cancel_requested),
-            };
-            if matches!(action, Action::Claim | Action::Reclaim) {
-                if kind == "e" || out.len() >= limit {
-                    // A reclaimable expired lease is handed out from the ordered rows only.
-                    continue;
-                }
-                let to = transition(from, action)?;
-                debug_assert_eq!(to, RunState::Claimed);
-                let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 6)?)
-                    .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
-                let payload: Vec<u8> = get(row, 7)?;
-                let attempt = attempts + 1;
-                let token = LeaseToken::generate();
-                let due_at = expires_at.saturating_add(self.retry_delay(queue, &key, attempt));
-                writes.claim(
-                    id,
-                    attempts_raw.saturating_add(1),
-                    token,
-                    consumer,
-                    expires_at,
-                    due_at,
-                    cancel_requested,
-                );
-                out.push(Claimed {
-                    run_id: id,
-                    dedup_key: key,
-                    payload,
-                    attempt,
-                    token,
-                    expires_at,
-                });
-            } else if settled.insert(id) {
-                let to = transition(from, action)?;
-                let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
-                writes.settle(id, to, attempts_raw, reason, micros(now));
-            }
-        }
-        if !writes.ids.is_empty() {
-            sqlx::query(sql::CLAIM_APPLY)
-                .bind(micros(now))
-                .bind(writes.ids)
-                .bind(writes.states)
-                .bind(writes.attempts)
-                .bind(writes.tokens)
-                .bind(writes.consumers)
-                .bind(writes.expires)
-                .bind(writes.due)
-                .bind(writes.finished)
-                .bind(writes.cancel)
-                .bind(writes.reasons)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)?;
-        Ok(out)
-    }
-
-    async fn retention_events(&self, pass: &mut RetentionPass) -> Result<()> {
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
-        let rows = sqlx::query(sql::RETENTION_EVENT_WINDOW)
-            .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        let mut total = 0;
-        let mut window = Vec::with_capacity(rows.len());
-        for row in &rows {
-            total = count(get(row, 0)?)?;
-            let Some(run) = get::<Option<Vec<u8>>>(row, 1)? else {
-                continue;
-            };
-            window.push(EventMeta {
-                run: run_id(&run)?,
-                seq: count(get(row, 2)?)?,
-                created_at: ts(get(row, 3)?),
-                bytes: count(get(row, 4)?)?,
-            });
-        }
-        let batch = pass.plan_events(total, &window);
-        if !batch.events.is_empty() {
-            let (runs, seqs): (Vec<Vec<u8>>, Vec<i64>) = batch
-                .events
-                .iter()
-                .map(|(run, seq)| {
-                    (
-                        run.as_bytes().to_vec(),
-                        i64::try_from(*seq).unwrap_or(i64::MAX),
-                    )
-                })
-                .unzip();
-            sqlx::query(sql::RETENTION_DELETE_EVENTS)
-                .bind(runs)
-                .bind(seqs)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)?;
-        pass.events_deleted(&batch);
-        Ok(())
-    }
-
-    async fn retention_runs(&self, pass: &mut RetentionPass) -> Result<()> {
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
-        let rows = sqlx::query(sql::RETENTION_RUN_WINDOW)
-            .bind(micros(pass.cutoff()))
-            .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        let window = rows
-            .iter()
-            .map(|row| {
-                Ok(RunMeta {
-                    run: run_id(&get::<Vec<u8>>(row, 0)?)?,
-                    finished_at: ts(get(row, 1)?),
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let ids = pass.plan_runs(&window);
-        let mut removed = 0;
-        if !ids.is_empty() {
-            let bytes: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
-            removed = sqlx::query(sql::RETENTION_DELETE_RUNS)
-                .bind(bytes)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?
-                .rows_affected();
-        }
-        tx.commit().await.map_err(map_sqlx)?;
-        pass.runs_deleted(usize::try_from(removed).unwrap_or(usize::MAX));
-        Ok(())
     }
 }
 

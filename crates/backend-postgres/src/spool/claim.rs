@@ -1,0 +1,161 @@
+//! Claims: one transaction of one locking pick ([`sql::CLAIM_PICK`]) and one batched write
+//! ([`sql::CLAIM_APPLY`]); every run is decided by the core's `expiry_action` and `transition`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cairn_core::spool::{
+    expired_park_reason, expiry_action, transition, Action, Claimed, ConsumerId, DedupKey,
+    LeaseToken, QueueName, RunId, RunState, Timestamp,
+};
+use cairn_core::{Error, Result};
+
+use super::ops::micros;
+use super::row::{get, run_id, state, u32_of};
+use super::{sql, PgSpool};
+use crate::error::map_sqlx;
+
+/// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].
+#[derive(Default)]
+struct ClaimWrites {
+    ids: Vec<Vec<u8>>,
+    states: Vec<String>,
+    attempts: Vec<i32>,
+    tokens: Vec<Option<Vec<u8>>>,
+    consumers: Vec<Option<String>>,
+    expires: Vec<Option<i64>>,
+    due: Vec<Option<i64>>,
+    finished: Vec<Option<i64>>,
+    cancel: Vec<bool>,
+    reasons: Vec<Option<String>>,
+}
+
+impl ClaimWrites {
+    /// A run settled by the claim: canceled or parked, with `reason` (None: keep).
+    fn settle(&mut self, id: RunId, to: RunState, attempts: i32, reason: Option<String>, now: i64) {
+        self.ids.push(id.as_bytes().to_vec());
+        self.states.push(to.as_str().to_owned());
+        self.attempts.push(attempts);
+        self.tokens.push(None);
+        self.consumers.push(None);
+        self.expires.push(None);
+        self.due.push(None);
+        self.finished.push(Some(now));
+        self.cancel.push(false);
+        self.reasons.push(reason);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim(
+        &mut self,
+        id: RunId,
+        attempt: i32,
+        token: LeaseToken,
+        consumer: &ConsumerId,
+        expires_at: Timestamp,
+        due_at: Timestamp,
+        cancel_requested: bool,
+    ) {
+        self.ids.push(id.as_bytes().to_vec());
+        self.states.push(RunState::Claimed.as_str().to_owned());
+        self.attempts.push(attempt);
+        self.tokens.push(Some(token.as_bytes().to_vec()));
+        self.consumers.push(Some(consumer.as_str().to_owned()));
+        self.expires.push(Some(micros(expires_at)));
+        self.due.push(Some(micros(due_at)));
+        self.finished.push(None);
+        self.cancel.push(cancel_requested);
+        self.reasons.push(None);
+    }
+}
+
+impl PgSpool {
+    pub(super) async fn claim_in_tx(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>> {
+        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        let rows = sqlx::query(sql::CLAIM_PICK)
+            .bind(queue.as_str())
+            .bind(micros(now))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+        let mut writes = ClaimWrites::default();
+        let mut settled = HashSet::new();
+        let mut out = Vec::new();
+        let expires_at = now.saturating_add(lease);
+        for row in &rows {
+            let kind: String = get(row, 0)?;
+            let id = run_id(&get::<Vec<u8>>(row, 1)?)?;
+            let from = state(&get::<String>(row, 2)?)?;
+            let attempts_raw: i32 = get(row, 3)?;
+            let attempts = u32_of(attempts_raw)?;
+            let max_attempts = u32_of(get(row, 4)?)?;
+            let cancel_requested: bool = get(row, 5)?;
+            let action = match from {
+                RunState::Queued => Action::Claim,
+                _ => expiry_action(attempts, max_attempts, cancel_requested),
+            };
+            if matches!(action, Action::Claim | Action::Reclaim) {
+                if kind == "e" || out.len() >= limit {
+                    // A reclaimable expired lease is handed out from the ordered rows only.
+                    continue;
+                }
+                let to = transition(from, action)?;
+                debug_assert_eq!(to, RunState::Claimed);
+                let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 6)?)
+                    .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+                let payload: Vec<u8> = get(row, 7)?;
+                let attempt = attempts + 1;
+                let token = LeaseToken::generate();
+                let due_at = expires_at.saturating_add(self.retry_delay(queue, &key, attempt));
+                writes.claim(
+                    id,
+                    attempts_raw.saturating_add(1),
+                    token,
+                    consumer,
+                    expires_at,
+                    due_at,
+                    cancel_requested,
+                );
+                out.push(Claimed {
+                    run_id: id,
+                    dedup_key: key,
+                    payload,
+                    attempt,
+                    token,
+                    expires_at,
+                });
+            } else if settled.insert(id) {
+                let to = transition(from, action)?;
+                let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
+                writes.settle(id, to, attempts_raw, reason, micros(now));
+            }
+        }
+        if !writes.ids.is_empty() {
+            sqlx::query(sql::CLAIM_APPLY)
+                .bind(micros(now))
+                .bind(writes.ids)
+                .bind(writes.states)
+                .bind(writes.attempts)
+                .bind(writes.tokens)
+                .bind(writes.consumers)
+                .bind(writes.expires)
+                .bind(writes.due)
+                .bind(writes.finished)
+                .bind(writes.cancel)
+                .bind(writes.reasons)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        tx.commit().await.map_err(map_sqlx)?;
+        Ok(out)
+    }
+}
