@@ -176,9 +176,10 @@ pub(crate) enum MigrateAction {
         /// Which engines to run.
         #[arg(long, value_enum, default_value_t = CheckBackend::All)]
         backend: CheckBackend,
-        /// The Postgres server the check builds its throwaway schemas on. Default: `--database`
-        /// when it is a postgres URL, else `CAIRN_TEST_POSTGRES_URL`, else
-        /// `postgres://postgres@127.0.0.1:5432/postgres`.
+        /// A scratch Postgres server the check builds its throwaway schemas on (never the
+        /// store's own database: a revision runs there, inside a transaction that is rolled
+        /// back). Default `CAIRN_CHECK_POSTGRES_URL`; without either, the Postgres engine
+        /// refuses to run.
         #[arg(long, value_name = "URL", hide_env_values = true)]
         postgres_url: Option<String>,
         /// Also check the revision in FILE (SQL statements separated by `;`), as the revision

@@ -176,7 +176,8 @@ pub(crate) async fn run(
     Ok(())
 }
 
-const LOCAL_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// Environment variable naming the scratch Postgres server of `cairn migrate check`.
+const SCRATCH_POSTGRES_ENV: &str = "CAIRN_CHECK_POSTGRES_URL";
 
 async fn check(
     target: &DatabaseUrl,
@@ -196,13 +197,28 @@ async fn check(
         engines.push((Backend::Sqlite, additivity_engine(Backend::Sqlite, None)?));
     }
     if backend != CheckBackend::Sqlite {
+        // The check runs revisions on a server, inside throwaway schemas; it is never pointed
+        // at the store's own database by default (a revision could still take locks there, or
+        // reach further), so the server is always named explicitly.
         let url = postgres_url
-            .or_else(|| match target {
-                DatabaseUrl::Postgres { url, .. } => Some(url.clone()),
-                DatabaseUrl::Sqlite(_) => None,
-            })
-            .or_else(|| std::env::var("CAIRN_TEST_POSTGRES_URL").ok())
-            .unwrap_or_else(|| LOCAL_POSTGRES.to_owned());
+            .or_else(|| std::env::var(SCRATCH_POSTGRES_ENV).ok())
+            .ok_or_else(|| {
+                CliError::Config(format!(
+                    "the Postgres additivity check needs a scratch server: pass --postgres-url URL \
+                     (or set {SCRATCH_POSTGRES_ENV}) naming a server whose databases hold no \
+                     production data, or run --backend sqlite"
+                ))
+            })?;
+        if let DatabaseUrl::Postgres { url: store, .. } = target {
+            if DatabaseUrl::parse(&url).ok().is_some_and(|u| match u {
+                DatabaseUrl::Postgres { url, .. } => url == *store,
+                DatabaseUrl::Sqlite(_) => false,
+            }) {
+                return Err(CliError::Config(
+                    "the additivity check's scratch server must not be the store's own database; pass another --postgres-url".into(),
+                ));
+            }
+        }
         engines.push((
             Backend::Postgres,
             additivity_engine(Backend::Postgres, Some(&url))?,

@@ -588,3 +588,45 @@ async fn repair_replaces_a_foreign_lineage_at_head() {
     );
     assert_eq!(ok(run(&db, &["status"])), at_head);
 }
+
+#[test]
+fn the_postgres_check_needs_an_explicit_scratch_server_never_the_stores_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .env_remove("CAIRN_CHECK_POSTGRES_URL")
+        .arg("--database")
+        .arg(dir.path().join("x.db"))
+        .args(["migrate", "check", "--backend", "postgres"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--postgres-url"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let store = "postgres://app:hunter2@127.0.0.1:1/app?cairn_schema=app";
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .env_remove("CAIRN_DATABASE")
+        .env_remove("CAIRN_CHECK_POSTGRES_URL")
+        .args([
+            "--database",
+            store,
+            "migrate",
+            "check",
+            "--backend",
+            "postgres",
+        ])
+        .args(["--postgres-url", "postgres://app:hunter2@127.0.0.1:1/app"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("must not be the store's own database"),
+        "{err}"
+    );
+    assert!(!err.contains("hunter2"), "{err}");
+}
