@@ -9,7 +9,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_core::{EpochStore, Error, Event, SpaceId};
+use cairn::testkit::{postgres as cairn_postgres, sqlite as cairn_sqlite};
+use cairn::{EpochStore, Error, Event, SpaceId};
 use clap::{Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -132,7 +133,7 @@ impl Subject {
                     .map_err(|e| format!("cannot connect to Postgres: {e}"))?;
                 let schema = format!("cairn_bench_{tag}");
                 eprintln!("bench schema: {schema} (dropped at the end of the run)");
-                let opts = cairn_postgres::PgOptions::new(url).with_schema(schema.clone());
+                let opts = cairn_postgres::PgOptions::new(url).schema(schema.clone());
                 let store = cairn_postgres::PgStore::connect_with(opts)
                     .await
                     .map_err(store_err)?;

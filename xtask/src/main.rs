@@ -6,6 +6,11 @@
 //!   `cairn migrate …` (one implementation for both surfaces).
 //! - `cargo xtask bench heads --backend sqlite|postgres [--epochs N] [--runs R]` — the head-cache
 //!   benchmark; prints a markdown report for `docs/BENCHMARKS.md`.
+//! - `cargo xtask bench readers --backend sqlite` — concurrent reads through one read connection
+//!   vs the default pool, side by side.
+//!
+//! Stores are opened through the `cairn` facade (its `testkit` feature for the bench hooks); no
+//! backend crate is named here.
 
 #![forbid(unsafe_code)]
 

@@ -83,13 +83,6 @@ impl PgOptions {
         self
     }
 
-    /// The former name of [`PgOptions::schema`], kept while callers move over.
-    #[doc(hidden)]
-    #[must_use]
-    pub fn with_schema(self, name: impl Into<String>) -> Self {
-        self.schema(name)
-    }
-
     /// The largest number of connections cairn's pool holds (at least 1).
     #[must_use]
     pub fn max_connections(mut self, n: u32) -> Self {

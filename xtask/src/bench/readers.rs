@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cairn_core::{EpochStore, SpaceId};
-use cairn_sqlite::{SqliteOptions, SqliteStore};
+use cairn::testkit::sqlite::{SqliteOptions, SqliteStore};
+use cairn::{EpochStore, SpaceId};
 
 use super::{fmt_duration, printable_command, random_tag, store_err, thousands, Backend};
 
