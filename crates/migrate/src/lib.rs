@@ -10,7 +10,13 @@
 //!
 //! An older build keeps using a store a newer build migrated (it is *ahead*) because every
 //! revision after the first is additive; a diverged store is refused with one line naming both
-//! revisions.
+//! revisions. Bookkeeping edited by hand (a stamp row deleted while the lineage stays, a
+//! dropped lineage table) is refused as inconsistent, never read as a new store;
+//! [`Runner::repair`] (`cairn migrate repair`) restores it.
+//!
+//! A revision's checksum is over text that ships with the build (cairn's revisions are files
+//! under `sql/`), per dialect for every revision but the two cairn released with one combined
+//! checksum; see [`ChecksumForm`] for why those keep it.
 //!
 //! ## Application sets
 //!
