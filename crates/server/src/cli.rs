@@ -120,6 +120,10 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: Option<String>,
     },
+    /// Serve the store over HTTP: the JSON API under `/v1` (OpenAPI document at
+    /// `/v1/openapi.json`), `/healthz` and `/readyz`; bearer-token auth; stops gracefully on
+    /// SIGINT/SIGTERM.
+    Serve(crate::serve::ServeArgs),
     /// Inspect and apply schema migrations (lineage-aware): cairn's own set, or an
     /// application's with `--set NAME --source DIR`.
     Migrate {

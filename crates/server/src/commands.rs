@@ -165,6 +165,10 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Import { legacy, queue } => {
             crate::import::run(&target, &legacy, queue, &mut out).await?;
         }
+        Command::Serve(args) => {
+            drop(out);
+            return crate::serve::run(&target, args).await;
+        }
         Command::Migrate { set, action } => {
             crate::migrate::run(&target, set, action, &mut out).await?;
         }

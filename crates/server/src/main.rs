@@ -13,6 +13,7 @@ mod error;
 mod import;
 mod migrate;
 mod open;
+mod serve;
 
 use std::io::Write;
 use std::process::ExitCode;

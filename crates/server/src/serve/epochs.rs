@@ -1,0 +1,175 @@
+//! The epoch log's routes: append, heads, feed, import.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use cairn::{EpochId, Event, FeedCursor, ForeignEpoch, ImportOutcome, SpaceId};
+
+use super::error::{ApiError, Body, Params, PathArgs};
+use super::json::{
+    bytes_in, opt_bytes_in, AppendRequest, AppendResponse, ErrorBody, EventIn, FeedEventOut,
+    FeedQuery, FeedResponse, HeadOut, HeadsResponse, ImportRequest, ImportResponse,
+};
+use super::routes::AppState;
+
+/// Default feed page size.
+const DEFAULT_FEED_LIMIT: usize = 100;
+/// Largest feed page a request may ask for.
+const MAX_FEED_LIMIT: usize = 1000;
+
+fn space(s: String) -> Result<SpaceId, ApiError> {
+    Ok(SpaceId::new(s)?)
+}
+
+fn events(events: Vec<EventIn>) -> Result<Vec<Event>, ApiError> {
+    let events = events
+        .into_iter()
+        .map(|e| {
+            Ok(Event {
+                kind: e.kind,
+                key: opt_bytes_in("event key", e.key, e.key_b64)?,
+                payload: bytes_in("event payload", e.payload, e.payload_b64)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Event::validate_batch(&events)?;
+    Ok(events)
+}
+
+/// Appends one epoch.
+#[utoipa::path(
+    post, path = "/v1/spaces/{space}/epochs", tag = "epochs",
+    params(("space" = String, Path, description = "The space (created by its first epoch)")),
+    request_body = AppendRequest,
+    responses(
+        (status = 201, description = "Appended", body = AppendResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn append(
+    State(state): State<AppState>,
+    PathArgs(space_id): PathArgs<String>,
+    Body(req): Body<AppendRequest>,
+) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
+    let space = space(space_id)?;
+    let events = events(req.events)?;
+    let appended = state.epochs.append(&space, events).await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(AppendResponse {
+            seq: appended.seq.0,
+            id: appended.id.to_string(),
+            parents: appended.parents.iter().map(ToString::to_string).collect(),
+        }),
+    ))
+}
+
+/// The space's heads.
+#[utoipa::path(
+    get, path = "/v1/spaces/{space}/heads", tag = "epochs",
+    params(("space" = String, Path, description = "The space")),
+    responses(
+        (status = 200, description = "The heads, sorted by id bytes", body = HeadsResponse),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "The space has no epoch", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn heads(
+    State(state): State<AppState>,
+    PathArgs(space_id): PathArgs<String>,
+) -> Result<Json<HeadsResponse>, ApiError> {
+    let space = space(space_id)?;
+    let heads = state.epochs.heads(&space).await?;
+    Ok(Json(HeadsResponse {
+        heads: heads.iter().map(HeadOut::from).collect(),
+    }))
+}
+
+/// One page of the space's feed.
+#[utoipa::path(
+    get, path = "/v1/spaces/{space}/events", tag = "epochs",
+    params(("space" = String, Path, description = "The space"), FeedQuery),
+    responses(
+        (status = 200, description = "A page of whole epochs", body = FeedResponse),
+        (status = 400, description = "Bad cursor or limit", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "The space has no epoch", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn feed(
+    State(state): State<AppState>,
+    PathArgs(space_id): PathArgs<String>,
+    Params(q): Params<FeedQuery>,
+) -> Result<Json<FeedResponse>, ApiError> {
+    let space = space(space_id)?;
+    let limit = q.limit.unwrap_or(DEFAULT_FEED_LIMIT);
+    if !(1..=MAX_FEED_LIMIT).contains(&limit) {
+        return Err(ApiError::invalid(
+            "feed limit",
+            &format!("is {limit}; it must be between 1 and {MAX_FEED_LIMIT}"),
+        ));
+    }
+    let cursor = q.cursor.as_deref().map(FeedCursor::parse).transpose()?;
+    if let Some(c) = &cursor {
+        c.resume_after(&space)?;
+    }
+    let page = state
+        .epochs
+        .events_since(&space, cursor.as_ref(), limit)
+        .await?;
+    Ok(Json(FeedResponse {
+        events: page.events.iter().map(FeedEventOut::from).collect(),
+        next: page.next.to_string(),
+    }))
+}
+
+/// Imports an epoch made elsewhere (replication).
+#[utoipa::path(
+    post, path = "/v1/spaces/{space}/import", tag = "epochs",
+    params(("space" = String, Path, description = "The space")),
+    request_body = ImportRequest,
+    responses(
+        (status = 201, description = "Imported", body = ImportResponse),
+        (status = 200, description = "Already present; nothing written", body = ImportResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 422, description = "Hash mismatch or unknown parent", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn import(
+    State(state): State<AppState>,
+    PathArgs(space_id): PathArgs<String>,
+    Body(req): Body<ImportRequest>,
+) -> Result<(StatusCode, Json<ImportResponse>), ApiError> {
+    let space = space(space_id)?;
+    let epoch = ForeignEpoch {
+        space,
+        id: EpochId::from_hex(&req.id)?,
+        parents: req
+            .parents
+            .iter()
+            .map(|p| EpochId::from_hex(p))
+            .collect::<Result<_, _>>()?,
+        events: events(req.events)?,
+    };
+    let (status, outcome, seq) = match state.epochs.import(epoch).await? {
+        ImportOutcome::Imported(seq) => (StatusCode::CREATED, "imported", seq),
+        ImportOutcome::AlreadyPresent(seq) => (StatusCode::OK, "already_present", seq),
+    };
+    Ok((
+        status,
+        Json(ImportResponse {
+            outcome: outcome.into(),
+            seq: seq.0,
+        }),
+    ))
+}

@@ -1,0 +1,195 @@
+//! Typed error responses: `{"error": {"code", "message"}}` with the status the error's meaning
+//! calls for, and the body and query extractors whose rejections take the same shape.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+
+use super::json::{ErrorBody, ErrorDetail};
+use crate::error::one_line;
+
+/// An error answer: a status, a stable code and a one-line message.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    pub(crate) status: StatusCode,
+    pub(crate) code: &'static str,
+    pub(crate) message: String,
+}
+
+impl ApiError {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: one_line(&message.into()),
+        }
+    }
+
+    /// 400 `invalid_input`.
+    pub(crate) fn invalid(what: &str, reason: &str) -> Self {
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("invalid {what}: {reason}"),
+        )
+    }
+
+    pub(crate) fn unauthorized() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "a valid bearer token is required: send `Authorization: Bearer <token>`",
+        )
+    }
+
+    pub(crate) fn forbidden() -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "this token is read-only; changing the store needs a full-access token",
+        )
+    }
+}
+
+impl From<cairn::Error> for ApiError {
+    fn from(e: cairn::Error) -> Self {
+        use cairn::Error as E;
+        let (status, code) = match &e {
+            E::InvalidInput { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
+            E::BadCursor { .. } => (StatusCode::BAD_REQUEST, "bad_cursor"),
+            E::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            E::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),
+            E::Conflict { .. } => (StatusCode::CONFLICT, "conflict"),
+            E::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
+            E::FactConflict { .. } => (StatusCode::CONFLICT, "fact_conflict"),
+            E::InvalidTransition { .. } => (StatusCode::CONFLICT, "invalid_transition"),
+            E::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "hash_mismatch"),
+            E::UnknownParent { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_parent"),
+            E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            _ if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "retryable"),
+            _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        };
+        Self::new(status, code, e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+            },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if retry {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// A JSON request body. Unlike `axum::Json` it ignores `Content-Type` and answers every
+/// rejection (too large, unreadable, malformed, wrong shape) in the API's error shape.
+pub(crate) struct Body<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "the request body is over the server's limit (--max-body-bytes); nothing was written",
+                )
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_input",
+                    format!("cannot read the request body: {}", rejection.body_text()),
+                )
+            }
+        })?;
+        serde_json::from_slice(&bytes).map(Body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("malformed JSON body: {e}; nothing was written"),
+            )
+        })
+    }
+}
+
+/// A query string, rejected in the API's error shape.
+pub(crate) struct Params<T>(pub(crate) T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::try_from_uri(&parts.uri)
+            .map(|q| Params(q.0))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_input",
+                    format!("bad query string: {}", e.body_text()),
+                )
+            })
+    }
+}
+
+/// Path parameters, rejected in the API's error shape.
+pub(crate) struct PathArgs<T>(pub(crate) T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for PathArgs<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| PathArgs(p.0))
+            .map_err(|e| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_input",
+                    format!("bad path: {}", e.body_text()),
+                )
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_their_status() {
+        let run = cairn::RunId([7; 16]);
+        for (err, status, code) in [
+            (cairn::Error::invalid("x", "y"), 400, "invalid_input"),
+            (
+                cairn::Error::BadCursor { reason: "r".into() },
+                400,
+                "bad_cursor",
+            ),
+            (cairn::Error::UnknownRun { run }, 404, "unknown_run"),
+            (cairn::Error::LeaseLost { run }, 409, "lease_lost"),
+            (cairn::Error::conflict("c"), 409, "conflict"),
+            (cairn::Error::retryable("busy"), 503, "retryable"),
+            (cairn::Error::unavailable("down"), 503, "unavailable"),
+            (cairn::Error::corrupt("bad"), 500, "internal"),
+        ] {
+            let e = ApiError::from(err);
+            assert_eq!((e.status.as_u16(), e.code), (status, code));
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The router: which path goes to which handler, and the layers every request passes
+//! (body limit, handler timeout, auth).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use cairn::{EpochStore, Spool};
+
+use super::auth::{require_token, Tokens};
+use super::error::ApiError;
+use super::json::{ErrorBody, Health};
+use super::{epochs, openapi, runs};
+
+/// What every handler reads: the store's capabilities.
+#[derive(Clone)]
+pub(crate) struct AppState {
+    pub(crate) epochs: Arc<dyn EpochStore>,
+    pub(crate) spool: Arc<dyn Spool>,
+}
+
+/// Limits the router enforces.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// Largest request body, in bytes.
+    pub(crate) max_body_bytes: usize,
+    /// Longest a handler may take before the request is answered 503 `timeout`.
+    pub(crate) request_timeout: Duration,
+}
+
+/// The whole API. `/healthz` and `/readyz` need no token; everything else does.
+pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Router {
+    let api = Router::new()
+        .route("/v1/openapi.json", get(openapi::document))
+        .route("/v1/spaces/{space}/epochs", post(epochs::append))
+        .route("/v1/spaces/{space}/heads", get(epochs::heads))
+        .route("/v1/spaces/{space}/events", get(epochs::feed))
+        .route("/v1/spaces/{space}/import", post(epochs::import))
+        .route("/v1/queues/{queue}/runs", post(runs::enqueue))
+        .route("/v1/queues/{queue}/claim", post(runs::claim))
+        .route("/v1/runs/{id}", get(runs::run))
+        .route(
+            "/v1/runs/{id}/events",
+            post(runs::append_event).get(runs::events),
+        )
+        .route("/v1/runs/{id}/facts", get(runs::facts))
+        .route("/v1/runs/{id}/facts/{name}", put(runs::set_fact))
+        .route("/v1/runs/{id}/heartbeat", post(runs::heartbeat))
+        .route("/v1/runs/{id}/ack", post(runs::ack))
+        .route("/v1/runs/{id}/nack", post(runs::nack))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route_layer(middleware::from_fn_with_state(tokens, require_token));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(api)
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(middleware::from_fn_with_state(limits, time_limit))
+        .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .with_state(state)
+}
+
+/// Answers 503 `timeout` when the handler takes longer than the limit. The store operation it
+/// abandoned is atomic: it either committed or wrote nothing, so an idempotent retry is safe.
+async fn time_limit(State(limits): State<Limits>, req: Request, next: Next) -> Response {
+    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "timeout",
+            format!(
+                "the request took longer than {:?}; it may or may not have taken effect, \
+                 read the state or retry (enqueue, append of a run event and facts are idempotent)",
+                limits.request_timeout
+            ),
+        )
+        .into_response(),
+    }
+}
+
+/// Liveness: the process answers.
+#[utoipa::path(
+    get, path = "/healthz", tag = "health",
+    responses((status = 200, description = "The server is up", body = Health))
+)]
+pub(crate) async fn healthz() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Readiness: the store answers a read.
+#[utoipa::path(
+    get, path = "/readyz", tag = "health",
+    responses(
+        (status = 200, description = "The store answers", body = Health),
+        (status = 503, description = "The store does not answer", body = ErrorBody),
+    )
+)]
+pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    state.epochs.list_spaces(None, 1).await?;
+    Ok(Json(Health {
+        status: "ok".into(),
+    }))
+}
+
+async fn no_route() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such route; the API is described at /v1/openapi.json",
+    )
+}
+
+async fn wrong_method() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method; see /v1/openapi.json",
+    )
+}

@@ -1,0 +1,428 @@
+//! The spool's routes: enqueue, run, run events, facts, claim, heartbeat, ack, nack, cancel.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use cairn::spool::{self, CancelOutcome, FactOutcome};
+use cairn::{
+    ConsumerId, DedupKey, EnqueueOptions, FactName, LeaseToken, NackKind, QueueName, RunEventId,
+    RunId, RunState, SupersedeGroup, Timestamp,
+};
+
+use super::error::{ApiError, Body, Params, PathArgs};
+use super::json::{
+    bytes_in, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, EnqueueRequest, EnqueueResponse,
+    ErrorBody, FactIn, FactOut, FactSet, FactsResponse, HeartbeatRequest, HeartbeatResponse,
+    NackRequest, RunEventAppended, RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse,
+    RunOut, RunStateResponse,
+};
+use super::routes::AppState;
+
+/// Lease length when a claim or heartbeat names none.
+const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// Run events per page when a request names no limit.
+const DEFAULT_EVENTS_LIMIT: usize = 100;
+
+fn run_id(s: &str) -> Result<RunId, ApiError> {
+    Ok(RunId::parse(s)?)
+}
+
+fn token(s: &str) -> Result<LeaseToken, ApiError> {
+    Ok(LeaseToken::parse(s)?)
+}
+
+fn lease(ms: Option<u64>) -> Result<Duration, ApiError> {
+    let lease = ms.map_or(DEFAULT_LEASE, Duration::from_millis);
+    spool::check_lease(lease)?;
+    Ok(lease)
+}
+
+/// Enqueues a run, or finds the run already under its key.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/runs", tag = "spool",
+    params(("queue" = String, Path, description = "The queue")),
+    request_body = EnqueueRequest,
+    responses(
+        (status = 201, description = "Created", body = EnqueueResponse),
+        (status = 200, description = "A run with this key exists; its id", body = EnqueueResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn enqueue(
+    State(state): State<AppState>,
+    PathArgs(queue): PathArgs<String>,
+    Body(req): Body<EnqueueRequest>,
+) -> Result<(StatusCode, Json<EnqueueResponse>), ApiError> {
+    let queue = QueueName::new(queue)?;
+    let key = match (req.key_parts, req.key) {
+        (Some(parts), None) => DedupKey::from_parts(parts)?,
+        (None, Some(key)) => DedupKey::from_parts([key])?,
+        _ => {
+            return Err(ApiError::invalid(
+                "dedup key",
+                "give exactly one of `key_parts` and `key`",
+            ))
+        }
+    };
+    let payload = bytes_in("run payload", req.payload, req.payload_b64)?;
+    spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, &payload)?;
+    let options = EnqueueOptions {
+        supersede_group: req
+            .supersede_group
+            .map(SupersedeGroup::from_parts)
+            .transpose()?,
+        not_before: req.not_before_us.map(Timestamp::from_unix_micros),
+        max_attempts: req.max_attempts,
+        priority: req.priority.unwrap_or(0),
+    };
+    options.effective_max_attempts()?;
+    let enqueued = state.spool.enqueue(&queue, &key, payload, options).await?;
+    let status = if enqueued.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(EnqueueResponse {
+            run_id: enqueued.run_id.to_string(),
+            created: enqueued.created,
+        }),
+    ))
+}
+
+/// Everything about one run but its payload and events.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    responses(
+        (status = 200, description = "The run", body = RunOut),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn run(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<RunOut>, ApiError> {
+    let id = run_id(&id)?;
+    let run = state
+        .spool
+        .run(id)
+        .await?
+        .ok_or(cairn::Error::UnknownRun { run: id })?;
+    Ok(Json(RunOut::from(&run)))
+}
+
+/// Appends an event to a run's stream.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/events", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    request_body = RunEventIn,
+    responses(
+        (status = 201, description = "Appended", body = RunEventAppended),
+        (status = 200, description = "The run already holds this event id", body = RunEventAppended),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn append_event(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+    Body(req): Body<RunEventIn>,
+) -> Result<(StatusCode, Json<RunEventAppended>), ApiError> {
+    let id = run_id(&id)?;
+    let event_id = RunEventId::new(bytes_in("run event id", req.event_id, req.event_id_b64)?)?;
+    let payload = bytes_in("run event payload", req.payload, req.payload_b64)?;
+    spool::check_payload("run event payload", spool::MAX_RUN_EVENT_PAYLOAD, &payload)?;
+    let appended = state.spool.append_event(id, &event_id, payload).await?;
+    let status = if appended.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(RunEventAppended {
+            seq: appended.seq,
+            created: appended.created,
+        }),
+    ))
+}
+
+/// The run's stored events after a seq.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/events", tag = "spool",
+    params(("id" = String, Path, description = "The run id"), RunEventsQuery),
+    responses(
+        (status = 200, description = "Events in seq order", body = RunEventsResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn events(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+    Params(q): Params<RunEventsQuery>,
+) -> Result<Json<RunEventsResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let limit = q.limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
+    spool::check_limit(limit)?;
+    let events = state.spool.events(id, q.after.unwrap_or(0), limit).await?;
+    Ok(Json(RunEventsResponse {
+        events: events.iter().map(RunEventOut::from).collect(),
+    }))
+}
+
+/// Sets a named fact on a run, once (first writer wins).
+#[utoipa::path(
+    put, path = "/v1/runs/{id}/facts/{name}", tag = "spool",
+    params(
+        ("id" = String, Path, description = "The run id"),
+        ("name" = String, Path, description = "The fact's name"),
+    ),
+    request_body = FactIn,
+    responses(
+        (status = 201, description = "Set", body = FactSet),
+        (status = 200, description = "Already set to this value", body = FactSet),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "Set to another value", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn set_fact(
+    State(state): State<AppState>,
+    PathArgs((id, name)): PathArgs<(String, String)>,
+    Body(req): Body<FactIn>,
+) -> Result<(StatusCode, Json<FactSet>), ApiError> {
+    let id = run_id(&id)?;
+    let name = FactName::new(name)?;
+    let value = bytes_in("fact value", req.value, req.value_b64)?;
+    spool::check_payload("fact value", spool::MAX_FACT_VALUE, &value)?;
+    let (status, outcome) = match state.spool.set_fact(id, &name, value).await? {
+        FactOutcome::Set => (StatusCode::CREATED, "set"),
+        FactOutcome::AlreadySet => (StatusCode::OK, "already_set"),
+    };
+    Ok((
+        status,
+        Json(FactSet {
+            outcome: outcome.into(),
+        }),
+    ))
+}
+
+/// The run's facts.
+#[utoipa::path(
+    get, path = "/v1/runs/{id}/facts", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    responses(
+        (status = 200, description = "The facts by name", body = FactsResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn facts(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<FactsResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let facts = state.spool.facts(id).await?;
+    Ok(Json(FactsResponse {
+        facts: facts
+            .iter()
+            .map(|(name, value)| {
+                let (value, value_b64) = super::json::bytes_out(value);
+                FactOut {
+                    name: name.to_string(),
+                    value,
+                    value_b64,
+                }
+            })
+            .collect(),
+    }))
+}
+
+/// Claims due runs of a queue under a lease.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/claim", tag = "spool",
+    params(("queue" = String, Path, description = "The queue")),
+    request_body = ClaimRequest,
+    responses(
+        (status = 200, description = "The claimed runs (empty: nothing due)", body = ClaimResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn claim(
+    State(state): State<AppState>,
+    PathArgs(queue): PathArgs<String>,
+    Body(req): Body<ClaimRequest>,
+) -> Result<Json<ClaimResponse>, ApiError> {
+    let queue = QueueName::new(queue)?;
+    let consumer = ConsumerId::new(req.consumer)?;
+    let lease = lease(req.lease_ms)?;
+    let limit = req.limit.unwrap_or(1);
+    spool::check_limit(limit)?;
+    let claimed = state.spool.claim(&queue, &consumer, lease, limit).await?;
+    Ok(Json(ClaimResponse {
+        runs: claimed.iter().map(ClaimedOut::from).collect(),
+    }))
+}
+
+/// Extends the lease on a claimed run.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/heartbeat", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    request_body = HeartbeatRequest,
+    responses(
+        (status = 200, description = "Extended", body = HeartbeatResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "Lease lost or run not claimed", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn heartbeat(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+    Body(req): Body<HeartbeatRequest>,
+) -> Result<Json<HeartbeatResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let token = token(&req.token)?;
+    let lease = lease(req.lease_ms)?;
+    let hb = state.spool.heartbeat(id, token, lease).await?;
+    Ok(Json(HeartbeatResponse {
+        expires_at_us: hb.expires_at.as_unix_micros(),
+        cancel_requested: hb.cancel_requested,
+    }))
+}
+
+/// Reports success: the run becomes `succeeded` (idempotent).
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/ack", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    request_body = AckRequest,
+    responses(
+        (status = 200, description = "Succeeded", body = RunStateResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "Lease lost or run ended otherwise", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn ack(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+    Body(req): Body<AckRequest>,
+) -> Result<Json<RunStateResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let token = token(&req.token)?;
+    state.spool.ack(id, token).await?;
+    Ok(Json(RunStateResponse {
+        run_id: id.to_string(),
+        state: RunState::Succeeded.to_string(),
+        retry_at_us: None,
+        cancel_requested: false,
+    }))
+}
+
+/// Gives a claimed run back: retry, park or fail it.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/nack", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    request_body = NackRequest,
+    responses(
+        (status = 200, description = "Where the run went", body = RunStateResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "Lease lost or run not claimed", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn nack(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+    Body(req): Body<NackRequest>,
+) -> Result<Json<RunStateResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let token = token(&req.token)?;
+    let kind = match req.kind.as_deref().unwrap_or("retryable") {
+        "retryable" => NackKind::Retryable,
+        "permanent" => NackKind::Permanent,
+        "failed" => NackKind::Failed,
+        _ => {
+            return Err(ApiError::invalid(
+                "nack kind",
+                "expected one of retryable, permanent, failed",
+            ))
+        }
+    };
+    let nacked = state
+        .spool
+        .nack(id, token, kind, req.reason.as_deref().unwrap_or(""))
+        .await?;
+    Ok(Json(RunStateResponse {
+        run_id: id.to_string(),
+        state: nacked.state.to_string(),
+        retry_at_us: nacked.retry_at.map(|t| t.as_unix_micros()),
+        cancel_requested: false,
+    }))
+}
+
+/// Cancels a run: a queued run ends `canceled`; a claimed one gets a cancel request.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/cancel", tag = "spool",
+    params(("id" = String, Path, description = "The run id")),
+    responses(
+        (status = 200, description = "Canceled or requested", body = RunStateResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run already ended", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<RunStateResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let (state_now, requested) = match state.spool.cancel(id).await? {
+        CancelOutcome::Canceled => (RunState::Canceled, false),
+        CancelOutcome::Requested => (RunState::Claimed, true),
+    };
+    Ok(Json(RunStateResponse {
+        run_id: id.to_string(),
+        state: state_now.to_string(),
+        retry_at_us: None,
+        cancel_requested: requested,
+    }))
+}
