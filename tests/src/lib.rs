@@ -313,6 +313,7 @@ macro_rules! suite {
     ($harness:expr, migrations) => {
         $crate::suite!($harness);
         $crate::__cases!($harness;
+            e5_cached_head_deleted_by_hand_and_its_seq_reused_is_not_trusted,
             m2_real_stores_match_the_model,
             m3_one_line_of_history_never_refuses,
             m4_older_build_uses_newer_store_without_the_lock,

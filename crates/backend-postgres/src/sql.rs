@@ -37,11 +37,15 @@ pub(crate) fn drop_schema(schema: &SchemaName) -> String {
 /// Takes the transaction-scoped advisory lock `$1` (a space's write lock, or the DDL lock).
 pub(crate) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
 
-/// The append's read, in one statement: the space's largest seq (`max_seq`, NULL for an empty
-/// space) on every row, plus one row per cached head (`id`/`seq` NULL when the cache has none).
+/// The append's read, in one statement: the space's largest seq and the id of the epoch there
+/// (`max_seq`/`max_id`, one backward step down the unique `(space, seq)` index; NULL for an
+/// empty space) on every row, plus one row per cached head (`id`/`seq` NULL when the cache has
+/// none).
 pub(crate) const PROBE: &str = "\
-SELECT (SELECT max(seq) FROM epoch WHERE space = $1) AS max_seq, h.id, h.seq \
-FROM (VALUES (1)) AS one(x) LEFT JOIN epoch_head h ON h.space = $1";
+SELECT m.seq AS max_seq, m.id AS max_id, h.id, h.seq \
+FROM (VALUES (1)) AS one(x) \
+LEFT JOIN (SELECT seq, id FROM epoch WHERE space = $1 ORDER BY seq DESC LIMIT 1) m ON true \
+LEFT JOIN epoch_head h ON h.space = $1";
 
 /// The space's largest seq (NULL when empty).
 pub(crate) const MAX_SEQ: &str = "SELECT max(seq) FROM epoch WHERE space = $1";
@@ -57,13 +61,16 @@ AND NOT EXISTS (SELECT 1 FROM epoch_parent p WHERE p.space = $1 AND p.parent = e
 ORDER BY e.id";
 
 /// Heads at one committed state, in one statement: the cache rows when the cache is current
-/// (`max(cached seq) = max(seq)`, i.e. [`cairn_core::cache_is_current`]), else the anti-join.
-/// The currency test is an uncorrelated sub-select, so the planner evaluates it once and runs
-/// only the branch it selects. No rows means the space is empty.
+/// ([`cairn_core::cache_is_current`]: `max(cached seq) = max(seq)` and the epoch at the largest
+/// seq is a cached head), else the anti-join. The currency test is an uncorrelated sub-select,
+/// so the planner evaluates it once and runs only the branch it selects. No rows means the
+/// space is empty.
 pub(crate) const HEADS: &str = "\
 WITH st AS (\
- SELECT m.max_seq IS NOT NULL AND coalesce(c.max_cached, 0) = m.max_seq AS cur \
- FROM (SELECT max(seq) AS max_seq FROM epoch WHERE space = $1) m, \
+ SELECT m.seq IS NOT NULL AND coalesce(c.max_cached, 0) = m.seq \
+ AND EXISTS (SELECT 1 FROM epoch_head k WHERE k.space = $1 AND k.id = m.id) AS cur \
+ FROM (SELECT 1) AS one(x) \
+ LEFT JOIN (SELECT seq, id FROM epoch WHERE space = $1 ORDER BY seq DESC LIMIT 1) m ON true, \
  (SELECT max(seq) AS max_cached FROM epoch_head WHERE space = $1) c) \
 SELECT h.id, h.seq FROM epoch_head h WHERE h.space = $1 AND (SELECT cur FROM st) \
 UNION ALL \

@@ -86,34 +86,9 @@ fn heads_from(rows: Vec<(Vec<u8>, i64)>) -> Result<Vec<Head>> {
 
 type ProbeRow = (Option<i64>, Option<Vec<u8>>, Option<Vec<u8>>, Option<i64>);
 
-/// What the one-statement probe read: cairn-core's [`HeadProbe`] (largest seq and cache rows)
-/// and the id of the epoch at the largest seq.
-pub(crate) struct Probe {
-    pub(crate) head: HeadProbe,
-    max_id: Option<EpochId>,
-}
-
-impl Probe {
-    /// Whether the cache rows can be trusted as the space's heads: the seq check
-    /// ([`HeadProbe::cache_is_current`]), and the epoch at the largest seq is a cached head.
-    /// The seq check alone trusts a cache whose newest head was deleted by hand after a writer
-    /// that never touches the cache reused its seq; the id check refuses it (issue 9 item 7).
-    pub(crate) fn cache_is_current(&self) -> bool {
-        self.head.cache_is_current()
-            && self
-                .max_id
-                .is_some_and(|id| self.head.cached.iter().any(|h| h.id == id))
-    }
-
-    /// The seq the next epoch gets.
-    pub(crate) fn next(&self) -> Seq {
-        self.head.next()
-    }
-}
-
 /// One statement: the largest seq and the id there, next to the cache rows (see
 /// [`sql::PROBE`]).
-pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<Probe> {
+pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<HeadProbe> {
     let rows: Vec<ProbeRow> = db.rows(sql::PROBE, params![space.as_bytes()], |r| {
         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
     })?;
@@ -134,9 +109,10 @@ pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<Probe> {
             });
         }
     }
-    Ok(Probe {
-        head: HeadProbe { max_seq, cached },
+    Ok(HeadProbe {
+        max_seq,
         max_id,
+        cached,
     })
 }
 
@@ -169,9 +145,9 @@ pub(crate) fn epoch_seq(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Op
 }
 
 /// The heads the append path works from: the cache when current, else the anti-join (once).
-pub(crate) fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &Probe) -> Result<Vec<Head>> {
+pub(crate) fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &HeadProbe) -> Result<Vec<Head>> {
     if probe.cache_is_current() {
-        Ok(probe.head.cached.clone())
+        Ok(probe.cached.clone())
     } else {
         anti_join(db, space)
     }
@@ -268,7 +244,7 @@ fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended>
             .collect();
         let seq = probe.next();
         let id = insert_epoch(db, space, seq, &parents, events, &ids)?;
-        cache_sole_head(db, space, &probe.head.cached, Head { id, seq })?;
+        cache_sole_head(db, space, &probe.cached, Head { id, seq })?;
         Ok((Appended { id, seq, parents }, End::Commit))
     })
 }
@@ -276,7 +252,7 @@ fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended>
 fn heads_tx(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     db.read_tx(|db| {
         let probe = probe(db, space)?;
-        if probe.head.max_seq.is_none() {
+        if probe.max_seq.is_none() {
             return Err(Error::space_not_found(space));
         }
         working_heads(db, space, &probe)
@@ -286,17 +262,17 @@ fn heads_tx(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
 fn repair_tx(db: &Db<'_>, space: &SpaceId) -> Result<RepairOutcome> {
     db.write_tx(|db| {
         let probe = probe(db, space)?;
-        if probe.head.max_seq.is_none() {
+        if probe.max_seq.is_none() {
             return Err(Error::space_not_found(space));
         }
         let after = anti_join(db, space)?;
-        if probe.head.cached == after {
+        if probe.cached == after {
             return Ok((RepairOutcome::Unchanged, End::Rollback));
         }
-        cache_exact(db, space, &probe.head.cached, &after)?;
+        cache_exact(db, space, &probe.cached, &after)?;
         Ok((
             RepairOutcome::Rewritten {
-                before: probe.head.cached,
+                before: probe.cached,
                 after,
             },
             End::Commit,
@@ -330,7 +306,7 @@ fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
         heads.retain(|h| !epoch.parents.contains(&h.id));
         heads.push(Head { id, seq });
         heads.sort();
-        cache_exact(db, space, &probe.head.cached, &heads)?;
+        cache_exact(db, space, &probe.cached, &heads)?;
         Ok((ImportOutcome::Imported(seq), End::Commit))
     })
 }

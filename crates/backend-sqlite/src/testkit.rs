@@ -316,7 +316,7 @@ impl SqliteStore {
                 db.write_tx(|db| {
                     let probe = probe(db, &space)?;
                     let mut parents: Vec<EpochId> = if probe.cache_is_current() {
-                        probe.head.cached.iter().map(|h| h.id).collect()
+                        probe.cached.iter().map(|h| h.id).collect()
                     } else {
                         anti_join(db, &space)?.into_iter().map(|h| h.id).collect()
                     };
@@ -332,7 +332,7 @@ impl SqliteStore {
                         seq = cairn_core::Seq(seq.0 + 1);
                     }
                     if let Some(head) = last {
-                        cache_sole_head(db, &space, &probe.head.cached, head)?;
+                        cache_sole_head(db, &space, &probe.cached, head)?;
                     }
                     Ok(((), End::Commit))
                 })?;

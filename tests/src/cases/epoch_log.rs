@@ -385,19 +385,28 @@ pub async fn e4_one_head_and_one_cache_row_after_every_append<H: Harness>(h: &H)
     }
 }
 
-/// E5: the cache is trusted only when `max(cached seq) + 1 == next seq`; after legacy writes it
-/// is stale and ignored, so `heads()` always equals the anti-join, and reading never rewrites it.
+/// E5: the cache is trusted only when `max(cached seq) + 1 == next seq` and the newest epoch is
+/// a cached head; after legacy writes it is stale and ignored, so `heads()` always equals the
+/// anti-join, and reading never rewrites it.
 pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
     let store = open(h).await;
     let space = random_space("e5");
-    let current =
-        |cached: &[Head], next: Seq| cache_is_current(cached.iter().map(|h| h.seq).max(), next);
+    // The rule over what the diagnostics show: the cache rows, and the space's newest epoch
+    // (whose seq must be the one just below the next seq).
+    let current = |cached: &[Head], newest: Head, next: Seq| {
+        assert_eq!(
+            next.0,
+            newest.seq.0 + 1,
+            "E1: the newest epoch is the last seq"
+        );
+        cache_is_current(cached, Some(newest.seq), Some(newest.id))
+    };
 
     let a = store.append(&space, ev("e5-a")).await.unwrap();
     let a_head = a.head();
     let cached = store.cached_heads(&space).await.unwrap();
     assert!(
-        current(&cached, store.next_seq(&space).await.unwrap()),
+        current(&cached, a_head, store.next_seq(&space).await.unwrap()),
         "E5: cache current after append"
     );
     assert_heads_match_anti_join(store.as_ref(), &space, "E5 after append").await;
@@ -423,7 +432,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
             "E5: legacy writes leave the cache untouched (round {round})"
         );
         assert!(
-            !current(&cached, store.next_seq(&space).await.unwrap()),
+            !current(&cached, fork.head(), store.next_seq(&space).await.unwrap()),
             "E5: the cache is stale"
         );
         let computed = store.computed_heads(&space).await.unwrap();
@@ -452,7 +461,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
     );
     let cached = store.cached_heads(&space).await.unwrap();
     assert!(
-        current(&cached, store.next_seq(&space).await.unwrap()),
+        current(&cached, b.head(), store.next_seq(&space).await.unwrap()),
         "E5: cache current again"
     );
     assert_single_head(store.as_ref(), &space, b.head()).await;
@@ -466,7 +475,7 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
         "E5: legacy writer never touches the cache"
     );
     assert!(
-        !current(&cached, store.next_seq(&lo).await.unwrap()),
+        !current(&cached, x.head(), store.next_seq(&lo).await.unwrap()),
         "E5: an empty cache is not current"
     );
     assert_eq!(
@@ -479,6 +488,61 @@ pub async fn e5_cache_used_only_when_current<H: Harness>(h: &H) {
         store.cached_heads(&lo).await.unwrap().is_empty(),
         "E5: heads() writes nothing"
     );
+}
+
+/// E5: a cached head deleted by hand whose seq a cache-unaware writer then reused is not
+/// trusted. `max(cached seq) + 1 == next seq` holds again while the cached id names nothing, so
+/// the seq check alone would serve a phantom head and the next append would name it as a parent;
+/// the probe's id at the largest seq must be a cached head too (issue 9 item 7).
+///
+/// The hand deletion is plain SQL shared by the SQL backends; the store holds this one space.
+pub async fn e5_cached_head_deleted_by_hand_and_its_seq_reused_is_not_trusted<
+    H: crate::MigrationHarness,
+>(
+    h: &H,
+) {
+    let store = open(h).await;
+    let space = random_space("e5-phantom");
+    let a = store.append(&space, ev("e5-ph-a")).await.unwrap();
+    let b = store.append(&space, ev("e5-ph-b")).await.unwrap();
+    for stmt in [
+        "DELETE FROM epoch_event WHERE seq = (SELECT max(seq) FROM epoch)",
+        "DELETE FROM epoch_parent WHERE child IN \
+         (SELECT id FROM epoch WHERE seq = (SELECT max(seq) FROM epoch))",
+        "DELETE FROM epoch WHERE seq = (SELECT max(seq) FROM epoch)",
+    ] {
+        h.execute_sql(stmt)
+            .await
+            .unwrap_or_else(|e| panic!("E5 setup: {stmt}: {e}"));
+    }
+    assert_eq!(
+        store.cached_heads(&space).await.unwrap(),
+        vec![b.head()],
+        "E5 setup: the cache row outlives its epoch"
+    );
+    let c = h.legacy_append(&space, None, ev("e5-ph-c")).await.unwrap();
+    assert_eq!(
+        (c.seq, c.parents.clone()),
+        (b.seq, vec![a.id]),
+        "E5 setup: the legacy writer reuses the freed seq"
+    );
+    assert_eq!(
+        EpochStore::heads(store.as_ref(), &space).await.unwrap(),
+        vec![c.head()],
+        "E5: heads() serves no phantom"
+    );
+    let d = store.append(&space, ev("e5-ph-d")).await.unwrap();
+    assert_eq!(d.parents, vec![c.id], "E5: the append takes the real head");
+    assert_single_head(store.as_ref(), &space, d.head()).await;
+    if let Some(budget) = h.append_statement_budget() {
+        let before = store.statements_executed();
+        store.append(&space, ev("e5-ph-e")).await.unwrap();
+        assert_eq!(
+            store.statements_executed() - before,
+            budget,
+            "E11: the id check costs no statement"
+        );
+    }
 }
 
 /// E6: history written by a legacy writer, ending in a fork, under a stale single cache row:
