@@ -448,7 +448,7 @@ async fn a_statement_touching_an_object_outside_the_store_is_a_violation() {
     admin_exec(&format!("DROP SCHEMA {other} CASCADE")).await;
     for n in 1..=4 {
         assert!(
-            v.iter().any(|x| x.rule == Rule::StatementKind
+            v.iter().any(|x| x.rule == Rule::OutsideStore
                 && x.detail.starts_with(&format!("statement {n}:"))
                 && x.detail.contains("outside the throwaway store")),
             "statement {n} is flagged for reaching outside: {v:?}"

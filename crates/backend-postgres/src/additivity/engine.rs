@@ -141,7 +141,7 @@ impl Checker<'_> {
             let now_outside = self.outside_locks().await?;
             for (name, _mode) in now_outside.difference(&outside) {
                 findings.add(
-                    Rule::StatementKind,
+                    Rule::OutsideStore,
                     Some(name),
                     n,
                     format!("touches {name}, outside the throwaway store"),

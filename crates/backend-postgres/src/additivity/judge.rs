@@ -77,7 +77,7 @@ pub(super) fn judge_outside(findings: &mut Findings, n: usize, log: &[LogRow], s
         }
         let ident = row.ident.as_deref().unwrap_or(schema);
         findings.add(
-            Rule::StatementKind,
+            Rule::OutsideStore,
             Some(ident),
             n,
             format!("touches {ident}, outside the throwaway store"),

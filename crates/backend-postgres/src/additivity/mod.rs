@@ -28,11 +28,11 @@
 //!    ADD COLUMN only when that statement's catalog change is new columns and nothing else), then
 //!    the final catalog and rows are compared with the snapshot, and an UPDATE and a
 //!    DELETE-and-INSERT naming only the old columns are run on one seeded row of each table.
-//! 5. Reaching past the store is a violation of its own: a statement whose DDL touched an
-//!    object in another schema (the event triggers report the object's schema), or that took a
-//!    lock on a relation in another schema (a read, a write, an ALTER: `pg_locks` of the
-//!    session, compared before and after each statement). The rollback undoes what it did
-//!    there, but it held those locks on live tables while it ran.
+//! 5. Reaching past the store is a violation of its own ([`Rule::OutsideStore`]): a statement
+//!    whose DDL touched an object in another schema (the event triggers report the object's
+//!    schema), or that took a lock on a relation in another schema (a read, a write, an ALTER:
+//!    `pg_locks` of the session, compared before and after each statement). The rollback undoes
+//!    what it did there, but it held those locks on live tables while it ran.
 //!
 //! What this engine cannot observe: commands event triggers do not report (on PostgreSQL 15:
 //! `REINDEX`, `CLUSTER`, `LOCK`, `SET`, `NOTIFY`, and commands on shared objects — roles,

@@ -56,6 +56,9 @@ pub enum Rule {
     OldWrites,
     /// The revision failed inside the transaction (or cannot run in one, e.g. VACUUM).
     Failed,
+    /// A statement reached past the store being migrated: it touched, or locked, an object
+    /// outside the throwaway store the check runs in (another schema's table, say).
+    OutsideStore,
 }
 
 impl Rule {
@@ -71,6 +74,7 @@ impl Rule {
             Rule::Rows => "rows-changed",
             Rule::OldWrites => "old-writes",
             Rule::Failed => "migration-failed",
+            Rule::OutsideStore => "outside-store",
         }
     }
 }
