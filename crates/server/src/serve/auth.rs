@@ -137,6 +137,15 @@ fn mutates(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD)
 }
 
+/// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive).
+fn bearer(header: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = header.split_at_checked(7)?;
+    scheme
+        .eq_ignore_ascii_case(b"bearer ")
+        .then(|| rest.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
 /// The middleware: 401 without a known token, 403 for a read-only token on a mutating request.
 /// With no token configured (`--insecure-no-auth`), every request passes.
 pub(crate) async fn require_token(
@@ -150,8 +159,7 @@ pub(crate) async fn require_token(
     let presented = req
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "))
-        .map(<[u8]>::trim_ascii);
+        .and_then(|v| bearer(v.as_bytes()));
     match presented.and_then(|t| tokens.access(t)) {
         None => ApiError::unauthorized().into_response(),
         Some(Access::Read) if mutates(req.method()) => ApiError::forbidden().into_response(),
@@ -176,6 +184,11 @@ mod tests {
         assert!(!format!("{tokens:?}").contains("token-0"));
         assert!(check("short").is_err());
         assert!(check("has a space in it, long enough").is_err());
+        assert_eq!(bearer(b"Bearer abc"), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"bearer  abc "), Some(&b"abc"[..]));
+        assert_eq!(bearer(b"Basic abc"), None);
+        assert_eq!(bearer(b"Bearer "), None);
+        assert_eq!(bearer(b"Bear"), None);
         assert!(mutates(&Method::POST) && mutates(&Method::PUT) && !mutates(&Method::GET));
     }
 }

@@ -66,21 +66,34 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .with_state(state)
 }
 
-/// Answers 503 `timeout` when the handler takes longer than the limit. The store operation it
-/// abandoned is atomic: it either committed or wrote nothing, so an idempotent retry is safe.
+/// Runs the handler in its own task, so that a panic answers 500 `internal` instead of
+/// dropping the connection, and answers 503 `timeout` when it takes longer than the limit.
+/// The store operation a timeout abandons is atomic: it either committed or wrote nothing, so
+/// reading the state or an idempotent retry tells which.
 async fn time_limit(State(limits): State<Limits>, req: Request, next: Next) -> Response {
-    match tokio::time::timeout(limits.request_timeout, next.run(req)).await {
-        Ok(response) => response,
-        Err(_) => ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "timeout",
-            format!(
-                "the request took longer than {:?}; it may or may not have taken effect, \
-                 read the state or retry (enqueue, append of a run event and facts are idempotent)",
-                limits.request_timeout
-            ),
+    let mut handler = tokio::spawn(next.run(req));
+    match tokio::time::timeout(limits.request_timeout, &mut handler).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(_)) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the server failed while handling this request (a bug; please report it); \
+             read the state before retrying",
         )
         .into_response(),
+        Err(_) => {
+            handler.abort();
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "timeout",
+                format!(
+                    "the request took longer than {:?}; it may or may not have taken effect, \
+                     read the state or retry (enqueue, run events and facts are idempotent)",
+                    limits.request_timeout
+                ),
+            )
+            .into_response()
+        }
     }
 }
 
