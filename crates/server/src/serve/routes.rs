@@ -138,3 +138,49 @@ async fn wrong_method() -> ApiError {
         "this route does not take that method; see /v1/openapi.json",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get_raw(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        conn.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).await.unwrap();
+        answer
+    }
+
+    async fn panicking() -> &'static str {
+        panic!("a handler bug")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_handler_times_out_and_a_panicking_one_answers_500() {
+        let limits = Limits {
+            max_body_bytes: 1024,
+            request_timeout: Duration::from_millis(50),
+        };
+        let app = Router::new()
+            .route("/pending", get(std::future::pending::<&'static str>))
+            .route("/panic", get(panicking))
+            .route("/fine", get(|| async { "fine" }))
+            .layer(middleware::from_fn_with_state(limits, time_limit));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move { axum::serve(listener, app).await });
+        let slow = get_raw(addr, "/pending").await;
+        assert!(slow.starts_with("HTTP/1.1 503"), "{slow}");
+        assert!(slow.contains(r#""code":"timeout""#), "{slow}");
+        let bug = get_raw(addr, "/panic").await;
+        assert!(bug.starts_with("HTTP/1.1 500"), "{bug}");
+        assert!(bug.contains(r#""code":"internal""#), "{bug}");
+        assert!(
+            get_raw(addr, "/fine").await.ends_with("fine"),
+            "still serving"
+        );
+        server.abort();
+    }
+}
