@@ -801,3 +801,66 @@ fn a_refused_store_an_unconfigured_auth_and_a_public_no_auth_address_refuse_to_s
     let (status, _) = server.stop();
     assert!(status.success());
 }
+
+#[test]
+fn two_servers_on_one_postgres_give_one_head_and_strictly_increasing_seqs() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt
+        .block_on(cairn::testkit::postgres::testkit::test_server_url())
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_serve_two");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let db = format!("{pg}{sep}cairn_schema={schema}");
+    let result = std::panic::catch_unwind(|| {
+        let servers = [Server::start(&db, &[]), Server::start(&db, &[])];
+        const PER_CLIENT: usize = 10;
+        std::thread::scope(|scope| {
+            for c in 0..4 {
+                let server = &servers[c % 2];
+                scope.spawn(move || {
+                    for i in 0..PER_CLIENT {
+                        let epoch =
+                            json!({"events": [{"kind": "n", "payload": format!("{c}-{i}")}]});
+                        // A 503 (busy) wrote nothing and asks for a retry, as a client would.
+                        let deadline = Instant::now() + DEADLINE;
+                        loop {
+                            let (s, body) = server.send("POST", "/v1/spaces/shared/epochs", &epoch);
+                            if s == 201 {
+                                break;
+                            }
+                            assert_eq!(s, 503, "{body}");
+                            assert!(Instant::now() < deadline, "{body}");
+                        }
+                    }
+                });
+            }
+        });
+        let (s, heads) = servers[1].get("/v1/spaces/shared/heads");
+        assert_eq!(s, 200);
+        let total = 4 * PER_CLIENT;
+        assert_eq!(heads["heads"].as_array().unwrap().len(), 1, "{heads}");
+        assert_eq!(heads["heads"][0]["seq"], total);
+        let (_, page) = servers[0].get("/v1/spaces/shared/events?limit=1000");
+        let seqs: Vec<u64> = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(seqs, (1..=total as u64).collect::<Vec<_>>());
+    });
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
