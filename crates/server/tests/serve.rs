@@ -864,3 +864,32 @@ fn two_servers_on_one_postgres_give_one_head_and_strictly_increasing_seqs() {
         std::panic::resume_unwind(panic);
     }
 }
+
+#[test]
+fn a_request_stuck_in_flight_does_not_hold_shutdown_past_the_drain_timeout() {
+    use std::io::Write;
+    let (_dir, db) = sqlite_db();
+    let server = Server::start(&db, &["--drain-timeout", "1"]);
+    let addr = server.base.strip_prefix("http://").unwrap().to_owned();
+    // A request whose body never arrives: its handler is in flight until the drain ends it.
+    let mut stuck = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        stuck,
+        "POST /v1/queues/gate/runs HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer {FULL}\r\n\
+         Content-Length: 100\r\n\r\n{{\"key\""
+    )
+    .unwrap();
+    stuck.flush().unwrap();
+    // The server has the request once a later one on another connection is answered.
+    let (s, _) = server.get("/readyz");
+    assert_eq!(s, 200);
+    let started = Instant::now();
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(
+        started.elapsed() < DEADLINE,
+        "the drain is bounded: {stderr}"
+    );
+    drop(stuck);
+    assert_eq!(ok(cairn(&db).arg("runs").output().unwrap()), "");
+}
