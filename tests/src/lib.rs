@@ -268,14 +268,7 @@ pub fn proptest_cases() -> u32 {
 
 /// A random space id, so cases sharing a store never see each other's data.
 pub fn random_space(label: &str) -> SpaceId {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let tag = blake3::hash(format!("{nanos}/{n}/{}", std::process::id()).as_bytes());
-    SpaceId::new(format!("{label}-{}", &tag.to_hex()[..16]).into_bytes()).expect("valid space id")
+    SpaceId::new(cairn_core::scratch_name(label).into_bytes()).expect("valid space id")
 }
 
 /// A random queue name, so cases sharing a store never see each other's runs.

@@ -4,8 +4,6 @@
 //! `cargo xtask bench readers`: concurrent reads (heads + a feed page) on one SQLite store
 //! through one read connection vs through several, measured side by side in one run.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -642,17 +640,11 @@ fn cpu_model() -> Option<String> {
         .map(|(_, m)| m.trim().to_owned())
 }
 
-/// 16 hex digits from the standard library's per-process random hash keys and the clock, so
-/// concurrent runs never share spaces or schemas.
+/// 16 hex digits unique to this process, call and moment, so concurrent runs never share
+/// spaces or schemas.
 fn random_tag() -> String {
-    let mut h = RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.write_u32(std::process::id());
-    format!("{:016x}", h.finish())
+    let name = cairn::testkit::scratch_name("t");
+    name["t_".len()..].to_owned()
 }
 
 fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {

@@ -473,3 +473,23 @@ pub struct FeedPage {
     /// start of the feed).
     pub next: FeedCursor,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_past_any_stored_seq_is_a_bad_cursor() {
+        let space = SpaceId::new("s").unwrap();
+        let cursor = FeedCursor::new(&space, Seq(u64::MAX));
+        assert!(matches!(
+            FeedCursor::start_after(&space, Some(&cursor), 10),
+            Err(Error::BadCursor { .. })
+        ));
+        let last = FeedCursor::new(&space, Seq(i64::MAX.unsigned_abs()));
+        assert_eq!(
+            FeedCursor::start_after(&space, Some(&last), 10).unwrap(),
+            Seq(i64::MAX.unsigned_abs())
+        );
+    }
+}
