@@ -61,7 +61,7 @@ mod platform {
     }
 }
 
-pub(crate) use platform::create_private_dir;
+pub(crate) use platform::{create_private_dir, new_private_file};
 
 /// The files SQLite uses next to the database in WAL mode.
 const SIDECARS: [&str; 2] = ["-wal", "-shm"];

@@ -214,3 +214,49 @@ async fn old_writes_to_an_application_table_must_still_succeed() {
     assert!(rules(&v).contains(&Rule::Trigger), "{v:?}");
     assert!(rules(&v).contains(&Rule::OldWrites), "{v:?}");
 }
+
+/// A scratch directory in the temporary directory as a check leaves it: the directory with a
+/// throwaway store in it, and its sibling lock file. Returns both paths.
+fn scratch_like_a_check() -> (std::path::PathBuf, std::path::PathBuf) {
+    let name = cairn_core::scratch_name("cairn_additivity");
+    let dir = std::env::temp_dir().join(&name);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("check.db"), b"synthetic").unwrap();
+    let lock = std::env::temp_dir().join(format!("{name}.lock"));
+    std::fs::write(&lock, b"").unwrap();
+    (dir, lock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_checks_scratch_directory_is_removed_by_the_next_check() {
+    // A killed check leaves its directory and an unlocked lock file (the kill released it).
+    let (dir, lock) = scratch_like_a_check();
+    check(&["ALTER TABLE epoch_event ADD COLUMN note TEXT"]).await;
+    assert!(
+        !dir.exists(),
+        "the leftover {} is still there",
+        dir.display()
+    );
+    assert!(
+        !lock.exists(),
+        "its lock file {} is still there",
+        lock.display()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_checks_scratch_directory_survives_another_checks_cleanup() {
+    // A live check holds the lock on its lock file for as long as it runs.
+    let (dir, lock) = scratch_like_a_check();
+    let held = std::fs::File::open(&lock).unwrap();
+    fs4::FileExt::try_lock(&held).expect("nobody else holds the new lock");
+    check(&["ALTER TABLE epoch_event ADD COLUMN note TEXT"]).await;
+    assert!(
+        dir.join("check.db").exists(),
+        "a live check's directory was removed"
+    );
+    assert!(lock.exists(), "a live check's lock file was removed");
+    drop(held);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&lock).unwrap();
+}

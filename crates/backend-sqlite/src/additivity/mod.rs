@@ -7,11 +7,11 @@
 //! throwaway store and runs the check.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
-use cairn_core::{Error, Result};
+use cairn_core::Result;
 use cairn_migrate::additivity::{seed_epoch_log, AdditivityEngine, CheckTarget, Rule, Violation};
 use cairn_migrate::{MigrateError, MigrationSet, Revision, Runner, CAIRN_SET};
 
@@ -24,6 +24,7 @@ mod capture;
 mod fill;
 mod judge;
 mod rows;
+mod scratch;
 mod snapshot;
 mod sql;
 mod tokens;
@@ -31,12 +32,13 @@ mod tokens;
 use capture::run_traced;
 use judge::{judge_schema, judge_statements};
 use rows::{judge_old_writes, judge_rows};
+use scratch::Scratch;
 use snapshot::{of_kind, read_schema, read_seeded};
 
 /// The SQLite engine of cairn-migrate's executed additivity check ([`AdditivityEngine`]).
 ///
-/// Per revision, in a fresh private temporary directory (removed afterwards; nothing else is
-/// touched): a throwaway store is built at the revision's parent through the lineage-aware
+/// Per revision, in a fresh private temporary directory (removed afterwards, and by the next
+/// check when a kill left it behind; see [`scratch`]): a throwaway store is built at the revision's parent through the lineage-aware
 /// runner — for an application's set, cairn's own set first, then the application's history
 /// ([`CheckTarget`]) — and seeded through cairn's real write paths
 /// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Every
@@ -93,7 +95,7 @@ impl AdditivityEngine for SqliteAdditivity {
         revision: &Revision,
     ) -> Result<Vec<Violation>, MigrateError> {
         let dir = Scratch::new()?;
-        let path = dir.0.join("check.db");
+        let path = dir.path().join("check.db");
         build(&path, &self.opts, target).await?;
         let (opts, statements) = (self.opts.clone(), revision.up_sqlite.clone());
         let violations = blocking(move || inspect(&path, &opts, &statements)).await?;
@@ -137,36 +139,6 @@ async fn build(
     let (path, opts) = (path.to_path_buf(), opts.clone());
     blocking(move || fill::fill_empty_tables(&path, &opts)).await?;
     Ok(())
-}
-
-/// A private temporary directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Result<Self> {
-        let base = std::env::temp_dir();
-        loop {
-            let dir = base.join(cairn_core::scratch_name("cairn_additivity"));
-            match files::create_private_dir(&dir) {
-                Ok(()) => return Ok(Self(dir)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(source) => {
-                    return Err(Error::Io {
-                        path: base.display().to_string(),
-                        source,
-                    })
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        // A leftover scratch directory holds only synthetic data; failing to remove it must
-        // not turn a verdict into an error.
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 struct Verdict(Vec<Violation>);
