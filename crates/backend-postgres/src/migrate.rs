@@ -18,20 +18,21 @@ use crate::sql::{create_schema, SCHEMA_EXISTS, SESSION_SETUP, SET_LOCAL_SEARCH_P
 /// The migration lock's statements; the stamp and lineage statements are
 /// [`cairn_migrate::bookkeeping`]'s, shared with every backend.
 mod sql {
-    pub(super) const TRY_LOCK: &str = "SELECT pg_try_advisory_lock($1)";
-    pub(super) const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+    pub(super) const TRY_LOCK: &str = "SELECT pg_catalog.pg_try_advisory_lock($1)";
+    pub(super) const UNLOCK: &str = "SELECT pg_catalog.pg_advisory_unlock($1)";
 
     /// Marks the upgrade transaction with a transaction-local setting, which is gone once the
     /// transaction ends by any means (a revision's COMMIT, ROLLBACK, END or ABORT included).
-    pub(super) const MARK_OPEN: &str = "SELECT set_config('cairn.migration_open', 'on', true)";
+    pub(super) const MARK_OPEN: &str =
+        "SELECT pg_catalog.set_config('cairn.migration_open', 'on', true)";
 
     /// Whether the marked transaction is still the session's transaction.
     pub(super) const IS_OPEN: &str =
-        "SELECT coalesce(current_setting('cairn.migration_open', true), '') = 'on'";
+        "SELECT coalesce(pg_catalog.current_setting('cairn.migration_open', true), '') = 'on'";
 
     /// Whether the role may create temporary objects (the commit guard is one).
     pub(super) const CAN_USE_TEMP: &str =
-        "SELECT has_database_privilege(current_database(), 'TEMP')";
+        "SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'TEMP')";
 
     /// The commit guard: a deferred constraint trigger on a temporary row that fails any
     /// COMMIT while the row is armed, so a COMMIT issued by a revision rolls the whole upgrade

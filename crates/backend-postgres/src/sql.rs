@@ -3,6 +3,14 @@
 //! to be a plain lowercase identifier.
 //!
 //! Tables are unqualified: every pooled connection's `search_path` is the store's schema.
+//! Functions are not: every call is `pg_catalog.`-qualified, because an overload planted in the
+//! store's schema (`public`, say, which every role may write before PostgreSQL 15) wins over a
+//! built-in whenever its argument types match better — `unnest(bytea[])` over
+//! `pg_catalog.unnest(anyarray)` — wherever `pg_catalog` sits in the `search_path`. For the same
+//! reason every operator's operands have one type (an operator is found by exact types in
+//! `pg_catalog` first). Multi-argument `unnest(a, b, …)` in FROM stays unqualified: the parser
+//! expands it into `pg_catalog.unnest` calls itself (and `pg_catalog.unnest(a, b)` does not
+//! exist). `tests/search_path.rs` plants such overloads and shows none of them runs.
 
 use crate::config::SchemaName;
 
@@ -11,12 +19,13 @@ use crate::config::SchemaName;
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// Session settings every pooled connection gets: `$1` search_path, `$2` lock_timeout (ms).
-pub(crate) const SESSION_SETUP: &str =
-    "SELECT set_config('search_path', $1, false), set_config('lock_timeout', $2, false)";
+pub(crate) const SESSION_SETUP: &str = "SELECT pg_catalog.set_config('search_path', $1, false), \
+     pg_catalog.set_config('lock_timeout', $2, false)";
 
 /// Re-reads `search_path` inside the DDL transaction (`$1`), after the schema may have been
 /// created.
-pub(crate) const SET_LOCAL_SEARCH_PATH: &str = "SELECT set_config('search_path', $1, true)";
+pub(crate) const SET_LOCAL_SEARCH_PATH: &str =
+    "SELECT pg_catalog.set_config('search_path', $1, true)";
 
 /// Whether schema `$1` exists.
 pub(crate) const SCHEMA_EXISTS: &str =
@@ -35,7 +44,7 @@ pub(crate) fn drop_schema(schema: &SchemaName) -> String {
 }
 
 /// Takes the transaction-scoped advisory lock `$1` (a space's write lock, or the DDL lock).
-pub(crate) const LOCK: &str = "SELECT pg_advisory_xact_lock($1)";
+pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
 /// The append's read, in one statement: the space's largest seq and the id of the epoch there
 /// (`max_seq`/`max_id`, one backward step down the unique `(space, seq)` index; NULL for an
@@ -48,7 +57,7 @@ LEFT JOIN (SELECT seq, id FROM epoch WHERE space = $1 ORDER BY seq DESC LIMIT 1)
 LEFT JOIN epoch_head h ON h.space = $1";
 
 /// The space's largest seq (NULL when empty).
-pub(crate) const MAX_SEQ: &str = "SELECT max(seq) FROM epoch WHERE space = $1";
+pub(crate) const MAX_SEQ: &str = "SELECT pg_catalog.max(seq) FROM epoch WHERE space = $1";
 
 /// The head cache's rows for the space.
 pub(crate) const CACHED_HEADS: &str = "SELECT id, seq FROM epoch_head WHERE space = $1 ORDER BY id";
@@ -71,7 +80,7 @@ WITH st AS (\
  AND EXISTS (SELECT 1 FROM epoch_head k WHERE k.space = $1 AND k.id = m.id) AS cur \
  FROM (SELECT 1) AS one(x) \
  LEFT JOIN (SELECT seq, id FROM epoch WHERE space = $1 ORDER BY seq DESC LIMIT 1) m ON true, \
- (SELECT max(seq) AS max_cached FROM epoch_head WHERE space = $1) c) \
+ (SELECT pg_catalog.max(seq) AS max_cached FROM epoch_head WHERE space = $1) c) \
 SELECT h.id, h.seq FROM epoch_head h WHERE h.space = $1 AND (SELECT cur FROM st) \
 UNION ALL \
 SELECT e.id, e.seq FROM epoch e \
@@ -88,7 +97,7 @@ macro_rules! write_log_ctes {
  INSERT INTO epoch (space, id, seq) VALUES ($1, $2, $3)), \
 new_parents AS (\
  INSERT INTO epoch_parent (space, parent, child) \
- SELECT $1, p, $2 FROM unnest($4::bytea[]) AS p), \
+ SELECT $1, p, $2 FROM pg_catalog.unnest($4::bytea[]) AS p), \
 new_events AS (\
  INSERT INTO epoch_event (space, seq, epoch_seq, epoch, event_id, kind, key, payload) \
  SELECT $1, $3, (e.n - 1)::int4, $2, e.event_id, e.kind, e.key, e.payload \
@@ -166,10 +175,11 @@ FROM epoch e WHERE e.space = $1 AND e.id = $2";
 /// (Each seq is one epoch, so `(seq, epoch_seq)` is the `(seq, epoch, epoch_seq)` order.)
 pub(crate) const FEED_PAGE: &str = "\
 WITH page AS (\
- SELECT seq, count(*) AS n FROM epoch_event WHERE space = $1 AND seq > $2 \
+ SELECT seq, pg_catalog.count(*) AS n FROM epoch_event WHERE space = $1 AND seq > $2 \
  GROUP BY seq ORDER BY seq LIMIT $3), \
 picked AS (\
- SELECT seq, sum(n) OVER (ORDER BY seq) AS upto, row_number() OVER (ORDER BY seq) AS rn \
+ SELECT seq, (pg_catalog.sum(n) OVER (ORDER BY seq))::int8 AS upto, \
+ pg_catalog.row_number() OVER (ORDER BY seq) AS rn \
  FROM page) \
 SELECT v.seq, v.epoch, v.epoch_seq, v.event_id, v.kind, v.key, v.payload \
 FROM picked JOIN epoch_event v ON v.space = $1 AND v.seq = picked.seq \

@@ -1,7 +1,8 @@
 //! Every statement the Postgres spool sends. Nothing here is built from input: values are bound
 //! parameters, states are the names [`cairn_core::RunState::as_str`] gives (bound too, as the
 //! transition functions decide them), and tables are unqualified (every pooled connection's
-//! `search_path` is the store's schema).
+//! `search_path` is the store's schema) while functions are `pg_catalog.`-qualified (see
+//! `crate::sql` for why).
 //!
 //! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is
 //! [`CLAIM_PICK`] (locks the expired and the next due runs in one statement) plus
@@ -42,13 +43,13 @@ WITH ins AS ( \
         AND EXISTS (SELECT 1 FROM ins WHERE ins.run_id = $1) \
     RETURNING 1 \
 ), wake AS ( \
-    SELECT pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
+    SELECT pg_catalog.pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
 ) \
-SELECT ins.run_id, (SELECT count(*) FROM wake) FROM ins";
+SELECT ins.run_id, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
 
 /// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
 /// group), so each sees the runs the previous one created.
-pub(super) const LOCK_GROUP: &str = "SELECT pg_advisory_xact_lock($1)";
+pub(super) const LOCK_GROUP: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
 /// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
 /// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
@@ -111,7 +112,7 @@ pub(super) const READ_RUN: &str = concat!(
 pub(super) const RUN_INFO: &str = concat!(
     "SELECT ",
     run_columns!(),
-    ", (SELECT count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
+    ", (SELECT pg_catalog.count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
      ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
      ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values \
      FROM spool_run r WHERE r.run_id = $1"
@@ -122,7 +123,7 @@ pub(super) const RUN_INFO: &str = concat!(
 pub(super) const RUN_LIST: &str = concat!(
     "SELECT ",
     run_columns!(),
-    ", (SELECT count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
+    ", (SELECT pg_catalog.count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
      ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
      ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values \
      FROM spool_run r \
@@ -151,9 +152,9 @@ WITH u AS ( \
         AND cancel_requested = $4 \
     RETURNING cancel_requested \
 ), wake AS ( \
-    SELECT pg_notify($14, '') FROM u WHERE $13 \
+    SELECT pg_catalog.pg_notify($14, '') FROM u WHERE $13 \
 ) \
-SELECT u.cancel_requested, (SELECT count(*) FROM wake) FROM u";
+SELECT u.cancel_requested, (SELECT pg_catalog.count(*) FROM wake) FROM u";
 
 /// Appends an event in one statement: `$1` run, `$2` event id, `$3` now, `$4` payload bytes,
 /// `$5` payload. Returns whether the run exists, the seq of an event the run already holds
@@ -192,7 +193,7 @@ pub(super) const ACK_EVENTS: &str = "\
 WITH d AS ( \
     DELETE FROM spool_event WHERE run_id = $1 AND event_id = ANY($2) RETURNING 1 \
 ) \
-SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), (SELECT count(*) FROM d)";
+SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), (SELECT pg_catalog.count(*) FROM d)";
 
 /// Sets a fact unless it is set: `$1` run, `$2` name, `$3` now, `$4` value. Returns whether the
 /// run exists and whether this statement stored the fact.
@@ -219,15 +220,15 @@ WHERE r.run_id = $1";
 /// enqueue time.
 pub(super) const STATS: &str = "\
 SELECT s.state, s.n, ev.n, ev.bytes, ev.oldest, q.oldest \
-FROM (SELECT count(*) AS n, coalesce(sum(payload_bytes), 0)::bigint AS bytes, \
-        min(created_at) AS oldest FROM spool_event) ev \
-CROSS JOIN (SELECT min(enqueued_at) AS oldest FROM spool_run WHERE state = 'queued') q \
-LEFT JOIN (SELECT state, count(*) AS n FROM spool_run GROUP BY state) s ON TRUE";
+FROM (SELECT pg_catalog.count(*) AS n, coalesce(pg_catalog.sum(payload_bytes), 0)::bigint AS bytes, \
+        pg_catalog.min(created_at) AS oldest FROM spool_event) ev \
+CROSS JOIN (SELECT pg_catalog.min(enqueued_at) AS oldest FROM spool_run WHERE state = 'queued') q \
+LEFT JOIN (SELECT state, pg_catalog.count(*) AS n FROM spool_run GROUP BY state) s ON TRUE";
 
 /// Retention's event window: the total event payload bytes on every row, plus the oldest `$1`
 /// events in age order (run, seq, created at, bytes; NULL when there are none).
 pub(super) const RETENTION_EVENT_WINDOW: &str = "\
-SELECT (SELECT coalesce(sum(payload_bytes), 0)::bigint FROM spool_event) AS total, \
+SELECT (SELECT coalesce(pg_catalog.sum(payload_bytes), 0)::bigint FROM spool_event) AS total, \
     e.run_id, e.seq, e.created_at, e.payload_bytes \
 FROM (VALUES (1)) AS one(x) LEFT JOIN LATERAL ( \
     SELECT run_id, seq, created_at, payload_bytes, event_no FROM spool_event \
@@ -256,11 +257,11 @@ DELETE FROM spool_run r WHERE r.run_id = ANY($1) AND r.finished_at IS NOT NULL \
 /// The earliest `due_at` of queue `$1`'s live runs (NULL when it has none): one range of the
 /// claim index.
 pub(super) const NEXT_DUE: &str =
-    "SELECT min(due_at) FROM spool_run WHERE queue = $1 AND due_at IS NOT NULL";
+    "SELECT pg_catalog.min(due_at) FROM spool_run WHERE queue = $1 AND due_at IS NOT NULL";
 
 /// Serializes imports of one source (`$1`, a key derived from schema and fingerprint), so two
 /// concurrent imports of it create its runs once.
-pub(super) const LOCK_IMPORT: &str = "SELECT pg_advisory_xact_lock($1)";
+pub(super) const LOCK_IMPORT: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
 /// The completion marker of source `$1` (its fingerprint).
 pub(super) const IMPORT_MARKER: &str =
@@ -314,4 +315,4 @@ FROM unnest($2::bytea[], $3::text[], $4::bytea[]) AS u(run_id, name, value)";
 
 /// Wakes the channels `$1`.
 pub(super) const WAKE_CHANNELS: &str =
-    "SELECT pg_notify(c.ch, '') FROM unnest($1::text[]) AS c(ch)";
+    "SELECT pg_catalog.pg_notify(c.ch, '') FROM pg_catalog.unnest($1::text[]) AS c(ch)";
