@@ -294,6 +294,7 @@ macro_rules! suite {
             e5_cache_used_only_when_current,
             e6_legacy_history_with_fork_detected,
             e7_repair_fills_once_and_fork_collapses,
+            e8_backfill_pacing_switch_first_error_stop_and_marker,
             e9_import_fork_merge_and_refusals,
             e10_feed_order_paging_and_cursor_refusals,
             e11_append_statement_budget_is_fixed,

@@ -72,6 +72,8 @@ pub mod migrate;
 mod store;
 mod url;
 
+/// The paced head-cache backfill (one pass over every space; the completion marker).
+pub use cairn_core::backfill;
 /// The spool's types, traits and pure decisions (see [`Spool`]).
 pub use cairn_core::spool;
 pub use cairn_core::spool::{

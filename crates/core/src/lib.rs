@@ -21,6 +21,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backfill;
 mod encoding;
 mod error;
 mod keys;

@@ -120,6 +120,10 @@ pub(crate) enum Command {
         #[arg(long)]
         queue: Option<String>,
     },
+    /// Repair stale head caches: one paced pass over every space in id order, in the
+    /// foreground (a progress bar on a terminal); prints `visited=N repaired=N current=N`.
+    /// Ctrl-C stops it between spaces.
+    Backfill(crate::backfill::BackfillArgs),
     /// Serve the store over HTTP: the JSON API under `/v1` (OpenAPI document at
     /// `/v1/openapi.json`), `/healthz` and `/readyz`; bearer-token auth; stops gracefully on
     /// SIGINT/SIGTERM.

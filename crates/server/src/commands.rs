@@ -165,6 +165,9 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Import { legacy, queue } => {
             crate::import::run(&target, &legacy, queue, &mut out).await?;
         }
+        Command::Backfill(args) => {
+            crate::backfill::run_foreground(&target, &args, &mut out).await?;
+        }
         Command::Serve(args) => {
             drop(out);
             return crate::serve::run(&target, args).await;

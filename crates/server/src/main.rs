@@ -7,6 +7,7 @@
 
 #![forbid(unsafe_code)]
 
+mod backfill;
 mod cli;
 mod commands;
 mod error;

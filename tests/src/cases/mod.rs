@@ -11,6 +11,7 @@ use cairn_core::{
 use crate::Harness;
 
 mod additivity;
+mod backfill;
 mod epoch_log;
 mod migrations;
 mod model;
@@ -18,6 +19,7 @@ mod multi_node;
 mod spool;
 
 pub use additivity::*;
+pub use backfill::*;
 pub use epoch_log::*;
 pub use migrations::*;
 pub use model::*;

@@ -57,6 +57,9 @@ pub(crate) struct ServeArgs {
     /// On SIGINT/SIGTERM, how long in-flight requests get to finish, in seconds.
     #[arg(long, default_value_t = 10, value_name = "SECS")]
     drain_timeout: u64,
+    /// The background head-cache backfill (on unless switched off).
+    #[command(flatten)]
+    backfill: crate::backfill::BackfillArgs,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -85,6 +88,7 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
             "--max-body-bytes and --request-timeout must be at least 1".into(),
         ));
     }
+    let backfill_config = args.backfill.config()?;
     let store = open(target, IfMissing::Create).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -107,6 +111,9 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
     };
     let app = routes::router(state, Arc::new(tokens), limits);
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
+    let backfill = backfill_config.enabled.then(|| {
+        crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone())
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         let _ = stopping_tx.send(true);
@@ -129,6 +136,11 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
             Ok(())
         }
     };
+    if let Some(backfill) = backfill {
+        // It stops between spaces once `stopping` is true; a repair in flight is one short
+        // transaction.
+        let _ = backfill.await;
+    }
     store.close().await?;
     served
 }

@@ -1,0 +1,206 @@
+//! The paced head-cache backfill in the binary: `cairn backfill` (one pass in the foreground,
+//! with a progress bar on a terminal) and the background pass of `cairn serve`.
+//!
+//! The pass itself is `cairn::backfill::run_pass` (backend-independent, in cairn-core). Its log
+//! lines carry counts and error codes only: never a payload, a space id or a URL.
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+
+use cairn::backfill::{
+    run_pass, BackfillConfig, BackfillObserver, BackfillOutcome, BackfillProgress, TokioPacer,
+};
+use cairn::{DatabaseUrl, EpochDiagnostics};
+
+use crate::error::CliError;
+use crate::open::{open, IfMissing};
+
+/// The backfill's settings on the command line and in the environment.
+#[derive(clap::Args, Clone, Debug)]
+pub(crate) struct BackfillArgs {
+    /// Whether `cairn serve` runs the backfill in the background (`false` switches it off).
+    #[arg(
+        long = "backfill-enabled",
+        env = "CAIRN_BACKFILL__ENABLED",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub(crate) enabled: bool,
+    /// The most spaces the backfill visits per second.
+    #[arg(
+        long = "backfill-spaces-per-second",
+        env = "CAIRN_BACKFILL__SPACES_PER_SECOND",
+        default_value_t = 2.0,
+        value_name = "RATE"
+    )]
+    pub(crate) spaces_per_second: f64,
+    /// How many spaces between two progress lines.
+    #[arg(
+        long = "backfill-progress-every",
+        env = "CAIRN_BACKFILL__PROGRESS_EVERY",
+        default_value_t = 500,
+        value_name = "N"
+    )]
+    pub(crate) progress_every: u64,
+}
+
+impl BackfillArgs {
+    /// The pass's configuration, validated (pacing only when enabled): one line per problem.
+    pub(crate) fn config(&self) -> Result<BackfillConfig, CliError> {
+        let config = BackfillConfig {
+            enabled: self.enabled,
+            spaces_per_second: self.spaces_per_second,
+            progress_every: self.progress_every,
+            ..BackfillConfig::default()
+        };
+        config
+            .validate()
+            .map_err(|problems| CliError::Config(problems.join("\n")))?;
+        Ok(config)
+    }
+}
+
+/// Writes the pass's progress (and, in the background, its first error) to stderr, as
+/// `cairn backfill: …` lines. In the foreground the command's own error line reports the
+/// error, so it is not written twice.
+struct LogObserver {
+    report_failure: bool,
+}
+
+impl BackfillObserver for LogObserver {
+    fn checkpoint(&self, p: &BackfillProgress) {
+        log_line(&format!(
+            "progress: visited={} repaired={} current={}",
+            p.visited, p.repaired, p.current
+        ));
+    }
+    fn failed(&self, code: &'static str, p: &BackfillProgress) {
+        if !self.report_failure {
+            return;
+        }
+        log_line(&format!(
+            "stopped at the first error: code={code} visited={}; the store's caches stay \
+             correct (every append checks them); run `cairn backfill` to retry",
+            p.visited
+        ));
+    }
+}
+
+fn log_line(msg: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "cairn backfill: {msg}");
+}
+
+/// Starts the background pass of `cairn serve`: it honours the completion marker (a finished
+/// pass is not repeated on every boot) and stops when `stopping` turns true.
+pub(crate) fn spawn(
+    store: Arc<dyn EpochDiagnostics>,
+    config: BackfillConfig,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<BackfillOutcome> {
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        };
+        let outcome = run_pass(
+            store.as_ref(),
+            &config,
+            &TokioPacer::default(),
+            &LogObserver {
+                report_failure: true,
+            },
+            true,
+            shutdown,
+        )
+        .await;
+        if let BackfillOutcome::Completed(p) = &outcome {
+            log_line(&format!(
+                "pass complete: visited={} repaired={} current={}",
+                p.visited, p.repaired, p.current
+            ));
+        }
+        outcome
+    })
+}
+
+/// Draws a progress bar (spinner and counts: the number of spaces is not known in advance).
+struct BarObserver(indicatif::ProgressBar);
+
+impl BackfillObserver for BarObserver {
+    fn space_done(&self, p: &BackfillProgress) {
+        self.0.set_position(p.visited);
+        self.0
+            .set_message(format!("repaired {} current {}", p.repaired, p.current));
+    }
+    fn failed(&self, _code: &'static str, _p: &BackfillProgress) {
+        self.0.abandon();
+    }
+}
+
+/// `cairn backfill`: one pass in the foreground, ignoring the completion marker, at the
+/// configured pace; prints `visited=N repaired=N current=N` when done. Ctrl-C stops it between
+/// spaces.
+pub(crate) async fn run_foreground(
+    target: &DatabaseUrl,
+    args: &BackfillArgs,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    let config = BackfillConfig {
+        enabled: true,
+        ..args.config()?
+    };
+    let store = open(target, IfMissing::Refuse).await?;
+    let diagnostics = store.diagnostics();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new_spinner();
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {pos} spaces  {msg}  {elapsed}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        bar
+    });
+    let observer: Box<dyn BackfillObserver> = match &bar {
+        Some(b) => Box::new(BarObserver(b.clone())),
+        None => Box::new(LogObserver {
+            report_failure: false,
+        }),
+    };
+    let shutdown = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    let outcome = run_pass(
+        diagnostics.as_ref(),
+        &config,
+        &TokioPacer::default(),
+        observer.as_ref(),
+        false,
+        shutdown,
+    )
+    .await;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    store.close().await?;
+    match outcome {
+        BackfillOutcome::Completed(p) => {
+            writeln!(
+                out,
+                "visited={} repaired={} current={}",
+                p.visited, p.repaired, p.current
+            )?;
+            Ok(())
+        }
+        BackfillOutcome::Stopped(p) => Err(CliError::Config(format!(
+            "interrupted after {} spaces ({} repaired); run `cairn backfill` again to finish",
+            p.visited, p.repaired
+        ))),
+        BackfillOutcome::Failed { code, progress } => Err(CliError::Config(format!(
+            "the backfill stopped at the first error (code {code}) after {} spaces; run \
+             `cairn doctor` to inspect the store, then `cairn backfill` again",
+            progress.visited
+        ))),
+        BackfillOutcome::Disabled | BackfillOutcome::AlreadyComplete => Ok(()),
+    }
+}
