@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{Clock, Spool, SystemClock};
+use cairn_core::spool::{Clock, Spool, SpoolConfig, SystemClock};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
 use cairn_migrate::{MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
 
@@ -166,6 +166,7 @@ pub struct StoreBuilder {
     migration_lock_timeout: Duration,
     sets: Vec<MigrationSet>,
     clock: Arc<dyn Clock>,
+    spool_config: SpoolConfig,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -180,6 +181,7 @@ impl fmt::Debug for StoreBuilder {
             .field("share_sqlite_file", &self.share_sqlite_file)
             .field("migration_lock_timeout", &self.migration_lock_timeout)
             .field("clock", &self.clock)
+            .field("spool_config", &self.spool_config)
             .field(
                 "sets",
                 &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
@@ -201,6 +203,7 @@ impl StoreBuilder {
             migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
             sets: Vec::new(),
             clock: Arc::new(SystemClock),
+            spool_config: SpoolConfig::default(),
         }
     }
 
@@ -260,6 +263,14 @@ impl StoreBuilder {
     /// system clock). Tests pass a `ManualClock` to drive time.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// The spool's config: the retry backoff after a retryable nack or an expired lease
+    /// (default 1 s doubling to 60 s). Every process of one store should use the same config,
+    /// since the backoff decides when a run is due again.
+    pub fn spool_config(mut self, config: SpoolConfig) -> Self {
+        self.spool_config = config;
         self
     }
 
@@ -345,7 +356,9 @@ impl StoreBuilder {
         }];
         let migrator = cairn_sqlite::SqliteMigrator::new(&path, opts);
         self.open_sets(&migrator, &mut migrations).await?;
-        let spool = cairn_sqlite::SqliteSpool::from_store(&store, self.clock.clone()).await?;
+        let spool = cairn_sqlite::SqliteSpool::from_store(&store, self.clock.clone())
+            .await?
+            .with_config(self.spool_config);
         Ok(Store {
             inner: Arc::new(Inner {
                 epochs: Arc::new(store),
@@ -386,7 +399,14 @@ impl StoreBuilder {
         }];
         let migrator = cairn_postgres::PgMigrator::new(opts.clone())?;
         let spool = match self.open_sets(&migrator, &mut migrations).await {
-            Ok(()) => cairn_postgres::PgSpool::connect(opts, self.clock.clone()).await,
+            Ok(()) => {
+                cairn_postgres::PgSpool::connect_with_config(
+                    opts,
+                    self.clock.clone(),
+                    self.spool_config,
+                )
+                .await
+            }
             Err(e) => Err(e),
         };
         let spool = match spool {

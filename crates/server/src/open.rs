@@ -28,9 +28,19 @@ pub(crate) fn target(database: Option<&str>) -> Result<DatabaseUrl, CliError> {
 
 /// Opens the store at `url` through the migration runner.
 pub(crate) async fn open(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Store, CliError> {
+    open_with(url, if_missing, cairn::spool::SpoolConfig::default()).await
+}
+
+/// [`open`] with a spool config (`cairn serve`'s retry backoff).
+pub(crate) async fn open_with(
+    url: &DatabaseUrl,
+    if_missing: IfMissing,
+    spool: cairn::spool::SpoolConfig,
+) -> Result<Store, CliError> {
     refuse_missing_file(url, if_missing)?;
     Ok(Store::builder_at(url.clone())
         .create_if_missing(if_missing == IfMissing::Create)
+        .spool_config(spool)
         .open()
         .await?)
 }

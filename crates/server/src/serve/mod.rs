@@ -11,6 +11,7 @@
 //! unauthenticated server is never reachable from another machine by accident.
 
 mod auth;
+mod delivery;
 mod epochs;
 mod error;
 mod json;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use cairn::DatabaseUrl;
 
 use crate::error::CliError;
-use crate::open::{open, IfMissing};
+use crate::open::{open_with, IfMissing};
 
 /// Default listen address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
@@ -60,6 +61,9 @@ pub(crate) struct ServeArgs {
     /// The background head-cache backfill (on unless switched off).
     #[command(flatten)]
     backfill: crate::backfill::BackfillArgs,
+    /// Delivery to a collector (off unless `--delivery-url` is given).
+    #[command(flatten)]
+    delivery: delivery::DeliveryArgs,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -89,7 +93,8 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         ));
     }
     let backfill_config = args.backfill.config()?;
-    let store = open(target, IfMissing::Create).await?;
+    let delivery = args.delivery.validate()?;
+    let store = open_with(target, IfMissing::Create, args.delivery.spool_config()).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Config(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -110,6 +115,11 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         request_timeout: Duration::from_secs(args.request_timeout),
     };
     let app = routes::router(state, Arc::new(tokens), limits);
+    let drain = Duration::from_secs(args.drain_timeout);
+    let worker = match delivery {
+        Some(settings) => Some(delivery::Worker::start(store.spool(), settings, drain).await?),
+        None => None,
+    };
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
     let backfill = backfill_config.enabled.then(|| {
         crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone())
@@ -119,7 +129,6 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         let _ = stopping_tx.send(true);
     });
     let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
-    let drain = Duration::from_secs(args.drain_timeout);
     let served = tokio::select! {
         joined = &mut server => joined
             .map_err(|e| CliError::Config(format!("the server task failed: {e}")))?
@@ -136,6 +145,9 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
             Ok(())
         }
     };
+    if let Some(worker) = worker {
+        worker.stop().await;
+    }
     if let Some(backfill) = backfill {
         // It stops between spaces once `stopping` is true; a repair in flight is one short
         // transaction.

@@ -1,0 +1,486 @@
+//! The delivery worker: forwards pending runs' event batches to a collector.
+//!
+//! It is the spool's consumer loop ([`ConsumerBuilder`]) over one queue (default `telemetry`),
+//! one run at a time so runs reach the collector in claim order (priority, then enqueue
+//! order). It wakes on [`Spool::subscribe`](cairn::Spool::subscribe), so runs that another
+//! process enqueued straight into the store (`cairn enqueue` with no server) are delivered
+//! without a restart.
+//!
+//! Per run it POSTs JSON batches (the run and up to `--delivery-batch` of its unacknowledged
+//! events, in seq order; one batch with no events for a run that has none) and decides from
+//! the answer ([`verdict::classify`]): 2xx acknowledges the batch's events and, after the last
+//! batch, acks the run; 401 re-reads the credentials and tries once more, then retries later;
+//! 403, redirects and the other 4xx except 408/429 park the run with the reason; 408, 429,
+//! 5xx, timeouts and connection errors nack it as retryable, so the spool's backoff (1 s
+//! doubling to 60 s, with jitter, by default) decides when it is tried again. A run whose
+//! attempts run out is parked by the spool like any other.
+//!
+//! Credential problems never park a run: a missing or refused token is this server's problem,
+//! not the run's, and another server with working credentials may deliver it.
+//!
+//! Bounds: connect and request timeouts, at most `--delivery-max-response-bytes` of an answer
+//! are read, redirects are not followed, and on shutdown the worker gets the server's drain
+//! timeout; a run still in flight then stays claimed until its lease expires and is delivered
+//! later.
+
+mod verdict;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn::spool::{
+    BackoffPolicy, Consumer, ConsumerBuilder, ConsumerId, Job, Outcome, QueueName, RunEvent,
+    SpoolConfig, MAX_ACK_IDS,
+};
+use serde::Serialize;
+
+use self::verdict::{classify, excerpt, Verdict};
+use super::json::{bytes_out, RunEventOut};
+use crate::error::CliError;
+
+/// Environment variable holding the collector's bearer token (never a flag: argv is visible
+/// to every user of the machine).
+pub(crate) const TOKEN_ENV: &str = "CAIRN_DELIVERY__TOKEN";
+/// The queue delivered when none is named.
+const DEFAULT_QUEUE: &str = "telemetry";
+/// The longest excerpt of a collector's answer kept in a parked run's reason.
+const REASON_EXCERPT: usize = 200;
+
+/// `cairn serve`'s delivery options. Delivery is off unless a URL is given.
+#[derive(clap::Args)]
+pub(crate) struct DeliveryArgs {
+    /// The collector to forward run event batches to (`http://` or `https://`). Without it
+    /// the server delivers nothing and claims no run.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__URL",
+        hide_env_values = true,
+        value_name = "URL"
+    )]
+    delivery_url: Option<String>,
+    /// A file holding the collector's bearer token (first non-empty line). It is read at start
+    /// and again whenever the collector answers 401, so a rotated token is picked up without a
+    /// restart. Without it, the token comes from `CAIRN_DELIVERY__TOKEN`, if set.
+    #[arg(long, env = "CAIRN_DELIVERY__TOKEN_FILE", value_name = "FILE")]
+    delivery_token_file: Option<PathBuf>,
+    /// The queue whose runs are delivered.
+    #[arg(long, env = "CAIRN_DELIVERY__QUEUE", default_value = DEFAULT_QUEUE, value_name = "QUEUE")]
+    delivery_queue: String,
+    /// Most events per POST (1 to 1000).
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__BATCH",
+        default_value_t = 100,
+        value_name = "N"
+    )]
+    delivery_batch: usize,
+    /// Longest wait for a connection to the collector, in milliseconds.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__CONNECT_TIMEOUT_MS",
+        default_value_t = 5_000,
+        value_name = "MS"
+    )]
+    delivery_connect_timeout_ms: u64,
+    /// Longest a whole POST (connect, send, read the answer) may take, in milliseconds; past
+    /// it the run is retried later.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__TIMEOUT_MS",
+        default_value_t = 10_000,
+        value_name = "MS"
+    )]
+    delivery_timeout_ms: u64,
+    /// Most bytes of a collector's answer that are read; the rest is dropped unread.
+    #[arg(long, env = "CAIRN_DELIVERY__MAX_RESPONSE_BYTES", default_value_t = 64 * 1024, value_name = "BYTES")]
+    delivery_max_response_bytes: usize,
+    /// Delay before the first retry, in milliseconds; it doubles per attempt up to
+    /// `--delivery-retry-cap-ms`, with jitter. This is the spool's backoff, so it applies to
+    /// every retryable nack and expired lease this server records. Lower it only in tests.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__RETRY_BASE_MS",
+        default_value_t = 1_000,
+        value_name = "MS"
+    )]
+    delivery_retry_base_ms: u64,
+    /// The longest retry delay, in milliseconds.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__RETRY_CAP_MS",
+        default_value_t = 60_000,
+        value_name = "MS"
+    )]
+    delivery_retry_cap_ms: u64,
+    /// How often the worker looks at the queue when no wake-up came, in milliseconds.
+    #[arg(
+        long,
+        env = "CAIRN_DELIVERY__POLL_MS",
+        default_value_t = 1_000,
+        value_name = "MS"
+    )]
+    delivery_poll_ms: u64,
+}
+
+impl DeliveryArgs {
+    /// The spool config the store is opened with: the retry backoff above.
+    pub(crate) fn spool_config(&self) -> SpoolConfig {
+        SpoolConfig {
+            backoff: BackoffPolicy {
+                base: Duration::from_millis(self.delivery_retry_base_ms),
+                cap: Duration::from_millis(self.delivery_retry_cap_ms),
+            },
+        }
+    }
+
+    /// Checks the options and builds the worker's settings, or `None` when delivery is off.
+    /// One error naming every problem.
+    pub(crate) fn validate(&self) -> Result<Option<Settings>, CliError> {
+        let Some(url) = &self.delivery_url else {
+            return Ok(None);
+        };
+        let mut problems = Vec::new();
+        let parsed = reqwest::Url::parse(url).ok().filter(|u| {
+            matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.username().is_empty()
+        });
+        if parsed.is_none() {
+            // The URL itself is not repeated: it may hold a secret.
+            problems.push(
+                "--delivery-url is not an http:// or https:// URL with a host and without \
+                 credentials (put the token in CAIRN_DELIVERY__TOKEN or --delivery-token-file)"
+                    .to_owned(),
+            );
+        }
+        let queue = QueueName::new(self.delivery_queue.clone());
+        if let Err(e) = &queue {
+            problems.push(format!("--delivery-queue: {e}"));
+        }
+        if !(1..=MAX_ACK_IDS.min(cairn::spool::MAX_BATCH)).contains(&self.delivery_batch) {
+            problems.push("--delivery-batch must be between 1 and 1000".into());
+        }
+        for (name, v) in [
+            (
+                "--delivery-connect-timeout-ms",
+                self.delivery_connect_timeout_ms,
+            ),
+            ("--delivery-timeout-ms", self.delivery_timeout_ms),
+            ("--delivery-retry-base-ms", self.delivery_retry_base_ms),
+            ("--delivery-poll-ms", self.delivery_poll_ms),
+            (
+                "--delivery-max-response-bytes",
+                self.delivery_max_response_bytes as u64,
+            ),
+        ] {
+            if v == 0 {
+                problems.push(format!("{name} must be at least 1"));
+            }
+        }
+        if self.delivery_retry_cap_ms < self.delivery_retry_base_ms {
+            problems
+                .push("--delivery-retry-cap-ms must be at least --delivery-retry-base-ms".into());
+        }
+        let credentials = match Credentials::load(self.delivery_token_file.clone()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                problems.push(e);
+                None
+            }
+        };
+        match (parsed, queue, credentials) {
+            (Some(url), Ok(queue), Some(credentials)) if problems.is_empty() => {
+                Ok(Some(Settings {
+                    url,
+                    queue,
+                    credentials,
+                    batch: self.delivery_batch,
+                    connect_timeout: Duration::from_millis(self.delivery_connect_timeout_ms),
+                    timeout: Duration::from_millis(self.delivery_timeout_ms),
+                    max_response_bytes: self.delivery_max_response_bytes,
+                    poll: Duration::from_millis(self.delivery_poll_ms),
+                }))
+            }
+            _ => Err(CliError::Config(format!(
+                "delivery is misconfigured: {}",
+                problems.join("; ")
+            ))),
+        }
+    }
+}
+
+/// Checked delivery settings.
+pub(crate) struct Settings {
+    url: reqwest::Url,
+    queue: QueueName,
+    credentials: Credentials,
+    batch: usize,
+    connect_timeout: Duration,
+    timeout: Duration,
+    max_response_bytes: usize,
+    poll: Duration,
+}
+
+/// The collector's bearer token: from a file that is re-read on 401, or from the environment.
+struct Credentials {
+    file: Option<PathBuf>,
+    current: Mutex<Option<String>>,
+}
+
+impl Credentials {
+    fn load(file: Option<PathBuf>) -> Result<Self, String> {
+        let current = match &file {
+            Some(path) => Some(read_token_file(path)?),
+            None => std::env::var(TOKEN_ENV)
+                .ok()
+                .filter(|t| !t.trim().is_empty()),
+        };
+        if let Some(t) = &current {
+            check_token(t)?;
+        }
+        Ok(Self {
+            file,
+            current: Mutex::new(current.map(|t| t.trim().to_owned())),
+        })
+    }
+
+    fn current(&self) -> Option<String> {
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Re-reads the token file; true when it now holds a different token than `used`.
+    fn refresh(&self, used: Option<&str>) -> bool {
+        let Some(path) = &self.file else { return false };
+        let Ok(fresh) = read_token_file(path) else {
+            return false;
+        };
+        if check_token(&fresh).is_err() || Some(fresh.as_str()) == used {
+            return false;
+        }
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+        true
+    }
+}
+
+fn read_token_file(path: &std::path::Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        format!(
+            "cannot read the delivery token file {}: {e}",
+            path.display()
+        )
+    })?;
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(|| format!("the delivery token file {} is empty", path.display()))
+}
+
+fn check_token(token: &str) -> Result<(), String> {
+    let t = token.trim();
+    if t.chars().any(|c| c.is_whitespace() || c.is_control()) || !t.is_ascii() {
+        return Err("the delivery token must be one line of printable ASCII without spaces".into());
+    }
+    Ok(())
+}
+
+/// A running delivery worker.
+pub(crate) struct Worker {
+    consumer: Consumer,
+}
+
+impl Worker {
+    /// Starts the worker on `spool`.
+    pub(crate) async fn start(
+        spool: Arc<dyn cairn::Spool>,
+        settings: Settings,
+        drain: Duration,
+    ) -> Result<Self, CliError> {
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.timeout)
+            .no_proxy()
+            .build()
+            .map_err(|e| {
+                CliError::Config(format!(
+                    "cannot set up the delivery client: {}",
+                    e.without_url()
+                ))
+            })?;
+        let consumer_id = ConsumerId::new(format!("cairn-serve-delivery-{}", std::process::id()))?;
+        let deliverer = Arc::new(Deliverer { http, settings });
+        let queue = deliverer.settings.queue.clone();
+        let consumer = ConsumerBuilder::new(spool, queue, consumer_id)
+            .poll_interval(deliverer.settings.poll)
+            .shutdown_timeout(drain)
+            .spawn(move |job: Job| {
+                let d = deliverer.clone();
+                async move { d.deliver(&job).await }
+            })
+            .await?;
+        Ok(Self { consumer })
+    }
+
+    /// Stops claiming and waits for the runs in flight, at most the drain bound; a run still
+    /// in flight then stays claimed until its lease expires, and is delivered later.
+    pub(crate) async fn stop(self) {
+        let report = self.consumer.shutdown().await;
+        if !report.is_clean() {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "cairn: delivery of {} run(s) did not finish within the drain timeout; they are \
+                 delivered after their lease expires",
+                report.abandoned.len()
+            );
+        }
+    }
+}
+
+/// The body of one POST.
+#[derive(Serialize)]
+struct Batch<'a> {
+    run_id: String,
+    queue: &'a str,
+    attempt: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_b64: Option<String>,
+    events: Vec<RunEventOut>,
+}
+
+struct Deliverer {
+    http: reqwest::Client,
+    settings: Settings,
+}
+
+impl Deliverer {
+    /// Delivers one claimed run, batch by batch.
+    async fn deliver(&self, job: &Job) -> Outcome {
+        let run = job.run_id();
+        let spool = job.spool();
+        let (payload, payload_b64) = bytes_out(job.payload());
+        let mut after = 0;
+        let mut sent_any = false;
+        loop {
+            if job.stop().is_stopped() {
+                return Outcome::Retry(format!(
+                    "delivery was interrupted: {}",
+                    job.stop().stopped().await
+                ));
+            }
+            let events: Vec<RunEvent> = match spool.events(run, after, self.settings.batch).await {
+                Ok(e) => e,
+                Err(e) => return Outcome::Retry(format!("cannot read the run's events: {e}")),
+            };
+            if events.is_empty() && sent_any {
+                return Outcome::Done;
+            }
+            let body = Batch {
+                run_id: run.to_string(),
+                queue: job.queue().as_str(),
+                attempt: job.attempt(),
+                payload: payload.clone(),
+                payload_b64: payload_b64.clone(),
+                events: events.iter().map(RunEventOut::from).collect(),
+            };
+            let body = match serde_json::to_vec(&body) {
+                Ok(b) => b,
+                Err(e) => return Outcome::Fail(format!("cannot encode the batch: {e}")),
+            };
+            match self.post(body).await {
+                Verdict::Delivered => {}
+                Verdict::Unauthorized => {
+                    return Outcome::Retry(
+                        "the collector answered 401 to the current delivery token (re-read \
+                         when a token file is configured); set a valid token in \
+                         CAIRN_DELIVERY__TOKEN or --delivery-token-file"
+                            .into(),
+                    )
+                }
+                Verdict::Retry(why) => return Outcome::Retry(why),
+                Verdict::Park(why) => return Outcome::Fail(why),
+            }
+            sent_any = true;
+            let ids: Vec<_> = events.iter().map(|e| e.event_id.clone()).collect();
+            if !ids.is_empty() {
+                if let Err(e) = spool.acknowledge_events(run, &ids).await {
+                    // The collector has the batch; it sees it again on the retry (event ids
+                    // let it drop the repeat).
+                    return Outcome::Retry(format!("cannot record the delivered events: {e}"));
+                }
+            }
+            match events.last() {
+                Some(last) if events.len() == self.settings.batch => after = last.seq,
+                _ => return Outcome::Done,
+            }
+        }
+    }
+
+    /// One POST, with one more try after a 401 when the credentials changed on re-reading.
+    async fn post(&self, body: Vec<u8>) -> Verdict {
+        let token = self.settings.credentials.current();
+        let first = self.send(body.clone(), token.as_deref()).await;
+        if first != Verdict::Unauthorized || !self.settings.credentials.refresh(token.as_deref()) {
+            return first;
+        }
+        let token = self.settings.credentials.current();
+        self.send(body, token.as_deref()).await
+    }
+
+    async fn send(&self, body: Vec<u8>, token: Option<&str>) -> Verdict {
+        let mut request = self
+            .http
+            .post(self.settings.url.clone())
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body);
+        if let Some(t) = token {
+            request = request.bearer_auth(t);
+        }
+        let mut response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => return Verdict::Retry(describe(&e)),
+        };
+        let status = response.status().as_u16();
+        // Read at most the cap; the rest is dropped with the connection.
+        let mut head = Vec::new();
+        while head.len() < self.settings.max_response_bytes {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = self.settings.max_response_bytes - head.len();
+                    head.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                }
+                Ok(None) => break,
+                // A 2xx whose body broke off still delivered the batch: the status decides.
+                Err(_) => break,
+            }
+        }
+        classify(status, &excerpt(&head, REASON_EXCERPT))
+    }
+}
+
+/// A transport error in words, without the URL (which may hold a secret).
+fn describe(e: &reqwest::Error) -> String {
+    let what = if e.is_timeout() {
+        "the collector did not answer in time"
+    } else if e.is_connect() {
+        "cannot connect to the collector"
+    } else {
+        "the request to the collector failed"
+    };
+    let mut source = std::error::Error::source(e);
+    let mut detail = String::new();
+    while let Some(s) = source {
+        detail = s.to_string();
+        source = s.source();
+    }
+    if detail.is_empty() {
+        what.to_owned()
+    } else {
+        format!("{what}: {detail}")
+    }
+}
