@@ -1,0 +1,541 @@
+//! `cairn serve`'s delivery worker, end to end: the real binary forwards run event batches to a
+//! real HTTP collector running in the test on a loopback port. The collector answers each run's
+//! requests from a script carried in the run's payload (`"429,202"`: first 429, then 202), so
+//! the answers do not depend on the order in which retries interleave. Every wait polls a
+//! condition with a deadline; retry delays are kept short through the server's
+//! `--delivery-retry-*` options.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const FULL: &str = "full-token-6f1d2c9a8b7e";
+const OLD_TOKEN: &str = "collector-token-old-1234";
+const NEW_TOKEN: &str = "collector-token-new-5678";
+const DEADLINE: Duration = Duration::from_secs(30);
+/// The size a "huge" answer announces; the worker must stop reading long before.
+const HUGE: u64 = 1 << 30;
+
+/// One request the collector received.
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    auth: Option<String>,
+    body: Value,
+}
+
+/// A loopback HTTP/1.1 collector that records requests and answers from per-run scripts.
+#[derive(Default)]
+struct Collector {
+    seen: Mutex<Vec<Seen>>,
+    answered: Mutex<HashMap<String, usize>>,
+    /// Runs whose requests wait here until released.
+    held: Mutex<Vec<String>>,
+    release: AtomicBool,
+    huge_written: AtomicU64,
+    huge_cut: AtomicBool,
+}
+
+impl Collector {
+    fn start() -> (Arc<Self>, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let me = Arc::new(Self::default());
+        let c = me.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let c = c.clone();
+                std::thread::spawn(move || c.serve(stream));
+            }
+        });
+        (me, format!("http://{addr}"))
+    }
+
+    fn serve(&self, stream: TcpStream) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut out = stream;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let (mut len, mut auth) = (0usize, None);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                let h = h.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                let (name, value) = h.split_once(':').unwrap();
+                match name.to_ascii_lowercase().as_str() {
+                    "content-length" => len = value.trim().parse().unwrap(),
+                    "authorization" => auth = Some(value.trim().to_owned()),
+                    _ => {}
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let run = body["run_id"].as_str().unwrap_or("").to_owned();
+            let script = body["payload"].as_str().unwrap_or("").to_owned();
+            self.seen.lock().unwrap().push(Seen {
+                path,
+                auth: auth.clone(),
+                body,
+            });
+            let n = {
+                let mut a = self.answered.lock().unwrap();
+                let n = a.entry(run.clone()).or_default();
+                *n += 1;
+                *n - 1
+            };
+            let step = script.split(',').nth(n).unwrap_or("202").to_owned();
+            let answer = |out: &mut TcpStream, status: u16| {
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 {status} X\r\ncontent-length: 6\r\n\r\nscript"
+                );
+            };
+            match step.as_str() {
+                "hold" => {
+                    self.held.lock().unwrap().push(run);
+                    while !self.release.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    answer(&mut out, 202);
+                }
+                "auth" => {
+                    let good = auth.as_deref() == Some(&format!("Bearer {NEW_TOKEN}"));
+                    answer(&mut out, if good { 202 } else { 401 });
+                }
+                // Never answers: the worker's request timeout must end it.
+                "hang" => {
+                    let mut sink = [0u8; 64];
+                    while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
+                    return;
+                }
+                "redirect" => {
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 302 Found\r\nlocation: /elsewhere\r\ncontent-length: 0\r\n\r\n"
+                    );
+                }
+                "huge" => {
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 202 Accepted\r\ncontent-length: {HUGE}\r\n\r\n"
+                    );
+                    let chunk = vec![b'x'; 64 * 1024];
+                    let mut written = 0u64;
+                    while written < HUGE {
+                        if out.write_all(&chunk).is_err() {
+                            self.huge_cut.store(true, Ordering::SeqCst);
+                            break;
+                        }
+                        written += chunk.len() as u64;
+                        self.huge_written.store(written, Ordering::SeqCst);
+                    }
+                    return;
+                }
+                s => answer(&mut out, s.parse().unwrap()),
+            }
+        }
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn for_run(&self, run: &str) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.body["run_id"] == run)
+            .collect()
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + DEADLINE;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn cairn(db: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    for var in [
+        "CAIRN_DATABASE",
+        "CAIRN_AUTH__TOKENS",
+        "CAIRN_AUTH__READ_TOKENS",
+        "CAIRN_LISTEN",
+        "CAIRN_DELIVERY__URL",
+        "CAIRN_DELIVERY__TOKEN",
+        "CAIRN_DELIVERY__TOKEN_FILE",
+        "CAIRN_DELIVERY__QUEUE",
+        "CAIRN_URL",
+        "CAIRN_TOKEN",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.args(["--database", db]);
+    cmd
+}
+
+/// `cairn enqueue` straight to the store (no server path): prints `<id> created`.
+fn enqueue_offline(db: &str, key: &str, payload: &str) -> String {
+    let out = cairn(db)
+        .args([
+            "enqueue",
+            "--queue",
+            "telemetry",
+            "--key",
+            key,
+            "--payload",
+            payload,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split_whitespace().next().unwrap().to_owned()
+}
+
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Server {
+    fn start(db: &str, collector: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
+        let mut cmd = cairn(db);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--delivery-url", &format!("{collector}/ingest")])
+            .args([
+                "--delivery-retry-base-ms",
+                "20",
+                "--delivery-retry-cap-ms",
+                "100",
+            ])
+            .args(["--delivery-timeout-ms", "1000", "--delivery-poll-ms", "100"])
+            .args(["--delivery-max-response-bytes", "1024"])
+            .args(extra)
+            .env("CAIRN_AUTH__TOKENS", FULL)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        {
+            let sink = stderr.clone();
+            let mut pipe = child.stderr.take().unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let _ = tx.send(lines.next().and_then(Result::ok));
+            for _ in lines {}
+        });
+        let first = rx.recv_timeout(DEADLINE).unwrap();
+        let Some(first) = first else {
+            let _ = child.wait();
+            panic!(
+                "the server exited: {}",
+                String::from_utf8_lossy(&stderr.lock().unwrap())
+            );
+        };
+        let addr = first.strip_prefix("listening on ").unwrap().to_owned();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(DEADLINE))
+            .build()
+            .into();
+        Self {
+            child,
+            base: format!("http://{addr}"),
+            agent,
+            stderr,
+        }
+    }
+
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {FULL}"))
+            .header("Content-Type", "application/json");
+        let body = body
+            .map(|b| serde_json::to_vec(&b).unwrap())
+            .unwrap_or_default();
+        let mut resp = self.agent.run(req.body(body).unwrap()).unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    fn enqueue(&self, key: &str, payload: &str) -> String {
+        let (s, v) = self.call(
+            "POST",
+            "/v1/queues/telemetry/runs",
+            Some(json!({"key": key, "payload": payload})),
+        );
+        assert_eq!(s, 201, "{v}");
+        v["run_id"].as_str().unwrap().to_owned()
+    }
+
+    fn append_event(&self, run: &str, id: &str, payload: &str) {
+        let (s, v) = self.call(
+            "POST",
+            &format!("/v1/runs/{run}/events"),
+            Some(json!({"event_id": id, "payload": payload})),
+        );
+        assert_eq!(s, 201, "{v}");
+    }
+
+    fn run(&self, run: &str) -> Value {
+        let (s, v) = self.call("GET", &format!("/v1/runs/{run}"), None);
+        assert_eq!(s, 200, "{v}");
+        v
+    }
+
+    fn wait_state(&self, run: &str, state: &str) -> Value {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let last = self.run(run);
+            if last["state"] == state {
+                return last;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run} never became {state}: {last}; server stderr: {}",
+                String::from_utf8_lossy(&self.stderr.lock().unwrap())
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + DEADLINE;
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the server stops in time");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sqlite_db(dir: &tempfile::TempDir) -> String {
+    dir.path().join("cairn.db").display().to_string()
+}
+
+/// Offline enqueues (another process writing straight to the store) reach the collector in
+/// enqueue order with their events in seq order, while the server keeps running.
+fn offline_enqueues_delivered_in_order(db: &str) {
+    let (collector, url) = Collector::start();
+    let server = Server::start(db, &url, &[], &[]);
+    // The first run's request is held, so the later runs and their events are all stored
+    // before the worker claims the next run.
+    let gate = enqueue_offline(db, "gate", "hold");
+    wait_until("the gate run reaches the collector", || {
+        collector.held.lock().unwrap().contains(&gate)
+    });
+    let r1 = enqueue_offline(db, "r1", "202");
+    let r2 = enqueue_offline(db, "r2", "202");
+    let r3 = enqueue_offline(db, "r3", "202");
+    for (i, e) in ["started", "built", "completed"].iter().enumerate() {
+        server.append_event(&r1, &format!("e{i}"), e);
+    }
+    server.append_event(&r3, "only", "single");
+    collector.release.store(true, Ordering::SeqCst);
+    for run in [&gate, &r1, &r2, &r3] {
+        server.wait_state(run, "succeeded");
+    }
+    let order: Vec<String> = collector
+        .seen()
+        .iter()
+        .map(|s| s.body["run_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(order, vec![gate, r1.clone(), r2, r3.clone()]);
+    let first = &collector.for_run(&r1)[0];
+    assert_eq!(first.path, "/ingest");
+    assert_eq!(first.body["queue"], "telemetry");
+    assert_eq!(first.body["payload"], "202");
+    let events: Vec<(u64, String, String)> = first.body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap(),
+                e["event_id"].as_str().unwrap().to_owned(),
+                e["payload"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            (1, "e0".into(), "started".into()),
+            (2, "e1".into(), "built".into()),
+            (3, "e2".into(), "completed".into())
+        ]
+    );
+    assert_eq!(
+        collector.for_run(&r3)[0].body["events"][0]["event_id"],
+        "only"
+    );
+    // Delivered events are acknowledged: the runs hold none any more.
+    for run in [&r1, &r3] {
+        let (s, v) = server.call("GET", &format!("/v1/runs/{run}/events"), None);
+        assert_eq!(s, 200);
+        assert_eq!(v["events"], json!([]), "{run}");
+    }
+    server.stop();
+}
+
+#[test]
+fn offline_enqueues_are_delivered_in_order_without_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    offline_enqueues_delivered_in_order(&sqlite_db(&dir));
+}
+
+#[test]
+fn offline_enqueues_are_delivered_in_order_on_postgres() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt
+        .block_on(cairn::testkit::postgres::testkit::test_server_url())
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_delivery");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let result = std::panic::catch_unwind(|| {
+        offline_enqueues_delivered_in_order(&format!("{pg}{sep}cairn_schema={schema}"))
+    });
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn collector_answers_ack_refresh_park_or_retry_each_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let token_file = dir.path().join("collector-token");
+    std::fs::write(&token_file, format!("{OLD_TOKEN}\n")).unwrap();
+    let (collector, url) = Collector::start();
+    let server = Server::start(
+        &db,
+        &url,
+        &[],
+        &["--delivery-token-file", token_file.to_str().unwrap()],
+    );
+    // Rotated after start: the server still holds the old token until a 401 makes it look.
+    std::fs::write(&token_file, format!("{NEW_TOKEN}\n")).unwrap();
+
+    let accepted = server.enqueue("accepted", "202");
+    let v = server.wait_state(&accepted, "succeeded");
+    assert_eq!(v["attempts"], 1);
+    assert_eq!(collector.for_run(&accepted).len(), 1);
+
+    let refresh = server.enqueue("refresh", "auth");
+    let v = server.wait_state(&refresh, "succeeded");
+    let seen = collector.for_run(&refresh);
+    let auths: Vec<_> = seen.iter().map(|s| s.auth.clone().unwrap()).collect();
+    assert_eq!(
+        auths,
+        vec![format!("Bearer {OLD_TOKEN}"), format!("Bearer {NEW_TOKEN}")]
+    );
+    assert_eq!(
+        v["attempts"], 1,
+        "the refresh retries within the same attempt"
+    );
+
+    let forbidden = server.enqueue("forbidden", "403");
+    let v = server.wait_state(&forbidden, "parked");
+    assert!(v["reason"].as_str().unwrap().contains("403"), "{v}");
+    assert_eq!(collector.for_run(&forbidden).len(), 1);
+
+    let limited = server.enqueue("limited", "429,202");
+    let v = server.wait_state(&limited, "succeeded");
+    assert_eq!(v["attempts"], 2);
+    assert_eq!(collector.for_run(&limited).len(), 2);
+
+    let failing = server.enqueue("failing", "500,503,202");
+    let v = server.wait_state(&failing, "succeeded");
+    assert_eq!(v["attempts"], 3);
+    assert_eq!(collector.for_run(&failing).len(), 3);
+
+    let slow = server.enqueue("slow", "hang,202");
+    let v = server.wait_state(&slow, "succeeded");
+    assert_eq!(v["attempts"], 2);
+    assert_eq!(collector.for_run(&slow).len(), 2);
+
+    let moved = server.enqueue("moved", "redirect");
+    let v = server.wait_state(&moved, "parked");
+    assert!(v["reason"].as_str().unwrap().contains("redirect"), "{v}");
+    assert_eq!(collector.for_run(&moved).len(), 1);
+    assert!(
+        collector.seen().iter().all(|s| s.path == "/ingest"),
+        "no redirect was followed"
+    );
+
+    let huge = server.enqueue("huge", "huge");
+    server.wait_state(&huge, "succeeded");
+    wait_until("the worker drops the huge answer", || {
+        collector.huge_cut.load(Ordering::SeqCst)
+    });
+    let written = collector.huge_written.load(Ordering::SeqCst);
+    assert!(written < HUGE / 16, "the worker read on: {written} bytes");
+
+    let stderr = server.stop();
+    for secret in [OLD_TOKEN, NEW_TOKEN, url.as_str()] {
+        assert!(!stderr.contains(secret), "stderr shows a secret: {stderr}");
+    }
+}
