@@ -197,8 +197,8 @@ pub(crate) async fn run_foreground(
             p.visited, p.repaired
         ))),
         BackfillOutcome::Failed { code, progress } => Err(CliError::Config(format!(
-            "the backfill stopped at the first error (code {code}) after {} spaces; run \
-             `cairn doctor` to inspect the store, then `cairn backfill` again",
+            "the backfill stopped at the first error (code {code}) after {} spaces; nothing is \
+             lost (every append checks the cache it uses); run `cairn backfill` again",
             progress.visited
         ))),
         BackfillOutcome::Disabled | BackfillOutcome::AlreadyComplete => Ok(()),
