@@ -336,6 +336,11 @@ macro_rules! suite {
             m11_app_same_id_different_content_refused,
             m_app_rollback_story_end_to_end,
             m_app_two_builds_share_one_store,
+            d1_app_older_build_runs_down_and_is_at_head,
+            d2_down_without_stored_sql_refused,
+            d2_app_down_without_stored_sql_refused,
+            d3_app_failed_down_changes_nothing,
+            d4_app_racing_down_and_up_end_consistent,
         );
     };
     ($harness:expr, migrations, multi_node) => {

@@ -383,6 +383,48 @@ impl LockedMigration for PgLocked {
         Ok(())
     }
 
+    async fn store_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+        statements: &[String],
+    ) -> Result<(), MigrateError> {
+        let sql = bookkeeping();
+        let conn = self.conn()?;
+        sqlx::query(sql.delete_down)
+            .bind(set)
+            .bind(revision)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        for (position, statement) in statements.iter().enumerate() {
+            sqlx::query(sql.insert_down)
+                .bind(set)
+                .bind(revision)
+                .bind(position as i32)
+                .bind(statement)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        Ok(())
+    }
+
+    async fn read_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+    ) -> Result<Option<Vec<String>>, MigrateError> {
+        let conn = self.conn()?;
+        let rows: Vec<String> = sqlx::query_scalar(bookkeeping().read_down)
+            .bind(set)
+            .bind(revision)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        Ok((!rows.is_empty()).then_some(rows))
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<(), MigrateError> {
         let disarm = self.guarded;
         Ok(self.finish("COMMIT", disarm).await?)

@@ -1,5 +1,5 @@
-//! The SQLite side of cairn-migrate's open protocol: stamp and lineage tables, the lock
-//! (`BEGIN IMMEDIATE`) and the upgrade transaction.
+//! The SQLite side of cairn-migrate's open protocol: stamp, lineage and down-SQL tables, the
+//! lock (`BEGIN IMMEDIATE`) and the upgrade (or down) transaction.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -243,6 +243,50 @@ impl LockedMigration for SqliteLocked {
                 }
             }
             Ok(())
+        })
+        .await
+        .map_err(store_err)
+    }
+
+    async fn store_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+        statements: &[String],
+    ) -> Result<(), MigrateError> {
+        let (set, revision) = (set.to_owned(), revision.to_owned());
+        let statements = statements.to_vec();
+        self.run(move |c| {
+            let sql = sql();
+            c.execute(sql.delete_down, params![set, revision])
+                .map_err(map)?;
+            for (position, statement) in statements.iter().enumerate() {
+                c.execute(
+                    sql.insert_down,
+                    params![set, revision, position as i64, statement],
+                )
+                .map_err(map)?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(store_err)
+    }
+
+    async fn read_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+    ) -> Result<Option<Vec<String>>, MigrateError> {
+        let (set, revision) = (set.to_owned(), revision.to_owned());
+        self.run(move |c| {
+            let mut stmt = c.prepare(sql().read_down).map_err(map)?;
+            let rows = stmt
+                .query_map(params![set, revision], |r| r.get::<_, String>(0))
+                .map_err(map)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(map)?;
+            Ok((!rows.is_empty()).then_some(rows))
         })
         .await
         .map_err(store_err)

@@ -10,6 +10,10 @@
 //! - `cairn_migration_lineage (set_name, position, revision, checksum, PRIMARY KEY (set_name,
 //!   position))`: per set, the chain of the build that last migrated the store, base at
 //!   position 0, checksums as 64 lowercase hex digits.
+//! - `cairn_migration_down (set_name, revision, position, statement, PRIMARY KEY (set_name,
+//!   revision, position))`: per set and applied revision, its compensating down SQL in the
+//!   store's dialect, stored in the transaction that applied it, so that any build can run it
+//!   ([`crate::Runner::down`]). A revision without rows has no down SQL.
 
 use cairn_core::schema::Dialect;
 
@@ -23,9 +27,12 @@ pub const STAMP_TABLE: &str = "cairn_migration_stamp";
 /// The table holding each set's lineage.
 pub const LINEAGE_TABLE: &str = "cairn_migration_lineage";
 
+/// The table holding each applied revision's stored down SQL.
+pub const DOWN_TABLE: &str = "cairn_migration_down";
+
 /// Names of the runner's bookkeeping tables. Schema comparisons (the additivity check, the
 /// conformance suite's schema probe) leave them out: they are not part of any set's schema.
-pub const BOOKKEEPING_TABLES: [&str; 2] = [STAMP_TABLE, LINEAGE_TABLE];
+pub const BOOKKEEPING_TABLES: [&str; 3] = [STAMP_TABLE, LINEAGE_TABLE, DOWN_TABLE];
 
 /// Every bookkeeping statement in one dialect. Parameters are positional (`?N` on SQLite, `$N`
 /// on Postgres); each field documents its parameters and result columns.
@@ -59,6 +66,14 @@ pub struct BookkeepingSql {
     /// Whether [`BookkeepingSql::insert_lineage`] takes the whole lineage as two arrays (one
     /// execution) rather than one row per execution.
     pub insert_lineage_is_bulk: bool,
+    /// Creates the down-SQL table when missing (inside the locked transaction).
+    pub create_down: &'static str,
+    /// `1 = set, 2 = revision` → the revision's stored down statements in order: `statement`.
+    pub read_down: &'static str,
+    /// `1 = set, 2 = revision, 3 = position, 4 = statement`: stores one down statement.
+    pub insert_down: &'static str,
+    /// `1 = set, 2 = revision`: deletes the revision's stored down SQL.
+    pub delete_down: &'static str,
 }
 
 const SQLITE: BookkeepingSql = BookkeepingSql {
@@ -76,6 +91,12 @@ const SQLITE: BookkeepingSql = BookkeepingSql {
     delete_lineage: "DELETE FROM cairn_migration_lineage WHERE set_name = ?1",
     insert_lineage: "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) VALUES (?1, ?2, ?3, ?4)",
     insert_lineage_is_bulk: false,
+    create_down: "CREATE TABLE IF NOT EXISTS cairn_migration_down (\
+        set_name TEXT NOT NULL, revision TEXT NOT NULL, position INTEGER NOT NULL, statement TEXT NOT NULL, \
+        PRIMARY KEY (set_name, revision, position))",
+    read_down: "SELECT statement FROM cairn_migration_down WHERE set_name = ?1 AND revision = ?2 ORDER BY position",
+    insert_down: "INSERT INTO cairn_migration_down (set_name, revision, position, statement) VALUES (?1, ?2, ?3, ?4)",
+    delete_down: "DELETE FROM cairn_migration_down WHERE set_name = ?1 AND revision = ?2",
 };
 
 const POSTGRES: BookkeepingSql = BookkeepingSql {
@@ -94,6 +115,12 @@ const POSTGRES: BookkeepingSql = BookkeepingSql {
     insert_lineage: "INSERT INTO cairn_migration_lineage (set_name, position, revision, checksum) \
         SELECT $1, ord::integer - 1, rev, sum FROM unnest($2::text[], $3::text[]) WITH ORDINALITY AS l(rev, sum, ord)",
     insert_lineage_is_bulk: true,
+    create_down: "CREATE TABLE IF NOT EXISTS cairn_migration_down (\
+        set_name text NOT NULL, revision text NOT NULL, position integer NOT NULL, statement text NOT NULL, \
+        PRIMARY KEY (set_name, revision, position))",
+    read_down: "SELECT statement FROM cairn_migration_down WHERE set_name = $1 AND revision = $2 ORDER BY position",
+    insert_down: "INSERT INTO cairn_migration_down (set_name, revision, position, statement) VALUES ($1, $2, $3, $4)",
+    delete_down: "DELETE FROM cairn_migration_down WHERE set_name = $1 AND revision = $2",
 };
 
 /// The bookkeeping statements for `dialect`.
@@ -104,10 +131,10 @@ pub fn sql(dialect: Dialect) -> &'static BookkeepingSql {
     }
 }
 
-/// The DDL that creates both bookkeeping tables when missing, in order.
-pub fn ddl(dialect: Dialect) -> [&'static str; 2] {
+/// The DDL that creates every bookkeeping table when missing, in order.
+pub fn ddl(dialect: Dialect) -> [&'static str; 3] {
     let s = sql(dialect);
-    [s.create_stamp, s.create_lineage]
+    [s.create_stamp, s.create_lineage, s.create_down]
 }
 
 /// Builds a [`StoredState`] from what [`BookkeepingSql::read_stamp`] and
@@ -206,7 +233,10 @@ mod tests {
             ] {
                 assert!(stmt.contains(LINEAGE_TABLE), "{stmt}");
             }
-            assert_eq!(ddl(d), [s.create_stamp, s.create_lineage]);
+            for stmt in [s.create_down, s.read_down, s.insert_down, s.delete_down] {
+                assert!(stmt.contains(DOWN_TABLE), "{stmt}");
+            }
+            assert_eq!(ddl(d), [s.create_stamp, s.create_lineage, s.create_down]);
         }
     }
 

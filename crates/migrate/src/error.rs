@@ -52,6 +52,33 @@ pub enum MigrateError {
         #[source]
         source: cairn_core::Error,
     },
+    /// `down` would have to undo revision `revision`, which has no stored down SQL (it was
+    /// applied without a `*.down.sql` file, or by a build that predates stored down SQL);
+    /// nothing was changed.
+    #[error("migration set {set}: cannot roll back past revision {revision}: it has no stored down SQL; choose a later --to revision (nothing was changed)")]
+    NoDownSql {
+        /// The set.
+        set: String,
+        /// The revision without down SQL (the newest such one on the way down).
+        revision: String,
+    },
+    /// `down --to` names a revision the store cannot be rolled back to; nothing was changed.
+    #[error("migration set {set}: cannot roll back: {reason} (nothing was changed)")]
+    DownRefused {
+        /// The set.
+        set: String,
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A stored down statement of revision `revision` failed; the rollback was rolled back.
+    #[error("the down SQL of revision {revision} failed and the rollback was undone (nothing was changed): {source}")]
+    DownFailed {
+        /// The revision being undone.
+        revision: String,
+        /// The store error.
+        #[source]
+        source: cairn_core::Error,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] cairn_core::Error),
@@ -84,6 +111,13 @@ impl From<MigrateError> for cairn_core::Error {
             MigrateError::Source { .. } => {
                 cairn_core::Error::invalid("migration file", e.to_string())
             }
+            MigrateError::NoDownSql { .. } | MigrateError::DownRefused { .. } => {
+                cairn_core::Error::invalid("migration down", e.to_string())
+            }
+            MigrateError::DownFailed { revision, source } => cairn_core::Error::Migration {
+                revision,
+                source: Box::new(source),
+            },
         }
     }
 }

@@ -64,6 +64,6 @@ pub use error::MigrateError;
 pub use revision::{Checksum, ChecksumForm, LineageEntry, MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
-pub use runner::{LockedMigration, MigrationBackend, Opened, Repaired, Runner};
+pub use runner::{Downgraded, LockedMigration, MigrationBackend, Opened, Repaired, Runner};
 pub use split::{split_statements, SplitError};
 pub use transaction::transaction_control;

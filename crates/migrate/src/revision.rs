@@ -1,5 +1,7 @@
 //! Revisions, migration sets and their checksums.
 
+use std::collections::BTreeMap;
+
 use cairn_core::schema::Dialect;
 
 use crate::cairn_set::{CAIRN_SET, COMBINED_CHECKSUM_REVISIONS};
@@ -143,6 +145,10 @@ impl std::fmt::Debug for Checksum {
 pub struct MigrationSet {
     name: String,
     revisions: Vec<Revision>,
+    /// Compensating down SQL per revision id (`[sqlite, postgres]`), stored in the store when
+    /// the revision is applied. It is not part of any checksum: adding or fixing a down file
+    /// strands no store and no older build.
+    down: BTreeMap<String, [Vec<String>; 2]>,
 }
 
 impl MigrationSet {
@@ -182,7 +188,11 @@ impl MigrationSet {
         if ids.windows(2).any(|w| w[0] == w[1]) || ids.iter().any(|i| i.is_empty()) {
             return Err(invalid("revision ids must be non-empty and unique".into()));
         }
-        Ok(Self { name, revisions })
+        Ok(Self {
+            name,
+            revisions,
+            down: BTreeMap::new(),
+        })
     }
 
     /// The set's name (its stamp and lineage are stored under it).
@@ -203,6 +213,59 @@ impl MigrationSet {
     /// The head revision.
     pub fn head(&self) -> &Revision {
         &self.revisions[self.revisions.len() - 1]
+    }
+
+    /// Attaches compensating down SQL to revision `revision`: the statements that undo it on
+    /// each dialect, run newest first by [`crate::Runner::down`] from the copy stored in the
+    /// store when the revision was applied (so a build that never had them can run them).
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for cairn's own set (its revisions carry no down SQL), a
+    /// revision not in the set, the base revision (a store is never rolled back past it), or
+    /// a dialect without statements.
+    pub fn with_down(
+        mut self,
+        revision: &str,
+        sqlite: Vec<String>,
+        postgres: Vec<String>,
+    ) -> Result<Self, MigrateError> {
+        let invalid = |reason: String| MigrateError::InvalidSet {
+            set: self.name.clone(),
+            reason,
+        };
+        if self.name == CAIRN_SET {
+            return Err(invalid("cairn's own revisions carry no down SQL".into()));
+        }
+        match self.position(revision) {
+            None => {
+                return Err(invalid(format!(
+                    "down SQL for {revision}, which is not a revision of the set"
+                )))
+            }
+            Some(0) => {
+                return Err(invalid(format!(
+                    "down SQL for the base revision {revision}: a store is never rolled back past its base; remove it"
+                )))
+            }
+            Some(_) => {}
+        }
+        if sqlite.is_empty() || postgres.is_empty() {
+            return Err(invalid(format!(
+                "down SQL for {revision} needs statements for both dialects"
+            )));
+        }
+        self.down.insert(revision.to_owned(), [sqlite, postgres]);
+        Ok(self)
+    }
+
+    /// The down SQL this build carries for `revision` on `dialect`, if any.
+    pub fn down(&self, revision: &str, dialect: Dialect) -> Option<&[String]> {
+        self.down
+            .get(revision)
+            .map(|[sqlite, postgres]| match dialect {
+                Dialect::Sqlite => sqlite.as_slice(),
+                Dialect::Postgres => postgres.as_slice(),
+            })
     }
 
     /// Position of `id` in the chain.

@@ -55,6 +55,21 @@ pub trait LockedMigration: Send {
         stamp: &str,
         lineage: Option<&[LineageEntry]>,
     ) -> Result<(), MigrateError>;
+    /// Replaces the stored down SQL of revision `revision` of `set` with `statements` (none:
+    /// the revision has no down SQL), in the locked transaction.
+    async fn store_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+        statements: &[String],
+    ) -> Result<(), MigrateError>;
+    /// The stored down SQL of revision `revision` of `set`, in order; `None` when none is
+    /// stored.
+    async fn read_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+    ) -> Result<Option<Vec<String>>, MigrateError>;
     /// Commits and releases the lock.
     async fn commit(self: Box<Self>) -> Result<(), MigrateError>;
     /// Rolls back and releases the lock.
@@ -81,6 +96,64 @@ pub enum Opened {
     /// The store was at this head with a missing or foreign lineage; this build's lineage was
     /// recorded.
     LineageRepaired,
+}
+
+/// What [`Runner::down`] did.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct Downgraded {
+    /// The stamp before.
+    pub from: String,
+    /// The stamp now.
+    pub to: String,
+    /// The revisions undone, newest first (empty when the store was already at `to`; then
+    /// nothing was locked or written).
+    pub reverted: Vec<String>,
+}
+
+/// The revisions `down --to to` undoes on a store in `state`, newest first, with the lineage
+/// the store keeps afterwards (the stored lineage up to and including `to`).
+fn down_plan(
+    set: &str,
+    state: &StoredState,
+    to: &str,
+) -> Result<(String, Vec<String>, Vec<LineageEntry>), MigrateError> {
+    let refused = |reason: String| MigrateError::DownRefused {
+        set: set.into(),
+        reason,
+    };
+    let Some(stamp) = &state.stamp else {
+        return Err(refused(
+            "the store has no stamp for this set (nothing applied, or bookkeeping edited by hand: run `cairn migrate repair`)".into(),
+        ));
+    };
+    let Some(lineage) = &state.lineage else {
+        return Err(refused(
+            "the store records no lineage for this set; run `cairn migrate repair` first".into(),
+        ));
+    };
+    let pos = |id: &str| lineage.iter().position(|e| e.revision == id);
+    let Some(at) = pos(stamp) else {
+        return Err(refused(format!(
+            "the stamp {stamp} is not in the stored lineage; run `cairn migrate repair` first"
+        )));
+    };
+    let Some(target) = pos(to) else {
+        return Err(refused(format!(
+            "{to} is not in the store's history; `cairn migrate history` lists it"
+        )));
+    };
+    if target > at {
+        return Err(refused(format!(
+            "{to} comes after the store's revision {stamp}; use `cairn migrate up`"
+        )));
+    }
+    let reverted = lineage[target + 1..=at]
+        .iter()
+        .rev()
+        .map(|e| e.revision.clone())
+        .collect();
+    Ok((stamp.clone(), reverted, lineage[..=target].to_vec()))
 }
 
 /// What [`Runner::repair`] did. Every repair runs under the migration lock, after a second
@@ -368,8 +441,10 @@ impl Runner {
                     .collect();
                 // Refused before anything runs: a statement that would end the upgrade
                 // transaction (see `LockedMigration::execute` for the check after each one).
+                // Down SQL is checked the same way: it runs inside `down`'s transaction.
                 for rev in &revisions {
-                    for (n, sql) in rev.up(dialect).iter().enumerate() {
+                    let down = self.set.down(&rev.id, dialect).unwrap_or_default();
+                    for (n, sql) in rev.up(dialect).iter().chain(down).enumerate() {
                         if let Some(control) = transaction_control(sql) {
                             return Err(MigrateError::RevisionFailed {
                                 revision: rev.id.clone(),
@@ -387,6 +462,10 @@ impl Runner {
                                 source,
                             })?;
                     }
+                    // Stored beside the lineage in the same transaction; a revision applied
+                    // without down SQL clears any left by an earlier application.
+                    let down = self.set.down(id, dialect).unwrap_or_default();
+                    tx.store_down(name, id, down).await?;
                 }
                 tx.write_state(name, &self.set.head().id, lineage).await?;
                 Opened::Upgraded {
@@ -405,6 +484,112 @@ impl Runner {
             });
         }
         Ok(opened)
+    }
+}
+
+impl Runner {
+    /// Rolls the store back to revision `to` (`cairn migrate down --to REV`): runs the stored
+    /// down SQL of every revision after `to`, newest first, then rewrites the stamp to `to` and
+    /// the lineage to the stored lineage up to `to`, all in one transaction under the migration
+    /// lock, after a second look. Any build may run it — one that never had the revisions it
+    /// undoes included: the SQL comes from the store, written there when each revision was
+    /// applied. A build whose head is `to` classifies the store at head afterwards.
+    ///
+    /// A store already at `to` is neither locked nor written.
+    ///
+    /// # Errors
+    /// [`MigrateError::NoDownSql`] naming the newest revision on the way down that has none,
+    /// [`MigrateError::DownRefused`] for a `to` that is not before the stamp in the store's
+    /// history (or a store without stamp or lineage), [`MigrateError::DownFailed`] when a
+    /// down statement fails, [`MigrateError::LockTimeout`], store errors. Nothing is changed on
+    /// any error.
+    pub async fn down(
+        &self,
+        backend: &dyn MigrationBackend,
+        to: &str,
+    ) -> Result<Downgraded, MigrateError> {
+        let name = self.set.name();
+        let state = backend.read_state(name).await?;
+        let (from, reverted, _) = down_plan(name, &state, to)?;
+        if reverted.is_empty() {
+            return Ok(Downgraded {
+                from,
+                to: to.into(),
+                reverted,
+            });
+        }
+        if let Some(signal) = &self.hooks.before_lock {
+            signal();
+        }
+        let mut tx = backend.lock(self.lock_timeout).await?;
+        let result = self.down_locked(tx.as_mut(), to).await;
+        match result {
+            Ok(done) if !done.reverted.is_empty() => {
+                tx.commit().await?;
+                Ok(done)
+            }
+            other => {
+                // Nothing to keep, or an error that matters more than a failed rollback.
+                let _ = tx.rollback().await;
+                other
+            }
+        }
+    }
+
+    async fn down_locked(
+        &self,
+        tx: &mut dyn LockedMigration,
+        to: &str,
+    ) -> Result<Downgraded, MigrateError> {
+        let name = self.set.name();
+        // Second look: another process may have moved the store while we waited.
+        let state = tx.read_state(name).await?;
+        let (from, reverted, lineage) = down_plan(name, &state, to)?;
+        // Every revision's down SQL is read and checked before any of it runs.
+        let mut plan = Vec::with_capacity(reverted.len());
+        for id in &reverted {
+            let Some(statements) = tx.read_down(name, id).await? else {
+                return Err(MigrateError::NoDownSql {
+                    set: name.into(),
+                    revision: id.clone(),
+                });
+            };
+            for (n, sql) in statements.iter().enumerate() {
+                if let Some(control) = transaction_control(sql) {
+                    return Err(MigrateError::DownFailed {
+                        revision: id.clone(),
+                        source: ends_transaction(n, control),
+                    });
+                }
+            }
+            plan.push((id, statements));
+        }
+        for (id, statements) in plan {
+            for sql in &statements {
+                tx.execute(sql)
+                    .await
+                    .map_err(|source| MigrateError::DownFailed {
+                        revision: id.clone(),
+                        source,
+                    })?;
+            }
+            tx.store_down(name, id, &[]).await?;
+        }
+        tx.write_state(name, to, Some(&lineage)).await?;
+        if self.hooks.fail_after_lineage_write {
+            return Err(MigrateError::DownFailed {
+                revision: from,
+                source: cairn_core::Error::backend(
+                    "test",
+                    "injected failure after the lineage write",
+                ),
+            });
+        }
+        Ok(Downgraded {
+            from,
+            to: to.into(),
+            reverted,
+        })
     }
 }
 

@@ -6,6 +6,12 @@
 //! file for one dialect. The revision id is the name without the dialect suffix and `.sql`
 //! (`0001_users`); each revision's parent is the one before it; its description is the text of
 //! the file's first `--` comment line when the file starts with one, else the id.
+//!
+//! `NNNN_description.down.sql` (or `.down.sqlite.sql` / `.down.postgres.sql`) is the revision's
+//! compensating down SQL: it is stored in the store when the revision is applied, so that
+//! `cairn migrate down --to REV` run by any build — one that never had the file included — can
+//! undo it ([`crate::Runner::down`]). The base revision carries none. Down SQL is not part of
+//! the revision's checksum.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -30,6 +36,8 @@ struct FileName {
     number: u64,
     stem: String,
     target: Target,
+    /// A `*.down.sql` file: the revision's compensating down SQL.
+    down: bool,
 }
 
 fn source_err(file: &str, reason: impl Into<String>) -> MigrateError {
@@ -57,12 +65,10 @@ fn parse_name(file: &str) -> Result<Option<FileName>, MigrateError> {
     } else {
         (rest, Target::Generic)
     };
-    if stem.ends_with(".down") {
-        return Err(source_err(
-            file,
-            "down migrations (*.down.sql) are not supported yet; remove the file (revisions are additive, so an older build keeps working without one)",
-        ));
-    }
+    let (stem, down) = match stem.strip_suffix(".down") {
+        Some(s) => (s, true),
+        None => (stem, false),
+    };
     if stem.ends_with(".up") {
         return Err(source_err(
             file,
@@ -82,6 +88,7 @@ fn parse_name(file: &str) -> Result<Option<FileName>, MigrateError> {
         number,
         stem: stem.to_owned(),
         target,
+        down,
     }))
 }
 
@@ -176,8 +183,8 @@ impl MigrationSet {
     /// # Errors
     /// [`MigrateError::InvalidSet`] for the name `cairn` or no migration file at all;
     /// [`MigrateError::Source`] naming the file for: a name that does not follow
-    /// `NNNN_description[.sqlite|.postgres].sql`, a `*.down.sql` file, contents that are not
-    /// UTF-8, a literal, comment or body never closed, a file without a statement, two files
+    /// `NNNN_description[.down][.sqlite|.postgres].sql`, a `*.down.sql` file for the base
+    /// revision or for a number without an up file, contents that are not UTF-8, a literal, comment or body never closed, a file without a statement, two files
     /// with one revision number (naming both), or a revision left without statements for one
     /// dialect.
     pub fn from_files<N, C>(
@@ -191,6 +198,7 @@ impl MigrationSet {
         let name = check_application_name(name.into())?;
         let files: Vec<(N, C)> = files.into_iter().collect();
         let mut groups: BTreeMap<u64, Group<'_>> = BTreeMap::new();
+        let mut downs: BTreeMap<u64, Group<'_>> = BTreeMap::new();
         for (file, contents) in &files {
             let file = file.as_ref();
             let Some(parsed) = parse_name(file)? else {
@@ -198,7 +206,11 @@ impl MigrationSet {
             };
             let text = std::str::from_utf8(contents.as_ref())
                 .map_err(|e| source_err(file, format!("is not UTF-8 ({e})")))?;
-            let group = groups.entry(parsed.number).or_default();
+            let group = if parsed.down {
+                downs.entry(parsed.number).or_default()
+            } else {
+                groups.entry(parsed.number).or_default()
+            };
             if group.stem.is_empty() {
                 group.stem.clone_from(&parsed.stem);
                 group.first_file = file.to_owned();
@@ -223,33 +235,28 @@ impl MigrationSet {
             *slot = Some((file.to_owned(), text));
         }
         let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
-        for group in groups.into_values() {
-            let pick = |dialect: Dialect, own: &Option<(String, &str)>| match (own, &group.generic)
-            {
-                (Some((file, text)), _) | (None, Some((file, text))) => {
-                    statements(file, text, dialect)
-                }
-                (None, None) => {
-                    let present = group
-                        .sqlite
-                        .as_ref()
-                        .or(group.postgres.as_ref())
-                        .map_or(group.first_file.as_str(), |(f, _)| f.as_str());
-                    let missing = match dialect {
-                        Dialect::Sqlite => "sqlite",
-                        Dialect::Postgres => "postgres",
-                    };
-                    Err(source_err(
-                        present,
-                        format!(
-                            "has no {missing} counterpart: add {stem}.{missing}.sql or a generic {stem}.sql",
-                            stem = group.stem
-                        ),
-                    ))
-                }
+        let mut down_sql = Vec::with_capacity(downs.len());
+        for (number, down) in &downs {
+            let Some(up) = groups.get(number) else {
+                return Err(source_err(
+                    &down.first_file,
+                    "is down SQL for a revision number with no up file; add the revision or remove the file",
+                ));
             };
-            let up_sqlite = pick(Dialect::Sqlite, &group.sqlite)?;
-            let up_postgres = pick(Dialect::Postgres, &group.postgres)?;
+            if up.stem != down.stem {
+                let (a, b) = ordered(&up.first_file, &down.first_file);
+                return Err(source_err(
+                    b,
+                    format!("has the same revision number as {a} but another name; name the down file after its revision"),
+                ));
+            }
+            let sqlite = pick(down, Dialect::Sqlite, &down.sqlite, ".down")?;
+            let postgres = pick(down, Dialect::Postgres, &down.postgres, ".down")?;
+            down_sql.push((down.stem.clone(), sqlite, postgres));
+        }
+        for group in groups.into_values() {
+            let up_sqlite = pick(&group, Dialect::Sqlite, &group.sqlite, "")?;
+            let up_postgres = pick(&group, Dialect::Postgres, &group.postgres, "")?;
             let (_, described) = group
                 .generic
                 .as_ref()
@@ -270,7 +277,18 @@ impl MigrationSet {
                 reason: "no migration file (NNNN_description.sql) was found".into(),
             });
         }
-        Self::new(name, revisions)
+        let mut set = Self::new(name, revisions)?;
+        for (revision, sqlite, postgres) in down_sql {
+            set = set
+                .with_down(&revision, sqlite, postgres)
+                .map_err(|e| match e {
+                    MigrateError::InvalidSet { reason, .. } => {
+                        source_err(&format!("{revision}.down.sql"), reason)
+                    }
+                    other => other,
+                })?;
+        }
+        Ok(set)
     }
 
     /// Builds an application's set from files embedded with
@@ -292,6 +310,37 @@ impl MigrationSet {
         files: &[(&str, &str)],
     ) -> Result<Self, MigrateError> {
         Self::from_files(name, files.iter().copied())
+    }
+}
+
+/// The statements of `group` for `dialect`: its own dialect file, else the generic one.
+/// `kind` is `""` for up files and `".down"` for down files (named in the error).
+fn pick(
+    group: &Group<'_>,
+    dialect: Dialect,
+    own: &Option<(String, &str)>,
+    kind: &str,
+) -> Result<Vec<String>, MigrateError> {
+    match (own, &group.generic) {
+        (Some((file, text)), _) | (None, Some((file, text))) => statements(file, text, dialect),
+        (None, None) => {
+            let present = group
+                .sqlite
+                .as_ref()
+                .or(group.postgres.as_ref())
+                .map_or(group.first_file.as_str(), |(f, _)| f.as_str());
+            let missing = match dialect {
+                Dialect::Sqlite => "sqlite",
+                Dialect::Postgres => "postgres",
+            };
+            Err(source_err(
+                present,
+                format!(
+                    "has no {missing} counterpart: add {stem}{kind}.{missing}.sql or a generic {stem}{kind}.sql",
+                    stem = group.stem
+                ),
+            ))
+        }
     }
 }
 
@@ -389,14 +438,54 @@ mod tests {
     }
 
     #[test]
+    fn down_files_become_the_revisions_down_sql() {
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.sql", "CREATE TABLE b (id BIGINT);"),
+            ("0002_b.down.sql", "DROP TABLE b;"),
+            ("0002_b.down.postgres.sql", "DROP TABLE IF EXISTS b;"),
+        ])
+        .unwrap();
+        assert_eq!(s.down("0002_b", Dialect::Sqlite).unwrap(), ["DROP TABLE b"]);
+        assert_eq!(
+            s.down("0002_b", Dialect::Postgres).unwrap(),
+            ["DROP TABLE IF EXISTS b"]
+        );
+        assert_eq!(s.down("0001_a", Dialect::Sqlite), None);
+        // The checksums are the up text's only: a down file added later strands no store.
+        let without = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.sql", "CREATE TABLE b (id BIGINT);"),
+        ])
+        .unwrap();
+        assert_eq!(s.lineage(Dialect::Sqlite), without.lineage(Dialect::Sqlite));
+    }
+
+    #[test]
     fn down_files_bad_names_and_bad_contents_are_refused() {
-        let down = set(&[
+        let base = set(&[
             ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
             ("0001_a.down.sql", "DROP TABLE a;"),
         ])
         .unwrap_err();
-        assert_eq!(source_file(&down), "0001_a.down.sql");
-        assert!(down.to_string().contains("not supported yet"));
+        assert_eq!(source_file(&base), "0001_a.down.sql");
+        assert!(base.to_string().contains("base revision"), "{base}");
+        let orphan = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.down.sql", "DROP TABLE b;"),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&orphan), "0002_b.down.sql");
+        let one_dialect = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.sql", "CREATE TABLE b (id BIGINT);"),
+            ("0002_b.down.sqlite.sql", "DROP TABLE b;"),
+        ])
+        .unwrap_err();
+        assert!(
+            one_dialect.to_string().contains("0002_b.down.postgres.sql"),
+            "{one_dialect}"
+        );
         for bad in [
             "users.sql",
             "0001.sql",

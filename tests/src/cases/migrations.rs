@@ -28,13 +28,13 @@ use crate::{proptest_cases, random_space, AdditivityHarness, MigrationHarness};
 
 /// How long a case waits for something that must happen promptly (an open that takes no lock,
 /// an append released by a commit). Generous: it bounds a wait, it is never slept.
-const DEADLINE: Duration = Duration::from_secs(20);
+pub(super) const DEADLINE: Duration = Duration::from_secs(20);
 
 /// The application set's name in these cases.
-const APP_SET: &str = "app";
+pub(super) const APP_SET: &str = "app";
 
 /// Build 1 of the imaginary service: the base revision `0001_items` (table `app_items`).
-const APP_V1: &[(&str, &str)] = embed_migrations!("fixtures/app_v1");
+pub(super) const APP_V1: &[(&str, &str)] = embed_migrations!("fixtures/app_v1");
 /// Build 2: the same base, then `0002_item_notes` and `0003_item_events` (per-dialect files).
 const APP_V2: &[(&str, &str)] = embed_migrations!("fixtures/app_v2");
 /// Another build 2, diverged after the base: `0002_item_audit`.
@@ -42,7 +42,7 @@ const APP_V2_DIVERGED: &[(&str, &str)] = embed_migrations!("fixtures/app_v2_dive
 
 /// The migration set a case runs on.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Subject {
+pub(super) enum Subject {
     /// cairn's own set: its revisions, then test revisions.
     Cairn,
     /// An application's set (`app`): the base of `tests/fixtures/app_v1`, then test revisions,
@@ -51,7 +51,7 @@ enum Subject {
 }
 
 impl Subject {
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             Subject::Cairn => CAIRN_SET,
             Subject::App => APP_SET,
@@ -59,7 +59,7 @@ impl Subject {
     }
 
     /// The set's base revisions, which every build of these cases has.
-    fn base(self) -> Vec<Revision> {
+    pub(super) fn base(self) -> Vec<Revision> {
         match self {
             Subject::Cairn => cairn_revisions(),
             Subject::App => app_set(APP_V1).revisions().to_vec(),
@@ -67,18 +67,18 @@ impl Subject {
     }
 
     /// The last base revision, the parent of the first test revision.
-    fn head(self) -> String {
+    pub(super) fn head(self) -> String {
         self.base().last().expect("a set has revisions").id.clone()
     }
 
     /// The base revisions followed by `extra`.
-    fn set(self, extra: Vec<Revision>) -> MigrationSet {
+    pub(super) fn set(self, extra: Vec<Revision>) -> MigrationSet {
         let mut revs = self.base();
         revs.extend(extra);
         MigrationSet::new(self.name(), revs).expect("a valid test chain")
     }
 
-    fn build(self, extra: Vec<Revision>) -> Runner {
+    pub(super) fn build(self, extra: Vec<Revision>) -> Runner {
         Runner::new(self.set(extra)).with_lock_timeout(DEADLINE)
     }
 
@@ -92,7 +92,7 @@ impl Subject {
 
     /// Brings a new store location to where the set is opened: nothing for cairn's own set;
     /// cairn's own set (through the store's normal open) for an application's.
-    async fn prepare<H: MigrationHarness>(self, h: &H) {
+    pub(super) async fn prepare<H: MigrationHarness>(self, h: &H) {
         if self == Subject::App {
             h.open()
                 .await
@@ -102,12 +102,12 @@ impl Subject {
 }
 
 /// An application set from embedded fixture files.
-fn app_set(files: &[(&str, &str)]) -> MigrationSet {
+pub(super) fn app_set(files: &[(&str, &str)]) -> MigrationSet {
     MigrationSet::from_embedded(APP_SET, files).expect("the fixture set is valid")
 }
 
 /// A test revision with the same SQL on both engines.
-fn rev(id: &str, parent: &str, sql: &[&str]) -> Revision {
+pub(super) fn rev(id: &str, parent: &str, sql: &[&str]) -> Revision {
     let sql: Vec<String> = sql.iter().map(|s| (*s).to_owned()).collect();
     Revision {
         id: id.into(),
@@ -119,7 +119,7 @@ fn rev(id: &str, parent: &str, sql: &[&str]) -> Revision {
 }
 
 /// A test revision that creates its own table, named after it.
-fn table_rev(id: &str, parent: &str) -> Revision {
+pub(super) fn table_rev(id: &str, parent: &str) -> Revision {
     rev(
         id,
         parent,
@@ -143,7 +143,7 @@ fn additive_next(s: Subject) -> Vec<Revision> {
     )]
 }
 
-async fn state<H: MigrationHarness>(h: &H, s: Subject) -> StoredState {
+pub(super) async fn state<H: MigrationHarness>(h: &H, s: Subject) -> StoredState {
     h.migrator()
         .await
         .read_state(s.name())
@@ -180,7 +180,10 @@ async fn open_as<H: MigrationHarness>(
 }
 
 /// Opens the store with `runner` through the migration backend only (no epoch store).
-async fn run<H: MigrationHarness>(h: &H, runner: &Runner) -> Result<Opened, MigrateError> {
+pub(super) async fn run<H: MigrationHarness>(
+    h: &H,
+    runner: &Runner,
+) -> Result<Opened, MigrateError> {
     let m = h.migrator().await;
     runner.open(m.as_ref()).await
 }

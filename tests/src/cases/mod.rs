@@ -12,6 +12,7 @@ use crate::Harness;
 
 mod additivity;
 mod backfill;
+mod downgrade;
 mod epoch_log;
 mod migrations;
 mod model;
@@ -20,6 +21,7 @@ mod spool;
 
 pub use additivity::*;
 pub use backfill::*;
+pub use downgrade::*;
 pub use epoch_log::*;
 pub use migrations::*;
 pub use model::*;
