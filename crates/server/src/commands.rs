@@ -88,8 +88,11 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             supersede,
             priority,
             max_attempts,
+            url,
         } => {
             let queue = QueueName::new(queue)?;
+            let (key_text, key_parts_text, supersede_text) =
+                (key.clone(), key_parts.clone(), supersede.clone());
             let key = DedupKey::from_parts(std::iter::once(key).chain(key_parts))?;
             let options = EnqueueOptions {
                 supersede_group: supersede
@@ -99,8 +102,25 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 priority,
                 ..EnqueueOptions::default()
             };
+            spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, payload.as_bytes())?;
+            if let Some(url) = url {
+                let body = crate::remote::EnqueueBody {
+                    key_parts: std::iter::once(key_text).chain(key_parts_text).collect(),
+                    payload: payload.clone(),
+                    supersede_group: supersede_text.map(|g| vec![g]),
+                    priority,
+                    max_attempts,
+                };
+                if let Some((id, created)) =
+                    crate::remote::enqueue(&url, queue.as_str(), &body).await?
+                {
+                    let how = if created { "created" } else { "existing" };
+                    writeln!(out, "{id} {how}")?;
+                    out.flush()?;
+                    return Ok(());
+                }
+            }
             let payload = payload.into_bytes();
-            spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, &payload)?;
             let store = open(&target, IfMissing::Create).await?;
             let enqueued = store
                 .spool()

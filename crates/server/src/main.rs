@@ -14,6 +14,7 @@ mod error;
 mod import;
 mod migrate;
 mod open;
+mod remote;
 mod serve;
 
 use std::io::Write;

@@ -1,0 +1,144 @@
+//! `cairn enqueue --url`: the server path of the offline hook.
+//!
+//! The run goes through a running `cairn serve` when one answers at the URL, and straight to
+//! the store otherwise. Both paths build the same dedup key from the same parts, so the same
+//! key gives the same run id whichever path took it. Only "nobody answers" (no connection, or
+//! no answer in time) falls back to the store: a server that answers with an error (a refused
+//! token, bad input) is reported, never bypassed.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::CliError;
+
+/// Environment variable with the bearer token sent to the server.
+pub(crate) const TOKEN_ENV: &str = "CAIRN_TOKEN";
+/// How long to wait for a connection before taking the direct path.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the whole request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most bytes of an answer read.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// The enqueue as the server's `POST /v1/queues/{queue}/runs` takes it.
+#[derive(Serialize)]
+pub(crate) struct EnqueueBody {
+    pub(crate) key_parts: Vec<String>,
+    pub(crate) payload: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) supersede_group: Option<Vec<String>>,
+    pub(crate) priority: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_attempts: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    run_id: String,
+    created: bool,
+}
+
+#[derive(Deserialize)]
+struct ErrorAnswer {
+    error: ErrorBody,
+}
+
+#[derive(Deserialize)]
+struct ErrorBody {
+    code: String,
+    message: String,
+}
+
+/// Enqueues through the server at `url`. `Ok(None)`: no server answered (take the direct
+/// path); `Ok(Some((run id, created)))`: the server's answer.
+///
+/// # Errors
+/// A URL that is not http(s); a server that answered with an error (its code and message).
+pub(crate) async fn enqueue(
+    url: &str,
+    queue: &str,
+    body: &EnqueueBody,
+) -> Result<Option<(String, bool)>, CliError> {
+    let base = reqwest::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| {
+            // The URL is not repeated: it may hold a secret.
+            CliError::Config(
+                "--url (or CAIRN_URL) is not an http:// or https:// URL with a host".into(),
+            )
+        })?;
+    let mut endpoint = base;
+    endpoint
+        .path_segments_mut()
+        .map_err(|()| CliError::Config("--url (or CAIRN_URL) cannot take a path".into()))?
+        .pop_if_empty()
+        .extend(["v1", "queues", queue, "runs"]);
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .no_proxy()
+        .build()
+        .map_err(|e| {
+            CliError::Config(format!(
+                "cannot set up the HTTP client: {}",
+                e.without_url()
+            ))
+        })?;
+    let body = serde_json::to_vec(body)
+        .map_err(|e| CliError::Config(format!("cannot encode the enqueue: {e}")))?;
+    let mut request = client
+        .post(endpoint)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body);
+    if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+        request = request.bearer_auth(token);
+    }
+    let mut response = match request.send().await {
+        Ok(r) => r,
+        // Nobody answered: the direct path. A request sent that then failed is different:
+        // the server may have taken the run, so only connection failures fall back.
+        Err(e) if e.is_connect() => return Ok(None),
+        Err(e) => {
+            return Err(CliError::Config(format!(
+                "the server did not answer the enqueue ({}); the run may or may not be \
+                 stored: repeat the same command, which returns the same run id",
+                if e.is_timeout() {
+                    "timed out"
+                } else {
+                    "the connection failed"
+                }
+            )))
+        }
+    };
+    let status = response.status().as_u16();
+    let mut bytes = Vec::new();
+    while bytes.len() < MAX_ANSWER {
+        match response.chunk().await {
+            Ok(Some(chunk)) => bytes.extend_from_slice(&chunk[..]),
+            _ => break,
+        }
+    }
+    if (200..300).contains(&status) {
+        let answer: Answer = serde_json::from_slice(&bytes).map_err(|_| {
+            CliError::Config(format!(
+                "the server answered {status} with a body that is not an enqueue result; is \
+                 --url a cairn server?"
+            ))
+        })?;
+        return Ok(Some((answer.run_id, answer.created)));
+    }
+    Err(CliError::Config(
+        match serde_json::from_slice::<ErrorAnswer>(&bytes) {
+            Ok(e) => format!(
+                "the server refused the enqueue ({status} {}): {}",
+                e.error.code, e.error.message
+            ),
+            Err(_) => {
+                format!("the server answered {status} to the enqueue; is --url a cairn server?")
+            }
+        },
+    ))
+}
