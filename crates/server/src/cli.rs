@@ -88,11 +88,6 @@ pub(crate) enum Command {
         /// Attempts before the run is parked (default: the spool's).
         #[arg(long)]
         max_attempts: Option<u32>,
-        /// A running `cairn serve` to enqueue through (e.g. `http://127.0.0.1:7878`), with the
-        /// bearer token from `CAIRN_TOKEN`; when no server answers there, the run is written
-        /// straight to the store. Either way the same key gives the same run id.
-        #[arg(long, env = "CAIRN_URL", hide_env_values = true, value_name = "URL")]
-        url: Option<String>,
     },
     /// List runs, one `<run id> <queue> <state> attempts=<n>` line each, in run-id order
     /// (which is enqueue-time order).
@@ -182,6 +177,15 @@ pub(crate) enum MigrateAction {
     /// Record this build's lineage on a store at this build's head whose lineage is missing or
     /// another history's.
     Repair,
+    /// Roll the store back to revision REV: run the down SQL stored when each later revision
+    /// was applied, newest first, and rewrite the stamp and lineage, in one transaction under
+    /// the migration lock. Any build may run it, one that never had those revisions included;
+    /// a revision applied without down SQL is refused by name and nothing changes.
+    Down {
+        /// The revision to roll back to (it stays applied).
+        #[arg(long, value_name = "REV")]
+        to: String,
+    },
     /// Run the executed additivity check over every revision after the set's first, on
     /// throwaway stores; one line per revision and backend (ok, or each violation with its
     /// reason). Exit 1 on any violation.

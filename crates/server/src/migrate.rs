@@ -157,6 +157,20 @@ pub(crate) async fn run(
                 _ => {}
             }
         }
+        MigrateAction::Down { to } => {
+            let m = migrator(target, IfMissing::Refuse)?;
+            let done = runner.down(m.as_ref(), &to).await.map_err(store)?;
+            if done.reverted.is_empty() {
+                writeln!(out, "already at {to}; nothing to do")?;
+            } else {
+                writeln!(
+                    out,
+                    "rolled back {} -> {to}: undid {}",
+                    done.from,
+                    done.reverted.join(" ")
+                )?;
+            }
+        }
         MigrateAction::Check {
             backend,
             postgres_url,
