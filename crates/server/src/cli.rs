@@ -88,6 +88,11 @@ pub(crate) enum Command {
         /// Attempts before the run is parked (default: the spool's).
         #[arg(long)]
         max_attempts: Option<u32>,
+        /// A running `cairn serve` to enqueue through (e.g. `http://127.0.0.1:7878`), with the
+        /// bearer token from `CAIRN_TOKEN`; when no server answers there, the run is written
+        /// straight to the store. Either way the same key gives the same run id.
+        #[arg(long, env = "CAIRN_URL", hide_env_values = true, value_name = "URL")]
+        url: Option<String>,
     },
     /// List runs, one `<run id> <queue> <state> attempts=<n>` line each, in run-id order
     /// (which is enqueue-time order).
