@@ -14,6 +14,11 @@
 //! dropped lineage table) is refused as inconsistent, never read as a new store;
 //! [`Runner::repair`] (`cairn migrate repair`) restores it.
 //!
+//! A revision of an application's set may carry compensating down SQL
+//! ([`MigrationSet::with_down`], `NNNN_name.down.sql`), stored in the store when the revision
+//! is applied; [`Runner::down`] (`cairn migrate down --to REV`) runs it, newest first, from the
+//! store — so an older build that never had the file can roll a newer build's change back.
+//!
 //! A revision's checksum is over text that ships with the build (cairn's revisions are files
 //! under `sql/`), per dialect for every revision but the two cairn released with one combined
 //! checksum; see [`ChecksumForm`] for why those keep it.

@@ -615,3 +615,51 @@ fn ends_transaction(n: usize, control: &str) -> cairn_core::Error {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::revision::Checksum;
+
+    fn entry(id: &str) -> LineageEntry {
+        LineageEntry {
+            revision: id.into(),
+            checksum: Checksum([0; 32]),
+        }
+    }
+
+    fn stored(stamp: Option<&str>, lineage: Option<&[&str]>) -> StoredState {
+        StoredState {
+            stamp: stamp.map(str::to_owned),
+            lineage: lineage.map(|l| l.iter().map(|id| entry(id)).collect()),
+            lineage_table_missing: false,
+        }
+    }
+
+    #[test]
+    fn down_undoes_the_revisions_after_the_target_newest_first() {
+        let state = stored(Some("c"), Some(&["a", "b", "c", "d"]));
+        let (from, reverted, lineage) = down_plan("app", &state, "a").unwrap();
+        assert_eq!(from, "c");
+        assert_eq!(reverted, ["c", "b"]);
+        assert_eq!(lineage, vec![entry("a")]);
+        let (_, none, kept) = down_plan("app", &state, "c").unwrap();
+        assert!(none.is_empty());
+        assert_eq!(kept, vec![entry("a"), entry("b"), entry("c")]);
+    }
+
+    #[test]
+    fn down_refuses_targets_outside_the_stores_history() {
+        let state = stored(Some("b"), Some(&["a", "b", "c"]));
+        for (state, to) in [
+            (state.clone(), "c"),
+            (state.clone(), "zz"),
+            (stored(None, Some(&["a"])), "a"),
+            (stored(Some("b"), None), "a"),
+            (stored(Some("x"), Some(&["a", "b"])), "a"),
+        ] {
+            let err = down_plan("app", &state, to).unwrap_err();
+            assert!(matches!(err, MigrateError::DownRefused { .. }), "{err}");
+        }
+    }
+}
