@@ -233,7 +233,7 @@ impl Server {
                 "--delivery-retry-cap-ms",
                 "100",
             ])
-            .args(["--delivery-timeout-ms", "1000", "--delivery-poll-ms", "100"])
+            .args(["--delivery-poll-ms", "100"])
             .args(["--delivery-max-response-bytes", "1024"])
             .args(extra)
             .env("CAIRN_AUTH__TOKENS", FULL)
@@ -474,7 +474,12 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         &db,
         &url,
         &[],
-        &["--delivery-token-file", token_file.to_str().unwrap()],
+        &[
+            "--delivery-token-file",
+            token_file.to_str().unwrap(),
+            "--delivery-timeout-ms",
+            "1000",
+        ],
     );
     // Rotated after start: the server still holds the old token until a 401 makes it look.
     std::fs::write(&token_file, format!("{NEW_TOKEN}\n")).unwrap();
@@ -538,4 +543,45 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     for secret in [OLD_TOKEN, NEW_TOKEN, url.as_str()] {
         assert!(!stderr.contains(secret), "stderr shows a secret: {stderr}");
     }
+}
+
+#[test]
+fn shutdown_drains_within_the_bound_and_leaves_an_unfinished_run_claimable() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (collector, url) = Collector::start();
+    // The collector never answers and the request timeout is long: only the drain bound ends it.
+    let server = Server::start(
+        &db,
+        &url,
+        &[],
+        &["--drain-timeout", "1", "--delivery-timeout-ms", "600000"],
+    );
+    let run = server.enqueue("stuck", "hang");
+    server.append_event(&run, "e1", "kept");
+    wait_until("the run's request reaches the collector", || {
+        !collector.for_run(&run).is_empty()
+    });
+    let started = Instant::now();
+    server.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the server stopped after {:?}",
+        started.elapsed()
+    );
+    let out = cairn(&db).args(["run", "show", &run]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        shown.contains("state claimed") || shown.contains("state queued"),
+        "the unfinished run stays claimable: {shown}"
+    );
+    assert!(
+        shown.contains("event 1 e1 kept"),
+        "its events are kept: {shown}"
+    );
 }

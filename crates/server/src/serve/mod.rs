@@ -124,6 +124,15 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
     let backfill = backfill_config.enabled.then(|| {
         crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone())
     });
+    // The worker stops with the HTTP side (or when the server ends and drops the sender), so
+    // both drains share the one `--drain-timeout` bound.
+    let worker = worker.map(|w| {
+        let mut signal = stopping.clone();
+        tokio::spawn(async move {
+            let _ = signal.wait_for(|s| *s).await;
+            w.stop().await;
+        })
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown_signal().await;
         let _ = stopping_tx.send(true);
@@ -146,7 +155,7 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         }
     };
     if let Some(worker) = worker {
-        worker.stop().await;
+        let _ = worker.await;
     }
     if let Some(backfill) = backfill {
         // It stops between spaces once `stopping` is true; a repair in flight is one short
