@@ -6,7 +6,7 @@
 /// runner's bookkeeping (automatic indexes are kept: a rebuild replaces them too).
 pub(super) const SCHEMA: &str = "\
 SELECT type, name, tbl_name, rootpage, sql FROM sqlite_schema
-WHERE tbl_name NOT IN ('cairn_migration_stamp', 'cairn_migration_lineage')
+WHERE tbl_name NOT IN ('cairn_migration_stamp', 'cairn_migration_lineage', 'cairn_migration_down')
   AND NOT (type = 'table' AND name LIKE 'sqlite\\_%' ESCAPE '\\')
 ORDER BY type, name";
 
