@@ -129,6 +129,17 @@ pub(crate) enum Command {
     /// foreground (a progress bar on a terminal); prints `visited=N repaired=N current=N`.
     /// Ctrl-C stops it between spaces.
     Backfill(crate::backfill::BackfillArgs),
+    /// Check the store (read-only): integrity, migration state per set, spool counts,
+    /// retention usage and a head-cache sample; each problem with the command that repairs
+    /// it. Exit 1 when a problem is found.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also report on an application's migration set.
+        #[command(flatten)]
+        set: SetArgs,
+    },
     /// Serve the store over HTTP: the JSON API under `/v1` (OpenAPI document at
     /// `/v1/openapi.json`), `/healthz` and `/readyz`; bearer-token auth; stops gracefully on
     /// SIGINT/SIGTERM.

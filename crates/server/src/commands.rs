@@ -188,6 +188,10 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Backfill(args) => {
             crate::backfill::run_foreground(&target, &args, &mut out).await?;
         }
+        Command::Doctor { json, set } => {
+            let app = crate::doctor::app_set(set)?;
+            crate::doctor::run(&target, app, json, &mut out).await?;
+        }
         Command::Serve(args) => {
             drop(out);
             return crate::serve::run(&target, args).await;

@@ -10,6 +10,7 @@
 mod backfill;
 mod cli;
 mod commands;
+mod doctor;
 mod error;
 mod import;
 mod migrate;
