@@ -121,9 +121,9 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         None => None,
     };
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    let backfill = backfill_config.enabled.then(|| {
-        crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone())
-    });
+    let backfill = backfill_config
+        .enabled
+        .then(|| crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone()));
     // The worker stops with the HTTP side (or when the server ends and drops the sender), so
     // both drains share the one `--drain-timeout` bound.
     let worker = worker.map(|w| {
