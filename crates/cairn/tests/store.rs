@@ -473,3 +473,41 @@ async fn the_spool_through_the_front_door_on_both_backends() {
         loc.cleanup().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_application_sets_revisions_are_checked_for_additivity_on_both_engines() {
+    use cairn::migrate::{additivity_engine, check_set};
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|why| panic!("no Postgres server for the facade tests: {why}"));
+    for backend in [Backend::Sqlite, Backend::Postgres] {
+        let engine = additivity_engine(backend, Some(&pg)).unwrap();
+        let ok = check_set(engine.as_ref(), &notes("notes_v2"))
+            .await
+            .unwrap();
+        assert_eq!(
+            ok.len(),
+            1,
+            "{backend}: the base is exempt, 0002 is checked"
+        );
+        assert_eq!(ok[0].revision, "0002_note_tags");
+        assert!(
+            ok[0].violations.is_empty(),
+            "{backend}: {:?}",
+            ok[0].violations
+        );
+
+        let bad = check_set(engine.as_ref(), &notes("notes_breaking"))
+            .await
+            .unwrap();
+        assert_eq!(bad[0].revision, "0002_drop_body");
+        assert!(
+            bad[0]
+                .violations
+                .iter()
+                .any(|v| v.table.as_deref() == Some("notes")),
+            "{backend}: dropping a column an older build writes is flagged on its table: {:?}",
+            bad[0].violations
+        );
+    }
+}
