@@ -1,14 +1,19 @@
 //! The Postgres side of cairn-migrate's open protocol: stamp and lineage tables in the store's
 //! schema, a session advisory lock taken by polling `pg_try_advisory_lock` with backoff, and
-//! the upgrade transaction on one dedicated connection.
+//! the upgrade transaction on one dedicated connection; and the fleet registry (`cairn_fleet`,
+//! `cairn_contract`), on a short-lived connection per call.
 
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
+use cairn_core::spool::Timestamp;
 use cairn_core::{key64, Error, Result};
 use cairn_migrate::bookkeeping::{self as bk, BookkeepingSql};
-use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
+use cairn_migrate::fleet::{self, FleetRow, FleetSql};
+use cairn_migrate::{
+    Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState,
+};
 use sqlx::{Connection, PgConnection};
 
 use crate::config::{PgOptions, SchemaName};
@@ -144,6 +149,103 @@ async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, M
     bk::stored_state_of(tables, stamp, rows)
 }
 
+/// The fleet registry's statements, defined once in cairn-migrate for both backends.
+fn fleet_sql() -> &'static FleetSql {
+    fleet::sql(Dialect::Postgres)
+}
+
+/// One registry row as Postgres returns it.
+type PgFleetRow = (String, String, String, String, String, i64, i64, i64);
+
+/// Every registry row; none when the store has no registry table.
+async fn read_fleet(conn: &mut PgConnection) -> Result<Vec<FleetEntry>> {
+    let sql = fleet_sql();
+    let exists: bool = sqlx::query_scalar(sql.has_table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let rows: Vec<PgFleetRow> = sqlx::query_as(sql.list)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    Ok(fleet::entries_from_rows(rows.into_iter().map(
+        |(instance, set, revision, build, host, pid, started_at_us, last_seen_us)| FleetRow {
+            instance,
+            set,
+            revision,
+            build,
+            host,
+            pid,
+            started_at_us,
+            last_seen_us,
+        },
+    )))
+}
+
+/// The contract revisions recorded for `set`; none without the contract table.
+async fn read_contracts(conn: &mut PgConnection, set: &str) -> Result<Vec<String>> {
+    let sql = fleet_sql();
+    let exists: bool = sqlx::query_scalar(sql.has_contract_table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(sql.contracts_of_set)
+        .bind(set)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_sqlx)
+}
+
+/// Registers `entry` inside the open transaction on `conn`.
+async fn register(
+    conn: &mut PgConnection,
+    entry: &FleetEntry,
+    prune_before: Timestamp,
+) -> Result<()> {
+    let sql = fleet_sql();
+    let exists: bool = sqlx::query_scalar(sql.has_table)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    if !exists {
+        return Err(Error::NotFound {
+            what: "the fleet registry (cairn revision 0004_fleet): open the store with this build to add it"
+                .into(),
+        });
+    }
+    sqlx::query(sql.prune)
+        .bind(prune_before.as_unix_micros())
+        .execute(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    sqlx::query(sql.delete_instance)
+        .bind(&entry.instance)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_sqlx)?;
+    for (set, revision) in entry.rows() {
+        sqlx::query(sql.insert)
+            .bind(&entry.instance)
+            .bind(set)
+            .bind(revision)
+            .bind(&entry.build)
+            .bind(&entry.host)
+            .bind(i64::from(entry.pid))
+            .bind(entry.started_at.as_unix_micros())
+            .bind(entry.last_seen.as_unix_micros())
+            .execute(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl MigrationBackend for PgMigrator {
     fn dialect(&self) -> Dialect {
@@ -197,6 +299,71 @@ impl MigrationBackend for PgMigrator {
             guarded,
         };
         Ok(Box::new(locked))
+    }
+
+    async fn register(
+        &self,
+        entry: &FleetEntry,
+        prune_before: Timestamp,
+    ) -> Result<(), MigrateError> {
+        let mut conn = self.connection().await?;
+        let done = {
+            let mut tx = sqlx::Connection::begin(&mut conn).await.map_err(map_sqlx)?;
+            match register(&mut tx, entry, prune_before).await {
+                Ok(()) => tx.commit().await.map_err(map_sqlx),
+                // Dropping the transaction rolls it back.
+                Err(e) => Err(e),
+            }
+        };
+        let _ = conn.close().await;
+        Ok(done?)
+    }
+
+    async fn heartbeat(&self, instance: &str, now: Timestamp) -> Result<(), MigrateError> {
+        let mut conn = self.connection().await?;
+        let done = sqlx::query(fleet_sql().heartbeat)
+            .bind(now.as_unix_micros())
+            .bind(instance)
+            .execute(&mut conn)
+            .await
+            .map(|_| ())
+            .map_err(map_sqlx);
+        let _ = conn.close().await;
+        Ok(done?)
+    }
+
+    async fn deregister(&self, instance: &str) -> Result<(), MigrateError> {
+        let mut conn = self.connection().await?;
+        let exists: Result<bool> = sqlx::query_scalar(fleet_sql().has_table)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(map_sqlx);
+        let done = match exists {
+            Ok(true) => sqlx::query(fleet_sql().delete_instance)
+                .bind(instance)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map_sqlx),
+            Ok(false) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let _ = conn.close().await;
+        Ok(done?)
+    }
+
+    async fn read_fleet(&self) -> Result<Vec<FleetEntry>, MigrateError> {
+        let mut conn = self.connection().await?;
+        let fleet = read_fleet(&mut conn).await;
+        let _ = conn.close().await;
+        Ok(fleet?)
+    }
+
+    async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError> {
+        let mut conn = self.connection().await?;
+        let contracts = read_contracts(&mut conn, set).await;
+        let _ = conn.close().await;
+        Ok(contracts?)
     }
 }
 
@@ -423,6 +590,39 @@ impl LockedMigration for PgLocked {
             .await
             .map_err(map_sqlx)?;
         Ok((!rows.is_empty()).then_some(rows))
+    }
+
+    async fn read_fleet(&mut self) -> Result<Vec<FleetEntry>, MigrateError> {
+        Ok(read_fleet(self.conn()?).await?)
+    }
+
+    async fn record_contract(
+        &mut self,
+        set: &str,
+        revision: &str,
+        at: Timestamp,
+        forced: bool,
+        blockers: &[Blocker],
+    ) -> Result<(), MigrateError> {
+        let sql = fleet_sql();
+        let conn = self.conn()?;
+        let exists: bool = sqlx::query_scalar(sql.has_contract_table)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        if exists {
+            let blockers: Vec<String> = blockers.iter().map(ToString::to_string).collect();
+            sqlx::query(sql.record_contract)
+                .bind(set)
+                .bind(revision)
+                .bind(at.as_unix_micros())
+                .bind(i64::from(forced))
+                .bind(blockers.join("\n"))
+                .execute(&mut *conn)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        Ok(())
     }
 
     async fn commit(mut self: Box<Self>) -> Result<(), MigrateError> {

@@ -1,14 +1,19 @@
 //! The SQLite side of cairn-migrate's open protocol: stamp, lineage and down-SQL tables, the
-//! lock (`BEGIN IMMEDIATE`) and the upgrade (or down) transaction.
+//! lock (`BEGIN IMMEDIATE`) and the upgrade (or down) transaction; and the fleet registry
+//! (`cairn_fleet`, `cairn_contract`), on a short-lived connection per call.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
+use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping::{self, BookkeepingSql, Tables};
-use cairn_migrate::{LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState};
+use cairn_migrate::fleet::{self, FleetRow, FleetSql};
+use cairn_migrate::{
+    Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState,
+};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension};
 
@@ -86,6 +91,99 @@ fn store_err(e: Error) -> MigrateError {
     MigrateError::Store(e)
 }
 
+/// The fleet registry's statements, defined once in cairn-migrate for both backends.
+fn fleet_sql() -> &'static FleetSql {
+    fleet::sql(Dialect::Sqlite)
+}
+
+fn table_exists(conn: &Connection, query: &str) -> Result<bool> {
+    conn.query_row(query, [], |r| r.get::<_, i64>(0))
+        .map(|n| n != 0)
+        .map_err(map)
+}
+
+/// Every registry row; none when the store has no registry table.
+fn read_fleet(conn: &Connection) -> Result<Vec<FleetEntry>> {
+    let sql = fleet_sql();
+    if !table_exists(conn, sql.has_table)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(sql.list).map_err(map)?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(FleetRow {
+                instance: r.get(0)?,
+                set: r.get(1)?,
+                revision: r.get(2)?,
+                build: r.get(3)?,
+                host: r.get(4)?,
+                pid: r.get(5)?,
+                started_at_us: r.get(6)?,
+                last_seen_us: r.get(7)?,
+            })
+        })
+        .map_err(map)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(map)?;
+    Ok(fleet::entries_from_rows(rows))
+}
+
+fn no_registry() -> Error {
+    Error::NotFound {
+        what: "the fleet registry (cairn revision 0004_fleet): open the store with this build to add it"
+            .into(),
+    }
+}
+
+impl SqliteMigrator {
+    /// Runs `f` in one `BEGIN IMMEDIATE` transaction on a new connection to the existing store
+    /// (the registry's writes: small, and at most one per heartbeat interval).
+    async fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T, MigrateError> {
+        let (path, opts) = (self.path.clone(), self.opts.clone());
+        blocking(move || {
+            files::check_path(&path)?;
+            let conn = files::connect_unconfigured(&path, &opts)?;
+            conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;
+            match f(&conn) {
+                Ok(out) => {
+                    conn.execute_batch("COMMIT").map_err(map)?;
+                    Ok(out)
+                }
+                // Closing the connection rolls back what the failed step left open.
+                Err(e) => Err(e),
+            }
+        })
+        .await
+        .map_err(store_err)
+    }
+
+    /// Runs `f` on a read-only connection in one read transaction; `default` when the store
+    /// file does not exist.
+    async fn read<T: Send + 'static>(
+        &self,
+        default: T,
+        f: impl FnOnce(&Connection) -> Result<T> + Send + 'static,
+    ) -> Result<T, MigrateError> {
+        let (path, opts) = (self.path.clone(), self.opts.clone());
+        blocking(move || {
+            files::check_path(&path)?;
+            if !files::exists(&path)? {
+                return Ok(default);
+            }
+            let conn = files::connect_read_only(&path, &opts)?;
+            conn.execute_batch("BEGIN").map_err(map)?;
+            let out = f(&conn);
+            conn.execute_batch("ROLLBACK").map_err(map)?;
+            out
+        })
+        .await
+        .map_err(store_err)
+    }
+}
+
 #[async_trait]
 impl MigrationBackend for SqliteMigrator {
     fn dialect(&self) -> Dialect {
@@ -140,6 +238,92 @@ impl MigrationBackend for SqliteMigrator {
         })?;
         Ok(Box::new(SqliteLocked { conn: Some(conn) }))
     }
+
+    async fn register(
+        &self,
+        entry: &FleetEntry,
+        prune_before: Timestamp,
+    ) -> Result<(), MigrateError> {
+        let entry = entry.clone();
+        self.write(move |c| {
+            let sql = fleet_sql();
+            if !table_exists(c, sql.has_table)? {
+                return Err(no_registry());
+            }
+            c.execute(sql.prune, params![prune_before.as_unix_micros()])
+                .map_err(map)?;
+            c.execute(sql.delete_instance, params![entry.instance])
+                .map_err(map)?;
+            for (set, revision) in entry.rows() {
+                c.execute(
+                    sql.insert,
+                    params![
+                        entry.instance,
+                        set,
+                        revision,
+                        entry.build,
+                        entry.host,
+                        i64::from(entry.pid),
+                        entry.started_at.as_unix_micros(),
+                        entry.last_seen.as_unix_micros()
+                    ],
+                )
+                .map_err(map)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, instance: &str, now: Timestamp) -> Result<(), MigrateError> {
+        let instance = instance.to_owned();
+        self.write(move |c| {
+            c.execute(
+                fleet_sql().heartbeat,
+                params![now.as_unix_micros(), instance],
+            )
+            .map_err(map)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn deregister(&self, instance: &str) -> Result<(), MigrateError> {
+        let instance = instance.to_owned();
+        self.write(move |c| {
+            if table_exists(c, fleet_sql().has_table)? {
+                c.execute(fleet_sql().delete_instance, params![instance])
+                    .map_err(map)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn read_fleet(&self) -> Result<Vec<FleetEntry>, MigrateError> {
+        self.read(Vec::new(), |c| read_fleet(c)).await
+    }
+
+    async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError> {
+        let set = set.to_owned();
+        self.read(Vec::new(), move |c| read_contracts(c, &set))
+            .await
+    }
+}
+
+/// The contract revisions recorded for `set`; none without the contract table.
+fn read_contracts(conn: &Connection, set: &str) -> Result<Vec<String>> {
+    let sql = fleet_sql();
+    if !table_exists(conn, sql.has_contract_table)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(sql.contracts_of_set).map_err(map)?;
+    let rows = stmt
+        .query_map(params![set], |r| r.get::<_, String>(0))
+        .map_err(map)?
+        .collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(map)?;
+    Ok(rows)
 }
 
 /// Refuses, as SQLite prepares each statement, anything that would begin, commit or roll back
@@ -287,6 +471,41 @@ impl LockedMigration for SqliteLocked {
                 .collect::<rusqlite::Result<Vec<_>>>()
                 .map_err(map)?;
             Ok((!rows.is_empty()).then_some(rows))
+        })
+        .await
+        .map_err(store_err)
+    }
+
+    async fn read_fleet(&mut self) -> Result<Vec<FleetEntry>, MigrateError> {
+        self.run(read_fleet).await.map_err(store_err)
+    }
+
+    async fn record_contract(
+        &mut self,
+        set: &str,
+        revision: &str,
+        at: Timestamp,
+        forced: bool,
+        blockers: &[Blocker],
+    ) -> Result<(), MigrateError> {
+        let (set, revision) = (set.to_owned(), revision.to_owned());
+        let blockers: Vec<String> = blockers.iter().map(ToString::to_string).collect();
+        self.run(move |c| {
+            let sql = fleet_sql();
+            if table_exists(c, sql.has_contract_table)? {
+                c.execute(
+                    sql.record_contract,
+                    params![
+                        set,
+                        revision,
+                        at.as_unix_micros(),
+                        i64::from(forced),
+                        blockers.join("\n")
+                    ],
+                )
+                .map_err(map)?;
+            }
+            Ok(())
         })
         .await
         .map_err(store_err)

@@ -3,17 +3,25 @@
 //! A service hands its [`MigrationSet`]s to [`crate::StoreBuilder::migrations`]; operator tools
 //! (the `cairn migrate …` commands) reach a store's migration state without opening it, through
 //! [`migrator`], and run the executed additivity check through [`additivity_engine`].
+//!
+//! The fleet registry ([`cairn_migrate::fleet`]) lists the builds that have the store open;
+//! [`live_builds`] reads it (`cairn migrate fleet`). A revision marked contract (first line
+//! [`CONTRACT_MARKER`] in its up file) is applied only when no live build lacks it, unless
+//! forced ([`Runner::force_contract`], [`crate::StoreBuilder::force_contract`]).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 pub use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
+pub use cairn_migrate::fleet::{Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL};
 pub use cairn_migrate::{
     classify, split_statements, Checksum, Classification, LineageEntry, LineageVerdict,
     MigrateError, MigrationBackend, MigrationSet, Opened, Refusal, Revision, Runner, SplitError,
     StoredState, CAIRN_SET,
 };
+pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER};
 
 use crate::url::{Backend, DatabaseUrl};
 
@@ -69,6 +77,21 @@ pub fn migrator(url: &DatabaseUrl, create_if_missing: bool) -> Result<Arc<dyn Mi
             }
         }
     }
+}
+
+/// The live builds in the fleet registry of the store `backend` reaches (see [`migrator`]):
+/// every entry refreshed within `expiry` of `now`, ordered by instance id. A store without a
+/// registry (its cairn set predates `0004_fleet`) has none. Takes no lock and writes nothing.
+///
+/// # Errors
+/// Store errors.
+pub async fn live_builds(
+    backend: &dyn MigrationBackend,
+    now: cairn_core::spool::Timestamp,
+    expiry: Duration,
+) -> Result<Vec<FleetEntry>> {
+    let all = backend.read_fleet().await.map_err(Error::from)?;
+    Ok(cairn_migrate::fleet::live(all, now, expiry))
 }
 
 /// The executed additivity check's engine for `backend`. The Postgres engine builds its

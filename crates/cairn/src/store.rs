@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use cairn_core::spool::{Clock, Spool, SpoolConfig, SystemClock};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
-use cairn_migrate::{MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
+use cairn_migrate::fleet::{self, FleetEntry};
+use cairn_migrate::{AppliedContract, MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
 
 use crate::url::{Backend, DatabaseUrl};
 
@@ -21,6 +22,9 @@ pub struct SetOpened {
     pub set: String,
     /// What the runner did: nothing (at head, ahead), an upgrade, or a lineage repair.
     pub outcome: Opened,
+    /// The contract revisions the open applied, each with whether it was forced past live
+    /// builds that lack it ([`StoreBuilder::force_contract`]).
+    pub contracts: Vec<AppliedContract>,
 }
 
 /// An open cairn store: the capabilities of one database, as trait objects.
@@ -46,8 +50,28 @@ struct Inner {
     spool: Arc<dyn Spool>,
     backend: Backend,
     migrations: Vec<SetOpened>,
+    fleet: Option<Registration>,
     #[cfg(feature = "postgres")]
     pg: Option<(cairn_postgres::PgStore, cairn_postgres::PgSpool)>,
+}
+
+/// This open's entry in the store's fleet registry and the task that heartbeats it.
+struct Registration {
+    migrator: Arc<dyn MigrationBackend>,
+    entry: FleetEntry,
+    expiry: Duration,
+    clock: Arc<dyn Clock>,
+    heartbeat: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    /// The last handle gone without [`Store::close`]: the heartbeat stops and the entry expires
+    /// after the expiry window.
+    fn drop(&mut self) {
+        if let Some(reg) = &self.fleet {
+            reg.heartbeat.abort();
+        }
+    }
 }
 
 impl fmt::Debug for Store {
@@ -117,7 +141,33 @@ impl Store {
         &self.inner.migrations
     }
 
-    /// Shuts the store down in order. On Postgres the pool is closed: connections in use are
+    /// This open's entry in the store's fleet registry (its instance id, build id, the newest
+    /// revision it knows per set, host, pid), or `None` when registration was turned off
+    /// ([`StoreBuilder::register_in_fleet`]).
+    pub fn fleet_entry(&self) -> Option<&FleetEntry> {
+        self.inner.fleet.as_ref().map(|r| &r.entry)
+    }
+
+    /// The live builds in the store's fleet registry (this one included), ordered by instance
+    /// id: every entry refreshed within the expiry window ([`StoreBuilder::fleet_expiry`]) of
+    /// the store's clock.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn fleet(&self) -> Result<Vec<FleetEntry>> {
+        let (migrator, clock, expiry) = match &self.inner.fleet {
+            Some(r) => (r.migrator.clone(), r.clock.clone(), r.expiry),
+            None => return Err(Error::invalid(
+                "fleet",
+                "this store was opened without fleet registration; use cairn::migrate::live_builds",
+            )),
+        };
+        let all = migrator.read_fleet().await.map_err(Error::from)?;
+        Ok(fleet::live(all, clock.now(), expiry))
+    }
+
+    /// Shuts the store down in order: the fleet heartbeat stops and this open's registry
+    /// entry is removed, then, on Postgres, the pool is closed: connections in use are
     /// waited for, and later operations through any clone of this store (or of a trait object
     /// it handed out) fail with [`Error::Unavailable`]. On SQLite every write was already
     /// durable when it returned; the files' connections close when the last clone is dropped.
@@ -125,6 +175,11 @@ impl Store {
     /// # Errors
     /// None today; the signature leaves room for backends whose shutdown can fail.
     pub async fn close(self) -> Result<()> {
+        if let Some(reg) = &self.inner.fleet {
+            reg.heartbeat.abort();
+            // Best effort: an entry that is not removed expires after the window.
+            let _ = reg.migrator.deregister(&reg.entry.instance).await;
+        }
         #[cfg(feature = "postgres")]
         if let Some((store, spool)) = &self.inner.pg {
             spool.close().await;
@@ -167,6 +222,12 @@ pub struct StoreBuilder {
     sets: Vec<MigrationSet>,
     clock: Arc<dyn Clock>,
     spool_config: SpoolConfig,
+    register: bool,
+    build_id: Option<String>,
+    host: Option<String>,
+    heartbeat_interval: Duration,
+    fleet_expiry: Duration,
+    force_contract: bool,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -182,6 +243,12 @@ impl fmt::Debug for StoreBuilder {
             .field("migration_lock_timeout", &self.migration_lock_timeout)
             .field("clock", &self.clock)
             .field("spool_config", &self.spool_config)
+            .field("register", &self.register)
+            .field("build_id", &self.build_id)
+            .field("host", &self.host)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("fleet_expiry", &self.fleet_expiry)
+            .field("force_contract", &self.force_contract)
             .field(
                 "sets",
                 &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
@@ -204,7 +271,59 @@ impl StoreBuilder {
             sets: Vec::new(),
             clock: Arc::new(SystemClock),
             spool_config: SpoolConfig::default(),
+            register: true,
+            build_id: None,
+            host: None,
+            heartbeat_interval: fleet::DEFAULT_HEARTBEAT_INTERVAL,
+            fleet_expiry: fleet::DEFAULT_EXPIRY,
+            force_contract: false,
         }
+    }
+
+    /// Whether the open records this build in the store's fleet registry and heartbeats it
+    /// (default `true`). Turn it off for read-only tools; a service that applies or depends on
+    /// application sets keeps it on, so contract revisions wait for it.
+    pub fn register_in_fleet(mut self, register: bool) -> Self {
+        self.register = register;
+        self
+    }
+
+    /// The build id recorded in the fleet registry (default: this crate's version and every
+    /// set's head, e.g. `0.1.0+app@0002_notes,cairn@0004_fleet`). Name your release here.
+    pub fn build_id(mut self, build: impl Into<String>) -> Self {
+        self.build_id = Some(build.into());
+        self
+    }
+
+    /// The host name recorded in the fleet registry (default: the `HOSTNAME` environment
+    /// variable, else `/etc/hostname`, else `unknown`).
+    pub fn fleet_host(mut self, host: impl Into<String>) -> Self {
+        self.host = Some(host.into());
+        self
+    }
+
+    /// How often the open store refreshes its fleet registry entry (default 30 s): one write
+    /// per interval, from a background task stopped by [`Store::close`] or the last drop.
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    /// How long a fleet registry entry stays live without a heartbeat (default 5 min), as the
+    /// contract gate and [`Store::fleet`] judge it on the store's clock. Keep it several
+    /// heartbeat intervals long.
+    pub fn fleet_expiry(mut self, expiry: Duration) -> Self {
+        self.fleet_expiry = expiry;
+        self
+    }
+
+    /// Applies an application set's contract revisions even while live builds that lack them
+    /// are registered (default `false`: such an open is refused with [`Error::Incompatible`]
+    /// naming them). A forced revision is recorded in the store with the builds it was forced
+    /// past, and reported in [`SetOpened::contracts`].
+    pub fn force_contract(mut self, force: bool) -> Self {
+        self.force_contract = force;
+        self
     }
 
     /// How long an operation waits for another writer's lock before it fails with
@@ -353,18 +472,24 @@ impl StoreBuilder {
         let mut migrations = vec![SetOpened {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),
+            contracts: Vec::new(),
         }];
-        let migrator = cairn_sqlite::SqliteMigrator::new(&path, opts);
-        self.open_sets(&migrator, &mut migrations).await?;
+        let migrator: Arc<dyn MigrationBackend> =
+            Arc::new(cairn_sqlite::SqliteMigrator::new(&path, opts));
+        let instance = instance_id();
+        self.open_sets(migrator.as_ref(), &instance, &mut migrations)
+            .await?;
         let spool = cairn_sqlite::SqliteSpool::from_store(&store, self.clock.clone())
             .await?
             .with_config(self.spool_config);
+        let fleet = self.register_open(migrator, instance).await?;
         Ok(Store {
             inner: Arc::new(Inner {
                 epochs: Arc::new(store),
                 spool: Arc::new(spool),
                 backend: Backend::Sqlite,
                 migrations,
+                fleet,
                 #[cfg(feature = "postgres")]
                 pg: None,
             }),
@@ -396,9 +521,15 @@ impl StoreBuilder {
         let mut migrations = vec![SetOpened {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),
+            contracts: Vec::new(),
         }];
-        let migrator = cairn_postgres::PgMigrator::new(opts.clone())?;
-        let spool = match self.open_sets(&migrator, &mut migrations).await {
+        let migrator: Arc<dyn MigrationBackend> =
+            Arc::new(cairn_postgres::PgMigrator::new(opts.clone())?);
+        let instance = instance_id();
+        let spool = match self
+            .open_sets(migrator.as_ref(), &instance, &mut migrations)
+            .await
+        {
             Ok(()) => {
                 cairn_postgres::PgSpool::connect_with_config(
                     opts,
@@ -416,33 +547,136 @@ impl StoreBuilder {
                 return Err(e);
             }
         };
+        let fleet = match self.register_open(migrator, instance).await {
+            Ok(fleet) => fleet,
+            Err(e) => {
+                spool.close().await;
+                store.close().await;
+                return Err(e);
+            }
+        };
         Ok(Store {
             inner: Arc::new(Inner {
                 epochs: Arc::new(store.clone()),
                 spool: Arc::new(spool.clone()),
                 backend: Backend::Postgres,
                 migrations,
+                fleet,
                 pg: Some((store, spool)),
             }),
         })
     }
 
-    /// Opens the application's sets, in order, through the runner.
+    /// Opens the application's sets, in order, through the runner (the contract gate on the
+    /// store's clock, this open's instance exempt from its own gate).
     async fn open_sets(
         &self,
         migrator: &dyn MigrationBackend,
+        instance: &str,
         out: &mut Vec<SetOpened>,
     ) -> Result<()> {
         for set in &self.sets {
-            let runner = Runner::new(set.clone()).with_lock_timeout(self.migration_lock_timeout);
-            let outcome = runner.open(migrator).await?;
+            let runner = Runner::new(set.clone())
+                .with_lock_timeout(self.migration_lock_timeout)
+                .with_clock(self.clock.clone())
+                .with_fleet_expiry(self.fleet_expiry)
+                .with_instance(instance)
+                .force_contract(self.force_contract);
+            let report = runner.open_with_report(migrator).await?;
             out.push(SetOpened {
                 set: set.name().to_owned(),
-                outcome,
+                outcome: report.opened,
+                contracts: report.contracts,
             });
         }
         Ok(())
     }
+
+    /// Records this open in the store's fleet registry and starts its heartbeat.
+    async fn register_open(
+        &self,
+        migrator: Arc<dyn MigrationBackend>,
+        instance: String,
+    ) -> Result<Option<Registration>> {
+        if !self.register {
+            return Ok(None);
+        }
+        let mut heads: Vec<(String, String)> = vec![(
+            CAIRN_SET.into(),
+            cairn_migrate::cairn_set().head().id.clone(),
+        )];
+        heads.extend(
+            self.sets
+                .iter()
+                .map(|s| (s.name().to_owned(), s.head().id.clone())),
+        );
+        let build = self.build_id.clone().unwrap_or_else(|| {
+            fleet::default_build_id(
+                env!("CARGO_PKG_VERSION"),
+                heads.iter().map(|(s, r)| (s.as_str(), r.as_str())),
+            )
+        });
+        let now = self.clock.now();
+        let entry = FleetEntry {
+            instance,
+            build,
+            heads: heads.into_iter().collect(),
+            host: self.host.clone().unwrap_or_else(host_name),
+            pid: std::process::id(),
+            started_at: now,
+            last_seen: now,
+        };
+        migrator
+            .register(&entry, now.saturating_sub(fleet::PRUNE_AFTER))
+            .await?;
+        let heartbeat = tokio::spawn(heartbeat(
+            migrator.clone(),
+            entry.instance.clone(),
+            self.clock.clone(),
+            self.heartbeat_interval,
+        ));
+        Ok(Some(Registration {
+            migrator,
+            entry,
+            expiry: self.fleet_expiry,
+            clock: self.clock.clone(),
+            heartbeat,
+        }))
+    }
+}
+
+/// Refreshes instance `instance`'s registry entry every `interval` until aborted. A failed
+/// refresh is retried at the next tick: the entry stays live as long as one succeeds within
+/// the expiry window.
+async fn heartbeat(
+    migrator: Arc<dyn MigrationBackend>,
+    instance: String,
+    clock: Arc<dyn Clock>,
+    interval: Duration,
+) {
+    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick completes at once: the registration just wrote the entry.
+    ticks.tick().await;
+    loop {
+        ticks.tick().await;
+        let _ = migrator.heartbeat(&instance, clock.now()).await;
+    }
+}
+
+/// A new instance id for one open: unique across processes and opens.
+fn instance_id() -> String {
+    cairn_core::scratch_name("open")
+}
+
+/// The host name as the environment or `/etc/hostname` gives it.
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]

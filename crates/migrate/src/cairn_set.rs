@@ -22,6 +22,9 @@ const SPOOL_POSTGRES: &str = include_str!("../sql/0002_spool.postgres.sql");
 /// Revision 0003's fixed text per dialect, shipped with the build.
 const SPOOL_IMPORT_SQLITE: &str = include_str!("../sql/0003_spool_import.sqlite.sql");
 const SPOOL_IMPORT_POSTGRES: &str = include_str!("../sql/0003_spool_import.postgres.sql");
+/// Revision 0004's fixed text per dialect, shipped with the build.
+const FLEET_SQLITE: &str = include_str!("../sql/0004_fleet.sqlite.sql");
+const FLEET_POSTGRES: &str = include_str!("../sql/0004_fleet.postgres.sql");
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -60,6 +63,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(SPOOL_IMPORT_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(SPOOL_IMPORT_POSTGRES, Dialect::Postgres),
             description: "spool import: spool_import (a completion marker per imported source)"
+                .into(),
+        },
+        Revision {
+            id: "0004_fleet".into(),
+            parent: Some("0003_spool_import".into()),
+            up_sqlite: fixed_statements(FLEET_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(FLEET_POSTGRES, Dialect::Postgres),
+            description: "fleet: cairn_fleet (the builds that have the store open), cairn_contract (contract revisions applied)"
                 .into(),
         },
     ]
@@ -124,6 +135,18 @@ mod tests {
                     "7a3293434cea9bc15d4f4597714d33b5f09faaec3356f3ecd2358f4b4ad21231".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0004_fleet".to_owned(),
+                    Dialect::Sqlite,
+                    "3f6d4e029b81f619bc1e0dd3761f29b032830588dbae0d5c6a0328d8d1be190c".to_owned(),
+                ),
+                (
+                    "0004_fleet".to_owned(),
+                    Dialect::Postgres,
+                    "3551a9fbffa16180442d0ca0c48acf784ed07214793af8bef1cebf958384d477".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -132,6 +155,7 @@ mod tests {
         assert_eq!(set.checksum_form(0), crate::ChecksumForm::Combined);
         assert_eq!(set.checksum_form(1), crate::ChecksumForm::Combined);
         assert_eq!(set.checksum_form(2), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(3), crate::ChecksumForm::PerDialect);
     }
 
     /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
@@ -172,10 +196,10 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each spool revision (0002, 0003) create the same objects in the same
-    /// order, and create nothing else.
+    /// Both dialects of each revision after the first (0002–0004) create the same objects in
+    /// the same order, and create nothing else.
     #[test]
-    fn spool_revisions_define_the_same_objects_on_both_engines() {
+    fn later_revisions_define_the_same_objects_on_both_engines() {
         let set = cairn_set();
         let objects = |stmts: &[String]| -> Vec<String> {
             stmts
@@ -184,7 +208,7 @@ mod tests {
                     let words: Vec<&str> = s.split_whitespace().collect();
                     assert!(
                         words.len() > 3 && words[0] == "CREATE",
-                        "a spool revision only creates: {s}"
+                        "a later revision only creates: {s}"
                     );
                     let at = words.iter().position(|w| *w == "TABLE" || *w == "INDEX");
                     let at = at.unwrap_or_else(|| panic!("only tables and indexes: {s}"));
@@ -204,7 +228,9 @@ mod tests {
                 "TABLE spool_run",
                 "TABLE spool_event",
                 "TABLE spool_fact",
-                "TABLE spool_import"
+                "TABLE spool_import",
+                "TABLE cairn_fleet",
+                "TABLE cairn_contract",
             ]
         );
     }

@@ -79,6 +79,26 @@ pub enum MigrateError {
         #[source]
         source: cairn_core::Error,
     },
+    /// A contract revision was not applied: live builds in the store's fleet registry lack it
+    /// and would break; nothing was changed.
+    #[error("migration set {set}: contract revision {revision} not applied: live builds lack it and would break: {}; stop or upgrade them, wait for their entries to expire, or force it with `cairn migrate up --force` (nothing was changed)", .blockers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    ContractRefused {
+        /// The set.
+        set: String,
+        /// The contract revision.
+        revision: String,
+        /// The live builds that lack it.
+        blockers: Vec<crate::fleet::Blocker>,
+    },
+    /// A build older than a contract revision applied to the store: it would break on the
+    /// store's schema; nothing was changed.
+    #[error("migration set {set}: the store has contract revision {revision} applied, which this build does not know; it dropped or rewrote what this build uses, so run a build that knows {revision} (or roll the store back with `cairn migrate down`)")]
+    ContractAhead {
+        /// The set.
+        set: String,
+        /// The contract revision this build lacks.
+        revision: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] cairn_core::Error),
@@ -87,7 +107,10 @@ pub enum MigrateError {
 impl MigrateError {
     /// Whether this is a refusal (exit code 1 in the operator tools).
     pub fn is_refusal(&self) -> bool {
-        matches!(self, Self::Refused { .. })
+        matches!(
+            self,
+            Self::Refused { .. } | Self::ContractRefused { .. } | Self::ContractAhead { .. }
+        )
     }
 }
 
@@ -100,7 +123,9 @@ impl From<MigrateError> for cairn_core::Error {
                 revision,
                 source: Box::new(source),
             },
-            MigrateError::Refused { .. } => cairn_core::Error::Incompatible {
+            MigrateError::Refused { .. }
+            | MigrateError::ContractRefused { .. }
+            | MigrateError::ContractAhead { .. } => cairn_core::Error::Incompatible {
                 detail: e.to_string(),
             },
             MigrateError::LockTimeout { .. } => cairn_core::Error::retryable(e.to_string()),

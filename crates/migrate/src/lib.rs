@@ -19,6 +19,17 @@
 //! is applied; [`Runner::down`] (`cairn migrate down --to REV`) runs it, newest first, from the
 //! store — so an older build that never had the file can roll a newer build's change back.
 //!
+//! ## Expand / contract and the fleet registry
+//!
+//! Every open of a store through the facade registers the build in the store's fleet registry
+//! ([`fleet`]: build id, the newest revision it knows per set, host, pid, last seen) and keeps
+//! the entry fresh with a heartbeat. A revision marked *contract*
+//! ([`MigrationSet::with_contract`], or a first line `-- cairn:contract` in its up file) is
+//! applied only when no live build other than the caller lacks it; otherwise the open is
+//! refused in one line naming the builds that would break ([`MigrateError::ContractRefused`]),
+//! unless forced ([`Runner::force_contract`], `cairn migrate up --force`), which the store
+//! records.
+//!
 //! A revision's checksum is over text that ships with the build (cairn's revisions are files
 //! under `sql/`), per dialect for every revision but the two cairn released with one combined
 //! checksum; see [`ChecksumForm`] for why those keep it.
@@ -55,6 +66,7 @@ pub mod bookkeeping;
 mod cairn_set;
 mod classify;
 mod error;
+pub mod fleet;
 mod revision;
 mod runner;
 pub mod source;
@@ -66,9 +78,14 @@ pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use classify::{classify, Classification, Inconsistency, LineageVerdict, Refusal, StoredState};
 pub use error::MigrateError;
+pub use fleet::{Blocker, FleetEntry};
 pub use revision::{Checksum, ChecksumForm, LineageEntry, MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
-pub use runner::{Downgraded, LockedMigration, MigrationBackend, Opened, Repaired, Runner};
+pub use runner::{
+    AppliedContract, Downgraded, LockedMigration, MigrationBackend, OpenReport, Opened, Repaired,
+    Runner,
+};
+pub use source::CONTRACT_MARKER;
 pub use split::{split_statements, SplitError};
 pub use transaction::transaction_control;

@@ -1,6 +1,6 @@
 //! Revisions, migration sets and their checksums.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_core::schema::Dialect;
 
@@ -149,6 +149,9 @@ pub struct MigrationSet {
     /// the revision is applied. It is not part of any checksum: adding or fixing a down file
     /// strands no store and no older build.
     down: BTreeMap<String, [Vec<String>; 2]>,
+    /// Revisions marked *contract* ([`MigrationSet::with_contract`]). Not part of any checksum
+    /// either: the marker gates when a revision may be applied, not what it is.
+    contract: BTreeSet<String>,
 }
 
 impl MigrationSet {
@@ -192,6 +195,7 @@ impl MigrationSet {
             name,
             revisions,
             down: BTreeMap::new(),
+            contract: BTreeSet::new(),
         })
     }
 
@@ -266,6 +270,40 @@ impl MigrationSet {
                 Dialect::Sqlite => sqlite.as_slice(),
                 Dialect::Postgres => postgres.as_slice(),
             })
+    }
+
+    /// Marks revision `revision` as a **contract** revision: one that drops or rewrites what
+    /// an expand revision made obsolete, so builds that predate it break once it is applied.
+    /// The runner applies it only when no live build in the store's fleet registry other than
+    /// the caller lacks it (see [`crate::fleet`]), unless forced
+    /// ([`crate::Runner::force_contract`]). In SQL files the marker is a first line
+    /// `-- cairn:contract` in the revision's up file(s). The mark is not part of the checksum.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for a revision not in the set or the base revision (a
+    /// store's first revision never breaks a build that has the set).
+    pub fn with_contract(mut self, revision: &str) -> Result<Self, MigrateError> {
+        match self.position(revision) {
+            None => Err(MigrateError::InvalidSet {
+                set: self.name.clone(),
+                reason: format!("contract mark on {revision}, which is not a revision of the set"),
+            }),
+            Some(0) => Err(MigrateError::InvalidSet {
+                set: self.name.clone(),
+                reason: format!(
+                    "contract mark on the base revision {revision}: only a later revision can contract what an earlier one expanded"
+                ),
+            }),
+            Some(_) => {
+                self.contract.insert(revision.to_owned());
+                Ok(self)
+            }
+        }
+    }
+
+    /// Whether revision `revision` is marked contract.
+    pub fn is_contract(&self, revision: &str) -> bool {
+        self.contract.contains(revision)
     }
 
     /// Position of `id` in the chain.

@@ -1,13 +1,16 @@
 //! The open protocol: a look without the lock, a second look under it, atomic upgrade with
 //! lineage, and lineage repair.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
+use cairn_core::spool::{Clock, SystemClock, Timestamp};
 
 use crate::classify::{classify, Classification, Refusal, StoredState};
 use crate::error::MigrateError;
+use crate::fleet::{self, Blocker, FleetEntry};
 use crate::revision::{LineageEntry, MigrationSet};
 use crate::transaction::transaction_control;
 
@@ -26,6 +29,45 @@ pub trait MigrationBackend: Send + Sync {
     /// creating each bookkeeping table inside it when missing (which is how a repair restores
     /// a dropped lineage table).
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError>;
+
+    /// Records `entry` in the fleet registry ([`crate::fleet`]): replaces the instance's rows
+    /// with one per set in [`FleetEntry::heads`], and deletes rows last seen before
+    /// `prune_before` (long-dead instances), in one transaction.
+    ///
+    /// # Errors
+    /// Store errors; a store without the registry table (its cairn set predates `0004_fleet`)
+    /// fails with [`cairn_core::Error::NotFound`].
+    async fn register(
+        &self,
+        entry: &FleetEntry,
+        prune_before: Timestamp,
+    ) -> Result<(), MigrateError>;
+
+    /// Refreshes the `last_seen` of instance `instance` to `now` (one statement).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn heartbeat(&self, instance: &str, now: Timestamp) -> Result<(), MigrateError>;
+
+    /// Removes instance `instance` from the registry.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn deregister(&self, instance: &str) -> Result<(), MigrateError>;
+
+    /// Every registry entry, live or not, without taking the lock and without writing; a
+    /// store without the registry reads as none.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn read_fleet(&self) -> Result<Vec<FleetEntry>, MigrateError>;
+
+    /// The contract revisions of `set` recorded as applied (ever; the caller compares them with
+    /// the stored lineage), without taking the lock and without writing.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError>;
 }
 
 /// An open upgrade transaction holding the migration lock. Dropping it without
@@ -70,6 +112,20 @@ pub trait LockedMigration: Send {
         set: &str,
         revision: &str,
     ) -> Result<Option<Vec<String>>, MigrateError>;
+    /// Every registry entry, live or not, read inside the locked transaction (none when the
+    /// store has no registry table).
+    async fn read_fleet(&mut self) -> Result<Vec<FleetEntry>, MigrateError>;
+    /// Records that contract revision `revision` of `set` was applied at `at`, `forced` past
+    /// `blockers`, in the locked transaction; a store without the contract table records
+    /// nothing.
+    async fn record_contract(
+        &mut self,
+        set: &str,
+        revision: &str,
+        at: Timestamp,
+        forced: bool,
+        blockers: &[Blocker],
+    ) -> Result<(), MigrateError>;
     /// Commits and releases the lock.
     async fn commit(self: Box<Self>) -> Result<(), MigrateError>;
     /// Rolls back and releases the lock.
@@ -96,6 +152,39 @@ pub enum Opened {
     /// The store was at this head with a missing or foreign lineage; this build's lineage was
     /// recorded.
     LineageRepaired,
+}
+
+/// A contract revision an open applied.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct AppliedContract {
+    /// The revision.
+    pub revision: String,
+    /// Whether it was forced ([`Runner::force_contract`]) past live builds that lack it.
+    pub forced: bool,
+    /// The live builds it was forced past (empty when not forced).
+    pub blockers: Vec<Blocker>,
+}
+
+/// What [`Runner::open_with_report`] did: the open's outcome and the contract revisions it
+/// applied.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// What the open did.
+    pub opened: Opened,
+    /// The contract revisions applied, oldest first (each recorded in the store's
+    /// `cairn_contract` table with whether it was forced).
+    pub contracts: Vec<AppliedContract>,
+}
+
+/// How the runner gates contract revisions on the fleet registry.
+#[derive(Clone, Debug)]
+struct FleetGate {
+    clock: Arc<dyn Clock>,
+    expiry: Duration,
+    instance: Option<String>,
+    force: bool,
 }
 
 /// What [`Runner::down`] did.
@@ -211,6 +300,7 @@ pub struct Runner {
     set: MigrationSet,
     lock_timeout: Duration,
     hooks: RunnerHooks,
+    fleet: FleetGate,
 }
 
 impl Runner {
@@ -220,7 +310,42 @@ impl Runner {
             set,
             lock_timeout: Duration::from_secs(30),
             hooks: RunnerHooks::default(),
+            fleet: FleetGate {
+                clock: Arc::new(SystemClock),
+                expiry: fleet::DEFAULT_EXPIRY,
+                instance: None,
+                force: false,
+            },
         }
+    }
+
+    /// The clock the contract gate reads `now` from (default the system clock): a registry
+    /// entry last seen more than the expiry window before `now` is not live.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.fleet.clock = clock;
+        self
+    }
+
+    /// The expiry window of fleet registry entries (default
+    /// [`fleet::DEFAULT_EXPIRY`], 5 minutes).
+    pub fn with_fleet_expiry(mut self, expiry: Duration) -> Self {
+        self.fleet.expiry = expiry;
+        self
+    }
+
+    /// The caller's own registry instance id: its entry never blocks its own contract
+    /// revisions.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.fleet.instance = Some(instance.into());
+        self
+    }
+
+    /// Applies contract revisions even when live builds lack them (`cairn migrate up
+    /// --force`). Every contract revision applied is recorded in the store with whether it was
+    /// forced and the builds it was forced past ([`OpenReport::contracts`]).
+    pub fn force_contract(mut self, force: bool) -> Self {
+        self.fleet.force = force;
+        self
     }
 
     /// Sets how long to wait for the migration lock.
@@ -369,11 +494,39 @@ impl Runner {
     /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::LockTimeout`],
     /// [`MigrateError::RevisionFailed`] (rolled back), store errors.
     pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
-        match self.status(backend).await? {
+        Ok(self.open_with_report(backend).await?.opened)
+    }
+
+    /// [`Runner::open`], reporting the contract revisions applied as well.
+    ///
+    /// A pending contract revision ([`MigrationSet::with_contract`]) is applied only when no
+    /// live build in the store's fleet registry, other than this runner's own instance
+    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`], read under the
+    /// lock); otherwise the open is refused before anything runs, unless forced
+    /// ([`Runner::force_contract`]). A store found *ahead* with a contract revision in its
+    /// lineage that this build does not know is refused: that revision removed what this build
+    /// uses.
+    ///
+    /// # Errors
+    /// As [`Runner::open`], plus [`MigrateError::ContractRefused`] and
+    /// [`MigrateError::ContractAhead`] (nothing changed).
+    pub async fn open_with_report(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<OpenReport, MigrateError> {
+        let plain = |opened| OpenReport {
+            opened,
+            contracts: Vec::new(),
+        };
+        let state = backend.read_state(self.set.name()).await?;
+        match classify(&self.set, backend.dialect(), &state) {
             Classification::AtHead {
                 repair_lineage: false,
-            } => return Ok(Opened::AtHead),
-            Classification::Ahead { stamp } => return Ok(Opened::Ahead { stamp }),
+            } => return Ok(plain(Opened::AtHead)),
+            Classification::Ahead { stamp } => {
+                self.check_no_unknown_contract(backend, &state).await?;
+                return Ok(plain(Opened::Ahead { stamp }));
+            }
             Classification::Refused(refusal) => {
                 return Err(MigrateError::Refused {
                     set: self.set.name().into(),
@@ -391,9 +544,9 @@ impl Runner {
         let mut tx = backend.lock(self.lock_timeout).await?;
         let result = self.migrate_locked(backend.dialect(), tx.as_mut()).await;
         match result {
-            Ok(opened) => {
+            Ok(report) => {
                 tx.commit().await?;
-                Ok(opened)
+                Ok(report)
             }
             Err(e) => {
                 // The error that stopped the upgrade matters more than a failed rollback; the
@@ -404,21 +557,95 @@ impl Runner {
         }
     }
 
+    /// Refuses a store *ahead* of this build whose lineage holds a contract revision this build
+    /// does not know.
+    async fn check_no_unknown_contract(
+        &self,
+        backend: &dyn MigrationBackend,
+        state: &StoredState,
+    ) -> Result<(), MigrateError> {
+        let Some(lineage) = &state.lineage else {
+            return Ok(());
+        };
+        for revision in backend.read_contracts(self.set.name()).await? {
+            if self.set.position(&revision).is_none()
+                && lineage.iter().any(|e| e.revision == revision)
+            {
+                return Err(MigrateError::ContractAhead {
+                    set: self.set.name().into(),
+                    revision,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The gate on the contract revisions among `pending`: for each, the live builds that lack
+    /// it, read under the lock. Refuses when any does and the runner does not force.
+    async fn gate_contracts(
+        &self,
+        tx: &mut dyn LockedMigration,
+        pending: &[String],
+    ) -> Result<Vec<AppliedContract>, MigrateError> {
+        let contracts: Vec<&String> = pending
+            .iter()
+            .filter(|id| self.set.is_contract(id))
+            .collect();
+        if contracts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.fleet.clock.now();
+        let live = fleet::live(tx.read_fleet().await?, now, self.fleet.expiry);
+        let mut out = Vec::with_capacity(contracts.len());
+        for revision in contracts {
+            let blockers = fleet::contract_blockers(
+                &self.set,
+                revision,
+                &live,
+                self.fleet.instance.as_deref(),
+            );
+            if !blockers.is_empty() && !self.fleet.force {
+                return Err(MigrateError::ContractRefused {
+                    set: self.set.name().into(),
+                    revision: revision.clone(),
+                    blockers,
+                });
+            }
+            out.push(AppliedContract {
+                revision: revision.clone(),
+                forced: !blockers.is_empty(),
+                blockers,
+            });
+        }
+        Ok(out)
+    }
+
     async fn migrate_locked(
         &self,
         dialect: Dialect,
         tx: &mut dyn LockedMigration,
-    ) -> Result<Opened, MigrateError> {
+    ) -> Result<OpenReport, MigrateError> {
         let name = self.set.name();
         // Second look: another build may have migrated while we waited for the lock.
         let state = tx.read_state(name).await?;
         let ours = self.set.lineage(dialect);
         let lineage = (!self.hooks.skip_lineage).then_some(ours.as_slice());
+        let mut contracts = Vec::new();
         let opened = match classify(&self.set, dialect, &state) {
             Classification::AtHead {
                 repair_lineage: false,
-            } => return Ok(Opened::AtHead),
-            Classification::Ahead { stamp } => return Ok(Opened::Ahead { stamp }),
+            } => {
+                return Ok(OpenReport {
+                    opened: Opened::AtHead,
+                    contracts,
+                })
+            }
+            Classification::Ahead { stamp } => {
+                return Ok(OpenReport {
+                    opened: Opened::Ahead { stamp },
+                    contracts,
+                })
+            }
             Classification::Refused(refusal) => {
                 return Err(MigrateError::Refused {
                     set: name.into(),
@@ -429,7 +656,10 @@ impl Runner {
                 repair_lineage: true,
             } => {
                 if lineage.is_none() {
-                    return Ok(Opened::AtHead);
+                    return Ok(OpenReport {
+                        opened: Opened::AtHead,
+                        contracts,
+                    });
                 }
                 tx.write_state(name, &self.set.head().id, lineage).await?;
                 Opened::LineageRepaired
@@ -453,6 +683,9 @@ impl Runner {
                         }
                     }
                 }
+                // The fleet gate, before anything runs: a refusal changes nothing.
+                contracts = self.gate_contracts(tx, &pending).await?;
+                let at = self.fleet.clock.now();
                 for (rev, id) in revisions.iter().zip(&pending) {
                     for sql in rev.up(dialect) {
                         tx.execute(sql)
@@ -466,6 +699,10 @@ impl Runner {
                     // without down SQL clears any left by an earlier application.
                     let down = self.set.down(id, dialect).unwrap_or_default();
                     tx.store_down(name, id, down).await?;
+                    if let Some(c) = contracts.iter().find(|c| &c.revision == id) {
+                        tx.record_contract(name, id, at, c.forced, &c.blockers)
+                            .await?;
+                    }
                 }
                 tx.write_state(name, &self.set.head().id, lineage).await?;
                 Opened::Upgraded {
@@ -483,7 +720,7 @@ impl Runner {
                 ),
             });
         }
-        Ok(opened)
+        Ok(OpenReport { opened, contracts })
     }
 }
 

@@ -12,6 +12,12 @@
 //! `cairn migrate down --to REV` run by any build — one that never had the file included — can
 //! undo it ([`crate::Runner::down`]). The base revision carries none. Down SQL is not part of
 //! the revision's checksum.
+//!
+//! An up file whose first line is `-- cairn:contract` marks its revision a **contract**
+//! revision ([`MigrationSet::with_contract`]): it drops or rewrites what an expand revision made
+//! obsolete, and the runner applies it only when no live build in the store's fleet registry
+//! lacks it. With per-dialect files, every up file of the revision carries the line or none
+//! does. The marker is a comment, so it is not part of the checksum.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -102,10 +108,19 @@ struct Group<'a> {
     postgres: Option<(String, &'a str)>,
 }
 
+/// The first line of an up file that marks its revision a contract revision.
+pub const CONTRACT_MARKER: &str = "-- cairn:contract";
+
+/// Whether `text` starts with the [`CONTRACT_MARKER`] line.
+fn has_contract_marker(text: &str) -> bool {
+    text.lines().next().map(str::trim) == Some(CONTRACT_MARKER)
+}
+
 /// The description of a revision: its file's first `--` comment line before the first
-/// statement, else the revision id.
+/// statement (the contract marker aside), else the revision id.
 fn description(text: &str, stem: &str) -> String {
     text.lines()
+        .skip(usize::from(has_contract_marker(text)))
         .map(str::trim)
         .find(|l| !l.is_empty())
         .and_then(|l| l.strip_prefix("--"))
@@ -235,6 +250,7 @@ impl MigrationSet {
             *slot = Some((file.to_owned(), text));
         }
         let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
+        let mut contracts = Vec::new();
         let mut down_sql = Vec::with_capacity(downs.len());
         for (number, down) in &downs {
             let Some(up) = groups.get(number) else {
@@ -257,6 +273,9 @@ impl MigrationSet {
         for group in groups.into_values() {
             let up_sqlite = pick(&group, Dialect::Sqlite, &group.sqlite, "")?;
             let up_postgres = pick(&group, Dialect::Postgres, &group.postgres, "")?;
+            if contract_marked(&group)? {
+                contracts.push(group.stem.clone());
+            }
             let (_, described) = group
                 .generic
                 .as_ref()
@@ -287,6 +306,14 @@ impl MigrationSet {
                     }
                     other => other,
                 })?;
+        }
+        for revision in contracts {
+            set = set.with_contract(&revision).map_err(|e| match e {
+                MigrateError::InvalidSet { reason, .. } => {
+                    source_err(&format!("{revision}.sql"), reason)
+                }
+                other => other,
+            })?;
         }
         Ok(set)
     }
@@ -342,6 +369,35 @@ fn pick(
             ))
         }
     }
+}
+
+/// Whether the up files of `group` that either dialect uses carry the contract marker; they
+/// must agree.
+fn contract_marked(group: &Group<'_>) -> Result<bool, MigrateError> {
+    let used = [&group.sqlite, &group.postgres]
+        .map(|own| own.as_ref().or(group.generic.as_ref()))
+        .into_iter()
+        .flatten();
+    let mut marked: Option<(&str, bool)> = None;
+    for (file, text) in used {
+        let this = has_contract_marker(text);
+        match marked {
+            None => marked = Some((file, this)),
+            Some((other, was)) if was != this => {
+                let (with, without) = if was {
+                    (other, file.as_str())
+                } else {
+                    (file.as_str(), other)
+                };
+                return Err(source_err(
+                    without,
+                    format!("lacks the `{CONTRACT_MARKER}` first line that {with} carries; mark every up file of a contract revision, or none"),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(marked.is_some_and(|(_, m)| m))
 }
 
 fn ordered<'a>(a: &'a str, b: &'a str) -> (&'a str, &'a str) {
@@ -505,6 +561,54 @@ mod tests {
         assert!(e.to_string().contains("not UTF-8"), "{e}");
         let e = set(&[("0001_a.sql", "SELECT 1;"), ("0001_a.sql", "SELECT 2;")]).unwrap_err();
         assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn a_contract_marker_first_line_marks_the_revision() {
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, old TEXT);"),
+            ("0002_b.sql", "ALTER TABLE a ADD COLUMN new TEXT;"),
+            (
+                "0003_drop_old.sql",
+                "-- cairn:contract\n-- drop the old column\nALTER TABLE a DROP COLUMN old;",
+            ),
+        ])
+        .unwrap();
+        assert!(s.is_contract("0003_drop_old"));
+        assert!(!s.is_contract("0002_b"));
+        assert_eq!(s.head().description, "drop the old column");
+        // A marker that is not the first line is a plain comment.
+        let later = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            (
+                "0002_b.sql",
+                "-- hello\n-- cairn:contract\nCREATE TABLE b (id BIGINT);",
+            ),
+        ])
+        .unwrap();
+        assert!(!later.is_contract("0002_b"));
+        // Per-dialect files must agree; the base cannot be a contract.
+        let e = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.sqlite.sql", "-- cairn:contract\nDROP TABLE a;"),
+            ("0002_b.postgres.sql", "DROP TABLE a;"),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&e), "0002_b.postgres.sql");
+        let e = set(&[(
+            "0001_a.sql",
+            "-- cairn:contract\nCREATE TABLE a (id BIGINT);",
+        )])
+        .unwrap_err();
+        assert!(e.to_string().contains("base revision"), "{e}");
+        // The marker is a comment: not part of the checksum.
+        let plain = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, old TEXT);"),
+            ("0002_b.sql", "ALTER TABLE a ADD COLUMN new TEXT;"),
+            ("0003_drop_old.sql", "ALTER TABLE a DROP COLUMN old;"),
+        ])
+        .unwrap();
+        assert_eq!(s.lineage(Dialect::Sqlite), plain.lineage(Dialect::Sqlite));
     }
 
     #[test]
