@@ -186,8 +186,25 @@ pub(crate) enum MigrateAction {
     /// Print the stamp, the lineage, the classification, this build's head and the pending
     /// revisions. Takes no lock and writes nothing.
     Status,
-    /// Apply pending revisions (with the lineage, in one transaction).
-    Up,
+    /// Apply pending revisions (with the lineage, in one transaction). A contract revision
+    /// (first line `-- cairn:contract`) is refused while a live build in the fleet registry
+    /// lacks it, naming those builds.
+    Up {
+        /// Apply contract revisions even though live builds lack them; the store records the
+        /// revision as forced with the builds it was forced past.
+        #[arg(long)]
+        force: bool,
+    },
+    /// List the live builds in the store's fleet registry: build id, host, pid, last seen and
+    /// the newest revision each knows per set. Takes no lock and writes nothing.
+    Fleet {
+        /// Print JSON instead of one line per build.
+        #[arg(long)]
+        json: bool,
+        /// Entries not refreshed for this many seconds are not live.
+        #[arg(long, value_name = "SECS", default_value_t = 300)]
+        expiry_secs: u64,
+    },
     /// Print this build's revision chain with checksums, marking the applied ones.
     History,
     /// Record this build's lineage on a store at this build's head whose lineage is missing or

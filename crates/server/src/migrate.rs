@@ -5,10 +5,11 @@ use std::io::Write;
 use std::sync::Arc;
 
 use cairn::migrate::{
-    additivity_engine, cairn_set, check_set, classify, split_statements, AdditivityEngine,
-    Classification, Dialect, MigrateError, MigrationSet, Opened, Revision, Runner, CAIRN_SET,
+    additivity_engine, cairn_set, check_set, classify, live_builds, split_statements,
+    AdditivityEngine, Classification, Dialect, FleetEntry, MigrateError, MigrationSet, Opened,
+    Revision, Runner, CAIRN_SET,
 };
-use cairn::{Backend, DatabaseUrl};
+use cairn::{Backend, Clock, DatabaseUrl, SystemClock};
 
 use crate::cli::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
@@ -118,9 +119,39 @@ pub(crate) async fn run(
                 }
             )?;
         }
-        MigrateAction::Up => {
+        MigrateAction::Up { force } => {
             let m = migrator(target, IfMissing::Create)?;
-            match runner.open(m.as_ref()).await.map_err(store)? {
+            let report = runner
+                .clone()
+                .force_contract(force)
+                .open_with_report(m.as_ref())
+                .await
+                .map_err(store)?;
+            for c in &report.contracts {
+                if c.forced {
+                    let past: Vec<String> = c.blockers.iter().map(ToString::to_string).collect();
+                    // Logged on stderr too, so a forced contract shows in the operator's logs;
+                    // the store records it in cairn_contract.
+                    eprintln!(
+                        "cairn migrate up: forced contract revision {} past live builds that lack it: {}",
+                        c.revision,
+                        past.join("; ")
+                    );
+                    writeln!(
+                        out,
+                        "forced contract revision {} past: {}",
+                        c.revision,
+                        past.join("; ")
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "contract revision {}: no live build lacks it",
+                        c.revision
+                    )?;
+                }
+            }
+            match report.opened {
                 Opened::AtHead => writeln!(out, "at head {head}; nothing to do")?,
                 Opened::LineageRepaired => writeln!(out, "at head {head}; lineage recorded")?,
                 Opened::Ahead { stamp } => writeln!(
@@ -157,6 +188,17 @@ pub(crate) async fn run(
                 _ => {}
             }
         }
+        MigrateAction::Fleet { json, expiry_secs } => {
+            let m = migrator(target, IfMissing::Refuse)?;
+            let now = SystemClock.now();
+            let live = live_builds(
+                m.as_ref(),
+                now,
+                std::time::Duration::from_secs(expiry_secs),
+            )
+            .await?;
+            print_fleet(&live, now, json, out)?;
+        }
         MigrateAction::Down { to } => {
             let m = migrator(target, IfMissing::Refuse)?;
             let done = runner.down(m.as_ref(), &to).await.map_err(store)?;
@@ -186,6 +228,51 @@ pub(crate) async fn run(
             )
             .await?;
         }
+    }
+    Ok(())
+}
+
+/// Prints the live builds: one line each (`BUILD host=… pid=… last_seen=…s ago SET@REV …`),
+/// or a JSON document `{"builds": [{instance, build, host, pid, started_at_us, last_seen_us,
+/// heads: {set: revision}}]}`.
+fn print_fleet(
+    live: &[FleetEntry],
+    now: cairn::Timestamp,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(), CliError> {
+    if json {
+        let builds: Vec<serde_json::Value> = live
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "instance": e.instance,
+                    "build": e.build,
+                    "host": e.host,
+                    "pid": e.pid,
+                    "started_at_us": e.started_at.as_unix_micros(),
+                    "last_seen_us": e.last_seen.as_unix_micros(),
+                    "heads": e.heads,
+                })
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::json!({ "builds": builds }))?;
+        return Ok(());
+    }
+    if live.is_empty() {
+        writeln!(out, "no live builds")?;
+    }
+    for e in live {
+        let heads: Vec<String> = e.heads.iter().map(|(s, r)| format!("{s}@{r}")).collect();
+        writeln!(
+            out,
+            "{} host={} pid={} last_seen={}s ago {}",
+            e.build,
+            e.host,
+            e.pid,
+            now.duration_since(e.last_seen).as_secs(),
+            heads.join(" ")
+        )?;
     }
     Ok(())
 }
