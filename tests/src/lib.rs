@@ -341,6 +341,10 @@ macro_rules! suite {
             d2_app_down_without_stored_sql_refused,
             d3_app_failed_down_changes_nothing,
             d4_app_racing_down_and_up_end_consistent,
+            f1_app_contract_refused_while_older_build_heartbeats_applied_once_it_expires,
+            f2_app_forced_contract_is_applied_and_recorded,
+            f3_app_older_build_refuses_a_store_with_an_unknown_contract,
+            f4_fleet_registry_records_refreshes_expires_and_removes,
         );
     };
     ($harness:expr, migrations, multi_node) => {

@@ -191,12 +191,8 @@ pub(crate) async fn run(
         MigrateAction::Fleet { json, expiry_secs } => {
             let m = migrator(target, IfMissing::Refuse)?;
             let now = SystemClock.now();
-            let live = live_builds(
-                m.as_ref(),
-                now,
-                std::time::Duration::from_secs(expiry_secs),
-            )
-            .await?;
+            let live =
+                live_builds(m.as_ref(), now, std::time::Duration::from_secs(expiry_secs)).await?;
             print_fleet(&live, now, json, out)?;
         }
         MigrateAction::Down { to } => {
