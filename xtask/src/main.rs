@@ -8,6 +8,8 @@
 //!   benchmark; prints a markdown report for `docs/BENCHMARKS.md`.
 //! - `cargo xtask bench readers --backend sqlite` — concurrent reads through one read connection
 //!   vs the default pool, side by side.
+//! - `cargo xtask crash --backend sqlite|postgres --crashes N [--seed S]` — kill -9 crash loops
+//!   with a full verification after every crash (docs/RELIABILITY.md).
 //!
 //! Stores are opened through the `cairn` facade (its `testkit` feature for the bench hooks); no
 //! backend crate is named here.
@@ -15,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod crash;
 mod test;
 
 use std::process::ExitCode;
@@ -49,6 +52,12 @@ enum Task {
         #[command(subcommand)]
         bench: bench::Bench,
     },
+    /// Kill -9 crash loops: a child runs a random mix of writes and is killed at random; every
+    /// acknowledged write must survive. Exit 1 on any violation.
+    Crash(crash::CrashArgs),
+    /// The crash loop's child (started by `crash`, not by hand).
+    #[command(hide = true)]
+    CrashChild(crash::ChildArgs),
 }
 
 /// Runs `cairn migrate ARGS…` from this checkout, so the operator surface has one
@@ -83,6 +92,8 @@ fn main() -> ExitCode {
         Task::Test { args } => test::run(&args),
         Task::Migrate { args } => migrate(&args),
         Task::Bench { bench } => bench::run(bench).map(|()| ExitCode::SUCCESS),
+        Task::Crash(args) => crash::run(&args),
+        Task::CrashChild(args) => crash::child(&args),
     };
     match result {
         Ok(code) => code,
