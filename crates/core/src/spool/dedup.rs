@@ -59,12 +59,14 @@ fn decode_parts(bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
             return None;
         }
         let len: usize = std::str::from_utf8(digits).ok()?.parse().ok()?;
-        let body = rest.get(colon + 1..colon + 1 + len)?;
-        if rest.get(colon + 1 + len) != Some(&b',') {
+        // `len` comes from the input: compare it with what is left before adding to it, so a
+        // length near `usize::MAX` cannot overflow.
+        let after_colon = &rest[colon + 1..];
+        if len >= after_colon.len() || after_colon[len] != b',' {
             return None;
         }
-        parts.push(body.to_vec());
-        rest = &rest[colon + 2 + len..];
+        parts.push(after_colon[..len].to_vec());
+        rest = &after_colon[len + 1..];
     }
     (!parts.is_empty()).then_some(parts)
 }
