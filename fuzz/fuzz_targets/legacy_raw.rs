@@ -1,0 +1,9 @@
+//! libFuzzer entry for the `legacy_raw` target (`cairn_fuzz::targets`).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let target = cairn_fuzz::targets::by_name("legacy_raw").expect("a known target");
+    (target.run)(data);
+});
