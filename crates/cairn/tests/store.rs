@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn::migrate::MigrationSet;
-use cairn::{Backend, Error, Event, Opened, SpaceId, Store};
+use cairn::{Backend, Clock, Error, Event, Opened, SpaceId, Store};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -509,5 +509,218 @@ async fn an_application_sets_revisions_are_checked_for_additivity_on_both_engine
             "{backend}: dropping a column an older build writes is flagged on its table: {:?}",
             bad[0].violations
         );
+    }
+}
+
+/// How long a facade test waits for something that must happen promptly (a heartbeat).
+/// Generous: it bounds a wait, it is never slept.
+const DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The notes set at v3: v2's expand revision, then a contract revision (marked by its first
+/// line) that drops `note_tags`, which v2 writes.
+fn notes_v3() -> MigrationSet {
+    MigrationSet::from_files(
+        "notes",
+        [
+            (
+                "0001_notes.sql",
+                std::fs::read_to_string(fixture("notes_v1").join("0001_notes.sql")).unwrap(),
+            ),
+            (
+                "0002_note_tags.sql",
+                std::fs::read_to_string(fixture("notes_v2").join("0002_note_tags.sql")).unwrap(),
+            ),
+            (
+                "0003_drop_tags.sql",
+                "-- cairn:contract\n-- tags move elsewhere\nDROP TABLE note_tags;".to_owned(),
+            ),
+        ],
+    )
+    .expect("the v3 set loads")
+}
+
+/// Issue 13: every open registers its build in the fleet registry (instance, build id, the
+/// head it knows per set, host, pid), a heartbeat refreshes `last_seen` from the store's clock
+/// while it is open, an entry not refreshed within the expiry window is not live, and close
+/// removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends() {
+    use std::time::Duration;
+    for loc in Location::each().await {
+        let clock =
+            cairn::ManualClock::new(cairn::Timestamp::from_unix_micros(1_900_000_000_000_000));
+        let builder = |build: &str| {
+            Store::builder(loc.url())
+                .migrations(notes("notes_v1"))
+                .clock(std::sync::Arc::new(clock.clone()))
+                .heartbeat_interval(Duration::from_millis(20))
+                .fleet_expiry(Duration::from_secs(60))
+                .fleet_host("host-1")
+                .build_id(build)
+        };
+        let a = builder("svc-1.0").open().await.unwrap();
+        let entry = a.fleet_entry().expect("registered").clone();
+        assert_eq!(entry.build, "svc-1.0");
+        assert_eq!(entry.host, "host-1");
+        assert_eq!(entry.pid, std::process::id());
+        assert_eq!(entry.heads["notes"], "0001_notes");
+        assert_eq!(entry.heads["cairn"], "0004_fleet");
+        assert_eq!(a.fleet().await.unwrap(), vec![entry.clone()]);
+
+        // The heartbeat refreshes last_seen to the clock's now.
+        let later = clock.advance(Duration::from_secs(45));
+        let deadline = std::time::Instant::now() + DEADLINE;
+        loop {
+            let live = a.fleet().await.unwrap();
+            if live
+                .iter()
+                .any(|e| e.instance == entry.instance && e.last_seen == later)
+            {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the heartbeat refreshed the entry: {live:?}"
+            );
+            tokio::task::yield_now().await;
+        }
+
+        // A second open is a second instance; the default build id names version and heads.
+        let b = Store::builder(loc.url())
+            .migrations(notes("notes_v1"))
+            .clock(std::sync::Arc::new(clock.clone()))
+            .open()
+            .await
+            .unwrap();
+        let b_entry = b.fleet_entry().unwrap().clone();
+        assert_ne!(b_entry.instance, entry.instance);
+        assert_eq!(
+            b_entry.build,
+            format!(
+                "{}+cairn@0004_fleet,notes@0001_notes",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(a.fleet().await.unwrap().len(), 2);
+
+        // Close removes a's entry; b's (dropped, its heartbeat stopped) expires with the window.
+        a.close().await.unwrap();
+        let reader = Store::builder(loc.url())
+            .clock(std::sync::Arc::new(clock.clone()))
+            .register_in_fleet(false)
+            .open()
+            .await
+            .unwrap();
+        assert!(reader.fleet_entry().is_none());
+        let m = cairn::migrate::migrator(&cairn::DatabaseUrl::parse(&loc.url()).unwrap(), false)
+            .unwrap();
+        let live = |now| {
+            let m = m.clone();
+            async move {
+                cairn::migrate::live_builds(m.as_ref(), now, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+            }
+        };
+        let instances: Vec<String> = live(clock.now())
+            .await
+            .into_iter()
+            .map(|e| e.instance)
+            .collect();
+        assert_eq!(
+            instances,
+            [b_entry.instance.clone()],
+            "close removed a's entry"
+        );
+        drop(b);
+        let expired = clock.advance(Duration::from_secs(61));
+        assert!(live(expired).await.is_empty(), "b's entry expired");
+        reader.close().await.unwrap();
+        loc.cleanup().await;
+    }
+}
+
+/// Issue 13: a contract revision waits for the older builds that lack it. While a v1 store is
+/// open (registered, heartbeating) the v3 open is refused in one line naming v1's build, host,
+/// pid and revision, and changes nothing; once v1 closes, v3 applies it. An older build opened
+/// afterwards refuses the store. With `force_contract` the revision is applied anyway and
+/// reported as forced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backends() {
+    for loc in Location::each().await {
+        let v1 = Store::builder(loc.url())
+            .migrations(notes("notes_v1"))
+            .build_id("svc-v1")
+            .fleet_host("old-host")
+            .open()
+            .await
+            .unwrap();
+        let v2 = Store::builder(loc.url())
+            .migrations(notes("notes_v2"))
+            .build_id("svc-v2")
+            .open()
+            .await
+            .unwrap();
+        loc.exec("INSERT INTO note_tags (note_id, tag) VALUES (1, 'x')")
+            .await;
+        let err = Store::builder(loc.url())
+            .migrations(notes_v3())
+            .build_id("svc-v3")
+            .open()
+            .await
+            .expect_err("refused while v1 and v2 run");
+        assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        for part in [
+            "0003_drop_tags",
+            "svc-v1",
+            "old-host",
+            &std::process::id().to_string(),
+            "knows 0001_notes",
+            "svc-v2",
+            "knows 0002_note_tags",
+        ] {
+            assert!(msg.contains(part), "names {part}: {msg}");
+        }
+        assert_eq!(loc.count("note_tags").await, 1, "nothing changed");
+
+        // Forced: applied past both, and reported.
+        if loc.backend() == Backend::Postgres {
+            let forced = Store::builder(loc.url())
+                .migrations(notes_v3())
+                .force_contract(true)
+                .open()
+                .await
+                .unwrap();
+            let contracts = &forced.migrations()[1].contracts;
+            assert_eq!(contracts.len(), 1);
+            assert!(contracts[0].forced);
+            assert_eq!(contracts[0].blockers.len(), 2);
+            forced.close().await.unwrap();
+        } else {
+            // Waiting: once both close, the gate lifts.
+            v1.clone().close().await.unwrap();
+            v2.clone().close().await.unwrap();
+            let v3 = Store::builder(loc.url())
+                .migrations(notes_v3())
+                .open()
+                .await
+                .unwrap();
+            let contracts = &v3.migrations()[1].contracts;
+            assert_eq!(contracts.len(), 1);
+            assert!(!contracts[0].forced);
+            v3.close().await.unwrap();
+        }
+        // Either way the table is gone, and an older build now refuses the store.
+        let err = Store::builder(loc.url())
+            .migrations(notes("notes_v2"))
+            .open()
+            .await
+            .expect_err("v2 lacks the contract revision");
+        assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+        assert!(err.to_string().contains("0003_drop_tags"), "{err}");
+        drop((v1, v2));
+        loc.cleanup().await;
     }
 }
