@@ -720,3 +720,107 @@ async fn down_run_by_the_older_build_uses_the_stored_sql_on_both_backends() {
         .await
         .unwrap();
 }
+
+/// Issue 13: `cairn migrate fleet` lists the live builds (a service's open store) with the
+/// newest revision each knows; `cairn migrate up` refuses a contract revision in one line
+/// naming the live build that lacks it (exit 1, nothing applied), and `up --force` applies it,
+/// saying so on stdout and stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_lists_live_builds_and_up_force_applies_a_refused_contract_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = (
+        "0001_notes.sql",
+        "CREATE TABLE dn_notes (id BIGINT NOT NULL PRIMARY KEY, body TEXT NOT NULL);",
+    );
+    let expand = (
+        "0002_title.sql",
+        "ALTER TABLE dn_notes ADD COLUMN title TEXT;",
+    );
+    let contract = (
+        "0003_drop_body.sql",
+        "-- cairn:contract\n-- body moved to title\nALTER TABLE dn_notes DROP COLUMN body;",
+    );
+    let v1 = build_dir(dir.path(), "v1", &[base]);
+    let v3 = build_dir(dir.path(), "v3", &[base, expand, contract]);
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_cli_fleet");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let urls = [
+        dir.path().join("fleet.db").display().to_string(),
+        format!("{pg}{sep}cairn_schema={schema}"),
+    ];
+    for url in &urls {
+        let empty = ok(run_source(url, &v1, &["up"]));
+        assert!(empty.contains("upgraded"), "{empty}");
+        assert_eq!(
+            ok(run_source(url, &v1, &["fleet"])).trim(),
+            "no live builds"
+        );
+        let service = cairn::Store::builder(url.as_str())
+            .migrations(MigrationSet::from_dir("dnotes", &v1).unwrap())
+            .build_id("svc-v1")
+            .fleet_host("node-7")
+            .open()
+            .await
+            .unwrap();
+        let listed = ok(run_source(url, &v1, &["fleet"]));
+        assert_eq!(listed.lines().count(), 1, "{listed}");
+        assert!(
+            listed.starts_with("svc-v1 host=node-7 pid=")
+                && listed.contains("dnotes@0001_notes")
+                && listed.contains("cairn@0004_fleet"),
+            "{listed}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(run_source(url, &v1, &["fleet", "--json"]))).unwrap();
+        assert_eq!(json["builds"][0]["build"], "svc-v1");
+        assert_eq!(json["builds"][0]["heads"]["dnotes"], "0001_notes");
+        assert_eq!(json["builds"][0]["pid"], std::process::id());
+
+        let out = run_source(url, &v3, &["up"]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for part in [
+            "0003_drop_body",
+            "svc-v1",
+            "node-7",
+            "knows 0001_notes",
+            "--force",
+        ] {
+            assert!(err.contains(part), "names {part}: {err}");
+        }
+        let status = ok(run_source(url, &v3, &["status"]));
+        assert!(
+            status.contains("stamp: 0001_notes"),
+            "nothing applied: {status}"
+        );
+
+        let out = run_source(url, &v3, &["up", "--force"]);
+        let forced = ok(out.clone());
+        assert!(
+            forced.contains("forced contract revision 0003_drop_body past: build svc-v1 on node-7"),
+            "{forced}"
+        );
+        assert!(text(&out.stderr).contains("forced contract revision 0003_drop_body"));
+        assert!(
+            forced.contains("upgraded 0001_notes -> 0003_drop_body"),
+            "{forced}"
+        );
+        service.close().await.unwrap();
+        assert_eq!(
+            ok(run_source(url, &v1, &["fleet"])).trim(),
+            "no live builds"
+        );
+    }
+    let mut conn = {
+        use sqlx::Connection;
+        sqlx::PgConnection::connect(&pg).await.unwrap()
+    };
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
