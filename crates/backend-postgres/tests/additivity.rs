@@ -461,3 +461,75 @@ async fn a_statement_touching_an_object_outside_the_store_is_a_violation() {
     assert_eq!(rows, 1, "the other schema gained or lost relations");
     assert_eq!(victim_rows, 1, "the other schema's row is gone");
 }
+
+/// Issue 13: the up-then-down check of an application revision's down SQL (`0002_*.down.sql`),
+/// through `check_set`; only its down violations.
+async fn down_violations(up: &str, down: &str) -> Vec<Violation> {
+    let base = (
+        "0001_items.sql",
+        "CREATE TABLE items (id BIGINT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER);
+         CREATE INDEX items_name ON items (name);",
+    );
+    let reports = check_app(&[base, ("0002_next.sql", up), ("0002_next.down.sql", down)]).await;
+    assert_eq!(reports.len(), 1);
+    reports[0]
+        .violations
+        .iter()
+        .filter(|v| v.rule == Rule::Down)
+        .cloned()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_faithful_down_passes_the_up_then_down_check() {
+    let v = down_violations(
+        "ALTER TABLE items ADD COLUMN note TEXT;
+         CREATE INDEX items_note ON items (note);
+         CREATE TABLE item_tags (item BIGINT NOT NULL, tag TEXT NOT NULL);",
+        "DROP TABLE item_tags; DROP INDEX items_note; ALTER TABLE items DROP COLUMN note;",
+    )
+    .await;
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_that_leaves_a_column_or_loses_rows_is_reported_with_its_reason() {
+    let up = "ALTER TABLE items ADD COLUMN note TEXT;
+              CREATE TABLE item_tags (item BIGINT NOT NULL, tag TEXT NOT NULL);";
+    let left = down_violations(up, "DROP TABLE item_tags;").await;
+    assert!(
+        left.iter().any(|v| v.table.as_deref() == Some("items")
+            && v.detail.contains("leaves column note behind")),
+        "{left:?}"
+    );
+    let lost = down_violations(
+        up,
+        "DROP TABLE item_tags; ALTER TABLE items DROP COLUMN note; DELETE FROM items;",
+    )
+    .await;
+    assert!(
+        lost.iter().any(|v| v.table.as_deref() == Some("items")
+            && v.detail.contains("1 of 1 row(s) lost or changed")),
+        "{lost:?}"
+    );
+    let gone = down_violations(
+        up,
+        "DROP TABLE item_tags; ALTER TABLE items DROP COLUMN note; DROP INDEX items_name;",
+    )
+    .await;
+    assert!(
+        gone.iter()
+            .any(|v| v.detail.contains("index items_name is gone")),
+        "{gone:?}"
+    );
+    let failed = down_violations(up, "DROP TABLE no_such_table;").await;
+    assert!(
+        failed
+            .iter()
+            .any(|v| v.detail.contains("down statement 1 failed")),
+        "{failed:?}"
+    );
+    for v in left.iter().chain(&lost).chain(&gone).chain(&failed) {
+        assert!(v.to_string().starts_with("down-not-faithful"), "{v}");
+    }
+}

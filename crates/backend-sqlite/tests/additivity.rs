@@ -260,3 +260,108 @@ async fn a_live_checks_scratch_directory_survives_another_checks_cleanup() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&lock).unwrap();
 }
+
+/// Issue 13: the executed up-then-down check on an application's set (`items` at its base, a
+/// second revision with `down`), through `check_set`: only down violations are returned.
+async fn check_app_down(up: &[&str], down: &[&str]) -> Vec<Violation> {
+    let base = Revision {
+        id: "0001_items".into(),
+        parent: None,
+        up_sqlite: vec![
+            "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL, qty INTEGER)".into(),
+            "CREATE INDEX items_name ON items (name)".into(),
+        ],
+        up_postgres: Vec::new(),
+        description: "items".into(),
+    };
+    let next = Revision {
+        id: "0002_next".into(),
+        parent: Some(base.id.clone()),
+        ..revision(up)
+    };
+    let down: Vec<String> = down.iter().map(|s| (*s).to_owned()).collect();
+    let set = cairn_migrate::MigrationSet::new("inventory", vec![base, next])
+        .unwrap()
+        .with_down("0002_next", down.clone(), down)
+        .unwrap();
+    let mut reports = cairn_migrate::additivity::check_set(&SqliteAdditivity::new(), &set)
+        .await
+        .expect("the check runs");
+    reports
+        .remove(0)
+        .violations
+        .into_iter()
+        .filter(|v| v.rule == Rule::Down)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_faithful_down_passes_the_up_then_down_check() {
+    let v = check_app_down(
+        &[
+            "ALTER TABLE items ADD COLUMN note TEXT",
+            "CREATE INDEX items_note ON items (note)",
+            "CREATE TABLE item_tags (item INTEGER NOT NULL, tag TEXT NOT NULL)",
+        ],
+        &[
+            "DROP TABLE item_tags",
+            "DROP INDEX items_note",
+            "ALTER TABLE items DROP COLUMN note",
+        ],
+    )
+    .await;
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_that_leaves_a_column_or_loses_rows_is_reported_with_its_reason() {
+    let up = [
+        "ALTER TABLE items ADD COLUMN note TEXT",
+        "CREATE TABLE item_tags (item INTEGER NOT NULL, tag TEXT NOT NULL)",
+    ];
+    let left = check_app_down(&up, &["DROP TABLE item_tags"]).await;
+    assert!(
+        left.iter().any(|v| v.table.as_deref() == Some("items")
+            && v.detail.contains("leaves column note behind")),
+        "{left:?}"
+    );
+    let lost = check_app_down(
+        &up,
+        &[
+            "DROP TABLE item_tags",
+            "ALTER TABLE items DROP COLUMN note",
+            "DELETE FROM items",
+        ],
+    )
+    .await;
+    assert!(
+        lost.iter().any(|v| v.table.as_deref() == Some("items")
+            && v.detail.contains("1 of 1 row(s) lost or changed")),
+        "{lost:?}"
+    );
+    let gone = check_app_down(
+        &up,
+        &[
+            "DROP TABLE item_tags",
+            "ALTER TABLE items DROP COLUMN note",
+            "DROP INDEX items_name",
+        ],
+    )
+    .await;
+    assert!(
+        gone.iter()
+            .any(|v| v.detail.contains("index items_name is gone")),
+        "{gone:?}"
+    );
+    let failed = check_app_down(&up, &["DROP TABLE no_such_table"]).await;
+    assert!(
+        failed
+            .iter()
+            .any(|v| v.detail.contains("down statement 1 failed")),
+        "{failed:?}"
+    );
+    for v in left.iter().chain(&lost).chain(&gone).chain(&failed) {
+        assert_eq!(v.rule, Rule::Down);
+        assert!(v.to_string().starts_with("down-not-faithful"), "{v}");
+    }
+}

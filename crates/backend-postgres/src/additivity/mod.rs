@@ -51,6 +51,7 @@
 
 mod build;
 mod capture;
+mod down;
 mod engine;
 mod judge;
 mod scratch;
@@ -122,6 +123,32 @@ impl PgAdditivity {
         dropped.map(|_| ()).map_err(map_sqlx)
     }
 
+    async fn check_down_in(
+        &self,
+        schema: &SchemaName,
+        target: &CheckTarget,
+        revision: &Revision,
+        down: &[String],
+    ) -> Result<Vec<Violation>, MigrateError> {
+        self.build(schema, target).await?;
+        let mut conn = self.connect(schema).await?;
+        let outcome = match sqlx::query(sql::BEGIN)
+            .persistent(false)
+            .execute(&mut conn)
+            .await
+        {
+            Ok(_) => down::check_down(&mut conn, schema, &revision.up_postgres, down).await,
+            Err(e) => Err(map_sqlx(e).into()),
+        };
+        // Nothing of the check is ever kept.
+        let _ = sqlx::query(sql::ROLLBACK)
+            .persistent(false)
+            .execute(&mut conn)
+            .await;
+        let _ = conn.close().await;
+        outcome
+    }
+
     async fn check_in(
         &self,
         schema: &SchemaName,
@@ -186,6 +213,30 @@ impl AdditivityEngine for PgAdditivity {
         let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
         owner.drop_leftovers().await;
         let outcome = self.check_in(&schema, target, revision).await;
+        let dropped = self.drop_schema(&schema).await;
+        guard.disarm();
+        owner.release().await;
+        let violations = outcome?;
+        dropped?;
+        Ok(violations)
+    }
+
+    /// Up, then down, in the filled throwaway schema, in one transaction that is rolled back:
+    /// see [`AdditivityEngine::check_down`]. Compared: every table, view and sequence by name,
+    /// each column by its definition (type, collation, NOT NULL, default, generation,
+    /// identity; not its position), constraints, indexes and triggers by their definitions,
+    /// and each old table's rows over its old columns, value for value.
+    async fn check_down(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+        down: &[String],
+    ) -> Result<Vec<Violation>, MigrateError> {
+        let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
+        let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
+        let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
+        owner.drop_leftovers().await;
+        let outcome = self.check_down_in(&schema, target, revision, down).await;
         let dropped = self.drop_schema(&schema).await;
         guard.disarm();
         owner.release().await;

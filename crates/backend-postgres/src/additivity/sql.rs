@@ -267,3 +267,47 @@ pub(super) const OUTSIDE_LOCKS: &str = "SELECT DISTINCT format('%s', l.relation:
     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
     AND n.nspname <> $1 AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast') \
     AND n.nspname NOT LIKE 'pg\\_temp\\_%' AND n.nspname NOT LIKE 'pg\\_toast\\_temp\\_%' ORDER BY 1, 2";
+
+/// The up-then-down check's view of schema `$1`, tables `$2` left out (the bookkeeping):
+/// every object as `(kind, table, name, definition)` — tables (their options), columns (type,
+/// collation, NOT NULL, default, generation, identity), constraints, indexes and triggers by
+/// their definitions, views and sequences by name. Compared before and after up then down;
+/// oids and column positions are left out (a column dropped and added back is the same
+/// column if its definition is).
+pub(super) const DOWN_OBJECTS: &str = "WITH ns AS (SELECT oid FROM pg_namespace WHERE nspname = $1), \
+    rels AS (SELECT c.oid, c.relname::text AS name, c.relkind::text AS kind FROM pg_class c \
+      WHERE c.relnamespace = (SELECT oid FROM ns) AND NOT (c.relname = ANY($2)) \
+      AND c.relkind IN ('r', 'p', 'v', 'm', 'S')) \
+    SELECT CASE r.kind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'view' ELSE 'table' END, \
+      r.name, r.name, coalesce(c.reloptions::text, '') FROM rels r JOIN pg_class c ON c.oid = r.oid \
+    UNION ALL SELECT 'column', r.name, a.attname::text, concat_ws(' ', format_type(a.atttypid, a.atttypmod), \
+      'collation=' || a.attcollation, 'notnull=' || a.attnotnull, 'default=' || coalesce(pg_get_expr(d.adbin, d.adrelid), '-'), \
+      'generated=' || a.attgenerated::text, 'identity=' || a.attidentity::text) \
+      FROM rels r JOIN pg_attribute a ON a.attrelid = r.oid \
+      LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+      WHERE r.kind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped \
+    UNION ALL SELECT 'constraint', r.name, k.conname::text, pg_get_constraintdef(k.oid) \
+      FROM rels r JOIN pg_constraint k ON k.conrelid = r.oid \
+    UNION ALL SELECT 'index', r.name, ic.relname::text, pg_get_indexdef(i.indexrelid) \
+      FROM rels r JOIN pg_index i ON i.indrelid = r.oid JOIN pg_class ic ON ic.oid = i.indexrelid \
+    UNION ALL SELECT 'trigger', r.name, t.tgname::text, pg_get_triggerdef(t.oid) \
+      FROM rels r JOIN pg_trigger t ON t.tgrelid = r.oid WHERE NOT t.tgisinternal";
+
+/// The ordinary columns of table `$2` in schema `$1`, in position order.
+pub(super) const DOWN_COLUMNS: &str = "SELECT a.attname::text FROM pg_attribute a \
+    JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+    WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+    AND a.attgenerated = '' ORDER BY a.attnum";
+
+/// Every row of `table` (in `schema`) over `cols` as JSON text, sorted: compared before and
+/// after up then down. Identifiers come from the throwaway store's own catalog, quoted.
+pub(super) fn down_rows(schema: &SchemaName, table: &str, cols: &[String]) -> String {
+    let q = |i: &str| format!("\"{}\"", i.replace('"', "\"\""));
+    let list: Vec<String> = cols.iter().map(|c| q(c)).collect();
+    format!(
+        "SELECT row_to_json(t)::text AS r FROM (SELECT {} FROM {}.{}) t ORDER BY 1",
+        list.join(", "),
+        q(schema.as_str()),
+        q(table)
+    )
+}

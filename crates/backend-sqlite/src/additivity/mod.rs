@@ -21,6 +21,7 @@ use crate::error::map;
 use crate::{files, SqliteMigrator, SqliteStore};
 
 mod capture;
+mod down;
 mod fill;
 mod judge;
 mod rows;
@@ -99,6 +100,26 @@ impl AdditivityEngine for SqliteAdditivity {
         build(&path, &self.opts, target).await?;
         let (opts, statements) = (self.opts.clone(), revision.up_sqlite.clone());
         let violations = blocking(move || inspect(&path, &opts, &statements)).await?;
+        drop(dir);
+        Ok(violations)
+    }
+
+    /// Up, then down, on the filled throwaway store, in one `BEGIN IMMEDIATE` transaction that
+    /// is rolled back: see [`AdditivityEngine::check_down`]. Compared: every object of
+    /// `sqlite_schema` (indexes, triggers and views by their SQL), each old table's columns
+    /// (name, NOT NULL, default, key, generation) and its rows over its old columns, value for
+    /// value (rowids aside).
+    async fn check_down(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+        down: &[String],
+    ) -> Result<Vec<Violation>, MigrateError> {
+        let dir = Scratch::new()?;
+        let path = dir.path().join("check.db");
+        build(&path, &self.opts, target).await?;
+        let (opts, up, down) = (self.opts.clone(), revision.up_sqlite.clone(), down.to_vec());
+        let violations = blocking(move || down::inspect_down(&path, &opts, &up, &down)).await?;
         drop(dir);
         Ok(violations)
     }

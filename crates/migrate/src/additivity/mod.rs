@@ -59,6 +59,10 @@ pub enum Rule {
     /// A statement reached past the store being migrated: it touched, or locked, an object
     /// outside the throwaway store the check runs in (another schema's table, say).
     OutsideStore,
+    /// The revision's down SQL, run right after its up SQL, does not bring the schema and the
+    /// rows of the tables that existed before back exactly (a column or table left behind or
+    /// lost, an index changed, rows lost or changed), or fails.
+    Down,
 }
 
 impl Rule {
@@ -75,6 +79,7 @@ impl Rule {
             Rule::OldWrites => "old-writes",
             Rule::Failed => "migration-failed",
             Rule::OutsideStore => "outside-store",
+            Rule::Down => "down-not-faithful",
         }
     }
 }
@@ -200,6 +205,23 @@ pub trait AdditivityEngine: Send + Sync {
         revision: &Revision,
     ) -> Result<Vec<Violation>, MigrateError>;
 
+    /// The executed up-then-down check of `revision`'s down SQL `down`: on a throwaway store
+    /// built and filled from `target` exactly as for [`AdditivityEngine::check`], apply the
+    /// revision's up statements, then `down`, in one transaction, and require the schema and
+    /// the rows of every table that existed before to be exactly what they were: each
+    /// difference is a [`Rule::Down`] violation naming the table and the column, object or
+    /// rows that differ. Everything is rolled back. An up that fails is left to
+    /// [`AdditivityEngine::check`] (no violation here); a down that fails is one.
+    ///
+    /// # Errors
+    /// When the throwaway store cannot be built.
+    async fn check_down(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+        down: &[String],
+    ) -> Result<Vec<Violation>, MigrateError>;
+
     /// Checks `revision` of cairn's own set on a throwaway store built at the end of `history`
     /// (base first; the revision's parent is `history`'s last entry): [`AdditivityEngine::check`]
     /// with no prelude. Engines need not implement it.
@@ -219,7 +241,8 @@ pub trait AdditivityEngine: Send + Sync {
 
 /// Checks every revision after the first of `set`, in order, each on a store built by
 /// [`CheckTarget::for_revision`]: cairn's own set on its own, an application's set after
-/// cairn's.
+/// cairn's. A revision carrying down SQL for the engine's dialect is also checked up-then-down
+/// ([`AdditivityEngine::check_down`]); its violations join the revision's report.
 ///
 /// # Errors
 /// When the engine cannot build a store for some revision's parent.
@@ -231,7 +254,10 @@ pub async fn check_set(
     let mut out = Vec::new();
     for (i, revision) in revs.iter().enumerate().skip(1) {
         let target = CheckTarget::for_revision(set, i)?;
-        let violations = engine.check(&target, revision).await?;
+        let mut violations = engine.check(&target, revision).await?;
+        if let Some(down) = set.down(&revision.id, engine.dialect()) {
+            violations.extend(engine.check_down(&target, revision, down).await?);
+        }
         out.push(RevisionReport {
             revision: revision.id.clone(),
             violations,
