@@ -88,7 +88,7 @@ pub use cairn_core::{
     MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN,
 };
 pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
-pub use store::{SetOpened, Store, StoreBuilder};
+pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};
 pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
 
 /// Test support (feature `testkit`): the backend crates with their conformance harnesses,

@@ -7,7 +7,10 @@ use std::time::Duration;
 use cairn_core::spool::{Clock, Spool, SpoolConfig, SystemClock};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
 use cairn_migrate::fleet::{self, FleetEntry};
-use cairn_migrate::{AppliedContract, MigrationBackend, MigrationSet, Opened, Runner, CAIRN_SET};
+use cairn_migrate::{
+    AppliedContract, Blocker, MigrateError, MigrationBackend, MigrationSet, Opened, Runner,
+    CAIRN_SET,
+};
 
 use crate::url::{Backend, DatabaseUrl};
 
@@ -25,6 +28,21 @@ pub struct SetOpened {
     /// The contract revisions the open applied, each with whether it was forced past live
     /// builds that lack it ([`StoreBuilder::force_contract`]).
     pub contracts: Vec<AppliedContract>,
+    /// A contract revision this open left pending because live builds lack it
+    /// ([`StoreBuilder::defer_blocked_contracts`]): the revisions before it were applied, the
+    /// store stays behind this build until a later open (or `cairn migrate up`) finds no live
+    /// build lacking it.
+    pub deferred: Option<DeferredContract>,
+}
+
+/// A contract revision an open left pending, and the live builds that lack it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct DeferredContract {
+    /// The contract revision (the set's first one that live builds lack).
+    pub revision: String,
+    /// The live builds that lack it.
+    pub blockers: Vec<Blocker>,
 }
 
 /// An open cairn store: the capabilities of one database, as trait objects.
@@ -228,6 +246,7 @@ pub struct StoreBuilder {
     heartbeat_interval: Duration,
     fleet_expiry: Duration,
     force_contract: bool,
+    defer_blocked_contracts: bool,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -249,6 +268,7 @@ impl fmt::Debug for StoreBuilder {
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("fleet_expiry", &self.fleet_expiry)
             .field("force_contract", &self.force_contract)
+            .field("defer_blocked_contracts", &self.defer_blocked_contracts)
             .field(
                 "sets",
                 &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
@@ -277,7 +297,20 @@ impl StoreBuilder {
             heartbeat_interval: fleet::DEFAULT_HEARTBEAT_INTERVAL,
             fleet_expiry: fleet::DEFAULT_EXPIRY,
             force_contract: false,
+            defer_blocked_contracts: true,
         }
+    }
+
+    /// What an open does when an application set's pending contract revision is lacked by
+    /// live builds (and not forced). `true` (the default): it applies the revisions before the
+    /// contract revision, leaves the contract revision pending and opens, reporting it in
+    /// [`SetOpened::deferred`] — so a release that ships a contract revision rolls out while
+    /// older nodes still run (its code must not need the contract applied, which is what makes
+    /// it a contract). `false`: the open is refused with [`Error::Incompatible`] naming the
+    /// live builds, and nothing changes.
+    pub fn defer_blocked_contracts(mut self, defer: bool) -> Self {
+        self.defer_blocked_contracts = defer;
+        self
     }
 
     /// Whether the open records this build in the store's fleet registry and heartbeats it
@@ -473,6 +506,7 @@ impl StoreBuilder {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),
             contracts: Vec::new(),
+            deferred: None,
         }];
         let migrator: Arc<dyn MigrationBackend> =
             Arc::new(cairn_sqlite::SqliteMigrator::new(&path, opts));
@@ -522,6 +556,7 @@ impl StoreBuilder {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),
             contracts: Vec::new(),
+            deferred: None,
         }];
         let migrator: Arc<dyn MigrationBackend> =
             Arc::new(cairn_postgres::PgMigrator::new(opts.clone())?);
@@ -575,18 +610,36 @@ impl StoreBuilder {
         instance: &str,
         out: &mut Vec<SetOpened>,
     ) -> Result<()> {
-        for set in &self.sets {
-            let runner = Runner::new(set.clone())
+        let runner = |set: MigrationSet| {
+            Runner::new(set)
                 .with_lock_timeout(self.migration_lock_timeout)
                 .with_clock(self.clock.clone())
                 .with_fleet_expiry(self.fleet_expiry)
                 .with_instance(instance)
-                .force_contract(self.force_contract);
-            let report = runner.open_with_report(migrator).await?;
+                .force_contract(self.force_contract)
+        };
+        for set in &self.sets {
+            let mut deferred = None;
+            let report = match runner(set.clone()).open_with_report(migrator).await {
+                Err(MigrateError::ContractRefused {
+                    revision, blockers, ..
+                }) if self.defer_blocked_contracts => {
+                    // A contract revision is never the base, so it has a parent: apply up to
+                    // it (the gate runs again for any earlier contract revision).
+                    let at = set.position(&revision).unwrap_or_default();
+                    let parent = &set.revisions()[at.saturating_sub(1)].id;
+                    let before = set.up_to(parent)?;
+                    let report = runner(before).open_with_report(migrator).await?;
+                    deferred = Some(DeferredContract { revision, blockers });
+                    report
+                }
+                other => other?,
+            };
             out.push(SetOpened {
                 set: set.name().to_owned(),
                 outcome: report.opened,
                 contracts: report.contracts,
+                deferred,
             });
         }
         Ok(())

@@ -640,11 +640,12 @@ async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends()
     }
 }
 
-/// Issue 13: a contract revision waits for the older builds that lack it. While a v1 store is
-/// open (registered, heartbeating) the v3 open is refused in one line naming v1's build, host,
-/// pid and revision, and changes nothing; once v1 closes, v3 applies it. An older build opened
-/// afterwards refuses the store. With `force_contract` the revision is applied anyway and
-/// reported as forced.
+/// Issue 13: a contract revision waits for the older builds that lack it. While v1 and v2
+/// stores are open (registered, heartbeating) a v3 open that does not defer is refused in one
+/// line naming their build, host, pid and revision, and changes nothing; by default v3 opens
+/// with the contract revision deferred and reported; once v1 and v2 close, v3 applies it. An
+/// older build opened afterwards refuses the store. With `force_contract` the revision is
+/// applied anyway and reported as forced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backends() {
     for loc in Location::each().await {
@@ -666,6 +667,7 @@ async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backend
         let err = Store::builder(loc.url())
             .migrations(notes_v3())
             .build_id("svc-v3")
+            .defer_blocked_contracts(false)
             .open()
             .await
             .expect_err("refused while v1 and v2 run");
@@ -684,6 +686,32 @@ async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backend
             assert!(msg.contains(part), "names {part}: {msg}");
         }
         assert_eq!(loc.count("note_tags").await, 1, "nothing changed");
+
+        // By default the v3 build still opens: the contract revision waits, reported, and the
+        // store stays at v2's revision (a rolling deploy of v3 is not blocked by older nodes).
+        let waiting = Store::builder(loc.url())
+            .migrations(notes_v3())
+            .build_id("svc-v3")
+            .open()
+            .await
+            .unwrap();
+        let opened = &waiting.migrations()[1];
+        assert_eq!(
+            opened.outcome,
+            Opened::AtHead,
+            "nothing before the contract was pending"
+        );
+        let deferred = opened.deferred.as_ref().expect("the contract waits");
+        assert_eq!(deferred.revision, "0003_drop_tags");
+        let mut lacking: Vec<&str> = deferred.blockers.iter().map(|b| b.build.as_str()).collect();
+        lacking.sort_unstable();
+        assert_eq!(lacking, ["svc-v1", "svc-v2"]);
+        assert_eq!(loc.count("note_tags").await, 1, "the contract did not run");
+        assert_eq!(
+            waiting.fleet_entry().unwrap().heads["notes"],
+            "0003_drop_tags"
+        );
+        waiting.close().await.unwrap();
 
         // Forced: applied past both, and reported.
         if loc.backend() == Backend::Postgres {
@@ -710,6 +738,7 @@ async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backend
             let contracts = &v3.migrations()[1].contracts;
             assert_eq!(contracts.len(), 1);
             assert!(!contracts[0].forced);
+            assert!(v3.migrations()[1].deferred.is_none());
             v3.close().await.unwrap();
         }
         // Either way the table is gone, and an older build now refuses the store.

@@ -301,6 +301,38 @@ impl MigrationSet {
         }
     }
 
+    /// The set up to and including revision `revision` (its down SQL and contract marks kept):
+    /// what a build applies when it stops before a later revision.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for a revision not in the set.
+    pub fn up_to(&self, revision: &str) -> Result<Self, MigrateError> {
+        let Some(at) = self.position(revision) else {
+            return Err(MigrateError::InvalidSet {
+                set: self.name.clone(),
+                reason: format!("{revision} is not a revision of the set"),
+            });
+        };
+        let revisions = self.revisions[..=at].to_vec();
+        let keep = |id: &String| revisions.iter().any(|r| &r.id == id);
+        Ok(Self {
+            name: self.name.clone(),
+            down: self
+                .down
+                .iter()
+                .filter(|(id, _)| keep(id))
+                .map(|(id, d)| (id.clone(), d.clone()))
+                .collect(),
+            contract: self
+                .contract
+                .iter()
+                .filter(|id| keep(id))
+                .cloned()
+                .collect(),
+            revisions,
+        })
+    }
+
     /// Whether revision `revision` is marked contract.
     pub fn is_contract(&self, revision: &str) -> bool {
         self.contract.contains(revision)
@@ -415,6 +447,38 @@ mod tests {
             same.dialect_checksum(Dialect::Sqlite),
             same.dialect_checksum(Dialect::Postgres)
         );
+    }
+
+    /// `up_to` keeps the chain, down SQL and contract marks up to the revision, and nothing
+    /// after it.
+    #[test]
+    fn up_to_keeps_what_comes_before() {
+        let mut b = sample();
+        b.id = "0002_b".into();
+        b.parent = Some("0001_items".into());
+        let mut c = b.clone();
+        c.id = "0003_c".into();
+        c.parent = Some("0002_b".into());
+        let set = MigrationSet::new("app", vec![sample(), b, c])
+            .unwrap()
+            .with_down("0002_b", vec!["x".into()], vec!["x".into()])
+            .unwrap()
+            .with_down("0003_c", vec!["y".into()], vec!["y".into()])
+            .unwrap()
+            .with_contract("0003_c")
+            .unwrap();
+        let before = set.up_to("0002_b").unwrap();
+        assert_eq!(before.head().id, "0002_b");
+        assert_eq!(before.down("0002_b", Dialect::Sqlite).unwrap(), ["x"]);
+        assert_eq!(before.down("0003_c", Dialect::Sqlite), None);
+        assert!(!before.is_contract("0003_c"));
+        assert!(set.is_contract("0003_c"));
+        assert_eq!(
+            before.lineage(Dialect::Sqlite),
+            set.lineage(Dialect::Sqlite)[..2]
+        );
+        assert!(set.up_to("nope").is_err());
+        assert!(set.clone().with_contract("0001_items").is_err());
     }
 
     /// Application sets are per dialect from their first revision on.
