@@ -143,7 +143,7 @@ pub(crate) enum Command {
     /// Serve the store over HTTP: the JSON API under `/v1` (OpenAPI document at
     /// `/v1/openapi.json`), `/healthz` and `/readyz`; bearer-token auth; stops gracefully on
     /// SIGINT/SIGTERM.
-    Serve(crate::serve::ServeArgs),
+    Serve(Box<crate::serve::ServeArgs>),
     /// Inspect and apply schema migrations (lineage-aware): cairn's own set, or an
     /// application's with `--set NAME --source DIR`.
     Migrate {

@@ -10,12 +10,14 @@ use std::io::Write;
 
 use cairn::backfill::probe;
 use cairn::migrate::{classify, Classification, MigrationSet, Runner};
-use cairn::spool::RetentionPolicy;
 use cairn::{DatabaseUrl, RunState};
 use serde::Serialize;
 
 use crate::error::CliError;
 use crate::open::{migrator, open, IfMissing};
+
+/// The commands that show parked runs and why each was parked.
+const PARKED_REPAIR: &str = "cairn runs --state parked; cairn run show ID";
 
 /// How many spaces the head-cache check samples (in id order).
 const HEAD_SAMPLE: usize = 1000;
@@ -73,12 +75,28 @@ pub(crate) struct Report {
     pub(crate) checks: Vec<Check>,
 }
 
-/// Runs every check against `target`. `app` is an application's set to report on as well.
-pub(crate) async fn report(target: &DatabaseUrl, app: Option<MigrationSet>) -> Report {
+/// What a running server hands doctor: its own handles on the open store.
+pub(crate) struct Serving<'a> {
+    /// The store's spool.
+    pub(crate) spool: &'a dyn cairn::Spool,
+    /// The store's epoch-log diagnostics.
+    pub(crate) diagnostics: &'a dyn cairn::EpochDiagnostics,
+}
+
+/// Runs every check against `target`. `app` is an application's set to report on as well;
+/// `retention_cap` is the configured cap on run-event bytes. With `serving`, the store checks
+/// use a running server's handles instead of opening the store again.
+pub(crate) async fn report(
+    target: &DatabaseUrl,
+    app: Option<MigrationSet>,
+    retention_cap: u64,
+    serving: Option<Serving<'_>>,
+) -> Report {
     let mut checks = Vec::new();
     let integrity = integrity(target).await;
     let intact = integrity.ok;
     checks.push(integrity);
+    checks.push(scratch(target).await);
     let mut openable = false;
     if intact {
         let mut sets = vec![cairn::migrate::cairn_set()];
@@ -91,10 +109,13 @@ pub(crate) async fn report(target: &DatabaseUrl, app: Option<MigrationSet>) -> R
             checks.push(check);
         }
     }
-    if openable {
+    if let Some(serving) = serving {
+        checks.extend(store_checks(serving.spool, serving.diagnostics, retention_cap).await);
+    } else if openable {
         match open(target, IfMissing::Refuse).await {
             Ok(store) => {
-                checks.extend(store_checks(&store).await);
+                let (spool, diag) = (store.spool(), store.diagnostics());
+                checks.extend(store_checks(spool.as_ref(), diag.as_ref(), retention_cap).await);
                 let _ = store.close().await;
             }
             Err(e) => checks.push(Check::problem(
@@ -209,6 +230,143 @@ async fn integrity(target: &DatabaseUrl) -> Check {
     }
 }
 
+/// The prefix of the additivity check's throwaway SQLite directories (in the temporary
+/// directory, each with a `.lock` file beside it while its check runs).
+const SQLITE_SCRATCH: &str = "cairn_additivity_";
+/// The prefix of the additivity check's throwaway Postgres schemas.
+const PG_SCRATCH: &str = "cairn_add_";
+
+/// Whether `name` is `prefix` + 16 lowercase hex digits, as `scratch_name` makes them.
+fn is_scratch(name: &str, prefix: &str) -> bool {
+    name.strip_prefix(prefix).is_some_and(|hex| {
+        hex.len() == 16
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Environment variable naming the scratch Postgres server of `cairn migrate check`.
+const SCRATCH_POSTGRES_ENV: &str = "CAIRN_CHECK_POSTGRES_URL";
+
+/// Leftovers of `cairn migrate check` that no running check owns: scratch directories of the
+/// SQLite engine in the temporary directory whose lock file is gone or unlocked, and scratch
+/// schemas of the Postgres engine with no session of their check connected (the check's
+/// sessions carry the schema's name as their `application_name`) on the scratch server
+/// (`CAIRN_CHECK_POSTGRES_URL`), or, without one, in a Postgres store's own database. Read-only:
+/// nothing is removed; the next `cairn migrate check` on the same machine or server removes them.
+async fn scratch(target: &DatabaseUrl) -> Check {
+    let mut found = Vec::new();
+    let mut repairs = Vec::new();
+    let base = std::env::temp_dir();
+    let dirs = tokio::task::spawn_blocking(move || sqlite_leftovers(&base))
+        .await
+        .unwrap_or_default();
+    if !dirs.is_empty() {
+        found.push(format!(
+            "{} director(ies) in the temporary directory: {}",
+            dirs.len(),
+            dirs.join(", ")
+        ));
+        repairs.push("cairn migrate check --backend sqlite");
+    }
+    let (server, repair) = match (std::env::var(SCRATCH_POSTGRES_ENV).ok(), target) {
+        (Some(url), _) => (Some(url), "cairn migrate check --backend postgres"),
+        (None, DatabaseUrl::Postgres { url, .. }) => (
+            Some(url.clone()),
+            // The check refuses its own store's database as its scratch server, so it is run
+            // for another store (the default one, without --database).
+            "cairn migrate check --backend postgres --postgres-url URL (URL: this database; \
+             without --database)",
+        ),
+        (None, DatabaseUrl::Sqlite(_)) => (None, ""),
+    };
+    if let Some(server) = server {
+        match pg_leftovers(&server).await {
+            Some(schemas) if !schemas.is_empty() => {
+                found.push(format!(
+                    "{} schema(s) on the Postgres scratch server: {}",
+                    schemas.len(),
+                    schemas.join(", ")
+                ));
+                repairs.push(repair);
+            }
+            Some(_) => {}
+            None => {
+                return Check::problem(
+                    "scratch",
+                    "cannot list the Postgres server's schemas to look for leftover check schemas",
+                    None,
+                )
+            }
+        }
+    }
+    if found.is_empty() {
+        Check::ok("scratch", "no leftover additivity-check scratch store")
+    } else {
+        Check::problem(
+            "scratch",
+            format!(
+                "leftovers of the additivity check that no running check owns: {}",
+                found.join("; ")
+            ),
+            Some(&repairs.join("; ")),
+        )
+    }
+}
+
+fn sqlite_leftovers(base: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !is_scratch(name, SQLITE_SCRATCH) {
+            continue;
+        }
+        if !std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let lock = base.join(format!("{name}.lock"));
+        let owned = match std::fs::File::open(&lock) {
+            // A lock we can take is nobody's: release it at once (closing the file does).
+            Ok(file) => !matches!(fs4::FileExt::try_lock(&file), Ok(())),
+            Err(_) => false,
+        };
+        if !owned {
+            found.push(name.to_owned());
+        }
+    }
+    found.sort();
+    found
+}
+
+async fn pg_leftovers(url: &str) -> Option<Vec<String>> {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(url)
+        .await
+        .ok()?;
+    let names: Result<Vec<String>, _> = sqlx::query_scalar(
+        "SELECT n.nspname::text FROM pg_namespace n \
+         WHERE n.nspname LIKE 'cairn\\_add\\_%' \
+         AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = n.nspname) \
+         ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await;
+    pool.close().await;
+    Some(
+        names
+            .ok()?
+            .into_iter()
+            .filter(|n| is_scratch(n, PG_SCRATCH))
+            .collect(),
+    )
+}
+
 /// The set's stamp, lineage and classification, read without the lock. Returns the check and
 /// whether this build serves the store as it is (at head or ahead: opening writes nothing).
 async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
@@ -275,9 +433,13 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
 }
 
 /// Spool counts, retention usage and a head-cache sample, from an open store.
-async fn store_checks(store: &cairn::Store) -> Vec<Check> {
+async fn store_checks(
+    spool: &dyn cairn::Spool,
+    diag: &dyn cairn::EpochDiagnostics,
+    cap: u64,
+) -> Vec<Check> {
     let mut checks = Vec::new();
-    match store.spool().stats().await {
+    match spool.stats().await {
         Ok(stats) => {
             let n = |s: RunState| stats.runs.get(&s).copied().unwrap_or(0);
             let age = stats.oldest_queued.map_or("-".to_owned(), |t| {
@@ -285,36 +447,55 @@ async fn store_checks(store: &cairn::Store) -> Vec<Check> {
                     cairn::Timestamp::from_system_time(std::time::SystemTime::now()).unwrap_or(t);
                 format!("{}s", now.duration_since(t).as_secs())
             });
-            checks.push(Check::ok(
-                "spool",
-                format!(
-                    "pending={} claimed={} parked={} oldest_pending_age={age}",
-                    n(RunState::Queued),
-                    n(RunState::Claimed),
-                    n(RunState::Parked)
+            let counts = format!(
+                "pending={} claimed={} parked={} oldest_pending_age={age}",
+                n(RunState::Queued),
+                n(RunState::Claimed),
+                n(RunState::Parked)
+            );
+            checks.push(match n(RunState::Parked) {
+                0 => Check::ok("spool", counts),
+                parked => Check::problem(
+                    "spool",
+                    format!(
+                        "{counts}: {parked} parked run(s) need a look (each holds the reason it \
+                         was parked; a run parked for a credential or collector problem is \
+                         enqueued again under a new key once that is fixed)"
+                    ),
+                    Some(PARKED_REPAIR),
                 ),
-            ));
-            let cap = RetentionPolicy::default().max_bytes;
+            });
+            let percent = if cap == 0 {
+                100.0
+            } else {
+                stats.event_bytes as f64 * 100.0 / cap as f64
+            };
             let detail = format!(
-                "event bytes {} of the {cap}-byte cap ({} events)",
+                "event bytes {} of the configured {cap}-byte cap ({percent:.1}%, {} events)",
                 stats.event_bytes, stats.events
             );
             checks.push(if stats.event_bytes > cap {
-                Check::problem("retention", format!("{detail}: over the cap"), None)
+                Check::problem(
+                    "retention",
+                    format!(
+                        "{detail}: over the cap; the oldest events go at the next retention \
+                         pass, or raise spool.retention_max_bytes"
+                    ),
+                    None,
+                )
             } else {
                 Check::ok("retention", detail)
             });
         }
         Err(e) => checks.push(Check::problem("spool", one(&e.to_string()), None)),
     }
-    let diag = store.diagnostics();
     let mut stale = 0usize;
     let mut sampled = 0usize;
     let mut failed = None;
     match diag.list_spaces(None, HEAD_SAMPLE).await {
         Ok(spaces) => {
             for space in &spaces {
-                match probe(diag.as_ref(), space).await {
+                match probe(diag, space).await {
                     Ok(p) if p.cache_is_current() => {}
                     Ok(_) => stale += 1,
                     Err(e) => {
@@ -371,7 +552,9 @@ pub(crate) async fn run(
     json: bool,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let report = report(target, app).await;
+    let config = crate::config::Config::load(None, crate::config::Overrides::default())
+        .map_err(|p| CliError::Config(p.0.join("; ")))?;
+    let report = report(target, app, config.spool.retention_max_bytes, None).await;
     if json {
         serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| CliError::Output(e.into()))?;
         writeln!(out)?;

@@ -27,7 +27,7 @@ fn cairn(db: &str) -> Command {
     ] {
         cmd.env_remove(var);
     }
-    cmd.args(["--database", db]);
+    cmd.env_remove("CAIRN_CONFIG").args(["--database", db]);
     cmd
 }
 
@@ -149,6 +149,7 @@ fn bad_pacing_is_refused_with_one_line() {
 struct Server {
     child: Child,
     stderr: Arc<Mutex<Vec<u8>>>,
+    addr: String,
 }
 
 impl Server {
@@ -184,12 +185,37 @@ impl Server {
         let first = rx
             .recv_timeout(DEADLINE)
             .expect("the server starts in time");
-        assert!(
-            first.is_some_and(|l| l.starts_with("listening on ")),
-            "the server listens: {}",
-            String::from_utf8_lossy(&stderr.lock().unwrap())
-        );
-        Self { child, stderr }
+        let addr = first
+            .as_deref()
+            .and_then(|l| l.strip_prefix("listening on "))
+            .unwrap_or_else(|| {
+                panic!(
+                    "the server listens: {}",
+                    String::from_utf8_lossy(&stderr.lock().unwrap())
+                )
+            })
+            .to_owned();
+        Self {
+            child,
+            stderr,
+            addr,
+        }
+    }
+
+    /// The `/metrics` text.
+    fn metrics(&self) -> String {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(DEADLINE))
+            .build()
+            .into();
+        agent
+            .get(format!("http://{}/metrics", self.addr))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
     }
 
     fn stderr(&self) -> String {
@@ -236,14 +262,24 @@ async fn serve_repairs_stale_caches_in_the_background() {
             assert!(Instant::now() < deadline, "the pass completes in time");
             std::thread::sleep(Duration::from_millis(10));
         }
+        let metrics = server.metrics();
+        for line in [
+            "\ncairn_backfill_enabled 1\n",
+            "\ncairn_backfill_state 1\n",
+            "cairn_backfill_spaces{kind=\"visited\"} 2\n",
+            "cairn_backfill_spaces{kind=\"repaired\"} 1\n",
+        ] {
+            assert!(metrics.contains(line), "{line} in {metrics}");
+        }
         server.stop()
     })
     .await
     .unwrap();
-    assert!(
-        log.contains("cairn backfill: pass complete: visited=2 repaired=1 current=1"),
-        "{log}"
-    );
+    let done = log
+        .lines()
+        .find(|l| l.contains("cairn backfill: pass complete"))
+        .unwrap();
+    assert!(done.contains("visited=2 repaired=1 current=1"), "{log}");
     let store = sqlite_store(Path::new(&db)).await;
     let b = SpaceId::new("b").unwrap();
     assert!(probe(store.as_ref(), &b).await.unwrap().cache_is_current());
@@ -251,24 +287,38 @@ async fn serve_repairs_stale_caches_in_the_background() {
 }
 
 /// `CAIRN_BACKFILL__ENABLED=false` switches the background pass off: the server starts and
-/// stops without visiting a space, and its bad pacing is not even checked.
+/// stops without visiting a space, says so in one line and in `cairn_backfill_enabled 0`, and
+/// its bad pacing is not even checked.
 #[tokio::test]
 async fn serve_with_the_backfill_switched_off_repairs_nothing() {
     let (_dir, db) = seeded_sqlite().await;
     let db2 = db.clone();
-    let log = tokio::task::spawn_blocking(move || {
-        Server::start(
+    let (metrics, log) = tokio::task::spawn_blocking(move || {
+        let server = Server::start(
             &db2,
             &[
                 ("CAIRN_BACKFILL__ENABLED", "false"),
                 ("CAIRN_BACKFILL__SPACES_PER_SECOND", "0"),
             ],
-        )
-        .stop()
+        );
+        (server.metrics(), server.stop())
     })
     .await
     .unwrap();
-    assert!(!log.contains("cairn backfill"), "{log}");
+    assert!(
+        metrics.contains("\ncairn_backfill_enabled 0\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"cairn_backfill_spaces{kind="visited"} 0"#),
+        "{metrics}"
+    );
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cairn backfill"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("cairn backfill: switched off"), "{log}");
     let store = sqlite_store(Path::new(&db)).await;
     let b = SpaceId::new("b").unwrap();
     assert!(!probe(store.as_ref(), &b).await.unwrap().cache_is_current());

@@ -6,9 +6,26 @@ use std::process::{Command, Output};
 use cairn::{Event, SpaceId};
 use serde_json::Value;
 
+/// A temporary directory private to this test process, given to every command as `TMPDIR`:
+/// doctor looks there for the additivity check's leftovers, and other processes' leftovers in
+/// the machine's temporary directory are not this test's business.
+fn private_tmp() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
 fn cairn(db: &str) -> Command {
+    cairn_in(db, private_tmp())
+}
+
+fn cairn_in(db: &str, tmp: &std::path::Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.env_remove("CAIRN_DATABASE").args(["--database", db]);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CAIRN_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("TMPDIR", tmp).args(["--database", db]);
     cmd
 }
 
@@ -139,17 +156,68 @@ fn a_damaged_file_is_reported_by_doctor_as_the_open_error_says() {
     );
 }
 
-/// Postgres: the tables check and the rest on a fresh schema of the test server (fails when
+/// A fresh database of its own on the test server (fails when there is none): the scratch
+/// check looks at every schema of the database, and other tests' additivity checks leave
+/// theirs in the shared one. Returns its URL and a guard that drops it.
+async fn fresh_database() -> (String, DropDatabase) {
+    use sqlx::Connection;
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let name = cairn::testkit::scratch_name("cairn_doctor");
+    let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (base, query) = pg
+        .split_once('?')
+        .map_or((pg.as_str(), None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut url = format!("{}/{name}", &base[..path_start]);
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    (url, DropDatabase { admin: pg, name })
+}
+
+/// Drops the database when the test ends, however it ends.
+struct DropDatabase {
+    admin: String,
+    name: String,
+}
+
+impl Drop for DropDatabase {
+    fn drop(&mut self) {
+        let (admin, name) = (self.admin.clone(), self.name.clone());
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+                sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            });
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+/// Postgres: the tables check and the rest on a fresh database of the test server (fails when
 /// there is none).
 #[tokio::test]
 async fn a_healthy_postgres_store_passes_every_check() {
-    let h = cairn::testkit::postgres::testkit::harness().await;
-    let base = cairn::testkit::postgres::testkit::test_server_url()
-        .await
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let sep = if base.contains('?') { '&' } else { '?' };
-    let url = format!("{base}{sep}cairn_schema={}", h.schema());
-    let _store = h.store().await.unwrap();
+    let (url, _guard) = fresh_database().await;
     let (code, report) = tokio::task::spawn_blocking(move || {
         append(&url, "a");
         doctor_json(&url)
@@ -163,6 +231,195 @@ async fn a_healthy_postgres_store_passes_every_check() {
     );
     assert_eq!(check(&report, "migrations:cairn")["ok"], true);
     assert_eq!(check(&report, "head_caches")["ok"], true);
+    assert_eq!(check(&report, "scratch")["ok"], true);
+}
+
+/// A parked run is a problem naming the commands that show it; run-event bytes over the cap
+/// configured in the environment (`CAIRN_SPOOL__RETENTION_MAX_BYTES`) are one too.
+#[tokio::test]
+async fn parked_runs_and_retention_over_the_configured_cap_are_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let db = path.to_str().unwrap().to_owned();
+    {
+        use cairn::spool::{EnqueueOptions, NackKind};
+        let store = cairn::Store::open(&db).await.unwrap();
+        let spool = store.spool();
+        let queue = cairn::QueueName::new("gate").unwrap();
+        let key = cairn::DedupKey::from_parts(["k"]).unwrap();
+        let run = spool
+            .enqueue(&queue, &key, b"p".to_vec(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        spool
+            .append_event(
+                run.run_id,
+                &cairn::RunEventId::new("e1").unwrap(),
+                vec![b'x'; 100],
+            )
+            .await
+            .unwrap();
+        let consumer = cairn::ConsumerId::new("w").unwrap();
+        let claimed = spool
+            .claim(&queue, &consumer, std::time::Duration::from_secs(60), 1)
+            .await
+            .unwrap();
+        spool
+            .nack(run.run_id, claimed[0].token, NackKind::Permanent, "broken")
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+    }
+    let (default_cap, small_cap) = tokio::task::spawn_blocking(move || {
+        let json = |cap: Option<&str>| {
+            let mut cmd = cairn(&db);
+            if let Some(cap) = cap {
+                cmd.env("CAIRN_SPOOL__RETENTION_MAX_BYTES", cap);
+            }
+            let out = cmd.args(["doctor", "--json"]).output().unwrap();
+            assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+            serde_json::from_slice::<Value>(&out.stdout).unwrap()
+        };
+        (json(None), json(Some("50")))
+    })
+    .await
+    .unwrap();
+    let spool = check(&default_cap, "spool");
+    assert_eq!(spool["ok"], false, "{default_cap}");
+    assert!(spool["detail"].as_str().unwrap().contains("parked=1"));
+    assert_eq!(
+        spool["repair"],
+        "cairn runs --state parked; cairn run show ID"
+    );
+    assert_eq!(
+        check(&default_cap, "retention")["ok"],
+        true,
+        "{default_cap}"
+    );
+    let retention = check(&small_cap, "retention");
+    assert_eq!(retention["ok"], false, "{small_cap}");
+    let detail = retention["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("event bytes 100 of the configured 50-byte cap"),
+        "{detail}"
+    );
+}
+
+/// A scratch directory of the additivity check that no running check owns (no lock file, or
+/// an unlocked one) is a leftover whose repair is `cairn migrate check --backend sqlite`; a
+/// running check's (locked) directory is not; after the repair, healthy.
+#[test]
+fn leftover_sqlite_scratch_directories_are_reported_and_migrate_check_removes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let db = db.to_str().unwrap();
+    append(db, "a");
+    let leftover = cairn::testkit::scratch_name("cairn_additivity");
+    std::fs::create_dir(tmp.path().join(&leftover)).unwrap();
+    std::fs::write(tmp.path().join(&leftover).join("check.db"), b"synthetic").unwrap();
+    let live = cairn::testkit::scratch_name("cairn_additivity");
+    std::fs::create_dir(tmp.path().join(&live)).unwrap();
+    let lock = std::fs::File::create(tmp.path().join(format!("{live}.lock"))).unwrap();
+    fs4::FileExt::try_lock(&lock).unwrap();
+    let doctor = || {
+        let out = cairn_in(db, tmp.path())
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), report)
+    };
+    let (code, report) = doctor();
+    assert_eq!(code, Some(1), "{report}");
+    let scratch = check(&report, "scratch");
+    assert_eq!(scratch["ok"], false);
+    let detail = scratch["detail"].as_str().unwrap();
+    assert!(detail.contains(&leftover), "{detail}");
+    assert!(
+        !detail.contains(&live),
+        "a running check's directory: {detail}"
+    );
+    assert_eq!(scratch["repair"], "cairn migrate check --backend sqlite");
+    let repaired = cairn_in(db, tmp.path())
+        .args(["migrate", "check", "--backend", "sqlite"])
+        .output()
+        .unwrap();
+    assert!(repaired.status.success(), "{}", text(&repaired.stderr));
+    assert!(
+        !tmp.path().join(&leftover).exists(),
+        "the repair removed it"
+    );
+    assert!(tmp.path().join(&live).exists(), "a running check's is kept");
+    let (code, report) = doctor();
+    assert_eq!(code, Some(0), "{report}");
+    drop(lock);
+}
+
+/// A scratch schema that no running check's session holds is a leftover: in a Postgres
+/// store's own database (repair: a check pointed at it from another store, since a check
+/// refuses its own store's database), and on the scratch server `CAIRN_CHECK_POSTGRES_URL`
+/// names, whatever the store (repair: `cairn migrate check --backend postgres`). After the
+/// repair, healthy.
+#[tokio::test]
+async fn leftover_postgres_scratch_schemas_are_reported_and_migrate_check_drops_them() {
+    let (url, _guard) = fresh_database().await;
+    let leftover = cairn::testkit::scratch_name("cairn_add");
+    {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query(&format!("CREATE SCHEMA {leftover}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::query(&format!("CREATE TABLE {leftover}.t (x int)"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.db");
+    let other = other.to_str().unwrap().to_owned();
+    let (before, via_env, repaired, after) = tokio::task::spawn_blocking(move || {
+        append(&url, "a");
+        append(&other, "a");
+        let before = doctor_json(&url);
+        let out = cairn(&other)
+            .env("CAIRN_CHECK_POSTGRES_URL", &url)
+            .args(["doctor", "--json"])
+            .output()
+            .unwrap();
+        let via_env: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let repaired = run(
+            &other,
+            &[
+                "migrate",
+                "check",
+                "--backend",
+                "postgres",
+                "--postgres-url",
+                &url,
+            ],
+        );
+        (before, via_env, repaired, doctor_json(&url))
+    })
+    .await
+    .unwrap();
+    assert_eq!(before.0, Some(1), "{}", before.1);
+    let scratch = check(&before.1, "scratch");
+    assert_eq!(scratch["ok"], false);
+    assert!(scratch["detail"].as_str().unwrap().contains(&leftover));
+    assert_eq!(
+        scratch["repair"],
+        "cairn migrate check --backend postgres --postgres-url URL (URL: this database; \
+         without --database)"
+    );
+    let scratch = check(&via_env, "scratch");
+    assert_eq!(scratch["ok"], false, "{via_env}");
+    assert!(scratch["detail"].as_str().unwrap().contains(&leftover));
+    assert_eq!(scratch["repair"], "cairn migrate check --backend postgres");
+    assert!(repaired.status.success(), "{}", text(&repaired.stderr));
+    assert_eq!(after.0, Some(0), "{}", after.1);
 }
 
 /// An application set named with `--set/--source` is reported too: never applied, it is behind

@@ -15,13 +15,22 @@ const FILE_TOKEN: &str = "file-token-0b8d4e2a9c61";
 /// How long a server may take to start, answer or stop.
 const DEADLINE: Duration = Duration::from_secs(30);
 
+/// A temporary directory private to this test process, given to every server as `TMPDIR`:
+/// doctor looks there for the additivity check's leftovers, and other processes' leftovers in
+/// the machine's temporary directory are not this test's business.
+fn private_tmp() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().unwrap()).path()
+}
+
 fn cairn(db: &str) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.env_remove("CAIRN_DATABASE")
-        .env_remove("CAIRN_AUTH__TOKENS")
-        .env_remove("CAIRN_AUTH__READ_TOKENS")
-        .env_remove("CAIRN_LISTEN")
-        .args(["--database", db]);
+    for (var, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+        if var.starts_with("CAIRN_") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.env("TMPDIR", private_tmp()).args(["--database", db]);
     cmd
 }
 
@@ -469,7 +478,7 @@ fn every_route_in_the_openapi_document_answers_a_documented_status() {
         &json!({"events": [{"kind": "k", "payload": "p"}]}),
     );
     let routes = documented_routes(&server, str_of(&run, "run_id"));
-    assert_eq!(routes.len(), 18, "{routes:?}");
+    assert_eq!(routes.len(), 20, "{routes:?}");
     for (method, path, documented) in routes {
         let body = (method != "GET").then_some(b"{}".as_slice());
         let (s, answer) = server.call(&method, &path, Some(FULL), body);
@@ -489,10 +498,50 @@ fn every_route_in_the_openapi_document_answers_a_documented_status() {
 
 #[test]
 fn tokens_are_required_read_only_tokens_cannot_mutate_and_no_token_is_logged() {
+    let stderr = tokens_checked(&[]);
+    // One text line per request, with the route template and the status.
+    assert!(
+        stderr.lines().any(|l| l.contains("request")
+            && l.contains("/v1/queues/{queue}/runs")
+            && l.contains("201")),
+        "{stderr}"
+    );
+}
+
+/// The same with JSON log lines: every line is a JSON object, one per request with the
+/// method, the route template, the status and the latency, and no token anywhere.
+#[test]
+fn json_logs_have_one_line_per_request_and_no_token() {
+    let stderr = tokens_checked(&["--log-format", "json"]);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let requests: Vec<&Value> = lines.iter().filter(|l| l["message"] == "request").collect();
+    assert!(requests.len() > 20, "{stderr}");
+    let created = requests
+        .iter()
+        .find(|l| l["route"] == "/v1/queues/{queue}/runs" && l["status"] == 201)
+        .unwrap_or_else(|| panic!("no enqueue line: {stderr}"));
+    assert_eq!(created["method"], "POST");
+    assert!(created["latency_ms"].as_f64().unwrap() >= 0.0, "{created}");
+    assert!(
+        requests
+            .iter()
+            .any(|l| l["status"] == 401 && l["route"] == "/v1/spaces/{space}/epochs"),
+        "refused requests are logged too: {stderr}"
+    );
+}
+
+/// Drives every documented route with no, wrong, read-only and full tokens; returns the
+/// server's stderr, which holds no token.
+fn tokens_checked(log_args: &[&str]) -> String {
     let (dir, db) = sqlite_db();
     let token_file = dir.path().join("tokens");
     std::fs::write(&token_file, format!("# operators\n\n{FILE_TOKEN}\n")).unwrap();
-    let server = Server::start(&db, &["--token-file", token_file.to_str().unwrap()]);
+    let mut args = vec!["--token-file", token_file.to_str().unwrap()];
+    args.extend_from_slice(log_args);
+    let server = Server::start(&db, &args);
     let (_, run) = server.send(
         "POST",
         "/v1/queues/gate/runs",
@@ -548,9 +597,10 @@ fn tokens_are_required_read_only_tokens_cannot_mutate_and_no_token_is_logged() {
     assert_eq!(s, 201);
     let (status, stderr) = server.stop();
     assert!(status.success(), "{status:?}: {stderr}");
-    for t in [FULL, READ, FILE_TOKEN] {
+    for t in [FULL, READ, FILE_TOKEN, "wrong-token-0000000000"] {
         assert!(!stderr.contains(t), "a token in stderr: {stderr}");
     }
+    stderr
 }
 
 #[test]
@@ -784,8 +834,9 @@ fn a_refused_store_an_unconfigured_auth_and_a_public_no_auth_address_refuse_to_s
             .output()
             .unwrap();
         let err = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert_eq!(out.status.code(), Some(2), "a configuration problem: {err}");
         assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.starts_with("cairn: config: auth."), "{err}");
         assert!(err.contains(needle), "{err}");
         assert!(!err.contains("tiny-tok"), "the token is not echoed: {err}");
     }
@@ -892,4 +943,597 @@ fn a_request_stuck_in_flight_does_not_hold_shutdown_past_the_drain_timeout() {
     );
     drop(stuck);
     assert_eq!(ok(cairn(&db).arg("runs").output().unwrap()), "");
+}
+
+/// One sample of a scrape: metric name, labels, value.
+type Sample = (String, std::collections::BTreeMap<String, String>, f64);
+
+/// Parses the Prometheus text exposition format (0.0.4) strictly: every line is a `# HELP`, a
+/// `# TYPE` or a sample whose metric has a `# TYPE`; label values may hold any character
+/// (braces included) with `\\`, `\"` and `\n` escaped. (The `prometheus-parse` crate skips
+/// sample lines whose label values hold a `}`, such as route templates, without an error.)
+fn parse_prometheus(text: &str) -> Result<Vec<Sample>, String> {
+    let is_name = |n: &str| {
+        !n.is_empty()
+            && !n.starts_with(|c: char| c.is_ascii_digit())
+            && n.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+    };
+    let mut typed = std::collections::BTreeMap::new();
+    let mut samples = Vec::new();
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap_or_default();
+            if !is_name(name) {
+                return Err(format!("bad HELP: {line}"));
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut words = rest.split(' ');
+            let (Some(name), Some(kind), None) = (words.next(), words.next(), words.next()) else {
+                return Err(format!("bad TYPE: {line}"));
+            };
+            if !is_name(name)
+                || !["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind)
+            {
+                return Err(format!("bad TYPE: {line}"));
+            }
+            typed.insert(name.to_owned(), kind.to_owned());
+            continue;
+        }
+        if line.starts_with('#') {
+            continue;
+        }
+        let name_end = line.find(['{', ' ']).ok_or(format!("no value: {line}"))?;
+        let name = &line[..name_end];
+        if !is_name(name) {
+            return Err(format!("bad metric name: {line}"));
+        }
+        let mut labels = std::collections::BTreeMap::new();
+        let mut rest = &line[name_end..];
+        if let Some(mut l) = rest.strip_prefix('{') {
+            loop {
+                if let Some(after) = l.strip_prefix('}') {
+                    rest = after;
+                    break;
+                }
+                let eq = l.find("=\"").ok_or(format!("bad label: {line}"))?;
+                let key = &l[..eq];
+                if !is_name(key) || key.contains(':') {
+                    return Err(format!("bad label name: {line}"));
+                }
+                let mut value = String::new();
+                let mut chars = l[eq + 2..].char_indices();
+                let end = loop {
+                    match chars.next() {
+                        Some((i, '"')) => break eq + 2 + i + 1,
+                        Some((_, '\\')) => match chars.next() {
+                            Some((_, 'n')) => value.push('\n'),
+                            Some((_, c @ ('\\' | '"'))) => value.push(c),
+                            _ => return Err(format!("bad escape: {line}")),
+                        },
+                        Some((_, c)) => value.push(c),
+                        None => return Err(format!("unterminated label value: {line}")),
+                    }
+                };
+                labels.insert(key.to_owned(), value);
+                l = &l[end..];
+                l = l.strip_prefix(',').unwrap_or(l);
+            }
+        }
+        let mut words = rest.trim_start_matches(' ').split(' ');
+        let value = match words.next() {
+            Some("+Inf") => f64::INFINITY,
+            Some("-Inf") => f64::NEG_INFINITY,
+            Some(v) => v.parse::<f64>().map_err(|_| format!("bad value: {line}"))?,
+            None => return Err(format!("no value: {line}")),
+        };
+        if let Some(ts) = words.next() {
+            ts.parse::<i64>()
+                .map_err(|_| format!("bad timestamp: {line}"))?;
+        }
+        let base = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|s| {
+                name.strip_suffix(s)
+                    .filter(|b| typed.get(*b).is_some_and(|k| k == "histogram"))
+            })
+            .unwrap_or(name);
+        if !typed.contains_key(base) {
+            return Err(format!("sample without a TYPE: {line}"));
+        }
+        samples.push((name.to_owned(), labels, value));
+    }
+    Ok(samples)
+}
+
+/// A scrape of `/metrics`, parsed as Prometheus text.
+fn scrape(server: &Server, token: &str) -> Vec<Sample> {
+    let mut resp = server
+        .agent
+        .get(format!("{}/metrics", server.base))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let ctype = resp
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(ctype.starts_with("text/plain; version=0.0.4"), "{ctype}");
+    let text = resp.body_mut().read_to_string().unwrap();
+    parse_prometheus(&text).unwrap_or_else(|e| panic!("not Prometheus text ({e}): {text}"))
+}
+
+/// The sum of the samples named `name` whose labels include `labels` (0 when there is none).
+fn sample(scrape: &[Sample], name: &str, labels: &[(&str, &str)]) -> f64 {
+    scrape
+        .iter()
+        .filter(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+#[test]
+fn the_prometheus_parser_of_these_tests_is_strict() {
+    let ok =
+        "# HELP a_total A.\n# TYPE a_total counter\na_total{route=\"/x/{id}\",q=\"a\\\"b\"} 2\n\
+              # TYPE h histogram\nh_bucket{le=\"+Inf\"} 1\nh_count 1\nh_sum 0.5\n";
+    let samples = parse_prometheus(ok).unwrap();
+    assert_eq!(
+        sample(&samples, "a_total", &[("route", "/x/{id}"), ("q", "a\"b")]),
+        2.0
+    );
+    assert_eq!(sample(&samples, "h_count", &[]), 1.0);
+    for bad in [
+        "a 1\n",
+        "# TYPE a counter\na{x=\"1} 1\n",
+        "# TYPE a counter\na one\n",
+        "# TYPE a counter\na{1x=\"v\"} 1\n",
+        "# TYPE a sometimes\n",
+    ] {
+        assert!(parse_prometheus(bad).is_err(), "{bad}");
+    }
+}
+
+/// `/metrics` counts what the API did: appends, enqueues by outcome, claims, acks, nacks by
+/// kind, requests by route template and status with their latency, and the runs by state read
+/// at the scrape. A read-only token may scrape; no token may not.
+#[test]
+fn metrics_move_by_what_the_api_did_and_parse_as_prometheus_text() {
+    let (_dir, db) = sqlite_db();
+    let server = Server::start(&db, &[]);
+    let (s, body) = server.call("GET", "/metrics", None, None);
+    assert_eq!((s, code(&body)), (401, "unauthorized"));
+    let before = scrape(&server, READ);
+    let append = json!({"events": [{"kind": "k", "payload": "p"}]});
+    for _ in 0..2 {
+        assert_eq!(
+            server.send("POST", "/v1/spaces/docs/epochs", &append).0,
+            201
+        );
+    }
+    for (key, status) in [("a", 201), ("b", 201), ("a", 200), ("c", 201)] {
+        let (s, _) = server.send(
+            "POST",
+            "/v1/queues/gate/runs",
+            &json!({"key": key, "payload": "p"}),
+        );
+        assert_eq!(s, status);
+    }
+    let claim = |server: &Server| -> (String, String) {
+        let (s, c) = server.send(
+            "POST",
+            "/v1/queues/gate/claim",
+            &json!({"consumer": "w", "lease_ms": 60000}),
+        );
+        assert_eq!(s, 200, "{c}");
+        let run = &c["runs"][0];
+        (
+            str_of(run, "run_id").to_owned(),
+            str_of(run, "token").to_owned(),
+        )
+    };
+    let (id, token) = claim(&server);
+    let (s, _) = server.send(
+        "POST",
+        &format!("/v1/runs/{id}/ack"),
+        &json!({"token": token}),
+    );
+    assert_eq!(s, 200);
+    let (id, token) = claim(&server);
+    let nack = json!({"token": token, "kind": "retryable", "reason": "later"});
+    assert_eq!(
+        server.send("POST", &format!("/v1/runs/{id}/nack"), &nack).0,
+        200
+    );
+    let (id, token) = claim(&server);
+    let park = json!({"token": token, "kind": "permanent", "reason": "never"});
+    assert_eq!(
+        server.send("POST", &format!("/v1/runs/{id}/nack"), &park).0,
+        200
+    );
+    let after = scrape(&server, FULL);
+    let delta = |name: &str, labels: &[(&str, &str)]| {
+        sample(&after, name, labels) - sample(&before, name, labels)
+    };
+    assert_eq!(delta("cairn_epoch_appends_total", &[]), 2.0);
+    let enq = "cairn_spool_enqueues_total";
+    assert_eq!(delta(enq, &[("outcome", "created")]), 3.0);
+    assert_eq!(delta(enq, &[("outcome", "existing")]), 1.0);
+    assert_eq!(delta("cairn_spool_claimed_runs_total", &[]), 3.0);
+    assert_eq!(delta("cairn_spool_acks_total", &[]), 1.0);
+    let nacks = "cairn_spool_nacks_total";
+    assert_eq!(delta(nacks, &[("kind", "retryable")]), 1.0);
+    assert_eq!(delta(nacks, &[("kind", "permanent")]), 1.0);
+    let appends = [
+        ("method", "POST"),
+        ("route", "/v1/spaces/{space}/epochs"),
+        ("status", "201"),
+    ];
+    assert_eq!(delta("cairn_http_requests_total", &appends), 2.0);
+    let enqueue_200 = [("route", "/v1/queues/{queue}/runs"), ("status", "200")];
+    assert_eq!(delta("cairn_http_requests_total", &enqueue_200), 1.0);
+    // The first scrape (401 without a token, then 200) is counted by the second.
+    let scrapes = [("route", "/metrics"), ("status", "401")];
+    assert_eq!(sample(&after, "cairn_http_requests_total", &scrapes), 1.0);
+    let latency = [("route", "/v1/spaces/{space}/epochs")];
+    assert_eq!(
+        delta("cairn_http_request_duration_seconds_count", &latency),
+        2.0,
+        "two appends timed"
+    );
+    let runs = "cairn_spool_runs";
+    assert_eq!(
+        sample(&after, runs, &[("state", "pending")]),
+        1.0,
+        "b, retrying"
+    );
+    assert_eq!(sample(&after, runs, &[("state", "claimed")]), 0.0);
+    assert_eq!(sample(&after, runs, &[("state", "parked")]), 1.0, "c");
+    assert_eq!(sample(&after, "cairn_backfill_enabled", &[]), 1.0);
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+}
+
+fn doctor_check<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} check in {report}"))
+}
+
+/// `GET /v1/doctor` with a read-only token: 200 and the report while healthy; a parked run
+/// makes it 503 with the spool check naming its repair; event bytes over the configured
+/// retention cap (`CAIRN_SPOOL__RETENTION_MAX_BYTES`) are a problem too.
+fn doctor_over_http(db: &str) {
+    let server = Server::start_with(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_AUTH__READ_TOKENS", READ),
+            ("CAIRN_SPOOL__RETENTION_MAX_BYTES", "64"),
+        ],
+        &[],
+    );
+    let (s, report) = server.call("GET", "/v1/doctor", Some(READ), None);
+    assert_eq!(s, 200, "{report}");
+    assert_eq!(report["healthy"], true, "{report}");
+    for name in [
+        "integrity",
+        "scratch",
+        "migrations:cairn",
+        "spool",
+        "retention",
+        "head_caches",
+    ] {
+        assert_eq!(doctor_check(&report, name)["ok"], true, "{name}: {report}");
+    }
+    assert!(
+        str_of(doctor_check(&report, "retention"), "detail").contains("64-byte cap"),
+        "{report}"
+    );
+    let (s, run) = server.send(
+        "POST",
+        "/v1/queues/gate/runs",
+        &json!({"key": "k", "payload": "p"}),
+    );
+    assert_eq!(s, 201);
+    let id = str_of(&run, "run_id").to_owned();
+    let event = json!({"event_id": "e1", "payload": "x".repeat(100)});
+    assert_eq!(
+        server
+            .send("POST", &format!("/v1/runs/{id}/events"), &event)
+            .0,
+        201
+    );
+    let (_, claimed) = server.send(
+        "POST",
+        "/v1/queues/gate/claim",
+        &json!({"consumer": "w", "lease_ms": 60000}),
+    );
+    let token = str_of(&claimed["runs"][0], "token").to_owned();
+    let park = json!({"token": token, "kind": "permanent", "reason": "broken"});
+    assert_eq!(
+        server.send("POST", &format!("/v1/runs/{id}/nack"), &park).0,
+        200
+    );
+    let (s, report) = server.call("GET", "/v1/doctor", Some(READ), None);
+    assert_eq!(s, 503, "{report}");
+    assert_eq!(report["healthy"], false);
+    let spool = doctor_check(&report, "spool");
+    assert_eq!(spool["ok"], false, "{report}");
+    assert!(str_of(spool, "detail").contains("parked=1"), "{report}");
+    assert_eq!(
+        spool["repair"],
+        "cairn runs --state parked; cairn run show ID"
+    );
+    let retention = doctor_check(&report, "retention");
+    assert_eq!(retention["ok"], false, "{report}");
+    assert!(
+        str_of(retention, "detail").contains("over the cap"),
+        "{report}"
+    );
+    let (s, _) = server.call("GET", "/v1/doctor", None, None);
+    assert_eq!(s, 401);
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+}
+
+#[test]
+fn doctor_over_http_on_sqlite() {
+    let (_dir, db) = sqlite_db();
+    doctor_over_http(&db);
+}
+
+#[test]
+fn doctor_over_http_on_postgres() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt
+        .block_on(cairn::testkit::postgres::testkit::test_server_url())
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    // A database of its own: the scratch check looks at every schema of the database, and
+    // other tests' additivity checks leave theirs in the shared one.
+    let database = cairn::testkit::scratch_name("cairn_doctor");
+    let admin = rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(&format!("CREATE DATABASE {database}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn
+    });
+    let url = with_database(&pg, &database);
+    let result = std::panic::catch_unwind(|| doctor_over_http(&url));
+    rt.block_on(async {
+        let mut admin = admin;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// `url` with its database name replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, query) = url
+        .split_once('?')
+        .map_or((url, None), |(b, q)| (b, Some(q)));
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{database}", &base[..path_start]);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+/// Runs `cairn serve` expecting it to refuse its configuration; returns stderr.
+fn refused_config(db: &str, env: &[(&str, &str)], args: &[&str]) -> String {
+    let out = cairn(db)
+        .arg("serve")
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), "", "never listened");
+    err
+}
+
+/// A config file with several mistakes: every one is reported on its own line naming its key,
+/// exit 2, no token or URL password echoed, and nothing opened (no store file).
+#[test]
+fn a_bad_config_reports_each_problem_on_its_own_line_and_opens_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.db");
+    let db = db.to_str().unwrap();
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        r#"
+listen = "not-an-address"
+bogus = 1
+
+[auth]
+tokens = ["tinytoken1", "a-good-token-0123456789"]
+
+[delivery]
+url = "ftp://user:hunter2secret@collector.example/"
+
+[limits]
+max_body_bytes = 0
+request_timeout_secs = "soon"
+
+[log]
+format = "xml"
+
+[backfill]
+spaces_per_second = -1
+"#,
+    )
+    .unwrap();
+    let err = refused_config(db, &[], &["--config", config.to_str().unwrap()]);
+    let lines: Vec<&str> = err.lines().collect();
+    for key in [
+        "listen:",
+        "bogus:",
+        "auth.tokens: token 1",
+        "delivery.url:",
+        "limits.request_timeout_secs:",
+        "log.format:",
+        "backfill.spaces_per_second",
+    ] {
+        assert_eq!(
+            lines.iter().filter(|l| l.contains(key)).count(),
+            1,
+            "one line for {key}: {err}"
+        );
+    }
+    assert!(
+        lines.iter().all(|l| l.starts_with("cairn: config: ")),
+        "{err}"
+    );
+    for secret in ["tinytoken1", "a-good-token", "hunter2secret", "user:"] {
+        assert!(!err.contains(secret), "{secret} echoed: {err}");
+    }
+    assert!(!std::path::Path::new(db).exists(), "nothing opened");
+    // A syntax error names the file and the line, not the line's text.
+    std::fs::write(&config, "[auth]\ntokens = [\"tinytoken1\"\n").unwrap();
+    let err = refused_config(db, &[], &["--config", config.to_str().unwrap()]);
+    assert!(err.contains("not valid TOML"), "{err}");
+    assert!(!err.contains("tinytoken1"), "{err}");
+    // The limits mistake that a file's type error hides is reported once the type is right.
+    std::fs::write(&config, "[limits]\nmax_body_bytes = 0\n").unwrap();
+    let err = refused_config(
+        db,
+        &[("CAIRN_AUTH__TOKENS", FULL)],
+        &["--config", config.to_str().unwrap()],
+    );
+    assert_eq!(
+        err.trim(),
+        "cairn: config: limits.max_body_bytes: must be at least 1"
+    );
+}
+
+/// Precedence: a flag beats the environment, which beats the file, which beats the defaults;
+/// tokens from the environment work and replace the file's, and no token is printed.
+#[test]
+fn the_environment_overrides_the_file_and_a_flag_overrides_both() {
+    let (dir, db) = sqlite_db();
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = \"{}\"\n[auth]\ntokens = [\"{FILE_TOKEN}\"]\n[limits]\nmax_body_bytes = 64\n",
+            dir.path().join("from-file.db").display()
+        ),
+    )
+    .unwrap();
+    let body = json!({"key": "k", "payload": "x".repeat(200)});
+    let config_arg = ["--config", config.to_str().unwrap()];
+    // The file alone: its token and its limit (`--database` beats the file's `database`).
+    let server = Server::start_with(&db, &[], &config_arg);
+    assert!(!dir.path().join("from-file.db").exists(), "--database wins");
+    let (s, _) = server.call(
+        "POST",
+        "/v1/queues/gate/runs",
+        Some(FILE_TOKEN),
+        Some(&serde_json::to_vec(&body).unwrap()),
+    );
+    assert_eq!(s, 413, "the file's 64-byte limit");
+    drop(server);
+    // The environment beats the file: its token replaces the file's, its limit is used.
+    let server = Server::start_with(
+        &db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_LIMITS__MAX_BODY_BYTES", "100000"),
+        ],
+        &config_arg,
+    );
+    assert_eq!(server.send("POST", "/v1/queues/gate/runs", &body).0, 201);
+    let (s, _) = server.call("GET", "/v1/runs/x", Some(FILE_TOKEN), None);
+    assert_eq!(
+        s, 401,
+        "the file's token is overridden by the environment's"
+    );
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+    for t in [FULL, FILE_TOKEN] {
+        assert!(!stderr.contains(t), "a token in stderr: {stderr}");
+    }
+    // A flag beats both.
+    let mut args = config_arg.to_vec();
+    args.extend(["--max-body-bytes", "64"]);
+    let server = Server::start_with(
+        &db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_LIMITS__MAX_BODY_BYTES", "100000"),
+        ],
+        &args,
+    );
+    assert_eq!(server.send("POST", "/v1/queues/gate/runs", &body).0, 413);
+}
+
+/// With no `--database` and no `CAIRN_DATABASE`, the file's `database` is the store.
+#[test]
+fn the_config_file_names_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("from-file.db");
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "database = \"{}\"\n[auth]\ntokens = \"{FULL}\"\n",
+            store.display()
+        ),
+    )
+    .unwrap();
+    // Not `cairn()`, which names a database: this server must find it in the file.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("CAIRN_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut child = cmd
+        .env("TMPDIR", private_tmp())
+        .env("CAIRN_CONFIG", &config)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("listening on "), "{first}");
+    assert!(store.exists(), "the file's database was opened");
+    terminate(&child.id().to_string());
+    assert!(wait_exit(&mut child).success());
 }

@@ -1,10 +1,10 @@
 //! Bearer-token auth: full-access tokens may do everything, read-only tokens only `GET`.
 //!
-//! Tokens come from `CAIRN_AUTH__TOKENS` (comma-separated), a `--token-file` (one token a line,
-//! `#` comments and blank lines ignored) and `CAIRN_AUTH__READ_TOKENS` (read-only). They are
+//! Tokens come from the configuration: `[auth] tokens` (`CAIRN_AUTH__TOKENS`, comma-separated),
+//! `token_file` (`--token-file`, one token a line, `#` comments and blank lines ignored) and
+//! `read_tokens` (`CAIRN_AUTH__READ_TOKENS`, read-only). They are
 //! compared in constant time and never logged, echoed or put in an error message.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -14,7 +14,6 @@ use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use crate::error::CliError;
 
 /// Full-access tokens, comma-separated.
 pub(crate) const TOKENS_ENV: &str = "CAIRN_AUTH__TOKENS";
@@ -47,35 +46,56 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
-    /// Reads the environment and the token file.
-    pub(crate) fn load(token_file: Option<&Path>) -> Result<Self, CliError> {
-        let mut tokens = Self {
-            full: from_env(TOKENS_ENV)?,
-            read: from_env(READ_TOKENS_ENV)?,
+    /// The tokens of `[auth]` (`tokens`, `read_tokens`, `token_file`), checked: one line per
+    /// problem, naming the key and the token's position, never the token.
+    pub(crate) fn from_config(auth: &crate::config::Auth) -> Result<Self, Vec<String>> {
+        let mut problems = Vec::new();
+        let mut list = |key: &str, tokens: &[String]| -> Vec<Vec<u8>> {
+            tokens
+                .iter()
+                .enumerate()
+                .filter_map(|(n, t)| match check(t) {
+                    Ok(()) => Some(t.as_bytes().to_vec()),
+                    Err(why) => {
+                        problems.push(format!("{key}: token {} {why}", n + 1));
+                        None
+                    }
+                })
+                .collect()
         };
-        if let Some(path) = token_file {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                CliError::Config(format!(
-                    "cannot read the token file {}: {e}",
-                    path.display()
-                ))
-            })?;
-            for (n, line) in text.lines().enumerate() {
-                let line = line.trim();
-                if line.is_empty() || line.starts_with('#') {
-                    continue;
+        let mut tokens = Self {
+            full: list("auth.tokens", &auth.tokens.0),
+            read: list("auth.read_tokens", &auth.read_tokens.0),
+        };
+        if let Some(path) = &auth.token_file {
+            match std::fs::read_to_string(path) {
+                Ok(text) => {
+                    for (n, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        if line.is_empty() || line.starts_with('#') {
+                            continue;
+                        }
+                        match check(line) {
+                            Ok(()) => tokens.full.push(line.as_bytes().to_vec()),
+                            Err(why) => problems.push(format!(
+                                "auth.token_file: the token on line {} of {} {why}",
+                                n + 1,
+                                path.display()
+                            )),
+                        }
+                    }
                 }
-                check(line).map_err(|why| {
-                    CliError::Config(format!(
-                        "the token on line {} of {} {why}",
-                        n + 1,
-                        path.display()
-                    ))
-                })?;
-                tokens.full.push(line.as_bytes().to_vec());
+                Err(e) => problems.push(format!(
+                    "auth.token_file: cannot read {}: {e}",
+                    path.display()
+                )),
             }
         }
-        Ok(tokens)
+        if problems.is_empty() {
+            Ok(tokens)
+        } else {
+            Err(problems)
+        }
     }
 
     /// Whether no token of either class is configured.
@@ -110,26 +130,6 @@ fn check(token: &str) -> Result<(), &'static str> {
         return Err("holds whitespace or a control character");
     }
     Ok(())
-}
-
-fn from_env(var: &'static str) -> Result<Vec<Vec<u8>>, CliError> {
-    let Some(value) = std::env::var_os(var) else {
-        return Ok(Vec::new());
-    };
-    let value = value
-        .into_string()
-        .map_err(|_| CliError::Config(format!("{var} is not valid UTF-8")))?;
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .enumerate()
-        .map(|(n, t)| {
-            check(t)
-                .map(|()| t.as_bytes().to_vec())
-                .map_err(|why| CliError::Config(format!("token {} in {var} {why}", n + 1)))
-        })
-        .collect()
 }
 
 /// Whether a request changes the store (everything but `GET` and `HEAD`).

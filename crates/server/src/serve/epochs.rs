@@ -59,6 +59,7 @@ pub(crate) async fn append(
     let space = space(space_id)?;
     let events = events(req.events)?;
     let appended = state.epochs.append(&space, events).await?;
+    state.metrics.appends.inc();
     Ok((
         StatusCode::CREATED,
         Json(AppendResponse {

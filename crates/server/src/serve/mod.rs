@@ -1,6 +1,6 @@
 //! `cairn serve`: the store over HTTP (axum on tokio).
 //!
-//! Startup order: the tokens are read and checked, then the store is opened through the
+//! Startup order: the configuration is read and checked, then the store is opened through the
 //! migration runner (a refused store ends the command with one line), then the address is
 //! bound and `listening on ADDR` is printed as the first stdout line. On SIGINT or SIGTERM the
 //! listener stops accepting, in-flight requests get `--drain-timeout` to finish, and the store
@@ -8,13 +8,21 @@
 //!
 //! Auth choice: with no token configured the server refuses to start, unless
 //! `--insecure-no-auth` is given *and* the listen address is a loopback address, so an
-//! unauthenticated server is never reachable from another machine by accident.
+//! unauthenticated server is never reachable from another machine by accident. `/metrics` and
+//! `/v1/doctor` need a token like the API (a read-only token suffices); only `/healthz` and
+//! `/readyz` are open.
+//!
+//! Configuration (`crate::config`) is read and checked as a whole before the store is opened;
+//! the binary reports every problem on its own line and exits 2.
 
 mod auth;
+mod backfill;
 mod delivery;
+mod doctor;
 mod epochs;
 mod error;
 mod json;
+mod metrics;
 mod openapi;
 mod routes;
 mod runs;
@@ -27,77 +35,267 @@ use std::time::Duration;
 
 use cairn::DatabaseUrl;
 
+use crate::config::{Config, LogFormat, Overrides, Problems};
 use crate::error::CliError;
 use crate::open::{open_with, IfMissing};
 
 /// Default listen address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
-/// `cairn serve`'s options.
+/// `cairn serve`'s options. Every one is also a key of the config file (`--config FILE` or
+/// `CAIRN_CONFIG`) and an environment variable (`CAIRN_` + the key in capitals, `__` between
+/// section and key); a flag wins over the environment, which wins over the file.
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
+    /// A TOML config file (sections `[auth]`, `[delivery]`, `[backfill]`, `[spool]`,
+    /// `[limits]`, `[log]`; top-level `database` and `listen`). Default: `CAIRN_CONFIG`.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Address to listen on (`127.0.0.1:0` picks a free port); the bound address is printed as
-    /// `listening on ADDR`, the first line on stdout.
-    #[arg(long, env = "CAIRN_LISTEN", default_value = DEFAULT_LISTEN, value_name = "ADDR")]
-    listen: SocketAddr,
+    /// `listening on ADDR`, the first line on stdout. Key `listen`, env `CAIRN_LISTEN`;
+    /// default 127.0.0.1:7878.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
     /// A file of full-access bearer tokens, one a line (`#` comments and blank lines ignored),
-    /// in addition to `CAIRN_AUTH__TOKENS` (comma-separated). Read-only tokens come from
-    /// `CAIRN_AUTH__READ_TOKENS`. Tokens are at least 16 characters, without whitespace.
+    /// in addition to `auth.tokens` (`CAIRN_AUTH__TOKENS`, comma-separated). Read-only tokens
+    /// come from `auth.read_tokens` (`CAIRN_AUTH__READ_TOKENS`). Tokens are at least 16
+    /// characters, without whitespace.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// Serve without any token check. Allowed only on a loopback address, for local
     /// development; without it, a server with no token configured refuses to start.
     #[arg(long)]
     insecure_no_auth: bool,
-    /// Largest request body in bytes; larger bodies are answered 413 and write nothing.
-    #[arg(long, default_value_t = 8 * 1024 * 1024, value_name = "BYTES")]
-    max_body_bytes: usize,
-    /// Longest a request may take, in seconds, before it is answered 503 `timeout`.
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
-    request_timeout: u64,
-    /// On SIGINT/SIGTERM, how long in-flight requests get to finish, in seconds.
-    #[arg(long, default_value_t = 10, value_name = "SECS")]
-    drain_timeout: u64,
-    /// The background head-cache backfill (on unless switched off).
-    #[command(flatten)]
-    backfill: crate::backfill::BackfillArgs,
-    /// Delivery to a collector (off unless `--delivery-url` is given).
-    #[command(flatten)]
-    delivery: delivery::DeliveryArgs,
+    /// Largest request body in bytes; larger bodies are answered 413 and write nothing
+    /// (`limits.max_body_bytes`; default 8 MiB).
+    #[arg(long, value_name = "BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Longest a request may take, in seconds, before it is answered 503 `timeout`
+    /// (`limits.request_timeout_secs`; default 30).
+    #[arg(long, value_name = "SECS")]
+    request_timeout: Option<u64>,
+    /// On SIGINT/SIGTERM, how long in-flight requests get to finish, in seconds
+    /// (`limits.drain_timeout_secs`; default 10).
+    #[arg(long, value_name = "SECS")]
+    drain_timeout: Option<u64>,
+    /// Whether the background head-cache backfill runs (`backfill.enabled`; default true).
+    #[arg(long = "backfill-enabled", value_name = "BOOL", action = clap::ArgAction::Set)]
+    backfill_enabled: Option<bool>,
+    /// The most spaces the backfill visits per second (`backfill.spaces_per_second`; default 2).
+    #[arg(long = "backfill-spaces-per-second", value_name = "RATE")]
+    backfill_spaces_per_second: Option<f64>,
+    /// Spaces between two backfill progress lines (`backfill.progress_every`; default 500).
+    #[arg(long = "backfill-progress-every", value_name = "N")]
+    backfill_progress_every: Option<u64>,
+    /// The collector to forward run event batches to (`delivery.url`, `CAIRN_DELIVERY__URL`).
+    /// Without it the server delivers nothing and claims no run. Its token comes from
+    /// `delivery.token` (`CAIRN_DELIVERY__TOKEN`) or `--delivery-token-file`, never a flag.
+    #[arg(long, value_name = "URL")]
+    delivery_url: Option<String>,
+    /// A file holding the collector's bearer token (first non-empty line), read at start and
+    /// again whenever the collector answers 401 (`delivery.token_file`).
+    #[arg(long, value_name = "FILE")]
+    delivery_token_file: Option<PathBuf>,
+    /// The queue whose runs are delivered (`delivery.queue`; default telemetry).
+    #[arg(long, value_name = "QUEUE")]
+    delivery_queue: Option<String>,
+    /// Most events per POST, 1 to 1000 (`delivery.batch`; default 100).
+    #[arg(long, value_name = "N")]
+    delivery_batch: Option<usize>,
+    /// Longest wait for a connection to the collector (`delivery.connect_timeout_ms`; 5000).
+    #[arg(long, value_name = "MS")]
+    delivery_connect_timeout_ms: Option<u64>,
+    /// Longest a whole POST may take; past it the run is retried (`delivery.timeout_ms`;
+    /// 10000).
+    #[arg(long, value_name = "MS")]
+    delivery_timeout_ms: Option<u64>,
+    /// Most bytes of a collector's answer that are read (`delivery.max_response_bytes`; 64 KiB).
+    #[arg(long, value_name = "BYTES")]
+    delivery_max_response_bytes: Option<usize>,
+    /// Delay before the first retry, doubling per attempt up to the cap, with jitter: the
+    /// spool's backoff for every retryable nack this server records (`delivery.retry_base_ms`;
+    /// 1000). Lower it only in tests.
+    #[arg(long, value_name = "MS")]
+    delivery_retry_base_ms: Option<u64>,
+    /// The longest retry delay (`delivery.retry_cap_ms`; 60000).
+    #[arg(long, value_name = "MS")]
+    delivery_retry_cap_ms: Option<u64>,
+    /// How often the delivery worker looks at the queue without a wake-up
+    /// (`delivery.poll_ms`; 1000).
+    #[arg(long, value_name = "MS")]
+    delivery_poll_ms: Option<u64>,
+    /// Log level or tracing filter directive (`log.level`; default info).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<String>,
+    /// Log line format (`log.format`; default text).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+    /// The checked settings, filled by [`prepare`].
+    #[arg(skip)]
+    prepared: Option<Box<Settings>>,
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> Overrides {
+        let mut o = Overrides::default();
+        o.set("listen", self.listen.clone());
+        o.set("auth.token_file", self.token_file.clone());
+        o.set(
+            "auth.insecure_no_auth",
+            self.insecure_no_auth.then_some(true),
+        );
+        o.set("limits.max_body_bytes", self.max_body_bytes);
+        o.set("limits.request_timeout_secs", self.request_timeout);
+        o.set("limits.drain_timeout_secs", self.drain_timeout);
+        o.set("backfill.enabled", self.backfill_enabled);
+        o.set(
+            "backfill.spaces_per_second",
+            self.backfill_spaces_per_second,
+        );
+        o.set("backfill.progress_every", self.backfill_progress_every);
+        o.set("delivery.url", self.delivery_url.clone());
+        o.set("delivery.token_file", self.delivery_token_file.clone());
+        o.set("delivery.queue", self.delivery_queue.clone());
+        o.set("delivery.batch", self.delivery_batch);
+        o.set(
+            "delivery.connect_timeout_ms",
+            self.delivery_connect_timeout_ms,
+        );
+        o.set("delivery.timeout_ms", self.delivery_timeout_ms);
+        o.set(
+            "delivery.max_response_bytes",
+            self.delivery_max_response_bytes,
+        );
+        o.set("delivery.retry_base_ms", self.delivery_retry_base_ms);
+        o.set("delivery.retry_cap_ms", self.delivery_retry_cap_ms);
+        o.set("delivery.poll_ms", self.delivery_poll_ms);
+        o.set("log.level", self.log_level.clone());
+        o.set("log.format", self.log_format);
+        o
+    }
+}
+
+/// `cairn serve`'s settings, checked before anything is opened.
+pub(crate) struct Settings {
+    listen: SocketAddr,
+    tokens: auth::Tokens,
+    limits: routes::Limits,
+    drain: Duration,
+    backfill: cairn::backfill::BackfillConfig,
+    delivery: Option<delivery::Settings>,
+    spool: cairn::spool::SpoolConfig,
+    retention_max_bytes: u64,
+    log_filter: tracing_subscriber::EnvFilter,
+    log_format: LogFormat,
+}
+
+/// Reads and checks the configuration (file, environment, flags) into `args`; returns the
+/// database URL of the file or environment, for when `--database` is absent. Every problem is
+/// one line naming its key.
+pub(crate) fn prepare(args: &mut ServeArgs) -> Result<Option<String>, Problems> {
+    let (config, mut problems) = Config::load_partial(args.config.as_deref(), args.overrides());
+    let listen = config.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+    let listen = match listen.parse::<SocketAddr>() {
+        Ok(a) => Some(a),
+        Err(_) => {
+            problems.push("listen: expected an address such as 127.0.0.1:7878".to_owned());
+            None
+        }
+    };
+    if let Some(url) = &config.database {
+        if let Err(e) = DatabaseUrl::parse(url) {
+            problems.push(format!(
+                "database: {}",
+                crate::error::one_line(&e.to_string())
+            ));
+        }
+    }
+    let tokens = auth::Tokens::from_config(&config.auth).unwrap_or_else(|p| {
+        problems.extend(p);
+        auth::Tokens::default()
+    });
+    if tokens.is_empty() && problems.iter().all(|p| !p.starts_with("auth.")) {
+        if !config.auth.insecure_no_auth {
+            problems.push(format!(
+                "auth.tokens: no bearer token is configured: set {} (and {} for read-only \
+                 clients), auth.tokens in the config file, or --token-file; for local \
+                 development only, --insecure-no-auth serves without tokens on a loopback \
+                 address",
+                auth::TOKENS_ENV,
+                auth::READ_TOKENS_ENV
+            ));
+        } else if let Some(a) = listen.filter(|a| !a.ip().is_loopback()) {
+            problems.push(format!(
+                "auth.insecure_no_auth: allowed on a loopback address only, not {a}; configure \
+                 tokens to listen elsewhere"
+            ));
+        }
+    }
+    let l = &config.limits;
+    for (key, v) in [
+        ("limits.max_body_bytes", l.max_body_bytes as u64),
+        ("limits.request_timeout_secs", l.request_timeout_secs),
+    ] {
+        if v == 0 {
+            problems.push(format!("{key}: must be at least 1"));
+        }
+    }
+    let backfill = config.backfill.config();
+    if let Err(p) = backfill.validate() {
+        problems.extend(p);
+    }
+    let delivery = delivery::settings(&config.delivery).unwrap_or_else(|p| {
+        problems.extend(p);
+        None
+    });
+    let log_filter = match crate::logging::check_level(&config.log.level) {
+        Ok(f) => Some(f),
+        Err(p) => {
+            problems.push(p);
+            None
+        }
+    };
+    match (listen, log_filter) {
+        (Some(listen), Some(log_filter)) if problems.is_empty() => {
+            args.prepared = Some(Box::new(Settings {
+                listen,
+                tokens,
+                limits: routes::Limits {
+                    max_body_bytes: l.max_body_bytes,
+                    request_timeout: Duration::from_secs(l.request_timeout_secs),
+                },
+                drain: Duration::from_secs(l.drain_timeout_secs),
+                backfill,
+                delivery,
+                spool: delivery::spool_config(&config.delivery),
+                retention_max_bytes: config.spool.retention_max_bytes,
+                log_filter,
+                log_format: config.log.format,
+            }));
+            Ok(config.database)
+        }
+        _ => Err(Problems(problems)),
+    }
 }
 
 /// Runs the server until SIGINT or SIGTERM.
-pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), CliError> {
-    let tokens = auth::Tokens::load(args.token_file.as_deref())?;
-    if tokens.is_empty() {
-        if !args.insecure_no_auth {
-            return Err(CliError::Config(format!(
-                "no bearer token is configured: set {} (and {} for read-only clients) or pass \
-                 --token-file; for local development only, --insecure-no-auth serves without \
-                 tokens on a loopback address",
-                auth::TOKENS_ENV,
-                auth::READ_TOKENS_ENV
-            )));
-        }
-        if !args.listen.ip().is_loopback() {
-            return Err(CliError::Config(format!(
-                "--insecure-no-auth is allowed on a loopback address only, not {}; configure \
-                 tokens to listen elsewhere",
-                args.listen
-            )));
-        }
+pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Result<(), CliError> {
+    if args.prepared.is_none() {
+        prepare(&mut args).map_err(|p| CliError::Config(p.0.join("; ")))?;
     }
-    if args.max_body_bytes == 0 || args.request_timeout == 0 {
-        return Err(CliError::Config(
-            "--max-body-bytes and --request-timeout must be at least 1".into(),
-        ));
-    }
-    let backfill_config = args.backfill.config()?;
-    let delivery = args.delivery.validate()?;
-    let store = open_with(target, IfMissing::Create, args.delivery.spool_config()).await?;
-    let listener = tokio::net::TcpListener::bind(args.listen)
+    let Some(settings) = args.prepared.take() else {
+        return Err(CliError::Config("the settings were not prepared".into()));
+    };
+    crate::logging::init(settings.log_filter, settings.log_format);
+    let metrics = Arc::new(
+        metrics::Metrics::new()
+            .map_err(|e| CliError::Config(format!("cannot set up the metrics: {e}")))?,
+    );
+    let store = open_with(target, IfMissing::Create, settings.spool).await?;
+    let signal = shutdown_signal();
+    let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
-        .map_err(|e| CliError::Config(format!("cannot listen on {}: {e}", args.listen)))?;
+        .map_err(|e| CliError::Config(format!("cannot listen on {}: {e}", settings.listen)))?;
     let addr = listener
         .local_addr()
         .map_err(|e| CliError::Config(format!("cannot read the bound address: {e}")))?;
@@ -106,26 +304,32 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         writeln!(out, "listening on {addr}")?;
         out.flush()?;
     }
+    tracing::info!(target: "cairn::serve", %addr, "listening");
     let state = routes::AppState {
         epochs: store.epochs(),
         spool: store.spool(),
+        diagnostics: store.diagnostics(),
+        metrics: metrics.clone(),
+        doctor: Arc::new(doctor::Target {
+            url: target.clone(),
+            retention_max_bytes: settings.retention_max_bytes,
+        }),
     };
-    let limits = routes::Limits {
-        max_body_bytes: args.max_body_bytes,
-        request_timeout: Duration::from_secs(args.request_timeout),
-    };
-    let app = routes::router(state, Arc::new(tokens), limits);
-    let drain = Duration::from_secs(args.drain_timeout);
-    let worker = match delivery {
-        Some(settings) => Some(delivery::Worker::start(store.spool(), settings, drain).await?),
+    let app = routes::router(state, Arc::new(settings.tokens), settings.limits);
+    let drain = settings.drain;
+    let worker = match settings.delivery {
+        Some(d) => Some(delivery::Worker::start(store.spool(), d, drain, metrics.clone()).await?),
         None => None,
     };
     let (stopping_tx, mut stopping) = tokio::sync::watch::channel(false);
-    let backfill = backfill_config
-        .enabled
-        .then(|| crate::backfill::spawn(store.diagnostics(), backfill_config, stopping.clone()));
+    let backfill = backfill::spawn(
+        store.diagnostics(),
+        settings.backfill,
+        metrics.clone(),
+        stopping.clone(),
+    );
     // The worker stops with the HTTP side (or when the server ends and drops the sender), so
-    // both drains share the one `--drain-timeout` bound.
+    // both drains share the one drain bound.
     let worker = worker.map(|w| {
         let mut signal = stopping.clone();
         tokio::spawn(async move {
@@ -134,7 +338,8 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
         })
     });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
-        shutdown_signal().await;
+        signal.await;
+        tracing::info!(target: "cairn::serve", "shutting down");
         let _ = stopping_tx.send(true);
     });
     let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
@@ -147,9 +352,11 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
             tokio::time::sleep(drain).await;
         } => {
             server.abort();
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "cairn: in-flight requests did not finish within {drain:?}; closing the store anyway"
+            tracing::warn!(
+                target: "cairn::serve",
+                drain_secs = drain.as_secs_f64(),
+                "in-flight requests did not finish within the drain timeout; closing the store \
+                 anyway"
             );
             Ok(())
         }
@@ -166,26 +373,33 @@ pub(crate) async fn run(target: &DatabaseUrl, args: ServeArgs) -> Result<(), Cli
     served
 }
 
-/// Resolves on SIGINT or (on Unix) SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
+/// Registers for SIGINT and (on Unix) SIGTERM at once, so that a signal sent as soon as the
+/// address is printed is not lost to the default action; the future resolves on either.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, Signal, SignalKind};
+        let interrupt = signal(SignalKind::interrupt()).ok();
+        let terminate = signal(SignalKind::terminate()).ok();
+        async move {
+            async fn recv(s: Option<Signal>) {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            }
+            tokio::select! {
+                () = recv(interrupt) => {},
+                () = recv(terminate) => {},
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }

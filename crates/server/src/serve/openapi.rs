@@ -4,7 +4,7 @@ use axum::Json;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{epochs, json, routes, runs};
+use super::{doctor, epochs, json, metrics, routes, runs};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -14,11 +14,14 @@ use super::{epochs, json, routes, runs};
                        text in `x` or as standard base64 in `x_b64` (requests: either, never \
                        both; responses: `x` when the bytes are UTF-8). Times are microseconds \
                        since the Unix epoch (`*_us`). Every route but /healthz and /readyz needs \
-                       `Authorization: Bearer <token>`; read-only tokens may only GET."
+                       `Authorization: Bearer <token>`; read-only tokens may only GET (they \
+                       suffice for /metrics and /v1/doctor)."
     ),
     paths(
         routes::healthz,
         routes::readyz,
+        metrics::scrape,
+        doctor::doctor,
         document,
         epochs::append,
         epochs::heads,
@@ -77,6 +80,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 17, "{paths:?}");
+        assert_eq!(paths.len(), 19, "{paths:?}");
     }
 }

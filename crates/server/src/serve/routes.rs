@@ -10,18 +10,22 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
-use cairn::{EpochStore, Spool};
+use cairn::{EpochDiagnostics, EpochStore, Spool};
 
 use super::auth::{require_token, Tokens};
 use super::error::ApiError;
 use super::json::{ErrorBody, Health};
-use super::{epochs, openapi, runs};
+use super::metrics::{self, Metrics};
+use super::{doctor, epochs, openapi, runs};
 
-/// What every handler reads: the store's capabilities.
+/// What every handler reads: the store's capabilities, the metrics and what doctor needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
     pub(crate) epochs: Arc<dyn EpochStore>,
     pub(crate) spool: Arc<dyn Spool>,
+    pub(crate) diagnostics: Arc<dyn EpochDiagnostics>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) doctor: Arc<doctor::Target>,
 }
 
 /// Limits the router enforces.
@@ -33,9 +37,14 @@ pub(crate) struct Limits {
     pub(crate) request_timeout: Duration,
 }
 
-/// The whole API. `/healthz` and `/readyz` need no token; everything else does.
+/// The whole API. `/healthz` and `/readyz` need no token; everything else does (`/metrics`
+/// and `/v1/doctor` included; a read-only token suffices for them). Every request, refused
+/// ones included, is counted, timed and logged by [`metrics::observe`].
 pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Router {
+    let meter = state.metrics.clone();
     let api = Router::new()
+        .route("/metrics", get(metrics::scrape))
+        .route("/v1/doctor", get(doctor::doctor))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/spaces/{space}/epochs", post(epochs::append))
         .route("/v1/spaces/{space}/heads", get(epochs::heads))
@@ -63,6 +72,7 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(meter, metrics::observe))
         .with_state(state)
 }
 

@@ -84,6 +84,15 @@ pub(crate) async fn enqueue(
     };
     options.effective_max_attempts()?;
     let enqueued = state.spool.enqueue(&queue, &key, payload, options).await?;
+    state
+        .metrics
+        .enqueues
+        .with_label_values(&[if enqueued.created {
+            "created"
+        } else {
+            "existing"
+        }])
+        .inc();
     let status = if enqueued.created {
         StatusCode::CREATED
     } else {
@@ -285,6 +294,7 @@ pub(crate) async fn claim(
     let limit = req.limit.unwrap_or(1);
     spool::check_limit(limit)?;
     let claimed = state.spool.claim(&queue, &consumer, lease, limit).await?;
+    state.metrics.claims.inc_by(claimed.len() as u64);
     Ok(Json(ClaimResponse {
         runs: claimed.iter().map(ClaimedOut::from).collect(),
     }))
@@ -343,6 +353,7 @@ pub(crate) async fn ack(
     let id = run_id(&id)?;
     let token = token(&req.token)?;
     state.spool.ack(id, token).await?;
+    state.metrics.acks.inc();
     Ok(Json(RunStateResponse {
         run_id: id.to_string(),
         state: RunState::Succeeded.to_string(),
@@ -373,7 +384,8 @@ pub(crate) async fn nack(
 ) -> Result<Json<RunStateResponse>, ApiError> {
     let id = run_id(&id)?;
     let token = token(&req.token)?;
-    let kind = match req.kind.as_deref().unwrap_or("retryable") {
+    let label = req.kind.as_deref().unwrap_or("retryable");
+    let kind = match label {
         "retryable" => NackKind::Retryable,
         "permanent" => NackKind::Permanent,
         "failed" => NackKind::Failed,
@@ -388,6 +400,7 @@ pub(crate) async fn nack(
         .spool
         .nack(id, token, kind, req.reason.as_deref().unwrap_or(""))
         .await?;
+    state.metrics.nacks.with_label_values(&[label]).inc();
     Ok(Json(RunStateResponse {
         run_id: id.to_string(),
         state: nacked.state.to_string(),

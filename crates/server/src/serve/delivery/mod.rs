@@ -37,174 +37,80 @@ use serde::Serialize;
 
 use self::verdict::{classify, excerpt, Verdict};
 use super::json::{bytes_out, RunEventOut};
+use super::metrics::Metrics;
 use crate::error::CliError;
 
-/// Environment variable holding the collector's bearer token (never a flag: argv is visible
-/// to every user of the machine).
-pub(crate) const TOKEN_ENV: &str = "CAIRN_DELIVERY__TOKEN";
-/// The queue delivered when none is named.
-const DEFAULT_QUEUE: &str = "telemetry";
 /// The longest excerpt of a collector's answer kept in a parked run's reason.
 const REASON_EXCERPT: usize = 200;
 
-/// `cairn serve`'s delivery options. Delivery is off unless a URL is given.
-#[derive(clap::Args)]
-pub(crate) struct DeliveryArgs {
-    /// The collector to forward run event batches to (`http://` or `https://`). Without it
-    /// the server delivers nothing and claims no run.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__URL",
-        hide_env_values = true,
-        value_name = "URL"
-    )]
-    delivery_url: Option<String>,
-    /// A file holding the collector's bearer token (first non-empty line). It is read at start
-    /// and again whenever the collector answers 401, so a rotated token is picked up without a
-    /// restart. Without it, the token comes from `CAIRN_DELIVERY__TOKEN`, if set.
-    #[arg(long, env = "CAIRN_DELIVERY__TOKEN_FILE", value_name = "FILE")]
-    delivery_token_file: Option<PathBuf>,
-    /// The queue whose runs are delivered.
-    #[arg(long, env = "CAIRN_DELIVERY__QUEUE", default_value = DEFAULT_QUEUE, value_name = "QUEUE")]
-    delivery_queue: String,
-    /// Most events per POST (1 to 1000).
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__BATCH",
-        default_value_t = 100,
-        value_name = "N"
-    )]
-    delivery_batch: usize,
-    /// Longest wait for a connection to the collector, in milliseconds.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__CONNECT_TIMEOUT_MS",
-        default_value_t = 5_000,
-        value_name = "MS"
-    )]
-    delivery_connect_timeout_ms: u64,
-    /// Longest a whole POST (connect, send, read the answer) may take, in milliseconds; past
-    /// it the run is retried later.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__TIMEOUT_MS",
-        default_value_t = 10_000,
-        value_name = "MS"
-    )]
-    delivery_timeout_ms: u64,
-    /// Most bytes of a collector's answer that are read; the rest is dropped unread.
-    #[arg(long, env = "CAIRN_DELIVERY__MAX_RESPONSE_BYTES", default_value_t = 64 * 1024, value_name = "BYTES")]
-    delivery_max_response_bytes: usize,
-    /// Delay before the first retry, in milliseconds; it doubles per attempt up to
-    /// `--delivery-retry-cap-ms`, with jitter. This is the spool's backoff, so it applies to
-    /// every retryable nack and expired lease this server records. Lower it only in tests.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__RETRY_BASE_MS",
-        default_value_t = 1_000,
-        value_name = "MS"
-    )]
-    delivery_retry_base_ms: u64,
-    /// The longest retry delay, in milliseconds.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__RETRY_CAP_MS",
-        default_value_t = 60_000,
-        value_name = "MS"
-    )]
-    delivery_retry_cap_ms: u64,
-    /// How often the worker looks at the queue when no wake-up came, in milliseconds.
-    #[arg(
-        long,
-        env = "CAIRN_DELIVERY__POLL_MS",
-        default_value_t = 1_000,
-        value_name = "MS"
-    )]
-    delivery_poll_ms: u64,
+/// The spool config the store is opened with: the delivery retry backoff of `[delivery]`.
+pub(crate) fn spool_config(d: &crate::config::Delivery) -> SpoolConfig {
+    SpoolConfig {
+        backoff: BackoffPolicy {
+            base: Duration::from_millis(d.retry_base_ms),
+            cap: Duration::from_millis(d.retry_cap_ms),
+        },
+    }
 }
 
-impl DeliveryArgs {
-    /// The spool config the store is opened with: the retry backoff above.
-    pub(crate) fn spool_config(&self) -> SpoolConfig {
-        SpoolConfig {
-            backoff: BackoffPolicy {
-                base: Duration::from_millis(self.delivery_retry_base_ms),
-                cap: Duration::from_millis(self.delivery_retry_cap_ms),
-            },
+/// Checks `[delivery]` and builds the worker's settings, or `None` when delivery is off (no
+/// `url`). One line per problem, naming the key; never the URL or the token.
+pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, Vec<String>> {
+    let Some(url) = &d.url else {
+        return Ok(None);
+    };
+    let mut problems = Vec::new();
+    let parsed = reqwest::Url::parse(url).ok().filter(|u| {
+        matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.username().is_empty()
+    });
+    if parsed.is_none() {
+        // The URL itself is not repeated: it may hold a secret.
+        problems.push(
+            "delivery.url: not an http:// or https:// URL with a host and without credentials \
+             (put the token in delivery.token, CAIRN_DELIVERY__TOKEN or delivery.token_file)"
+                .to_owned(),
+        );
+    }
+    let queue = QueueName::new(d.queue.clone());
+    if let Err(e) = &queue {
+        problems.push(format!("delivery.queue: {e}"));
+    }
+    if !(1..=MAX_ACK_IDS.min(cairn::spool::MAX_BATCH)).contains(&d.batch) {
+        problems.push("delivery.batch: must be between 1 and 1000".into());
+    }
+    for (name, v) in [
+        ("delivery.connect_timeout_ms", d.connect_timeout_ms),
+        ("delivery.timeout_ms", d.timeout_ms),
+        ("delivery.retry_base_ms", d.retry_base_ms),
+        ("delivery.poll_ms", d.poll_ms),
+        ("delivery.max_response_bytes", d.max_response_bytes as u64),
+    ] {
+        if v == 0 {
+            problems.push(format!("{name}: must be at least 1"));
         }
     }
-
-    /// Checks the options and builds the worker's settings, or `None` when delivery is off.
-    /// One error naming every problem.
-    pub(crate) fn validate(&self) -> Result<Option<Settings>, CliError> {
-        let Some(url) = &self.delivery_url else {
-            return Ok(None);
-        };
-        let mut problems = Vec::new();
-        let parsed = reqwest::Url::parse(url).ok().filter(|u| {
-            matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.username().is_empty()
-        });
-        if parsed.is_none() {
-            // The URL itself is not repeated: it may hold a secret.
-            problems.push(
-                "--delivery-url is not an http:// or https:// URL with a host and without \
-                 credentials (put the token in CAIRN_DELIVERY__TOKEN or --delivery-token-file)"
-                    .to_owned(),
-            );
+    if d.retry_cap_ms < d.retry_base_ms {
+        problems.push("delivery.retry_cap_ms: must be at least delivery.retry_base_ms".into());
+    }
+    let credentials = match Credentials::load(d.token_file.clone(), d.token.clone()) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            problems.push(e);
+            None
         }
-        let queue = QueueName::new(self.delivery_queue.clone());
-        if let Err(e) = &queue {
-            problems.push(format!("--delivery-queue: {e}"));
-        }
-        if !(1..=MAX_ACK_IDS.min(cairn::spool::MAX_BATCH)).contains(&self.delivery_batch) {
-            problems.push("--delivery-batch must be between 1 and 1000".into());
-        }
-        for (name, v) in [
-            (
-                "--delivery-connect-timeout-ms",
-                self.delivery_connect_timeout_ms,
-            ),
-            ("--delivery-timeout-ms", self.delivery_timeout_ms),
-            ("--delivery-retry-base-ms", self.delivery_retry_base_ms),
-            ("--delivery-poll-ms", self.delivery_poll_ms),
-            (
-                "--delivery-max-response-bytes",
-                self.delivery_max_response_bytes as u64,
-            ),
-        ] {
-            if v == 0 {
-                problems.push(format!("{name} must be at least 1"));
-            }
-        }
-        if self.delivery_retry_cap_ms < self.delivery_retry_base_ms {
-            problems
-                .push("--delivery-retry-cap-ms must be at least --delivery-retry-base-ms".into());
-        }
-        let credentials = match Credentials::load(self.delivery_token_file.clone()) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                problems.push(e);
-                None
-            }
-        };
-        match (parsed, queue, credentials) {
-            (Some(url), Ok(queue), Some(credentials)) if problems.is_empty() => {
-                Ok(Some(Settings {
-                    url,
-                    queue,
-                    credentials,
-                    batch: self.delivery_batch,
-                    connect_timeout: Duration::from_millis(self.delivery_connect_timeout_ms),
-                    timeout: Duration::from_millis(self.delivery_timeout_ms),
-                    max_response_bytes: self.delivery_max_response_bytes,
-                    poll: Duration::from_millis(self.delivery_poll_ms),
-                }))
-            }
-            _ => Err(CliError::Config(format!(
-                "delivery is misconfigured: {}",
-                problems.join("; ")
-            ))),
-        }
+    };
+    match (parsed, queue, credentials) {
+        (Some(url), Ok(queue), Some(credentials)) if problems.is_empty() => Ok(Some(Settings {
+            url,
+            queue,
+            credentials,
+            batch: d.batch,
+            connect_timeout: Duration::from_millis(d.connect_timeout_ms),
+            timeout: Duration::from_millis(d.timeout_ms),
+            max_response_bytes: d.max_response_bytes,
+            poll: Duration::from_millis(d.poll_ms),
+        })),
+        _ => Err(problems),
     }
 }
 
@@ -227,12 +133,10 @@ struct Credentials {
 }
 
 impl Credentials {
-    fn load(file: Option<PathBuf>) -> Result<Self, String> {
+    fn load(file: Option<PathBuf>, token: Option<String>) -> Result<Self, String> {
         let current = match &file {
             Some(path) => Some(read_token_file(path)?),
-            None => std::env::var(TOKEN_ENV)
-                .ok()
-                .filter(|t| !t.trim().is_empty()),
+            None => token.filter(|t| !t.trim().is_empty()),
         };
         if let Some(t) = &current {
             check_token(t)?;
@@ -265,23 +169,19 @@ impl Credentials {
 }
 
 fn read_token_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!(
-            "cannot read the delivery token file {}: {e}",
-            path.display()
-        )
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("delivery.token_file: cannot read {}: {e}", path.display()))?;
     text.lines()
         .map(str::trim)
         .find(|l| !l.is_empty())
         .map(str::to_owned)
-        .ok_or_else(|| format!("the delivery token file {} is empty", path.display()))
+        .ok_or_else(|| format!("delivery.token_file: {} is empty", path.display()))
 }
 
 fn check_token(token: &str) -> Result<(), String> {
     let t = token.trim();
     if t.chars().any(|c| c.is_whitespace() || c.is_control()) || !t.is_ascii() {
-        return Err("the delivery token must be one line of printable ASCII without spaces".into());
+        return Err("delivery.token: must be one line of printable ASCII without spaces".into());
     }
     Ok(())
 }
@@ -297,6 +197,7 @@ impl Worker {
         spool: Arc<dyn cairn::Spool>,
         settings: Settings,
         drain: Duration,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, CliError> {
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -311,14 +212,22 @@ impl Worker {
                 ))
             })?;
         let consumer_id = ConsumerId::new(format!("cairn-serve-delivery-{}", std::process::id()))?;
-        let deliverer = Arc::new(Deliverer { http, settings });
+        let deliverer = Arc::new(Deliverer {
+            http,
+            settings,
+            metrics,
+        });
         let queue = deliverer.settings.queue.clone();
         let consumer = ConsumerBuilder::new(spool, queue, consumer_id)
             .poll_interval(deliverer.settings.poll)
             .shutdown_timeout(drain)
             .spawn(move |job: Job| {
                 let d = deliverer.clone();
-                async move { d.deliver(&job).await }
+                async move {
+                    let outcome = d.deliver(&job).await;
+                    d.record(&outcome);
+                    outcome
+                }
             })
             .await?;
         Ok(Self { consumer })
@@ -329,12 +238,11 @@ impl Worker {
     pub(crate) async fn stop(self) {
         let report = self.consumer.shutdown().await;
         if !report.is_clean() {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "cairn: delivery of {} run(s) did not finish within the drain timeout; they are \
-                 delivered after their lease expires",
-                report.abandoned.len()
+            tracing::warn!(
+                target: "cairn::delivery",
+                abandoned = report.abandoned.len(),
+                "delivery did not finish within the drain timeout; those runs are delivered \
+                 after their lease expires"
             );
         }
     }
@@ -356,9 +264,21 @@ struct Batch<'a> {
 struct Deliverer {
     http: reqwest::Client,
     settings: Settings,
+    metrics: Arc<Metrics>,
 }
 
 impl Deliverer {
+    /// Counts the outcome and logs it (its kind only: the reason may quote the collector).
+    fn record(&self, outcome: &Outcome) {
+        let label = match outcome {
+            Outcome::Done => "ack",
+            Outcome::Retry(_) => "retry",
+            Outcome::Fail(_) | Outcome::Nack(..) => "park",
+        };
+        self.metrics.delivery.with_label_values(&[label]).inc();
+        tracing::info!(target: "cairn::delivery", outcome = label, "delivery");
+    }
+
     /// Delivers one claimed run, batch by batch.
     async fn deliver(&self, job: &Job) -> Outcome {
         let run = job.run_id();
@@ -428,6 +348,8 @@ impl Deliverer {
         if first != Verdict::Unauthorized || !self.settings.credentials.refresh(token.as_deref()) {
             return first;
         }
+        self.metrics.delivery.with_label_values(&["refresh"]).inc();
+        tracing::info!(target: "cairn::delivery", outcome = "refresh", "delivery");
         let token = self.settings.credentials.current();
         self.send(body, token.as_deref()).await
     }

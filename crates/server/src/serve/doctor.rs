@@ -1,0 +1,86 @@
+//! `GET /v1/doctor`: `cairn doctor`'s report over HTTP, using the server's own store handles.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use cairn::DatabaseUrl;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::json::ErrorBody;
+use super::routes::AppState;
+
+/// What the report is about: the store the server serves and the configured retention cap.
+pub(crate) struct Target {
+    /// The store's URL (never printed).
+    pub(crate) url: DatabaseUrl,
+    /// `spool.retention_max_bytes`.
+    pub(crate) retention_max_bytes: u64,
+}
+
+/// One check of the report.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DoctorCheck {
+    /// `integrity`, `scratch`, `migrations:cairn`, `spool`, `retention`, `head_caches`.
+    name: String,
+    /// Whether it found nothing to repair.
+    ok: bool,
+    /// What was found; never a URL, a payload or a space id.
+    detail: String,
+    /// The command that repairs the problem, when one exists.
+    repair: Option<String>,
+}
+
+/// The report: `healthy` is true when every check is ok.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct DoctorReport {
+    /// No check found a problem.
+    healthy: bool,
+    /// The checks, in the order they ran.
+    checks: Vec<DoctorCheck>,
+}
+
+/// The store's health, as `cairn doctor --json` reports it: integrity, leftover scratch
+/// stores of the additivity check, migration state, spool counts (parked runs are a problem),
+/// retention usage against the configured cap and a head-cache sample, each problem with the
+/// command that repairs it. A read-only token suffices.
+#[utoipa::path(
+    get, path = "/v1/doctor", tag = "meta",
+    responses(
+        (status = 200, description = "Healthy: every check is ok", body = DoctorReport),
+        (status = 503, description = "Unhealthy: at least one check found a problem (the same report)", body = DoctorReport),
+        (status = 401, description = "No valid token", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<DoctorReport>) {
+    let report = crate::doctor::report(
+        &state.doctor.url,
+        None,
+        state.doctor.retention_max_bytes,
+        Some(crate::doctor::Serving {
+            spool: state.spool.as_ref(),
+            diagnostics: state.diagnostics.as_ref(),
+        }),
+    )
+    .await;
+    let status = if report.healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = DoctorReport {
+        healthy: report.healthy,
+        checks: report
+            .checks
+            .into_iter()
+            .map(|c| DoctorCheck {
+                name: c.name,
+                ok: c.ok,
+                detail: c.detail,
+                repair: c.repair,
+            })
+            .collect(),
+    };
+    (status, Json(body))
+}

@@ -1,0 +1,278 @@
+//! `GET /metrics`: Prometheus text exposition of the server's counters (the `prometheus`
+//! crate), and the per-request layer that counts, times and logs every request.
+//!
+//! Labels never hold a space id, a queue name, a run id or a token: routes are labelled by
+//! their template (`/v1/spaces/{space}/epochs`), so the number of series stays bounded.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use cairn::RunState;
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use super::error::ApiError;
+use super::json::ErrorBody;
+use super::routes::AppState;
+
+/// Every metric the server exports.
+pub(crate) struct Metrics {
+    registry: Registry,
+    /// Requests by method, route template and status.
+    pub(crate) http_requests: IntCounterVec,
+    /// Request latency by method and route template, in seconds.
+    pub(crate) http_latency: HistogramVec,
+    /// Epochs appended through the API.
+    pub(crate) appends: IntCounter,
+    /// Enqueues through the API by outcome (`created`, `existing`).
+    pub(crate) enqueues: IntCounterVec,
+    /// Runs handed out by claims through the API.
+    pub(crate) claims: IntCounter,
+    /// Acks through the API.
+    pub(crate) acks: IntCounter,
+    /// Nacks through the API by kind (`retryable`, `permanent`, `failed`).
+    pub(crate) nacks: IntCounterVec,
+    /// Runs by state (`pending`, `claimed`, `parked`), read from the store on every scrape.
+    pub(crate) runs: IntGaugeVec,
+    /// Delivery outcomes (`ack`, `retry`, `park`, `refresh`).
+    pub(crate) delivery: IntCounterVec,
+    /// Whether the background backfill is switched on (1) or off (0).
+    pub(crate) backfill_enabled: IntGauge,
+    /// The background pass's counts (`visited`, `repaired`, `current`).
+    pub(crate) backfill_spaces: IntGaugeVec,
+    /// How the background pass stands: 0 not started or running, 1 complete (or already
+    /// complete by its marker), 2 stopped by shutdown, 3 stopped at its first error.
+    pub(crate) backfill_state: IntGauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+/// The run states the `cairn_spool_runs` gauge reports, with their label.
+const RUN_STATES: [(RunState, &str); 3] = [
+    (RunState::Queued, "pending"),
+    (RunState::Claimed, "claimed"),
+    (RunState::Parked, "parked"),
+];
+
+impl Metrics {
+    /// A fresh registry holding every metric, at zero.
+    pub(crate) fn new() -> Result<Self, prometheus::Error> {
+        let registry = Registry::new();
+        let http_requests = IntCounterVec::new(
+            Opts::new("cairn_http_requests_total", "HTTP requests answered"),
+            &["method", "route", "status"],
+        )?;
+        let http_latency = HistogramVec::new(
+            HistogramOpts::new(
+                "cairn_http_request_duration_seconds",
+                "Time from receiving a request to its answer",
+            )
+            .buckets(vec![
+                0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                10.0,
+            ]),
+            &["method", "route"],
+        )?;
+        let appends = IntCounter::new(
+            "cairn_epoch_appends_total",
+            "Epochs appended through the API",
+        )?;
+        let enqueues = IntCounterVec::new(
+            Opts::new(
+                "cairn_spool_enqueues_total",
+                "Enqueues through the API, by whether they created a run",
+            ),
+            &["outcome"],
+        )?;
+        let claims = IntCounter::new(
+            "cairn_spool_claimed_runs_total",
+            "Runs handed out by claims through the API",
+        )?;
+        let acks = IntCounter::new("cairn_spool_acks_total", "Acks through the API")?;
+        let nacks = IntCounterVec::new(
+            Opts::new("cairn_spool_nacks_total", "Nacks through the API, by kind"),
+            &["kind"],
+        )?;
+        let runs = IntGaugeVec::new(
+            Opts::new(
+                "cairn_spool_runs",
+                "Runs in the store by state, read when scraped",
+            ),
+            &["state"],
+        )?;
+        let delivery = IntCounterVec::new(
+            Opts::new(
+                "cairn_delivery_outcomes_total",
+                "Delivery worker outcomes (ack, retry, park, refresh)",
+            ),
+            &["outcome"],
+        )?;
+        let backfill_enabled = IntGauge::new(
+            "cairn_backfill_enabled",
+            "Whether the background head-cache backfill is switched on",
+        )?;
+        let backfill_spaces = IntGaugeVec::new(
+            Opts::new(
+                "cairn_backfill_spaces",
+                "Spaces the background backfill pass visited, repaired and found current",
+            ),
+            &["kind"],
+        )?;
+        let backfill_state = IntGauge::new(
+            "cairn_backfill_state",
+            "0 running or not started, 1 complete, 2 stopped by shutdown, 3 stopped at an error",
+        )?;
+        registry.register(Box::new(http_requests.clone()))?;
+        registry.register(Box::new(http_latency.clone()))?;
+        registry.register(Box::new(appends.clone()))?;
+        registry.register(Box::new(enqueues.clone()))?;
+        registry.register(Box::new(claims.clone()))?;
+        registry.register(Box::new(acks.clone()))?;
+        registry.register(Box::new(nacks.clone()))?;
+        registry.register(Box::new(runs.clone()))?;
+        registry.register(Box::new(delivery.clone()))?;
+        registry.register(Box::new(backfill_enabled.clone()))?;
+        registry.register(Box::new(backfill_spaces.clone()))?;
+        registry.register(Box::new(backfill_state.clone()))?;
+        // Labelled series exist from the start, so a scrape before the first event shows 0.
+        for outcome in ["created", "existing"] {
+            enqueues.with_label_values(&[outcome]);
+        }
+        for kind in ["retryable", "permanent", "failed"] {
+            nacks.with_label_values(&[kind]);
+        }
+        for outcome in ["ack", "retry", "park", "refresh"] {
+            delivery.with_label_values(&[outcome]);
+        }
+        for kind in ["visited", "repaired", "current"] {
+            backfill_spaces.with_label_values(&[kind]);
+        }
+        for (_, label) in RUN_STATES {
+            runs.with_label_values(&[label]);
+        }
+        Ok(Self {
+            registry,
+            http_requests,
+            http_latency,
+            appends,
+            enqueues,
+            claims,
+            acks,
+            nacks,
+            runs,
+            delivery,
+            backfill_enabled,
+            backfill_spaces,
+            backfill_state,
+        })
+    }
+
+    /// The registry in the Prometheus text format.
+    fn render(&self) -> Result<Vec<u8>, prometheus::Error> {
+        let mut out = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        Ok(out)
+    }
+}
+
+/// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
+/// state are read from the store at each scrape.
+#[utoipa::path(
+    get, path = "/metrics", tag = "meta",
+    responses(
+        (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
+        (status = 401, description = "No valid token (a read-only token suffices)", body = ErrorBody),
+        (status = 503, description = "The store does not answer", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let stats = state.spool.stats().await?;
+    for (s, label) in RUN_STATES {
+        let n = stats.runs.get(&s).copied().unwrap_or(0);
+        state
+            .metrics
+            .runs
+            .with_label_values(&[label])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    let body = state.metrics.render().map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot render the metrics: {e}"),
+        )
+    })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
+}
+
+/// Counts, times and logs every request: one `request` log line with the method, the route
+/// template, the status and the latency. Never the headers (the token is one), the path's
+/// values or the body.
+pub(crate) async fn observe(
+    State(metrics): State<Arc<Metrics>>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(req).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    metrics
+        .http_requests
+        .with_label_values(&[method.as_str(), route.as_str(), status.to_string().as_str()])
+        .inc();
+    metrics
+        .http_latency
+        .with_label_values(&[method.as_str(), route.as_str()])
+        .observe(elapsed.as_secs_f64());
+    tracing::info!(
+        target: "cairn::http",
+        method = method.as_str(),
+        route = route.as_str(),
+        status,
+        latency_ms = elapsed.as_secs_f64() * 1000.0,
+        "request"
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_metric_renders_from_the_start() {
+        let m = Metrics::new().unwrap();
+        m.appends.inc();
+        let text = String::from_utf8(m.render().unwrap()).unwrap();
+        assert!(text.contains("cairn_epoch_appends_total 1"), "{text}");
+        assert!(
+            text.contains(r#"cairn_spool_enqueues_total{outcome="existing"} 0"#),
+            "{text}"
+        );
+        assert!(text.contains("cairn_backfill_enabled 0"), "{text}");
+    }
+}
