@@ -301,7 +301,7 @@ impl MigrationBackend for SqliteMigrator {
     }
 
     async fn read_fleet(&self) -> Result<Vec<FleetEntry>, MigrateError> {
-        self.read(Vec::new(), |c| read_fleet(c)).await
+        self.read(Vec::new(), read_fleet).await
     }
 
     async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError> {

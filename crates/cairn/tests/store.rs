@@ -629,7 +629,7 @@ async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends()
             .collect();
         assert_eq!(
             instances,
-            [b_entry.instance.clone()],
+            std::slice::from_ref(&b_entry.instance),
             "close removed a's entry"
         );
         drop(b);

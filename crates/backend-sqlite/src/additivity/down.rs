@@ -116,7 +116,7 @@ fn judge(
         }
     }
     for (table, before) in tables {
-        if !after.get(table).is_some_and(|o| o.kind == "table") {
+        if after.get(table).is_none_or(|o| o.kind != "table") {
             continue;
         }
         let now = columns(conn, table).map_err(map)?;
