@@ -593,7 +593,22 @@ impl LockedMigration for PgLocked {
     }
 
     async fn read_fleet(&mut self) -> Result<Vec<FleetEntry>, MigrateError> {
-        Ok(read_fleet(self.conn()?).await?)
+        let conn = self.conn()?;
+        let sql = fleet_sql();
+        let exists: bool = sqlx::query_scalar(sql.has_table)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        if let (true, Some(lock)) = (exists, sql.lock_for_gate) {
+            // Held to the end of the migration transaction: a build registering meanwhile
+            // waits, then finds the contract revision committed (see `FleetSql::lock_for_gate`).
+            sqlx::query(lock)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        Ok(read_fleet(conn).await?)
     }
 
     async fn record_contract(

@@ -682,6 +682,19 @@ impl StoreBuilder {
         migrator
             .register(&entry, now.saturating_sub(fleet::PRUNE_AFTER))
             .await?;
+        // Checked again now that this build is registered: a contract revision committed
+        // between this open's look and its registration is found here (a registration waits
+        // for a migration that read the registry), and the open is refused instead of running
+        // against a schema this build breaks on.
+        for set in &self.sets {
+            if let Err(e) = Runner::new(set.clone())
+                .check_contracts_known(migrator.as_ref())
+                .await
+            {
+                let _ = migrator.deregister(&entry.instance).await;
+                return Err(e.into());
+            }
+        }
         let heartbeat = tokio::spawn(heartbeat(
             migrator.clone(),
             entry.instance.clone(),

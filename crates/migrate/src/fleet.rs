@@ -213,6 +213,13 @@ pub struct FleetSql {
     pub has_contract_table: &'static str,
     /// `1 = set` → the contract revisions recorded for the set: `revision`.
     pub contracts_of_set: &'static str,
+    /// Run by the contract gate under the migration lock before it reads the registry, where
+    /// the migration transaction alone does not already exclude registrations: until the
+    /// transaction ends, no build can register, so a build that starts meanwhile registers
+    /// after the contract revision is committed and then finds it (SQLite: none, the
+    /// `BEGIN IMMEDIATE` write lock excludes every other writer; Postgres: a SHARE lock on the
+    /// registry table).
+    pub lock_for_gate: Option<&'static str>,
 }
 
 const SQLITE: FleetSql = FleetSql {
@@ -228,6 +235,7 @@ const SQLITE: FleetSql = FleetSql {
         VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (set_name, revision, applied_at_us) DO NOTHING",
     has_contract_table: "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'cairn_contract'",
     contracts_of_set: "SELECT DISTINCT revision FROM cairn_contract WHERE set_name = ?1 ORDER BY revision",
+    lock_for_gate: None,
 };
 
 const POSTGRES: FleetSql = FleetSql {
@@ -243,6 +251,7 @@ const POSTGRES: FleetSql = FleetSql {
         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (set_name, revision, applied_at_us) DO NOTHING",
     has_contract_table: "SELECT to_regclass('cairn_contract') IS NOT NULL",
     contracts_of_set: "SELECT DISTINCT revision FROM cairn_contract WHERE set_name = $1 ORDER BY revision",
+    lock_for_gate: Some("LOCK TABLE cairn_fleet IN SHARE MODE"),
 };
 
 /// The registry statements for `dialect`.

@@ -557,6 +557,22 @@ impl Runner {
         }
     }
 
+    /// Refuses, without locking or writing, a store whose lineage holds a contract revision of
+    /// this set that this build does not know. [`Runner::open`] checks it on a store it finds
+    /// ahead; a build checks it again once registered in the fleet registry, which closes the
+    /// window between its open and its registration (a registration waits for a migration
+    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`]).
+    ///
+    /// # Errors
+    /// [`MigrateError::ContractAhead`], store errors.
+    pub async fn check_contracts_known(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<(), MigrateError> {
+        let state = backend.read_state(self.set.name()).await?;
+        self.check_no_unknown_contract(backend, &state).await
+    }
+
     /// Refuses a store *ahead* of this build whose lineage holds a contract revision this build
     /// does not know.
     async fn check_no_unknown_contract(

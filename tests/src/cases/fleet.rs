@@ -273,6 +273,16 @@ pub async fn f3_app_older_build_refuses_a_store_with_an_unknown_contract<H: Migr
         );
         assert!(err.is_refusal());
     }
+    // The same check a build makes once registered (closing the window between its look and
+    // its registration) refuses too, without the lock.
+    let err = v1
+        .check_contracts_known(h.migrator().await.as_ref())
+        .await
+        .expect_err("F3: refused once registered");
+    assert!(matches!(err, MigrateError::ContractAhead { .. }), "{err}");
+    v3.check_contracts_known(h.migrator().await.as_ref())
+        .await
+        .expect("F3: v3 knows its contract revision");
     // v1 rolls the contract back (and the expand with it) and is at head again; v2 is ahead.
     v1.down(h.migrator().await.as_ref(), "f_0002_amount")
         .await
@@ -283,6 +293,9 @@ pub async fn f3_app_older_build_refuses_a_store_with_an_unknown_contract<H: Migr
         "F3: v1 uses the store again"
     );
     assert!(h.schema().await["app_items"].contains(&"qty".to_owned()));
+    v1.check_contracts_known(h.migrator().await.as_ref())
+        .await
+        .expect("F3: rolled back, v1 lacks nothing applied");
 }
 
 /// F4: register, list, heartbeat, expire, deregister.
