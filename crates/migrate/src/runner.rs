@@ -546,6 +546,11 @@ impl Runner {
         match result {
             Ok(report) => {
                 tx.commit().await?;
+                // The second look found the store ahead (another build migrated meanwhile):
+                // the same refusal as on the first look.
+                if matches!(report.opened, Opened::Ahead { .. }) {
+                    self.check_contracts_known(backend).await?;
+                }
                 Ok(report)
             }
             Err(e) => {
