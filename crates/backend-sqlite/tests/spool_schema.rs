@@ -26,7 +26,15 @@ fn event(n: u32) -> Vec<Event> {
 async fn spool_revisions_pass_the_additivity_check_on_sqlite() {
     let set = cairn_set();
     let ids: Vec<&str> = set.revisions().iter().map(|r| r.id.as_str()).collect();
-    assert_eq!(ids, ["0001_epoch_log", "0002_spool", "0003_spool_import"]);
+    assert_eq!(
+        ids,
+        [
+            "0001_epoch_log",
+            "0002_spool",
+            "0003_spool_import",
+            "0004_fleet"
+        ]
+    );
     let reports = check_set(&SqliteAdditivity::new(), &set)
         .await
         .expect("the check runs");
@@ -64,7 +72,11 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
         store.opened(),
         &Opened::Upgraded {
             from: Some("0001_epoch_log".into()),
-            applied: vec!["0002_spool".into(), "0003_spool_import".into()],
+            applied: vec![
+                "0002_spool".into(),
+                "0003_spool_import".into(),
+                "0004_fleet".into(),
+            ],
         }
     );
     let last = appended.last().unwrap();
@@ -93,7 +105,7 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0003_spool_import".into()
+            stamp: "0004_fleet".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);

@@ -26,21 +26,36 @@ pub(crate) fn target(database: Option<&str>) -> Result<DatabaseUrl, CliError> {
     })
 }
 
-/// Opens the store at `url` through the migration runner.
+/// Opens the store at `url` through the migration runner, for one command.
+///
+/// A one-shot command is not a build that keeps running against the store, so it does not
+/// register in the fleet registry (a read-only command such as `cairn doctor` writes nothing
+/// there); `cairn serve` does, through [`open_with`].
 pub(crate) async fn open(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Store, CliError> {
-    open_with(url, if_missing, cairn::spool::SpoolConfig::default()).await
+    open_store(url, if_missing, cairn::spool::SpoolConfig::default(), false).await
 }
 
-/// [`open`] with a spool config (`cairn serve`'s retry backoff).
+/// Opens the store for a long-running server with a spool config (`cairn serve`'s retry
+/// backoff); the server registers in the fleet registry and heartbeats until it closes.
 pub(crate) async fn open_with(
     url: &DatabaseUrl,
     if_missing: IfMissing,
     spool: cairn::spool::SpoolConfig,
 ) -> Result<Store, CliError> {
+    open_store(url, if_missing, spool, true).await
+}
+
+async fn open_store(
+    url: &DatabaseUrl,
+    if_missing: IfMissing,
+    spool: cairn::spool::SpoolConfig,
+    register_in_fleet: bool,
+) -> Result<Store, CliError> {
     refuse_missing_file(url, if_missing)?;
     Ok(Store::builder_at(url.clone())
         .create_if_missing(if_missing == IfMissing::Create)
         .spool_config(spool)
+        .register_in_fleet(register_in_fleet)
         .open()
         .await?)
 }
