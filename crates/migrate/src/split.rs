@@ -79,7 +79,7 @@ pub fn split_statements(sql: &str, dialect: Dialect) -> Result<Vec<String>, Spli
             }
             b';' if depth == 0 && parens == 0 => {
                 if let Some(s) = code_start.take() {
-                    out.push(sql[s..i].trim_end().to_owned());
+                    out.push(trim_end_ascii(&sql[s..i]).to_owned());
                 }
                 words.clear();
                 prev.clear();
@@ -142,9 +142,16 @@ pub fn split_statements(sql: &str, dialect: Dialect) -> Result<Vec<String>, Spli
         }
     }
     if let Some(s) = code_start {
-        out.push(sql[s..].trim_end().to_owned());
+        out.push(trim_end_ascii(&sql[s..]).to_owned());
     }
     Ok(out)
+}
+
+/// `text` without trailing ASCII whitespace — the same whitespace the scanner skips between
+/// statements, so a statement that starts at a character the scanner does not skip (a vertical
+/// tab, a no-break space) never trims to nothing; the engine judges such a statement.
+fn trim_end_ascii(text: &str) -> &str {
+    text.trim_end_matches(|c: char| c.is_ascii_whitespace())
 }
 
 /// The block depth after `word`: a SQLite trigger body opens at `BEGIN`, a Postgres SQL-standard
@@ -233,6 +240,17 @@ mod tests {
             ["CREATE TABLE a (x INT)", "CREATE TABLE b (y INT)"]
         );
         assert_eq!(both("SELECT 1; SELECT 2;"), ["SELECT 1", "SELECT 2"]);
+    }
+
+    #[test]
+    fn a_statement_of_characters_the_scanner_does_not_skip_is_never_empty() {
+        // Found by the fuzzer: a vertical tab or a no-break space is not skipped between
+        // statements, and used to trim (Unicode trim) to an empty statement.
+        assert_eq!(both("\u{b};"), ["\u{b}"]);
+        assert_eq!(
+            both("\u{a0};SELECT 1 \u{a0}\n"),
+            ["\u{a0}", "SELECT 1 \u{a0}"]
+        );
     }
 
     #[test]

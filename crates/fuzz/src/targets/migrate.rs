@@ -53,19 +53,16 @@ fn sql_split(data: &[u8]) -> u64 {
         match &result {
             Ok(statements) => {
                 for st in statements {
-                    // KNOWN FINDING (docs/RELIABILITY-fuzz-mutants.md): the splitter skips
-                    // ASCII whitespace only, then trims with `str::trim_end`, so a statement of
-                    // a vertical tab or a non-ASCII space (`"\x0b;"`, `"\u{a0};"`) comes back
-                    // as `""`. Tolerated only for inputs holding such a character, until fixed.
-                    if st.is_empty()
-                        && text
-                            .chars()
-                            .any(|c| c.is_whitespace() && !c.is_ascii_whitespace())
-                    {
-                        continue;
-                    }
-                    assert!(!st.trim().is_empty(), "an empty statement");
-                    assert_eq!(st.trim_end(), st, "a statement keeps trailing whitespace");
+                    assert!(
+                        !st.trim_matches(|c: char| c.is_ascii_whitespace())
+                            .is_empty(),
+                        "an empty statement"
+                    );
+                    assert_eq!(
+                        st.trim_end_matches(|c: char| c.is_ascii_whitespace()),
+                        st,
+                        "a statement keeps trailing whitespace"
+                    );
                     assert!(text.contains(st.as_str()), "a statement not from the text");
                 }
             }
