@@ -22,3 +22,25 @@ fn a_part_length_near_usize_max_is_not_a_part_encoding() {
         assert!(run_once(target, bytes).is_ok(), "{bytes:?}");
     }
 }
+
+/// `sql_split`: the scanner skipped ASCII whitespace only but trimmed statements with the
+/// Unicode-aware `trim_end`, so a statement of a vertical tab or a no-break space came back as
+/// `""` (fixed in `split.rs` by trimming exactly what the scanner skips).
+#[test]
+fn a_statement_of_non_ascii_whitespace_is_never_returned_empty() {
+    use cairn_core::schema::Dialect;
+    use cairn_migrate::split_statements;
+    for sql in ["\x0b;", "\u{a0};SELECT 1", "\x0b;\x001\x00\x00\x00\x00\x00"] {
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let statements = split_statements(sql, dialect).unwrap();
+            assert!(
+                statements.iter().all(|s| !s.is_empty()),
+                "{sql:?}: {statements:?}"
+            );
+        }
+        assert!(
+            run_once(by_name("sql_split").unwrap(), sql.as_bytes()).is_ok(),
+            "{sql:?}"
+        );
+    }
+}
