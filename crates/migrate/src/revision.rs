@@ -122,15 +122,24 @@ impl Checksum {
         let bad = || MigrateError::Corrupt {
             detail: format!("bad checksum {s:?} in the lineage"),
         };
-        if s.len() != 64 {
+        // Every byte a hex digit: `u8::from_str_radix` alone would take a leading `+`.
+        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(bad());
         }
         let mut out = [0u8; 32];
-        for (i, chunk) in s.as_bytes().chunks(2).enumerate() {
-            let text = std::str::from_utf8(chunk).map_err(|_| bad())?;
-            out[i] = u8::from_str_radix(text, 16).map_err(|_| bad())?;
+        for (i, pair) in s.as_bytes().chunks(2).enumerate() {
+            out[i] = (hex_value(pair[0]) << 4) | hex_value(pair[1]);
         }
         Ok(Self(out))
+    }
+}
+
+/// The value of one ASCII hex digit (the caller has checked it is one).
+fn hex_value(digit: u8) -> u8 {
+    match digit {
+        b'0'..=b'9' => digit - b'0',
+        b'a'..=b'f' => digit - b'a' + 10,
+        _ => digit - b'A' + 10,
     }
 }
 
@@ -401,6 +410,26 @@ mod tests {
             up_sqlite: vec!["CREATE TABLE items (id INTEGER PRIMARY KEY)".into()],
             up_postgres: vec!["CREATE TABLE items (id bigint PRIMARY KEY)".into()],
             description: "items".into(),
+        }
+    }
+
+    /// Found by the fuzzer: `u8::from_str_radix` takes a leading `+`, so `"+f"` read as `0f`.
+    #[test]
+    fn a_checksum_is_sixty_four_hex_digits_and_nothing_else() {
+        let sum = Checksum::from_hex(&"ab".repeat(32)).unwrap();
+        assert_eq!(sum.to_hex(), "ab".repeat(32));
+        assert_eq!(Checksum::from_hex(&"AB".repeat(32)).unwrap(), sum);
+        for bad in [
+            format!("+f{}", "0".repeat(62)),
+            format!("-0{}", "0".repeat(62)),
+            format!("g0{}", "0".repeat(62)),
+            "0".repeat(63),
+            format!("{}é", "0".repeat(62)),
+        ] {
+            assert!(
+                matches!(Checksum::from_hex(&bad), Err(MigrateError::Corrupt { .. })),
+                "{bad:?} accepted"
+            );
         }
     }
 

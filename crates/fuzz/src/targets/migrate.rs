@@ -222,6 +222,12 @@ fn checksum_hex(data: &[u8]) -> u64 {
         assert_eq!(text.len(), 64);
         let hex = sum.to_hex();
         assert_eq!(hex.len(), 64);
+        // Accepted text is exactly the checksum, in either case ("+f00…" once read as 0f00…).
+        assert_eq!(
+            hex,
+            text.to_ascii_lowercase(),
+            "accepted text that is not hex"
+        );
         assert_eq!(&Checksum::from_hex(&hex).unwrap(), sum);
     } else {
         assert!(matches!(parsed, Err(MigrateError::Corrupt { .. })));
