@@ -30,6 +30,8 @@ pub(crate) enum Bench {
     Heads(HeadsArgs),
     /// Concurrent readers on SQLite: one read connection vs several.
     Readers(readers::ReadersArgs),
+    /// `cairn serve` over loopback HTTP vs the library, same operations and concurrency.
+    Server(server::ServerArgs),
 }
 
 /// Options of `bench heads`.
@@ -85,6 +87,7 @@ pub(crate) fn run(bench: Bench) -> Result<(), String> {
     match bench {
         Bench::Heads(args) => runtime.block_on(heads(args)),
         Bench::Readers(args) => runtime.block_on(readers::run(args)),
+        Bench::Server(args) => runtime.block_on(server::run(args)),
     }
 }
 
@@ -658,6 +661,7 @@ fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {
 }
 
 mod readers;
+mod server;
 
 fn store_err(e: Error) -> String {
     e.to_string()
