@@ -539,6 +539,22 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     let written = collector.huge_written.load(Ordering::SeqCst);
     assert!(written < HUGE / 16, "the worker read on: {written} bytes");
 
+    // Each outcome is counted once per run attempt (an outcome is recorded before the spool
+    // settles the run, so every run's final state above implies its count).
+    let metrics = server
+        .agent
+        .get(format!("{}/metrics", server.base))
+        .header("Authorization", format!("Bearer {FULL}"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    for (outcome, n) in [("ack", 6), ("retry", 4), ("park", 2), ("refresh", 1)] {
+        let line = format!("cairn_delivery_outcomes_total{{outcome=\"{outcome}\"}} {n}\n");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+
     let stderr = server.stop();
     for secret in [OLD_TOKEN, NEW_TOKEN, url.as_str()] {
         assert!(!stderr.contains(secret), "stderr shows a secret: {stderr}");
