@@ -137,7 +137,7 @@ async fn work(args: &ChildArgs) -> Result<(), String> {
         let result = match roll {
             0..25 => {
                 appends += 1;
-                if args.plant_lost_append && appends % 5 == 0 {
+                if args.plant_lost_append && appends.is_multiple_of(5) {
                     plant_lost_append(&mut rng, &mut known, &mut side)
                 } else {
                     append(&store, &mut rng, &mut known, &mut side).await
