@@ -1,16 +1,16 @@
-//! The paced head-cache backfill in the binary: `cairn backfill` (one pass in the foreground,
-//! with a progress bar on a terminal) and the background pass of `cairn serve`.
+//! `cairn backfill`: one pass of the paced head-cache backfill in the foreground, with a progress
+//! bar on a terminal. The background pass of `cairn serve` is `serve::backfill` (tracing and
+//! metrics).
 //!
 //! The pass itself is `cairn::backfill::run_pass` (backend-independent, in cairn-core). Its log
 //! lines carry counts and error codes only: never a payload, a space id or a URL.
 
 use std::io::{IsTerminal, Write};
-use std::sync::Arc;
 
 use cairn::backfill::{
     run_pass, BackfillConfig, BackfillObserver, BackfillOutcome, BackfillProgress, TokioPacer,
 };
-use cairn::{DatabaseUrl, EpochDiagnostics};
+use cairn::DatabaseUrl;
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
@@ -61,12 +61,9 @@ impl BackfillArgs {
     }
 }
 
-/// Writes the pass's progress (and, in the background, its first error) to stderr, as
-/// `cairn backfill: …` lines. In the foreground the command's own error line reports the
-/// error, so it is not written twice.
-struct LogObserver {
-    report_failure: bool,
-}
+/// Writes the pass's progress to stderr as `cairn backfill: …` lines (when stderr is not a
+/// terminal). An error is reported once, by the command's own error line.
+struct LogObserver;
 
 impl BackfillObserver for LogObserver {
     fn checkpoint(&self, p: &BackfillProgress) {
@@ -75,52 +72,10 @@ impl BackfillObserver for LogObserver {
             p.visited, p.repaired, p.current
         ));
     }
-    fn failed(&self, code: &'static str, p: &BackfillProgress) {
-        if !self.report_failure {
-            return;
-        }
-        log_line(&format!(
-            "stopped at the first error: code={code} visited={}; the store's caches stay \
-             correct (every append checks them); run `cairn backfill` to retry",
-            p.visited
-        ));
-    }
 }
 
 fn log_line(msg: &str) {
     let _ = writeln!(std::io::stderr().lock(), "cairn backfill: {msg}");
-}
-
-/// Starts the background pass of `cairn serve`: it honours the completion marker (a finished
-/// pass is not repeated on every boot) and stops when `stopping` turns true.
-pub(crate) fn spawn(
-    store: Arc<dyn EpochDiagnostics>,
-    config: BackfillConfig,
-    mut stopping: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<BackfillOutcome> {
-    tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopping.wait_for(|s| *s).await;
-        };
-        let outcome = run_pass(
-            store.as_ref(),
-            &config,
-            &TokioPacer::default(),
-            &LogObserver {
-                report_failure: true,
-            },
-            true,
-            shutdown,
-        )
-        .await;
-        if let BackfillOutcome::Completed(p) = &outcome {
-            log_line(&format!(
-                "pass complete: visited={} repaired={} current={}",
-                p.visited, p.repaired, p.current
-            ));
-        }
-        outcome
-    })
 }
 
 /// Draws a progress bar (spinner and counts: the number of spaces is not known in advance).
@@ -161,9 +116,7 @@ pub(crate) async fn run_foreground(
     });
     let observer: Box<dyn BackfillObserver> = match &bar {
         Some(b) => Box::new(BarObserver(b.clone())),
-        None => Box::new(LogObserver {
-            report_failure: false,
-        }),
+        None => Box::new(LogObserver),
     };
     let shutdown = async {
         if tokio::signal::ctrl_c().await.is_err() {

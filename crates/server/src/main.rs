@@ -9,10 +9,6 @@
 
 #![forbid(unsafe_code)]
 
-// `backfill::spawn` (the background pass with stderr lines) is superseded by
-// `serve::backfill` (tracing and metrics); the expectation fails, as a reminder to drop this
-// line, once that function is removed from backfill.rs.
-#[expect(dead_code, reason = "backfill::spawn is superseded by serve::backfill")]
 mod backfill;
 mod cli;
 mod commands;
