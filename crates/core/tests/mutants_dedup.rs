@@ -1,5 +1,5 @@
 //! Tests written to kill mutants cargo-mutants found alive in `spool/dedup.rs` (see
-//! docs/RELIABILITY-fuzz-mutants.md): the limit on encoded parts is inclusive.
+//! docs/RELIABILITY.md): the limit on encoded parts is inclusive.
 
 use cairn_core::spool::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
 

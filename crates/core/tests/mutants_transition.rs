@@ -1,5 +1,5 @@
 //! Tests written to kill mutants cargo-mutants found alive in `spool/transition.rs` (see
-//! docs/RELIABILITY-fuzz-mutants.md): the reason a run parked on its last retryable nack records.
+//! docs/RELIABILITY.md): the reason a run parked on its last retryable nack records.
 
 use cairn_core::spool::{exhausted_park_reason, expired_park_reason, MAX_REASON_LEN};
 

@@ -1,5 +1,5 @@
 //! Tests written to kill mutants cargo-mutants found alive in `classify.rs` (see
-//! docs/RELIABILITY-fuzz-mutants.md): a store ahead of this build is trusted only when the
+//! docs/RELIABILITY.md): a store ahead of this build is trusted only when the
 //! recorded lineage starts with exactly this build's history.
 
 use cairn_core::schema::Dialect;
