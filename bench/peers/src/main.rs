@@ -134,7 +134,11 @@ impl Fresh {
 
     fn sqlite_options(&self) -> Res<sqlx::sqlite::SqliteConnectOptions> {
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-        let path = self.dir.as_ref().ok_or("not a sqlite store")?.join("peer.db");
+        let path = self
+            .dir
+            .as_ref()
+            .ok_or("not a sqlite store")?
+            .join("peer.db");
         Ok(
             SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
                 .create_if_missing(true)
@@ -177,8 +181,8 @@ impl Fresh {
             sqlx::query(sqlx::AssertSqlSafe(format!(
                 "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
             )))
-                .execute(&admin)
-                .await?;
+            .execute(&admin)
+            .await?;
             admin.close().await;
         }
         let _ = self.backend;
@@ -540,7 +544,13 @@ where
     Ok(())
 }
 
-async fn system(name: &str, version: &str, settings: &str, a: &Args, runs: Vec<Res<RunResult>>) -> Value {
+async fn system(
+    name: &str,
+    version: &str,
+    settings: &str,
+    a: &Args,
+    runs: Vec<Res<RunResult>>,
+) -> Value {
     let mut ok = Vec::new();
     let mut errors = Vec::new();
     for r in runs {

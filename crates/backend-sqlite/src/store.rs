@@ -35,8 +35,8 @@ use cairn_migrate::{cairn_set, Opened, Runner};
 
 use crate::config::SqliteOptions;
 use crate::db::{blocking, lock, Db, End};
-use crate::group::{self, GroupStats, Pending};
 use crate::error::{corrupt, map};
+use crate::group::{self, GroupStats, Pending};
 use crate::migrate::SqliteMigrator;
 use crate::pool::ReadPool;
 use crate::{files, sql};

@@ -93,7 +93,11 @@ async fn group_commit_concurrent_writes_are_one_group_and_durable() {
         seqs.entry(i % 4).or_default().push(a.seq.0);
     }
     let (groups, ops, fallbacks) = store.testkit_group_stats();
-    assert_eq!(groups - groups_before, 1, "the 20 writes were not one group");
+    assert_eq!(
+        groups - groups_before,
+        1,
+        "the 20 writes were not one group"
+    );
     assert_eq!(ops - ops_before, 20);
     assert_eq!(fallbacks, 0);
     // Appends to one space in one group still get consecutive seqs.
@@ -105,13 +109,20 @@ async fn group_commit_concurrent_writes_are_one_group_and_durable() {
     // Another instance (its own connections) sees every answered write.
     let other = h.open_with(SqliteOptions::default()).await.unwrap();
     for id in ids {
-        let run = other.run(id).await.unwrap().expect("an answered enqueue is durable");
+        let run = other
+            .run(id)
+            .await
+            .unwrap()
+            .expect("an answered enqueue is durable");
         assert_eq!(run.state, RunState::Queued);
     }
     for (i, space) in spaces.iter().enumerate() {
         let heads = other.store().heads(space).await.unwrap();
         assert_eq!(heads.len(), 1);
-        assert_eq!(heads[0].seq.0, seqs[&i][1], "both appends of the space are there");
+        assert_eq!(
+            heads[0].seq.0, seqs[&i][1],
+            "both appends of the space are there"
+        );
     }
 }
 
@@ -122,7 +133,12 @@ async fn group_commit_failing_op_leaves_neighbours_and_dedups() {
     let h = spool_harness().await;
     let spool = Arc::new(h.open_with(SqliteOptions::default()).await.unwrap());
     let first = spool
-        .enqueue(&queue(), &key("first"), b"{}".to_vec(), EnqueueOptions::default())
+        .enqueue(
+            &queue(),
+            &key("first"),
+            b"{}".to_vec(),
+            EnqueueOptions::default(),
+        )
         .await
         .unwrap();
     let me = ConsumerId::new("w").unwrap();
@@ -159,7 +175,10 @@ async fn group_commit_failing_op_leaves_neighbours_and_dedups() {
     let b_again = b_again.await.unwrap().unwrap();
     good_ack.await.unwrap().unwrap();
     assert!(a.created && b.created && !b_again.created);
-    assert_eq!(b.run_id, b_again.run_id, "S1: one key, one run id, within a group too");
+    assert_eq!(
+        b.run_id, b_again.run_id,
+        "S1: one key, one run id, within a group too"
+    );
     let (groups, _, fallbacks) = spool.store().testkit_group_stats();
     assert_eq!(groups - groups_before, 1);
     assert_eq!(fallbacks, 0, "a failing operation must not fail its group");
@@ -186,12 +205,18 @@ async fn group_commit_failed_commit_answers_no_success() {
     drop(hold);
     for t in tasks {
         let r = t.await.unwrap();
-        assert!(r.is_err(), "S12: a write whose commit failed was answered {r:?}");
+        assert!(
+            r.is_err(),
+            "S12: a write whose commit failed was answered {r:?}"
+        );
     }
     spool.store().testkit_fail_commits(0).await.unwrap();
     let other = h.open_with(SqliteOptions::default()).await.unwrap();
     let stats = other.stats().await.unwrap();
-    assert!(stats.runs.is_empty(), "a failed commit left runs: {stats:?}");
+    assert!(
+        stats.runs.is_empty(),
+        "a failed commit left runs: {stats:?}"
+    );
 }
 
 /// When only the group's commit fails, each operation is run again in a transaction of its

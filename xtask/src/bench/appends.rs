@@ -135,9 +135,10 @@ impl Fresh {
                     .prefix("cairn-bench-appends-")
                     .tempdir()
                     .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-                let store = SqliteStore::open_with(dir.path().join("log.db"), SqliteOptions::default())
-                    .await
-                    .map_err(store_err)?;
+                let store =
+                    SqliteStore::open_with(dir.path().join("log.db"), SqliteOptions::default())
+                        .await
+                        .map_err(store_err)?;
                 Ok(Self::Sqlite { store, _dir: dir })
             }
             Backend::Postgres => {
@@ -146,9 +147,10 @@ impl Fresh {
                 let admin = sqlx::PgPool::connect(url)
                     .await
                     .map_err(|e| format!("cannot connect to Postgres: {e}"))?;
-                let store = PgStore::connect_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
-                    .await
-                    .map_err(store_err)?;
+                let store =
+                    PgStore::connect_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
+                        .await
+                        .map_err(store_err)?;
                 Ok(Self::Postgres(store, admin, schema))
             }
         }
@@ -205,7 +207,10 @@ async fn appends_per_sec(
         tasks.push(tokio::spawn(async move {
             for i in 0..per {
                 store
-                    .append(&space, vec![Event::new("bench", format!("{a}-{i}").into_bytes())])
+                    .append(
+                        &space,
+                        vec![Event::new("bench", format!("{a}-{i}").into_bytes())],
+                    )
                     .await?;
             }
             Ok::<_, cairn::Error>(())
@@ -268,10 +273,17 @@ pub(crate) async fn run(args: AppendsArgs) -> Result<(), String> {
         );
         let fmt = |x: f64| thousands(x.round() as u64);
         let met = |ok: bool| if ok { "met" } else { "not met" };
-        println!("\n### {} — epoch-log appends/s, median of {} runs\n", backend.name(), args.runs);
+        println!(
+            "\n### {} — epoch-log appends/s, median of {} runs\n",
+            backend.name(),
+            args.runs
+        );
         println!("| configuration | per second | ratio | target |");
         println!("|---|---:|---:|---|");
-        println!("| raw single-row durable commit (engine, 1 connection) | {} | — | — |", fmt(raw));
+        println!(
+            "| raw single-row durable commit (engine, 1 connection) | {} | — | — |",
+            fmt(raw)
+        );
         println!(
             "| 1 appender, 1 space | {} | {:.2}× raw | ≥0.8× raw: {} |",
             fmt(one),

@@ -149,7 +149,10 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             fsync.push(super::appends::raw_commit_rate(backend, pg_url.as_deref(), 1_000).await?);
             measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs).await?;
             if let Some(bin) = &peers_bin {
-                merge(&mut systems, run_peers(bin, backend, pg_url.as_deref(), &args));
+                merge(
+                    &mut systems,
+                    run_peers(bin, backend, pg_url.as_deref(), &args),
+                );
             }
         }
         let wake = wake_latency(backend, pg_url.as_deref(), args.wake_samples).await;
@@ -165,8 +168,11 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         .iter()
         .flat_map(|(backend, systems)| chart_rows(*backend, systems))
         .collect();
-    std::fs::write(&path, chart::svg("cairn spool vs peers (ops/s, medians)", &groups))
-        .map_err(|e| format!("cannot write the chart {}: {e}", path.display()))?;
+    std::fs::write(
+        &path,
+        chart::svg("cairn spool vs peers (ops/s, medians)", &groups),
+    )
+    .map_err(|e| format!("cannot write the chart {}: {e}", path.display()))?;
     println!("\nChart written to {}", path.display());
     Ok(())
 }
@@ -353,7 +359,12 @@ async fn measure_cairn(
             tasks.push(tokio::spawn(async move {
                 for i in 0..per {
                     spool
-                        .enqueue(&q, &key(p * per + i), b"{}".to_vec(), EnqueueOptions::default())
+                        .enqueue(
+                            &q,
+                            &key(p * per + i),
+                            b"{}".to_vec(),
+                            EnqueueOptions::default(),
+                        )
                         .await?;
                 }
                 Ok::<_, cairn::Error>(())
@@ -362,7 +373,8 @@ async fn measure_cairn(
         for task in tasks {
             task.await.map_err(|e| e.to_string())?.map_err(store_err)?;
         }
-        runs.producers_n.push(rate(per * args.producers, t.elapsed()));
+        runs.producers_n
+            .push(rate(per * args.producers, t.elapsed()));
         fresh.close().await?;
 
         // Row 3: claim + complete.
@@ -408,7 +420,9 @@ async fn measure_cairn(
         runs.claim_complete.push(rate(args.claims, t.elapsed()));
         let report = consumer.shutdown().await;
         if !report.is_clean() || report.stats.errors > 0 {
-            return Err(format!("the bench consumer did not finish cleanly: {report:?}"));
+            return Err(format!(
+                "the bench consumer did not finish cleanly: {report:?}"
+            ));
         }
         fresh.close().await?;
     }
@@ -468,7 +482,10 @@ async fn wake_latency(backend: Backend, pg_url: Option<&str>, samples: u64) -> W
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| format!("cannot start the wake consumer: {e}"))?;
-    let stdout = child.stdout.take().ok_or("no stdout from the wake consumer")?;
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or("no stdout from the wake consumer")?;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout).lines() {
@@ -488,7 +505,12 @@ async fn wake_latency(backend: Backend, pg_url: Option<&str>, samples: u64) -> W
             let start = now_micros();
             fresh
                 .spool
-                .enqueue(&q, &key(i), i.to_string().into_bytes(), EnqueueOptions::default())
+                .enqueue(
+                    &q,
+                    &key(i),
+                    i.to_string().into_bytes(),
+                    EnqueueOptions::default(),
+                )
                 .await
                 .map_err(store_err)?;
             let line = next(&mut rx).await?;
@@ -532,9 +554,13 @@ fn now_micros() -> u64 {
 pub(crate) async fn wake_consumer(args: WakeConsumerArgs) -> Result<(), String> {
     let spool: Arc<dyn Spool> = match args.backend {
         Backend::Sqlite => Arc::new(
-            SqliteSpool::open(&args.target, SqliteOptions::default(), Arc::new(SystemClock))
-                .await
-                .map_err(store_err)?,
+            SqliteSpool::open(
+                &args.target,
+                SqliteOptions::default(),
+                Arc::new(SystemClock),
+            )
+            .await
+            .map_err(store_err)?,
         ),
         Backend::Postgres => Arc::new(
             PgSpool::connect_system(PgOptions::new(args.target.clone()).schema(args.schema))
@@ -643,7 +669,11 @@ fn run_peers(
             };
             let errors: Vec<String> = s["errors"]
                 .as_array()
-                .map(|es| es.iter().filter_map(|e| e.as_str().map(str::to_owned)).collect())
+                .map(|es| {
+                    es.iter()
+                        .filter_map(|e| e.as_str().map(str::to_owned))
+                        .collect()
+                })
                 .unwrap_or_default();
             let runs = Runs {
                 enqueue: nums("enqueue"),
@@ -657,7 +687,12 @@ fn run_peers(
                 producers_n: nums("producers_n"),
             };
             let failed = if runs.enqueue.is_empty() {
-                Some(errors.first().cloned().unwrap_or_else(|| "no run finished".into()))
+                Some(
+                    errors
+                        .first()
+                        .cloned()
+                        .unwrap_or_else(|| "no run finished".into()),
+                )
             } else {
                 None
             };
@@ -708,7 +743,11 @@ fn rows() -> [Row; 4] {
 fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wake, fsync: f64) {
     let cairn = &systems[0];
     let peers = &systems[1..];
-    println!("\n### {} — ops/s, median of {} runs\n", backend.name(), args.runs);
+    println!(
+        "\n### {} — ops/s, median of {} runs\n",
+        backend.name(),
+        args.runs
+    );
     let mut header = "| row | cairn |".to_owned();
     let mut rule = "|---|---:|".to_owned();
     for p in peers {

@@ -77,10 +77,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl PgSpool {
     /// Queues `e` for the next batch and waits for its answer: `Some` when the batch (or the
     /// lone statement) settled it, `None` when the caller must take the unbatched path.
-    pub(super) async fn enqueue_batched(
-        &self,
-        e: PendingEnqueue,
-    ) -> Result<Option<Enqueued>> {
+    pub(super) async fn enqueue_batched(&self, e: PendingEnqueue) -> Result<Option<Enqueued>> {
         let (tx, rx) = oneshot::channel();
         lock(&self.inner.batcher.pending).push((e, tx));
         // The drain is a task of its own, so a caller that stops waiting strands nobody.
@@ -139,19 +136,19 @@ impl PgSpool {
             Err(Error::backend("postgres", "an injected batch failure"))
         } else {
             sqlx::query(sql::ENQUEUE_MANY)
-            .bind(ids)
-            .bind(queues)
-            .bind(keys)
-            .bind(attempts)
-            .bind(priorities)
-            .bind(nows)
-            .bind(dues)
-            .bind(lens)
-            .bind(payloads)
-            .bind(channels)
-            .fetch_all(self.pool())
-            .await
-            .map_err(map_sqlx)
+                .bind(ids)
+                .bind(queues)
+                .bind(keys)
+                .bind(attempts)
+                .bind(priorities)
+                .bind(nows)
+                .bind(dues)
+                .bind(lens)
+                .bind(payloads)
+                .bind(channels)
+                .fetch_all(self.pool())
+                .await
+                .map_err(map_sqlx)
         };
         let stored = rows.and_then(|rows| {
             let mut by_key = HashMap::new();

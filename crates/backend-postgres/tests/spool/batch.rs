@@ -60,7 +60,9 @@ async fn batch_enqueues_share_one_statement_and_dedup() {
         .unwrap();
 
     let lane = spool.testkit_hold_enqueue_lane().await;
-    let fresh: Vec<_> = (0..10).map(|i| enqueue(&spool, &q, &format!("k{i}"))).collect();
+    let fresh: Vec<_> = (0..10)
+        .map(|i| enqueue(&spool, &q, &format!("k{i}")))
+        .collect();
     let twins = [enqueue(&spool, &q, "twin"), enqueue(&spool, &q, "twin")];
     let again = enqueue(&spool, &q, "stored");
     wait_queued(&spool, 13).await;
@@ -78,16 +80,27 @@ async fn batch_enqueues_share_one_statement_and_dedup() {
     assert_eq!(a.run_id, b.run_id, "S1: one key, one run id within a batch");
     assert!(a.created != b.created, "exactly one twin created the run");
     let again = again.await.unwrap().unwrap();
-    assert_eq!(again.run_id, stored.run_id, "S1: a stored key answers its run's id");
+    assert_eq!(
+        again.run_id, stored.run_id,
+        "S1: a stored key answers its run's id"
+    );
     assert!(!again.created);
     let (batches, fallbacks) = spool.testkit_batch_stats();
-    assert_eq!(batches - batches_before, 1, "the 13 enqueues were not one batch");
+    assert_eq!(
+        batches - batches_before,
+        1,
+        "the 13 enqueues were not one batch"
+    );
     assert_eq!(fallbacks, 0);
 
     let other = h.spool().await.unwrap();
     ids.push(a.run_id);
     for id in ids {
-        let run = other.run(id).await.unwrap().expect("an answered enqueue is durable");
+        let run = other
+            .run(id)
+            .await
+            .unwrap()
+            .expect("an answered enqueue is durable");
         assert_eq!(run.state, RunState::Queued);
     }
 }
@@ -99,7 +112,9 @@ async fn batch_failure_runs_each_enqueue_alone() {
     let q = random_queue("batch-fail");
     spool.testkit_fail_next_batch();
     let lane = spool.testkit_hold_enqueue_lane().await;
-    let tasks: Vec<_> = (0..6).map(|i| enqueue(&spool, &q, &format!("k{i}"))).collect();
+    let tasks: Vec<_> = (0..6)
+        .map(|i| enqueue(&spool, &q, &format!("k{i}")))
+        .collect();
     wait_queued(&spool, 6).await;
     drop(lane);
     let mut ids = Vec::new();
@@ -108,7 +123,11 @@ async fn batch_failure_runs_each_enqueue_alone() {
         assert!(e.created);
         ids.push(e.run_id);
     }
-    assert_eq!(spool.testkit_batch_stats().1, 1, "the injected failure was not hit");
+    assert_eq!(
+        spool.testkit_batch_stats().1,
+        1,
+        "the injected failure was not hit"
+    );
     let other = h.spool().await.unwrap();
     for id in ids {
         assert!(other.run(id).await.unwrap().is_some());
