@@ -55,7 +55,7 @@ where
     F: Fn(&Db<'_>) -> Result<T> + Send + 'static,
 {
     /// An operation and the receiver its caller waits on.
-    pub(crate) fn new(f: F) -> (Box<dyn Pending>, oneshot::Receiver<Result<T>>) {
+    pub(crate) fn queued(f: F) -> (Box<dyn Pending>, oneshot::Receiver<Result<T>>) {
         let (reply, rx) = oneshot::channel();
         let op = Self {
             f,

@@ -562,7 +562,7 @@ impl SqliteStore {
         T: Send + 'static,
         F: Fn(&Db<'_>) -> Result<T> + Send + 'static,
     {
-        let (op, answer) = group::Op::new(f);
+        let (op, answer) = group::Op::queued(f);
         lock(&self.inner.pending).push(op);
         // The drain runs as a task of its own, so a caller that stops waiting cannot strand
         // the operations queued behind it; every queued operation has a drain after it.
