@@ -58,6 +58,7 @@ pub(super) struct Batcher {
     pub(super) fail_next: AtomicBool,
 }
 
+#[cfg(feature = "testkit")]
 impl Batcher {
     /// Enqueues queued for the next batch.
     pub(super) fn pending(&self) -> usize {
