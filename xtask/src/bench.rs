@@ -3,6 +3,9 @@
 //!
 //! `cargo xtask bench readers`: concurrent reads (heads + a feed page) on one SQLite store
 //! through one read connection vs through several, measured side by side in one run.
+//!
+//! `cargo xtask bench spool` (cairn's spool against riverqueue and apalis) and `cargo xtask
+//! bench appends` (epoch-log append throughput): modules `spool` and `appends`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,6 +35,14 @@ pub(crate) enum Bench {
     Readers(readers::ReadersArgs),
     /// `cairn serve` over loopback HTTP vs the library, same operations and concurrency.
     Server(server::ServerArgs),
+    /// The spool against its peers (riverqueue, apalis): enqueue, duplicates, claim +
+    /// complete, producer scaling, cross-process wake latency.
+    Spool(spool::SpoolArgs),
+    /// Epoch-log append throughput: 1 writer vs the raw commit rate, 8 appenders vs 1.
+    Appends(appends::AppendsArgs),
+    /// Row 5's consumer process (started by `bench spool`).
+    #[command(hide = true)]
+    WakeConsumer(spool::WakeConsumerArgs),
 }
 
 /// Options of `bench heads`.
@@ -56,7 +67,7 @@ pub(crate) struct HeadsArgs {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Backend {
+pub(crate) enum Backend {
     Sqlite,
     Postgres,
 }
@@ -88,6 +99,9 @@ pub(crate) fn run(bench: Bench) -> Result<(), String> {
         Bench::Heads(args) => runtime.block_on(heads(args)),
         Bench::Readers(args) => runtime.block_on(readers::run(args)),
         Bench::Server(args) => runtime.block_on(server::run(args)),
+        Bench::Spool(args) => runtime.block_on(spool::run(args)),
+        Bench::Appends(args) => runtime.block_on(appends::run(args)),
+        Bench::WakeConsumer(args) => runtime.block_on(spool::wake_consumer(args)),
     }
 }
 
@@ -660,8 +674,11 @@ fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {
     }
 }
 
+mod appends;
+mod chart;
 mod readers;
 mod server;
+mod spool;
 
 fn store_err(e: Error) -> String {
     e.to_string()

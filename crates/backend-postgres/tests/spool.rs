@@ -3,6 +3,8 @@
 //! listener reconnection against a real server.
 cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness());
 
+#[path = "spool/batch.rs"]
+mod batch;
 #[path = "spool/failures.rs"]
 mod failures;
 #[path = "spool/import.rs"]

@@ -1,5 +1,6 @@
 //! [`Db`], the connection wrapper every statement goes through, and the blocking-pool helper.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -36,14 +37,56 @@ pub(crate) enum End {
 }
 
 /// A connection plus the store's statement counter: every statement sent goes through here.
+///
+/// A `Db` made by [`Db::grouped`] runs inside a group commit's transaction (see
+/// `crate::group`): each [`Db::write_tx`] is then a savepoint of that transaction instead of a
+/// transaction of its own, and the group's owner commits once for all of them.
 pub(crate) struct Db<'c> {
     conn: &'c Connection,
     counter: &'c AtomicU64,
+    grouped: bool,
+    /// Set when a savepoint could not be released or rolled back: the group's transaction is
+    /// then in an unknown state and must not be committed.
+    broken: Cell<bool>,
 }
 
 impl<'c> Db<'c> {
     pub(crate) fn new(conn: &'c Connection, counter: &'c AtomicU64) -> Self {
-        Self { conn, counter }
+        Self {
+            conn,
+            counter,
+            grouped: false,
+            broken: Cell::new(false),
+        }
+    }
+
+    /// A wrapper for operations that run inside a group commit's open transaction.
+    pub(crate) fn grouped(conn: &'c Connection, counter: &'c AtomicU64) -> Self {
+        Self {
+            grouped: true,
+            ..Self::new(conn, counter)
+        }
+    }
+
+    /// Whether the group's transaction can no longer be committed: a savepoint failed, or
+    /// SQLite rolled the whole transaction back on an error (a full disk, an I/O error).
+    pub(crate) fn group_broken(&self) -> bool {
+        self.broken.get() || self.conn.is_autocommit()
+    }
+
+    /// Begins the group's transaction (`BEGIN IMMEDIATE`), rolling back anything left open.
+    pub(crate) fn begin_group(&self) -> Result<()> {
+        self.begin(sql::BEGIN_IMMEDIATE)
+    }
+
+    /// Commits the group's transaction; on failure rolls it back, so nothing of it remains.
+    pub(crate) fn commit_group(&self) -> Result<()> {
+        self.finish(Ok(((), End::Commit)))
+    }
+
+    /// Rolls back whatever transaction is open, ignoring errors (the caller reports its own).
+    pub(crate) fn abandon_group(&self) {
+        self.rollback_quietly();
     }
 
     /// Counts one statement sent outside [`Db::exec`] and [`Db::rows`].
@@ -84,9 +127,37 @@ impl<'c> Db<'c> {
     }
 
     /// Runs `f` in a `BEGIN IMMEDIATE` transaction; an error rolls everything back.
+    ///
+    /// Inside a group commit ([`Db::grouped`]) `f` runs in a savepoint of the group's
+    /// transaction instead: an error or [`End::Rollback`] undoes `f`'s writes only, and the
+    /// group's owner commits (or, if the commit fails, nothing of the group remains).
     pub(crate) fn write_tx<T>(&self, f: impl FnOnce(&Self) -> Result<(T, End)>) -> Result<T> {
+        if self.grouped {
+            return self.savepoint(f);
+        }
         self.begin(sql::BEGIN_IMMEDIATE)?;
         self.finish(f(self))
+    }
+
+    fn savepoint<T>(&self, f: impl FnOnce(&Self) -> Result<(T, End)>) -> Result<T> {
+        if let Err(e) = self.exec(sql::SAVEPOINT_OP, []) {
+            self.broken.set(true);
+            return Err(e);
+        }
+        let r = f(self);
+        let keep = matches!(r, Ok((_, End::Commit)));
+        let closed = if keep {
+            self.exec(sql::RELEASE_OP, []).map(drop)
+        } else {
+            self.exec(sql::ROLLBACK_TO_OP, [])
+                .and_then(|_| self.exec(sql::RELEASE_OP, []))
+                .map(drop)
+        };
+        if let Err(e) = closed {
+            self.broken.set(true);
+            return Err(r.err().unwrap_or(e));
+        }
+        r.map(|(v, _)| v)
     }
 
     /// Runs `f` in a read transaction: one consistent snapshot for all its statements.

@@ -43,6 +43,7 @@ mod config;
 mod db;
 mod error;
 mod files;
+mod group;
 mod migrate;
 mod pool;
 mod spool;

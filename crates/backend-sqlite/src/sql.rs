@@ -12,6 +12,12 @@ pub(crate) const BEGIN_READ: &str = "BEGIN";
 pub(crate) const COMMIT: &str = "COMMIT";
 /// Rolls the open transaction back.
 pub(crate) const ROLLBACK: &str = "ROLLBACK";
+/// Opens one operation's savepoint inside a group commit's transaction.
+pub(crate) const SAVEPOINT_OP: &str = "SAVEPOINT cairn_op";
+/// Keeps the operation's writes in the group's transaction.
+pub(crate) const RELEASE_OP: &str = "RELEASE cairn_op";
+/// Undoes the operation's writes, leaving its neighbours' in the group's transaction.
+pub(crate) const ROLLBACK_TO_OP: &str = "ROLLBACK TO cairn_op";
 
 /// The append probe, in one statement: the space's largest seq and the id of the epoch there
 /// (each a walk backwards down the unique `(space, seq)` index, O(log n)) next to every cached

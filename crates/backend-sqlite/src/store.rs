@@ -8,7 +8,9 @@
 //! lock). `BEGIN IMMEDIATE` then takes SQLite's single writer lock, which serializes writers
 //! across instances and processes. WAL lets every read connection read its own snapshot
 //! meanwhile, so reads neither wait for the writer nor for each other. Seqs are assigned under
-//! that lock, which is what makes the head-cache check sound.
+//! that lock, which is what makes the head-cache check sound. Appends (and the spool's hot
+//! writes) go through `SqliteStore::with_writer_grouped`: concurrent ones share one
+//! transaction and one fsync ([`crate::group`]).
 //!
 //! The epoch-log paths are built from per-step free functions over the connection wrapper
 //! [`Db`], named as in the Postgres backend: [`probe`] (next seq and cache rows in one
@@ -32,8 +34,9 @@ use std::time::Duration;
 use cairn_migrate::{cairn_set, Opened, Runner};
 
 use crate::config::SqliteOptions;
-use crate::db::{blocking, Db, End};
+use crate::db::{blocking, lock, Db, End};
 use crate::error::{corrupt, map};
+use crate::group::{self, GroupStats, Pending};
 use crate::migrate::SqliteMigrator;
 use crate::pool::ReadPool;
 use crate::{files, sql};
@@ -57,6 +60,9 @@ struct Inner {
     writer: Arc<tokio::sync::Mutex<Connection>>,
     readers: Arc<ReadPool>,
     statements: AtomicU64,
+    /// Write operations waiting for the writer's next group commit ([`crate::group`]).
+    pending: std::sync::Mutex<Vec<Box<dyn Pending>>>,
+    groups: GroupStats,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -504,6 +510,8 @@ impl SqliteStore {
                     writer: Arc::new(tokio::sync::Mutex::new(writer)),
                     readers: ReadPool::new(readers),
                     statements: AtomicU64::new(0),
+                    pending: std::sync::Mutex::new(Vec::new()),
+                    groups: GroupStats::default(),
                 }),
             })
         })
@@ -539,6 +547,101 @@ impl SqliteStore {
         let conn = self.writer_guard().await?;
         let inner = self.inner.clone();
         blocking(move || f(&Db::new(&conn, &inner.statements))).await
+    }
+
+    /// Runs `f` on the writer connection as part of a group commit ([`crate::group`]):
+    /// concurrent calls share one transaction and one fsync, and each is answered only after
+    /// that transaction committed. `f` may run twice (the second time on its own, in a fresh
+    /// transaction, after the group's transaction failed and left nothing behind).
+    ///
+    /// # Errors
+    /// [`Error::Retryable`] when the writer could not be had within the busy timeout; whatever
+    /// `f` returns.
+    pub(crate) async fn with_writer_grouped<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Db<'_>) -> Result<T> + Send + 'static,
+    {
+        let (op, answer) = group::Op::queued(f);
+        lock(&self.inner.pending).push(op);
+        // The drain runs as a task of its own, so a caller that stops waiting cannot strand
+        // the operations queued behind it; every queued operation has a drain after it.
+        let store = self.clone();
+        tokio::spawn(async move { store.drain_group().await });
+        answer.await.map_err(|_| {
+            Error::backend(
+                "sqlite",
+                "a grouped write ended without an answer (its writer task failed)",
+            )
+        })?
+    }
+
+    /// Takes the writer, then runs every queued operation (up to [`group::MAX_GROUP`]) as one
+    /// group.
+    async fn drain_group(&self) {
+        let conn = match self.writer_guard().await {
+            Ok(conn) => conn,
+            Err(e) => {
+                let ops = std::mem::take(&mut *lock(&self.inner.pending));
+                let msg = e.to_string();
+                for op in ops {
+                    op.fail(Error::retryable(msg.clone()));
+                }
+                return;
+            }
+        };
+        let ops: Vec<Box<dyn Pending>> = {
+            let mut pending = lock(&self.inner.pending);
+            let n = pending.len().min(group::MAX_GROUP);
+            pending.drain(..n).collect()
+        };
+        if ops.is_empty() {
+            return;
+        }
+        let inner = self.inner.clone();
+        let _ = blocking(move || {
+            group::run_group(&conn, &inner.statements, &inner.groups, ops);
+            Ok(())
+        })
+        .await;
+    }
+
+    /// Test and bench support: how many group commits of several operations this instance
+    /// made, the operations they held, and the groups that fell back to one transaction per
+    /// operation.
+    #[cfg(feature = "testkit")]
+    pub fn testkit_group_stats(&self) -> (u64, u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let g = &self.inner.groups;
+        (
+            g.groups.load(Relaxed),
+            g.grouped_ops.load(Relaxed),
+            g.fallbacks.load(Relaxed),
+        )
+    }
+
+    /// Test support: write operations queued for the next group commit.
+    #[cfg(feature = "testkit")]
+    pub fn testkit_pending_writes(&self) -> usize {
+        lock(&self.inner.pending).len()
+    }
+
+    /// Test support: makes the writer connection's next `fail` commits fail (SQLite's commit
+    /// hook turns them into rollbacks), to check that no caller is answered with success for
+    /// a write that did not commit.
+    #[cfg(feature = "testkit")]
+    pub async fn testkit_fail_commits(&self, fail: u64) -> Result<()> {
+        let conn = self.writer_guard().await?;
+        blocking(move || {
+            let left = std::sync::atomic::AtomicU64::new(fail);
+            conn.commit_hook(Some(move || {
+                left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+            }))
+            .map_err(map)?;
+            Ok(())
+        })
+        .await
     }
 
     /// The in-process writer guard, waited for at most the busy timeout. A panic inside a
@@ -589,7 +692,7 @@ impl EpochStore for SqliteStore {
     async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
         Event::validate_batch(&events)?;
         let space = space.clone();
-        self.with_writer(move |db| append_tx(db, &space, &events))
+        self.with_writer_grouped(move |db| append_tx(db, &space, &events))
             .await
     }
 

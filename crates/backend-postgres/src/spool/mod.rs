@@ -33,6 +33,7 @@
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
+mod batch;
 mod claim;
 mod import;
 mod ops;
@@ -128,6 +129,8 @@ struct Inner {
     config: SpoolConfig,
     /// The fallback poll of new subscriptions, in milliseconds.
     wake_poll_ms: AtomicU64,
+    /// Enqueues waiting for the next batch ([`batch`]).
+    batcher: batch::Batcher,
 }
 
 impl fmt::Debug for PgSpool {
@@ -247,6 +250,7 @@ impl PgSpool {
                 clock,
                 config,
                 wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
+                batcher: batch::Batcher::default(),
             }),
         })
     }

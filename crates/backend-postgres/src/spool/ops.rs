@@ -196,6 +196,23 @@ impl Spool for PgSpool {
             max_attempts,
             now,
         };
+        if options.supersede_group.is_none() {
+            let max_attempts = i32::try_from(max_attempts)
+                .map_err(|_| Error::invalid("max attempts", "is too large"))?;
+            let queued = super::batch::PendingEnqueue {
+                id: RunId::generate(now),
+                queue: queue.clone(),
+                key: key.clone(),
+                max_attempts,
+                priority: options.priority,
+                now: micros(now),
+                due: micros(options.not_before.unwrap_or(now)),
+                payload: payload.clone(),
+            };
+            if let Some(done) = self.enqueue_batched(queued).await? {
+                return Ok(done);
+            }
+        }
         let mut last = None;
         // A new id collides with a stored one (not the key's run) with negligible probability;
         // the unique violation then wrote nothing, and a fresh id is tried.

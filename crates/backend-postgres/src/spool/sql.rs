@@ -47,6 +47,34 @@ WITH ins AS ( \
 ) \
 SELECT ins.run_id, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
 
+/// Several enqueues (none with a supersede group) in one statement, over arrays of equal
+/// length: `$1` run ids, `$2` queues, `$3` dedup keys, `$4` max attempts, `$5` priorities, `$6`
+/// now (enqueued and updated at), `$7` due at, `$8` payload bytes, `$9` payloads, `$10` the
+/// queues' wake channels. Returns `(run_id, queue, dedup_key)` of each run it created; a key
+/// already taken (by a committed run, or by an earlier row of the same batch) returns nothing
+/// for that row. Wakes each queue that got a run, once.
+pub(super) const ENQUEUE_MANY: &str = "\
+WITH input AS ( \
+    SELECT * FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[]), \
+        pg_catalog.unnest($3::bytea[]), pg_catalog.unnest($4::int4[]), \
+        pg_catalog.unnest($5::int4[]), pg_catalog.unnest($6::int8[]), \
+        pg_catalog.unnest($7::int8[]), pg_catalog.unnest($8::int8[]), \
+        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[])) \
+        WITH ORDINALITY AS t(run_id, queue, dedup_key, max_attempts, priority, now, due_at, \
+            payload_bytes, payload, channel, ord) \
+), ins AS ( \
+    INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
+        priority, enqueued_at, updated_at, due_at, payload_bytes, payload) \
+    SELECT run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, due_at, \
+        payload_bytes, payload FROM input ORDER BY ord \
+    ON CONFLICT (queue, dedup_key) DO NOTHING \
+    RETURNING run_id, queue, dedup_key \
+), wake AS ( \
+    SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
+        SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
+) \
+SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
+
 /// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
 /// group), so each sees the runs the previous one created.
 pub(super) const LOCK_GROUP: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";

@@ -131,3 +131,35 @@ impl SpoolHarness for PgSpoolHarness {
         Ok(Arc::new(spool))
     }
 }
+
+/// Test support for batched enqueues (`spool::batch`).
+impl PgSpool {
+    /// Holds the enqueue lane: no batch runs until the returned guard drops, so a test can
+    /// queue several enqueues into one batch.
+    pub async fn testkit_hold_enqueue_lane(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.inner.batcher.hold().await
+    }
+
+    /// Enqueues queued for the next batch.
+    pub fn testkit_pending_enqueues(&self) -> usize {
+        self.inner.batcher.pending()
+    }
+
+    /// Batch statements committed, and batch statements that failed (their enqueues ran
+    /// alone), since this instance connected.
+    pub fn testkit_batch_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.batcher.batches.load(Relaxed),
+            self.inner.batcher.fallbacks.load(Relaxed),
+        )
+    }
+
+    /// Makes the next batch statement fail without being sent.
+    pub fn testkit_fail_next_batch(&self) {
+        self.inner
+            .batcher
+            .fail_next
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

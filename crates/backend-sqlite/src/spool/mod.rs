@@ -5,8 +5,10 @@
 //! the store's one writer connection (`BEGIN IMMEDIATE`, `synchronous=FULL`, on tokio's
 //! blocking pool), reads through its read-only read connections, so the epoch log and the spool
 //! of one process queue behind one writer lock instead of contending for SQLite's. Every
-//! operation is one transaction (modules `queue`, `read`, `events`, `retention`, `import`);
-//! every time comes from the spool's [`Clock`].
+//! operation is one transaction (modules `queue`, `read`, `events`, `retention`, `import`) —
+//! or, for enqueue, claim, heartbeat, ack and nack, one savepoint of a group commit shared with
+//! the other writes queued at the same moment (`crate::group`: one fsync for the group, each
+//! caller answered after it committed); every time comes from the spool's [`Clock`].
 //!
 //! Hot paths: a duplicate enqueue is one indexed `SELECT` on a read connection, which never waits
 //! for the writer; a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
@@ -199,7 +201,7 @@ impl Spool for SqliteSpool {
         let (q, key) = (queue.clone(), key.clone());
         let enqueued = self
             .store
-            .with_writer(move |db| {
+            .with_writer_grouped(move |db| {
                 queue::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
             })
             .await?;
@@ -222,7 +224,7 @@ impl Spool for SqliteSpool {
         let backoff = self.config.backoff;
         let (queue, consumer) = (queue.clone(), consumer.clone());
         self.store
-            .with_writer(move |db| {
+            .with_writer_grouped(move |db| {
                 queue::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff)
             })
             .await
@@ -233,14 +235,16 @@ impl Spool for SqliteSpool {
         let now = self.now();
         let backoff = self.config.backoff;
         self.store
-            .with_writer(move |db| queue::heartbeat_tx(db, run, token, lease, now, &backoff))
+            .with_writer_grouped(move |db| {
+                queue::heartbeat_tx(db, run, token, lease, now, &backoff)
+            })
             .await
     }
 
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
         let now = self.now();
         self.store
-            .with_writer(move |db| queue::ack_tx(db, run, token, now))
+            .with_writer_grouped(move |db| queue::ack_tx(db, run, token, now))
             .await
     }
 
@@ -256,7 +260,9 @@ impl Spool for SqliteSpool {
         let reason = reason.to_owned();
         let (nacked, retry_queue) = self
             .store
-            .with_writer(move |db| queue::nack_tx(db, run, token, kind, &reason, now, &backoff))
+            .with_writer_grouped(move |db| {
+                queue::nack_tx(db, run, token, kind, &reason, now, &backoff)
+            })
             .await?;
         if let Some(queue) = retry_queue {
             self.wake.notify(&queue);
