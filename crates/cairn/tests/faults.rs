@@ -1229,12 +1229,37 @@ async fn postgres_server_restart_under_load_loses_no_acknowledged_write() {
         progress.load(Ordering::SeqCst) >= 30
     })
     .await;
+    // Make sure the restart lands inside a write: hold the epoch table so the load's next
+    // append waits inside its transaction, and restart only once it does. (Between two writes
+    // a restart is invisible: the pool replaces its dead connections.)
+    let mut blocker = lock_table(&db, "epoch").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut blocker.0)
+        .await
+        .unwrap();
+        if waiting >= 1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting until an append waits inside its transaction"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The blocker stays open until the server goes down (closing it first would let the
+    // append through before the restart); its connection dies with the server.
     let cluster = tokio::task::spawn_blocking(move || {
         cluster.restart_immediate();
         cluster
     })
     .await
     .unwrap();
+    drop(blocker);
     let after_restart = progress.load(Ordering::SeqCst);
     wait_until(
         "the same store writes again after the restart",
