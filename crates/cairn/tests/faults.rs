@@ -1232,25 +1232,13 @@ async fn postgres_server_restart_under_load_loses_no_acknowledged_write() {
     // Make sure the restart lands inside a write: hold the epoch table so the load's next
     // append waits inside its transaction, and restart only once it does. (Between two writes
     // a restart is invisible: the pool replaces its dead connections.)
-    let mut blocker = lock_table(&db, "epoch").await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut blocker.0)
-        .await
-        .unwrap();
-        if waiting >= 1 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting until an append waits inside its transaction"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let blocker = lock_table(&db, "epoch").await;
+    wait_until(
+        "an append waits inside its transaction",
+        Duration::from_secs(60),
+        || async { db.waiting_on_locks().await >= 1 },
+    )
+    .await;
     // The blocker stays open until the server goes down (closing it first would let the
     // append through before the restart); its connection dies with the server.
     let cluster = tokio::task::spawn_blocking(move || {
