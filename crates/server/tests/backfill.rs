@@ -2,34 +2,20 @@
 //! the real binary on a SQLite file (and `cairn backfill` once on the Postgres test server).
 //! Every wait polls a condition with a deadline.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cairn::backfill::{marker_present, probe};
 use cairn::{EpochDiagnostics, Event, SpaceId};
 
+use common::cairn;
+
 const DEADLINE: Duration = Duration::from_secs(30);
 const TOKEN: &str = "backfill-test-token-5c2e9a";
-
-fn cairn(db: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    for var in [
-        "CAIRN_DATABASE",
-        "CAIRN_AUTH__TOKENS",
-        "CAIRN_AUTH__READ_TOKENS",
-        "CAIRN_LISTEN",
-        "CAIRN_BACKFILL__ENABLED",
-        "CAIRN_BACKFILL__SPACES_PER_SECOND",
-        "CAIRN_BACKFILL__PROGRESS_EVERY",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.env_remove("CAIRN_CONFIG").args(["--database", db]);
-    cmd
-}
 
 fn run(db: &str, args: &[&str]) -> Output {
     cairn(db)
@@ -154,47 +140,15 @@ struct Server {
 
 impl Server {
     fn start(db: &str, env: &[(&str, &str)]) -> Self {
-        let mut child = cairn(db)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+        let mut cmd = cairn(db);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
             .env("CAIRN_AUTH__TOKENS", TOKEN)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn cairn serve");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        let sink = stderr.clone();
-        let mut pipe = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = pipe.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().extend_from_slice(&buf[..n]);
-            }
-        });
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next().and_then(Result::ok));
-            for _ in lines {}
-        });
-        let first = rx
-            .recv_timeout(DEADLINE)
-            .expect("the server starts in time");
-        let addr = first
-            .as_deref()
-            .and_then(|l| l.strip_prefix("listening on "))
-            .unwrap_or_else(|| {
-                panic!(
-                    "the server listens: {}",
-                    String::from_utf8_lossy(&stderr.lock().unwrap())
-                )
-            })
-            .to_owned();
+            .envs(env.iter().copied());
+        let common::Serving {
+            child,
+            stderr,
+            addr,
+        } = common::serve(&mut cmd, DEADLINE);
         Self {
             child,
             stderr,

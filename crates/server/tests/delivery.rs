@@ -5,15 +5,19 @@
 //! condition with a deadline; retry delays are kept short through the server's
 //! `--delivery-retry-*` options.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use common::cairn;
 
 const FULL: &str = "full-token-6f1d2c9a8b7e";
 const OLD_TOKEN: &str = "collector-token-old-1234";
@@ -172,26 +176,6 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn cairn(db: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    for var in [
-        "CAIRN_DATABASE",
-        "CAIRN_AUTH__TOKENS",
-        "CAIRN_AUTH__READ_TOKENS",
-        "CAIRN_LISTEN",
-        "CAIRN_DELIVERY__URL",
-        "CAIRN_DELIVERY__TOKEN",
-        "CAIRN_DELIVERY__TOKEN_FILE",
-        "CAIRN_DELIVERY__QUEUE",
-        "CAIRN_URL",
-        "CAIRN_TOKEN",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.args(["--database", db]);
-    cmd
-}
-
 /// `cairn enqueue` straight to the store (no server path): prints `<id> created`.
 fn enqueue_offline(db: &str, key: &str, payload: &str) -> String {
     let out = cairn(db)
@@ -237,41 +221,12 @@ impl Server {
             .args(["--delivery-max-response-bytes", "1024"])
             .args(extra)
             .env("CAIRN_AUTH__TOKENS", FULL)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap();
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        {
-            let sink = stderr.clone();
-            let mut pipe = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = pipe.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
-                }
-            });
-        }
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next().and_then(Result::ok));
-            for _ in lines {}
-        });
-        let first = rx.recv_timeout(DEADLINE).unwrap();
-        let Some(first) = first else {
-            let _ = child.wait();
-            panic!(
-                "the server exited: {}",
-                String::from_utf8_lossy(&stderr.lock().unwrap())
-            );
-        };
-        let addr = first.strip_prefix("listening on ").unwrap().to_owned();
+            .envs(env.iter().copied());
+        let common::Serving {
+            child,
+            stderr,
+            addr,
+        } = common::serve(&mut cmd, DEADLINE);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(DEADLINE))

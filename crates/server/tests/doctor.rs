@@ -1,6 +1,8 @@
 //! `cairn doctor`, run as an operator runs it: the real binary against SQLite files (healthy,
 //! stale caches, damaged) and a fresh Postgres schema.
 
+mod common;
+
 use std::process::{Command, Output};
 
 use cairn::{Event, SpaceId};
@@ -19,13 +21,8 @@ fn cairn(db: &str) -> Command {
 }
 
 fn cairn_in(db: &str, tmp: &std::path::Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("CAIRN_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("TMPDIR", tmp).args(["--database", db]);
+    let mut cmd = common::cairn(db);
+    cmd.env("TMPDIR", tmp);
     cmd
 }
 

@@ -3,34 +3,18 @@
 //! a run that was written straight to the store, without a restart. Every wait polls a
 //! condition with a deadline.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::cairn;
+
 const FULL: &str = "full-token-6f1d2c9a8b7e";
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn cairn(db: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    for var in [
-        "CAIRN_DATABASE",
-        "CAIRN_AUTH__TOKENS",
-        "CAIRN_AUTH__READ_TOKENS",
-        "CAIRN_LISTEN",
-        "CAIRN_DELIVERY__URL",
-        "CAIRN_DELIVERY__TOKEN",
-        "CAIRN_DELIVERY__TOKEN_FILE",
-        "CAIRN_DELIVERY__QUEUE",
-        "CAIRN_URL",
-        "CAIRN_TOKEN",
-    ] {
-        cmd.env_remove(var);
-    }
-    cmd.args(["--database", db]);
-    cmd
-}
 
 /// `cairn enqueue --url URL` on queue `gate` with key `gate`, `refs/heads/main`, `key`.
 fn enqueue(db: &str, url: &str, token: &str, key: &str) -> Output {
@@ -112,28 +96,12 @@ struct Server {
 
 impl Server {
     fn start(db: &str, collector: &str) -> Self {
-        let mut child = cairn(db)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+        let mut cmd = cairn(db);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--delivery-url", collector, "--delivery-queue", "gate"])
             .args(["--delivery-poll-ms", "100"])
-            .env("CAIRN_AUTH__TOKENS", FULL)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let _ = tx.send(lines.next().and_then(Result::ok));
-            for _ in lines {}
-        });
-        let first = rx
-            .recv_timeout(DEADLINE)
-            .unwrap()
-            .expect("the server starts");
-        let addr = first.strip_prefix("listening on ").unwrap().to_owned();
+            .env("CAIRN_AUTH__TOKENS", FULL);
+        let common::Serving { child, addr, .. } = common::serve(&mut cmd, DEADLINE);
         Self {
             child,
             base: format!("http://{addr}"),

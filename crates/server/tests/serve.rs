@@ -1,7 +1,9 @@
 //! `cairn serve`, run as an operator runs it: the real binary on a loopback port, driven over
 //! HTTP. Every wait polls a condition with a deadline; nothing sleeps a fixed time.
 
-use std::io::{BufRead, BufReader, Read};
+mod common;
+
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,13 +26,8 @@ fn private_tmp() -> &'static std::path::Path {
 }
 
 fn cairn(db: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    for (var, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
-        if var.starts_with("CAIRN_") {
-            cmd.env_remove(var);
-        }
-    }
-    cmd.env("TMPDIR", private_tmp()).args(["--database", db]);
+    let mut cmd = common::cairn(db);
+    cmd.env("TMPDIR", private_tmp());
     cmd
 }
 
@@ -69,48 +66,12 @@ impl Server {
         let mut cmd = cairn(db);
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn cairn serve");
-        let stderr = Arc::new(Mutex::new(Vec::new()));
-        {
-            let sink = stderr.clone();
-            let mut pipe = child.stderr.take().unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                while let Ok(n) = pipe.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    sink.lock().unwrap().extend_from_slice(&buf[..n]);
-                }
-            });
-        }
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let first = lines.next().and_then(Result::ok);
-            let _ = tx.send(first);
-            // Keep draining so the server never blocks on a full pipe.
-            for _ in lines {}
-        });
-        let first = rx
-            .recv_timeout(DEADLINE)
-            .expect("the server prints its address in time");
-        let Some(first) = first else {
-            let status = child.wait().unwrap();
-            panic!(
-                "the server exited ({status:?}) before listening: {}",
-                String::from_utf8_lossy(&stderr.lock().unwrap())
-            );
-        };
-        let addr = first
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("first line is `listening on ADDR`: {first:?}"))
-            .to_owned();
+            .envs(env.iter().copied());
+        let common::Serving {
+            child,
+            stderr,
+            addr,
+        } = common::serve(&mut cmd, DEADLINE);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_global(Some(DEADLINE))

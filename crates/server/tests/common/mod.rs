@@ -1,0 +1,88 @@
+//! What the binary's end-to-end tests share: the `cairn` command with a clean environment, and
+//! starting `cairn serve` as a child process.
+
+// Each test binary compiles its own copy of this module and uses a part of it.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// The `cairn` binary on store `db`, with no `CAIRN_…` variable of the test's own environment
+/// (a developer's `CAIRN_CONFIG` or tokens must not change what a test sees).
+pub(crate) fn cairn(db: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("CAIRN_") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.args(["--database", db]);
+    cmd
+}
+
+/// A running `cairn serve`.
+pub(crate) struct Serving {
+    pub(crate) child: Child,
+    /// Everything the server wrote to stderr so far (its log).
+    pub(crate) stderr: Arc<Mutex<Vec<u8>>>,
+    /// The address it printed as `listening on ADDR`.
+    pub(crate) addr: String,
+}
+
+/// Spawns `cmd` (a `cairn … serve --listen 127.0.0.1:0 …` command) with its output piped and
+/// drained for the whole run (the server never blocks on a full pipe), and waits up to `within`
+/// for its first line, `listening on ADDR`. Panics with the server's stderr when it exits or
+/// prints anything else first.
+pub(crate) fn serve(cmd: &mut Command, within: Duration) -> Serving {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn serve");
+    let stderr = Arc::new(Mutex::new(Vec::new()));
+    let sink = stderr.clone();
+    let mut pipe = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        let _ = tx.send(lines.next().and_then(Result::ok));
+        for _ in lines {}
+    });
+    let first = rx
+        .recv_timeout(within)
+        .expect("the server prints its address in time");
+    let log =
+        |stderr: &Mutex<Vec<u8>>| String::from_utf8_lossy(&stderr.lock().unwrap()).into_owned();
+    let Some(first) = first else {
+        let status = child.wait().unwrap();
+        panic!(
+            "the server exited ({status:?}) before listening: {}",
+            log(&stderr)
+        );
+    };
+    let Some(addr) = first.strip_prefix("listening on ") else {
+        panic!(
+            "first line is `listening on ADDR`: {first:?}; stderr: {}",
+            log(&stderr)
+        );
+    };
+    let addr = addr.to_owned();
+    Serving {
+        child,
+        stderr,
+        addr,
+    }
+}
