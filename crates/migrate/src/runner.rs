@@ -282,6 +282,11 @@ pub struct RunnerHooks {
     pub skip_lineage: bool,
     /// Fail after writing the lineage, before commit (atomicity tests).
     pub fail_after_lineage_write: bool,
+    /// Called right after the runner's COMMIT succeeded (an open that took the lock, a
+    /// `repair` that wrote, a `down`), before it returns: lets a test die at that point, as a
+    /// process killed right after the commit would (the work is durable, the caller never
+    /// hears of it).
+    pub after_commit: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl std::fmt::Debug for RunnerHooks {
@@ -290,6 +295,7 @@ impl std::fmt::Debug for RunnerHooks {
             .field("before_lock", &self.before_lock.is_some())
             .field("skip_lineage", &self.skip_lineage)
             .field("fail_after_lineage_write", &self.fail_after_lineage_write)
+            .field("after_commit", &self.after_commit.is_some())
             .finish()
     }
 }
@@ -416,6 +422,7 @@ impl Runner {
         match result {
             Ok(repaired) if repaired.changed() => {
                 tx.commit().await?;
+                self.committed();
                 Ok(repaired)
             }
             other => {
@@ -473,6 +480,13 @@ impl Runner {
             lineage_recorded,
             now,
         })
+    }
+
+    /// Runs the [`RunnerHooks::after_commit`] hook, if any: the transaction just committed.
+    fn committed(&self) {
+        if let Some(hook) = &self.hooks.after_commit {
+            hook();
+        }
     }
 
     /// `class`, or the refusal it holds as an error.
@@ -546,6 +560,7 @@ impl Runner {
         match result {
             Ok(report) => {
                 tx.commit().await?;
+                self.committed();
                 // The second look found the store ahead (another build migrated meanwhile):
                 // the same refusal as on the first look.
                 if matches!(report.opened, Opened::Ahead { .. }) {
@@ -784,6 +799,7 @@ impl Runner {
         match result {
             Ok(done) if !done.reverted.is_empty() => {
                 tx.commit().await?;
+                self.committed();
                 Ok(done)
             }
             other => {
