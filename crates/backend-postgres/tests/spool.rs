@@ -3,6 +3,8 @@
 //! listener reconnection against a real server.
 cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness());
 
+#[path = "spool/ack_batch.rs"]
+mod ack_batch;
 #[path = "spool/batch.rs"]
 mod batch;
 #[path = "spool/failures.rs"]

@@ -42,25 +42,42 @@ pub(super) struct PendingEnqueue {
     pub(super) payload: Vec<u8>,
 }
 
-/// Where a queued enqueue's answer goes.
-type Reply = oneshot::Sender<Result<Option<Enqueued>>>;
+/// Where a queued item's answer goes: `Some` when a batch settled it, `None` when its caller
+/// must take the unbatched path.
+pub(super) type Reply<A> = oneshot::Sender<Result<Option<A>>>;
 
-/// The queue of enqueues and the lane that drains it.
-#[derive(Default)]
-pub(super) struct Batcher {
-    pending: Mutex<Vec<(PendingEnqueue, Reply)>>,
+/// A queue of items of type `T` (answered with `A`) and the lane that drains it: what
+/// batched enqueues and batched acks ([`super::ack_batch`]) share.
+///
+/// A caller [`Lane::queue`]s its item, then spawns a drain that waits for the lane and takes
+/// the next batch with [`Lane::next_batch`]. Only one batch of a lane is in flight at a time;
+/// items queued meanwhile form the next one.
+pub(super) struct Lane<T, A> {
+    pending: Mutex<Vec<(T, Reply<A>)>>,
     lane: Arc<tokio::sync::Mutex<()>>,
     /// Batch statements that committed.
     pub(super) batches: AtomicU64,
-    /// Batch statements that failed (their enqueues ran alone).
+    /// Batch statements that failed (their items ran alone).
     pub(super) fallbacks: AtomicU64,
     /// Test support: fail the next batch statement without sending it.
     pub(super) fail_next: AtomicBool,
 }
 
+impl<T, A> Default for Lane<T, A> {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::new(Vec::new()),
+            lane: Arc::default(),
+            batches: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            fail_next: AtomicBool::new(false),
+        }
+    }
+}
+
 #[cfg(feature = "testkit")]
-impl Batcher {
-    /// Enqueues queued for the next batch.
+impl<T, A> Lane<T, A> {
+    /// Items queued for the next batch.
     pub(super) fn pending(&self) -> usize {
         lock(&self.pending).len()
     }
@@ -71,6 +88,60 @@ impl Batcher {
     }
 }
 
+impl<T, A> Lane<T, A> {
+    /// Queues `item`; its answer arrives on the returned receiver (see [`answer`]).
+    pub(super) fn queue(&self, item: T) -> oneshot::Receiver<Result<Option<A>>> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).push((item, tx));
+        rx
+    }
+
+    /// Waits for the lane and takes up to `max` queued items. A lone item is answered `None`
+    /// at once (its caller runs the unbatched statement itself) and an empty batch returned;
+    /// a batch of two or more is returned with the lane's guard, which the caller holds until
+    /// every item is answered.
+    pub(super) async fn next_batch(
+        &self,
+        max: usize,
+    ) -> (tokio::sync::MutexGuard<'_, ()>, Vec<(T, Reply<A>)>) {
+        let guard = self.lane.lock().await;
+        let mut batch: Vec<(T, Reply<A>)> = {
+            let mut pending = lock(&self.pending);
+            let n = pending.len().min(max);
+            pending.drain(..n).collect()
+        };
+        if batch.len() == 1 {
+            for (_, reply) in batch.drain(..) {
+                let _ = reply.send(Ok(None));
+            }
+        }
+        (guard, batch)
+    }
+
+    /// Whether the next batch statement is to fail without being sent (test support).
+    pub(super) fn injected_failure(&self) -> bool {
+        self.fail_next.swap(false, Ordering::Relaxed)
+    }
+
+    /// The batch statement failed, so nothing of it was written: every item goes back to its
+    /// caller for the unbatched path.
+    pub(super) fn fall_back(&self, batch: Vec<(T, Reply<A>)>) {
+        self.fallbacks.fetch_add(1, Ordering::Relaxed);
+        for (_, reply) in batch {
+            let _ = reply.send(Ok(None));
+        }
+    }
+}
+
+/// Waits for a queued item's answer.
+pub(super) async fn answer<A>(rx: oneshot::Receiver<Result<Option<A>>>) -> Result<Option<A>> {
+    rx.await
+        .map_err(|_| Error::backend("postgres", "a batched statement ended without an answer"))?
+}
+
+/// The queue of enqueues and the lane that drains it.
+pub(super) type Batcher = Lane<PendingEnqueue, Enqueued>;
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -79,37 +150,23 @@ impl PgSpool {
     /// Queues `e` for the next batch and waits for its answer: `Some` when the batch (or the
     /// lone statement) settled it, `None` when the caller must take the unbatched path.
     pub(super) async fn enqueue_batched(&self, e: PendingEnqueue) -> Result<Option<Enqueued>> {
-        let (tx, rx) = oneshot::channel();
-        lock(&self.inner.batcher.pending).push((e, tx));
+        let rx = self.inner.batcher.queue(e);
         // The drain is a task of its own, so a caller that stops waiting strands nobody.
         let spool = self.clone();
         tokio::spawn(async move { spool.drain_enqueues().await });
-        rx.await
-            .map_err(|_| Error::backend("postgres", "a batched enqueue ended without an answer"))?
+        answer(rx).await
     }
 
     async fn drain_enqueues(&self) {
-        let _lane = self.inner.batcher.lane.lock().await;
-        let batch: Vec<(PendingEnqueue, Reply)> = {
-            let mut pending = lock(&self.inner.batcher.pending);
-            let n = pending.len().min(MAX_BATCH);
-            pending.drain(..n).collect()
-        };
-        match batch.len() {
-            0 => {}
-            // A lone enqueue: the caller runs the unbatched statement itself.
-            1 => {
-                for (_, reply) in batch {
-                    let _ = reply.send(Ok(None));
-                }
-            }
-            _ => self.enqueue_many(batch).await,
+        let (_lane, batch) = self.inner.batcher.next_batch(MAX_BATCH).await;
+        if !batch.is_empty() {
+            self.enqueue_many(batch).await;
         }
     }
 
     /// Writes `batch` in one statement and answers each enqueue; on failure hands every one
     /// back to its caller for the unbatched path.
-    async fn enqueue_many(&self, batch: Vec<(PendingEnqueue, Reply)>) {
+    async fn enqueue_many(&self, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>) {
         let mut ids = Vec::with_capacity(batch.len());
         let mut queues = Vec::with_capacity(batch.len());
         let mut keys = Vec::with_capacity(batch.len());
@@ -132,7 +189,7 @@ impl PgSpool {
             payloads.push(e.payload.clone());
             channels.push(wake_channel(&self.inner.schema, &e.queue));
         }
-        let injected = self.inner.batcher.fail_next.swap(false, Ordering::Relaxed);
+        let injected = self.inner.batcher.injected_failure();
         let rows = if injected {
             Err(Error::backend("postgres", "an injected batch failure"))
         } else {
@@ -177,13 +234,8 @@ impl PgSpool {
                     let _ = reply.send(Ok(answer));
                 }
             }
-            Err(_) => {
-                // Nothing of the statement was written: each caller runs its enqueue alone.
-                self.inner.batcher.fallbacks.fetch_add(1, Ordering::Relaxed);
-                for (_, reply) in batch {
-                    let _ = reply.send(Ok(None));
-                }
-            }
+            // Nothing of the statement was written: each caller runs its enqueue alone.
+            Err(_) => self.inner.batcher.fall_back(batch),
         }
     }
 }

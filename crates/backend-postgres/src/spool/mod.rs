@@ -16,7 +16,8 @@
 //!   LOCKED`) both the expired leases to settle and the next `limit` due runs, and one `UPDATE
 //!   … FROM unnest(…)` that writes every picked run. The backoff's jitter is BLAKE3 over the
 //!   run's key, which SQL cannot compute, so the new `due_at`s come from Rust between the two;
-//! - ack: one statement; heartbeat, nack, cancel: one read and one compare-and-set write;
+//! - ack: one statement; concurrent acks of one instance share one ([`ack_batch`]);
+//! - heartbeat, nack, cancel: one read and one compare-and-set write;
 //! - append_event, acknowledge_events, set_fact: one statement each (a fact conflict reads the
 //!   stored value with a second);
 //! - retention: each batch is one transaction of one read and one `DELETE`.
@@ -33,6 +34,7 @@
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
+mod ack_batch;
 mod batch;
 mod claim;
 mod import;
@@ -131,6 +133,8 @@ struct Inner {
     wake_poll_ms: AtomicU64,
     /// Enqueues waiting for the next batch ([`batch`]).
     batcher: batch::Batcher,
+    /// Acks waiting for the next batch ([`ack_batch`]).
+    acks: ack_batch::AckLane,
 }
 
 impl fmt::Debug for PgSpool {
@@ -251,6 +255,7 @@ impl PgSpool {
                 config,
                 wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
                 batcher: batch::Batcher::default(),
+                acks: ack_batch::AckLane::default(),
             }),
         })
     }

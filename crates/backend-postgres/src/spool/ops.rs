@@ -17,6 +17,7 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
 
+use super::ack_batch::PendingAck;
 use super::row::{count, get, opt_ts, run_id, run_info, state, ts, RunRow};
 use super::{group_lock_key, sql, wake, wake_channel, PgSpool};
 use crate::error::map_sqlx;
@@ -271,6 +272,15 @@ impl Spool for PgSpool {
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
         let now = self.now();
         let succeeded = transition(RunState::Claimed, Action::Ack)?;
+        // Concurrent acks share one statement ([`super::ack_batch`]); a lone ack, and one the
+        // batch did not apply, runs the single statement below.
+        if self
+            .ack_batched(PendingAck { run, token, now })
+            .await?
+            .is_some()
+        {
+            return Ok(());
+        }
         for _ in 0..CAS_ROUNDS {
             let done = sqlx::query(sql::ACK)
                 .bind(run.as_bytes().as_slice())

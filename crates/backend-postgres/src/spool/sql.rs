@@ -167,6 +167,18 @@ UPDATE spool_run SET state = $3, updated_at = $4, finished_at = $4, due_at = NUL
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
 WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
 
+/// Several acks in one statement, over arrays of equal length: `$1` runs, `$2` tokens, `$3`
+/// each ack's now; `$4` the succeeded state. Writes exactly what [`ACK`] writes to each run it
+/// applies to and returns `(run_id, token)` of each; an ack it did not apply returns nothing
+/// (two acks of one run and token apply once, so one of them returns nothing).
+pub(super) const ACK_MANY: &str = "\
+UPDATE spool_run SET state = $4, updated_at = a.acked_at, finished_at = a.acked_at, due_at = NULL, \
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
+FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS a(run_id, token, acked_at) \
+WHERE spool_run.run_id = a.run_id AND spool_run.lease_token = a.token \
+    AND spool_run.state = 'claimed' \
+RETURNING spool_run.run_id, a.token";
+
 /// The compare-and-set write of one run's transition, decided from a read of the run: applies
 /// only if the run still has the state `$2`, token `$3` and cancel flag `$4` that were read
 /// (else no row, and the caller reads again). Writes `$5` state, `$6` now (updated at), `$7`

@@ -163,3 +163,35 @@ impl PgSpool {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Test support for batched acks (`spool::ack_batch`).
+impl PgSpool {
+    /// Holds the ack lane: no ack batch runs until the returned guard drops, so a test can
+    /// queue several acks into one batch.
+    pub async fn testkit_hold_ack_lane(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.inner.acks.hold().await
+    }
+
+    /// Acks queued for the next batch.
+    pub fn testkit_pending_acks(&self) -> usize {
+        self.inner.acks.pending()
+    }
+
+    /// Ack batch statements committed, and ack batch statements that failed (their acks ran
+    /// alone), since this instance connected.
+    pub fn testkit_ack_batch_stats(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.acks.batches.load(Relaxed),
+            self.inner.acks.fallbacks.load(Relaxed),
+        )
+    }
+
+    /// Makes the next ack batch statement fail without being sent.
+    pub fn testkit_fail_next_ack_batch(&self) {
+        self.inner
+            .acks
+            .fail_next
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
