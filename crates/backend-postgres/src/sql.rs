@@ -43,6 +43,15 @@ pub(crate) fn drop_schema(schema: &SchemaName) -> String {
     format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", schema.as_str())
 }
 
+/// The append's first round trip, one simple query of two statements: [`BEGIN_READ_COMMITTED`]
+/// and the transaction-scoped advisory lock `key` (a space's write lock), the key as a literal
+/// (a number cairn derives, never input; the string form keeps `i64::MIN` an `int8`).
+pub(crate) fn begin_and_lock(key: i64) -> String {
+    format!(
+        "{BEGIN_READ_COMMITTED}; SELECT pg_catalog.pg_advisory_xact_lock('{key}'::pg_catalog.int8)"
+    )
+}
+
 /// Takes the transaction-scoped advisory lock `$1` (a space's write lock, or the DDL lock).
 pub(crate) const LOCK: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 

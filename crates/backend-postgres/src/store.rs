@@ -19,7 +19,7 @@ use cairn_core::{
 };
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
-use sqlx::{PgConnection, PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 
 use cairn_migrate::{cairn_set, MigrationBackend, Opened, Runner};
 
@@ -506,8 +506,46 @@ impl PgStore {
             .map_err(map_sqlx)
     }
 
+    /// The statement that opens a write transaction holding `space`'s write lock (pass it to
+    /// `begin_with`): BEGIN and the lock, two counted statements sent together as one simple
+    /// query, so one round trip. The key is a number cairn derives, sent as a literal. What
+    /// the transaction reads must come in later statements: under READ COMMITTED each
+    /// statement's snapshot is taken when it starts, so only a statement sent after the lock
+    /// is held sees the previous holder's commit.
+    pub(crate) fn begin_and_lock(&self, space: &SpaceId) -> String {
+        self.tick();
+        self.tick();
+        sql::begin_and_lock(space_lock_key(self.schema(), space))
+    }
+
+    /// The rest of an append, in `tx` (which holds the space's lock): the probe, the write,
+    /// the commit.
+    async fn append_locked(
+        &self,
+        mut tx: Transaction<'_, Postgres>,
+        space: &SpaceId,
+        event_ids: &[EventId],
+        cols: EventColumns,
+    ) -> Result<Appended> {
+        let mut db = Db::new(&mut tx, self.statements());
+        let probe = probe(&mut db, space).await?;
+        let seq = probe.next();
+        let parents: Vec<EpochId> = working_heads(&mut db, space, &probe)
+            .await?
+            .into_iter()
+            .map(|h| h.id)
+            .collect();
+        let id = epoch_id(space, &parents, event_ids);
+        let cache = CacheWrite::SoleHead {
+            before_rows: probe.cached.len(),
+        };
+        insert_epoch(&mut db, space, &id, seq, &parents, cols, cache).await?;
+        self.commit(tx).await?;
+        Ok(Appended { id, seq, parents })
+    }
+
     /// Commits (one counted statement).
-    pub(crate) async fn commit(&self, tx: Transaction<'static, Postgres>) -> Result<()> {
+    pub(crate) async fn commit(&self, tx: Transaction<'_, Postgres>) -> Result<()> {
         self.tick();
         tx.commit().await.map_err(map_sqlx)
     }
@@ -520,23 +558,22 @@ impl EpochStore for PgStore {
         let event_ids: Vec<EventId> = events.iter().map(Event::id).collect();
         let cols = EventColumns::new(events, &event_ids);
 
-        let mut tx = self.begin().await?;
-        let mut db = Db::new(&mut tx, self.statements());
-        lock_spaces(&mut db, self.schema(), &[space]).await?;
-        let probe = probe(&mut db, space).await?;
-        let seq = probe.next();
-        let parents: Vec<EpochId> = working_heads(&mut db, space, &probe)
-            .await?
-            .into_iter()
-            .map(|h| h.id)
-            .collect();
-        let id = epoch_id(space, &parents, &event_ids);
-        let cache = CacheWrite::SoleHead {
-            before_rows: probe.cached.len(),
+        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let begin = self.begin_and_lock(space);
+        let began = match Connection::begin_with(&mut *conn, begin).await {
+            Ok(tx) => Ok(self.append_locked(tx, space, &event_ids, cols).await),
+            Err(e) => Err(map_sqlx(e)),
         };
-        insert_epoch(&mut db, space, &id, seq, &parents, cols, cache).await?;
-        self.commit(tx).await?;
-        Ok(Appended { id, seq, parents })
+        match began {
+            Ok(appended) => appended,
+            Err(e) => {
+                // BEGIN may have run and the lock failed (a lock timeout): the connection is
+                // then in an aborted transaction the driver does not track, so it is closed,
+                // never returned to the pool that way.
+                conn.close_on_drop();
+                Err(e)
+            }
+        }
     }
 
     async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {

@@ -1,6 +1,9 @@
 //! The append's statement budget and the Postgres-specific behaviour around it: exactly 5
 //! statements (BEGIN, lock, read, write, COMMIT) for a single-event append with a current
 //! cache, whatever the history's length; one more (the anti-join) when the cache is stale.
+//! BEGIN and the lock go together as one simple query, so those 5 statements take 4 round
+//! trips; the read stays a statement of its own, sent after the lock is held (its snapshot
+//! must include the previous holder's commit).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,4 +259,31 @@ async fn a_writer_skipping_the_space_lock_races_into_a_conflict_never_a_wrong_he
     );
     let next = s2.append(&space, ev("after")).await.unwrap();
     assert_eq!((next.seq, next.parents), (Seq(3), vec![winner.id]));
+}
+
+/// A lock timeout fails the append's first round trip (BEGIN and the lock together) after
+/// BEGIN ran: the connection must not go back to the pool inside that aborted transaction. With
+/// one pooled connection, the next append would find it there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_timeout_leaves_no_aborted_transaction_in_the_pool() {
+    let h = harness().await;
+    let store = PgStore::connect_with(
+        h.options()
+            .max_connections(1)
+            .lock_timeout(Duration::from_millis(200)),
+    )
+    .await
+    .unwrap();
+    let space = random_space("aborted");
+    let first = store.append(&space, ev("first")).await.unwrap();
+    let held = h.hold_space_lock(&space).await.unwrap();
+    for _ in 0..2 {
+        let err = store.append(&space, ev("blocked")).await.unwrap_err();
+        assert!(err.is_retryable(), "{err:?}");
+    }
+    held.release().await;
+    let next = store.append(&space, ev("after")).await.unwrap();
+    assert_eq!((next.seq, next.parents), (Seq(2), vec![first.id]));
+    let other = random_space("aborted-other");
+    assert_eq!(store.append(&other, ev("x")).await.unwrap().seq, Seq(1));
 }
