@@ -10,7 +10,8 @@
 //! mid-transaction and at random under load, a statement timeout, a server restart under load
 //! (on a throwaway cluster), and the migration lock holder dying.
 //!
-//! Both: migration commit boundaries (a failure before the lock and inside the commit).
+//! Both: migration commit boundaries (a failure before the lock, inside the commit, and a death
+//! right after it).
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -1353,22 +1354,57 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
         }
     }
 
-    // Recovery: the next open upgrades (its CREATE TABLE would fail if a failed attempt had
-    // left revision 2's table behind) and records the new generation whole.
+    // After the commit: the process dies right after COMMIT, before the runner returns. The
+    // upgrade (whose CREATE TABLE would fail had a failed attempt left revision 2's table
+    // behind) is durable, with its stamp and its whole lineage.
+    let after = RunnerHooks {
+        after_commit: Some(Arc::new(|| {
+            panic!("injected: the process dies right after the migration commit")
+        })),
+        ..RunnerHooks::default()
+    };
+    let r = upgrade_with(&parsed, after).await;
+    assert_eq!(
+        r,
+        Err("died (panic)".into()),
+        "after the commit: the hook must run (once the commit succeeded)"
+    );
+    let generation_2 = backend.read_state("gen").await.unwrap();
+    let ours = generation_set(2).lineage(backend.dialect());
+    assert_eq!(
+        generation_2.stamp.as_deref(),
+        Some(ours[1].revision.as_str()),
+        "after the commit: the upgrade's stamp is durable"
+    );
+    assert_eq!(
+        generation_2.lineage.as_deref(),
+        Some(ours.as_slice()),
+        "after the commit: the upgrade's lineage is durable and whole"
+    );
+    if let Some(db) = pg {
+        wait_until(
+            "after the commit: no advisory lock is left held",
+            Duration::from_secs(30),
+            || async { db.advisory_holders().await.is_empty() },
+        )
+        .await;
+    }
+
+    // Recovery: the next open (a restarted process) finds the new generation at its head and
+    // writes nothing.
     let v2 = Store::builder(url)
         .migrations(generation_set(2))
         .open()
         .await
         .unwrap();
-    assert!(
-        matches!(v2.migrations()[1].outcome, Opened::Upgraded { .. }),
+    assert_eq!(
+        v2.migrations()[1].outcome,
+        Opened::AtHead,
         "{:?}",
         v2.migrations()
     );
     v2.close().await.unwrap();
-    let generation_2 = backend.read_state("gen").await.unwrap();
-    assert_ne!(generation_2.stamp, generation_1.stamp);
-    assert_eq!(generation_2.lineage.map(|l| l.len()), Some(2));
+    assert_eq!(backend.read_state("gen").await.unwrap(), generation_2);
     if let Some(db) = pg {
         assert!(db.advisory_holders().await.is_empty());
     }
