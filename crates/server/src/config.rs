@@ -290,33 +290,46 @@ impl Config {
     /// section that does not read stays at its defaults), so that the caller's own checks can
     /// add their lines to the same report.
     pub(crate) fn load_partial(file: Option<&Path>, flags: Overrides) -> (Self, Vec<String>) {
-        let mut problems = Vec::new();
-        let mut figment = Figment::new();
         let file = file
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
-        if let Some(path) = &file {
-            match std::fs::read_to_string(path) {
-                Ok(text) => match toml::from_str::<toml::Table>(&text) {
-                    Ok(_) => figment = figment.merge(Toml::string(&text)),
-                    Err(e) => {
-                        // The message only: the toml crate's rendering quotes the line, which
-                        // may hold a token.
-                        let line = e
-                            .span()
-                            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
-                        problems.push(format!(
-                            "{}: not valid TOML{}: {}",
-                            path.display(),
-                            line.map(|l| format!(" (line {l})")).unwrap_or_default(),
-                            e.message()
-                        ));
-                    }
-                },
-                Err(e) => problems.push(format!(
-                    "{}: cannot read the config file: {e}",
-                    path.display()
-                )),
+        match &file {
+            Some(path) => match std::fs::read_to_string(path) {
+                Ok(text) => Self::load_text(Some((path, &text)), flags),
+                Err(e) => {
+                    let (config, mut problems) = Self::load_text(None, flags);
+                    problems.insert(
+                        0,
+                        format!("{}: cannot read the config file: {e}", path.display()),
+                    );
+                    (config, problems)
+                }
+            },
+            None => Self::load_text(None, flags),
+        }
+    }
+
+    /// As [`Config::load_partial`], with the config file already read: `file` is its path (for
+    /// the messages) and its text. The environment is the process's.
+    pub(crate) fn load_text(file: Option<(&Path, &str)>, flags: Overrides) -> (Self, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut figment = Figment::new();
+        if let Some((path, text)) = file {
+            match toml::from_str::<toml::Table>(text) {
+                Ok(_) => figment = figment.merge(Toml::string(text)),
+                Err(e) => {
+                    // The message only: the toml crate's rendering quotes the line, which
+                    // may hold a token.
+                    let line = e
+                        .span()
+                        .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+                    problems.push(format!(
+                        "{}: not valid TOML{}: {}",
+                        path.display(),
+                        line.map(|l| format!(" (line {l})")).unwrap_or_default(),
+                        e.message()
+                    ));
+                }
             }
         }
         figment = figment.merge(Env::prefixed(ENV_PREFIX).split("__").filter(|k| {

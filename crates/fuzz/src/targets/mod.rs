@@ -5,6 +5,7 @@ use std::fmt::Display;
 mod core_types;
 mod legacy;
 mod migrate;
+mod server;
 mod url;
 
 /// One fuzz target.
@@ -35,6 +36,8 @@ pub const TARGETS: &[Target] = &[
     migrate::MIGRATION_FILES,
     migrate::CHECKSUM_HEX,
     url::DATABASE_URL,
+    server::HTTP_BODY,
+    server::CONFIG,
 ];
 
 /// The target called `name`.
@@ -53,7 +56,7 @@ pub(crate) fn sig<T, E: Display>(tag: u64, result: &Result<T, E>) -> u64 {
 }
 
 /// The shape of an error message (see [`sig`]), at most 64 bytes of it.
-fn shape(text: &str) -> String {
+pub(crate) fn shape(text: &str) -> String {
     let mut kept = String::with_capacity(64);
     let mut quote: Option<char> = None;
     let mut escaped = false;

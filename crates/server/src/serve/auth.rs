@@ -99,6 +99,11 @@ impl Tokens {
     }
 
     /// Whether no token of either class is configured.
+    /// How many full-access and read-only tokens.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.full.len(), self.read.len())
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.full.is_empty() && self.read.is_empty()
     }

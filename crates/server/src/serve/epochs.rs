@@ -3,12 +3,12 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use cairn::{EpochId, Event, FeedCursor, ForeignEpoch, ImportOutcome, SpaceId};
+use cairn::{FeedCursor, ImportOutcome, SpaceId};
 
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
-    bytes_in, opt_bytes_in, AppendRequest, AppendResponse, ErrorBody, EventIn, FeedEventOut,
-    FeedQuery, FeedResponse, HeadOut, HeadsResponse, ImportRequest, ImportResponse,
+    events_in, AppendRequest, AppendResponse, ErrorBody, FeedEventOut, FeedQuery, FeedResponse,
+    HeadOut, HeadsResponse, ImportRequest, ImportResponse,
 };
 use super::routes::AppState;
 
@@ -19,21 +19,6 @@ const MAX_FEED_LIMIT: usize = 1000;
 
 fn space(s: String) -> Result<SpaceId, ApiError> {
     Ok(SpaceId::new(s)?)
-}
-
-fn events(events: Vec<EventIn>) -> Result<Vec<Event>, ApiError> {
-    let events = events
-        .into_iter()
-        .map(|e| {
-            Ok(Event {
-                kind: e.kind,
-                key: opt_bytes_in("event key", e.key, e.key_b64)?,
-                payload: bytes_in("event payload", e.payload, e.payload_b64)?,
-            })
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    Event::validate_batch(&events)?;
-    Ok(events)
 }
 
 /// Appends one epoch.
@@ -57,7 +42,7 @@ pub(crate) async fn append(
     Body(req): Body<AppendRequest>,
 ) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
     let space = space(space_id)?;
-    let events = events(req.events)?;
+    let events = events_in(req.events)?;
     let appended = state.epochs.append(&space, events).await?;
     state.metrics.appends.inc();
     Ok((
@@ -152,16 +137,7 @@ pub(crate) async fn import(
     Body(req): Body<ImportRequest>,
 ) -> Result<(StatusCode, Json<ImportResponse>), ApiError> {
     let space = space(space_id)?;
-    let epoch = ForeignEpoch {
-        space,
-        id: EpochId::from_hex(&req.id)?,
-        parents: req
-            .parents
-            .iter()
-            .map(|p| EpochId::from_hex(p))
-            .collect::<Result<_, _>>()?,
-        events: events(req.events)?,
-    };
+    let epoch = req.into_epoch(space)?;
     let (status, outcome, seq) = match state.epochs.import(epoch).await? {
         ImportOutcome::Imported(seq) => (StatusCode::CREATED, "imported", seq),
         ImportOutcome::AlreadyPresent(seq) => (StatusCode::OK, "already_present", seq),

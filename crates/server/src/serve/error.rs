@@ -118,14 +118,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
                 )
             }
         })?;
-        serde_json::from_slice(&bytes).map(Body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_input",
-                format!("malformed JSON body: {e}; nothing was written"),
-            )
-        })
+        decode_body(&bytes).map(Body)
     }
+}
+
+/// Reads a request body as `T`: what [`Body`] does once the bytes are in (400 `invalid_input`
+/// for anything that is not JSON of `T`'s shape).
+pub(crate) fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("malformed JSON body: {e}; nothing was written"),
+        )
+    })
 }
 
 /// A query string, rejected in the API's error shape.

@@ -5,9 +5,14 @@
 //! responses use `x` when the bytes are valid UTF-8 and `x_b64` otherwise. Times are
 //! microseconds since the Unix epoch (`*_us`), as the spool stores them.
 
+use std::time::Duration;
+
 use base64::Engine as _;
-use cairn::spool::{LeaseInfo, RunEvent};
-use cairn::{FeedEvent, Head, RunInfo};
+use cairn::spool::{self, LeaseInfo, RunEvent};
+use cairn::{
+    ConsumerId, DedupKey, EnqueueOptions, EpochId, Event, FeedEvent, ForeignEpoch, Head,
+    LeaseToken, NackKind, RunEventId, RunInfo, SpaceId, SupersedeGroup, Timestamp,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -580,6 +585,175 @@ pub(crate) struct ErrorDetail {
     pub(crate) code: String,
     /// What happened and what to do, for people.
     pub(crate) message: String,
+}
+
+// What the request bodies become: the handlers call these, after decoding, to turn a body into
+// the core types they hand to the store (and `crate::fuzzing` calls the same ones).
+
+/// A lease length in milliseconds, or the default, checked as the spool checks it.
+pub(crate) fn lease(ms: Option<u64>) -> Result<Duration, ApiError> {
+    let lease = ms.map_or(DEFAULT_LEASE, Duration::from_millis);
+    spool::check_lease(lease)?;
+    Ok(lease)
+}
+
+/// The lease a claim or heartbeat gets without `lease_ms`.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// A lease token as the claim returned it.
+pub(crate) fn lease_token(s: &str) -> Result<LeaseToken, ApiError> {
+    Ok(LeaseToken::parse(s)?)
+}
+
+/// An epoch's events, each byte field read by the bytes rule, checked as a batch.
+pub(crate) fn events_in(events: Vec<EventIn>) -> Result<Vec<Event>, ApiError> {
+    let events = events
+        .into_iter()
+        .map(|e| {
+            Ok(Event {
+                kind: e.kind,
+                key: opt_bytes_in("event key", e.key, e.key_b64)?,
+                payload: bytes_in("event payload", e.payload, e.payload_b64)?,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Event::validate_batch(&events)?;
+    Ok(events)
+}
+
+impl ImportRequest {
+    /// The epoch to import into `space`.
+    pub(crate) fn into_epoch(self, space: SpaceId) -> Result<ForeignEpoch, ApiError> {
+        Ok(ForeignEpoch {
+            space,
+            id: EpochId::from_hex(&self.id)?,
+            parents: self
+                .parents
+                .iter()
+                .map(|p| EpochId::from_hex(p))
+                .collect::<Result<_, _>>()?,
+            events: events_in(self.events)?,
+        })
+    }
+}
+
+/// An enqueue body in core types.
+#[derive(Debug)]
+pub(crate) struct Enqueue {
+    /// The dedup key.
+    pub(crate) key: DedupKey,
+    /// The payload (within the spool's limit).
+    pub(crate) payload: Vec<u8>,
+    /// Supersede group, due time, attempts, priority (attempts checked).
+    pub(crate) options: EnqueueOptions,
+}
+
+impl EnqueueRequest {
+    /// The key, payload and options to enqueue.
+    pub(crate) fn into_enqueue(self) -> Result<Enqueue, ApiError> {
+        let key = match (self.key_parts, self.key) {
+            (Some(parts), None) => DedupKey::from_parts(parts)?,
+            (None, Some(key)) => DedupKey::from_parts([key])?,
+            _ => {
+                return Err(ApiError::invalid(
+                    "dedup key",
+                    "give exactly one of `key_parts` and `key`",
+                ))
+            }
+        };
+        let payload = bytes_in("run payload", self.payload, self.payload_b64)?;
+        spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, &payload)?;
+        let options = EnqueueOptions {
+            supersede_group: self
+                .supersede_group
+                .map(SupersedeGroup::from_parts)
+                .transpose()?,
+            not_before: self.not_before_us.map(Timestamp::from_unix_micros),
+            max_attempts: self.max_attempts,
+            priority: self.priority.unwrap_or(0),
+        };
+        options.effective_max_attempts()?;
+        Ok(Enqueue {
+            key,
+            payload,
+            options,
+        })
+    }
+}
+
+impl RunEventIn {
+    /// The event id and payload (within the spool's limit).
+    pub(crate) fn into_event(self) -> Result<(RunEventId, Vec<u8>), ApiError> {
+        let event_id =
+            RunEventId::new(bytes_in("run event id", self.event_id, self.event_id_b64)?)?;
+        let payload = bytes_in("run event payload", self.payload, self.payload_b64)?;
+        spool::check_payload("run event payload", spool::MAX_RUN_EVENT_PAYLOAD, &payload)?;
+        Ok((event_id, payload))
+    }
+}
+
+impl FactIn {
+    /// The fact's value (within the spool's limit).
+    pub(crate) fn into_value(self) -> Result<Vec<u8>, ApiError> {
+        let value = bytes_in("fact value", self.value, self.value_b64)?;
+        spool::check_payload("fact value", spool::MAX_FACT_VALUE, &value)?;
+        Ok(value)
+    }
+}
+
+impl ClaimRequest {
+    /// Who claims, the lease and the most runs to claim.
+    pub(crate) fn into_claim(self) -> Result<(ConsumerId, Duration, usize), ApiError> {
+        let consumer = ConsumerId::new(self.consumer)?;
+        let lease = lease(self.lease_ms)?;
+        let limit = self.limit.unwrap_or(1);
+        spool::check_limit(limit)?;
+        Ok((consumer, lease, limit))
+    }
+}
+
+impl HeartbeatRequest {
+    /// The token and the new lease.
+    pub(crate) fn into_heartbeat(self) -> Result<(LeaseToken, Duration), ApiError> {
+        Ok((lease_token(&self.token)?, lease(self.lease_ms)?))
+    }
+}
+
+/// A nack body in core types.
+#[derive(Debug)]
+pub(crate) struct Nack {
+    /// The lease token.
+    pub(crate) token: LeaseToken,
+    /// Where the run goes.
+    pub(crate) kind: NackKind,
+    /// The kind as the request named it (the metrics label).
+    pub(crate) label: &'static str,
+    /// Why (empty when not given).
+    pub(crate) reason: String,
+}
+
+impl NackRequest {
+    /// The token, the kind and the reason.
+    pub(crate) fn into_nack(self) -> Result<Nack, ApiError> {
+        let token = lease_token(&self.token)?;
+        let (kind, label) = match self.kind.as_deref().unwrap_or("retryable") {
+            "retryable" => (NackKind::Retryable, "retryable"),
+            "permanent" => (NackKind::Permanent, "permanent"),
+            "failed" => (NackKind::Failed, "failed"),
+            _ => {
+                return Err(ApiError::invalid(
+                    "nack kind",
+                    "expected one of retryable, permanent, failed",
+                ))
+            }
+        };
+        Ok(Nack {
+            token,
+            kind,
+            label,
+            reason: self.reason.unwrap_or_default(),
+        })
+    }
 }
 
 #[cfg(test)]

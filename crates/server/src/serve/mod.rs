@@ -21,7 +21,7 @@ mod delivery;
 mod doctor;
 mod epochs;
 mod error;
-mod json;
+pub(crate) mod json;
 mod metrics;
 mod openapi;
 mod routes;
@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use cairn::DatabaseUrl;
 
+pub(crate) use self::error::{decode_body, ApiError};
 use crate::config::{Config, LogFormat, Overrides, Problems};
 use crate::error::CliError;
 use crate::open::{open_with, IfMissing};
@@ -189,11 +190,46 @@ pub(crate) struct Settings {
     log_format: LogFormat,
 }
 
+impl Settings {
+    /// What the fuzz targets see of the settings (`crate::fuzzing`).
+    pub(crate) fn accepted(&self, database: Option<String>) -> crate::fuzzing::AcceptedConfig {
+        let (full_tokens, read_tokens) = self.tokens.counts();
+        crate::fuzzing::AcceptedConfig {
+            listen: self.listen,
+            database,
+            full_tokens,
+            read_tokens,
+            max_body_bytes: self.limits.max_body_bytes,
+            request_timeout: self.limits.request_timeout,
+            drain: self.drain,
+            delivery: self.delivery.is_some(),
+            backfill: self.backfill.clone(),
+            retention_max_bytes: self.retention_max_bytes,
+            log_format: match self.log_format {
+                LogFormat::Text => "text",
+                LogFormat::Json => "json",
+            },
+        }
+    }
+}
+
 /// Reads and checks the configuration (file, environment, flags) into `args`; returns the
 /// database URL of the file or environment, for when `--database` is absent. Every problem is
 /// one line naming its key.
 pub(crate) fn prepare(args: &mut ServeArgs) -> Result<Option<String>, Problems> {
-    let (config, mut problems) = Config::load_partial(args.config.as_deref(), args.overrides());
+    let (config, problems) = Config::load_partial(args.config.as_deref(), args.overrides());
+    let (settings, database) = check(config, problems)?;
+    args.prepared = Some(Box::new(settings));
+    Ok(database)
+}
+
+/// Checks a loaded configuration (`problems` are those loading found) into the settings and
+/// the database URL of the file or environment; every problem is one line naming its key.
+/// Nothing is opened or bound (a token file is read).
+pub(crate) fn check(
+    config: Config,
+    mut problems: Vec<String>,
+) -> Result<(Settings, Option<String>), Problems> {
     let listen = config.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
     let listen = match listen.parse::<SocketAddr>() {
         Ok(a) => Some(a),
@@ -256,8 +292,8 @@ pub(crate) fn prepare(args: &mut ServeArgs) -> Result<Option<String>, Problems> 
         }
     };
     match (listen, log_filter) {
-        (Some(listen), Some(log_filter)) if problems.is_empty() => {
-            args.prepared = Some(Box::new(Settings {
+        (Some(listen), Some(log_filter)) if problems.is_empty() => Ok((
+            Settings {
                 listen,
                 tokens,
                 limits: routes::Limits {
@@ -271,9 +307,9 @@ pub(crate) fn prepare(args: &mut ServeArgs) -> Result<Option<String>, Problems> 
                 retention_max_bytes: config.spool.retention_max_bytes,
                 log_filter,
                 log_format: config.log.format,
-            }));
-            Ok(config.database)
-        }
+            },
+            config.database,
+        )),
         _ => Err(Problems(problems)),
     }
 }

@@ -1,42 +1,25 @@
 //! The spool's routes: enqueue, run, run events, facts, claim, heartbeat, ack, nack, cancel.
 
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use cairn::spool::{self, CancelOutcome, FactOutcome};
-use cairn::{
-    ConsumerId, DedupKey, EnqueueOptions, FactName, LeaseToken, NackKind, QueueName, RunEventId,
-    RunId, RunState, SupersedeGroup, Timestamp,
-};
+use cairn::{FactName, QueueName, RunId, RunState};
 
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
-    bytes_in, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, EnqueueRequest, EnqueueResponse,
-    ErrorBody, FactIn, FactOut, FactSet, FactsResponse, HeartbeatRequest, HeartbeatResponse,
-    NackRequest, RunEventAppended, RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse,
-    RunOut, RunStateResponse,
+    lease_token, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, Enqueue, EnqueueRequest,
+    EnqueueResponse, ErrorBody, FactIn, FactOut, FactSet, FactsResponse, HeartbeatRequest,
+    HeartbeatResponse, Nack, NackRequest, RunEventAppended, RunEventIn, RunEventOut,
+    RunEventsQuery, RunEventsResponse, RunOut, RunStateResponse,
 };
 use super::routes::AppState;
 
-/// Lease length when a claim or heartbeat names none.
-const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// Run events per page when a request names no limit.
 const DEFAULT_EVENTS_LIMIT: usize = 100;
 
 fn run_id(s: &str) -> Result<RunId, ApiError> {
     Ok(RunId::parse(s)?)
-}
-
-fn token(s: &str) -> Result<LeaseToken, ApiError> {
-    Ok(LeaseToken::parse(s)?)
-}
-
-fn lease(ms: Option<u64>) -> Result<Duration, ApiError> {
-    let lease = ms.map_or(DEFAULT_LEASE, Duration::from_millis);
-    spool::check_lease(lease)?;
-    Ok(lease)
 }
 
 /// Enqueues a run, or finds the run already under its key.
@@ -61,28 +44,11 @@ pub(crate) async fn enqueue(
     Body(req): Body<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<EnqueueResponse>), ApiError> {
     let queue = QueueName::new(queue)?;
-    let key = match (req.key_parts, req.key) {
-        (Some(parts), None) => DedupKey::from_parts(parts)?,
-        (None, Some(key)) => DedupKey::from_parts([key])?,
-        _ => {
-            return Err(ApiError::invalid(
-                "dedup key",
-                "give exactly one of `key_parts` and `key`",
-            ))
-        }
-    };
-    let payload = bytes_in("run payload", req.payload, req.payload_b64)?;
-    spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, &payload)?;
-    let options = EnqueueOptions {
-        supersede_group: req
-            .supersede_group
-            .map(SupersedeGroup::from_parts)
-            .transpose()?,
-        not_before: req.not_before_us.map(Timestamp::from_unix_micros),
-        max_attempts: req.max_attempts,
-        priority: req.priority.unwrap_or(0),
-    };
-    options.effective_max_attempts()?;
+    let Enqueue {
+        key,
+        payload,
+        options,
+    } = req.into_enqueue()?;
     let enqueued = state.spool.enqueue(&queue, &key, payload, options).await?;
     state
         .metrics
@@ -153,9 +119,7 @@ pub(crate) async fn append_event(
     Body(req): Body<RunEventIn>,
 ) -> Result<(StatusCode, Json<RunEventAppended>), ApiError> {
     let id = run_id(&id)?;
-    let event_id = RunEventId::new(bytes_in("run event id", req.event_id, req.event_id_b64)?)?;
-    let payload = bytes_in("run event payload", req.payload, req.payload_b64)?;
-    spool::check_payload("run event payload", spool::MAX_RUN_EVENT_PAYLOAD, &payload)?;
+    let (event_id, payload) = req.into_event()?;
     let appended = state.spool.append_event(id, &event_id, payload).await?;
     let status = if appended.created {
         StatusCode::CREATED
@@ -223,8 +187,7 @@ pub(crate) async fn set_fact(
 ) -> Result<(StatusCode, Json<FactSet>), ApiError> {
     let id = run_id(&id)?;
     let name = FactName::new(name)?;
-    let value = bytes_in("fact value", req.value, req.value_b64)?;
-    spool::check_payload("fact value", spool::MAX_FACT_VALUE, &value)?;
+    let value = req.into_value()?;
     let (status, outcome) = match state.spool.set_fact(id, &name, value).await? {
         FactOutcome::Set => (StatusCode::CREATED, "set"),
         FactOutcome::AlreadySet => (StatusCode::OK, "already_set"),
@@ -289,10 +252,7 @@ pub(crate) async fn claim(
     Body(req): Body<ClaimRequest>,
 ) -> Result<Json<ClaimResponse>, ApiError> {
     let queue = QueueName::new(queue)?;
-    let consumer = ConsumerId::new(req.consumer)?;
-    let lease = lease(req.lease_ms)?;
-    let limit = req.limit.unwrap_or(1);
-    spool::check_limit(limit)?;
+    let (consumer, lease, limit) = req.into_claim()?;
     let claimed = state.spool.claim(&queue, &consumer, lease, limit).await?;
     state.metrics.claims.inc_by(claimed.len() as u64);
     Ok(Json(ClaimResponse {
@@ -321,8 +281,7 @@ pub(crate) async fn heartbeat(
     Body(req): Body<HeartbeatRequest>,
 ) -> Result<Json<HeartbeatResponse>, ApiError> {
     let id = run_id(&id)?;
-    let token = token(&req.token)?;
-    let lease = lease(req.lease_ms)?;
+    let (token, lease) = req.into_heartbeat()?;
     let hb = state.spool.heartbeat(id, token, lease).await?;
     Ok(Json(HeartbeatResponse {
         expires_at_us: hb.expires_at.as_unix_micros(),
@@ -351,7 +310,7 @@ pub(crate) async fn ack(
     Body(req): Body<AckRequest>,
 ) -> Result<Json<RunStateResponse>, ApiError> {
     let id = run_id(&id)?;
-    let token = token(&req.token)?;
+    let token = lease_token(&req.token)?;
     state.spool.ack(id, token).await?;
     state.metrics.acks.inc();
     Ok(Json(RunStateResponse {
@@ -383,23 +342,13 @@ pub(crate) async fn nack(
     Body(req): Body<NackRequest>,
 ) -> Result<Json<RunStateResponse>, ApiError> {
     let id = run_id(&id)?;
-    let token = token(&req.token)?;
-    let label = req.kind.as_deref().unwrap_or("retryable");
-    let kind = match label {
-        "retryable" => NackKind::Retryable,
-        "permanent" => NackKind::Permanent,
-        "failed" => NackKind::Failed,
-        _ => {
-            return Err(ApiError::invalid(
-                "nack kind",
-                "expected one of retryable, permanent, failed",
-            ))
-        }
-    };
-    let nacked = state
-        .spool
-        .nack(id, token, kind, req.reason.as_deref().unwrap_or(""))
-        .await?;
+    let Nack {
+        token,
+        kind,
+        label,
+        reason,
+    } = req.into_nack()?;
+    let nacked = state.spool.nack(id, token, kind, &reason).await?;
     state.metrics.nacks.with_label_values(&[label]).inc();
     Ok(Json(RunStateResponse {
         run_id: id.to_string(),
