@@ -676,6 +676,7 @@ fn sqlite_path(url: &str) -> Result<std::path::PathBuf, String> {
 
 mod appends;
 mod chart;
+mod cpu;
 mod readers;
 mod server;
 mod spool;

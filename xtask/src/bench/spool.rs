@@ -23,6 +23,7 @@ use cairn::testkit::sqlite::{SqliteOptions, SqliteSpool};
 use cairn::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState, Spool, SystemClock};
 
 use super::chart::{self, Bar};
+use super::cpu::{CpuMeter, CpuUse};
 use super::{printable_command, random_tag, store_err, thousands, Backend};
 
 /// Options of `bench spool`.
@@ -103,6 +104,9 @@ struct Runs {
     claim_complete: Vec<f64>,
     producers_1: Vec<f64>,
     producers_n: Vec<f64>,
+    /// CPU use while each row ran (cairn only: the peers run in another process), in the order
+    /// of [`rows`] (1, 2, 3, 4 with N producers).
+    cpu: [Vec<CpuUse>; 4],
 }
 
 /// A system as the table shows it.
@@ -146,7 +150,11 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         }];
         for run in 0..args.runs {
             eprintln!("{}: run {} of {}…", backend.name(), run + 1, args.runs);
-            fsync.push(super::appends::raw_commit_rate(backend, pg_url.as_deref(), 1_000).await?);
+            fsync.push(
+                super::appends::raw_commit_rate(backend, pg_url.as_deref(), 1_000)
+                    .await?
+                    .0,
+            );
             measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs).await?;
             if let Some(bin) = &peers_bin {
                 merge(
@@ -317,6 +325,7 @@ async fn measure_cairn(
         // Rows 1 and 2 on one store.
         let fresh = Fresh::open(backend, pg_url).await?;
         let t = Instant::now();
+        let cpu = CpuMeter::start();
         let mut ids = Vec::new();
         for i in 0..args.enqueue {
             let e = fresh
@@ -327,8 +336,10 @@ async fn measure_cairn(
             ids.push(e.run_id);
         }
         runs.enqueue.push(rate(args.enqueue, t.elapsed()));
+        runs.cpu[0].push(cpu.stop(args.enqueue));
         runs.producers_1.push(*runs.enqueue.last().unwrap_or(&0.0));
         let t = Instant::now();
+        let cpu = CpuMeter::start();
         let mut same = 0;
         for i in 0..args.duplicates {
             let e = fresh
@@ -341,6 +352,7 @@ async fn measure_cairn(
             }
         }
         runs.duplicate.push(rate(args.duplicates, t.elapsed()));
+        runs.cpu[1].push(cpu.stop(args.duplicates));
         runs.duplicate_returns = if same == args.duplicates {
             "the existing id (`created: false`)".into()
         } else {
@@ -352,6 +364,7 @@ async fn measure_cairn(
         let fresh = Fresh::open(backend, pg_url).await?;
         let per = args.enqueue / args.producers;
         let t = Instant::now();
+        let cpu = CpuMeter::start();
         let mut tasks = Vec::new();
         for p in 0..args.producers {
             let spool = fresh.spool.clone();
@@ -375,6 +388,7 @@ async fn measure_cairn(
         }
         runs.producers_n
             .push(rate(per * args.producers, t.elapsed()));
+        runs.cpu[3].push(cpu.stop(per * args.producers));
         fresh.close().await?;
 
         // Row 3: claim + complete.
@@ -382,6 +396,7 @@ async fn measure_cairn(
         seed(&fresh.spool, &q, args.claims).await?;
         let handled = Arc::new(AtomicU64::new(0));
         let t = Instant::now();
+        let cpu = CpuMeter::start();
         let counter = handled.clone();
         let consumer = ConsumerBuilder::new(
             fresh.spool.clone(),
@@ -418,6 +433,7 @@ async fn measure_cairn(
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         runs.claim_complete.push(rate(args.claims, t.elapsed()));
+        runs.cpu[2].push(cpu.stop(args.claims));
         let report = consumer.shutdown().await;
         if !report.is_clean() || report.stats.errors > 0 {
             return Err(format!(
@@ -685,6 +701,7 @@ fn run_peers(
                 claim_complete: nums("claim_complete"),
                 producers_1: nums("producers_1"),
                 producers_n: nums("producers_n"),
+                cpu: Default::default(),
             };
             let failed = if runs.enqueue.is_empty() {
                 Some(
@@ -804,6 +821,24 @@ fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wa
         "\nRaw durable single-row commit rate of this engine in the same run (the fsync bound): {} commits/s",
         thousands(fsync.round() as u64)
     );
+    println!(
+        "\nCPU while cairn's rows ran (medians; busy = the whole machine, engine server included):"
+    );
+    let names = rows();
+    for (i, cpu) in cairn.runs.cpu.iter().enumerate() {
+        if let Some(c) = CpuUse::median(cpu) {
+            let name = if i == 3 {
+                format!("4. enqueue, {} producers", args.producers)
+            } else {
+                names[i].0.to_string()
+            };
+            let writes = match backend {
+                Backend::Sqlite => format!(" · {}", c.describe_writes()),
+                Backend::Postgres => String::new(),
+            };
+            println!("- {name}: {}{writes}", c.describe("cairn"));
+        }
+    }
     println!("\nDuplicate enqueue returns:");
     for s in systems {
         if s.failed.is_none() {
