@@ -39,6 +39,9 @@ use crate::error::{Error, Result};
 pub const DEFAULT_CONSUMER_LEASE: Duration = Duration::from_secs(30);
 /// Default longest wait between two looks at the queue and the clock.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+/// Default window in which a partly free consumer waits for more runs to finish before it
+/// claims (see [`ConsumerBuilder::claim_coalesce`]).
+pub const DEFAULT_CLAIM_COALESCE: Duration = Duration::from_millis(2);
 /// Default bound on [`Consumer::shutdown`].
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -179,6 +182,8 @@ where
 pub struct ConsumerStats {
     /// Runs handed to this consumer.
     pub claimed: u64,
+    /// Claims this consumer sent to the spool (each may take several runs, or none).
+    pub claims: u64,
     /// Runs settled by this consumer, by the state the ack or nack left them in (`Succeeded`,
     /// `Queued` for a retry, `Parked`, `Failed`, `Canceled`).
     pub settled: BTreeMap<RunState, u64>,
@@ -253,6 +258,7 @@ pub struct ConsumerBuilder {
     claim_batch: Option<usize>,
     lease: Duration,
     poll_interval: Duration,
+    claim_coalesce: Duration,
     shutdown_timeout: Duration,
 }
 
@@ -269,6 +275,7 @@ impl ConsumerBuilder {
             claim_batch: None,
             lease: DEFAULT_CONSUMER_LEASE,
             poll_interval: DEFAULT_POLL_INTERVAL,
+            claim_coalesce: DEFAULT_CLAIM_COALESCE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
     }
@@ -297,6 +304,17 @@ impl ConsumerBuilder {
     /// [`ManualClock`](super::ManualClock) is noticed).
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every;
+        self
+    }
+
+    /// How long a consumer whose free slots are fewer than half its claim batch waits for more
+    /// runs to finish before it claims (default [`DEFAULT_CLAIM_COALESCE`]), so that one claim
+    /// fills several slots instead of one claim per finished run — on Postgres each claim is a
+    /// transaction of its own. A free slot never waits longer than this for its claim; a wake-up
+    /// or a finished run ends the wait early when it frees enough slots. Zero claims for every
+    /// free slot at once.
+    pub fn claim_coalesce(mut self, window: Duration) -> Self {
+        self.claim_coalesce = window;
         self
     }
 
@@ -356,6 +374,7 @@ impl ConsumerBuilder {
             batch,
             lease: self.lease,
             poll_interval: self.poll_interval,
+            claim_coalesce: self.claim_coalesce,
             notify: Notify::new(),
             shared: Mutex::new(Shared::default()),
         });
@@ -471,6 +490,7 @@ struct Ctx {
     batch: usize,
     lease: Duration,
     poll_interval: Duration,
+    claim_coalesce: Duration,
     /// Poked by the wake-up listener, by finished runs and by shutdown. One stored permit
     /// keeps a poke that arrives while the loop is busy.
     notify: Notify,
@@ -540,15 +560,29 @@ async fn main_loop(
     _listener: AbortOnDrop<()>,
 ) {
     let mut tasks: JoinSet<()> = JoinSet::new();
+    // When the consumer first had free slots, but too few to claim for (claim coalescing).
+    let mut partly_free_since: Option<tokio::time::Instant> = None;
     loop {
         if stop.borrow().is_some() {
             break;
         }
         while tasks.try_join_next().is_some() {}
         let free = ctx.concurrency.saturating_sub(tasks.len());
+        if free > 0 && free < ctx.batch.div_ceil(2) && !ctx.claim_coalesce.is_zero() {
+            // Runs are still going: give them the window to free more slots, so one claim
+            // takes several runs (a finished run or a wake-up pokes `notify`).
+            let since = *partly_free_since.get_or_insert_with(tokio::time::Instant::now);
+            let until = since + ctx.claim_coalesce;
+            if tokio::time::Instant::now() < until {
+                let _ = tokio::time::timeout_at(until, ctx.notify.notified()).await;
+                continue;
+            }
+        }
+        partly_free_since = None;
         let mut wait = ctx.poll_interval;
         if free > 0 {
             let want = free.min(ctx.batch);
+            ctx.shared().stats.claims += 1;
             match ctx
                 .spool
                 .claim(&ctx.queue, &ctx.consumer, ctx.lease, want)

@@ -85,7 +85,8 @@ pub use backoff::{backoff, backoff_ceiling, jitter_seed, BackoffPolicy};
 pub use clock::{Clock, ManualClock, SystemClock, Timestamp};
 pub use consumer::{
     Consumer, ConsumerBuilder, ConsumerStats, Handler, Job, Outcome, ShutdownReport, StopReason,
-    StopSignal, DEFAULT_CONSUMER_LEASE, DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT,
+    StopSignal, DEFAULT_CLAIM_COALESCE, DEFAULT_CONSUMER_LEASE, DEFAULT_POLL_INTERVAL,
+    DEFAULT_SHUTDOWN_TIMEOUT,
 };
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
 pub use ids::{

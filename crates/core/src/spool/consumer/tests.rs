@@ -544,3 +544,96 @@ async fn next_due_default_body_agrees_with_the_model() {
         model.next_due(&other).await.unwrap()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_coalesced_so_one_claim_fills_several_slots() {
+    let (_clock, spool, q) = setup();
+    for i in 0..60 {
+        enqueue(&spool, &q, &format!("r{i}")).await;
+    }
+    // Runs finish one at a time (one gate permit each), so without coalescing every finished
+    // run would free one slot and cost one claim.
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    // A window far longer than the test: a claim happens only once half the batch is free.
+    let consumer = builder(&spool, &q)
+        .concurrency(10)
+        .claim_coalesce(Duration::from_secs(60))
+        .spawn(move |_job: Job| {
+            let g = g.clone();
+            async move {
+                g.acquire().await.unwrap().forget();
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    let mut claims_while_queued = 0;
+    for done in 1..=60u64 {
+        gate.add_permits(1);
+        eventually("the released run succeeds", || async {
+            consumer.stats().settled.get(&RunState::Succeeded) == Some(&done)
+        })
+        .await;
+        if done == 50 {
+            // By now every run has been claimed; later claims find the queue empty (polls).
+            eventually("all 60 claimed", || async {
+                consumer.stats().claimed == 60
+            })
+            .await;
+            claims_while_queued = consumer.stats().claims;
+        }
+    }
+    assert_eq!(consumer.stats().claimed, 60);
+    // The first claim takes 10; each later one waits for 5 free slots: 1 + 50 / 5 = 11.
+    assert!(
+        claims_while_queued <= 12,
+        "{claims_while_queued} claims for 60 runs finishing one by one: not coalesced"
+    );
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_free_slot_is_filled_once_the_coalescing_window_ends() {
+    let (_clock, spool, q) = setup();
+    for i in 0..3 {
+        enqueue(&spool, &q, &format!("blocked{i}")).await;
+    }
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    let consumer = builder(&spool, &q)
+        .concurrency(4)
+        .claim_coalesce(Duration::from_millis(50))
+        .spawn(move |job: Job| {
+            let g = g.clone();
+            async move {
+                if job.payload().starts_with(b"blocked") {
+                    g.acquire().await.unwrap().forget();
+                }
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("three handlers hold their slots", || async {
+        consumer.in_flight() == 3
+    })
+    .await;
+    // One slot free (fewer than half of 4): the window delays its claim, but not forever.
+    let late = enqueue(&spool, &q, "late").await;
+    eventually("the free slot takes the new run", || async {
+        state(&spool, late).await == RunState::Succeeded
+    })
+    .await;
+    assert_eq!(
+        consumer.in_flight(),
+        3,
+        "the blocked runs still hold their slots"
+    );
+    gate.add_permits(3);
+    eventually("all four succeed", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&4)
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
+}
