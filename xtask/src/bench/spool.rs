@@ -304,11 +304,12 @@ fn cairn_settings(backend: Backend) -> &'static str {
     match backend {
         Backend::Sqlite => {
             "cairn (SQLite WAL, synchronous=FULL, group commit); Consumer concurrency 10, \
-             claim batch 10"
+             claim batch 10, claim coalescing 2 ms (the default)"
         }
         Backend::Postgres => {
-            "cairn (Postgres synchronous_commit=on, 10 pooled connections); Consumer \
-             concurrency 10, claim batch 10"
+            "cairn (Postgres synchronous_commit=on, 10 pooled connections, batched enqueues \
+             and acks); Consumer concurrency 10, claim batch 10, claim coalescing 2 ms (the \
+             default)"
         }
     }
 }
