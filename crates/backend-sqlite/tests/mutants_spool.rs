@@ -39,3 +39,30 @@ async fn duplicate_enqueue_answers_without_the_writer() {
     assert_eq!((again.run_id, again.created), (first.run_id, false));
     drop(hold);
 }
+
+/// Kills `next_due_q` → `Ok(None)`. The earliest due time of a queue is its queued run's
+/// not-before time (none for an empty queue).
+#[tokio::test]
+async fn next_due_is_the_queued_runs_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = SqliteSpool::open(
+        dir.path().join("store.db"),
+        SqliteOptions::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    let queue = QueueName::new("mutants-due").unwrap();
+    assert_eq!(spool.next_due(&queue).await.unwrap(), None);
+    let later = cairn_core::spool::Timestamp::from_unix_micros(4_000_000_000_000_000);
+    spool
+        .enqueue(
+            &queue,
+            &DedupKey::from_parts(["mutants", "due"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default().not_before(later),
+        )
+        .await
+        .unwrap();
+    assert_eq!(spool.next_due(&queue).await.unwrap(), Some(later));
+}
