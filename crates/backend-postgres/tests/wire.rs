@@ -1,6 +1,7 @@
 //! E11 counted independently of the store's own counter: a TCP proxy between the store and the
-//! server counts the statements the client sends on the wire — every simple-protocol `Query`
-//! (`Q`) and every extended-protocol `Execute` (`E`) message.
+//! server counts the statements the client sends on the wire — each statement of a
+//! simple-protocol `Query` (`Q`; cairn sends `BEGIN` and the space lock as one) and every
+//! extended-protocol `Execute` (`E`) — and the messages that carry them (the round trips).
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,11 +19,25 @@ use tokio::net::{TcpListener, TcpStream};
 const SSL_REQUEST: u32 = 80_877_103;
 const GSSENC_REQUEST: u32 = 80_877_104;
 
+/// What the proxy saw: statements, and the `Q`/`E` messages carrying them.
+#[derive(Default)]
+struct Wire {
+    statements: AtomicU64,
+    messages: AtomicU64,
+}
+
+/// The statements of a simple-protocol query string: its `;`-separated parts that hold more
+/// than whitespace (cairn's own SQL holds no `;` inside literals).
+fn statements_in(query: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(query.strip_suffix(&[0]).unwrap_or(query)).into_owned();
+    text.split(';').filter(|s| !s.trim().is_empty()).count() as u64
+}
+
 /// Forwards one client's messages to the server, counting `Q` and `E`.
 async fn pump_client(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    count: Arc<AtomicU64>,
+    count: Arc<Wire>,
 ) -> std::io::Result<()> {
     // Untyped messages (length, then body) until the startup message.
     loop {
@@ -45,7 +60,13 @@ async fn pump_client(
         let mut body = vec![0u8; len.saturating_sub(4) as usize];
         from.read_exact(&mut body).await?;
         if kind == b'Q' || kind == b'E' {
-            count.fetch_add(1, Ordering::SeqCst);
+            count.messages.fetch_add(1, Ordering::SeqCst);
+            let n = if kind == b'Q' {
+                statements_in(&body)
+            } else {
+                1
+            };
+            count.statements.fetch_add(n, Ordering::SeqCst);
         }
         to.write_u8(kind).await?;
         to.write_u32(len).await?;
@@ -54,10 +75,10 @@ async fn pump_client(
 }
 
 /// Starts the proxy in front of `upstream`; returns its port and the statement count.
-async fn counting_proxy(upstream: (String, u16)) -> (u16, Arc<AtomicU64>) {
+async fn counting_proxy(upstream: (String, u16)) -> (u16, Arc<Wire>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let count = Arc::new(AtomicU64::new(0));
+    let count = Arc::new(Wire::default());
     let counter = count.clone();
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
@@ -102,16 +123,25 @@ async fn e11_a_single_event_append_sends_five_statements_on_the_wire() {
         .await
         .unwrap();
     for i in 1..=3u8 {
-        let (wire_before, own_before) =
-            (on_wire.load(Ordering::SeqCst), store.statements_executed());
+        let (wire_before, trips_before, own_before) = (
+            on_wire.statements.load(Ordering::SeqCst),
+            on_wire.messages.load(Ordering::SeqCst),
+            store.statements_executed(),
+        );
         store
             .append(&space, vec![Event::new("wire", vec![i])])
             .await
             .unwrap();
         assert_eq!(
-            on_wire.load(Ordering::SeqCst) - wire_before,
+            on_wire.statements.load(Ordering::SeqCst) - wire_before,
             5,
-            "append {i}"
+            "append {i}: statements"
+        );
+        // BEGIN and the space lock travel together: four round trips.
+        assert_eq!(
+            on_wire.messages.load(Ordering::SeqCst) - trips_before,
+            4,
+            "append {i}: round trips"
         );
         assert_eq!(store.statements_executed() - own_before, 5, "append {i}");
     }
