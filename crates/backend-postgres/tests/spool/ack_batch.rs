@@ -119,20 +119,7 @@ async fn wait_blocked(conn: &mut PgConnection, statement: &str) {
         .unwrap();
     let started = Instant::now();
     loop {
-        // The lock holder is inside a transaction, which keeps one pg_stat_activity snapshot.
-        sqlx::query("SELECT pg_stat_clear_snapshot()")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        let blocked: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_stat_activity \
-             WHERE $1 = ANY(pg_blocking_pids(pid)) AND starts_with(query, $2) LIMIT 1",
-        )
-        .bind(mine)
-        .bind(statement)
-        .fetch_optional(&mut *conn)
-        .await
-        .unwrap();
+        let blocked = super::failures::blocked_by(conn, mine, statement).await;
         if blocked.is_some() {
             return;
         }

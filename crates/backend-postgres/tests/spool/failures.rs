@@ -53,6 +53,26 @@ async fn unlock(conn: &mut PgConnection) {
     sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
 }
 
+/// One look: the backend whose statement starts with `statement` and is blocked by the lock
+/// of `mine` (`conn`'s backend), if any.
+pub(crate) async fn blocked_by(conn: &mut PgConnection, mine: i32, statement: &str) -> Option<i32> {
+    // A transaction reads pg_stat_activity once and keeps that snapshot; the lock holder is
+    // inside one, so clear it for a fresh look.
+    sqlx::query("SELECT pg_stat_clear_snapshot()")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_stat_activity \
+         WHERE $1 = ANY(pg_blocking_pids(pid)) AND starts_with(query, $2) LIMIT 1",
+    )
+    .bind(mine)
+    .bind(statement)
+    .fetch_optional(&mut *conn)
+    .await
+    .unwrap()
+}
+
 /// Waits (with a deadline) until `op`'s statement — the one starting with `statement` — is
 /// blocked by `conn`'s lock, terminates its backend, and returns `op`'s result.
 async fn terminate_while_blocked<T: std::fmt::Debug>(
@@ -66,22 +86,7 @@ async fn terminate_while_blocked<T: std::fmt::Debug>(
         .unwrap();
     let started = Instant::now();
     loop {
-        // A transaction reads pg_stat_activity once and keeps that snapshot; the lock holder
-        // is inside one, so clear it for a fresh look.
-        sqlx::query("SELECT pg_stat_clear_snapshot()")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        let blocked: Option<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_stat_activity \
-             WHERE $1 = ANY(pg_blocking_pids(pid)) AND starts_with(query, $2) LIMIT 1",
-        )
-        .bind(mine)
-        .bind(statement)
-        .fetch_optional(&mut *conn)
-        .await
-        .unwrap();
-        if let Some(pid) = blocked {
+        if let Some(pid) = blocked_by(conn, mine, statement).await {
             let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
                 .bind(pid)
                 .fetch_one(&mut *conn)
