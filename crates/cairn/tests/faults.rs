@@ -10,8 +10,8 @@
 //! mid-transaction and at random under load, a statement timeout, a server restart under load
 //! (on a throwaway cluster), and the migration lock holder dying.
 //!
-//! Both: migration commit boundaries (a failure before the lock, inside the commit, and a death
-//! right after it).
+//! Both: migration commit boundaries of an upgrade, a `repair` and a `down` (a failure before
+//! the lock, inside the commit, and a death right after it).
 
 use std::collections::BTreeMap;
 use std::fs::OpenOptions;
@@ -1270,11 +1270,12 @@ async fn postgres_server_restart_under_load_loses_no_acknowledged_write() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Migration commit boundaries: a failure injected before the lock and inside the upgrade
-// transaction (after the lineage write, before COMMIT) leaves the set at its previous
-// generation — stamp and lineage exactly as before, no lock held — and the next open
-// upgrades. (The runner has no hook *after* COMMIT; the crash harness's random kills cover
-// that point, see docs/RELIABILITY.md.)
+// Migration commit boundaries, for each of the runner's three committing operations (an
+// upgrade, a `repair`, a `down`): a failure injected before the lock and inside the
+// transaction (after the stamp and lineage writes, before COMMIT) leaves the set at its
+// previous generation — stamp and lineage exactly as before, no lock held; a death right after
+// COMMIT (`RunnerHooks::after_commit`) leaves the new generation whole and durable; and the
+// next run of the same operation finds its work done.
 // ---------------------------------------------------------------------------------------------
 
 /// A set generic over both engines: revision 2 adds a table and a row.
@@ -1292,16 +1293,66 @@ fn generation_set(revisions: usize) -> MigrationSet {
     MigrationSet::from_files("gen", files.into_iter().take(revisions)).unwrap()
 }
 
-/// Runs the upgrade to revision 2 with `hooks` in its own task, so that a hook may panic as a
-/// process dying at that point would (its connections are dropped while unwinding).
-async fn upgrade_with(url: &DatabaseUrl, hooks: RunnerHooks) -> Result<Opened, String> {
-    let backend = migrator(url, true).unwrap();
-    let runner = Runner::new(generation_set(2)).with_hooks(hooks);
-    match tokio::spawn(async move { runner.open(&*backend).await }).await {
-        Ok(Ok(opened)) => Ok(opened),
+/// Runs `op` in its own task, so that a hook may panic as a process dying at that point would
+/// (its connections are dropped while unwinding).
+async fn in_task<T, F>(op: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: std::future::Future<Output = Result<T, cairn_migrate::MigrateError>> + Send + 'static,
+{
+    match tokio::spawn(op).await {
+        Ok(Ok(done)) => Ok(done),
         Ok(Err(e)) => Err(format!("error: {e}")),
         Err(j) if j.is_panic() => Err("died (panic)".into()),
         Err(j) => Err(format!("task failed: {j}")),
+    }
+}
+
+/// Runs the upgrade to revision 2 with `hooks` in its own task ([`in_task`]).
+async fn upgrade_with(url: &DatabaseUrl, hooks: RunnerHooks) -> Result<Opened, String> {
+    let backend = migrator(url, true).unwrap();
+    let runner = Runner::new(generation_set(2)).with_hooks(hooks);
+    in_task(async move { runner.open(&*backend).await }).await
+}
+
+/// The hooks of the two failures before COMMIT: a death just before taking the lock, and an
+/// error after the stamp and lineage writes.
+fn failures_before_commit() -> [(&'static str, RunnerHooks); 2] {
+    let before_lock = RunnerHooks {
+        before_lock: Some(Arc::new(|| {
+            panic!("injected: the process dies before taking the migration lock")
+        })),
+        ..RunnerHooks::default()
+    };
+    let inside = RunnerHooks {
+        fail_after_lineage_write: true,
+        ..RunnerHooks::default()
+    };
+    [
+        ("before the lock", before_lock),
+        ("inside the commit", inside),
+    ]
+}
+
+/// A death right after COMMIT, before the runner returns.
+fn death_after_commit() -> RunnerHooks {
+    RunnerHooks {
+        after_commit: Some(Arc::new(|| {
+            panic!("injected: the process dies right after the migration commit")
+        })),
+        ..RunnerHooks::default()
+    }
+}
+
+/// On Postgres, waits until no advisory lock is held in the scratch database.
+async fn no_advisory_lock_left(pg: Option<&ScratchDb>, what: &str) {
+    if let Some(db) = pg {
+        wait_until(
+            &format!("{what}: no advisory lock is left held"),
+            Duration::from_secs(30),
+            || async { db.advisory_holders().await.is_empty() },
+        )
+        .await;
     }
 }
 
@@ -1320,20 +1371,7 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
     let generation_1 = backend.read_state("gen").await.unwrap();
     assert!(generation_1.stamp.is_some());
 
-    let before_lock = RunnerHooks {
-        before_lock: Some(Arc::new(|| {
-            panic!("injected: the process dies before taking the migration lock")
-        })),
-        ..RunnerHooks::default()
-    };
-    let inside = RunnerHooks {
-        fail_after_lineage_write: true,
-        ..RunnerHooks::default()
-    };
-    for (boundary, hooks) in [
-        ("before the lock", before_lock),
-        ("inside the commit", inside),
-    ] {
+    for (boundary, hooks) in failures_before_commit() {
         let r = upgrade_with(&parsed, hooks).await;
         assert!(
             r.is_err(),
@@ -1344,26 +1382,13 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
             generation_1,
             "{boundary}: the failed upgrade changed stamp or lineage"
         );
-        if let Some(db) = pg {
-            wait_until(
-                &format!("{boundary}: no advisory lock is left held"),
-                Duration::from_secs(30),
-                || async { db.advisory_holders().await.is_empty() },
-            )
-            .await;
-        }
+        no_advisory_lock_left(pg, boundary).await;
     }
 
     // After the commit: the process dies right after COMMIT, before the runner returns. The
     // upgrade (whose CREATE TABLE would fail had a failed attempt left revision 2's table
     // behind) is durable, with its stamp and its whole lineage.
-    let after = RunnerHooks {
-        after_commit: Some(Arc::new(|| {
-            panic!("injected: the process dies right after the migration commit")
-        })),
-        ..RunnerHooks::default()
-    };
-    let r = upgrade_with(&parsed, after).await;
+    let r = upgrade_with(&parsed, death_after_commit()).await;
     assert_eq!(
         r,
         Err("died (panic)".into()),
@@ -1381,14 +1406,7 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
         Some(ours.as_slice()),
         "after the commit: the upgrade's lineage is durable and whole"
     );
-    if let Some(db) = pg {
-        wait_until(
-            "after the commit: no advisory lock is left held",
-            Duration::from_secs(30),
-            || async { db.advisory_holders().await.is_empty() },
-        )
-        .await;
-    }
+    no_advisory_lock_left(pg, "after the commit").await;
 
     // Recovery: the next open (a restarted process) finds the new generation at its head and
     // writes nothing.
@@ -1423,4 +1441,194 @@ async fn sqlite_migration_commit_boundaries_recover_to_one_generation() {
 async fn postgres_migration_commit_boundaries_recover_to_one_generation() {
     let db = ScratchDb::create().await;
     commit_boundaries(&db.url(), Some(&db)).await;
+}
+
+/// `repair`'s commit boundaries. The store is at revision 2 without a lineage (both revisions
+/// applied by a build that predates lineage), so a repair records this build's lineage.
+async fn repair_boundaries(url: &str, pg: Option<&ScratchDb>) {
+    let parsed = DatabaseUrl::parse(url).unwrap();
+    let backend = migrator(&parsed, true).unwrap();
+    let no_lineage = RunnerHooks {
+        skip_lineage: true,
+        ..RunnerHooks::default()
+    };
+    Runner::new(generation_set(2))
+        .with_hooks(no_lineage)
+        .open(&*backend)
+        .await
+        .unwrap();
+    let unrepaired = backend.read_state("gen").await.unwrap();
+    let ours = generation_set(2).lineage(backend.dialect());
+    assert_eq!(unrepaired.stamp.as_deref(), Some(ours[1].revision.as_str()));
+    assert_eq!(unrepaired.lineage, None, "setup: a store without lineage");
+
+    for (boundary, hooks) in failures_before_commit() {
+        let runner = Runner::new(generation_set(2)).with_hooks(hooks);
+        let b = backend.clone();
+        let r = in_task(async move { runner.repair(&*b).await }).await;
+        assert!(
+            r.is_err(),
+            "{boundary}: the injected failure must fail the repair: {r:?}"
+        );
+        assert_eq!(
+            backend.read_state("gen").await.unwrap(),
+            unrepaired,
+            "{boundary}: the failed repair changed stamp or lineage"
+        );
+        no_advisory_lock_left(pg, boundary).await;
+    }
+
+    let runner = Runner::new(generation_set(2)).with_hooks(death_after_commit());
+    let b = backend.clone();
+    let r = in_task(async move { runner.repair(&*b).await }).await;
+    assert_eq!(
+        r.map(|_| ()),
+        Err("died (panic)".into()),
+        "after the commit: the hook must run (once the commit succeeded)"
+    );
+    let repaired = backend.read_state("gen").await.unwrap();
+    assert_eq!(
+        repaired.stamp, unrepaired.stamp,
+        "after the commit: the stamp is kept"
+    );
+    assert_eq!(
+        repaired.lineage.as_deref(),
+        Some(ours.as_slice()),
+        "after the commit: the repair's lineage is durable and whole"
+    );
+    no_advisory_lock_left(pg, "after the commit").await;
+
+    // Recovery: the next repair finds the work done and writes nothing; the next open is at head.
+    let again = Runner::new(generation_set(2))
+        .repair(&*backend)
+        .await
+        .unwrap();
+    assert!(
+        !again.changed(),
+        "the repair after the death wrote again: {again:?}"
+    );
+    assert_eq!(backend.read_state("gen").await.unwrap(), repaired);
+    let v2 = Store::builder(url)
+        .migrations(generation_set(2))
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(
+        v2.migrations()[1].outcome,
+        Opened::AtHead,
+        "{:?}",
+        v2.migrations()
+    );
+    v2.close().await.unwrap();
+    assert_eq!(backend.read_state("gen").await.unwrap(), repaired);
+}
+
+/// A set whose revision 2 has down SQL: it creates a table and a row, and its down drops it.
+fn down_set(revisions: usize) -> MigrationSet {
+    let files = [
+        (
+            "0001_dn_a.sql",
+            "CREATE TABLE dn_a (id integer PRIMARY KEY);",
+        ),
+        (
+            "0002_dn_b.sql",
+            "CREATE TABLE dn_b (id integer PRIMARY KEY);\nINSERT INTO dn_b (id) VALUES (1);",
+        ),
+        ("0002_dn_b.down.sql", "DROP TABLE dn_b;"),
+    ];
+    let take = if revisions >= 2 { 3 } else { 1 };
+    MigrationSet::from_files("dn", files.into_iter().take(take)).unwrap()
+}
+
+/// `down`'s commit boundaries: revision 2 is undone to revision 1.
+async fn down_boundaries(url: &str, pg: Option<&ScratchDb>) {
+    let parsed = DatabaseUrl::parse(url).unwrap();
+    let backend = migrator(&parsed, true).unwrap();
+    Runner::new(down_set(2)).open(&*backend).await.unwrap();
+    let at_2 = backend.read_state("dn").await.unwrap();
+    let ours = down_set(2).lineage(backend.dialect());
+    assert_eq!(at_2.stamp.as_deref(), Some(ours[1].revision.as_str()));
+    let to = ours[0].revision.clone();
+
+    for (boundary, hooks) in failures_before_commit() {
+        let runner = Runner::new(down_set(2)).with_hooks(hooks);
+        let (b, to) = (backend.clone(), to.clone());
+        let r = in_task(async move { runner.down(&*b, &to).await }).await;
+        assert!(
+            r.is_err(),
+            "{boundary}: the injected failure must fail the down: {r:?}"
+        );
+        assert_eq!(
+            backend.read_state("dn").await.unwrap(),
+            at_2,
+            "{boundary}: the failed down changed stamp or lineage"
+        );
+        no_advisory_lock_left(pg, boundary).await;
+    }
+
+    // After the commit. Its `DROP TABLE dn_b` would fail had a failed attempt dropped the table
+    // and kept that.
+    let runner = Runner::new(down_set(2)).with_hooks(death_after_commit());
+    let (b, to2) = (backend.clone(), to.clone());
+    let r = in_task(async move { runner.down(&*b, &to2).await }).await;
+    assert_eq!(
+        r.map(|_| ()),
+        Err("died (panic)".into()),
+        "after the commit: the hook must run (once the commit succeeded)"
+    );
+    let at_1 = backend.read_state("dn").await.unwrap();
+    assert_eq!(
+        at_1.stamp.as_deref(),
+        Some(to.as_str()),
+        "after the commit: the stamp moved back"
+    );
+    assert_eq!(
+        at_1.lineage.as_deref(),
+        Some(&ours[..1]),
+        "after the commit: the lineage ends at the down's target"
+    );
+    no_advisory_lock_left(pg, "after the commit").await;
+
+    // Recovery: the next down finds the store at its target and writes nothing; the next
+    // upgrade applies revision 2 again (its CREATE TABLE proves the down dropped the table).
+    let again = Runner::new(down_set(2)).down(&*backend, &to).await.unwrap();
+    assert!(
+        again.reverted.is_empty(),
+        "the down after the death ran again: {again:?}"
+    );
+    assert_eq!(backend.read_state("dn").await.unwrap(), at_1);
+    let up = Runner::new(down_set(2)).open(&*backend).await.unwrap();
+    assert!(matches!(up, Opened::Upgraded { .. }), "{up:?}");
+    let back = backend.read_state("dn").await.unwrap();
+    assert_eq!((back.stamp, back.lineage), (at_2.stamp, at_2.lineage));
+}
+
+/// Repair commit boundaries on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_repair_commit_boundaries_recover_to_one_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    repair_boundaries(&url, None).await;
+}
+
+/// Repair commit boundaries on Postgres (a scratch database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_repair_commit_boundaries_recover_to_one_generation() {
+    let db = ScratchDb::create().await;
+    repair_boundaries(&db.url(), Some(&db)).await;
+}
+
+/// Down commit boundaries on SQLite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_down_commit_boundaries_recover_to_one_generation() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    down_boundaries(&url, None).await;
+}
+
+/// Down commit boundaries on Postgres (a scratch database).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_down_commit_boundaries_recover_to_one_generation() {
+    let db = ScratchDb::create().await;
+    down_boundaries(&db.url(), Some(&db)).await;
 }

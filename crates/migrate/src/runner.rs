@@ -280,7 +280,8 @@ pub struct RunnerHooks {
     pub before_lock: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
     /// Upgrade without recording a lineage, as a runner that predates lineage does.
     pub skip_lineage: bool,
-    /// Fail after writing the lineage, before commit (atomicity tests).
+    /// Fail after writing the stamp and lineage, before commit (atomicity tests): in an
+    /// upgrade, a `repair` and a `down`.
     pub fail_after_lineage_write: bool,
     /// Called right after the runner's COMMIT succeeded (an open that took the lock, a
     /// `repair` that wrote, a `down`), before it returns: lets a test die at that point, as a
@@ -473,6 +474,12 @@ impl Runner {
             now = Classification::AtHead {
                 repair_lineage: false,
             };
+        }
+        if self.hooks.fail_after_lineage_write {
+            return Err(MigrateError::Store(cairn_core::Error::backend(
+                "test",
+                "injected failure after the repair's writes",
+            )));
         }
         Ok(Repaired {
             stamp_restored,
