@@ -34,6 +34,11 @@ pub async fn s4_concurrent_claimers_never_share_a_run<H: SpoolHarness>(h: &H) {
                     return (me, out);
                 }
                 out.extend(got);
+                // A claim that hands a run out without leasing it would loop here for ever.
+                assert!(
+                    out.len() <= 60,
+                    "S4: more runs handed out than were enqueued"
+                );
             }
         }));
     }
