@@ -417,7 +417,14 @@ async fn s5_child(spool: &PgSpool, queue: &str, tag: &str) {
         state: Some(state),
         after: None,
     };
+    // 60 runs drain in seconds; a claim or ack that leaves runs live would loop here for ever.
+    let drain_by = Instant::now() + 6 * DEADLINE;
     loop {
+        assert!(
+            Instant::now() < drain_by,
+            "child {tag}: the queue did not drain within {:?}",
+            6 * DEADLINE
+        );
         let got = spool
             .claim(&q, &me, Duration::from_secs(60), 5)
             .await
