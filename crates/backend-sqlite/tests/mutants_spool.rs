@@ -1,11 +1,16 @@
 //! The SQLite spool's behaviour that survived mutation testing (issue 14, `cargo mutants` over
-//! `src/spool/queue.rs` with this crate's spool and group-commit tests): each test here names
-//! the mutant it kills.
+//! `src/spool/*.rs` with this crate's spool and group-commit tests): each test here names the
+//! mutant it kills.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{DedupKey, EnqueueOptions, QueueName, Spool, SystemClock};
+use cairn_core::spool::{
+    DedupKey, EnqueueOptions, ImportSource, ImportedRun, QueueName, RunImportOutcome, RunState,
+    Spool, SystemClock, Timestamp,
+};
+use cairn_core::RunId;
 use cairn_sqlite::{SqliteOptions, SqliteSpool};
 
 /// Kills `existing_run_q` → `Ok(None)`. A duplicate enqueue is answered from a read
@@ -65,4 +70,54 @@ async fn next_due_is_the_queued_runs_not_before() {
         .await
         .unwrap();
     assert_eq!(spool.next_due(&queue).await.unwrap(), Some(later));
+}
+
+/// Kills `import_runs_tx`'s `r.state == RunState::Queued` → `!=` and its `delete !` in
+/// `!woken.contains(..)` (`src/spool/import.rs`). An import that gives a queue a queued run
+/// wakes that queue's subscribers of this instance at once, as an enqueue does, not only at the
+/// next poll for other connections' commits (an hour away here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = SqliteSpool::open(
+        dir.path().join("store.db"),
+        SqliteOptions::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap()
+    .with_wake_poll(Duration::from_secs(3600));
+    let queue = QueueName::new("mutants-import").unwrap();
+    let mut wake = spool.subscribe(&queue).await.unwrap();
+    let at = Timestamp::from_unix_micros(1_700_000_000_000_000);
+    let run = ImportedRun {
+        run_id: RunId::generate(at),
+        queue: queue.clone(),
+        dedup_key: DedupKey::from_parts(["mutants", "import"]).unwrap(),
+        supersede_group: None,
+        payload: b"x".to_vec(),
+        state: RunState::Queued,
+        attempts: 0,
+        max_attempts: 3,
+        priority: 0,
+        enqueued_at: at,
+        due_at: Some(at),
+        finished_at: None,
+        reason: None,
+        facts: BTreeMap::new(),
+        events: Vec::new(),
+    };
+    let source = ImportSource {
+        fingerprint: [9; 32],
+        description: "mutants".into(),
+    };
+    let outcome = spool.import_runs(&source, vec![run]).await.unwrap();
+    assert!(
+        matches!(outcome, RunImportOutcome::Imported { .. }),
+        "{outcome:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("the import must wake the queue's subscriber without waiting for a poll")
+        .unwrap();
 }
