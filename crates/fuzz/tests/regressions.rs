@@ -44,3 +44,35 @@ fn a_statement_of_non_ascii_whitespace_is_never_returned_empty() {
         );
     }
 }
+
+/// `config`: a `log.level` directive whose span filter holds a field value such as
+/// `(a|b)*a(a|b)(a|b)…` was compiled by tracing-subscriber into a dense DFA with a state per
+/// combination of the last letters: `check_config` ran for minutes and grew to gigabytes (the
+/// fuzzer's input took 228 s). Field values now match literally
+/// (`EnvFilter::builder().with_regex(false)`), so the check returns at once.
+#[test]
+fn a_log_filter_with_a_pathological_field_regex_is_checked_at_once() {
+    let blowup = format!("(a|b)*a{}", "(a|b)".repeat(22));
+    let configs = [
+        format!("[auth]\ninsecure_no_auth = true\n[log]\nlevel = \"x[{{f={blowup}}}]=debug\"\n"),
+        format!(
+            "[auth]\ninsecure_no_auth = true\n[log]\nlevel = \"info,cairn[req{{token=.*.*.*{blowup}}}]=trace\"\n"
+        ),
+    ];
+    for text in configs {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let checked = text.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(cairn_server::fuzzing::check_config(&checked).map(|_| ()));
+        });
+        let accepted = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("check_config did not return within 60 s: {text:?}"));
+        assert_eq!(
+            accepted,
+            Ok(()),
+            "a literal field filter is a valid directive: {text:?}"
+        );
+        assert!(run_once(by_name("config").unwrap(), text.as_bytes()).is_ok());
+    }
+}
