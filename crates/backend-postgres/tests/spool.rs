@@ -17,3 +17,5 @@ mod processes;
 mod queries;
 #[path = "spool/retention.rs"]
 mod retention;
+#[path = "spool/wakes.rs"]
+mod wakes;

@@ -135,6 +135,9 @@ struct Inner {
     batcher: batch::Batcher,
     /// Acks waiting for the next batch ([`ack_batch`]).
     acks: ack_batch::AckLane,
+    /// Ids the next unbatched enqueue attempts take before generating fresh ones: always empty
+    /// outside tests (`testkit_force_next_run_ids`), which use it to make a new id collide.
+    forced_ids: std::sync::Mutex<std::collections::VecDeque<cairn_core::RunId>>,
 }
 
 impl fmt::Debug for PgSpool {
@@ -256,6 +259,7 @@ impl PgSpool {
                 wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
                 batcher: batch::Batcher::default(),
                 acks: ack_batch::AckLane::default(),
+                forced_ids: std::sync::Mutex::default(),
             }),
         })
     }

@@ -70,6 +70,18 @@ impl PgSpool {
         self.inner.clock.now()
     }
 
+    /// The id an unbatched enqueue attempt tries: a fresh one, unless a test queued the next
+    /// ones (`testkit_force_next_run_ids`).
+    fn new_run_id(&self, now: Timestamp) -> RunId {
+        let forced = self
+            .inner
+            .forced_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front();
+        forced.unwrap_or_else(|| RunId::generate(now))
+    }
+
     /// The backoff after `attempt` of the run `(queue, key)`, as every backend computes it.
     pub(super) fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
         self.inner
@@ -218,7 +230,7 @@ impl Spool for PgSpool {
         // A new id collides with a stored one (not the key's run) with negligible probability;
         // the unique violation then wrote nothing, and a fresh id is tried.
         for _ in 0..3 {
-            let id = RunId::generate(now);
+            let id = self.new_run_id(now);
             match self.enqueue_once(id, &new).await {
                 Ok(stored) => {
                     return Ok(Enqueued {

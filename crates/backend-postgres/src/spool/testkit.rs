@@ -164,6 +164,28 @@ impl PgSpool {
     }
 }
 
+/// Test support for the enqueue's retry of a new id that is taken.
+impl PgSpool {
+    /// The ids the next unbatched enqueue attempts (an enqueue with a supersede group, or one
+    /// whose batch failed) take, in order, before fresh ones are generated again.
+    pub fn testkit_force_next_run_ids(&self, ids: impl IntoIterator<Item = cairn_core::RunId>) {
+        self.inner
+            .forced_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(ids);
+    }
+
+    /// How many forced ids no attempt has taken yet.
+    pub fn testkit_forced_ids_left(&self) -> usize {
+        self.inner
+            .forced_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
 /// Test support for batched acks (`spool::ack_batch`).
 impl PgSpool {
     /// Holds the ack lane: no ack batch runs until the returned guard drops, so a test can

@@ -323,3 +323,75 @@ async fn close_ends_subscriptions(spool: PgSpool, mut wake: Box<dyn cairn_core::
         "a closed spool's subscription is Unavailable: {r:?}"
     );
 }
+
+/// An enqueue with a supersede group (the unbatched path): its attempts take these ids first.
+fn grouped() -> EnqueueOptions {
+    EnqueueOptions::default()
+        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["collide"]).unwrap())
+}
+
+/// An enqueue whose new run id is already stored (under another key) wrote nothing and is
+/// tried again with a fresh id: the caller gets a created run, never the collision. Kills the
+/// retry guard `e.is_conflict()` → `false` (mutation testing, `spool/ops.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_whose_new_id_is_taken_retries_with_a_fresh_id() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("collide");
+    let taken = spool
+        .enqueue(&q, &key("first"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    spool.testkit_force_next_run_ids([taken, taken]);
+    let second = spool
+        .enqueue(&q, &key("second"), vec![2], grouped())
+        .await
+        .expect("a taken id is retried with a fresh one");
+    assert!(second.created);
+    assert_ne!(second.run_id, taken);
+    assert_eq!(
+        spool.testkit_forced_ids_left(),
+        0,
+        "both forced ids were tried"
+    );
+    let first = spool.run(taken).await.unwrap().unwrap();
+    assert_eq!(first.dedup_key, key("first"), "the stored run is untouched");
+    assert_eq!(
+        spool.run(second.run_id).await.unwrap().unwrap().dedup_key,
+        key("second")
+    );
+    spool.close().await;
+}
+
+/// Only a taken id is retried: an attempt that fails otherwise (here a lock timeout) returns
+/// its error at once, after one attempt. Kills the retry guard `e.is_conflict()` → `true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_that_fails_otherwise_is_not_retried() {
+    let h = spool_harness().await;
+    let spool = h
+        .spool_with(h.options().lock_timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let q = random_queue("no-retry");
+    let ids: Vec<_> = (0..3)
+        .map(|_| cairn_core::RunId::generate(spool.clock().now()))
+        .collect();
+    spool.testkit_force_next_run_ids(ids);
+    let mut conn = admin(&h).await;
+    lock_runs(&mut conn).await;
+    let r = spool
+        .enqueue(&q, &key("blocked"), Vec::new(), grouped())
+        .await;
+    unlock(&mut conn).await;
+    assert!(
+        matches!(r, Err(Error::Retryable { .. })),
+        "a lock timeout is Retryable: {r:?}"
+    );
+    assert_eq!(
+        spool.testkit_forced_ids_left(),
+        2,
+        "a failure that is not a taken id must not be tried again"
+    );
+    spool.close().await;
+}
