@@ -76,3 +76,13 @@ fn a_log_filter_with_a_pathological_field_regex_is_checked_at_once() {
         assert!(run_once(by_name("config").unwrap(), text.as_bytes()).is_ok());
     }
 }
+
+/// `config`: the target's helper that quotes the values of a built config used `toml`'s
+/// serializer, whose run-of-quotes counter (toml_write 0.1.2) overflowed on 256 `"` in a row
+/// with overflow checks on — a panic in the harness, not in cairn (which only parses TOML). The
+/// helper now escapes by itself; the libFuzzer input is the committed seed `quotes_run_256`.
+#[test]
+fn a_built_config_value_of_many_quotes_is_quoted_without_panicking() {
+    let input = include_bytes!("../corpus/config/quotes_run_256");
+    assert!(run_once(by_name("config").unwrap(), input).is_ok());
+}

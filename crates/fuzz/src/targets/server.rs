@@ -459,9 +459,23 @@ fn load(text: &str, secret: Option<&str>) -> u64 {
     }
 }
 
-/// A TOML string literal for `s` (basic string, escaped).
+/// A TOML basic string literal for `s`: quotes and backslashes escaped, control characters as
+/// `\uXXXX`. Written here rather than with `toml`'s serializer, whose run-of-quotes counter
+/// (toml_write 0.1.2) overflows on 256 `"` in a row when overflow checks are on — a panic the
+/// `config` target hit in this helper, not in cairn, which only parses TOML.
 fn quoted(s: &str) -> String {
-    toml::Value::String(s.to_owned()).to_string()
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c < ' ' || c == '\u{7f}' => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A config file built from arbitrary choices, every secret key holding `secret`, and whether
