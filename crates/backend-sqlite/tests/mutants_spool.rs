@@ -13,19 +13,24 @@ use cairn_core::spool::{
 use cairn_core::RunId;
 use cairn_sqlite::{SqliteOptions, SqliteSpool};
 
+/// A spool on a new store in `dir`, with the default options and the system clock.
+async fn open(dir: &tempfile::TempDir) -> SqliteSpool {
+    SqliteSpool::open(
+        dir.path().join("store.db"),
+        SqliteOptions::default(),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap()
+}
+
 /// Kills `existing_run_q` → `Ok(None)`. A duplicate enqueue is answered from a read
 /// connection, without the writer: it returns the existing run while another write holds the
 /// writer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_enqueue_answers_without_the_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let spool = SqliteSpool::open(
-        dir.path().join("store.db"),
-        SqliteOptions::default(),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
+    let spool = open(&dir).await;
     let queue = QueueName::new("mutants").unwrap();
     let key = DedupKey::from_parts(["mutants", "dup"]).unwrap();
     let first = spool
@@ -50,13 +55,7 @@ async fn duplicate_enqueue_answers_without_the_writer() {
 #[tokio::test]
 async fn next_due_is_the_queued_runs_not_before() {
     let dir = tempfile::tempdir().unwrap();
-    let spool = SqliteSpool::open(
-        dir.path().join("store.db"),
-        SqliteOptions::default(),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap();
+    let spool = open(&dir).await;
     let queue = QueueName::new("mutants-due").unwrap();
     assert_eq!(spool.next_due(&queue).await.unwrap(), None);
     let later = cairn_core::spool::Timestamp::from_unix_micros(4_000_000_000_000_000);
@@ -79,14 +78,7 @@ async fn next_due_is_the_queued_runs_not_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let spool = SqliteSpool::open(
-        dir.path().join("store.db"),
-        SqliteOptions::default(),
-        Arc::new(SystemClock),
-    )
-    .await
-    .unwrap()
-    .with_wake_poll(Duration::from_secs(3600));
+    let spool = open(&dir).await.with_wake_poll(Duration::from_secs(3600));
     let queue = QueueName::new("mutants-import").unwrap();
     let mut wake = spool.subscribe(&queue).await.unwrap();
     let at = Timestamp::from_unix_micros(1_700_000_000_000_000);

@@ -29,7 +29,7 @@ use cairn::{
     LeaseToken, MigrationSet, Opened, QueueName, RunEventId, RunId, RunInfo, RunState, Seq,
     SpaceId, Store,
 };
-use cairn_migrate::RunnerHooks;
+use cairn_migrate::{MigrationBackend, RunnerHooks, StoredState};
 use sqlx::{Connection, PgConnection};
 
 /// The test application's set, `revisions` long. Revision 2 writes ~600 KiB of rows, so its
@@ -1308,13 +1308,6 @@ where
     }
 }
 
-/// Runs the upgrade to revision 2 with `hooks` in its own task ([`in_task`]).
-async fn upgrade_with(url: &DatabaseUrl, hooks: RunnerHooks) -> Result<Opened, String> {
-    let backend = migrator(url, true).unwrap();
-    let runner = Runner::new(generation_set(2)).with_hooks(hooks);
-    in_task(async move { runner.open(&*backend).await }).await
-}
-
 /// The hooks of the two failures before COMMIT: a death just before taking the lock, and an
 /// error after the stamp and lineage writes.
 fn failures_before_commit() -> [(&'static str, RunnerHooks); 2] {
@@ -1356,6 +1349,43 @@ async fn no_advisory_lock_left(pg: Option<&ScratchDb>, what: &str) {
     }
 }
 
+/// Runs one committing runner operation (`op`, given the hooks to run with) at each boundary:
+/// the two failures before COMMIT must fail it and leave set `set` exactly at `before` with no
+/// lock held; then a death right after COMMIT must run (the caller checks what it left).
+async fn at_each_boundary<T, F, Fut>(
+    what: &str,
+    backend: &Arc<dyn MigrationBackend>,
+    set: &str,
+    before: &StoredState,
+    pg: Option<&ScratchDb>,
+    op: F,
+) where
+    T: std::fmt::Debug + Send + 'static,
+    F: Fn(RunnerHooks) -> Fut,
+    Fut: std::future::Future<Output = Result<T, cairn_migrate::MigrateError>> + Send + 'static,
+{
+    for (boundary, hooks) in failures_before_commit() {
+        let r = in_task(op(hooks)).await;
+        assert!(
+            r.is_err(),
+            "{boundary}: the injected failure must fail the {what}: {r:?}"
+        );
+        assert_eq!(
+            &backend.read_state(set).await.unwrap(),
+            before,
+            "{boundary}: the failed {what} changed stamp or lineage"
+        );
+        no_advisory_lock_left(pg, boundary).await;
+    }
+    let r = in_task(op(death_after_commit())).await;
+    assert_eq!(
+        r.map(|_| ()),
+        Err("died (panic)".into()),
+        "after the commit: the hook must run (once the {what}'s commit succeeded)"
+    );
+    no_advisory_lock_left(pg, "after the commit").await;
+}
+
 /// Holds every injected failure to "one consistent generation", then upgrades for real.
 /// `pg` is the scratch database when the store is on Postgres (its advisory locks are
 /// checked).
@@ -1371,29 +1401,16 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
     let generation_1 = backend.read_state("gen").await.unwrap();
     assert!(generation_1.stamp.is_some());
 
-    for (boundary, hooks) in failures_before_commit() {
-        let r = upgrade_with(&parsed, hooks).await;
-        assert!(
-            r.is_err(),
-            "{boundary}: the injected failure must fail the upgrade"
+    // After the commit, the upgrade (whose CREATE TABLE would fail had a failed attempt left
+    // revision 2's table behind) is durable, with its stamp and its whole lineage.
+    at_each_boundary("upgrade", &backend, "gen", &generation_1, pg, |hooks| {
+        let (runner, b) = (
+            Runner::new(generation_set(2)).with_hooks(hooks),
+            backend.clone(),
         );
-        assert_eq!(
-            backend.read_state("gen").await.unwrap(),
-            generation_1,
-            "{boundary}: the failed upgrade changed stamp or lineage"
-        );
-        no_advisory_lock_left(pg, boundary).await;
-    }
-
-    // After the commit: the process dies right after COMMIT, before the runner returns. The
-    // upgrade (whose CREATE TABLE would fail had a failed attempt left revision 2's table
-    // behind) is durable, with its stamp and its whole lineage.
-    let r = upgrade_with(&parsed, death_after_commit()).await;
-    assert_eq!(
-        r,
-        Err("died (panic)".into()),
-        "after the commit: the hook must run (once the commit succeeded)"
-    );
+        async move { runner.open(&*b).await }
+    })
+    .await;
     let generation_2 = backend.read_state("gen").await.unwrap();
     let ours = generation_set(2).lineage(backend.dialect());
     assert_eq!(
@@ -1406,7 +1423,6 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
         Some(ours.as_slice()),
         "after the commit: the upgrade's lineage is durable and whole"
     );
-    no_advisory_lock_left(pg, "after the commit").await;
 
     // Recovery: the next open (a restarted process) finds the new generation at its head and
     // writes nothing.
@@ -1462,30 +1478,14 @@ async fn repair_boundaries(url: &str, pg: Option<&ScratchDb>) {
     assert_eq!(unrepaired.stamp.as_deref(), Some(ours[1].revision.as_str()));
     assert_eq!(unrepaired.lineage, None, "setup: a store without lineage");
 
-    for (boundary, hooks) in failures_before_commit() {
-        let runner = Runner::new(generation_set(2)).with_hooks(hooks);
-        let b = backend.clone();
-        let r = in_task(async move { runner.repair(&*b).await }).await;
-        assert!(
-            r.is_err(),
-            "{boundary}: the injected failure must fail the repair: {r:?}"
+    at_each_boundary("repair", &backend, "gen", &unrepaired, pg, |hooks| {
+        let (runner, b) = (
+            Runner::new(generation_set(2)).with_hooks(hooks),
+            backend.clone(),
         );
-        assert_eq!(
-            backend.read_state("gen").await.unwrap(),
-            unrepaired,
-            "{boundary}: the failed repair changed stamp or lineage"
-        );
-        no_advisory_lock_left(pg, boundary).await;
-    }
-
-    let runner = Runner::new(generation_set(2)).with_hooks(death_after_commit());
-    let b = backend.clone();
-    let r = in_task(async move { runner.repair(&*b).await }).await;
-    assert_eq!(
-        r.map(|_| ()),
-        Err("died (panic)".into()),
-        "after the commit: the hook must run (once the commit succeeded)"
-    );
+        async move { runner.repair(&*b).await }
+    })
+    .await;
     let repaired = backend.read_state("gen").await.unwrap();
     assert_eq!(
         repaired.stamp, unrepaired.stamp,
@@ -1496,7 +1496,6 @@ async fn repair_boundaries(url: &str, pg: Option<&ScratchDb>) {
         Some(ours.as_slice()),
         "after the commit: the repair's lineage is durable and whole"
     );
-    no_advisory_lock_left(pg, "after the commit").await;
 
     // Recovery: the next repair finds the work done and writes nothing; the next open is at head.
     let again = Runner::new(generation_set(2))
@@ -1550,32 +1549,17 @@ async fn down_boundaries(url: &str, pg: Option<&ScratchDb>) {
     assert_eq!(at_2.stamp.as_deref(), Some(ours[1].revision.as_str()));
     let to = ours[0].revision.clone();
 
-    for (boundary, hooks) in failures_before_commit() {
-        let runner = Runner::new(down_set(2)).with_hooks(hooks);
-        let (b, to) = (backend.clone(), to.clone());
-        let r = in_task(async move { runner.down(&*b, &to).await }).await;
-        assert!(
-            r.is_err(),
-            "{boundary}: the injected failure must fail the down: {r:?}"
+    // The after-commit down's `DROP TABLE dn_b` would fail had a failed attempt dropped the
+    // table and kept that.
+    at_each_boundary("down", &backend, "dn", &at_2, pg, |hooks| {
+        let (runner, b, to) = (
+            Runner::new(down_set(2)).with_hooks(hooks),
+            backend.clone(),
+            to.clone(),
         );
-        assert_eq!(
-            backend.read_state("dn").await.unwrap(),
-            at_2,
-            "{boundary}: the failed down changed stamp or lineage"
-        );
-        no_advisory_lock_left(pg, boundary).await;
-    }
-
-    // After the commit. Its `DROP TABLE dn_b` would fail had a failed attempt dropped the table
-    // and kept that.
-    let runner = Runner::new(down_set(2)).with_hooks(death_after_commit());
-    let (b, to2) = (backend.clone(), to.clone());
-    let r = in_task(async move { runner.down(&*b, &to2).await }).await;
-    assert_eq!(
-        r.map(|_| ()),
-        Err("died (panic)".into()),
-        "after the commit: the hook must run (once the commit succeeded)"
-    );
+        async move { runner.down(&*b, &to).await }
+    })
+    .await;
     let at_1 = backend.read_state("dn").await.unwrap();
     assert_eq!(
         at_1.stamp.as_deref(),
@@ -1587,7 +1571,6 @@ async fn down_boundaries(url: &str, pg: Option<&ScratchDb>) {
         Some(&ours[..1]),
         "after the commit: the lineage ends at the down's target"
     );
-    no_advisory_lock_left(pg, "after the commit").await;
 
     // Recovery: the next down finds the store at its target and writes nothing; the next
     // upgrade applies revision 2 again (its CREATE TABLE proves the down dropped the table).
