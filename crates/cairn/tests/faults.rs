@@ -1386,6 +1386,24 @@ async fn at_each_boundary<T, F, Fut>(
     no_advisory_lock_left(pg, "after the commit").await;
 }
 
+/// The next open of the store with revision 2 of set `gen` (a restarted process) finds it at
+/// its head and leaves its state exactly `expected`.
+async fn opens_at_head(url: &str, backend: &Arc<dyn MigrationBackend>, expected: &StoredState) {
+    let v2 = Store::builder(url)
+        .migrations(generation_set(2))
+        .open()
+        .await
+        .unwrap();
+    assert_eq!(
+        v2.migrations()[1].outcome,
+        Opened::AtHead,
+        "{:?}",
+        v2.migrations()
+    );
+    v2.close().await.unwrap();
+    assert_eq!(&backend.read_state("gen").await.unwrap(), expected);
+}
+
 /// Holds every injected failure to "one consistent generation", then upgrades for real.
 /// `pg` is the scratch database when the store is on Postgres (its advisory locks are
 /// checked).
@@ -1426,19 +1444,7 @@ async fn commit_boundaries(url: &str, pg: Option<&ScratchDb>) {
 
     // Recovery: the next open (a restarted process) finds the new generation at its head and
     // writes nothing.
-    let v2 = Store::builder(url)
-        .migrations(generation_set(2))
-        .open()
-        .await
-        .unwrap();
-    assert_eq!(
-        v2.migrations()[1].outcome,
-        Opened::AtHead,
-        "{:?}",
-        v2.migrations()
-    );
-    v2.close().await.unwrap();
-    assert_eq!(backend.read_state("gen").await.unwrap(), generation_2);
+    opens_at_head(url, &backend, &generation_2).await;
     if let Some(db) = pg {
         assert!(db.advisory_holders().await.is_empty());
     }
@@ -1507,19 +1513,7 @@ async fn repair_boundaries(url: &str, pg: Option<&ScratchDb>) {
         "the repair after the death wrote again: {again:?}"
     );
     assert_eq!(backend.read_state("gen").await.unwrap(), repaired);
-    let v2 = Store::builder(url)
-        .migrations(generation_set(2))
-        .open()
-        .await
-        .unwrap();
-    assert_eq!(
-        v2.migrations()[1].outcome,
-        Opened::AtHead,
-        "{:?}",
-        v2.migrations()
-    );
-    v2.close().await.unwrap();
-    assert_eq!(backend.read_state("gen").await.unwrap(), repaired);
+    opens_at_head(url, &backend, &repaired).await;
 }
 
 /// A set whose revision 2 has down SQL: it creates a table and a row, and its down drops it.
