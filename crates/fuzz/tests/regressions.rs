@@ -86,3 +86,15 @@ fn a_built_config_value_of_many_quotes_is_quoted_without_panicking() {
     let input = include_bytes!("../corpus/config/quotes_run_256");
     assert!(run_once(by_name("config").unwrap(), input).is_ok());
 }
+
+/// `config`: tracing-subscriber's directive parser (0.3.23) walks a directive trimmed but
+/// slices it untrimmed, so a `log.level` piece with a space before a multi-byte character
+/// (` ފ=…`) panicked on a char boundary. `check_level` now trims each directive first; the
+/// libFuzzer input is the committed seed `log_filter_space_multibyte`.
+#[test]
+fn a_log_filter_with_a_space_before_a_multi_byte_character_does_not_panic() {
+    let input = include_bytes!("../corpus/config/log_filter_space_multibyte");
+    assert!(run_once(by_name("config").unwrap(), input).is_ok());
+    let text = "[auth]\ninsecure_no_auth = true\n[log]\nlevel = \"info, \u{78a}=debug\"\n";
+    assert!(cairn_server::fuzzing::check_config(text).is_ok());
+}

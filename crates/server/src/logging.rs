@@ -15,10 +15,20 @@ use crate::config::LogFormat;
 /// regular expressions: tracing-subscriber compiles such a regex into a dense DFA, and a
 /// directive like `x[{f=(a|b)*a(a|b)(a|b)…}]` then takes minutes and gigabytes to parse (found
 /// by the `config` fuzz target).
+///
+/// Each comma-separated directive is trimmed before tracing-subscriber sees it: its parser (0.3)
+/// walks a directive trimmed but slices it untrimmed, so a space after a comma shifted every
+/// index (`info, cairn::http=warn` was refused) and a space before a multi-byte character
+/// panicked (found by the `config` fuzz target).
 pub(crate) fn check_level(level: &str) -> Result<EnvFilter, String> {
+    let directives = level
+        .split(',')
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(",");
     EnvFilter::builder()
         .with_regex(false)
-        .parse(level)
+        .parse(&directives)
         .map_err(|_| "log.level: expected a level (error, warn, info, debug, trace) or a tracing filter directive".to_owned())
 }
 
@@ -39,4 +49,25 @@ pub(crate) fn init(filter: EnvFilter, format: LogFormat) {
             .with_span_list(false)
             .try_init(),
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_level;
+
+    #[test]
+    fn a_space_after_a_comma_leaves_the_directive_intact() {
+        let filter = check_level("info, cairn::http=warn").unwrap().to_string();
+        assert!(
+            filter.split(',').any(|d| d == "cairn::http=warn"),
+            "{filter}"
+        );
+    }
+
+    #[test]
+    fn a_space_before_a_multi_byte_character_neither_panics_nor_shifts_the_target() {
+        let filter = check_level("info, \u{78a}=debug").unwrap().to_string();
+        assert!(filter.split(',').any(|d| d == "\u{78a}=debug"), "{filter}");
+        assert!(check_level(" \u{78a}=========8914143662319").is_err());
+    }
 }
