@@ -418,12 +418,12 @@ async fn s5_child(spool: &PgSpool, queue: &str, tag: &str) {
         after: None,
     };
     // 60 runs drain in seconds; a claim or ack that leaves runs live would loop here for ever.
-    let drain_by = Instant::now() + 6 * DEADLINE;
+    let within = 6 * DEADLINE;
+    let drain_by = Instant::now() + within;
     loop {
         assert!(
             Instant::now() < drain_by,
-            "child {tag}: the queue did not drain within {:?}",
-            6 * DEADLINE
+            "child {tag}: the queue did not drain within {within:?}"
         );
         let got = spool
             .claim(&q, &me, Duration::from_secs(60), 5)
