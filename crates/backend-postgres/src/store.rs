@@ -435,7 +435,7 @@ impl PgStore {
         let opened = runner.open(&migrator).await?;
         let search_path = schema.as_str().to_owned();
         let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
-        let pool = PgPoolOptions::new()
+        let pool = crate::config::with_liveness_check(PgPoolOptions::new())
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout)
             .after_connect(move |conn, _meta| {

@@ -7,6 +7,10 @@ cairn_conformance::spool_suite!(cairn_postgres::spool::testkit::spool_harness())
 mod ack_batch;
 #[path = "spool/batch.rs"]
 mod batch;
+#[path = "spool/claims.rs"]
+mod claims;
+#[path = "spool/duplicates.rs"]
+mod duplicates;
 #[path = "spool/failures.rs"]
 mod failures;
 #[path = "spool/import.rs"]

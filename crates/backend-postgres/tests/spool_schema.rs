@@ -64,7 +64,8 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
             "0001_epoch_log",
             "0002_spool",
             "0003_spool_import",
-            "0004_fleet"
+            "0004_fleet",
+            "0005_spool_claim_jitter"
         ]
     );
     let reports = check_set(&PgAdditivity::new(url().await), &set)
@@ -107,6 +108,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0002_spool".into(),
                 "0003_spool_import".into(),
                 "0004_fleet".into(),
+                "0005_spool_claim_jitter".into(),
             ],
         }
     );
@@ -136,7 +138,7 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0004_fleet".into()
+            stamp: "0005_spool_claim_jitter".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);

@@ -25,6 +25,9 @@ const SPOOL_IMPORT_POSTGRES: &str = include_str!("../sql/0003_spool_import.postg
 /// Revision 0004's fixed text per dialect, shipped with the build.
 const FLEET_SQLITE: &str = include_str!("../sql/0004_fleet.sqlite.sql");
 const FLEET_POSTGRES: &str = include_str!("../sql/0004_fleet.postgres.sql");
+/// Revision 0005's fixed text per dialect, shipped with the build.
+const CLAIM_JITTER_SQLITE: &str = include_str!("../sql/0005_spool_claim_jitter.sqlite.sql");
+const CLAIM_JITTER_POSTGRES: &str = include_str!("../sql/0005_spool_claim_jitter.postgres.sql");
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -71,6 +74,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(FLEET_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(FLEET_POSTGRES, Dialect::Postgres),
             description: "fleet: cairn_fleet (the builds that have the store open), cairn_contract (contract revisions applied)"
+                .into(),
+        },
+        Revision {
+            id: "0005_spool_claim_jitter".into(),
+            parent: Some("0004_fleet".into()),
+            up_sqlite: fixed_statements(CLAIM_JITTER_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(CLAIM_JITTER_POSTGRES, Dialect::Postgres),
+            description: "spool claim jitter: spool_run.claim_attempt, claim_jitter (the backoff jitter of a run's next attempt, so a Postgres claim is one statement)"
                 .into(),
         },
     ]
@@ -147,6 +158,18 @@ mod tests {
                     "3551a9fbffa16180442d0ca0c48acf784ed07214793af8bef1cebf958384d477".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0005_spool_claim_jitter".to_owned(),
+                    Dialect::Sqlite,
+                    "a34a521d3d8b715aaa8a9ccc15c4f14e011120e98be34e26a0c1ef767f8b083e".to_owned(),
+                ),
+                (
+                    "0005_spool_claim_jitter".to_owned(),
+                    Dialect::Postgres,
+                    "e8aa4353cc655faf708620eb0eae101e59213b345c4d67d93d1ce81bd2240a52".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -156,6 +179,7 @@ mod tests {
         assert_eq!(set.checksum_form(1), crate::ChecksumForm::Combined);
         assert_eq!(set.checksum_form(2), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(3), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(4), crate::ChecksumForm::PerDialect);
     }
 
     /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
@@ -196,8 +220,9 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each revision after the first (0002–0004) create the same objects in
-    /// the same order, and create nothing else.
+    /// Both dialects of each revision after the first (0002–0005) create the same objects
+    /// (tables, indexes, and columns added to a table) in the same order, and create nothing
+    /// else.
     #[test]
     fn later_revisions_define_the_same_objects_on_both_engines() {
         let set = cairn_set();
@@ -206,6 +231,14 @@ mod tests {
                 .iter()
                 .map(|s| {
                     let words: Vec<&str> = s.split_whitespace().collect();
+                    if words.len() > 5 && words[..2] == ["ALTER", "TABLE"] {
+                        assert_eq!(
+                            words[3..5],
+                            ["ADD", "COLUMN"],
+                            "a later revision only adds: {s}"
+                        );
+                        return format!("COLUMN {}.{}", words[2], words[5]);
+                    }
                     assert!(
                         words.len() > 3 && words[0] == "CREATE",
                         "a later revision only creates: {s}"

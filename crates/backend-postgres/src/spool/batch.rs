@@ -23,6 +23,7 @@ use cairn_core::spool::{DedupKey, Enqueued, QueueName, RunId};
 use cairn_core::{Error, Result};
 use tokio::sync::oneshot;
 
+use super::ops::claim_jitter;
 use super::row::{get, run_id};
 use super::{sql, wake_channel, PgSpool};
 use crate::error::map_sqlx;
@@ -177,6 +178,7 @@ impl PgSpool {
         let mut lens = Vec::with_capacity(batch.len());
         let mut payloads = Vec::with_capacity(batch.len());
         let mut channels = Vec::with_capacity(batch.len());
+        let mut jitters = Vec::with_capacity(batch.len());
         for (e, _) in &batch {
             ids.push(e.id.as_bytes().to_vec());
             queues.push(e.queue.as_str().to_owned());
@@ -188,6 +190,7 @@ impl PgSpool {
             lens.push(i64::try_from(e.payload.len()).unwrap_or(i64::MAX));
             payloads.push(e.payload.clone());
             channels.push(wake_channel(&self.inner.schema, &e.queue));
+            jitters.push(claim_jitter(&e.queue, &e.key, 0));
         }
         let injected = self.inner.batcher.injected_failure();
         let rows = if injected {
@@ -204,6 +207,7 @@ impl PgSpool {
                 .bind(lens)
                 .bind(payloads)
                 .bind(channels)
+                .bind(jitters)
                 .fetch_all(self.pool())
                 .await
                 .map_err(map_sqlx)

@@ -1,7 +1,18 @@
-//! Claims: one transaction of one locking pick ([`sql::CLAIM_PICK`]) and one batched write
-//! ([`sql::CLAIM_APPLY`]); every run is decided by the core's `expiry_action` and `transition`.
+//! Claims. The common case — no expired lease due in the queue, and every run taken carrying
+//! the jitter of the attempt it starts (`claim_attempt`, `claim_jitter`, written by enqueue and
+//! nack) — is one statement, [`sql::CLAIM_QUEUED`]: it locks, writes and returns the runs, and
+//! computes each run's `due_at` (lease expiry plus backoff) in SQL. Every other claim is one
+//! transaction of one locking pick ([`sql::CLAIM_PICK`]) and one batched write
+//! ([`sql::CLAIM_APPLY`]), every run decided by the core's `expiry_action` and `transition`.
+//!
+//! Both paths write the same thing (tests: `crates/backend-postgres/tests/spool/claims.rs`):
+//! a queued run goes `queued → claimed` ([`transition`] with [`Action::Claim`], the only
+//! transition the one-statement path makes), its attempts counted up by one, a new token, the
+//! consumer, `expires_at = now + lease` and `due_at = expires_at + backoff(attempt,
+//! jitter_seed(queue, key, attempt))`, the same function of the same inputs in SQL as in Rust.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cairn_core::spool::{
@@ -70,6 +81,93 @@ impl ClaimWrites {
 }
 
 impl PgSpool {
+    /// Claims up to `limit` runs: in one statement when it can, else in a transaction.
+    pub(super) async fn claim_runs(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Vec<Claimed>> {
+        if self.inner.one_statement_claims.load(Ordering::Relaxed) {
+            if let Some(claimed) = self
+                .claim_queued(queue, consumer, lease, limit, now)
+                .await?
+            {
+                self.inner.claim_paths[0].fetch_add(1, Ordering::Relaxed);
+                return Ok(claimed);
+            }
+        }
+        self.inner.claim_paths[1].fetch_add(1, Ordering::Relaxed);
+        self.claim_in_tx(queue, consumer, lease, limit, now).await
+    }
+
+    /// The one-statement claim ([`sql::CLAIM_QUEUED`]); `None` when it could not decide (an
+    /// expired lease is due, or a run lacks its jitter), having written nothing.
+    async fn claim_queued(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+        now: Timestamp,
+    ) -> Result<Option<Vec<Claimed>>> {
+        // The statement passes the queued → claimed transition as a literal; make sure the
+        // core still agrees.
+        if transition(RunState::Queued, Action::Claim)? != RunState::Claimed {
+            return Ok(None);
+        }
+        let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
+        let expires_at = now.saturating_add(lease);
+        let policy = self.inner.config.backoff;
+        let rows = sqlx::query(sql::CLAIM_QUEUED)
+            .bind(queue.as_str())
+            .bind(micros(now))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(
+                tokens
+                    .iter()
+                    .map(|t| t.as_bytes().to_vec())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(consumer.as_str())
+            .bind(micros(expires_at))
+            .bind(policy.base.as_nanos().to_string())
+            .bind(policy.cap.as_nanos().to_string())
+            .fetch_all(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        let Some(first) = rows.first() else {
+            return Err(Error::corrupt("the one-statement claim returned no row"));
+        };
+        if !get::<bool>(first, 0)? {
+            return Ok(None);
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(i) = get::<Option<i64>>(row, 1)? else {
+                continue;
+            };
+            let token = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| tokens.get(i))
+                .copied()
+                .ok_or_else(|| Error::corrupt("the one-statement claim numbered a run wrongly"))?;
+            let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 3)?)
+                .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+            out.push(Claimed {
+                run_id: run_id(&get::<Vec<u8>>(row, 2)?)?,
+                dedup_key: key,
+                payload: get(row, 4)?,
+                attempt: u32_of(get(row, 5)?)?,
+                token,
+                expires_at,
+            });
+        }
+        Ok(Some(out))
+    }
+
     pub(super) async fn claim_in_tx(
         &self,
         queue: &QueueName,

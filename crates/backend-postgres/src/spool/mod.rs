@@ -138,6 +138,12 @@ struct Inner {
     /// Ids the next unbatched enqueue attempts take before generating fresh ones: always empty
     /// outside tests (`testkit_force_next_run_ids`), which use it to make a new id collide.
     forced_ids: std::sync::Mutex<std::collections::VecDeque<cairn_core::RunId>>,
+    /// Claims answered by the one-statement path ([`sql::CLAIM_QUEUED`]) and by the
+    /// transaction ([`sql::CLAIM_PICK`] + [`sql::CLAIM_APPLY`]), for tests and diagnostics.
+    claim_paths: [AtomicU64; 2],
+    /// Whether a claim tries [`sql::CLAIM_QUEUED`] first: always, outside tests
+    /// (`testkit_one_statement_claims`).
+    one_statement_claims: std::sync::atomic::AtomicBool,
 }
 
 impl fmt::Debug for PgSpool {
@@ -225,7 +231,7 @@ impl PgSpool {
         runner.open(&migrator).await?;
         let search_path = schema.as_str().to_owned();
         let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
-        let pool = PgPoolOptions::new()
+        let pool = crate::config::with_liveness_check(PgPoolOptions::new())
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout)
             .after_connect(move |conn, _meta| {
@@ -235,6 +241,9 @@ impl PgSpool {
                     sqlx::query(crate::sql::SESSION_SETUP)
                         .bind(search_path)
                         .bind(lock_timeout_ms)
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query(sql::SESSION_SETUP)
                         .execute(conn)
                         .await
                         .map(|_| ())
@@ -260,6 +269,8 @@ impl PgSpool {
                 batcher: batch::Batcher::default(),
                 acks: ack_batch::AckLane::default(),
                 forced_ids: std::sync::Mutex::default(),
+                claim_paths: [AtomicU64::new(0), AtomicU64::new(0)],
+                one_statement_claims: std::sync::atomic::AtomicBool::new(true),
             }),
         })
     }

@@ -26,8 +26,28 @@ use crate::error::map_sqlx;
 /// and its compare-and-set write, before giving up with [`Error::Retryable`].
 const CAS_ROUNDS: usize = 32;
 
+/// How often an enqueue runs its statement again when the key's run was committed after the
+/// statement's snapshot ([`sql::ENQUEUE`] returns no row then), before giving up with
+/// [`Error::Retryable`].
+const ENQUEUE_RACES: usize = 16;
+
 pub(super) fn micros(t: Timestamp) -> i64 {
     t.as_unix_micros()
+}
+
+/// The attempt a run left with `attempts` starts next, as stored in `claim_attempt` (`None`
+/// past `i32::MAX`, where no claim can take the one-statement path).
+pub(super) fn next_attempt(attempts: u32) -> Option<i32> {
+    attempts.checked_add(1).and_then(|a| i32::try_from(a).ok())
+}
+
+/// The claim jitter a run left with `attempts` carries (`claim_jitter`, read by
+/// [`sql::CLAIM_QUEUED`]): the top 32 bits of the jitter seed of its next attempt — the only
+/// bits [`cairn_core::spool::backoff`] uses. `None` where [`next_attempt`] is `None`.
+pub(super) fn claim_jitter(queue: &QueueName, key: &DedupKey, attempts: u32) -> Option<i64> {
+    let next = next_attempt(attempts)?;
+    let seed = jitter_seed(queue, key, u32::try_from(next).ok()?);
+    Some(i64::try_from(seed >> 32).unwrap_or(i64::MAX))
 }
 
 fn bytes_len(n: usize) -> i64 {
@@ -121,13 +141,17 @@ impl PgSpool {
             .bind(after.reason.clone())
             .bind(wake)
             .bind(wake_channel(&self.inner.schema, &after.queue))
+            .bind(next_attempt(after.attempts))
+            .bind(claim_jitter(&after.queue, &after.dedup_key, after.attempts))
             .fetch_optional(self.pool())
             .await
             .map_err(map_sqlx)?;
         row.map(|r| get::<bool>(&r, 0)).transpose()
     }
 
-    async fn enqueue_once(&self, id: RunId, new: &NewRun<'_>) -> Result<RunId> {
+    /// One run of [`sql::ENQUEUE`]: the id of the run that holds the key (`id` when it was
+    /// created), or `None` when the statement must run again (see there).
+    async fn enqueue_once(&self, id: RunId, new: &NewRun<'_>) -> Result<Option<RunId>> {
         let NewRun {
             queue,
             key,
@@ -151,9 +175,10 @@ impl PgSpool {
             .bind(bytes_len(payload.len()))
             .bind(payload)
             .bind(superseded.as_str())
-            .bind(wake_channel(&self.inner.schema, queue));
+            .bind(wake_channel(&self.inner.schema, queue))
+            .bind(claim_jitter(queue, key, 0));
         let row = match &options.supersede_group {
-            None => query.fetch_one(self.pool()).await.map_err(map_sqlx)?,
+            None => query.fetch_optional(self.pool()).await.map_err(map_sqlx)?,
             Some(group) => {
                 let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
                 sqlx::query(sql::LOCK_GROUP)
@@ -161,13 +186,12 @@ impl PgSpool {
                     .execute(&mut *tx)
                     .await
                     .map_err(map_sqlx)?;
-                let row = query.fetch_one(&mut *tx).await.map_err(map_sqlx)?;
+                let row = query.fetch_optional(&mut *tx).await.map_err(map_sqlx)?;
                 tx.commit().await.map_err(map_sqlx)?;
                 row
             }
         };
-        let stored: Vec<u8> = get(&row, 0)?;
-        run_id(&stored)
+        row.map(|row| run_id(&get::<Vec<u8>>(&row, 0)?)).transpose()
     }
 }
 
@@ -226,23 +250,38 @@ impl Spool for PgSpool {
                 return Ok(done);
             }
         }
-        let mut last = None;
-        // A new id collides with a stored one (not the key's run) with negligible probability;
-        // the unique violation then wrote nothing, and a fresh id is tried.
-        for _ in 0..3 {
+        let (mut collisions, mut races) = (0, 0);
+        loop {
             let id = self.new_run_id(now);
             match self.enqueue_once(id, &new).await {
-                Ok(stored) => {
+                Ok(Some(stored)) => {
                     return Ok(Enqueued {
                         run_id: stored,
                         created: stored == id,
                     })
                 }
-                Err(e) if e.is_conflict() => last = Some(e),
+                // The key's run was committed after the statement's snapshot (or removed
+                // since): nothing was written; run it again on a new snapshot.
+                Ok(None) => {
+                    races += 1;
+                    if races >= ENQUEUE_RACES {
+                        return Err(Error::retryable(
+                            "the dedup key's run kept changing while enqueue read it; try again",
+                        ));
+                    }
+                }
+                // A new id collides with a stored one (not the key's run) with negligible
+                // probability; the unique violation then wrote nothing, and a fresh id is
+                // tried.
+                Err(e) if e.is_conflict() => {
+                    collisions += 1;
+                    if collisions >= 3 {
+                        return Err(e);
+                    }
+                }
                 Err(e) => return Err(e),
             }
         }
-        Err(last.unwrap_or_else(|| Error::retryable("enqueue kept colliding; try again")))
     }
 
     async fn claim(
@@ -255,7 +294,7 @@ impl Spool for PgSpool {
         check_limit(limit)?;
         check_lease(lease)?;
         let now = self.now();
-        self.claim_in_tx(queue, consumer, lease, limit, now).await
+        self.claim_runs(queue, consumer, lease, limit, now).await
     }
 
     async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {

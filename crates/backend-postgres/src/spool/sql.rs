@@ -4,10 +4,33 @@
 //! `search_path` is the store's schema) while functions are `pg_catalog.`-qualified (see
 //! `crate::sql` for why).
 //!
-//! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is
-//! [`CLAIM_PICK`] (locks the expired and the next due runs in one statement) plus
-//! [`CLAIM_APPLY`] (writes every picked run in one statement); single-run transitions are one
-//! compare-and-set [`WRITE_RUN`] after one read.
+//! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is one
+//! statement, [`CLAIM_QUEUED`], when no expired lease is due and every run it takes carries its
+//! next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
+//! the next due runs in one statement) plus [`CLAIM_APPLY`] (writes every picked run in one
+//! statement); single-run transitions are one compare-and-set [`WRITE_RUN`] after one read.
+//!
+//! Plans: every statement here is prepared once per connection and, after five executions, may
+//! run on the server's generic plan, where the size of an array or `LIMIT` parameter is unknown.
+//! A join from such a set of runs to `spool_run` can then become a sequential scan and a hash
+//! join, reading the whole table for a claim of ten runs; so each such join
+//! ([`CLAIM_QUEUED`], [`CLAIM_APPLY`], [`ACK_MANY`]) also states that the run is `= ANY` of the
+//! set, which keeps it an index lookup whatever the estimate. Bitmap scans are off for the
+//! same reason ([`SESSION_SETUP`]).
+
+/// Every spool connection's setup (after [`crate::sql::SESSION_SETUP`]): no bitmap scans.
+///
+/// A claim reads the next due runs in the claim index's own order and stops after `limit`
+/// ([`CLAIM_QUEUED`], [`CLAIM_PICK`]). A queue table's statistics are usually wrong — it goes
+/// from empty to thousands of runs and back faster than autoanalyze follows, and some servers
+/// run without autovacuum — and with too few rows estimated, the planner picks a bitmap scan
+/// of every due run of the queue plus a sort instead, which reads and sorts the whole queue on
+/// every claim (measured: 3,008 rows sorted to take 5). Every spool statement looks runs up
+/// through an index by its leading columns, so none needs a bitmap scan; without them the
+/// ordered index scan is the plan whatever the estimate. The test
+/// `a_claim_reads_the_claim_index_in_order_whatever_the_statistics` checks the plan.
+pub(super) const SESSION_SETUP: &str =
+    "SELECT pg_catalog.set_config('enable_bitmapscan', 'off', false)";
 
 /// The columns [`super::row::RunRow`] reads, in its order.
 macro_rules! run_columns {
@@ -21,19 +44,24 @@ macro_rules! run_columns {
 
 /// Enqueue in one statement: `$1` new run id, `$2` queue, `$3` dedup key, `$4` supersede
 /// group (NULL: none), `$5` max attempts, `$6` priority, `$7` now, `$8` due at, `$9` payload
-/// bytes, `$10` payload, `$11` the superseded state, `$12` the queue's wake channel.
+/// bytes, `$10` payload, `$11` the superseded state, `$12` the queue's wake channel, `$13` the
+/// claim jitter of attempt 1 (see [`CLAIM_QUEUED`]).
 ///
-/// The upsert's `DO UPDATE` writes nothing new; it is there so the statement returns the
-/// existing run's id even when that run was committed after the statement's snapshot (`DO
-/// NOTHING` would return no row then). The supersede and the `NOTIFY` happen only when the
-/// returned id is the new one, i.e. the run was created; data-modifying CTEs share one snapshot,
-/// so the new run never supersedes itself.
+/// Returns one row `(run id, notified)`: the new run's id when it was created, else the id of
+/// the run that holds the key. A duplicate writes nothing (`DO NOTHING` takes no row lock and,
+/// having written nothing, its commit waits for no WAL flush), and its answer is read in the
+/// same statement. That read sees the statement's snapshot, so when the run holding the key
+/// committed after the snapshot was taken (a concurrent enqueue of the same key), the
+/// statement returns no row and the caller runs it again, on a new snapshot that sees the
+/// run. The supersede and the `NOTIFY` happen only when the run was created; data-modifying
+/// CTEs share one snapshot, so the new run never supersedes itself.
 pub(super) const ENQUEUE: &str = "\
 WITH ins AS ( \
     INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
-        priority, enqueued_at, updated_at, due_at, payload_bytes, payload) \
-    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10) \
-    ON CONFLICT (queue, dedup_key) DO UPDATE SET queue = EXCLUDED.queue \
+        priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
+        claim_jitter) \
+    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10, 1, $13) \
+    ON CONFLICT (queue, dedup_key) DO NOTHING \
     RETURNING run_id \
 ), sup AS ( \
     UPDATE spool_run s SET state = $11, updated_at = $7, due_at = NULL, finished_at = $7, \
@@ -45,28 +73,34 @@ WITH ins AS ( \
 ), wake AS ( \
     SELECT pg_catalog.pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
 ) \
-SELECT ins.run_id, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
+SELECT ins.run_id, (SELECT pg_catalog.count(*) FROM wake) FROM ins \
+UNION ALL \
+SELECT r.run_id, 0 FROM spool_run r \
+WHERE r.queue = $2 AND r.dedup_key = $3 AND NOT EXISTS (SELECT 1 FROM ins)";
 
 /// Several enqueues (none with a supersede group) in one statement, over arrays of equal
 /// length: `$1` run ids, `$2` queues, `$3` dedup keys, `$4` max attempts, `$5` priorities, `$6`
 /// now (enqueued and updated at), `$7` due at, `$8` payload bytes, `$9` payloads, `$10` the
-/// queues' wake channels. Returns `(run_id, queue, dedup_key)` of each run it created; a key
-/// already taken (by a committed run, or by an earlier row of the same batch) returns nothing
-/// for that row. Wakes each queue that got a run, once.
+/// queues' wake channels, `$11` the claim jitters of attempt 1 (see [`CLAIM_QUEUED`]).
+/// Returns `(run_id, queue, dedup_key)` of each run it created; a key already taken (by a
+/// committed run, or by an earlier row of the same batch) returns nothing for that row. Wakes
+/// each queue that got a run, once.
 pub(super) const ENQUEUE_MANY: &str = "\
 WITH input AS ( \
     SELECT * FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[]), \
         pg_catalog.unnest($3::bytea[]), pg_catalog.unnest($4::int4[]), \
         pg_catalog.unnest($5::int4[]), pg_catalog.unnest($6::int8[]), \
         pg_catalog.unnest($7::int8[]), pg_catalog.unnest($8::int8[]), \
-        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[])) \
+        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[]), \
+        pg_catalog.unnest($11::int8[])) \
         WITH ORDINALITY AS t(run_id, queue, dedup_key, max_attempts, priority, now, due_at, \
-            payload_bytes, payload, channel, ord) \
+            payload_bytes, payload, channel, jitter, ord) \
 ), ins AS ( \
     INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
-        priority, enqueued_at, updated_at, due_at, payload_bytes, payload) \
+        priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
+        claim_jitter) \
     SELECT run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, due_at, \
-        payload_bytes, payload FROM input ORDER BY ord \
+        payload_bytes, payload, 1, jitter FROM input ORDER BY ord \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
     RETURNING run_id, queue, dedup_key \
 ), wake AS ( \
@@ -78,6 +112,80 @@ SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wa
 /// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
 /// group), so each sees the runs the previous one created.
 pub(super) const LOCK_GROUP: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
+
+/// The backoff joins of [`CLAIM_QUEUED`]: from `p` (`expires_at` micros, `base_ns`, `cap_ns`
+/// numeric) and `n` (`attempt`, `jitter` = the top 32 bits of
+/// [`cairn_core::spool::jitter_seed`]), `d.due_at` is `expires_at` plus
+/// [`cairn_core::spool::backoff`]`(attempt, base, cap, jitter)`, exactly as
+/// `Timestamp::saturating_add` adds it: the same integer arithmetic (in `numeric`, so nothing
+/// overflows), the delay cut to whole microseconds, the sum saturating at `i64::MAX`. A test
+/// (`claim_backoff_in_sql_is_the_core_backoff`) evaluates these joins against the core function.
+macro_rules! claim_backoff_joins {
+    () => {
+        "CROSS JOIN LATERAL (SELECT LEAST(p.base_ns * pg_catalog.power(2::numeric, \
+            LEAST(GREATEST(n.attempt, 1) - 1, 128)), p.cap_ns) AS ceiling) b \
+         CROSS JOIN LATERAL (SELECT pg_catalog.div(b.ceiling, 2) AS half, \
+            b.ceiling - pg_catalog.div(b.ceiling, 2) AS span) h \
+         CROSS JOIN LATERAL (SELECT LEAST(p.expires_at::numeric + LEAST( \
+            pg_catalog.div(h.half + LEAST(pg_catalog.div(h.span, 4294967295) * n.jitter \
+                + pg_catalog.div(pg_catalog.mod(h.span, 4294967295) * n.jitter, 4294967295), \
+                h.span), 1000), 9223372036854775807), 9223372036854775807)::int8 AS due_at) d"
+    };
+}
+#[cfg(feature = "testkit")]
+pub(super) use claim_backoff_joins;
+
+/// A claim in one statement (autocommit), when it can be one: `$1` queue, `$2` now, `$3` limit,
+/// `$4` lease tokens (at least `$3`; the i-th run taken gets the i-th), `$5` consumer, `$6`
+/// lease expiry, `$7` and `$8` the backoff base and cap in nanoseconds (text, read as numeric).
+///
+/// It takes the next `$3` due queued runs in claim order (`FOR NO KEY UPDATE SKIP LOCKED`, as
+/// [`CLAIM_PICK`]) and writes each what [`CLAIM_APPLY`] writes for a claimed run, with `due_at`
+/// computed here ([`claim_backoff_joins`]) from the jitter the run carries — but only when
+/// `ok`: no claimed run of the queue is due (an expired lease to settle or reclaim, which the
+/// claim order may put first; [`CLAIM_PICK`] handles those) and every run taken carries the
+/// jitter of the attempt it starts (`claim_attempt = attempts + 1`, written with the run by
+/// this build's enqueue and nack; NULL on runs written before revision 0005 or by older
+/// builds). When not `ok` it writes nothing and the caller claims with the transaction.
+/// Returns one row `(ok, NULL…)` when it took nothing, else one row per run taken:
+/// `(ok, i, run id, dedup key, payload, attempts)` in claim order.
+pub(super) const CLAIM_QUEUED: &str = concat!(
+    "WITH p AS ( \
+        SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
+    ), late AS ( \
+        SELECT 1 FROM spool_run r \
+        WHERE r.queue = $1 AND r.state = 'claimed' AND r.due_at <= $2 LIMIT 1 \
+    ), c AS ( \
+        SELECT r.run_no, r.priority, r.due_at, r.attempts, r.claim_attempt, r.claim_jitter \
+        FROM spool_run r \
+        WHERE r.queue = $1 AND r.due_at IS NOT NULL AND r.due_at <= $2 AND r.state = 'queued' \
+        ORDER BY r.priority DESC, r.due_at, r.run_no \
+        LIMIT $3 \
+        FOR NO KEY UPDATE SKIP LOCKED \
+    ), go AS ( \
+        SELECT NOT EXISTS (SELECT 1 FROM late) AND NOT EXISTS ( \
+            SELECT 1 FROM c WHERE c.claim_attempt IS NULL OR c.claim_jitter IS NULL \
+                OR c.claim_attempt::int8 <> c.attempts::int8 + 1 \
+                OR c.claim_jitter < 0 OR c.claim_jitter > 4294967295) AS ok \
+    ), n AS ( \
+        SELECT c.run_no, c.attempts::int8 + 1 AS attempt, c.claim_jitter AS jitter, \
+            pg_catalog.row_number() OVER (ORDER BY c.priority DESC, c.due_at, c.run_no) AS i \
+        FROM c, go WHERE go.ok \
+    ), w AS ( \
+        SELECT n.run_no, n.attempt, n.i, d.due_at FROM n CROSS JOIN p ",
+    claim_backoff_joins!(),
+    " ), u AS ( \
+        UPDATE spool_run r SET state = 'claimed', attempts = w.attempt, \
+            lease_token = ($4::bytea[])[w.i], lease_consumer = $5, \
+            lease_expires_at = p.expires_at, due_at = w.due_at, finished_at = NULL, \
+            updated_at = $2 \
+        FROM w, p WHERE r.run_no = w.run_no \
+            AND r.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
+        RETURNING w.i, r.run_id, r.dedup_key, r.payload, r.attempts \
+    ) \
+    SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
+    FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
+);
 
 /// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
 /// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
@@ -127,7 +235,7 @@ FROM unnest($2::bytea[], $3::text[], $4::int[], $5::bytea[], $6::text[], $7::big
     $8::bigint[], $9::bigint[], $10::bool[], $11::text[]) \
     AS u(run_id, state, attempts, token, consumer, expires_at, due_at, finished_at, \
         cancel_requested, reason) \
-WHERE r.run_id = u.run_id";
+WHERE r.run_id = u.run_id AND r.run_id = ANY ($2::bytea[])";
 
 /// One run's row (no payload, facts or events), for a read-decide-write transition.
 pub(super) const READ_RUN: &str = concat!(
@@ -175,19 +283,22 @@ pub(super) const ACK_MANY: &str = "\
 UPDATE spool_run SET state = $4, updated_at = a.acked_at, finished_at = a.acked_at, due_at = NULL, \
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
 FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS a(run_id, token, acked_at) \
-WHERE spool_run.run_id = a.run_id AND spool_run.lease_token = a.token \
+WHERE spool_run.run_id = a.run_id AND spool_run.run_id = ANY ($1::bytea[]) \
+    AND spool_run.lease_token = a.token \
     AND spool_run.state = 'claimed' \
 RETURNING spool_run.run_id, a.token";
 
 /// The compare-and-set write of one run's transition, decided from a read of the run: applies
 /// only if the run still has the state `$2`, token `$3` and cancel flag `$4` that were read
 /// (else no row, and the caller reads again). Writes `$5` state, `$6` now (updated at), `$7`
-/// due at, `$8` finished at, `$9` consumer, `$10` lease expiry, `$11` cancel flag, `$12` reason;
-/// wakes channel `$14` when `$13`. Returns the run's cancel flag.
+/// due at, `$8` finished at, `$9` consumer, `$10` lease expiry, `$11` cancel flag, `$12` reason,
+/// `$15` and `$16` the claim jitter of the run's next attempt (see [`CLAIM_QUEUED`]); wakes
+/// channel `$14` when `$13`. Returns the run's cancel flag.
 pub(super) const WRITE_RUN: &str = "\
 WITH u AS ( \
     UPDATE spool_run SET state = $5, updated_at = $6, due_at = $7, finished_at = $8, \
-        lease_consumer = $9, lease_expires_at = $10, cancel_requested = $11, reason = $12 \
+        lease_consumer = $9, lease_expires_at = $10, cancel_requested = $11, reason = $12, \
+        claim_attempt = $15, claim_jitter = $16 \
     WHERE run_id = $1 AND state = $2 AND lease_token IS NOT DISTINCT FROM $3 \
         AND cancel_requested = $4 \
     RETURNING cancel_requested \

@@ -217,3 +217,98 @@ impl PgSpool {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
+
+/// Test support for the one-statement claim (`spool::claim`).
+impl PgSpool {
+    /// Claims answered by the one-statement path and by the transaction, since this instance
+    /// connected.
+    pub fn testkit_claim_paths(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            self.inner.claim_paths[0].load(Relaxed),
+            self.inner.claim_paths[1].load(Relaxed),
+        )
+    }
+
+    /// Whether claims try the one statement first (`true`, the default) or always take the
+    /// transaction.
+    pub fn testkit_one_statement_claims(&self, on: bool) {
+        self.inner
+            .one_statement_claims
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The `due_at` the one-statement claim writes (in microseconds since the Unix epoch) for
+    /// a lease expiring at `expires_at`, attempt `attempt` and claim jitter `jitter` (the top
+    /// 32 bits of the jitter seed) under the backoff `base` and `cap`: the claim's own SQL
+    /// ([`super::sql::claim_backoff_joins`]), evaluated by the server.
+    ///
+    /// # Errors
+    /// A failed query.
+    pub async fn testkit_claim_due_in_sql(
+        &self,
+        expires_at: i64,
+        base: std::time::Duration,
+        cap: std::time::Duration,
+        attempt: i64,
+        jitter: i64,
+    ) -> Result<i64> {
+        const QUERY: &str = concat!(
+            "SELECT d.due_at FROM (SELECT $1::int8 AS expires_at, $2::numeric AS base_ns, \
+             $3::numeric AS cap_ns) p CROSS JOIN (SELECT $4::int8 AS attempt, $5::int8 AS jitter) n ",
+            super::sql::claim_backoff_joins!()
+        );
+        let row = sqlx::query(QUERY)
+            .bind(expires_at)
+            .bind(base.as_nanos().to_string())
+            .bind(cap.as_nanos().to_string())
+            .bind(attempt)
+            .bind(jitter)
+            .fetch_one(self.pool())
+            .await
+            .map_err(crate::error::map_sqlx)?;
+        super::row::get(&row, 0)
+    }
+}
+
+/// Test support for the claim's plan.
+impl PgSpool {
+    /// The server's plan (`EXPLAIN`, text) for a one-statement claim of `limit` runs of `queue`
+    /// now, planned on one of this spool's connections — with its session setup, or with bitmap
+    /// scans allowed again when `bitmap_scans` (to show what the setup prevents). Nothing is
+    /// claimed.
+    ///
+    /// # Errors
+    /// A failed query.
+    pub async fn testkit_explain_claim(
+        &self,
+        queue: &cairn_core::QueueName,
+        limit: i64,
+        bitmap_scans: bool,
+    ) -> Result<String> {
+        use crate::error::map_sqlx;
+        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        if bitmap_scans {
+            sqlx::query("SET LOCAL enable_bitmapscan = on")
+                .execute(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        }
+        let now = cairn_core::spool::Clock::now(self.inner.clock.as_ref()).as_unix_micros();
+        let rows: Vec<String> =
+            sqlx::query_scalar(&format!("EXPLAIN {}", super::sql::CLAIM_QUEUED))
+                .bind(queue.as_str())
+                .bind(now)
+                .bind(limit)
+                .bind(Vec::<Vec<u8>>::new())
+                .bind("explain")
+                .bind(now)
+                .bind("1000000000")
+                .bind("60000000000")
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(map_sqlx)?;
+        tx.rollback().await.map_err(map_sqlx)?;
+        Ok(rows.join("\n"))
+    }
+}

@@ -27,7 +27,7 @@ fn me() -> ConsumerId {
 }
 
 /// A connection of the test's own, in the harness's schema.
-async fn admin(h: &PgSpoolHarness) -> PgConnection {
+pub(crate) async fn admin(h: &PgSpoolHarness) -> PgConnection {
     let url = test_server_url().await.expect("the test server");
     let mut conn = PgConnection::connect_with(&PgConnectOptions::from_str(&url).unwrap())
         .await
@@ -206,21 +206,39 @@ async fn s12_connection_terminated_mid_operation_writes_nothing() {
         let (spool, q) = (spool.clone(), q.clone());
         tokio::spawn(async move { spool.claim(&q, &me(), LEASE, 10).await })
     };
-    let r = terminate_while_blocked(&mut conn, claim, "WITH e AS").await;
-    assert_failed_without_success(r, "terminated claim");
+    let r = terminate_while_blocked(&mut conn, claim, "WITH p AS").await;
+    assert_failed_without_success(r, "terminated one-statement claim");
     unlock(&mut conn).await;
-
     let info = spool.run(queued).await.unwrap().unwrap();
     assert_eq!(
         (info.state, info.attempts, info.lease),
         (RunState::Queued, 0, None),
-        "S12: the terminated claim took nothing"
+        "S12: the terminated one-statement claim took nothing"
+    );
+
+    // The claim transaction: its pick is blocked and terminated. (With the table locked, the
+    // one-statement claim that comes first would block instead: switch it off.)
+    spool.testkit_one_statement_claims(false);
+    lock_runs(&mut conn).await;
+    let claim = {
+        let (spool, q) = (spool.clone(), q.clone());
+        tokio::spawn(async move { spool.claim(&q, &me(), LEASE, 10).await })
+    };
+    let r = terminate_while_blocked(&mut conn, claim, "WITH e AS").await;
+    assert_failed_without_success(r, "terminated claim transaction");
+    unlock(&mut conn).await;
+    let info = spool.run(queued).await.unwrap().unwrap();
+    assert_eq!(
+        (info.state, info.attempts, info.lease),
+        (RunState::Queued, 0, None),
+        "S12: the terminated claim transaction took nothing"
     );
     let again = spool
         .enqueue(&q, &key("doomed"), Vec::new(), EnqueueOptions::default())
         .await
         .unwrap();
     assert!(again.created, "S12: the terminated enqueue stored nothing");
+    spool.testkit_one_statement_claims(true);
     let got = spool.claim(&q, &me(), LEASE, 10).await.unwrap();
     assert_eq!(got.len(), 2, "S12: the spool works afterwards");
     assert!(got.iter().all(|c| c.attempt == 1));
