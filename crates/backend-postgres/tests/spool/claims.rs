@@ -31,6 +31,14 @@ fn key(i: usize) -> DedupKey {
     DedupKey::from_parts([format!("k{i}")]).unwrap()
 }
 
+/// Enqueues key `i` on `q` with the default options.
+async fn enqueue(spool: &PgSpool, q: &QueueName, i: usize) {
+    spool
+        .enqueue(q, &key(i), b"{}".to_vec(), EnqueueOptions::default())
+        .await
+        .unwrap();
+}
+
 /// Checks what a claim wrote to each of `runs` against the claim contract: claimed by `me()`,
 /// the attempt counted, `expires_at = now + LEASE` and `due_at` = expiry plus the default
 /// backoff of that attempt with the run's own jitter.
@@ -203,10 +211,7 @@ async fn enqueued_runs_are_claimed_in_one_statement_in_claim_order() {
     for t in tasks {
         assert!(t.await.unwrap().created);
     }
-    spool
-        .enqueue(&q, &key(6), b"{}".to_vec(), EnqueueOptions::default())
-        .await
-        .unwrap();
+    enqueue(&spool, &q, 6).await;
     let now = h.clock().now();
     let first = spool.claim(&q, &me(), LEASE, 4).await.unwrap();
     let rest = spool.claim(&q, &me(), LEASE, 10).await.unwrap();
@@ -251,10 +256,7 @@ async fn a_nacked_run_is_claimed_again_in_one_statement_with_the_next_attempts_j
     let h = spool_harness().await;
     let spool = h.spool().await.unwrap();
     let q = random_queue("claims");
-    spool
-        .enqueue(&q, &key(0), b"{}".to_vec(), EnqueueOptions::default())
-        .await
-        .unwrap();
+    enqueue(&spool, &q, 0).await;
     let c = spool.claim(&q, &me(), LEASE, 1).await.unwrap().remove(0);
     spool
         .nack(c.run_id, c.token, NackKind::Retryable, "again")
@@ -275,17 +277,11 @@ async fn an_expired_lease_due_sends_the_claim_to_the_transaction() {
     let h = spool_harness().await;
     let spool = h.spool().await.unwrap();
     let q = random_queue("claims");
-    spool
-        .enqueue(&q, &key(0), b"{}".to_vec(), EnqueueOptions::default())
-        .await
-        .unwrap();
+    enqueue(&spool, &q, 0).await;
     let lost = spool.claim(&q, &me(), LEASE, 1).await.unwrap().remove(0);
     // A queued run enqueued later: due now, so before the expired run (due at its expiry plus
     // backoff) in claim order.
-    spool
-        .enqueue(&q, &key(1), b"{}".to_vec(), EnqueueOptions::default())
-        .await
-        .unwrap();
+    enqueue(&spool, &q, 1).await;
     let due = spool
         .run(lost.run_id)
         .await
@@ -321,10 +317,7 @@ async fn runs_without_their_attempts_jitter_are_claimed_by_the_transaction() {
     let mut admin = admin(&h).await;
     let q = random_queue("claims");
     for i in 0..3 {
-        spool
-            .enqueue(&q, &key(i), b"{}".to_vec(), EnqueueOptions::default())
-            .await
-            .unwrap();
+        enqueue(&spool, &q, i).await;
     }
     // As an older build leaves them: no hint at all; and a hint for another attempt.
     sqlx::query(
@@ -376,10 +369,7 @@ async fn a_claim_reads_the_claim_index_in_order_whatever_the_statistics() {
         let (spool, q) = (spool.clone(), q.clone());
         tasks.push(tokio::spawn(async move {
             for i in (p..3_000).step_by(8) {
-                spool
-                    .enqueue(&q, &key(i), b"{}".to_vec(), EnqueueOptions::default())
-                    .await
-                    .unwrap();
+                enqueue(&spool, &q, i).await;
             }
         }));
     }
