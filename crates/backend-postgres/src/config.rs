@@ -178,14 +178,15 @@ impl SchemaName {
 
 /// How long a pooled connection may sit idle before an acquire checks it with a round trip.
 ///
-/// sqlx checks every connection twice by default: a ping when it goes back to the pool and a
-/// ping when it is taken out (`test_before_acquire`). The second costs every operation one
-/// round trip on its critical path, yet a connection that passed its release ping moments ago
-/// has nothing new to reveal but a server that went away in between. cairn's pools skip it for
-/// connections idle less than this (the "alive bypass window" of pools like HikariCP, there
-/// 500 ms): a server restart within that window fails the next operation on each such
-/// connection with [`Error::Unavailable`], which a caller retries like any transient error;
-/// a connection idle longer is checked as before.
+/// By default sqlx pings a connection every time it is taken out of the pool
+/// (`test_before_acquire`): one round trip on every operation's critical path. The ping finds
+/// a server that went away while the connection sat in the pool; for a connection used moments
+/// ago that can only be a server that went away in between, which the operation's own first
+/// statement finds as well. cairn's pools skip the ping for connections idle less than this
+/// (the "alive bypass window" of pools like HikariCP, there 500 ms): a server restart within
+/// that window fails the next operation on each such connection with [`Error::Unavailable`],
+/// which a caller retries like any transient error, and the broken connection is dropped; a
+/// connection idle longer is checked as before.
 pub(crate) const IDLE_BEFORE_CHECK: Duration = Duration::from_millis(500);
 
 /// `pool` with cairn's liveness check ([`IDLE_BEFORE_CHECK`]) instead of sqlx's ping on every

@@ -113,11 +113,6 @@ impl PgSpool {
         limit: usize,
         now: Timestamp,
     ) -> Result<Option<Vec<Claimed>>> {
-        // The statement passes the queued → claimed transition as a literal; make sure the
-        // core still agrees.
-        if transition(RunState::Queued, Action::Claim)? != RunState::Claimed {
-            return Ok(None);
-        }
         let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
         let expires_at = now.saturating_add(lease);
         let policy = self.inner.config.backoff;

@@ -126,6 +126,9 @@ impl PgSpool {
     /// Writes `after` if the run still has `before`'s state, token and cancel flag; `None`
     /// when it changed meanwhile (read again and decide again). Returns the stored cancel flag.
     async fn write_run(&self, before: &RunRow, after: &RunRow, wake: bool) -> Result<Option<bool>> {
+        // Only a queued run is claimed, so only it needs the claim jitter (no hash on the
+        // heartbeat's and the lone ack's path).
+        let queued = after.state == RunState::Queued;
         let row = sqlx::query(sql::WRITE_RUN)
             .bind(before.run_id.as_bytes().as_slice())
             .bind(before.state.as_str())
@@ -141,8 +144,12 @@ impl PgSpool {
             .bind(after.reason.clone())
             .bind(wake)
             .bind(wake_channel(&self.inner.schema, &after.queue))
-            .bind(next_attempt(after.attempts))
-            .bind(claim_jitter(&after.queue, &after.dedup_key, after.attempts))
+            .bind(queued.then(|| next_attempt(after.attempts)).flatten())
+            .bind(
+                queued
+                    .then(|| claim_jitter(&after.queue, &after.dedup_key, after.attempts))
+                    .flatten(),
+            )
             .fetch_optional(self.pool())
             .await
             .map_err(map_sqlx)?;

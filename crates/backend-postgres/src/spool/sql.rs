@@ -292,7 +292,8 @@ RETURNING spool_run.run_id, a.token";
 /// only if the run still has the state `$2`, token `$3` and cancel flag `$4` that were read
 /// (else no row, and the caller reads again). Writes `$5` state, `$6` now (updated at), `$7`
 /// due at, `$8` finished at, `$9` consumer, `$10` lease expiry, `$11` cancel flag, `$12` reason,
-/// `$15` and `$16` the claim jitter of the run's next attempt (see [`CLAIM_QUEUED`]); wakes
+/// `$15` and `$16` the claim jitter of the run's next attempt when it is left queued (see
+/// [`CLAIM_QUEUED`]; NULL otherwise); wakes
 /// channel `$14` when `$13`. Returns the run's cancel flag.
 pub(super) const WRITE_RUN: &str = "\
 WITH u AS ( \
