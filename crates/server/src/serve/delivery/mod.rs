@@ -61,7 +61,11 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
     };
     let mut problems = Vec::new();
     let parsed = reqwest::Url::parse(url).ok().filter(|u| {
-        matches!(u.scheme(), "http" | "https") && u.host().is_some() && u.username().is_empty()
+        // No credential of either kind: a user alone, or a password alone (`http://:pw@…`).
+        matches!(u.scheme(), "http" | "https")
+            && u.host().is_some()
+            && u.username().is_empty()
+            && u.password().is_none()
     });
     if parsed.is_none() {
         // The URL itself is not repeated: it may hold a secret.
