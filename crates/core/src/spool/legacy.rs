@@ -11,17 +11,25 @@
 //! - every record is one line carrying a BLAKE3 checksum ([`seal_record`]); a record counts
 //!   once its newline is written, so bytes after the last newline of `runs.wal` or
 //!   `gate.spool` are a torn tail: left out and reported ([`TornRecord`]);
-//! - any other damaged, unknown or contradictory record, anywhere, refuses the whole import;
+//! - any other damaged, unknown or contradictory record, anywhere, refuses the whole import
+//!   — unless the import is a quarantine ([`LegacyOptions::quarantine`]): then each such
+//!   record is left out and listed ([`QuarantinedRecord`]) with its file, line, place and
+//!   problem, and the import is partial;
+//! - counts and offsets read from a file are never trusted: no arithmetic on them can
+//!   overflow, and files are read as a stream, one line of at most [`MAX_LEGACY_LINE`] bytes
+//!   in memory at a time (a longer line, or tail, is damage, never a torn record);
 //! - log records of a generation older than the checkpoint's were folded into it: skipped
 //!   (a stale log never replays over newer state); a newer generation means the checkpoint
 //!   is missing or stale: refused;
 //! - submissions past the log's drain offset that the log does not know become queued runs,
 //!   as the daemon would have made them.
 //!
-//! [`read_dir`] reads a directory (refusing symbolic links) and calls [`plan`];
-//! [`backup_files`] lists what an importer copies aside before importing.
+//! [`read_dir`] reads a directory (refusing symbolic links: [`open_file`] never follows
+//! one) the way [`plan`] reads bytes; [`backup_files`] lists what an importer copies aside
+//! before importing.
 
 use std::fmt;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use super::{ImportSource, ImportedRun, QueueName, MAX_IMPORT_DESCRIPTION};
@@ -48,10 +56,11 @@ pub const DEFAULT_LEGACY_QUEUE: &str = "gate";
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RecordProblem {
-    /// The line is longer than [`MAX_LEGACY_LINE`].
-    #[error("the record is {len} bytes; the limit is {MAX_LEGACY_LINE}")]
+    /// The line is longer than [`MAX_LEGACY_LINE`], with or without its newline (a tail that
+    /// long cannot be a torn record: no record is).
+    #[error("the record is over the {MAX_LEGACY_LINE}-byte limit (at least {len} bytes)")]
     TooLong {
-        /// Its length.
+        /// Its length, or how much of it was read before reading stopped.
         len: usize,
     },
     /// The line is not UTF-8.
@@ -161,6 +170,16 @@ pub enum LegacyError {
         /// Why.
         reason: &'static str,
     },
+    /// A file's bytes changed between the two reads of an import (the validation, then the
+    /// fingerprint): something is still writing to the directory.
+    #[error(
+        "{path} changed while it was being read; stop whatever writes to the directory \
+         (the replaced daemon, its hook) and import again"
+    )]
+    Changed {
+        /// The file.
+        path: PathBuf,
+    },
     /// None of the legacy files is in the directory.
     #[error(
         "{dir} holds no legacy state (none of checkpoint, runs.wal, gate.spool); check the path"
@@ -215,12 +234,20 @@ pub struct LegacyFiles {
 pub struct LegacyOptions {
     /// The queue every imported run goes to (default [`DEFAULT_LEGACY_QUEUE`]).
     pub queue: QueueName,
+    /// Leave out each damaged or contradictory record instead of refusing the import, listing
+    /// it in [`LegacyReport::quarantined`] (default false: any such record refuses the
+    /// import). Problems of the files' order or counts — a log record missing, repeated or
+    /// out of sequence, a checkpoint header that does not match its records, an unreadable
+    /// checkpoint header, a drain offset inside a record — still refuse it: leaving a record
+    /// out cannot mend them.
+    pub quarantine: bool,
 }
 
 impl Default for LegacyOptions {
     fn default() -> Self {
         Self {
             queue: QueueName::new(DEFAULT_LEGACY_QUEUE).expect("a valid queue name"),
+            quarantine: false,
         }
     }
 }
@@ -236,6 +263,22 @@ pub struct TornRecord {
     pub offset: u64,
     /// How many bytes were written.
     pub bytes: u64,
+}
+
+/// A record a quarantine left out ([`LegacyOptions::quarantine`]): its bytes are
+/// `bytes` bytes at `offset` of `file` (without the newline).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuarantinedRecord {
+    /// The file.
+    pub file: &'static str,
+    /// Its 1-based line.
+    pub line: u64,
+    /// Where it starts.
+    pub offset: u64,
+    /// Its length, without the newline.
+    pub bytes: u64,
+    /// Why it was left out.
+    pub problem: RecordProblem,
 }
 
 /// A pending submission whose `(gate, ref, input_sha)` already had a run under another id
@@ -276,6 +319,9 @@ pub struct LegacyReport {
     /// over, so they were settled as an expired lease would be (queued again, parked when no
     /// attempt is left, canceled when a cancel was requested).
     pub running_settled: u64,
+    /// Records a quarantine left out, in file order (checkpoint, log, spool); the import is
+    /// partial exactly when this is not empty.
+    pub quarantined: Vec<QuarantinedRecord>,
 }
 
 /// A validated import: the source marker, the runs, and the report.
@@ -298,47 +344,70 @@ pub fn backup_files(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// Reads `dir`'s legacy files, refusing symbolic links and non-files, and plans the import.
+/// Opens `dir`'s legacy file `name` for reading without following a symbolic link:
+/// `None` when it is absent.
+///
+/// # Errors
+/// [`LegacyError::UnsafePath`] when it is a symbolic link (dangling or not) or not a regular
+/// file (a FIFO is not waited on); [`LegacyError::Io`].
+pub fn open_file(dir: &Path, name: &str) -> Result<Option<std::fs::File>, LegacyError> {
+    let path = dir.join(name);
+    let link = |path: PathBuf| LegacyError::UnsafePath {
+        path,
+        reason: "it is a symbolic link",
+    };
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        // The last component is never followed; a FIFO does not block the open.
+        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    #[cfg(not(unix))]
+    match std::fs::symlink_metadata(&path) {
+        Ok(m) if m.file_type().is_symlink() => return Err(link(path)),
+        _ => {}
+    }
+    let file = match o.open(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        #[cfg(unix)]
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(link(path)),
+        Err(source) => return Err(LegacyError::Io { path, source }),
+    };
+    let meta = file.metadata().map_err(|source| LegacyError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    if !meta.is_file() {
+        return Err(LegacyError::UnsafePath {
+            path,
+            reason: "it is not a regular file",
+        });
+    }
+    Ok(Some(file))
+}
+
+/// Reads `dir`'s legacy files as [`plan`] reads bytes — streamed, one line in memory at a
+/// time, never through a symbolic link ([`open_file`]) — and plans the import.
 ///
 /// # Errors
 /// [`LegacyError::NotLegacy`] when none of the files is there; [`LegacyError::UnsafePath`],
-/// [`LegacyError::Io`]; whatever [`plan`] refuses.
+/// [`LegacyError::Io`]; [`LegacyError::Changed`] when a file changed while it was read;
+/// whatever [`plan`] refuses.
 pub fn read_dir(dir: &Path, options: &LegacyOptions) -> Result<ImportPlan, LegacyError> {
-    let read = |name: &str| -> Result<Option<Vec<u8>>, LegacyError> {
-        let path = dir.join(name);
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(LegacyError::Io { path, source }),
-        };
-        if meta.file_type().is_symlink() {
-            return Err(LegacyError::UnsafePath {
-                path,
-                reason: "it is a symbolic link",
-            });
-        }
-        if !meta.is_file() {
-            return Err(LegacyError::UnsafePath {
-                path,
-                reason: "it is not a regular file",
-            });
-        }
-        std::fs::read(&path)
-            .map(Some)
-            .map_err(|source| LegacyError::Io { path, source })
-    };
-    let files = LegacyFiles {
-        label: dir.display().to_string(),
-        checkpoint: read(CHECKPOINT_FILE)?,
-        wal: read(WAL_FILE)?,
-        spool: read(SPOOL_FILE)?,
-    };
-    if files.checkpoint.is_none() && files.wal.is_none() && files.spool.is_none() {
+    let sources = [
+        open_file(dir, CHECKPOINT_FILE)?,
+        open_file(dir, WAL_FILE)?,
+        open_file(dir, SPOOL_FILE)?,
+    ];
+    if sources.iter().all(Option::is_none) {
         return Err(LegacyError::NotLegacy {
             dir: dir.to_path_buf(),
         });
     }
-    plan(&files, options)
+    plan_sources(&dir.display().to_string(), dir, sources, options)
 }
 
 /// Plans the import of a legacy directory's files: every record checked, the state rebuilt,
@@ -346,25 +415,42 @@ pub fn read_dir(dir: &Path, options: &LegacyOptions) -> Result<ImportPlan, Legac
 ///
 /// # Errors
 /// [`LegacyError::Record`] for the first record (in checkpoint, log, spool order) that is
-/// damaged, malformed or contradicts the state; nothing is planned.
+/// damaged, malformed or contradicts the state (in a quarantine: the first problem a
+/// quarantine cannot set aside); nothing is planned.
 pub fn plan(files: &LegacyFiles, options: &LegacyOptions) -> Result<ImportPlan, LegacyError> {
-    let mut r = replay::Replay::default();
-    let mut accepted: [Option<&[u8]>; 3] = [None; 3];
-    if let Some(data) = &files.checkpoint {
-        r.checkpoint(data)?;
-        accepted[0] = Some(data);
-    }
-    if let Some(data) = &files.wal {
-        accepted[1] = Some(r.wal(data)?);
-    }
-    if let Some(data) = &files.spool {
-        accepted[2] = Some(r.spool(data)?);
+    let sources = [&files.checkpoint, &files.wal, &files.spool]
+        .map(|f| f.as_deref().map(std::io::Cursor::new));
+    plan_sources(&files.label, Path::new(&files.label), sources, options)
+}
+
+/// How much of a file a read buffers at once.
+const READ_BUFFER: usize = 64 * 1024;
+
+/// [`plan`] over readers: checkpoint, log, spool (`None`: absent).
+fn plan_sources<R: Read + Seek>(
+    label: &str,
+    dir: &Path,
+    mut sources: [Option<R>; 3],
+    options: &LegacyOptions,
+) -> Result<ImportPlan, LegacyError> {
+    let mut r = replay::Replay::new(dir.to_path_buf(), options.quarantine);
+    let mut accepted: [Option<frame::Accepted>; 3] = [None; 3];
+    for (i, source) in sources.iter_mut().enumerate() {
+        let Some(source) = source else { continue };
+        let mut lines = frame::LineReader::new(BufReader::with_capacity(READ_BUFFER, &mut *source));
+        match i {
+            0 => r.checkpoint(&mut lines)?,
+            1 => r.wal(&mut lines)?,
+            _ => r.spool(&mut lines)?,
+        }
+        accepted[i] = Some(lines.accepted());
     }
     let (runs, report) = r.finish(&options.queue);
-    let description = describe(&files.label, report.generation);
+    let fingerprint = fingerprint(dir, &mut sources, &accepted, &report.quarantined)?;
+    let description = describe(label, report.generation, report.quarantined.len());
     Ok(ImportPlan {
         source: ImportSource {
-            fingerprint: fingerprint(&accepted),
+            fingerprint,
             description,
         },
         runs,
@@ -372,29 +458,79 @@ pub fn plan(files: &LegacyFiles, options: &LegacyOptions) -> Result<ImportPlan, 
     })
 }
 
-/// BLAKE3 over the accepted bytes of the three files (a torn tail is not part of it, so
-/// truncating one away later does not make the directory a new source), each framed by its
-/// name, presence and length.
-fn fingerprint(accepted: &[Option<&[u8]>; 3]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new();
-    h.update(b"cairn legacy import v1\0");
-    for (name, data) in [CHECKPOINT_FILE, WAL_FILE, SPOOL_FILE].iter().zip(accepted) {
-        h.update(name.as_bytes());
-        h.update(&[0, u8::from(data.is_some())]);
-        let bytes = data.unwrap_or_default();
-        h.update(&(bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
+/// Writes to two hashers.
+struct Tee<'a>(&'a mut blake3::Hasher, &'a mut blake3::Hasher);
+
+impl Write for Tee<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        self.1.update(buf);
+        Ok(buf.len())
     }
-    *h.finalize().as_bytes()
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
-/// The marker's description: printable, bounded.
-fn describe(label: &str, generation: u64) -> String {
+/// BLAKE3 over the accepted bytes of the three files (a torn tail is not part of it, so
+/// truncating one away later does not make the directory a new source), each framed by its
+/// name, presence and length; then, for a partial import, the records left out.
+///
+/// The accepted bytes are read a second time (their length comes before them) and must hash
+/// as they did when they were validated.
+fn fingerprint<R: Read + Seek>(
+    dir: &Path,
+    sources: &mut [Option<R>; 3],
+    accepted: &[Option<frame::Accepted>; 3],
+    quarantined: &[QuarantinedRecord],
+) -> Result<[u8; 32], LegacyError> {
+    let mut h = blake3::Hasher::new();
+    h.update(b"cairn legacy import v1\0");
+    let names = [CHECKPOINT_FILE, WAL_FILE, SPOOL_FILE];
+    for ((name, source), acc) in names.iter().zip(sources.iter_mut()).zip(accepted) {
+        h.update(name.as_bytes());
+        h.update(&[0, u8::from(acc.is_some())]);
+        h.update(&acc.map_or(0, |a| a.len).to_le_bytes());
+        let (Some(source), Some(acc)) = (source, acc) else {
+            continue;
+        };
+        let path = || dir.join(name);
+        let io = |source| LegacyError::Io {
+            path: path(),
+            source,
+        };
+        source.seek(SeekFrom::Start(0)).map_err(io)?;
+        let mut again = blake3::Hasher::new();
+        let copied =
+            std::io::copy(&mut source.take(acc.len), &mut Tee(&mut h, &mut again)).map_err(io)?;
+        if copied != acc.len || again.finalize() != acc.hash {
+            return Err(LegacyError::Changed { path: path() });
+        }
+    }
+    if !quarantined.is_empty() {
+        h.update(b"quarantined\0");
+        for q in quarantined {
+            h.update(q.file.as_bytes());
+            h.update(&[0]);
+            h.update(&q.line.to_le_bytes());
+        }
+    }
+    Ok(*h.finalize().as_bytes())
+}
+
+/// The marker's description: printable, bounded; a partial import says so first (where a
+/// long label cannot cut it off).
+fn describe(label: &str, generation: u64, quarantined: usize) -> String {
     let label: String = label
         .chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    let mut d = format!("legacy directory {label}, checkpoint generation {generation}");
+    let partial = if quarantined == 0 {
+        String::new()
+    } else {
+        format!("partial import, {quarantined} corrupt record(s) quarantined: ")
+    };
+    let mut d = format!("{partial}legacy directory {label}, checkpoint generation {generation}");
     if d.len() > MAX_IMPORT_DESCRIPTION {
         let mut end = MAX_IMPORT_DESCRIPTION;
         while !d.is_char_boundary(end) {
@@ -403,6 +539,31 @@ fn describe(label: &str, generation: u64) -> String {
         d.truncate(end);
     }
     d
+}
+
+impl fmt::Display for QuarantinedRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A problem may quote the record (an unknown field's name): control characters are
+        // escaped so that it cannot forge lines.
+        let problem: String = self
+            .problem
+            .to_string()
+            .chars()
+            .flat_map(|c| {
+                let esc: Vec<char> = if c.is_control() {
+                    c.escape_default().collect()
+                } else {
+                    vec![c]
+                };
+                esc
+            })
+            .collect();
+        write!(
+            f,
+            "{} line {} ({} bytes at offset {}): {problem}",
+            self.file, self.line, self.bytes, self.offset
+        )
+    }
 }
 
 impl fmt::Display for TornRecord {

@@ -154,9 +154,70 @@ pub(super) struct SubmissionRecord {
     supersede: Option<Vec<String>>,
 }
 
-/// Parses a record body as `T`.
+/// Parses a record body as `T`, after checking that no object in it, at any depth, gives a
+/// member twice (a map such as `stages` would otherwise keep the last silently).
 pub(super) fn parse<'a, T: Deserialize<'a>>(body: &'a str) -> Result<T, RecordProblem> {
-    serde_json::from_str(body).map_err(|e| RecordProblem::Malformed(e.to_string()))
+    serde_json::from_str::<NoDuplicates>(body)
+        .and_then(|_| serde_json::from_str(body))
+        .map_err(|e| RecordProblem::Malformed(e.to_string()))
+}
+
+/// Any JSON value, accepted only when none of its objects names a member twice. Keys are
+/// compared after unescaping, so `"build"` and `"bu\u0069ld"` are the same member.
+struct NoDuplicates;
+
+impl<'de> Deserialize<'de> for NoDuplicates {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicatesVisitor)
+    }
+}
+
+struct NoDuplicatesVisitor;
+
+impl<'de> serde::de::Visitor<'de> for NoDuplicatesVisitor {
+    type Value = NoDuplicates;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+    fn visit_unit<E>(self) -> Result<NoDuplicates, E> {
+        Ok(NoDuplicates)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<NoDuplicates, A::Error> {
+        while seq.next_element::<NoDuplicates>()?.is_some() {}
+        Ok(NoDuplicates)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<NoDuplicates, A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if seen.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate member {key:?}: a member given twice is ambiguous"
+                )));
+            }
+            map.next_value::<NoDuplicates>()?;
+            seen.insert(key);
+        }
+        Ok(NoDuplicates)
+    }
 }
 
 fn field(field: &'static str, reason: impl Into<String>) -> RecordProblem {

@@ -2,15 +2,17 @@
 //! generation, then the pending submissions; then mapping each run onto the spool's states.
 
 use std::collections::{BTreeMap, HashMap};
+use std::io::BufRead;
+use std::path::PathBuf;
 
-use super::frame::{lines, open_record, Line};
+use super::frame::{LineReader, RawLine};
 use super::records::{
     event_id, event_payload, millis, parse, run_id, CheckpointRecord, LegacyState, Run,
     SubmissionRecord, WalRecord, CHECKPOINT_FORMAT,
 };
 use super::{
-    LegacyError, LegacyReport, RecordProblem, SubmissionAlias, TornRecord, CHECKPOINT_FILE,
-    SPOOL_FILE, WAL_FILE,
+    LegacyError, LegacyReport, QuarantinedRecord, RecordProblem, SubmissionAlias, TornRecord,
+    CHECKPOINT_FILE, SPOOL_FILE, WAL_FILE,
 };
 use crate::spool::{
     clip_reason, expired_park_reason, expiry_action, Action, DedupKey, ImportedEvent, ImportedRun,
@@ -34,6 +36,11 @@ struct Entry {
 /// The state as rebuilt so far.
 #[derive(Debug, Default)]
 pub(super) struct Replay {
+    /// The directory, for I/O errors.
+    dir: PathBuf,
+    /// Keep damaged or contradictory records aside ([`QuarantinedRecord`]) instead of
+    /// refusing the import.
+    quarantine: bool,
     runs: BTreeMap<RunId, Entry>,
     by_key: HashMap<DedupKey, RunId>,
     /// Bytes of `gate.spool` the daemon had drained into runs.
@@ -41,8 +48,47 @@ pub(super) struct Replay {
     report: LegacyReport,
 }
 
+impl Replay {
+    /// An empty state reading files of `dir`.
+    pub(super) fn new(dir: PathBuf, quarantine: bool) -> Self {
+        Self {
+            dir,
+            quarantine,
+            ..Self::default()
+        }
+    }
+}
+
 fn ambiguous(s: String) -> RecordProblem {
     RecordProblem::Ambiguous(s)
+}
+
+/// Whether a problem is one record's own (damaged, malformed, contradicting the state), so
+/// that a quarantine can keep the record aside; the others say the file's order or counts are
+/// broken (a record missing, repeated or out of place), which setting a record aside cannot
+/// mend.
+fn quarantinable(p: &RecordProblem) -> bool {
+    !matches!(
+        p,
+        RecordProblem::Count { .. }
+            | RecordProblem::FutureGeneration { .. }
+            | RecordProblem::GenerationBack { .. }
+            | RecordProblem::Sequence { .. }
+    )
+}
+
+/// A line's record body: complete, within the limit, its checksum right.
+fn body(line: &RawLine) -> Result<String, RecordProblem> {
+    if line.bytes.is_some() && !line.terminated {
+        return Err(RecordProblem::Unterminated);
+    }
+    line.open()
+}
+
+/// A bytes-after-the-last-newline line that may be a torn record: one within the limit
+/// (a longer one cannot be a record at all).
+fn torn_tail(line: &RawLine) -> bool {
+    !line.terminated && line.bytes.is_some()
 }
 
 impl Replay {
@@ -112,21 +158,56 @@ impl Replay {
         }
     }
 
-    /// Reads the checkpoint: a header, then exactly the runs and events it announces.
-    pub(super) fn checkpoint(&mut self, data: &[u8]) -> Result<(), LegacyError> {
-        let l = lines(data);
-        let err = |line: u64, p| LegacyError::record(CHECKPOINT_FILE, line, p);
-        if let Some(t) = l.tail {
-            return Err(err(t.number, RecordProblem::Unterminated));
+    fn next<R: BufRead>(
+        &self,
+        file: &'static str,
+        r: &mut LineReader<R>,
+    ) -> Result<Option<RawLine>, LegacyError> {
+        r.next_line(self.quarantine)
+            .map_err(|source| LegacyError::Io {
+                path: self.dir.join(file),
+                source,
+            })
+    }
+
+    /// Refuses the import at `line`, or, in a quarantine and when the problem is the
+    /// record's own, keeps the record aside and goes on.
+    fn reject(
+        &mut self,
+        file: &'static str,
+        line: &RawLine,
+        problem: RecordProblem,
+    ) -> Result<(), LegacyError> {
+        if self.quarantine && quarantinable(&problem) {
+            self.report.quarantined.push(QuarantinedRecord {
+                file,
+                line: line.number,
+                offset: line.offset,
+                bytes: line.len,
+                problem,
+            });
+            return Ok(());
         }
-        let Some(first) = l.lines.first() else {
+        Err(LegacyError::record(file, line.number, problem))
+    }
+
+    /// Reads the checkpoint: a header, then exactly the runs and events it announces. The
+    /// header is never quarantined: without it nothing after it can be placed.
+    pub(super) fn checkpoint<R: BufRead>(
+        &mut self,
+        r: &mut LineReader<R>,
+    ) -> Result<(), LegacyError> {
+        let err = |line: u64, p| LegacyError::record(CHECKPOINT_FILE, line, p);
+        let Some(first) = self.next(CHECKPOINT_FILE, r)? else {
             return Err(err(
                 1,
                 RecordProblem::Malformed("the checkpoint is empty".into()),
             ));
         };
-        let body = open_record(first.bytes).map_err(|p| err(1, p))?;
-        let (runs, events) = match parse(&body).map_err(|p| err(1, p))? {
+        let header = body(&first)
+            .and_then(|b| parse(&b))
+            .map_err(|p| err(1, p))?;
+        let (runs, events) = match header {
             CheckpointRecord::Checkpoint {
                 format,
                 generation,
@@ -164,13 +245,24 @@ impl Replay {
             events,
             problem,
         };
-        let body_lines = &l.lines[1..];
-        for (i, line) in body_lines.iter().enumerate() {
-            let i = i as u64;
-            let body = open_record(line.bytes).map_err(|p| err(line.number, p))?;
-            let rec: CheckpointRecord = parse(&body).map_err(|p| err(line.number, p))?;
+        // The records after the header, counted; record `i` (0-based) is a run while
+        // `i < runs`, then an event while `i - runs < events` (no sum of counts is formed: a
+        // header may announce u64::MAX of each).
+        let mut i: u64 = 0;
+        while let Some(line) = self.next(CHECKPOINT_FILE, r)? {
+            let rec: CheckpointRecord = match body(&line).and_then(|b| parse(&b)) {
+                Ok(rec) => rec,
+                Err(p) => {
+                    // Kept aside in a quarantine, it still takes its place in the order.
+                    self.reject(CHECKPOINT_FILE, &line, p)?;
+                    i += 1;
+                    continue;
+                }
+            };
+            let is_run = i < runs;
+            let is_event = !is_run && i - runs < events;
             let step = match rec {
-                CheckpointRecord::Run { run } if i < runs => {
+                CheckpointRecord::Run { run } if is_run => {
                     (*run).check().and_then(|r| self.put(r, false))
                 }
                 CheckpointRecord::Event {
@@ -178,36 +270,58 @@ impl Replay {
                     event_id,
                     payload,
                     at_ms,
-                } if i >= runs && i < runs + events => {
-                    self.event(&run_id, &event_id, payload, at_ms)
+                } if is_event => self.event(&run_id, &event_id, payload, at_ms),
+                _ => {
+                    return Err(err(
+                        line.number,
+                        count(format!("record {} does not fit that order", i + 1)),
+                    ))
                 }
-                _ => Err(count(format!("record {} does not fit that order", i + 1))),
             };
-            step.map_err(|p| err(line.number, p))?;
+            if let Err(p) = step {
+                self.reject(CHECKPOINT_FILE, &line, p)?;
+            }
+            i += 1;
         }
-        if (body_lines.len() as u64) != runs.saturating_add(events) {
-            return Err(err(
-                1,
-                count(format!("{} records follow it", body_lines.len())),
-            ));
+        if runs.checked_add(events) != Some(i) {
+            return Err(err(1, count(format!("{i} records follow it"))));
         }
         self.report.checkpoint_runs = self.runs.len() as u64;
         Ok(())
     }
 
-    /// Replays the log; returns the bytes it accepted.
-    pub(super) fn wal<'a>(&mut self, data: &'a [u8]) -> Result<&'a [u8], LegacyError> {
-        let l = lines(data);
+    /// Replays the log.
+    ///
+    /// In a quarantine, a record that cannot be read at all may have held the next sequence
+    /// number: after `n` such records, the next record's number may run up to `n` ahead.
+    pub(super) fn wal<R: BufRead>(&mut self, r: &mut LineReader<R>) -> Result<(), LegacyError> {
         let generation = self.report.generation;
-        // (generation, next seq) of the record before.
+        // (generation, seq) of the last record read whole.
         let mut at: Option<(u64, u64)> = None;
-        for line in &l.lines {
+        // Records kept aside unread since then.
+        let mut unread: u64 = 0;
+        while let Some(line) = self.next(WAL_FILE, r)? {
+            if torn_tail(&line) {
+                self.torn(WAL_FILE, &line);
+                break;
+            }
             let err = |p| LegacyError::record(WAL_FILE, line.number, p);
-            let body = open_record(line.bytes).map_err(err)?;
-            let rec: WalRecord = parse(&body).map_err(err)?;
+            let rec: WalRecord = match line.open().and_then(|b| parse(&b)) {
+                Ok(rec) => rec,
+                Err(p) => {
+                    self.reject(WAL_FILE, &line, p)?;
+                    unread += 1;
+                    continue;
+                }
+            };
             let (gen, seq) = rec.position();
-            let expected = match at {
-                Some((g, next)) if g == gen => next,
+            let first = match at {
+                Some((g, last)) if g == gen => last.checked_add(1).ok_or_else(|| {
+                    err(RecordProblem::Field {
+                        field: "seq",
+                        reason: format!("follows sequence number {last}, the largest there is"),
+                    })
+                })?,
                 Some((g, _)) if gen < g => {
                     return Err(err(RecordProblem::GenerationBack {
                         found: gen,
@@ -216,13 +330,14 @@ impl Replay {
                 }
                 _ => 1,
             };
-            if seq != expected {
+            if seq < first || seq > first.saturating_add(unread) {
                 return Err(err(RecordProblem::Sequence {
-                    expected,
+                    expected: first,
                     found: seq,
                 }));
             }
-            at = Some((gen, seq + 1));
+            at = Some((gen, seq));
+            unread = 0;
             if gen < generation {
                 self.report.wal_stale += 1;
                 continue;
@@ -233,13 +348,13 @@ impl Replay {
                     checkpoint: generation,
                 }));
             }
-            self.apply(rec).map_err(err)?;
-            self.report.wal_applied += 1;
+            match self.apply(rec) {
+                Ok(()) => self.report.wal_applied += 1,
+                Err(p) => self.reject(WAL_FILE, &line, p)?,
+            }
         }
-        self.torn(WAL_FILE, l.tail);
-        Ok(l.accepted)
+        Ok(())
     }
-
     fn apply(&mut self, rec: WalRecord) -> Result<(), RecordProblem> {
         match rec {
             WalRecord::Run { run, .. } => self.put((*run).check()?, true),
@@ -283,45 +398,46 @@ impl Replay {
         }
     }
 
-    /// Reads the submission spool; returns the bytes it accepted.
-    pub(super) fn spool<'a>(&mut self, data: &'a [u8]) -> Result<&'a [u8], LegacyError> {
-        let l = lines(data);
+    /// Reads the submission spool.
+    pub(super) fn spool<R: BufRead>(&mut self, r: &mut LineReader<R>) -> Result<(), LegacyError> {
         let drained = self.drained;
-        // A line spans its bytes and its newline; the offset may only fall between lines.
-        let inside = l
-            .lines
-            .iter()
-            .find(|x| x.offset < drained && drained <= x.offset + x.bytes.len() as u64);
-        if let Some(line) = inside {
+        let mut complete: u64 = 0;
+        while let Some(line) = self.next(SPOOL_FILE, r)? {
+            if torn_tail(&line) {
+                self.torn(SPOOL_FILE, &line);
+                break;
+            }
+            // A line spans its bytes and its newline; the offset may only fall between lines.
+            if line.offset < drained && drained <= line.offset.saturating_add(line.len) {
+                return Err(LegacyError::record(
+                    SPOOL_FILE,
+                    line.number,
+                    ambiguous(format!(
+                        "the log's drain offset {drained} falls inside this record"
+                    )),
+                ));
+            }
+            complete += u64::from(line.terminated);
+            if let Err(p) = self.submission(&line, drained) {
+                self.reject(SPOOL_FILE, &line, p)?;
+            }
+        }
+        let accepted = r.accepted().len;
+        if drained > accepted {
             return Err(LegacyError::record(
                 SPOOL_FILE,
-                line.number,
+                complete + 1,
                 ambiguous(format!(
-                    "the log's drain offset {drained} falls inside this record"
+                    "the log says {drained} bytes were drained, but the spool holds \
+                     {accepted} complete bytes: it was truncated or replaced"
                 )),
             ));
         }
-        if drained > l.accepted.len() as u64 {
-            return Err(LegacyError::record(
-                SPOOL_FILE,
-                l.lines.len() as u64 + 1,
-                ambiguous(format!(
-                    "the log says {drained} bytes were drained, but the spool holds {} \
-                     complete bytes: it was truncated or replaced",
-                    l.accepted.len()
-                )),
-            ));
-        }
-        for line in &l.lines {
-            self.submission(line, drained)
-                .map_err(|p| LegacyError::record(SPOOL_FILE, line.number, p))?;
-        }
-        self.torn(SPOOL_FILE, l.tail);
-        Ok(l.accepted)
+        Ok(())
     }
 
-    fn submission(&mut self, line: &Line<'_>, drained: u64) -> Result<(), RecordProblem> {
-        let body = open_record(line.bytes)?;
+    fn submission(&mut self, line: &RawLine, drained: u64) -> Result<(), RecordProblem> {
+        let body = body(line)?;
         let run = parse::<SubmissionRecord>(&body)?.check()?;
         if let Some(e) = self.runs.get(&run.run_id) {
             if e.run.key != run.key {
@@ -363,15 +479,13 @@ impl Replay {
         self.put(run, false)
     }
 
-    fn torn(&mut self, file: &'static str, tail: Option<Line<'_>>) {
-        if let Some(t) = tail {
-            self.report.torn.push(TornRecord {
-                file,
-                line: t.number,
-                offset: t.offset,
-                bytes: t.bytes.len() as u64,
-            });
-        }
+    fn torn(&mut self, file: &'static str, t: &RawLine) {
+        self.report.torn.push(TornRecord {
+            file,
+            line: t.number,
+            offset: t.offset,
+            bytes: t.len,
+        });
     }
 
     /// The runs, mapped onto the spool's states and ordered by enqueue time then id, and the

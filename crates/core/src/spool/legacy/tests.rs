@@ -219,6 +219,7 @@ fn a_directory_becomes_runs_with_ids_keys_events_and_facts() {
             }],
             torn: vec![],
             running_settled: 1,
+            quarantined: vec![],
         }
     );
     assert!(p.source.description.contains("/var/lib/made"));
@@ -757,4 +758,458 @@ fn the_documented_example_plans_as_documented() {
         seal_record(r#"{"gen":4,"seq":2,"op":"drain","through":0}"#).unwrap(),
         r#"{"gen":4,"seq":2,"op":"drain","through":0,"sum":"e0b8a121a9d832bf5e330655d94d59ff89ba43350c311a0f3be05159fd2e1220"}"#
     );
+}
+
+#[test]
+fn a_member_given_twice_is_refused_in_every_object() {
+    // A stage given twice inside a run's `stages` map: today serde keeps the last.
+    let mut r = run(1, "queued", 0, json!({}));
+    r["stages"] = json!({"build": "passed"});
+    let body = wal(0, 1, "run", json!({ "run": r })).to_string();
+    let twice = body.replace(
+        r#""build":"passed""#,
+        r#""build":"passed","build":"failed""#,
+    );
+    assert_ne!(twice, body);
+    let f = files(
+        None,
+        Some(format!("{}\n", seal_record(&twice).unwrap()).into_bytes()),
+        None,
+    );
+    let p = refused(&f, WAL_FILE, 1);
+    assert!(
+        matches!(&p, RecordProblem::Malformed(s) if s.contains("duplicate") && s.contains("build")),
+        "{p:?}"
+    );
+    // The same key spelled with an escape is the same key.
+    let escaped = body.replace(
+        r#""build":"passed""#,
+        r#""build":"passed","bu\u0069ld":"failed""#,
+    );
+    let f = files(
+        None,
+        Some(format!("{}\n", seal_record(&escaped).unwrap()).into_bytes()),
+        None,
+    );
+    assert!(matches!(
+        refused(&f, WAL_FILE, 1),
+        RecordProblem::Malformed(_)
+    ));
+    // The tag twice, a member of the nested run twice, a spool member twice, a checkpoint
+    // header member twice.
+    let tag_twice = r#"{"gen":0,"seq":1,"op":"drain","op":"drain","through":0}"#;
+    let f = files(
+        None,
+        Some(format!("{}\n", seal_record(tag_twice).unwrap()).into_bytes()),
+        None,
+    );
+    assert!(matches!(
+        refused(&f, WAL_FILE, 1),
+        RecordProblem::Malformed(_)
+    ));
+    let nested = body.replace(r#""gate":"ci""#, r#""gate":"ci","gate":"cd""#);
+    let f = files(
+        None,
+        Some(format!("{}\n", seal_record(&nested).unwrap()).into_bytes()),
+        None,
+    );
+    assert!(matches!(
+        refused(&f, WAL_FILE, 1),
+        RecordProblem::Malformed(_)
+    ));
+    let sub = submission(2, "s", json!({}))
+        .to_string()
+        .replace(r#""payload":"{}""#, r#""payload":"{}","payload":"x""#);
+    let f = files(
+        None,
+        None,
+        Some(format!("{}\n", seal_record(&sub).unwrap()).into_bytes()),
+    );
+    assert!(matches!(
+        refused(&f, SPOOL_FILE, 1),
+        RecordProblem::Malformed(_)
+    ));
+    let header = r#"{"kind":"checkpoint","format":1,"generation":1,"generation":2,"runs":0,"events":0,"spool_drained":0,"written_ms":0}"#;
+    let f = files(
+        Some(format!("{}\n", seal_record(header).unwrap()).into_bytes()),
+        None,
+        None,
+    );
+    assert!(matches!(
+        refused(&f, CHECKPOINT_FILE, 1),
+        RecordProblem::Malformed(_)
+    ));
+}
+
+#[test]
+fn hostile_counts_are_refused_without_overflow() {
+    // A header counting u64::MAX events, followed by one run and one event: the slot check
+    // must not compute `runs + events`.
+    let header = json!({"kind": "checkpoint", "format": 1, "generation": 1, "runs": 1, "events": u64::MAX, "spool_drained": 0, "written_ms": 0});
+    let mut cp = line(&header).into_bytes();
+    cp.extend(line(&json!({"kind": "run", "run": run(1, "queued", 0, json!({}))})).into_bytes());
+    cp.extend(line(&cp_event(1, "e")).into_bytes());
+    assert!(matches!(
+        refused(&files(Some(cp), None, None), CHECKPOINT_FILE, 1),
+        RecordProblem::Count { .. }
+    ));
+    let header = json!({"kind": "checkpoint", "format": 1, "generation": 1, "runs": u64::MAX, "events": u64::MAX, "spool_drained": 0, "written_ms": 0});
+    assert!(matches!(
+        refused(
+            &files(Some(file(&[header])), None, None),
+            CHECKPOINT_FILE,
+            1
+        ),
+        RecordProblem::Count { .. }
+    ));
+    // A log sequence number at u64::MAX, then one more record of its generation.
+    let w = file(&[
+        wal(0, u64::MAX, "drain", json!({"through": 0})),
+        wal(0, 1, "drain", json!({"through": 0})),
+    ]);
+    refused(&files(None, Some(w), None), WAL_FILE, 1);
+}
+
+/// A reader that counts the bytes read through it.
+struct Counting<R> {
+    inner: R,
+    read: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl<R: std::io::Read> std::io::Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.read.set(self.read.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: std::io::Seek> std::io::Seek for Counting<R> {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.inner.seek(pos)
+    }
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "cairn-legacy-{tag}-{}-{}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_tail_over_the_record_limit_is_damage_read_with_bounded_memory() {
+    let dir = temp_dir("huge");
+    // Two good records, then 3 MiB more than the limit with no newline.
+    let good = file(&[
+        wal(0, 1, "drain", json!({"through": 0})),
+        wal(0, 2, "drain", json!({"through": 0})),
+    ]);
+    let mut f = std::fs::File::create(dir.join(WAL_FILE)).unwrap();
+    std::io::Write::write_all(&mut f, &good).unwrap();
+    let chunk = vec![b'x'; 1024 * 1024];
+    for _ in 0..(MAX_LEGACY_LINE / chunk.len() + 3) {
+        std::io::Write::write_all(&mut f, &chunk).unwrap();
+    }
+    drop(f);
+    // Not a torn record: refused at its line, as damage.
+    match read_dir(&dir, &LegacyOptions::default()) {
+        Err(LegacyError::Record {
+            file: WAL_FILE,
+            line: 3,
+            problem: RecordProblem::TooLong { .. },
+        }) => {}
+        other => panic!("expected a refusal at runs.wal line 3, got {other:?}"),
+    }
+    // And reading stops just past the limit: the file is never read (nor held) whole.
+    let read = std::rc::Rc::new(std::cell::Cell::new(0));
+    let source = Counting {
+        inner: std::fs::File::open(dir.join(WAL_FILE)).unwrap(),
+        read: read.clone(),
+    };
+    let got = plan_sources(
+        "huge",
+        &dir,
+        [None, Some(source), None],
+        &LegacyOptions::default(),
+    );
+    assert!(matches!(
+        got,
+        Err(LegacyError::Record {
+            problem: RecordProblem::TooLong { .. },
+            ..
+        })
+    ));
+    let limit = (good.len() + MAX_LEGACY_LINE + 2 * READ_BUFFER) as u64;
+    assert!(
+        read.get() <= limit,
+        "read {} bytes of a {} byte file; the bound is {limit}",
+        read.get(),
+        std::fs::metadata(dir.join(WAL_FILE)).unwrap().len()
+    );
+    // The same in the spool; in a quarantine the long tail is left out as a corrupt record,
+    // not as a torn one.
+    std::fs::rename(dir.join(WAL_FILE), dir.join(SPOOL_FILE)).unwrap();
+    let mut spool = file(&[submission(1, "a", json!({}))]);
+    spool.extend(vec![b'y'; MAX_LEGACY_LINE + 5]);
+    std::fs::write(dir.join(SPOOL_FILE), &spool).unwrap();
+    assert!(matches!(
+        read_dir(&dir, &LegacyOptions::default()),
+        Err(LegacyError::Record {
+            file: SPOOL_FILE,
+            line: 2,
+            problem: RecordProblem::TooLong { .. }
+        })
+    ));
+    let q = read_dir(&dir, &quarantine()).unwrap();
+    assert_eq!(q.runs.len(), 1);
+    assert!(q.report.torn.is_empty());
+    assert_eq!(q.report.quarantined.len(), 1);
+    let bad = &q.report.quarantined[0];
+    assert_eq!(
+        (bad.file, bad.line, bad.bytes),
+        (SPOOL_FILE, 2, MAX_LEGACY_LINE as u64 + 5)
+    );
+    assert_eq!(
+        bad.problem,
+        RecordProblem::TooLong {
+            len: MAX_LEGACY_LINE + 5
+        }
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn quarantine() -> LegacyOptions {
+    LegacyOptions {
+        quarantine: true,
+        ..LegacyOptions::default()
+    }
+}
+
+#[test]
+fn read_dir_never_reads_through_a_link_or_a_fifo() {
+    let dir = temp_dir("links");
+    let elsewhere = temp_dir("elsewhere");
+    std::fs::write(
+        elsewhere.join("secret"),
+        file(&[wal(0, 1, "drain", json!({"through": 0}))]),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    for name in [CHECKPOINT_FILE, WAL_FILE, SPOOL_FILE] {
+        let link = dir.join(name);
+        std::os::unix::fs::symlink(elsewhere.join("secret"), &link).unwrap();
+        match read_dir(&dir, &LegacyOptions::default()) {
+            Err(LegacyError::UnsafePath { path, reason }) => {
+                assert_eq!(path, link);
+                assert!(reason.contains("symbolic link"), "{reason}");
+            }
+            other => panic!("{name}: a link is refused, got {other:?}"),
+        }
+        assert!(matches!(
+            open_file(&dir, name),
+            Err(LegacyError::UnsafePath { .. })
+        ));
+        std::fs::remove_file(&link).unwrap();
+        // A dangling link too.
+        std::os::unix::fs::symlink(elsewhere.join("missing"), &link).unwrap();
+        assert!(matches!(
+            read_dir(&dir, &LegacyOptions::default()),
+            Err(LegacyError::UnsafePath { .. })
+        ));
+        std::fs::remove_file(&link).unwrap();
+    }
+    // checkpoint.tmp is never planned but is backed up: opened the same way.
+    #[cfg(unix)]
+    {
+        std::os::unix::fs::symlink(elsewhere.join("secret"), dir.join(CHECKPOINT_TMP_FILE))
+            .unwrap();
+        assert!(matches!(
+            open_file(&dir, CHECKPOINT_TMP_FILE),
+            Err(LegacyError::UnsafePath { .. })
+        ));
+        // A FIFO is refused at once rather than waited on.
+        let fifo = dir.join(WAL_FILE);
+        assert!(std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        assert!(matches!(
+            read_dir(&dir, &LegacyOptions::default()),
+            Err(LegacyError::UnsafePath { reason, .. }) if reason.contains("regular")
+        ));
+    }
+    assert!(open_file(&dir, "absent").unwrap().is_none());
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&elsewhere).unwrap();
+}
+
+#[test]
+fn a_quarantine_imports_every_valid_record_and_lists_the_others() {
+    let put = |seq, n: u32| {
+        wal(
+            0,
+            seq,
+            "run",
+            json!({"run": run(n, "queued", 0, json!({}))}),
+        )
+    };
+    // Log: a damaged record (checksum), then a run given a stage twice, then a good record
+    // numbered after both.
+    let mut twice = run(4, "queued", 0, json!({}));
+    twice["stages"] = json!({"build": "passed"});
+    let twice = wal(0, 3, "run", json!({ "run": twice }))
+        .to_string()
+        .replace(
+            r#""build":"passed""#,
+            r#""build":"passed","build":"failed""#,
+        );
+    let mut w = file(&[put(1, 1), put(2, 2)]);
+    let second = line(&put(2, 2)).len();
+    let at = w.len() - second + 12;
+    w[at] ^= 0x01;
+    w.extend(format!("{}\n", seal_record(&twice).unwrap()).into_bytes());
+    w.extend(file(&[put(4, 3)]));
+    // Spool: a good submission, then one with an unknown member.
+    let s = file(&[
+        submission(8, "s8", json!({})),
+        submission(9, "s9", json!({"color": "red"})),
+    ]);
+    let f = files(None, Some(w.clone()), Some(s.clone()));
+    // Without a quarantine: refused at the first bad record, as before.
+    assert_eq!(refused(&f, WAL_FILE, 2), RecordProblem::Checksum);
+    let p = plan(&f, &quarantine()).unwrap();
+    assert_eq!(
+        by_id(&p).keys().copied().collect::<Vec<_>>(),
+        vec![rid(1), rid(3), rid(8)]
+    );
+    let q: Vec<(&str, u64)> = p
+        .report
+        .quarantined
+        .iter()
+        .map(|q| (q.file, q.line))
+        .collect();
+    assert_eq!(q, vec![(WAL_FILE, 2), (WAL_FILE, 3), (SPOOL_FILE, 2)]);
+    let first = &p.report.quarantined[0];
+    assert_eq!(first.problem, RecordProblem::Checksum);
+    assert_eq!(first.offset, line(&put(1, 1)).len() as u64);
+    assert_eq!(first.bytes, second as u64 - 1);
+    assert!(
+        matches!(&p.report.quarantined[1].problem, RecordProblem::Malformed(m) if m.contains("duplicate"))
+    );
+    assert_eq!(p.report.wal_applied, 2);
+    assert!(
+        p.source
+            .description
+            .starts_with("partial import, 3 corrupt record(s) quarantined: "),
+        "{}",
+        p.source.description
+    );
+    crate::spool::check_import(&p.source, &p.runs).unwrap();
+    assert_eq!(plan(&f, &quarantine()).unwrap(), p, "deterministic");
+    // A directory without damage plans the same with or without a quarantine.
+    let clean = files(None, Some(file(&[put(1, 1)])), None);
+    assert_eq!(
+        plan(&clean, &quarantine()).unwrap(),
+        plan_of(&clean).unwrap()
+    );
+    // Display names the file, line and reason, with control characters escaped.
+    let shown = QuarantinedRecord {
+        file: WAL_FILE,
+        line: 7,
+        offset: 9,
+        bytes: 3,
+        problem: RecordProblem::Malformed("unknown field `a\nb`".into()),
+    }
+    .to_string();
+    assert_eq!(
+        shown,
+        "runs.wal line 7 (3 bytes at offset 9): the record is malformed: unknown field `a\\nb`"
+    );
+}
+
+#[test]
+fn a_quarantine_cannot_stand_in_for_a_missing_or_misplaced_record() {
+    let put = |seq, n: u32| {
+        wal(
+            0,
+            seq,
+            "run",
+            json!({"run": run(n, "queued", 0, json!({}))}),
+        )
+    };
+    // A gap with nothing damaged: a record is missing, not corrupt.
+    let gap = files(None, Some(file(&[put(1, 1), put(3, 3)])), None);
+    match plan(&gap, &quarantine()) {
+        Err(LegacyError::Record {
+            line: 2,
+            problem: RecordProblem::Sequence { .. },
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    // One damaged line accounts for one missing number, not two.
+    let mut w = file(&[put(1, 1), put(2, 2)]);
+    let n = w.len();
+    w[n - 10] ^= 0x01;
+    w.extend(file(&[put(4, 4)]));
+    assert!(matches!(
+        plan(&files(None, Some(w), None), &quarantine()),
+        Err(LegacyError::Record {
+            line: 3,
+            problem: RecordProblem::Sequence { .. },
+            ..
+        })
+    ));
+    // A damaged checkpoint header is refused: nothing after it could be placed.
+    let mut cp = checkpoint(1, &[run(1, "queued", 0, json!({}))], &[], 0);
+    cp[5] ^= 0x01;
+    assert!(matches!(
+        plan(&files(Some(cp), None, None), &quarantine()),
+        Err(LegacyError::Record { line: 1, .. })
+    ));
+}
+
+#[test]
+fn a_quarantined_checkpoint_record_keeps_its_place() {
+    let cp = checkpoint(
+        1,
+        &[
+            run(1, "queued", 0, json!({})),
+            run(2, "queued", 0, json!({})),
+        ],
+        &[cp_event(1, "e1"), cp_event(2, "e2")],
+        0,
+    );
+    // Damage run 1's record (line 2): its event (line 4) then names an unknown run.
+    let mut bad = cp.clone();
+    let at = cp.iter().position(|b| *b == b'\n').unwrap() + 20;
+    bad[at] ^= 0x01;
+    let p = plan(&files(Some(bad.clone()), None, None), &quarantine()).unwrap();
+    assert_eq!(by_id(&p).keys().copied().collect::<Vec<_>>(), vec![rid(2)]);
+    assert_eq!(p.runs[0].events.len(), 1);
+    let q: Vec<(u64, bool)> = p
+        .report
+        .quarantined
+        .iter()
+        .map(|q| {
+            (
+                q.line,
+                matches!(q.problem, RecordProblem::UnknownRun { .. }),
+            )
+        })
+        .collect();
+    assert_eq!(q, vec![(2, false), (4, true)]);
+    // An unterminated last record is quarantined too (and still counted in its slot).
+    let cut = cp[..cp.len() - 1].to_vec();
+    let p = plan(&files(Some(cut), None, None), &quarantine()).unwrap();
+    assert_eq!(p.report.quarantined.len(), 1);
+    assert_eq!(p.report.quarantined[0].problem, RecordProblem::Unterminated);
+    // The fingerprint of a partial import is its own.
+    let whole = plan_of(&files(Some(cp), None, None)).unwrap();
+    assert_ne!(whole.source.fingerprint, p.source.fingerprint);
 }
