@@ -115,8 +115,9 @@ pub(crate) enum Command {
     },
     /// Import the runs of the system cairn replaces (docs/LEGACY_FORMAT.md) into the spool,
     /// once: the files are validated first (a corrupt record changes nothing), copied to
-    /// `<DIR>.cairn-backup-<fingerprint>`, then imported in one transaction; a second run of
-    /// the same files is a no-op.
+    /// `<DIR>.cairn-backup-<fingerprint>` (never through a symbolic link; an existing backup is
+    /// verified, not rewritten), then imported in one transaction; a second run of the same
+    /// files is a no-op.
     Import {
         /// The legacy state directory (checkpoint, runs.wal, gate.spool).
         #[arg(long, value_name = "DIR")]
@@ -124,6 +125,13 @@ pub(crate) enum Command {
         /// The queue the runs go to (default `gate`).
         #[arg(long)]
         queue: Option<String>,
+        /// Import every valid record and leave out each damaged or contradictory one,
+        /// keeping it verbatim in the backup's `quarantine/` folder beside `report.txt`
+        /// (file, line, reason); the import is recorded as partial. Without it, any such
+        /// record refuses the whole import. A record missing from the log or out of order is
+        /// refused either way.
+        #[arg(long)]
+        quarantine: bool,
     },
     /// Repair stale head caches: one paced pass over every space in id order, in the
     /// foreground (a progress bar on a terminal); prints `visited=N repaired=N current=N`.

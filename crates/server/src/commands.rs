@@ -182,8 +182,12 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
-        Command::Import { legacy, queue } => {
-            crate::import::run(&target, &legacy, queue, &mut out).await?;
+        Command::Import {
+            legacy,
+            queue,
+            quarantine,
+        } => {
+            crate::import::run(&target, &legacy, queue, quarantine, &mut out).await?;
         }
         Command::Backfill(args) => {
             crate::backfill::run_foreground(&target, &args, &mut out).await?;

@@ -35,10 +35,14 @@ use std::path::{Path, PathBuf};
 use super::{ImportSource, ImportedRun, QueueName, MAX_IMPORT_DESCRIPTION};
 use crate::error::Error;
 
+mod backup;
 mod frame;
 mod records;
 mod replay;
 
+pub use backup::{
+    back_up, backup_dir, quarantine_name, Backup, QUARANTINE_DIR, QUARANTINE_REPORT,
+};
 pub use frame::{seal_record, MAX_LEGACY_LINE};
 
 /// The installed checkpoint.
@@ -180,6 +184,16 @@ pub enum LegacyError {
         /// The file.
         path: PathBuf,
     },
+    /// The backup could not be made safely: its directory or a file in it is a symbolic link
+    /// or not what it should be, or a copy left by an earlier run differs from its source.
+    /// Nothing was written through it and nothing was imported.
+    #[error("refusing the backup {path}: {reason}; nothing was imported")]
+    UnsafeBackup {
+        /// The backup directory or file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
     /// None of the legacy files is in the directory.
     #[error(
         "{dir} holds no legacy state (none of checkpoint, runs.wal, gate.spool); check the path"
@@ -209,7 +223,10 @@ impl From<LegacyError> for Error {
             },
             LegacyError::UnsafePath { ref path, reason } => Error::UnsafePath {
                 path: path.display().to_string(),
-                reason: reason.into(),
+                reason: format!(
+                    "{reason}; a legacy file is never read through one: copy the real file \
+                     into the directory and import again"
+                ),
             },
             other => Error::invalid("legacy import", other.to_string()),
         }
@@ -356,24 +373,24 @@ pub fn open_file(dir: &Path, name: &str) -> Result<Option<std::fs::File>, Legacy
         path,
         reason: "it is a symbolic link",
     };
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true);
     #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
+    let opened = {
+        use rustix::fs::{Mode, OFlags};
         // The last component is never followed; a FIFO does not block the open.
-        o.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    }
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        match rustix::fs::open(&path, flags, Mode::empty()) {
+            Err(rustix::io::Errno::LOOP) => return Err(link(path)),
+            other => other.map(std::fs::File::from).map_err(std::io::Error::from),
+        }
+    };
     #[cfg(not(unix))]
-    match std::fs::symlink_metadata(&path) {
+    let opened = match std::fs::symlink_metadata(&path) {
         Ok(m) if m.file_type().is_symlink() => return Err(link(path)),
-        _ => {}
-    }
-    let file = match o.open(&path) {
+        _ => std::fs::File::open(&path),
+    };
+    let file = match opened {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        #[cfg(unix)]
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(link(path)),
         Err(source) => return Err(LegacyError::Io { path, source }),
     };
     let meta = file.metadata().map_err(|source| LegacyError::Io {

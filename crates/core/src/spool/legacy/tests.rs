@@ -1213,3 +1213,101 @@ fn a_quarantined_checkpoint_record_keeps_its_place() {
     let whole = plan_of(&files(Some(cp), None, None)).unwrap();
     assert_ne!(whole.source.fingerprint, p.source.fingerprint);
 }
+
+#[cfg(unix)]
+#[test]
+fn the_backup_never_writes_through_a_link_and_verifies_what_it_finds() {
+    let root = temp_dir("backup");
+    let dir = root.join("made");
+    std::fs::create_dir_all(&dir).unwrap();
+    let w = file(&[wal(0, 1, "drain", json!({"through": 0}))]);
+    let s = file(&[submission(1, "a", json!({}))]);
+    std::fs::write(dir.join(WAL_FILE), &w).unwrap();
+    std::fs::write(dir.join(SPOOL_FILE), &s).unwrap();
+    let p = read_dir(&dir, &LegacyOptions::default()).unwrap();
+    let target = backup_dir(&dir, &p);
+    assert!(target
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("made.cairn-backup-"));
+
+    // A link planted at the predictable path of a backup file: refused, its target intact.
+    let victim = root.join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    std::fs::create_dir(&target).unwrap();
+    std::os::unix::fs::symlink(&victim, target.join(SPOOL_FILE)).unwrap();
+    let e = back_up(&dir, &p).unwrap_err();
+    assert!(
+        matches!(&e, LegacyError::UnsafeBackup { path, .. } if *path == target.join(SPOOL_FILE)),
+        "{e}"
+    );
+    assert!(e.to_string().contains("symbolic link"), "{e}");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+    std::fs::remove_dir_all(&target).unwrap();
+
+    // The backup directory itself a link: refused, nothing written where it points.
+    let elsewhere = root.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &target).unwrap();
+    assert!(matches!(
+        back_up(&dir, &p),
+        Err(LegacyError::UnsafeBackup { .. })
+    ));
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+    std::fs::remove_file(&target).unwrap();
+
+    // A source file that is a link (checkpoint.tmp is only ever backed up): refused.
+    std::os::unix::fs::symlink(&victim, dir.join(CHECKPOINT_TMP_FILE)).unwrap();
+    assert!(matches!(
+        back_up(&dir, &p),
+        Err(LegacyError::UnsafePath { .. })
+    ));
+    std::fs::remove_file(dir.join(CHECKPOINT_TMP_FILE)).unwrap();
+    std::fs::remove_dir_all(&target).unwrap();
+
+    // A clean backup: byte for byte; a second run verifies it and writes nothing.
+    let b = back_up(&dir, &p).unwrap();
+    assert_eq!(b.dir, target);
+    assert_eq!(b.quarantine_report, None);
+    assert_eq!(std::fs::read(target.join(WAL_FILE)).unwrap(), w);
+    assert_eq!(std::fs::read(target.join(SPOOL_FILE)).unwrap(), s);
+    assert!(!target.join(CHECKPOINT_FILE).exists());
+    back_up(&dir, &p).unwrap();
+    // An existing copy that differs is refused and left as it is.
+    std::fs::write(target.join(SPOOL_FILE), b"tampered\n").unwrap();
+    let e = back_up(&dir, &p).unwrap_err();
+    assert!(e.to_string().contains("differs"), "{e}");
+    assert_eq!(std::fs::read(target.join(SPOOL_FILE)).unwrap(), b"tampered\n");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn a_quarantine_keeps_each_record_verbatim_beside_a_report() {
+    let root = temp_dir("qbackup");
+    let dir = root.join("made");
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = submission(1, "a", json!({}));
+    let bad = submission(2, "b", json!({"color": "red"}));
+    let mut s = file(&[good, bad.clone()]);
+    s.extend(file(&[submission(3, "c", json!({}))]));
+    std::fs::write(dir.join(SPOOL_FILE), &s).unwrap();
+    let p = read_dir(&dir, &quarantine()).unwrap();
+    assert_eq!(p.runs.len(), 2);
+    let b = back_up(&dir, &p).unwrap();
+    let q = b.dir.join(QUARANTINE_DIR);
+    let kept = std::fs::read(q.join("gate.spool.line-2")).unwrap();
+    assert_eq!(kept, line(&bad).trim_end().as_bytes(), "the record, verbatim");
+    let report = std::fs::read_to_string(b.quarantine_report.as_ref().unwrap()).unwrap();
+    assert_eq!(b.quarantine_report, Some(q.join(QUARANTINE_REPORT)));
+    let entry = report.lines().nth(1).unwrap();
+    assert!(entry.starts_with("gate.spool line 2 ("), "{report}");
+    assert!(entry.contains("color"), "{report}");
+    assert!(entry.ends_with("-> gate.spool.line-2"), "{report}");
+    assert_eq!(report.lines().count(), 2);
+    // Again: verified, not rewritten.
+    assert_eq!(back_up(&dir, &p).unwrap(), b);
+    std::fs::remove_dir_all(&root).unwrap();
+}

@@ -1,0 +1,366 @@
+//! Copying a legacy directory aside before it is imported, and keeping a quarantine's records.
+//!
+//! The backup directory's name is predictable (`<DIR>.cairn-backup-<16 hex>`), so anyone who
+//! can write next to `DIR` could plant a symbolic link there, at the directory or at one of
+//! its files. Nothing here follows one: the directory is opened without following a link and
+//! every file in it is created create-exclusive relative to that opened directory, or, when
+//! it exists from an earlier run, opened without following a link and compared byte for byte
+//! with what would be written — never written into.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use super::{backup_files, open_file, ImportPlan, LegacyError, QuarantinedRecord};
+
+/// The folder inside a backup holding a quarantine's records and report.
+pub const QUARANTINE_DIR: &str = "quarantine";
+/// The quarantine's report: one line per record left out, naming its file, line, place,
+/// reason and the copy of its bytes.
+pub const QUARANTINE_REPORT: &str = "report.txt";
+
+/// Where [`back_up`] put the copies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backup {
+    /// The backup directory.
+    pub dir: PathBuf,
+    /// The quarantine's report, when records were left out.
+    pub quarantine_report: Option<PathBuf>,
+}
+
+/// The backup directory of `dir` for `plan`: `<dir>.cairn-backup-<first 16 hex digits of the
+/// fingerprint>`, beside `dir` (pure).
+pub fn backup_dir(dir: &Path, plan: &ImportPlan) -> PathBuf {
+    let fp: String = plan.source.fingerprint[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let name = dir
+        .file_name()
+        .map_or_else(|| "legacy".into(), |n| n.to_string_lossy().into_owned());
+    let parent = dir
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    parent.join(format!("{name}.cairn-backup-{fp}"))
+}
+
+/// The name of a quarantined record's copy in [`QUARANTINE_DIR`]: `runs.wal.line-7`.
+pub fn quarantine_name(q: &QuarantinedRecord) -> String {
+    format!("{}.line-{}", q.file, q.line)
+}
+
+/// Copies the files of [`backup_files`] present in `dir` into [`backup_dir`], each synced;
+/// for a partial import, also each quarantined record's bytes, verbatim, and a report, in
+/// [`QUARANTINE_DIR`]. A backup left by an earlier run of the same import is verified byte
+/// for byte, never written into.
+///
+/// # Errors
+/// [`LegacyError::UnsafeBackup`] when the backup directory or a file in it is a symbolic
+/// link or not what it should be, or an existing copy differs from what it would hold;
+/// [`LegacyError::UnsafePath`] for a source file that is a link; [`LegacyError::Io`].
+pub fn back_up(dir: &Path, plan: &ImportPlan) -> Result<Backup, LegacyError> {
+    let path = backup_dir(dir, plan);
+    let backup = platform::Dir::create(&path)?;
+    for file in backup_files(dir) {
+        let Some(name) = file.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some(source) = open_file(dir, name)? else {
+            continue;
+        };
+        backup.put(name, source)?;
+    }
+    let quarantined = &plan.report.quarantined;
+    let mut quarantine_report = None;
+    if !quarantined.is_empty() {
+        let q = backup.subdir(QUARANTINE_DIR)?;
+        let mut report = format!(
+            "# {} record(s) left out of {} by `cairn import --quarantine`; the import was \
+             partial. One line each: file, line, length and offset, reason, and the copy of \
+             its bytes in this folder.\n",
+            quarantined.len(),
+            plan.source.description,
+        );
+        for record in quarantined {
+            // From the copy just made or verified: the bytes the backup keeps.
+            let mut copy = backup.open(record.file)?;
+            copy.seek(SeekFrom::Start(record.offset))
+                .map_err(|e| backup.io(record.file, e))?;
+            let name = quarantine_name(record);
+            q.put(&name, copy.take(record.bytes))?;
+            report.push_str(&format!("{record} -> {name}\n"));
+        }
+        q.put(QUARANTINE_REPORT, report.as_bytes())?;
+        q.sync()?;
+        quarantine_report = Some(path.join(QUARANTINE_DIR).join(QUARANTINE_REPORT));
+    }
+    backup.sync()?;
+    Ok(Backup {
+        dir: path,
+        quarantine_report,
+    })
+}
+
+/// Whether two streams hold the same bytes.
+fn same_bytes(mut a: impl Read, mut b: impl Read) -> std::io::Result<bool> {
+    let (mut x, mut y) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = read_full(&mut a, &mut x)?;
+        let m = read_full(&mut b, &mut y)?;
+        if n != m || x[..n] != y[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Reads until `buf` is full or the stream ends.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(unix)]
+mod platform {
+    //! Relative to an opened directory (`openat`), so that nothing is resolved twice.
+
+    use std::fs::File;
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::path::{Path, PathBuf};
+
+    use rustix::fs::{fstat, mkdirat, openat, FileType, Mode, OFlags, CWD};
+    use rustix::io::Errno;
+
+    use super::{same_bytes, LegacyError};
+
+    /// An opened backup directory.
+    pub(super) struct Dir {
+        fd: OwnedFd,
+        path: PathBuf,
+    }
+
+    impl Dir {
+        /// Creates `path` (0700) or takes the existing one; a link there is refused.
+        pub(super) fn create(path: &Path) -> Result<Self, LegacyError> {
+            Self::make(&CWD, path, path)
+        }
+
+        fn make(
+            at: &impl std::os::fd::AsFd,
+            name: &Path,
+            path: &Path,
+        ) -> Result<Self, LegacyError> {
+            let io = |e: Errno| LegacyError::Io {
+                path: path.to_path_buf(),
+                source: e.into(),
+            };
+            match mkdirat(at, name, Mode::RWXU) {
+                Ok(()) | Err(Errno::EXIST) => {}
+                Err(e) => return Err(io(e)),
+            }
+            let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd = match openat(at, name, flags, Mode::empty()) {
+                Ok(fd) => fd,
+                Err(Errno::LOOP | Errno::NOTDIR) => {
+                    return Err(LegacyError::UnsafeBackup {
+                        path: path.to_path_buf(),
+                        reason: "it is a symbolic link or not a directory; the backup is never \
+                                 written through one: remove it and import again"
+                            .into(),
+                    })
+                }
+                Err(e) => return Err(io(e)),
+            };
+            Ok(Self {
+                fd,
+                path: path.to_path_buf(),
+            })
+        }
+
+        /// Creates or takes the directory `name` inside this one.
+        pub(super) fn subdir(&self, name: &str) -> Result<Self, LegacyError> {
+            Self::make(&self.fd, Path::new(name), &self.path.join(name))
+        }
+
+        pub(super) fn io(&self, name: &str, e: std::io::Error) -> LegacyError {
+            LegacyError::Io {
+                path: self.path.join(name),
+                source: e,
+            }
+        }
+
+        /// Opens the regular file `name` for reading, never through a link.
+        pub(super) fn open(&self, name: &str) -> Result<File, LegacyError> {
+            let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+            let fd = openat(&self.fd, name, flags, Mode::empty()).map_err(|e| match e {
+                Errno::LOOP => self.unsafe_file(name, "it is a symbolic link"),
+                e => self.io(name, e.into()),
+            })?;
+            let st = fstat(&fd).map_err(|e| self.io(name, e.into()))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                return Err(self.unsafe_file(name, "it is not a regular file"));
+            }
+            Ok(File::from(fd))
+        }
+
+        fn unsafe_file(&self, name: &str, what: &str) -> LegacyError {
+            LegacyError::UnsafeBackup {
+                path: self.path.join(name),
+                reason: format!(
+                    "{what}; the backup is never written through one: remove it and import \
+                     again"
+                ),
+            }
+        }
+
+        /// Writes `content` as the new file `name` (0600, create-exclusive, synced), or, when
+        /// `name` exists, checks that it holds exactly `content`.
+        pub(super) fn put(&self, name: &str, mut content: impl Read) -> Result<(), LegacyError> {
+            let flags = OFlags::WRONLY
+                | OFlags::CREATE
+                | OFlags::EXCL
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC;
+            match openat(&self.fd, name, flags, Mode::RUSR | Mode::WUSR) {
+                Ok(fd) => {
+                    let mut f = File::from(fd);
+                    std::io::copy(&mut content, &mut f)
+                        .and_then(|_| f.flush())
+                        .and_then(|()| f.sync_all())
+                        .map_err(|e| self.io(name, e))
+                }
+                Err(Errno::EXIST) => {
+                    let existing = self.open(name)?;
+                    if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
+                        Ok(())
+                    } else {
+                        Err(LegacyError::UnsafeBackup {
+                            path: self.path.join(name),
+                            reason: "it exists and differs from the file it backs up; it was \
+                                     left as it is: move the backup directory aside and \
+                                     import again"
+                                .into(),
+                        })
+                    }
+                }
+                Err(e) => Err(self.io(name, e.into())),
+            }
+        }
+
+        /// Makes the directory's entries durable.
+        pub(super) fn sync(&self) -> Result<(), LegacyError> {
+            rustix::fs::fsync(&self.fd).map_err(|e| LegacyError::Io {
+                path: self.path.clone(),
+                source: e.into(),
+            })
+        }
+    }
+}
+
+#[cfg(not(unix))]
+mod platform {
+    //! By path: a link is refused by looking before each open, and files are created
+    //! create-exclusive.
+
+    use std::fs::{File, OpenOptions};
+    use std::io::{Read, Write};
+    use std::path::{Path, PathBuf};
+
+    use super::{same_bytes, LegacyError};
+
+    pub(super) struct Dir {
+        path: PathBuf,
+    }
+
+    fn refuse_link(path: &Path, dir: bool) -> Result<(), LegacyError> {
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() || m.is_dir() != dir => {
+                Err(LegacyError::UnsafeBackup {
+                    path: path.to_path_buf(),
+                    reason: "it is a symbolic link or not what the backup holds there; the \
+                             backup is never written through one: remove it and import again"
+                        .into(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    impl Dir {
+        pub(super) fn create(path: &Path) -> Result<Self, LegacyError> {
+            refuse_link(path, true)?;
+            match std::fs::create_dir(path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(LegacyError::Io {
+                        path: path.to_path_buf(),
+                        source,
+                    })
+                }
+            }
+            refuse_link(path, true)?;
+            Ok(Self {
+                path: path.to_path_buf(),
+            })
+        }
+
+        pub(super) fn subdir(&self, name: &str) -> Result<Self, LegacyError> {
+            Self::create(&self.path.join(name))
+        }
+
+        pub(super) fn io(&self, name: &str, e: std::io::Error) -> LegacyError {
+            LegacyError::Io {
+                path: self.path.join(name),
+                source: e,
+            }
+        }
+
+        pub(super) fn open(&self, name: &str) -> Result<File, LegacyError> {
+            let path = self.path.join(name);
+            refuse_link(&path, false)?;
+            File::open(&path).map_err(|e| self.io(name, e))
+        }
+
+        pub(super) fn put(&self, name: &str, mut content: impl Read) -> Result<(), LegacyError> {
+            let path = self.path.join(name);
+            refuse_link(&path, false)?;
+            match OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => std::io::copy(&mut content, &mut f)
+                    .and_then(|_| f.flush())
+                    .and_then(|()| f.sync_all())
+                    .map_err(|e| self.io(name, e)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let existing = self.open(name)?;
+                    if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
+                        Ok(())
+                    } else {
+                        Err(LegacyError::UnsafeBackup {
+                            path,
+                            reason: "it exists and differs from the file it backs up; it was \
+                                     left as it is: move the backup directory aside and \
+                                     import again"
+                                .into(),
+                        })
+                    }
+                }
+                Err(e) => Err(self.io(name, e)),
+            }
+        }
+
+        pub(super) fn sync(&self) -> Result<(), LegacyError> {
+            Ok(())
+        }
+    }
+}
