@@ -117,8 +117,14 @@ fn submission(n: u32) -> String {
 }
 
 fn plan(dir: &LegacyDir, q: &QueueName) -> ImportPlan {
-    read_dir(dir.path(), &LegacyOptions { queue: q.clone() })
-        .unwrap_or_else(|e| panic!("S13: plan the legacy directory: {e}"))
+    read_dir(
+        dir.path(),
+        &LegacyOptions {
+            queue: q.clone(),
+            ..LegacyOptions::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("S13: plan the legacy directory: {e}"))
 }
 
 async fn import(spool: &dyn Spool, p: &ImportPlan) -> RunImportOutcome {
@@ -404,7 +410,13 @@ pub async fn s13_legacy_stale_generation_never_replays<H: SpoolHarness>(h: &H) {
             &format!("\"run\":{}", run_obj(9, "queued", 0, "")),
         )],
     );
-    match read_dir(newer.path(), &LegacyOptions { queue: q.clone() }) {
+    match read_dir(
+        newer.path(),
+        &LegacyOptions {
+            queue: q.clone(),
+            ..LegacyOptions::default()
+        },
+    ) {
         Err(LegacyError::Record { file, line, .. }) => assert_eq!((file, line), (WAL_FILE, 1)),
         other => panic!("S13: a log newer than its checkpoint is refused: {other:?}"),
     }
@@ -453,7 +465,13 @@ pub async fn s13_legacy_corruption_refused_with_nothing_changed<H: SpoolHarness>
     let at = lines[0].len() + 40;
     bytes[at] ^= 0x04;
     dir.write_bytes(WAL_FILE, &bytes);
-    match read_dir(dir.path(), &LegacyOptions { queue: q.clone() }) {
+    match read_dir(
+        dir.path(),
+        &LegacyOptions {
+            queue: q.clone(),
+            ..LegacyOptions::default()
+        },
+    ) {
         Err(e @ LegacyError::Record { .. }) => {
             let LegacyError::Record { file, line, .. } = &e else {
                 unreachable!()
