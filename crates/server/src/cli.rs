@@ -89,8 +89,10 @@ pub(crate) enum Command {
         #[arg(long)]
         max_attempts: Option<u32>,
         /// A running `cairn serve` to enqueue through (e.g. `http://127.0.0.1:7878`), with the
-        /// bearer token from `CAIRN_TOKEN`; when no server answers there, the run is written
-        /// straight to the store. Either way the same key gives the same run id.
+        /// bearer token from `CAIRN_TOKEN`. When no server answers there, the run is written
+        /// straight to the store `--database` (or `CAIRN_DATABASE`) names, if it exists;
+        /// without one the command fails and writes nothing. Either way the same key gives
+        /// the same run id.
         #[arg(long, env = "CAIRN_URL", hide_env_values = true, value_name = "URL")]
         url: Option<String>,
     },

@@ -16,6 +16,8 @@ use crate::open::{open, target, IfMissing};
 /// or touches a store.
 pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
     let target = target(cli.database.as_deref())?;
+    // Whether `--database` or `CAIRN_DATABASE` named the store (not the platform default).
+    let named = cli.database.is_some();
     let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Append {
@@ -103,6 +105,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 ..EnqueueOptions::default()
             };
             spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, payload.as_bytes())?;
+            let url_given = url.is_some();
             if let Some(url) = url {
                 let body = crate::remote::EnqueueBody {
                     key_parts: std::iter::once(key_text).chain(key_parts_text).collect(),
@@ -121,7 +124,13 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
             let payload = payload.into_bytes();
-            let store = open(&target, IfMissing::Create).await?;
+            let store = if url_given {
+                // Nobody answered at --url: the run goes to a store only when one was named
+                // and is there, never to a new store nobody reads.
+                crate::remote::fallback_store(&target, named).await?
+            } else {
+                open(&target, IfMissing::Create).await?
+            };
             let enqueued = store
                 .spool()
                 .enqueue(&queue, &key, payload, options)

@@ -1,9 +1,12 @@
 //! `cairn enqueue --url`: the server path of the offline hook.
 //!
 //! The run goes through a running `cairn serve` when one answers at the URL, and straight to
-//! the store otherwise. Both paths build the same dedup key from the same parts, so the same
-//! key gives the same run id whichever path took it. Only "nobody answers" (no connection, or
-//! no answer in time) falls back to the store: a server that answers with an error (a refused
+//! the store otherwise — but only to a store named explicitly (`--database` or
+//! `CAIRN_DATABASE`) that already exists: a fallback to the platform default, or to a store it
+//! would have to create, writes where no server reads, so the command fails instead and
+//! writes nothing ([`fallback_store`]). Both paths build the same dedup key from the same
+//! parts, so the same key gives the same run id whichever path took it. Only "nobody answers"
+//! (no connection) falls back to the store: a server that answers with an error (a refused
 //! token, bad input) is reported, never bypassed.
 
 use std::time::Duration;
@@ -11,6 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::CliError;
+use crate::open::{open, IfMissing};
 
 /// Environment variable with the bearer token sent to the server.
 pub(crate) const TOKEN_ENV: &str = "CAIRN_TOKEN";
@@ -141,4 +145,33 @@ pub(crate) async fn enqueue(
             }
         },
     ))
+}
+
+/// The store a `cairn enqueue --url` whose server did not answer writes to: the one `target`
+/// names, when `named` (it came from `--database` or `CAIRN_DATABASE`, not the platform
+/// default) and it already exists. Opening it never creates it.
+///
+/// # Errors
+/// One line saying the server was unreachable and nothing was written, when no store was
+/// named or the named one does not exist; the open's own error otherwise.
+pub(crate) async fn fallback_store(
+    target: &cairn::DatabaseUrl,
+    named: bool,
+) -> Result<cairn::Store, CliError> {
+    const UNREACHABLE: &str = "no cairn server answered at --url (or CAIRN_URL)";
+    if !named {
+        return Err(CliError::Config(format!(
+            "{UNREACHABLE}, and no store was named with --database or CAIRN_DATABASE to take \
+             the run instead; nothing was written"
+        )));
+    }
+    match open(target, IfMissing::Refuse).await {
+        Err(CliError::NoStore(_) | CliError::Store(cairn::Error::NotFound { .. })) => {
+            Err(CliError::Config(format!(
+                "{UNREACHABLE}, and the store --database (or CAIRN_DATABASE) names does not \
+                 exist; nothing was written"
+            )))
+        }
+        other => other,
+    }
 }

@@ -181,3 +181,155 @@ fn enqueue_url_goes_through_a_running_server_else_straight_to_the_store_with_one
         (direct.as_str(), "existing")
     );
 }
+
+/// An address where nobody listens (bound, then released).
+fn nobody() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    format!("http://{}", l.local_addr().unwrap())
+}
+
+/// `cairn enqueue --url URL` with no `--database` and no `CAIRN_…` variable, its home and data
+/// directory under `home` (so the platform default store would land there).
+fn enqueue_without_database(home: &std::path::Path, url: &str, key: &str) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("CAIRN_") {
+            cmd.env_remove(var);
+        }
+    }
+    cmd.env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .args(["enqueue", "--queue", "gate", "--key", "gate"])
+        .args(["--key-part", "refs/heads/main", "--key-part", key])
+        .args(["--payload", "{}", "--url", url]);
+    cmd
+}
+
+/// The one stderr line of a refused fallback, checked.
+fn refused_fallback(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "nothing printed as created: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("no cairn server answered") && err.contains("nothing was written"),
+        "{err}"
+    );
+    err
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Issue 21 item 4: with nobody answering at `--url`, the run goes to a store only when
+/// `--database` or `CAIRN_DATABASE` names one that exists. Without one — the platform default
+/// would be a fresh store no server reads — and with a named store that does not exist, the
+/// command exits 1 with one line saying the server was unreachable and nothing was written,
+/// and creates no file.
+#[test]
+fn enqueue_url_with_nobody_answering_writes_only_to_an_existing_named_sqlite_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let dead = nobody();
+
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let out = enqueue_without_database(&home, &dead, "sha1")
+        .output()
+        .unwrap();
+    let err = refused_fallback(&out);
+    assert!(err.contains("--database"), "{err}");
+    assert!(!err.contains(&dead), "the URL is not printed: {err}");
+    assert_eq!(files_under(&home), Vec::<std::path::PathBuf>::new());
+
+    let missing = dir.path().join("missing.db");
+    let out = enqueue(missing.to_str().unwrap(), &dead, FULL, "sha1");
+    refused_fallback(&out);
+    assert!(!missing.exists(), "no store was created");
+
+    // A store that exists, named by CAIRN_DATABASE: the run goes there, and the same key
+    // named by --database finds it.
+    let db = dir.path().join("named.db");
+    let db = db.to_str().unwrap();
+    let made = cairn(db)
+        .args(["append", "--space", "s", "--kind", "k", "--payload", "p"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let out = enqueue_without_database(&home, &dead, "sha1")
+        .env("CAIRN_DATABASE", db)
+        .output()
+        .unwrap();
+    let (id, how) = printed(&out);
+    assert_eq!(how, "created");
+    let (again, how) = printed(&enqueue(db, &dead, FULL, "sha1"));
+    assert_eq!((again.as_str(), how.as_str()), (id.as_str(), "existing"));
+    assert_eq!(files_under(&home), Vec::<std::path::PathBuf>::new());
+}
+
+/// Whether schema `schema` exists on the server `conn` is connected to.
+async fn schema_exists(conn: &mut sqlx::PgConnection, schema: &str) -> bool {
+    sqlx::query_scalar::<_, bool>("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(schema)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// Issue 21 item 4 on Postgres: a named schema that holds no store is not created by the
+/// fallback; once the store exists there, the run goes to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_url_with_nobody_answering_writes_only_to_an_existing_named_postgres_store() {
+    use sqlx::Connection;
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_enqueue_fallback");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let url = format!("{pg}{sep}cairn_schema={schema}");
+    let dead = nobody();
+    let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+
+    let (u, d) = (url.clone(), dead.clone());
+    let out = tokio::task::spawn_blocking(move || enqueue(&u, &d, FULL, "sha1"))
+        .await
+        .unwrap();
+    refused_fallback(&out);
+    assert!(
+        !schema_exists(&mut conn, &schema).await,
+        "no schema was created"
+    );
+
+    let (u, d) = (url.clone(), dead.clone());
+    let (made, first, again) = tokio::task::spawn_blocking(move || {
+        let made = cairn(&u)
+            .args(["append", "--space", "s", "--kind", "k", "--payload", "p"])
+            .output()
+            .unwrap();
+        (
+            made,
+            enqueue(&u, &d, FULL, "sha1"),
+            enqueue(&u, &d, FULL, "sha1"),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let (id, how) = printed(&first);
+    assert_eq!(how, "created");
+    assert_eq!(printed(&again), (id, "existing".to_owned()));
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
