@@ -172,14 +172,26 @@ impl Backfill {
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct SpoolSection {
-    /// The retention cap on stored run-event bytes that doctor measures usage against.
+    /// The retention cap on stored run-event bytes: `cairn serve`'s retention pass keeps the
+    /// stored events under it, and doctor measures usage against it.
     pub(crate) retention_max_bytes: u64,
+    /// How old a run event (and a finished run without events) may get before the retention
+    /// pass removes it, in seconds.
+    pub(crate) retention_max_age_secs: u64,
+    /// Whether `cairn serve` runs the retention pass.
+    pub(crate) retention_enabled: bool,
+    /// Seconds between two retention passes of `cairn serve`.
+    pub(crate) retention_interval_secs: u64,
 }
 
 impl Default for SpoolSection {
     fn default() -> Self {
+        let policy = cairn::spool::RetentionPolicy::default();
         Self {
-            retention_max_bytes: cairn::spool::RetentionPolicy::default().max_bytes,
+            retention_max_bytes: policy.max_bytes,
+            retention_max_age_secs: policy.max_age.as_secs(),
+            retention_enabled: true,
+            retention_interval_secs: 60,
         }
     }
 }
@@ -194,6 +206,13 @@ pub(crate) struct Limits {
     pub(crate) request_timeout_secs: u64,
     /// How long in-flight requests get on shutdown.
     pub(crate) drain_timeout_secs: u64,
+    /// Longest wait for a request's whole header, from the connection's start or the previous
+    /// answer.
+    pub(crate) header_read_timeout_secs: u64,
+    /// How long a keep-alive connection may stay idle between requests.
+    pub(crate) keep_alive_timeout_secs: u64,
+    /// Most connections served at once; more wait to be accepted.
+    pub(crate) max_connections: usize,
 }
 
 impl Default for Limits {
@@ -202,6 +221,9 @@ impl Default for Limits {
             max_body_bytes: 8 * 1024 * 1024,
             request_timeout_secs: 30,
             drain_timeout_secs: 10,
+            header_read_timeout_secs: 10,
+            keep_alive_timeout_secs: 5,
+            max_connections: 512,
         }
     }
 }

@@ -1,13 +1,34 @@
 //! `cairn serve`'s log lines: tracing events written to stderr by tracing-subscriber, as text
 //! or as one JSON object per line (`[log] format`), filtered by `[log] level`.
 //!
-//! What is logged is chosen where it is emitted: request lines carry the method, the route
-//! template, the status and the latency; the backfill and the delivery worker log counts,
-//! outcomes and error codes. No event carries a header, a token, a URL, a payload or a space id.
+//! What is logged is chosen where it is emitted: request lines carry the method's and the
+//! route's metric labels (an unmatched path is never logged), the status, the latency, the user
+//! agent and a made-up method as sent, each client-chosen value clipped to [`FIELD_MAX`] bytes by
+//! [`clip`]; the backfill, the retention pass and the delivery worker log counts, outcomes and
+//! error codes. No event carries another header, a token, a URL, a payload or a space id.
+
+use std::borrow::Cow;
 
 use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
+
+/// The most bytes of a client-chosen value (a user agent, an invented method) a log line
+/// carries; longer values are clipped and end with `…`.
+pub(crate) const FIELD_MAX: usize = 64;
+
+/// `value` clipped to [`FIELD_MAX`] bytes (at a character boundary, then `…`), so that a client
+/// cannot make a log line longer than the fields' sum.
+pub(crate) fn clip(value: &str) -> Cow<'_, str> {
+    if value.len() <= FIELD_MAX {
+        return Cow::Borrowed(value);
+    }
+    let mut end = FIELD_MAX;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &value[..end]))
+}
 
 /// Checks a level or filter directive; the problem as a line naming the key.
 ///
@@ -53,7 +74,17 @@ pub(crate) fn init(filter: EnvFilter, format: LogFormat) {
 
 #[cfg(test)]
 mod tests {
-    use super::check_level;
+    use super::{check_level, clip, FIELD_MAX};
+
+    #[test]
+    fn client_values_are_clipped_at_a_character_boundary() {
+        assert_eq!(clip("curl/8"), "curl/8");
+        let long = "é".repeat(100);
+        let clipped = clip(&long);
+        assert!(clipped.len() <= FIELD_MAX + '…'.len_utf8(), "{clipped}");
+        assert!(clipped.ends_with('…'));
+        assert!(long.starts_with(clipped.trim_end_matches('…')));
+    }
 
     #[test]
     fn a_space_after_a_comma_leaves_the_directive_intact() {

@@ -1185,6 +1185,8 @@ fn doctor_over_http(db: &str) {
             ("CAIRN_AUTH__TOKENS", FULL),
             ("CAIRN_AUTH__READ_TOKENS", READ),
             ("CAIRN_SPOOL__RETENTION_MAX_BYTES", "64"),
+            // The background pass would trim the store this test puts over the cap.
+            ("CAIRN_SPOOL__RETENTION_ENABLED", "false"),
         ],
         &[],
     );
@@ -1497,4 +1499,115 @@ fn the_config_file_names_the_store() {
     assert!(store.exists(), "the file's database was opened");
     terminate(&child.id().to_string());
     assert!(wait_exit(&mut child).success());
+}
+
+/// `[spool] retention_max_bytes` takes effect while the server runs: run events appended past
+/// the cap are removed, oldest first, by the background retention pass, which `/metrics`
+/// counts and the log reports.
+fn retention_brings_the_store_back_under_its_cap(db: &str) {
+    const CAP: usize = 1_000;
+    let server = Server::start_with(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_AUTH__READ_TOKENS", READ),
+            ("CAIRN_SPOOL__RETENTION_MAX_BYTES", "1000"),
+            ("CAIRN_SPOOL__RETENTION_INTERVAL_SECS", "1"),
+        ],
+        &[],
+    );
+    let (s, run) = server.send(
+        "POST",
+        "/v1/queues/kept/runs",
+        &json!({"key": "retained", "payload": "p"}),
+    );
+    assert_eq!(s, 201, "{run}");
+    let id = str_of(&run, "run_id").to_owned();
+    // 20 events of 200 bytes: 4,000 bytes against a 1,000-byte cap.
+    for n in 0..20 {
+        let event = json!({"event_id": format!("e{n:02}"), "payload": "x".repeat(200)});
+        let (s, body) = server.send("POST", &format!("/v1/runs/{id}/events"), &event);
+        assert_eq!(s, 201, "{body}");
+    }
+    let deadline = Instant::now() + DEADLINE;
+    let kept = loop {
+        let (s, events) = server.get(&format!("/v1/runs/{id}/events?limit=100"));
+        assert_eq!(s, 200, "{events}");
+        let list = events["events"].as_array().unwrap().clone();
+        let bytes: usize = list
+            .iter()
+            .map(|e| e["payload"].as_str().unwrap().len())
+            .sum();
+        if bytes <= CAP {
+            break list;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{bytes} bytes of run events still stored {DEADLINE:?} after exceeding a {CAP}-byte cap"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // The newest events stay: the pass removes the oldest first, and no more than needed.
+    let ids: Vec<&str> = kept.iter().map(|e| str_of(e, "event_id")).collect();
+    assert_eq!(ids, ["e15", "e16", "e17", "e18", "e19"], "{kept:?}");
+    let scraped = scrape(&server, READ);
+    assert_eq!(sample(&scraped, "cairn_retention_enabled", &[]), 1.0);
+    assert_eq!(
+        sample(
+            &scraped,
+            "cairn_retention_removed_total",
+            &[("kind", "events_over_cap")]
+        ),
+        15.0
+    );
+    assert_eq!(
+        sample(&scraped, "cairn_retention_bytes_freed_total", &[]),
+        3000.0
+    );
+    assert!(
+        sample(
+            &scraped,
+            "cairn_retention_passes_total",
+            &[("outcome", "complete")]
+        ) >= 1.0
+    );
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cairn retention: pass done"),
+        "the pass is logged: {stderr}"
+    );
+}
+
+#[test]
+fn retention_brings_the_store_back_under_its_cap_on_sqlite() {
+    let (_dir, db) = sqlite_db();
+    retention_brings_the_store_back_under_its_cap(&db);
+}
+
+#[test]
+fn retention_brings_the_store_back_under_its_cap_on_postgres() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt
+        .block_on(cairn::testkit::postgres::testkit::test_server_url())
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name("cairn_retention");
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let result = std::panic::catch_unwind(|| {
+        retention_brings_the_store_back_under_its_cap(&format!("{pg}{sep}cairn_schema={schema}"))
+    });
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
 }

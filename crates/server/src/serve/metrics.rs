@@ -1,14 +1,18 @@
 //! `GET /metrics`: Prometheus text exposition of the server's counters (the `prometheus`
 //! crate), and the per-request layer that counts, times and logs every request.
 //!
-//! Labels never hold a space id, a queue name, a run id or a token: routes are labelled by
-//! their template (`/v1/spaces/{space}/epochs`), so the number of series stays bounded.
+//! Labels never hold a space id, a queue name, a run id or a token, and never a value a client
+//! chooses: routes are labelled by their template (`/v1/spaces/{space}/epochs`) and every path
+//! no route matches by `unmatched`; methods outside the standard ones by `other`; statuses are
+//! the server's own. So each label has a fixed set of values ([`method_label`],
+//! [`route_label`], [`status_label`]) and the number of series stays bounded whatever clients
+//! send.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use cairn::RunState;
@@ -20,6 +24,7 @@ use prometheus::{
 use super::error::ApiError;
 use super::json::ErrorBody;
 use super::routes::AppState;
+use crate::logging::clip;
 
 /// Every metric the server exports.
 pub(crate) struct Metrics {
@@ -49,6 +54,20 @@ pub(crate) struct Metrics {
     /// How the background pass stands: 0 not started or running, 1 complete (or already
     /// complete by its marker), 2 stopped by shutdown, 3 stopped at its first error.
     pub(crate) backfill_state: IntGauge,
+    /// Connections open now.
+    pub(crate) http_connections: IntGauge,
+    /// The connection cap (`limits.max_connections`).
+    pub(crate) http_connection_limit: IntGauge,
+    /// Connections closed for idling past the keep-alive timeout.
+    pub(crate) http_idle_closed: IntCounter,
+    /// Whether the background retention pass is switched on (1) or off (0).
+    pub(crate) retention_enabled: IntGauge,
+    /// Retention passes by outcome (`complete`, `partial`: the budget ran out, `failed`).
+    pub(crate) retention_passes: IntCounterVec,
+    /// What retention removed, by kind (`events_expired`, `events_over_cap`, `runs`).
+    pub(crate) retention_removed: IntCounterVec,
+    /// Payload bytes of the run events retention removed.
+    pub(crate) retention_bytes_freed: IntCounter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -144,6 +163,51 @@ impl Metrics {
         registry.register(Box::new(backfill_enabled.clone()))?;
         registry.register(Box::new(backfill_spaces.clone()))?;
         registry.register(Box::new(backfill_state.clone()))?;
+        let http_connections =
+            IntGauge::new("cairn_http_connections", "HTTP connections open now")?;
+        let http_connection_limit = IntGauge::new(
+            "cairn_http_connection_limit",
+            "Most HTTP connections served at once (limits.max_connections)",
+        )?;
+        let http_idle_closed = IntCounter::new(
+            "cairn_http_idle_connections_closed_total",
+            "Connections closed after idling past the keep-alive timeout",
+        )?;
+        let retention_enabled = IntGauge::new(
+            "cairn_retention_enabled",
+            "Whether the background retention pass is switched on",
+        )?;
+        let retention_passes = IntCounterVec::new(
+            Opts::new(
+                "cairn_retention_passes_total",
+                "Background retention passes by outcome (complete, partial, failed)",
+            ),
+            &["outcome"],
+        )?;
+        let retention_removed = IntCounterVec::new(
+            Opts::new(
+                "cairn_retention_removed_total",
+                "What retention removed (events_expired, events_over_cap, runs)",
+            ),
+            &["kind"],
+        )?;
+        let retention_bytes_freed = IntCounter::new(
+            "cairn_retention_bytes_freed_total",
+            "Payload bytes of the run events retention removed",
+        )?;
+        registry.register(Box::new(http_connections.clone()))?;
+        registry.register(Box::new(http_connection_limit.clone()))?;
+        registry.register(Box::new(http_idle_closed.clone()))?;
+        registry.register(Box::new(retention_enabled.clone()))?;
+        registry.register(Box::new(retention_passes.clone()))?;
+        registry.register(Box::new(retention_removed.clone()))?;
+        registry.register(Box::new(retention_bytes_freed.clone()))?;
+        for outcome in ["complete", "partial", "failed"] {
+            retention_passes.with_label_values(&[outcome]);
+        }
+        for kind in ["events_expired", "events_over_cap", "runs"] {
+            retention_removed.with_label_values(&[kind]);
+        }
         // Labelled series exist from the start, so a scrape before the first event shows 0.
         for outcome in ["created", "existing"] {
             enqueues.with_label_values(&[outcome]);
@@ -174,6 +238,13 @@ impl Metrics {
             backfill_enabled,
             backfill_spaces,
             backfill_state,
+            http_connections,
+            http_connection_limit,
+            http_idle_closed,
+            retention_enabled,
+            retention_passes,
+            retention_removed,
+            retention_bytes_freed,
         })
     }
 
@@ -223,37 +294,68 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
         .into_response())
 }
 
-/// Counts, times and logs every request: one `request` log line with the method, the route
-/// template, the status and the latency. Never the headers (the token is one), the path's
-/// values or the body.
+/// The methods that are label values of their own; every other method is `other`.
+const METHODS: [&str; 9] = [
+    "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+];
+
+/// The method's label: a standard method's name, or `other` for any method a client made up.
+pub(crate) fn method_label(method: &Method) -> &'static str {
+    METHODS
+        .iter()
+        .find(|m| **m == method.as_str())
+        .copied()
+        .unwrap_or("other")
+}
+
+/// The route's label: the template of the route that matched (a fixed set: the router's
+/// routes), or `unmatched` for any path no route matches.
+pub(crate) fn route_label(matched: Option<&MatchedPath>) -> &str {
+    matched.map_or("unmatched", MatchedPath::as_str)
+}
+
+/// The status's label: the code, which the server chooses (never the client), within the
+/// 100..=999 that `StatusCode` allows in any case.
+pub(crate) fn status_label(status: &StatusCode) -> &str {
+    status.as_str()
+}
+
+/// Counts, times and logs every request: one `request` log line with the method's and the
+/// route's labels, the status, the latency, and the client's user agent clipped to
+/// [`crate::logging::FIELD_MAX`] bytes (a method outside the standard ones also as sent,
+/// clipped). Never another header (the token is one), the path or its values, or the body.
 pub(crate) async fn observe(
     State(metrics): State<Arc<Metrics>>,
     req: Request,
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let method = req.method().clone();
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = method_label(req.method());
+    let invented = (method == "other").then(|| clip(req.method().as_str()).into_owned());
+    let route = route_label(req.extensions().get::<MatchedPath>()).to_owned();
+    let user_agent = req
+        .headers()
+        .get(header::USER_AGENT)
+        .map(|v| clip(&String::from_utf8_lossy(v.as_bytes())).into_owned());
     let response = next.run(req).await;
     let elapsed = started.elapsed();
-    let status = response.status().as_u16();
+    let status = response.status();
     metrics
         .http_requests
-        .with_label_values(&[method.as_str(), route.as_str(), status.to_string().as_str()])
+        .with_label_values(&[method, route.as_str(), status_label(&status)])
         .inc();
     metrics
         .http_latency
-        .with_label_values(&[method.as_str(), route.as_str()])
+        .with_label_values(&[method, route.as_str()])
         .observe(elapsed.as_secs_f64());
     tracing::info!(
         target: "cairn::http",
-        method = method.as_str(),
+        method,
+        method_sent = invented.as_deref(),
         route = route.as_str(),
-        status,
+        status = status.as_u16(),
         latency_ms = elapsed.as_secs_f64() * 1000.0,
+        user_agent = user_agent.as_deref(),
         "request"
     );
     response

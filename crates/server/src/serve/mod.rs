@@ -14,9 +14,15 @@
 //!
 //! Configuration (`crate::config`) is read and checked as a whole before the store is opened;
 //! the binary reports every problem on its own line and exits 2.
+//!
+//! Connections are served by [`connections::serve`] with a header-read timeout, a keep-alive
+//! timeout and a connection cap (`[limits]`); a background retention pass keeps the spool
+//! within `[spool]`'s retention policy ([`retention`]), beside the head-cache backfill and the
+//! delivery worker. All three stop on shutdown before the store is closed.
 
 mod auth;
 mod backfill;
+mod connections;
 mod delivery;
 mod doctor;
 mod epochs;
@@ -24,6 +30,7 @@ mod error;
 pub(crate) mod json;
 mod metrics;
 mod openapi;
+mod retention;
 mod routes;
 mod runs;
 
@@ -79,6 +86,25 @@ pub(crate) struct ServeArgs {
     /// (`limits.drain_timeout_secs`; default 10).
     #[arg(long, value_name = "SECS")]
     drain_timeout: Option<u64>,
+    /// Longest wait for a request's whole header, in seconds from the connection's start or the
+    /// previous answer; a slower client is disconnected (`limits.header_read_timeout_secs`;
+    /// default 10).
+    #[arg(long, value_name = "SECS")]
+    header_read_timeout: Option<u64>,
+    /// How long a keep-alive connection may idle between requests, in seconds
+    /// (`limits.keep_alive_timeout_secs`; default 5).
+    #[arg(long, value_name = "SECS")]
+    keep_alive_timeout: Option<u64>,
+    /// Most connections served at once; more wait in the listen queue until one closes
+    /// (`limits.max_connections`; default 512).
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Whether the background retention pass runs (`spool.retention_enabled`; default true).
+    #[arg(long = "retention-enabled", value_name = "BOOL", action = clap::ArgAction::Set)]
+    retention_enabled: Option<bool>,
+    /// Seconds between two retention passes (`spool.retention_interval_secs`; default 60).
+    #[arg(long = "retention-interval", value_name = "SECS")]
+    retention_interval: Option<u64>,
     /// Whether the background head-cache backfill runs (`backfill.enabled`; default true).
     #[arg(long = "backfill-enabled", value_name = "BOOL", action = clap::ArgAction::Set)]
     backfill_enabled: Option<bool>,
@@ -148,6 +174,11 @@ impl ServeArgs {
         o.set("limits.max_body_bytes", self.max_body_bytes);
         o.set("limits.request_timeout_secs", self.request_timeout);
         o.set("limits.drain_timeout_secs", self.drain_timeout);
+        o.set("limits.header_read_timeout_secs", self.header_read_timeout);
+        o.set("limits.keep_alive_timeout_secs", self.keep_alive_timeout);
+        o.set("limits.max_connections", self.max_connections);
+        o.set("spool.retention_enabled", self.retention_enabled);
+        o.set("spool.retention_interval_secs", self.retention_interval);
         o.set("backfill.enabled", self.backfill_enabled);
         o.set(
             "backfill.spaces_per_second",
@@ -181,11 +212,13 @@ pub(crate) struct Settings {
     listen: SocketAddr,
     tokens: auth::Tokens,
     limits: routes::Limits,
+    connections: connections::ConnLimits,
     drain: Duration,
     backfill: cairn::backfill::BackfillConfig,
     delivery: Option<delivery::Settings>,
     spool: cairn::spool::SpoolConfig,
     retention_max_bytes: u64,
+    retention: retention::RetentionSettings,
     log_filter: tracing_subscriber::EnvFilter,
     log_format: LogFormat,
 }
@@ -268,9 +301,18 @@ pub(crate) fn check(
         }
     }
     let l = &config.limits;
+    let sp = &config.spool;
     for (key, v) in [
         ("limits.max_body_bytes", l.max_body_bytes as u64),
         ("limits.request_timeout_secs", l.request_timeout_secs),
+        (
+            "limits.header_read_timeout_secs",
+            l.header_read_timeout_secs,
+        ),
+        ("limits.keep_alive_timeout_secs", l.keep_alive_timeout_secs),
+        ("limits.max_connections", l.max_connections as u64),
+        ("spool.retention_interval_secs", sp.retention_interval_secs),
+        ("spool.retention_max_age_secs", sp.retention_max_age_secs),
     ] {
         if v == 0 {
             problems.push(format!("{key}: must be at least 1"));
@@ -291,6 +333,13 @@ pub(crate) fn check(
             None
         }
     };
+    // tokio's semaphore holds at most `Semaphore::MAX_PERMITS` permits.
+    if l.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
+        problems.push(format!(
+            "limits.max_connections: at most {}",
+            tokio::sync::Semaphore::MAX_PERMITS
+        ));
+    }
     match (listen, log_filter) {
         (Some(listen), Some(log_filter)) if problems.is_empty() => Ok((
             Settings {
@@ -300,11 +349,24 @@ pub(crate) fn check(
                     max_body_bytes: l.max_body_bytes,
                     request_timeout: Duration::from_secs(l.request_timeout_secs),
                 },
+                connections: connections::ConnLimits {
+                    header_read_timeout: Duration::from_secs(l.header_read_timeout_secs),
+                    keep_alive_timeout: Duration::from_secs(l.keep_alive_timeout_secs),
+                    max_connections: l.max_connections,
+                },
                 drain: Duration::from_secs(l.drain_timeout_secs),
                 backfill,
                 delivery,
                 spool: delivery::spool_config(&config.delivery),
                 retention_max_bytes: config.spool.retention_max_bytes,
+                retention: retention::RetentionSettings {
+                    enabled: sp.retention_enabled,
+                    policy: cairn::spool::RetentionPolicy {
+                        max_age: Duration::from_secs(sp.retention_max_age_secs),
+                        max_bytes: sp.retention_max_bytes,
+                    },
+                    interval: Duration::from_secs(sp.retention_interval_secs),
+                },
                 log_filter,
                 log_format: config.log.format,
             },
@@ -352,6 +414,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         }),
     };
     let app = routes::router(state, Arc::new(settings.tokens), settings.limits);
+    let conn_limits = settings.connections;
     let drain = settings.drain;
     let worker = match settings.delivery {
         Some(d) => Some(delivery::Worker::start(store.spool(), d, drain, metrics.clone()).await?),
@@ -364,6 +427,12 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         metrics.clone(),
         stopping.clone(),
     );
+    let retention = retention::spawn(
+        store.spool(),
+        settings.retention,
+        metrics.clone(),
+        stopping.clone(),
+    );
     // The worker stops with the HTTP side (or when the server ends and drops the sender), so
     // both drains share the one drain bound.
     let worker = worker.map(|w| {
@@ -373,16 +442,15 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             w.stop().await;
         })
     });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = connections::serve(listener, app, conn_limits, metrics.clone(), async move {
         signal.await;
         tracing::info!(target: "cairn::serve", "shutting down");
         let _ = stopping_tx.send(true);
     });
-    let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
+    let mut server = tokio::spawn(server);
     let served = tokio::select! {
         joined = &mut server => joined
-            .map_err(|e| CliError::Config(format!("the server task failed: {e}")))?
-            .map_err(|e| CliError::Config(format!("the server failed: {e}"))),
+            .map_err(|e| CliError::Config(format!("the server task failed: {e}"))),
         () = async {
             let _ = stopping.wait_for(|s| *s).await;
             tokio::time::sleep(drain).await;
@@ -399,6 +467,10 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
     };
     if let Some(worker) = worker {
         let _ = worker.await;
+    }
+    if let Some(retention) = retention {
+        // It stops after the pass in flight, whose batches start within a short budget.
+        let _ = retention.await;
     }
     if let Some(backfill) = backfill {
         // It stops between spaces once `stopping` is true; a repair in flight is one short
