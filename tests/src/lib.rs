@@ -397,6 +397,10 @@ macro_rules! spool_suite {
             s13_legacy_existing_keys_reported_not_duplicated,
             s14_builds_one_additive_revision_apart_share_runs,
             s15_facts_first_writer_wins,
+            s16_closed_or_finished_run_refuses_appends,
+            s16_appends_racing_a_close_are_stored_or_refused,
+            s16_release_returns_the_attempt,
+            s16_unmarked_runs_take_events_until_closed,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
         );

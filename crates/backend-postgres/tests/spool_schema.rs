@@ -65,7 +65,8 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
             "0002_spool",
             "0003_spool_import",
             "0004_fleet",
-            "0005_spool_claim_jitter"
+            "0005_spool_claim_jitter",
+            "0006_spool_run_close"
         ]
     );
     let reports = check_set(&PgAdditivity::new(url().await), &set)
@@ -109,6 +110,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0003_spool_import".into(),
                 "0004_fleet".into(),
                 "0005_spool_claim_jitter".into(),
+                "0006_spool_run_close".into(),
             ],
         }
     );
@@ -138,7 +140,7 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0005_spool_claim_jitter".into()
+            stamp: "0006_spool_run_close".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);

@@ -215,7 +215,7 @@ async fn s12_read_only_store_fails_writes_without_false_success() {
         .await
         .unwrap();
     assert!(third.created, "S12: the failed enqueue left no run behind");
-    spool.ack(run, lease.token).await.unwrap();
+    // The append first: a finished run takes no more events.
     assert_eq!(
         spool
             .append_event(run, &event, vec![9; 8])
@@ -224,6 +224,7 @@ async fn s12_read_only_store_fails_writes_without_false_success() {
             .seq,
         1
     );
+    spool.ack(run, lease.token).await.unwrap();
     let reopened = h.open_with(SqliteOptions::default()).await.unwrap();
     let info = reopened.run(run).await.unwrap().unwrap();
     assert_eq!(info.state, cairn_core::RunState::Succeeded);
@@ -231,10 +232,12 @@ async fn s12_read_only_store_fails_writes_without_false_success() {
     assert_eq!(info.events, 1);
 }
 
-/// Enqueues six runs, finishes three, and appends three events of different sizes to each,
-/// ten seconds apart on the harness clock; the same on every spool given, in the same order.
+/// Enqueues six runs and appends three events of different sizes to each, ten seconds apart on
+/// the harness clock; three of the runs finish right after their first event (a finished run
+/// takes no more). The same on every spool given, in the same order.
 async fn seed(spools: &[&dyn Spool], clock: &cairn_core::ManualClock, q: &QueueName) {
     let me = ConsumerId::new("s11").unwrap();
+    let mut claims = Vec::new();
     for spool in spools {
         for i in 0..6 {
             spool
@@ -247,16 +250,15 @@ async fn seed(spools: &[&dyn Spool], clock: &cairn_core::ManualClock, q: &QueueN
                 .await
                 .unwrap();
         }
-        for c in spool
-            .claim(q, &me, Duration::from_secs(30), 3)
-            .await
-            .unwrap()
-        {
-            spool.ack(c.run_id, c.token).await.unwrap();
-        }
+        claims.push(
+            spool
+                .claim(q, &me, Duration::from_secs(30), 3)
+                .await
+                .unwrap(),
+        );
     }
     for round in 0..3u8 {
-        for spool in spools {
+        for (spool, claimed) in spools.iter().zip(&claims) {
             let runs = spool
                 .runs(
                     &RunFilter {
@@ -267,7 +269,11 @@ async fn seed(spools: &[&dyn Spool], clock: &cairn_core::ManualClock, q: &QueueN
                 )
                 .await
                 .unwrap();
-            let mut runs: Vec<_> = runs.into_iter().map(|r| (r.dedup_key, r.run_id)).collect();
+            let mut runs: Vec<_> = runs
+                .into_iter()
+                .filter(|r| !r.state.is_terminal())
+                .map(|r| (r.dedup_key, r.run_id))
+                .collect();
             runs.sort();
             for (i, (_, run)) in runs.iter().enumerate() {
                 let size = 10 * (i + 1) + usize::from(round);
@@ -279,6 +285,11 @@ async fn seed(spools: &[&dyn Spool], clock: &cairn_core::ManualClock, q: &QueueN
                     )
                     .await
                     .unwrap();
+            }
+            if round == 0 {
+                for c in claimed {
+                    spool.ack(c.run_id, c.token).await.unwrap();
+                }
             }
         }
         clock.advance(Duration::from_secs(10));
@@ -328,7 +339,7 @@ async fn s11_retention_failure_at_every_batch_boundary_leaves_a_consistent_store
     use cairn_conformance::SpoolHarness;
     let policy = RetentionPolicy {
         max_age: Duration::from_secs(45),
-        max_bytes: 200,
+        max_bytes: 50,
     };
     let budget = |max_batches| RetentionBudget {
         batch_size: 2,

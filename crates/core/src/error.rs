@@ -191,6 +191,19 @@ pub enum Error {
         /// The value it holds.
         existing: Vec<u8>,
     },
+
+    /// The run takes no more events: its producer closed it ([`crate::Spool::close_run`]) or
+    /// it finished (a terminal state). Nothing was appended — the event is refused, never
+    /// accepted and dropped; report it to a new run.
+    #[error("run {run} takes no more events ({}); nothing was appended, report to a new run", crate::spool::closed_reason(*.state, *.closed))]
+    RunClosed {
+        /// The run.
+        run: crate::spool::RunId,
+        /// Its state when the append was refused.
+        state: crate::spool::RunState,
+        /// Whether it was closed (false: it finished while open).
+        closed: bool,
+    },
 }
 
 impl Error {

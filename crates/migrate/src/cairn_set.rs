@@ -28,6 +28,9 @@ const FLEET_POSTGRES: &str = include_str!("../sql/0004_fleet.postgres.sql");
 /// Revision 0005's fixed text per dialect, shipped with the build.
 const CLAIM_JITTER_SQLITE: &str = include_str!("../sql/0005_spool_claim_jitter.sqlite.sql");
 const CLAIM_JITTER_POSTGRES: &str = include_str!("../sql/0005_spool_claim_jitter.postgres.sql");
+/// Revision 0006's fixed text per dialect, shipped with the build.
+const RUN_CLOSE_SQLITE: &str = include_str!("../sql/0006_spool_run_close.sqlite.sql");
+const RUN_CLOSE_POSTGRES: &str = include_str!("../sql/0006_spool_run_close.postgres.sql");
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -82,6 +85,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(CLAIM_JITTER_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(CLAIM_JITTER_POSTGRES, Dialect::Postgres),
             description: "spool claim jitter: spool_run.claim_attempt, claim_jitter (the backoff jitter of a run's next attempt, so a Postgres claim is one statement)"
+                .into(),
+        },
+        Revision {
+            id: "0006_spool_run_close".into(),
+            parent: Some("0005_spool_claim_jitter".into()),
+            up_sqlite: fixed_statements(RUN_CLOSE_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(RUN_CLOSE_POSTGRES, Dialect::Postgres),
+            description: "spool run close: spool_run.closed (whether a run's producer may still append events)"
                 .into(),
         },
     ]
@@ -170,6 +181,18 @@ mod tests {
                     "e8aa4353cc655faf708620eb0eae101e59213b345c4d67d93d1ce81bd2240a52".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0006_spool_run_close".to_owned(),
+                    Dialect::Sqlite,
+                    "5c8ff97acf5f11db5a7bee4b95be3dd0238953cc00fc76a983043d56334c077a".to_owned(),
+                ),
+                (
+                    "0006_spool_run_close".to_owned(),
+                    Dialect::Postgres,
+                    "d52c5c8484acb3482776c430c3c9ff81b600368803d68e8f2c48c1e493bf6525".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -180,6 +203,7 @@ mod tests {
         assert_eq!(set.checksum_form(2), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(3), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(4), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(5), crate::ChecksumForm::PerDialect);
     }
 
     /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
@@ -220,7 +244,7 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each revision after the first (0002–0005) create the same objects
+    /// Both dialects of each revision after the first (0002–0006) create the same objects
     /// (tables, indexes, and columns added to a table) in the same order, and create nothing
     /// else.
     #[test]

@@ -1,4 +1,4 @@
-//! Spool cases (S1–S15, in-process parts) and the spool model property test. Cases are
+//! Spool cases (S1–S16, in-process parts) and the spool model property test. Cases are
 //! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
 //! case advances the harness's [`cairn_core::ManualClock`].
 
@@ -12,6 +12,7 @@ use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, QueueName, RunId, 
 use crate::SpoolHarness;
 
 mod bad_input;
+mod close;
 mod events;
 mod identity;
 mod leases;
@@ -22,6 +23,7 @@ mod shutdown;
 mod versions;
 
 pub use bad_input::*;
+pub use close::*;
 pub use events::*;
 pub use identity::*;
 pub use leases::*;
@@ -106,6 +108,7 @@ pub(crate) fn kind(e: &Error) -> &'static str {
         Error::LeaseLost { .. } => "LeaseLost",
         Error::InvalidTransition { .. } => "InvalidTransition",
         Error::FactConflict { .. } => "FactConflict",
+        Error::RunClosed { .. } => "RunClosed",
         Error::NotFound { .. } => "NotFound",
         Error::Conflict { .. } => "Conflict",
         Error::Retryable { .. } => "Retryable",

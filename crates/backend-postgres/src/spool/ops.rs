@@ -6,13 +6,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_lease, check_limit, check_payload, check_token, clip_reason, exhausted_park_reason,
-    jitter_seed, nack_action, transition, Action, CancelOutcome, Claimed, Clock, ConsumerId,
-    DedupKey, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat,
-    ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
-    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
-    RunFilter, RunId, RunImportOutcome, RunInfo, RunState, Spool, SpoolStats, Timestamp, Wakeup,
-    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_append, check_lease, check_limit, check_payload, check_release_delay, check_token,
+    clip_reason, exhausted_park_reason, jitter_seed, nack_action, release_action, transition,
+    Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions,
+    Enqueued, EventAppended, EventStream, FactName, FactOutcome, Heartbeat, ImportSource,
+    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
+    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
+    RunImportOutcome, RunInfo, RunState, Spool, SpoolStats, Timestamp, Wakeup, MAX_ACK_IDS,
+    MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -434,6 +435,66 @@ impl Spool for PgSpool {
         Err(changed_too_often(run))
     }
 
+    async fn close_run(&self, run: RunId) -> Result<CloseOutcome> {
+        let row = sqlx::query(sql::CLOSE_RUN)
+            .bind(run.as_bytes().as_slice())
+            .fetch_one(self.pool())
+            .await
+            .map_err(map_sqlx)?;
+        if !get::<bool>(&row, 0)? {
+            return Err(Error::UnknownRun { run });
+        }
+        Ok(if get::<bool>(&row, 1)? {
+            CloseOutcome::Closed
+        } else {
+            CloseOutcome::AlreadyClosed
+        })
+    }
+
+    async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
+        check_release_delay(delay)?;
+        let now = self.now();
+        for _ in 0..CAS_ROUNDS {
+            let before = self.read_existing(run).await?;
+            check_token(run, before.token, token)?;
+            let to = transition(before.state, release_action(before.cancel_requested))?;
+            if to != RunState::Queued {
+                let mut after = before.clone();
+                enter(&mut after, to, now);
+                if self.write_run(&before, &after, false).await?.is_some() {
+                    return Ok(Nacked {
+                        state: to,
+                        retry_at: None,
+                    });
+                }
+                continue;
+            }
+            let at = now.saturating_add(delay);
+            let attempts = i32::try_from(before.attempts)
+                .map_err(|_| Error::corrupt("an attempt count out of range in the spool tables"))?;
+            let left = before.attempts.saturating_sub(1);
+            let applied = sqlx::query(sql::RELEASE)
+                .bind(run.as_bytes().as_slice())
+                .bind(token.as_bytes().as_slice())
+                .bind(attempts)
+                .bind(to.as_str())
+                .bind(micros(now))
+                .bind(micros(at))
+                .bind(next_attempt(left))
+                .bind(claim_jitter(&before.queue, &before.dedup_key, left))
+                .fetch_optional(self.pool())
+                .await
+                .map_err(map_sqlx)?;
+            if applied.is_some() {
+                return Ok(Nacked {
+                    state: to,
+                    retry_at: Some(at),
+                });
+            }
+        }
+        Err(changed_too_often(run))
+    }
+
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
         let row = sqlx::query(sql::RUN_INFO)
             .bind(run.as_bytes().as_slice())
@@ -513,6 +574,13 @@ impl Spool for PgSpool {
                     seq: count(seq)?,
                     created: true,
                 });
+            }
+            // Nothing written: refused if the run is finished or closed; else it changed
+            // after this statement's snapshot (a close or finish the bump saw, or a competing
+            // append) and the next round decides on a new snapshot.
+            if let Some(name) = get::<Option<String>>(&row, 3)? {
+                let stream = EventStream::from_stored(get(&row, 4)?);
+                check_append(run, state(&name)?, stream)?;
             }
         }
         Err(changed_too_often(run))

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    ConsumerId, DedupKey, FactName, LeaseInfo, LeaseToken, QueueName, RunId, RunInfo, RunState,
-    SupersedeGroup, Timestamp,
+    ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, QueueName, RunId, RunInfo,
+    RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -69,10 +69,11 @@ pub(super) struct RunRow {
     pub(super) lease_expires_at: Option<Timestamp>,
     pub(super) cancel_requested: bool,
     pub(super) reason: Option<String>,
+    pub(super) closed: Option<bool>,
 }
 
 /// How many columns [`RunRow::from_row`] reads (`run_columns!` in `sql.rs`).
-pub(super) const RUN_COLUMNS: usize = 18;
+pub(super) const RUN_COLUMNS: usize = 19;
 
 impl RunRow {
     pub(super) fn from_row(row: &PgRow) -> Result<Self> {
@@ -111,6 +112,7 @@ impl RunRow {
             lease_expires_at: opt_ts(get(row, 15)?),
             cancel_requested: get(row, 16)?,
             reason: get(row, 17)?,
+            closed: get(row, 18)?,
         })
     }
 
@@ -142,6 +144,7 @@ impl RunRow {
             reason: self.reason,
             facts,
             events,
+            stream: EventStream::from_stored(self.closed),
         }
     }
 }

@@ -38,7 +38,7 @@ macro_rules! run_columns {
         "r.run_id, r.queue, r.dedup_key, r.supersede_group, r.state, r.attempts, \
          r.max_attempts, r.priority, r.payload_bytes, r.enqueued_at, r.updated_at, r.due_at, \
          r.finished_at, r.lease_token, r.lease_consumer, r.lease_expires_at, \
-         r.cancel_requested, r.reason"
+         r.cancel_requested, r.reason, r.closed"
     };
 }
 
@@ -59,8 +59,8 @@ pub(super) const ENQUEUE: &str = "\
 WITH ins AS ( \
     INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
         priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
-        claim_jitter) \
-    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10, 1, $13) \
+        claim_jitter, closed) \
+    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10, 1, $13, FALSE) \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
     RETURNING run_id \
 ), sup AS ( \
@@ -98,9 +98,9 @@ WITH input AS ( \
 ), ins AS ( \
     INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
         priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
-        claim_jitter) \
+        claim_jitter, closed) \
     SELECT run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, due_at, \
-        payload_bytes, payload, 1, jitter FROM input ORDER BY ord \
+        payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
     RETURNING run_id, queue, dedup_key \
 ), wake AS ( \
@@ -310,15 +310,20 @@ SELECT u.cancel_requested, (SELECT pg_catalog.count(*) FROM wake) FROM u";
 
 /// Appends an event in one statement: `$1` run, `$2` event id, `$3` now, `$4` payload bytes,
 /// `$5` payload. Returns whether the run exists, the seq of an event the run already holds
-/// under that id, and the new event's seq. The run row's lock serializes appends to one run;
-/// two appends of one new id race to the `(run_id, event_id)` unique constraint, and the loser
-/// (a unique violation, nothing written) reads the winner's seq on retry.
+/// under that id, the new event's seq, and the run's state and `closed` flag as the
+/// statement's snapshot saw them. The run row's lock serializes appends to one run and to
+/// [`CLOSE_RUN`] and every transition: the counter bump applies only to a live run that is not
+/// closed, re-checked on the newest row version after waiting for the lock, so an append either
+/// commits before a close or finish, or writes nothing. Two appends of one new id race to the
+/// `(run_id, event_id)` unique constraint, and the loser (a unique violation, nothing written)
+/// reads the winner's seq on retry.
 pub(super) const APPEND_EVENT: &str = "\
 WITH old AS ( \
     SELECT seq FROM spool_event WHERE run_id = $1 AND event_id = $2 \
 ), bump AS ( \
     UPDATE spool_run SET last_event_seq = last_event_seq + 1 \
     WHERE run_id = $1 AND NOT EXISTS (SELECT 1 FROM old) \
+        AND state IN ('queued', 'claimed') AND closed IS NOT TRUE \
     RETURNING last_event_seq \
 ), ins AS ( \
     INSERT INTO spool_event (run_id, seq, event_id, created_at, payload_bytes, payload) \
@@ -326,7 +331,28 @@ WITH old AS ( \
     RETURNING seq \
 ) \
 SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), (SELECT seq FROM old), \
-    (SELECT seq FROM ins)";
+    (SELECT seq FROM ins), (SELECT state FROM spool_run WHERE run_id = $1), \
+    (SELECT closed FROM spool_run WHERE run_id = $1)";
+
+/// Closes a run's event stream (`$1` run): returns whether the run exists and whether this
+/// statement closed it (false: it was closed already). Takes the run row's lock, so it is
+/// ordered with every [`APPEND_EVENT`] of the run.
+pub(super) const CLOSE_RUN: &str = "\
+WITH u AS ( \
+    UPDATE spool_run SET closed = TRUE WHERE run_id = $1 AND closed IS NOT TRUE RETURNING 1 \
+) \
+SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), EXISTS (SELECT 1 FROM u)";
+
+/// The compare-and-set write of a release (`Spool::release`): applies only if the run is still
+/// claimed under token `$2` with `$3` attempts and no cancel request. Writes `$4` (the queued
+/// state), attempts `$3 - 1`, `$5` now (updated at), `$6` due at, no lease, and `$7`/`$8` the
+/// claim jitter of the next attempt (see [`CLAIM_QUEUED`]). Returns a row when it applied.
+pub(super) const RELEASE: &str = "\
+UPDATE spool_run SET state = $4, attempts = $3 - 1, updated_at = $5, due_at = $6, \
+    lease_consumer = NULL, lease_expires_at = NULL, claim_attempt = $7, claim_jitter = $8 \
+WHERE run_id = $1 AND state = 'claimed' AND lease_token = $2 AND attempts = $3 \
+    AND cancel_requested = FALSE \
+RETURNING 1";
 
 /// A run's events after seq `$2`, at most `$3`; one row with NULL columns when the run exists
 /// but has none, no row when it does not exist.

@@ -4,12 +4,13 @@
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    EventAppended, FactName, FactOutcome, RunEvent, RunEventId, RunId, Timestamp,
+    check_append, CloseOutcome, EventAppended, EventStream, FactName, FactOutcome, RunEvent,
+    RunEventId, RunId, Timestamp,
 };
 use cairn_core::{Error, Result};
 use rusqlite::params;
 
-use super::convert::{len_i64, micros, non_negative, ts};
+use super::convert::{len_i64, micros, non_negative, state, ts};
 use super::read::{facts_of, require_run};
 use super::sql;
 use crate::db::{Db, End};
@@ -23,11 +24,11 @@ pub(super) fn append_event_tx(
     now: Timestamp,
 ) -> Result<EventAppended> {
     db.write_tx(|db| {
-        let heads: Vec<(i64, i64)> =
+        let heads: Vec<(i64, i64, String, Option<bool>)> =
             db.rows(sql::LAST_EVENT_SEQ, params![run.as_bytes()], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;
-        let Some((run_no, last)) = heads.into_iter().next() else {
+        let Some((run_no, last, run_state, closed)) = heads.into_iter().next() else {
             return Err(Error::UnknownRun { run });
         };
         let held: Vec<i64> = db.rows(
@@ -45,6 +46,9 @@ pub(super) fn append_event_tx(
                 End::Rollback,
             ));
         }
+        // Decided in the writer's transaction, so a close or a finish commits either before
+        // this append (which is then refused) or after it (and the event is stored first).
+        check_append(run, state(&run_state)?, EventStream::from_stored(closed))?;
         let seq = last
             .checked_add(1)
             .ok_or_else(|| corrupt("a run's event counter is exhausted"))?;
@@ -65,6 +69,23 @@ pub(super) fn append_event_tx(
             created: true,
         };
         Ok((appended, End::Commit))
+    })
+}
+
+pub(super) fn close_run_tx(db: &Db<'_>, run: RunId) -> Result<CloseOutcome> {
+    db.write_tx(|db| {
+        let rows: Vec<(i64, Option<bool>)> =
+            db.rows(sql::RUN_STREAM, params![run.as_bytes()], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        let Some((run_no, closed)) = rows.into_iter().next() else {
+            return Err(Error::UnknownRun { run });
+        };
+        if EventStream::from_stored(closed).is_closed() {
+            return Ok((CloseOutcome::AlreadyClosed, End::Rollback));
+        }
+        db.exec(sql::CLOSE_RUN, params![run_no])?;
+        Ok((CloseOutcome::Closed, End::Commit))
     })
 }
 

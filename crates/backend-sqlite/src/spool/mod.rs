@@ -38,12 +38,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_import, check_lease, check_limit, check_payload, CancelOutcome, Claimed, Clock,
-    ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome,
-    Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
-    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
-    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp, Wakeup,
-    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_import, check_lease, check_limit, check_payload, check_release_delay, CancelOutcome,
+    Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
+    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
+    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig,
+    SpoolStats, Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -274,6 +275,20 @@ impl Spool for SqliteSpool {
         let now = self.now();
         self.store
             .with_writer(move |db| queue::cancel_tx(db, run, now))
+            .await
+    }
+
+    async fn close_run(&self, run: RunId) -> Result<CloseOutcome> {
+        self.store
+            .with_writer(move |db| events::close_run_tx(db, run))
+            .await
+    }
+
+    async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
+        check_release_delay(delay)?;
+        let now = self.now();
+        self.store
+            .with_writer_grouped(move |db| queue::release_tx(db, run, token, delay, now))
             .await
     }
 

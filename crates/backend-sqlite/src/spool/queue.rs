@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use cairn_core::spool::{
     check_token, clip_reason, exhausted_park_reason, expired_park_reason, expiry_action,
-    nack_action, transition, Action, BackoffPolicy, CancelOutcome, Claimed, ConsumerId, DedupKey,
-    EnqueueOptions, Enqueued, Heartbeat, LeaseToken, NackKind, Nacked, QueueName, RunId, RunState,
-    SupersedeGroup, Timestamp,
+    nack_action, release_action, transition, Action, BackoffPolicy, CancelOutcome, Claimed,
+    ConsumerId, DedupKey, EnqueueOptions, Enqueued, Heartbeat, LeaseToken, NackKind, Nacked,
+    QueueName, RunId, RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use rusqlite::params;
@@ -341,6 +341,47 @@ pub(super) fn nack_tx(
             retry_at: None,
         };
         Ok(((nacked, None), End::Commit))
+    })
+}
+
+pub(super) fn release_tx(
+    db: &Db<'_>,
+    run: RunId,
+    token: LeaseToken,
+    delay: Duration,
+    now: Timestamp,
+) -> Result<Nacked> {
+    db.write_tx(|db| {
+        let row = lease_row(db, run)?;
+        check_token(run, row.token, token)?;
+        let to = transition(row.state, release_action(row.cancel_requested))?;
+        if to != RunState::Queued {
+            db.exec(
+                sql::FINISH,
+                params![row.run_no, to.as_str(), None::<String>, micros(now)],
+            )?;
+            let nacked = Nacked {
+                state: to,
+                retry_at: None,
+            };
+            return Ok((nacked, End::Commit));
+        }
+        let at = now.saturating_add(delay);
+        db.exec(
+            sql::RELEASE,
+            params![
+                row.run_no,
+                to.as_str(),
+                row.attempts.saturating_sub(1),
+                micros(now),
+                micros(at)
+            ],
+        )?;
+        let nacked = Nacked {
+            state: to,
+            retry_at: Some(at),
+        };
+        Ok((nacked, End::Commit))
     })
 }
 

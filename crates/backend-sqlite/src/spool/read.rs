@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    ConsumerId, FactName, LeaseInfo, QueueName, RunFilter, RunId, RunInfo, RunState, SpoolStats,
-    SupersedeGroup,
+    ConsumerId, EventStream, FactName, LeaseInfo, QueueName, RunFilter, RunId, RunInfo, RunState,
+    SpoolStats, SupersedeGroup,
 };
 use cairn_core::{Error, Result};
 use rusqlite::{params, Row};
@@ -35,6 +35,7 @@ struct InfoRow {
     cancel_requested: bool,
     reason: Option<String>,
     events: i64,
+    closed: Option<bool>,
 }
 
 fn info_row(r: &Row<'_>) -> rusqlite::Result<InfoRow> {
@@ -57,6 +58,7 @@ fn info_row(r: &Row<'_>) -> rusqlite::Result<InfoRow> {
         cancel_requested: r.get(15)?,
         reason: r.get(16)?,
         events: r.get(17)?,
+        closed: r.get(18)?,
     })
 }
 
@@ -107,6 +109,7 @@ fn run_info(db: &Db<'_>, row: InfoRow) -> Result<RunInfo> {
         cancel_requested: row.cancel_requested,
         reason: row.reason,
         events: non_negative(row.events, "event count")?,
+        stream: EventStream::from_stored(row.closed),
     })
 }
 

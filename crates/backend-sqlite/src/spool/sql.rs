@@ -1,5 +1,6 @@
 //! Every SQL statement the SQLite spool sends, as constants over the tables of revisions
-//! `0002_spool` and `0003_spool_import` (`crates/migrate/sql/000{2,3}_*.sqlite.sql`).
+//! `0002_spool`, `0003_spool_import` and `0006_spool_run_close`
+//! (`crates/migrate/sql/000{2,3,6}_*.sqlite.sql`).
 //!
 //! Parameters are always bound; nothing here is assembled from input. States are bound as
 //! [`cairn_core::RunState::as_str`] of what the pure transition functions decided, never
@@ -10,8 +11,8 @@
 /// already had a run (then nothing was written).
 pub(super) const ENQUEUE: &str = "\
 INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts,
-                       priority, enqueued_at, updated_at, due_at, payload_bytes, payload)
-VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
+                       priority, enqueued_at, updated_at, due_at, payload_bytes, payload, closed)
+VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?8, ?9, ?10, ?11, 0)
 ON CONFLICT (queue, dedup_key) DO NOTHING
 RETURNING run_id";
 
@@ -73,6 +74,21 @@ SET state = ?2, reason = ?3, updated_at = ?4, due_at = ?5, lease_consumer = NULL
     lease_expires_at = NULL
 WHERE run_no = ?1";
 
+/// Gives a claimed run back to its queue with the claim's attempt returned
+/// (`Spool::release`).
+pub(super) const RELEASE: &str = "\
+UPDATE spool_run
+SET state = ?2, attempts = ?3, updated_at = ?4, due_at = ?5, lease_consumer = NULL,
+    lease_expires_at = NULL
+WHERE run_no = ?1";
+
+/// A run's event stream (`closed`: NULL unmarked, 0 open, 1 closed; revision
+/// `0006_spool_run_close`).
+pub(super) const RUN_STREAM: &str = "SELECT run_no, closed FROM spool_run WHERE run_id = ?1";
+
+/// Closes a run's event stream.
+pub(super) const CLOSE_RUN: &str = "UPDATE spool_run SET closed = 1 WHERE run_no = ?1";
+
 /// Marks a claimed run's cancel as requested.
 pub(super) const REQUEST_CANCEL: &str =
     "UPDATE spool_run SET cancel_requested = 1 WHERE run_no = ?1";
@@ -83,7 +99,7 @@ macro_rules! run_info_columns {
         "r.run_id, r.queue, r.dedup_key, r.supersede_group, r.state, r.attempts, r.max_attempts,
        r.priority, r.payload_bytes, r.enqueued_at, r.updated_at, r.due_at, r.finished_at,
        r.lease_consumer, r.lease_expires_at, r.cancel_requested, r.reason,
-       (SELECT count(*) FROM spool_event AS e WHERE e.run_id = r.run_id)"
+       (SELECT count(*) FROM spool_event AS e WHERE e.run_id = r.run_id), r.closed"
     };
 }
 
@@ -119,9 +135,9 @@ pub(super) const OLDEST_QUEUED: &str =
 pub(super) const EVENT_TOTALS: &str =
     "SELECT count(*), coalesce(sum(payload_bytes), 0), min(created_at) FROM spool_event";
 
-/// The run's event counter.
+/// The run's event counter, and what decides whether it takes events (state, `closed`).
 pub(super) const LAST_EVENT_SEQ: &str =
-    "SELECT run_no, last_event_seq FROM spool_run WHERE run_id = ?1";
+    "SELECT run_no, last_event_seq, state, closed FROM spool_run WHERE run_id = ?1";
 
 /// The seq of an event id the run holds.
 pub(super) const EVENT_SEQ_BY_ID: &str =
@@ -227,6 +243,9 @@ pub(super) const ALL: &[&str] = &[
     LEASE_STATE,
     EXTEND,
     RETRY,
+    RELEASE,
+    RUN_STREAM,
+    CLOSE_RUN,
     REQUEST_CANCEL,
     RUN_INFO,
     RUNS_PAGE,

@@ -64,6 +64,10 @@ pub enum Outcome {
     Fail(String),
     /// Any nack, e.g. [`NackKind::Failed`] for work that ran and whose result is failure.
     Nack(NackKind, String),
+    /// Give the run back without spending an attempt ([`Spool::release`]): it is due again
+    /// after the delay. For work that cannot go on for a reason that is not the run's fault
+    /// (waiting for its producer to close it, refused credentials); it never parks a run.
+    Release(Duration),
 }
 
 /// Why a running handler is asked to stop, in rising order of urgency.
@@ -733,6 +737,7 @@ async fn settle(ctx: &Ctx, run: RunId, token: super::LeaseToken, outcome: Outcom
             Outcome::Retry(why) => nack(ctx, run, token, NackKind::Retryable, why).await,
             Outcome::Fail(why) => nack(ctx, run, token, NackKind::Permanent, why).await,
             Outcome::Nack(kind, why) => nack(ctx, run, token, *kind, why).await,
+            Outcome::Release(delay) => ctx.spool.release(run, token, *delay).await.map(|n| n.state),
         };
         match result {
             Ok(state) => {

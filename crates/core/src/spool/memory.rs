@@ -19,14 +19,14 @@ use super::retention::{
 };
 use super::transition::{
     check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
-    transition, Action,
+    release_action, transition, Action,
 };
 use super::types::{
-    check_import, check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed,
-    EnqueueOptions, Enqueued, EventAppended, ExistingRun, FactOutcome, Heartbeat, ImportMarker,
-    ImportSource, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
-    RunInfo, RunState, SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
-    MAX_RUN_PAYLOAD,
+    check_append, check_import, check_lease, check_limit, check_payload, check_release_delay,
+    clip_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued, EventAppended,
+    EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedRun,
+    LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState,
+    SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
@@ -73,6 +73,7 @@ struct Run {
     events: BTreeMap<u64, StoredEvent>,
     event_ids: HashMap<RunEventId, u64>,
     last_event_seq: u64,
+    stream: EventStream,
 }
 
 impl Run {
@@ -99,6 +100,7 @@ impl Run {
             reason: self.reason.clone(),
             facts: self.facts.clone(),
             events: self.events.len() as u64,
+            stream: self.stream,
         }
     }
 
@@ -296,6 +298,7 @@ impl Spool for MemorySpool {
                 events: BTreeMap::new(),
                 event_ids: HashMap::new(),
                 last_event_seq: 0,
+                stream: EventStream::Open,
             },
         );
         st.by_key.insert((queue.clone(), key.clone()), id);
@@ -521,6 +524,7 @@ impl Spool for MemorySpool {
                 created: false,
             });
         }
+        check_append(run, r.state, r.stream)?;
         let seq = r.last_event_seq + 1;
         let bytes = payload.len() as u64;
         r.last_event_seq = seq;
@@ -538,6 +542,42 @@ impl Spool for MemorySpool {
         st.by_age.insert((now, serial), (run, seq));
         st.event_bytes += bytes;
         Ok(EventAppended { seq, created: true })
+    }
+
+    async fn close_run(&self, run: RunId) -> Result<CloseOutcome> {
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        if r.stream.is_closed() {
+            return Ok(CloseOutcome::AlreadyClosed);
+        }
+        r.stream = EventStream::Closed;
+        Ok(CloseOutcome::Closed)
+    }
+
+    async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
+        check_release_delay(delay)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        check_token(run, r.token, token)?;
+        let to = transition(r.state, release_action(r.cancel_requested))?;
+        if to != RunState::Queued {
+            r.enter(to, now);
+            return Ok(Nacked {
+                state: to,
+                retry_at: None,
+            });
+        }
+        let at = now.saturating_add(delay);
+        r.state = to;
+        r.updated_at = now;
+        r.attempts = r.attempts.saturating_sub(1);
+        r.lease = None;
+        r.due_at = Some(at);
+        Ok(Nacked {
+            state: to,
+            retry_at: Some(at),
+        })
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
@@ -743,6 +783,7 @@ impl Spool for MemorySpool {
                     last_event_seq: events.len() as u64,
                     events,
                     event_ids,
+                    stream: EventStream::Unmarked,
                 },
             );
         }

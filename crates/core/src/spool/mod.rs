@@ -7,12 +7,17 @@
 //! Runs carry an append-only event stream and write-once facts. Retention bounds what finished
 //! work leaves behind.
 //!
+//! A run's producer *closes* it ([`Spool::close_run`]) after its last event: from then on, and
+//! once the run finished, appends are refused ([`crate::Error::RunClosed`]), so a consumer that
+//! sees a closed run with no unacknowledged event has delivered all of them ([`EventStream`]).
+//!
 //! ```text
 //! queued ──claim──▶ claimed ──ack──▶ succeeded
 //!   ▲ │                │ ├─nack(failed)──▶ failed
 //!   │ │                │ ├─nack(permanent) / attempts exhausted / last lease expired──▶ parked
 //!   │ │                │ └─nack or expiry after a cancel request──▶ canceled
-//!   │ │                └─nack(retryable), lease expiry: back to queued after backoff
+//!   │ │                ├─nack(retryable), lease expiry: back to queued after backoff
+//!   │ │                └─release: back to queued, the attempt given back
 //!   │ ├─cancel──▶ canceled
 //!   │ └─newer run of its supersede group──▶ superseded
 //! ```
@@ -100,14 +105,15 @@ pub use retention::{
 };
 pub use transition::{
     check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
-    transition, Action,
+    release_action, transition, Action,
 };
 pub use types::{
-    check_import, check_lease, check_limit, check_payload, clip_reason, CancelOutcome, Claimed,
-    EnqueueOptions, Enqueued, EventAppended, ExistingRun, FactOutcome, Heartbeat, ImportMarker,
-    ImportSource, ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter,
-    RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS,
-    MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
+    check_append, check_import, check_lease, check_limit, check_payload, check_release_delay,
+    clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued,
+    EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource,
+    ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
+    RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
+    MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
     MAX_REASON_LEN, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
 
@@ -139,7 +145,7 @@ pub trait Wakeup: Send + Debug {
 /// per-run events and facts, retention and wake-up.
 ///
 /// Object safe: hold it as `Arc<dyn Spool>`. Every time the spool uses comes from its
-/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s15_…`) is the
+/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s16_…`) is the
 /// executable form of the contracts below; a backend is correct when it passes it and agrees
 /// with [`MemorySpool`] on random operation sequences.
 ///
@@ -293,10 +299,13 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - Re-appending an id the run still holds is a no-op returning the original seq with
     ///   `created: false` (the first payload stays). Once an event is acknowledged or removed
     ///   by retention its id may be appended again as a new event.
-    /// - Allowed in every state (a finished run may still report).
+    /// - A new event is accepted only while the run is live (`queued` or `claimed`) and not
+    ///   closed ([`check_append`]), decided in the same transaction as the insert: an event is
+    ///   refused, never accepted and then left undelivered.
     ///
     /// # Errors
-    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for a payload over
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::RunClosed`] for a new event id on a closed
+    /// or finished run (nothing is written); [`crate::Error::InvalidInput`] for a payload over
     /// [`MAX_RUN_EVENT_PAYLOAD`].
     async fn append_event(
         &self,
@@ -304,6 +313,40 @@ pub trait Spool: Send + Sync + Debug + 'static {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended>;
+
+    /// Closes the run's event stream: its producer has appended its last event.
+    ///
+    /// # Contract
+    /// - Allowed in every state. An [`EventStream::Open`] or [`EventStream::Unmarked`] run
+    ///   becomes [`EventStream::Closed`] ([`CloseOutcome::Closed`]); closing a closed run
+    ///   writes nothing ([`CloseOutcome::AlreadyClosed`]).
+    /// - Serialized with [`Spool::append_event`] on the run (one transaction, the run row's
+    ///   lock): every append that returned before the close is stored, and every append that
+    ///   starts after it is refused with [`crate::Error::RunClosed`]. So "closed and no
+    ///   unacknowledged event", read in that order, stays true: the invariant the delivery
+    ///   worker finishes a run on.
+    /// - Changes nothing else (state, schedule, lease) and wakes no one.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`].
+    async fn close_run(&self, run: RunId) -> Result<CloseOutcome>;
+
+    /// Gives a claimed run back to its queue without spending an attempt: for a holder that
+    /// cannot make progress for a reason that is not the run's fault (its producer has not
+    /// closed it yet, the collector refuses this server's credentials).
+    ///
+    /// # Contract
+    /// - Token checked as for [`Spool::heartbeat`].
+    /// - Cancel requested → `canceled` ([`release_action`]).
+    /// - Otherwise → `queued` with `attempts` one less (the claim's attempt is given back, so
+    ///   releasing never parks a run), no lease, `due_at = now + delay`, the reason unchanged.
+    ///   Wakes no one: the run becomes due by time.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
+    /// [`crate::Error::InvalidTransition`] when the run is no longer claimed;
+    /// [`crate::Error::InvalidInput`] for a delay over [`MAX_LEASE`].
+    async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked>;
 
     /// The run's stored events with seq greater than `after`, in seq order, at most `limit`.
     ///

@@ -4,7 +4,7 @@
 //! ```text
 //! queued ──claim──▶ claimed ──ack──▶ succeeded
 //!   │  ▲              │ ├─fail──▶ failed
-//!   │  └───retry──────┘ ├─park──▶ parked     (permanent nack, attempts exhausted, last lease expired)
+//!   │  └─retry/release┘ ├─park──▶ parked     (permanent nack, attempts exhausted, last lease expired)
 //!   │                   ├─confirm cancel──▶ canceled   (nack or expiry after a cancel request)
 //!   ├─cancel──▶ canceled  (claimed: cancel only sets the request flag)
 //!   └─supersede──▶ superseded
@@ -40,11 +40,14 @@ pub enum Action {
     ConfirmCancel,
     /// A newer run of the supersede group replaces a queued run.
     Supersede,
+    /// The holder gives a claimed run back without spending an attempt
+    /// ([`Spool::release`](super::Spool::release)): back to the queue.
+    Release,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 10] = [
+    pub const ALL: [Action; 11] = [
         Action::Claim,
         Action::Reclaim,
         Action::Heartbeat,
@@ -55,6 +58,7 @@ impl Action {
         Action::Cancel,
         Action::ConfirmCancel,
         Action::Supersede,
+        Action::Release,
     ];
 
     /// The action's name in messages.
@@ -70,6 +74,7 @@ impl Action {
             Action::Cancel => "cancel",
             Action::ConfirmCancel => "confirm the cancel of",
             Action::Supersede => "supersede",
+            Action::Release => "release",
         }
     }
 }
@@ -93,7 +98,7 @@ pub fn transition(from: RunState, action: Action) -> Result<RunState> {
         (S::Queued, A::Supersede) => S::Superseded,
         (S::Claimed, A::Reclaim | A::Heartbeat | A::Cancel) => S::Claimed,
         (S::Claimed, A::Ack) => S::Succeeded,
-        (S::Claimed, A::Retry) => S::Queued,
+        (S::Claimed, A::Retry | A::Release) => S::Queued,
         (S::Claimed, A::Park) => S::Parked,
         (S::Claimed, A::Fail) => S::Failed,
         (S::Claimed, A::ConfirmCancel) => S::Canceled,
@@ -120,6 +125,16 @@ pub fn nack_action(
         NackKind::Retryable if attempts < max_attempts => Action::Retry,
         NackKind::Retryable | NackKind::Permanent => Action::Park,
         NackKind::Failed => Action::Fail,
+    }
+}
+
+/// What a release of a claimed run does: a requested cancel wins (the run ends `canceled`),
+/// else the run goes back to the queue without spending an attempt.
+pub fn release_action(cancel_requested: bool) -> Action {
+    if cancel_requested {
+        Action::ConfirmCancel
+    } else {
+        Action::Release
     }
 }
 
@@ -176,6 +191,7 @@ mod tests {
         (S::Claimed, Action::Cancel, S::Claimed),
         (S::Claimed, Action::Ack, S::Succeeded),
         (S::Claimed, Action::Retry, S::Queued),
+        (S::Claimed, Action::Release, S::Queued),
         (S::Claimed, Action::Park, S::Parked),
         (S::Claimed, Action::Fail, S::Failed),
         (S::Claimed, Action::ConfirmCancel, S::Canceled),

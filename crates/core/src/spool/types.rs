@@ -242,6 +242,114 @@ pub enum FactOutcome {
     AlreadySet,
 }
 
+/// Whether a run's producer may still append events: the producer-side end of a run
+/// ([`Spool::close_run`](super::Spool::close_run)).
+///
+/// The rule every backend keeps ([`check_append`]): an event is accepted only while the run is
+/// live (`queued` or `claimed`) and not [`EventStream::Closed`], checked in the same
+/// transaction (under the same row lock) as the insert and as [`Spool::close_run`]. So once a
+/// reader has seen a run closed, its set of events is final: a consumer that then reads no
+/// unacknowledged event has delivered every event ever accepted for it, and may finish it.
+///
+/// [`Spool::close_run`]: super::Spool::close_run
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum EventStream {
+    /// Enqueued by a build that knows about closing: its producer appends events until it
+    /// closes the run.
+    Open,
+    /// Closed by its producer, by an operator (`cairn run close`), or by a consumer that
+    /// closed an [`EventStream::Unmarked`] run: no more events are accepted.
+    Closed,
+    /// Written by a build older than revision `0006_spool_run_close`, before that revision,
+    /// or imported: no producer will close it. Events are accepted while it is live; a
+    /// consumer that needs a final set of events (the delivery worker) closes it itself when
+    /// it takes it, so later appends are refused instead of left undelivered.
+    Unmarked,
+}
+
+impl EventStream {
+    /// The lowercase name the CLI prints and the HTTP API returns.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventStream::Open => "open",
+            EventStream::Closed => "closed",
+            EventStream::Unmarked => "unmarked",
+        }
+    }
+
+    /// Whether appends are refused.
+    pub fn is_closed(self) -> bool {
+        self == EventStream::Closed
+    }
+
+    /// The stored form: `NULL` (unmarked), `false` (open), `true` (closed).
+    pub fn to_stored(self) -> Option<bool> {
+        match self {
+            EventStream::Open => Some(false),
+            EventStream::Closed => Some(true),
+            EventStream::Unmarked => None,
+        }
+    }
+
+    /// Reads [`EventStream::to_stored`]'s form.
+    pub fn from_stored(closed: Option<bool>) -> Self {
+        match closed {
+            Some(false) => EventStream::Open,
+            Some(true) => EventStream::Closed,
+            None => EventStream::Unmarked,
+        }
+    }
+}
+
+/// What [`Spool::close_run`](super::Spool::close_run) did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum CloseOutcome {
+    /// The run was open (or unmarked); now it takes no more events.
+    Closed,
+    /// The run was closed already; nothing was written.
+    AlreadyClosed,
+}
+
+/// The append rule ([`EventStream`]): refuses an event for a run in a terminal state or
+/// closed. Every backend calls it with what it read in the append's transaction.
+///
+/// # Errors
+/// [`Error::RunClosed`].
+pub fn check_append(run: RunId, state: RunState, stream: EventStream) -> Result<()> {
+    if state.is_terminal() || stream.is_closed() {
+        Err(Error::RunClosed {
+            run,
+            state,
+            closed: stream.is_closed(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Checks the delay of a [`Spool::release`](super::Spool::release): at most [`MAX_LEASE`].
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a longer delay.
+pub fn check_release_delay(delay: Duration) -> Result<()> {
+    if delay > MAX_LEASE {
+        return Err(Error::invalid(
+            "release delay",
+            format!("is {delay:?}; it must be at most {MAX_LEASE:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Why [`Error::RunClosed`] refused an append, in words.
+pub fn closed_reason(state: RunState, closed: bool) -> String {
+    match (closed, state.is_terminal()) {
+        (true, true) => format!("it was closed and is {state}"),
+        (true, false) => "its producer closed it".to_owned(),
+        (false, _) => format!("it is {state}"),
+    }
+}
+
 /// What [`Spool::append_event`](super::Spool::append_event) did.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct EventAppended {
@@ -314,6 +422,8 @@ pub struct RunInfo {
     pub facts: BTreeMap<FactName, Vec<u8>>,
     /// How many events it currently holds.
     pub events: u64,
+    /// Whether its producer may still append events.
+    pub stream: EventStream,
 }
 
 /// Which runs [`Spool::runs`](super::Spool::runs) lists. Results come in run id order,

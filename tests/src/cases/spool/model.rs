@@ -48,6 +48,13 @@ enum Op {
     Cancel {
         key: u8,
     },
+    Close {
+        key: u8,
+    },
+    Release {
+        lease: usize,
+        delay_secs: u8,
+    },
     Append {
         key: u8,
         event: u8,
@@ -88,6 +95,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => any::<usize>().prop_map(|lease| Op::Ack { lease }),
         2 => (any::<usize>(), 0u8..3).prop_map(|(lease, kind)| Op::Nack { lease, kind }),
         1 => key.clone().prop_map(|key| Op::Cancel { key }),
+        1 => key.clone().prop_map(|key| Op::Close { key }),
+        1 => (any::<usize>(), 0u8..30).prop_map(|(lease, delay_secs)| Op::Release { lease, delay_secs }),
         3 => (key.clone(), 0u8..6, 0u8..200).prop_map(|(key, event, size)| Op::Append { key, event, size }),
         1 => (key.clone(), prop::collection::vec(0u8..6, 0..3)).prop_map(|(key, events)| Op::AckEvents { key, events }),
         1 => (key, 0u8..2, 0u8..2).prop_map(|(key, name, value)| Op::SetFact { key, name, value }),
@@ -281,6 +290,24 @@ impl Pair {
                     &outcome(model.cancel(m).await),
                 )?;
             }
+            Op::Close { key } => {
+                let (r, m) = self.ids(*key);
+                check(
+                    step,
+                    op,
+                    "close_run",
+                    &outcome(real.close_run(r).await),
+                    &outcome(model.close_run(m).await),
+                )?;
+            }
+            Op::Release { lease, delay_secs } => {
+                if let Some((rr, rt, mr, mt)) = self.lease(*lease) {
+                    let d = Duration::from_secs(u64::from(*delay_secs));
+                    let r = outcome(real.release(rr, rt, d).await);
+                    let m = outcome(model.release(mr, mt, d).await);
+                    check(step, op, "release", &r, &m)?;
+                }
+            }
             Op::Append { key, event, size } => {
                 let (r, m) = self.ids(*key);
                 let id = event_id(*event);
@@ -411,7 +438,7 @@ async fn run_case<H: SpoolHarness>(h: &H, ops: &[Op]) -> Result<(), TestCaseErro
 }
 
 /// Random sequences of {enqueue with options, claim, heartbeat, ack, nack of each kind, cancel,
-/// append/acknowledge events, set facts, clock advances, retention passes} give the same
+/// close, release, append/acknowledge events, set facts, clock advances, retention passes} give the same
 /// answers on the spool under test and on a fresh [`MemorySpool`] sharing its clock, and leave
 /// both with the same runs, events, stats and listings after every step. Stale leases are
 /// replayed on purpose.

@@ -445,6 +445,17 @@ async fn next_due_default_body_agrees_with_the_model() {
         async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
             self.0.cancel(run).await
         }
+        async fn close_run(&self, run: RunId) -> Result<crate::spool::CloseOutcome> {
+            self.0.close_run(run).await
+        }
+        async fn release(
+            &self,
+            run: RunId,
+            token: crate::spool::LeaseToken,
+            delay: Duration,
+        ) -> Result<crate::spool::Nacked> {
+            self.0.release(run, token, delay).await
+        }
         async fn run(&self, run: RunId) -> Result<Option<crate::spool::RunInfo>> {
             self.0.run(run).await
         }

@@ -1,0 +1,11 @@
+-- spool run close: the producer-side end of a run's event stream
+--
+-- Revision 0006 of cairn's own migration set, Postgres dialect; 0006_spool_run_close.sqlite.sql
+-- adds the same column with the same meaning. `closed` says whether a run's producer may still
+-- append events (cairn_core::spool::EventStream): false while it is open, true once its producer,
+-- an operator or the delivery worker closed it; from then on, and once the run is finished, an
+-- append is refused. NULL on rows written before this revision or by older builds, and on
+-- imported runs: such a run takes events while it is live, and the delivery worker closes it
+-- when it takes it, so that an event is refused rather than left undelivered.
+-- This text is hashed into the revision's checksum: never edit it once committed.
+ALTER TABLE spool_run ADD COLUMN closed BOOLEAN;
