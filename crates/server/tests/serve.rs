@@ -1611,3 +1611,34 @@ fn retention_brings_the_store_back_under_its_cap_on_postgres() {
         std::panic::resume_unwind(panic);
     }
 }
+
+/// The connection limits and the retention pacing are checked with the rest of the
+/// configuration: zero, or a timeout past a day, is refused on a line naming the key (env and
+/// flag alike).
+#[test]
+fn connection_limits_and_retention_pacing_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.db");
+    let db = db.to_str().unwrap();
+    let err = refused_config(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_LIMITS__MAX_CONNECTIONS", "0"),
+            ("CAIRN_LIMITS__HEADER_READ_TIMEOUT_SECS", "86401"),
+            ("CAIRN_SPOOL__RETENTION_INTERVAL_SECS", "0"),
+            ("CAIRN_SPOOL__RETENTION_MAX_AGE_SECS", "0"),
+        ],
+        &["--keep-alive-timeout", "0"],
+    );
+    for line in [
+        "limits.max_connections: must be at least 1",
+        "limits.header_read_timeout_secs: at most 86400 (one day)",
+        "limits.keep_alive_timeout_secs: must be at least 1",
+        "spool.retention_interval_secs: must be at least 1",
+        "spool.retention_max_age_secs: must be at least 1",
+    ] {
+        assert!(err.lines().any(|l| l.ends_with(line)), "{line}: {err}");
+    }
+    assert!(!std::path::Path::new(db).exists(), "nothing opened");
+}

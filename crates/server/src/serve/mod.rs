@@ -50,6 +50,9 @@ use crate::open::{open_with, IfMissing};
 /// Default listen address: loopback only.
 const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
+/// The longest header-read or keep-alive timeout accepted, in seconds.
+const MAX_CONNECTION_TIMEOUT_SECS: u64 = 86_400;
+
 /// `cairn serve`'s options. Every one is also a key of the config file (`--config FILE` or
 /// `CAIRN_CONFIG`) and an environment variable (`CAIRN_` + the key in capitals, `__` between
 /// section and key); a flag wins over the environment, which wins over the file.
@@ -333,6 +336,20 @@ pub(crate) fn check(
             None
         }
     };
+    // Timers past a day are a mistake, and far enough deadlines overflow `Instant`.
+    for (key, v) in [
+        (
+            "limits.header_read_timeout_secs",
+            l.header_read_timeout_secs,
+        ),
+        ("limits.keep_alive_timeout_secs", l.keep_alive_timeout_secs),
+    ] {
+        if v > MAX_CONNECTION_TIMEOUT_SECS {
+            problems.push(format!(
+                "{key}: at most {MAX_CONNECTION_TIMEOUT_SECS} (one day)"
+            ));
+        }
+    }
     // tokio's semaphore holds at most `Semaphore::MAX_PERMITS` permits.
     if l.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
         problems.push(format!(
