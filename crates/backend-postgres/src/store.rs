@@ -738,7 +738,7 @@ impl EpochStore for PgStore {
             .await
             .map_err(map_sqlx)?;
         rows.into_iter()
-            .map(|b| SpaceId::new(b).map_err(|_| corrupt("an invalid space id")))
+            .map(|b| SpaceId::from_stored(b).map_err(|_| corrupt("an invalid space id")))
             .collect()
     }
 }

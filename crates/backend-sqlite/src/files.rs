@@ -328,6 +328,145 @@ fn schema_mismatch(conn: &Connection) -> Option<Error> {
     .find_map(|q| conn.prepare_cached(q).err().map(map))
 }
 
+/// Where a file lives: its device and inode (Unix). A rename over the path, or a removal and
+/// re-creation, gives the path another identity; writing on through the connections opened to
+/// the old one would mix this process's writes into another file.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+}
+
+impl std::fmt::Display for FileId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "device {} inode {}", self.dev, self.ino)
+    }
+}
+
+/// The identity of what sits at `path` (not following a link), `None` when nothing does. On
+/// platforms without inodes every file has the same identity: a file in use cannot be renamed
+/// over there.
+fn file_id(path: &Path) -> Result<Option<FileId>> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => Ok(Some(id_of(&m))),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err(path, e)),
+    }
+}
+
+#[cfg(unix)]
+fn id_of(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    FileId {
+        dev: m.dev(),
+        ino: m.ino(),
+    }
+}
+
+#[cfg(not(unix))]
+fn id_of(_m: &std::fs::Metadata) -> FileId {
+    FileId { dev: 0, ino: 0 }
+}
+
+/// The identities of the store file and its `-wal` file as this instance opened them, checked
+/// before every write transaction (one group commit is one check) and by readiness: one
+/// `lstat` of each path.
+#[derive(Debug)]
+pub(crate) struct Identity {
+    path: PathBuf,
+    wal_path: PathBuf,
+    main: FileId,
+    /// `None` when no `-wal` file existed once the connections were open (SQLite creates it
+    /// with the first read in WAL mode, so only a file system without one leaves it out).
+    wal: Option<FileId>,
+}
+
+/// What [`Identity::check`] found changed.
+pub(crate) enum Changed {
+    /// The store file at the path is not the one opened (or is gone).
+    Main(String),
+    /// The store file is the same but its `-wal` file is gone or another file.
+    Wal(String),
+}
+
+impl Identity {
+    /// Records what sits at `path` and at its `-wal` now (call it once the connections are
+    /// open, so both are the files the connections use).
+    ///
+    /// # Errors
+    /// [`Error::StoreReplaced`] when nothing is at `path`; [`Error::Io`] when it cannot be
+    /// looked at.
+    pub(crate) fn record(path: &Path) -> Result<Self> {
+        let main = file_id(path)?.ok_or_else(|| Error::StoreReplaced {
+            path: path.display().to_string(),
+            detail: "the file was removed while the store was being opened".into(),
+        })?;
+        let wal_path = sidecar(path, "-wal");
+        let wal = file_id(&wal_path)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            wal_path,
+            main,
+            wal,
+        })
+    }
+
+    /// What changed at the paths since [`Identity::record`], if anything.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when a path cannot be looked at (permissions): the check could not be
+    /// made, so nothing is written either.
+    pub(crate) fn changed(&self) -> Result<Option<Changed>> {
+        match file_id(&self.path)? {
+            None => {
+                return Ok(Some(Changed::Main(format!(
+                    "no file is at the path any more; this process opened {}",
+                    self.main
+                ))))
+            }
+            Some(now) if now != self.main => {
+                return Ok(Some(Changed::Main(format!(
+                    "another file ({now}) is at the path; this process opened {}",
+                    self.main
+                ))))
+            }
+            Some(_) => {}
+        }
+        let Some(wal) = self.wal else {
+            return Ok(None);
+        };
+        Ok(match file_id(&self.wal_path)? {
+            None => Some(Changed::Wal(format!(
+                "its -wal file was removed ({wal} when opened)"
+            ))),
+            Some(now) if now != wal => Some(Changed::Wal(format!(
+                "its -wal file is another file ({now}; {wal} when opened)"
+            ))),
+            Some(_) => None,
+        })
+    }
+
+    /// The error for a change [`Identity::changed`] found.
+    pub(crate) fn error(&self, changed: &Changed) -> Error {
+        let (Changed::Main(detail) | Changed::Wal(detail)) = changed;
+        Error::StoreReplaced {
+            path: self.path.display().to_string(),
+            detail: detail.clone(),
+        }
+    }
+
+    /// [`Identity::changed`] as a result: `Ok` when both files are the ones opened.
+    ///
+    /// # Errors
+    /// [`Error::StoreReplaced`] or [`Error::Io`], as [`Identity::changed`] finds.
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.changed()? {
+            None => Ok(()),
+            Some(c) => Err(self.error(&c)),
+        }
+    }
+}
+
 /// Maps an error met while opening, naming the file.
 pub(crate) fn open_error(path: &Path, e: rusqlite::Error) -> Error {
     open_error_mapped(path, error::map(e))

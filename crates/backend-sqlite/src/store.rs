@@ -19,7 +19,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -63,6 +63,48 @@ struct Inner {
     /// Write operations waiting for the writer's next group commit ([`crate::group`]).
     pending: std::sync::Mutex<Vec<Box<dyn Pending>>>,
     groups: GroupStats,
+    /// The store file and `-wal` file this instance opened, checked before every write
+    /// transaction ([`check_files`]).
+    identity: files::Identity,
+    /// Set once the write-ahead log was checkpointed away after the store file was found
+    /// replaced ([`check_files`]).
+    wal_scrubbed: AtomicBool,
+}
+
+/// Refuses a write when the store file or its `-wal` file is no longer the one this instance
+/// opened (one `lstat` of each path per write transaction; a group commit checks once).
+///
+/// The first time the store file itself is found replaced while the `-wal` file is still this
+/// store's, the writer checkpoints the log into the file it opened (through its open
+/// descriptor) and truncates it: the log's frames belong to that file, and any process opening
+/// the path would otherwise read them as pages of the file now there.
+fn check_files(inner: &Inner, conn: &Connection) -> Result<()> {
+    let Some(changed) = inner.identity.changed()? else {
+        return Ok(());
+    };
+    if matches!(changed, files::Changed::Main(_))
+        && !inner.wal_scrubbed.swap(true, Ordering::SeqCst)
+    {
+        // Best effort: a failure (a reader holding a snapshot past the busy timeout) leaves
+        // the log as it was; the write is refused either way.
+        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+    Err(inner.identity.error(&changed))
+}
+
+/// A copy of `e` for each caller of a group the check refused (the error is not `Clone`).
+fn copy_error(e: &Error) -> Error {
+    match e {
+        Error::StoreReplaced { path, detail } => Error::StoreReplaced {
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        Error::Io { path, source } => Error::Io {
+            path: path.clone(),
+            source: std::io::Error::new(source.kind(), source.to_string()),
+        },
+        other => Error::backend("sqlite", other.to_string()),
+    }
 }
 
 impl fmt::Debug for SqliteStore {
@@ -420,7 +462,7 @@ fn list_spaces_q(db: &Db<'_>, after: Option<&SpaceId>, limit: usize) -> Result<V
         r.get::<_, Vec<u8>>(0)
     })?
     .into_iter()
-    .map(|s| SpaceId::new(s).map_err(|_| corrupt("a stored space id is out of bounds")))
+    .map(|s| SpaceId::from_stored(s).map_err(|_| corrupt("a stored space id is out of bounds")))
     .collect()
 }
 
@@ -502,6 +544,7 @@ impl SqliteStore {
             let readers = (0..opts.read_connections)
                 .map(|_| files::connect_reader(&path, &opts))
                 .collect::<Result<Vec<_>>>()?;
+            let identity = files::Identity::record(&path)?;
             Ok(Self {
                 inner: Arc::new(Inner {
                     path,
@@ -512,6 +555,8 @@ impl SqliteStore {
                     statements: AtomicU64::new(0),
                     pending: std::sync::Mutex::new(Vec::new()),
                     groups: GroupStats::default(),
+                    identity,
+                    wal_scrubbed: AtomicBool::new(false),
                 }),
             })
         })
@@ -546,7 +591,11 @@ impl SqliteStore {
     {
         let conn = self.writer_guard().await?;
         let inner = self.inner.clone();
-        blocking(move || f(&Db::new(&conn, &inner.statements))).await
+        blocking(move || {
+            check_files(&inner, &conn)?;
+            f(&Db::new(&conn, &inner.statements))
+        })
+        .await
     }
 
     /// Runs `f` on the writer connection as part of a group commit ([`crate::group`]):
@@ -600,7 +649,14 @@ impl SqliteStore {
         }
         let inner = self.inner.clone();
         let _ = blocking(move || {
-            group::run_group(&conn, &inner.statements, &inner.groups, ops);
+            match check_files(&inner, &conn) {
+                Ok(()) => group::run_group(&conn, &inner.statements, &inner.groups, ops),
+                Err(e) => {
+                    for op in ops {
+                        op.fail(copy_error(&e));
+                    }
+                }
+            }
             Ok(())
         })
         .await;
@@ -754,6 +810,11 @@ impl EpochDiagnostics for SqliteStore {
         let space = space.clone();
         self.with_reader(move |db| max_seq(db, &space).map(next_seq))
             .await
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        let inner = self.inner.clone();
+        blocking(move || inner.identity.check()).await
     }
 
     fn statements_executed(&self) -> u64 {

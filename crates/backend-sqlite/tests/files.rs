@@ -174,3 +174,124 @@ async fn unreadable_path_gives_a_typed_error() {
     let err = SqliteStore::open(file.join("store.db")).await.unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err}");
 }
+
+// A store file replaced under a running store (issue 21, item 13): every write transaction
+// first checks that the file at the path, and its `-wal` file, are the ones opened.
+
+/// A store at `path` holding one epoch in space `name`, closed again.
+async fn store_with_space(path: &Path, name: &str) {
+    let store = SqliteStore::open(path).await.unwrap();
+    let space = SpaceId::new(name).unwrap();
+    store
+        .append(&space, vec![Event::new("k", name)])
+        .await
+        .unwrap();
+}
+
+fn assert_replaced(r: Result<impl std::fmt::Debug, Error>, what: &str) {
+    match r {
+        Err(Error::StoreReplaced { path, detail }) => {
+            assert!(path.ends_with("store.db"), "{what}: {path}");
+            assert!(!detail.is_empty(), "{what}");
+        }
+        other => panic!("{what}: expected StoreReplaced, got {other:?}"),
+    }
+}
+
+/// `mv other.db store.db` under an open store: appends (alone and grouped), lone-transaction
+/// writes and the readiness check are refused with `StoreReplaced`, and the file now at the
+/// path passes `PRAGMA quick_check` and holds only its own data (the open store's log was
+/// checkpointed into the file it opened, not left for the newcomer to read).
+#[tokio::test]
+async fn a_store_file_replaced_under_an_open_store_refuses_writes_and_both_files_stay_intact() {
+    use cairn_core::EpochDiagnostics;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let other = dir.path().join("other.db");
+    store_with_space(&other, "other").await;
+    let store = SqliteStore::open(&db).await.unwrap();
+    let mine = SpaceId::new("mine").unwrap();
+    for i in 0..20 {
+        store
+            .append(&mine, vec![Event::new("k", format!("{i}"))])
+            .await
+            .unwrap();
+    }
+    store.check_ready().await.unwrap();
+
+    std::fs::rename(&other, &db).unwrap();
+
+    assert_replaced(
+        store.append(&mine, vec![Event::new("k", "late")]).await,
+        "append",
+    );
+    let grouped: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            let mine = mine.clone();
+            tokio::spawn(async move {
+                store
+                    .append(&mine, vec![Event::new("k", format!("g{i}"))])
+                    .await
+            })
+        })
+        .collect();
+    for g in grouped {
+        assert_replaced(g.await.unwrap(), "grouped append");
+    }
+    assert_replaced(store.repair_heads(&mine).await, "repair");
+    assert_replaced(store.check_ready().await, "readiness");
+
+    // While the first store is still open, the file at the path reads as the other store,
+    // whole, without a page of ours.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA quick_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    drop(conn);
+    let reopened = SqliteStore::open(&db).await.unwrap();
+    let spaces = reopened.list_spaces(None, 10).await.unwrap();
+    assert_eq!(spaces, vec![SpaceId::new("other").unwrap()]);
+    drop(store);
+}
+
+/// Removing the `-wal` file under an open store (which would lose every commit not yet
+/// checkpointed) is caught the same way.
+#[tokio::test]
+async fn a_wal_file_removed_under_an_open_store_refuses_writes() {
+    use cairn_core::EpochDiagnostics;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let s = SpaceId::new("s").unwrap();
+    store.append(&s, vec![Event::new("k", "1")]).await.unwrap();
+    std::fs::remove_file(dir.path().join("store.db-wal")).unwrap();
+    assert_replaced(store.append(&s, vec![Event::new("k", "2")]).await, "append");
+    assert_replaced(store.check_ready().await, "readiness");
+}
+
+/// Other instances opening, writing and closing the same file (another process's command, a
+/// second store in this one) replace nothing: the first store keeps writing.
+#[tokio::test]
+async fn other_instances_opening_and_closing_the_file_are_not_a_replacement() {
+    use cairn_core::EpochDiagnostics;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let s = SpaceId::new("s").unwrap();
+    store.append(&s, vec![Event::new("k", "1")]).await.unwrap();
+    for i in 0..3 {
+        let second = SqliteStore::open(&db).await.unwrap();
+        second
+            .append(&s, vec![Event::new("k", format!("second {i}"))])
+            .await
+            .unwrap();
+        drop(second);
+        store
+            .append(&s, vec![Event::new("k", format!("first {i}"))])
+            .await
+            .unwrap();
+        store.check_ready().await.unwrap();
+    }
+}

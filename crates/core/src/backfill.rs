@@ -30,7 +30,9 @@ use crate::store::EpochDiagnostics;
 use crate::types::{Event, SpaceId};
 
 /// The reserved space that holds the backfill's completion markers. Its leading NUL byte keeps
-/// it first in byte order and out of the way of application space ids.
+/// it first in byte order; it starts with [`crate::RESERVED_SPACE_PREFIX`], so
+/// [`SpaceId::new`] refuses it and no application, API client or command can plant a marker
+/// (and make every later server skip its pass) or read it as its own space.
 pub const MARKER_SPACE: &[u8] = b"\0cairn/backfill";
 
 /// The event kind of a completion marker.
@@ -250,6 +252,8 @@ pub fn error_code(err: &Error) -> &'static str {
         Error::Incompatible { .. } => "incompatible",
         Error::Migration { .. } => "migration",
         Error::UnsafePath { .. } => "unsafe_path",
+        Error::Reserved { .. } => "reserved",
+        Error::StoreReplaced { .. } => "store_replaced",
         Error::Io { .. } => "io",
         Error::Backend { .. } => "backend",
         _ => "other",
@@ -258,7 +262,7 @@ pub fn error_code(err: &Error) -> &'static str {
 
 /// The reserved marker space's id.
 pub fn marker_space() -> SpaceId {
-    SpaceId::new(MARKER_SPACE).expect("the marker space id is valid")
+    SpaceId::from_stored(MARKER_SPACE).expect("the marker space id is within bounds")
 }
 
 /// Whether a completion marker has been written.

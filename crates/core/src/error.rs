@@ -117,6 +117,29 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A name cairn reserves for its own records was given (a space id starting with
+    /// [`crate::RESERVED_SPACE_PREFIX`], where the backfill keeps its completion marker).
+    /// Nothing was read or written; choose another name.
+    #[error("{what} {name} is reserved for cairn's own records; nothing was read or written, choose another name")]
+    Reserved {
+        /// What kind of name (`space id`).
+        what: &'static str,
+        /// The name, printable (non-text bytes as `0x…` hex).
+        name: String,
+    },
+
+    /// The store's file was replaced, moved or removed under this process (another file now
+    /// sits at its path, or its `-wal` file is gone or another file). Nothing was written:
+    /// writing on would mix this process's writes into the other file. Restart the process to
+    /// serve the file now at the path, or put the original file back.
+    #[error("the store file {path} is not the file this process opened ({detail}); nothing was written, restart the process or put the original file back")]
+    StoreReplaced {
+        /// The store's path.
+        path: String,
+        /// What changed (which file, which identity).
+        detail: String,
+    },
+
     /// A store path was refused for safety (symlink, bad permissions).
     #[error("refusing store path {path}: {reason}")]
     UnsafePath {

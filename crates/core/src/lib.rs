@@ -46,5 +46,5 @@ pub use store::{EpochDiagnostics, EpochStore};
 pub use types::{
     Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
     ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN,
-    MAX_KIND_LEN, MAX_SPACE_LEN,
+    MAX_KIND_LEN, MAX_SPACE_LEN, RESERVED_SPACE_PREFIX,
 };

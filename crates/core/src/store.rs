@@ -130,4 +130,15 @@ pub trait EpochDiagnostics: EpochStore {
     /// How many SQL statements (round trips, including BEGIN and COMMIT) this store instance
     /// has sent since it was opened. The memory backend counts 0.
     fn statements_executed(&self) -> u64;
+
+    /// Whether this instance can still write to the store it opened, checked without writing
+    /// (readiness probes call it). The SQLite backend checks that the file at its path, and its
+    /// `-wal` file, are still the ones it opened; the default has nothing to check.
+    ///
+    /// # Errors
+    /// [`crate::Error::StoreReplaced`] when the store's file was replaced, moved or removed;
+    /// [`crate::Error::Io`] when the check itself failed.
+    async fn check_ready(&self) -> Result<()> {
+        Ok(())
+    }
 }

@@ -15,8 +15,14 @@ pub const MAX_EVENT_PAYLOAD: usize = 16 * 1024 * 1024;
 /// Most events in one epoch.
 pub const MAX_EPOCH_EVENTS: usize = 10_000;
 
+/// The prefix of the space ids cairn reserves for its own records (the backfill's completion
+/// marker, [`crate::backfill::MARKER_SPACE`]): a NUL byte, then `cairn/`. [`SpaceId::new`]
+/// refuses such ids, so no application, API client or command can write or read cairn's records
+/// as if they were its own.
+pub const RESERVED_SPACE_PREFIX: &[u8] = b"\0cairn/";
+
 /// An independent history (tenant, document, repository): a non-empty byte string of at most
-/// [`MAX_SPACE_LEN`] bytes.
+/// [`MAX_SPACE_LEN`] bytes that does not start with [`RESERVED_SPACE_PREFIX`].
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SpaceId(Vec<u8>);
 
@@ -24,8 +30,27 @@ impl SpaceId {
     /// Validates and wraps a space id.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] when the id is empty or longer than [`MAX_SPACE_LEN`].
+    /// [`Error::InvalidInput`] when the id is empty or longer than [`MAX_SPACE_LEN`];
+    /// [`Error::Reserved`] when it starts with [`RESERVED_SPACE_PREFIX`].
     pub fn new(bytes: impl Into<Vec<u8>>) -> Result<Self> {
+        let id = Self::from_stored(bytes)?;
+        if id.is_reserved() {
+            return Err(Error::Reserved {
+                what: "space id",
+                name: id.to_string(),
+            });
+        }
+        Ok(id)
+    }
+
+    /// Wraps a space id as a store holds it: the bounds of [`SpaceId::new`] without its refusal
+    /// of reserved ids, so that a backend can read back every space it stores (cairn's own
+    /// included) and cairn can write its own records. Applications use [`SpaceId::new`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when the id is empty or longer than [`MAX_SPACE_LEN`].
+    #[doc(hidden)]
+    pub fn from_stored(bytes: impl Into<Vec<u8>>) -> Result<Self> {
         let bytes = bytes.into();
         if bytes.is_empty() {
             return Err(Error::invalid("space id", "must not be empty"));
@@ -37,6 +62,12 @@ impl SpaceId {
             ));
         }
         Ok(Self(bytes))
+    }
+
+    /// Whether cairn reserves this id for its own records (it starts with
+    /// [`RESERVED_SPACE_PREFIX`]).
+    pub fn is_reserved(&self) -> bool {
+        self.0.starts_with(RESERVED_SPACE_PREFIX)
     }
 
     /// The raw bytes.
@@ -477,6 +508,34 @@ pub struct FeedPage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reserved_space_ids_are_refused_but_readable_as_stored() {
+        let marker = crate::backfill::MARKER_SPACE;
+        assert!(marker.starts_with(RESERVED_SPACE_PREFIX));
+        for reserved in [marker, b"\0cairn/", b"\0cairn/anything else"] {
+            let err = SpaceId::new(reserved).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::Reserved {
+                        what: "space id",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            // The message names the id printably (no raw NUL on a terminal or in a log).
+            assert!(!err.to_string().contains('\0'), "{err}");
+            let stored = SpaceId::from_stored(reserved).unwrap();
+            assert!(stored.is_reserved());
+        }
+        for fine in [&b"\0cairn"[..], b"cairn/backfill", b"\0cairnx", b"\0"] {
+            let id = SpaceId::new(fine).unwrap();
+            assert!(!id.is_reserved());
+        }
+        assert!(SpaceId::from_stored(Vec::new()).is_err());
+    }
 
     #[test]
     fn a_cursor_past_any_stored_seq_is_a_bad_cursor() {

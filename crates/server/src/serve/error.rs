@@ -69,6 +69,8 @@ impl From<cairn::Error> for ApiError {
             E::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "hash_mismatch"),
             E::UnknownParent { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_parent"),
             E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            E::Reserved { .. } => (StatusCode::BAD_REQUEST, "reserved"),
+            E::StoreReplaced { .. } => (StatusCode::SERVICE_UNAVAILABLE, "store_replaced"),
             _ if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "retryable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
@@ -193,6 +195,22 @@ mod tests {
             (cairn::Error::retryable("busy"), 503, "retryable"),
             (cairn::Error::unavailable("down"), 503, "unavailable"),
             (cairn::Error::corrupt("bad"), 500, "internal"),
+            (
+                cairn::Error::Reserved {
+                    what: "space id",
+                    name: "0x00".into(),
+                },
+                400,
+                "reserved",
+            ),
+            (
+                cairn::Error::StoreReplaced {
+                    path: "p".into(),
+                    detail: "d".into(),
+                },
+                503,
+                "store_replaced",
+            ),
         ] {
             let e = ApiError::from(err);
             assert_eq!((e.status.as_u16(), e.code), (status, code));

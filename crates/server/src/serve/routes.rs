@@ -123,10 +123,12 @@ pub(crate) async fn healthz() -> Json<Health> {
     get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "The store answers", body = Health),
-        (status = 503, description = "The store does not answer", body = ErrorBody),
+        (status = 503, description = "The store does not answer, or its file was replaced under the server (`store_replaced`)", body = ErrorBody),
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    // A SQLite file replaced under the server answers 503 `store_replaced` (issue 21, item 13).
+    state.diagnostics.check_ready().await?;
     state.epochs.list_spaces(None, 1).await?;
     Ok(Json(Health {
         status: "ok".into(),
