@@ -125,10 +125,92 @@ impl PgOptions {
     /// store connects; the error never repeats the URL.
     pub(crate) fn connect_options(&self) -> Result<PgConnectOptions> {
         match &self.source {
-            Source::Url(url) => PgConnectOptions::from_str(url).map_err(map_sqlx),
+            Source::Url(url) => connect_options_from_url(url),
             Source::Options(opts) => Ok((**opts).clone()),
         }
     }
+}
+
+/// The query parameters the driver's URL parser (sqlx 0.8) reads; `options[NAME]` parameters
+/// too (see [`connect_options_from_url`]).
+const DRIVER_PARAMS: [&str; 18] = [
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The driver's connect options for a `postgres://…` URL, with every query parameter checked
+/// first: one the driver does not read is refused. The driver reads `sslmode`, `sslrootcert`,
+/// `sslcert`, `sslkey` (and their dashed forms), `statement-cache-capacity`, `host`,
+/// `hostaddr`, `port`, `dbname`, `user`, `password`, `application_name`, `options` and
+/// `options[NAME]`.
+///
+/// The driver ignores a parameter it does not know with a warning log line that carries the
+/// parameter's value, and a value in a URL can be a secret (a password under a mistyped key);
+/// cairn's own `cairn_schema` is read and removed by the `cairn` crate's `DatabaseUrl` before
+/// a URL gets here (with [`PgOptions`], use [`PgOptions::schema`]). Refusing also keeps a
+/// mistyped security setting (`sslmod=require`) from being dropped silently.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a URL the driver cannot parse or an unknown parameter; the
+/// message names the parameter's key when it is a plain name, never its value or the URL.
+pub fn connect_options_from_url(url: &str) -> Result<PgConnectOptions> {
+    // A URL that does not parse is left to the driver's parser, which refuses it (without
+    // logging anything); its error is mapped without the URL.
+    if let Ok(parsed) = url::Url::parse(url) {
+        for (key, value) in parsed.query_pairs() {
+            let known = DRIVER_PARAMS.contains(&&*key)
+                || (key.starts_with("options[") && key.ends_with(']'));
+            if !known {
+                return Err(unknown_param(&key, !value.is_empty()));
+            }
+        }
+    }
+    PgConnectOptions::from_str(url).map_err(map_sqlx)
+}
+
+/// The refusal of query parameter `key`: named only when it is a plain name that came with a
+/// value (`key=value`); anything else could be a value written without its key.
+fn unknown_param(key: &str, has_value: bool) -> Error {
+    let plain = has_value
+        && !key.is_empty()
+        && key.len() <= 64
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let which = if plain {
+        format!("`{key}`")
+    } else {
+        "(its name is not shown)".to_owned()
+    };
+    let hint = if key == "cairn_schema" {
+        "; it names the store's schema for cairn's database URLs (with PgOptions, call .schema())"
+    } else {
+        ""
+    };
+    Error::invalid(
+        "postgres connection options",
+        format!(
+            "the connection URL has a query parameter the driver does not read: {which}{hint}; \
+             remove it (the driver reads {}, options[NAME])",
+            DRIVER_PARAMS.join(", ")
+        ),
+    )
 }
 
 impl fmt::Debug for PgOptions {
@@ -277,6 +359,42 @@ mod tests {
             .unwrap_err();
         assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
         assert!(!err.to_string().contains("s3cret"), "{err}");
+    }
+
+    /// Issue 21 item 15: a parameter the driver does not read is refused before the driver
+    /// sees it (the driver would log its value); the error names the key, never the value.
+    #[test]
+    fn unknown_query_parameters_are_refused_without_their_value() {
+        for (url, named) in [
+            (
+                "postgres://u@h/db?sslmode=disable&bogus=hunter2",
+                Some("`bogus`"),
+            ),
+            (
+                "postgres://u@h/db?cairn_schema=hunter2",
+                Some("`cairn_schema`"),
+            ),
+            (
+                "postgres://u@h/db?passwrd=hunter2&port=5432",
+                Some("`passwrd`"),
+            ),
+            ("postgres://u@h/db?hunter2", None),
+            ("postgres://u@h/db?a%20b=hunter2", None),
+        ] {
+            let err = PgOptions::new(url).connect_options().unwrap_err();
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+            let text = err.to_string();
+            assert!(!text.contains("hunter2"), "{text}");
+            if let Some(key) = named {
+                assert!(text.contains(key), "{text}");
+            }
+        }
+        let ok = PgOptions::new(
+            "postgres://u@h:6543/db?sslmode=disable&application_name=app&options[search_path]=x",
+        )
+        .connect_options()
+        .unwrap();
+        assert_eq!((ok.get_host(), ok.get_port()), ("h", 6543));
     }
 
     #[test]

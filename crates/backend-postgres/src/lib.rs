@@ -31,7 +31,7 @@ mod store;
 pub mod testkit;
 
 pub use additivity::PgAdditivity;
-pub use config::PgOptions;
+pub use config::{connect_options_from_url, PgOptions};
 pub use migrate::PgMigrator;
 pub use spool::PgSpool;
 pub use store::PgStore;

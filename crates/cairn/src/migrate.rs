@@ -15,6 +15,7 @@ use std::time::Duration;
 pub use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
+pub use cairn_migrate::escape_control;
 pub use cairn_migrate::fleet::{Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL};
 pub use cairn_migrate::{
     classify, split_statements, Checksum, Classification, LineageEntry, LineageVerdict,

@@ -124,6 +124,26 @@ impl DatabaseUrl {
             Self::Postgres { .. } => None,
         }
     }
+
+    /// The Postgres driver's connect options for a Postgres URL, for a tool that talks to the
+    /// server itself (`cairn doctor`). Every query parameter left once `cairn_schema` is
+    /// removed must be one the driver reads: the driver would log any other with its value,
+    /// which may be a secret, so it is refused instead. Stores opened through cairn check
+    /// their URL the same way.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a SQLite URL, a Postgres URL the driver cannot parse, or one
+    /// with a query parameter the driver does not read (named, never its value).
+    #[cfg(feature = "postgres")]
+    pub fn postgres_connect_options(&self) -> Result<sqlx::postgres::PgConnectOptions> {
+        match self {
+            Self::Postgres { url, .. } => cairn_postgres::connect_options_from_url(url),
+            Self::Sqlite(_) => Err(Error::invalid(
+                "database URL",
+                "a SQLite store has no Postgres connect options",
+            )),
+        }
+    }
 }
 
 /// Removes the `cairn_schema` query parameter from a Postgres URL and returns it separately.

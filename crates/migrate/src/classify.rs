@@ -4,6 +4,7 @@ use cairn_core::schema::Dialect;
 
 use crate::cairn_set::CAIRN_SET;
 use crate::revision::{LineageEntry, MigrationSet};
+use crate::text::escape_control;
 
 /// What a store records for one migration set.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
@@ -108,8 +109,11 @@ pub enum LineageVerdict {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The stamp and the lineage's revisions come from the store: escaped, so that they
+        // cannot forge output lines.
         match self {
             Refusal::UnknownStamp { stamp, head, lineage } => {
+                let stamp = escape_control(stamp);
                 let why = match lineage {
                     LineageVerdict::Missing => "no lineage is recorded",
                     LineageVerdict::LacksStamp => "the recorded lineage does not hold that revision",
@@ -123,14 +127,16 @@ impl std::fmt::Display for Refusal {
             }
             Refusal::ChecksumMismatch { revision, stamp, head } => write!(
                 f,
-                "revision {revision} was applied with different content than this build's (store at {stamp}, this build's head {head}); use a build whose history contains the store's revision"
+                "revision {revision} was applied with different content than this build's (store at {}, this build's head {head}); use a build whose history contains the store's revision",
+                escape_control(stamp)
             ),
             Refusal::Inconsistent { set, problem } => {
                 let command = repair_command(set);
                 match problem {
                     Inconsistency::StampMissing { lineage_last } => write!(
                         f,
-                        "the bookkeeping is inconsistent: the stamp row is missing while a lineage (last revision {lineage_last}) is recorded; run `{command}` to restore the stamp from the lineage"
+                        "the bookkeeping is inconsistent: the stamp row is missing while a lineage (last revision {}) is recorded; run `{command}` to restore the stamp from the lineage",
+                        escape_control(lineage_last)
                     ),
                     Inconsistency::LineageTableMissing => write!(
                         f,

@@ -70,8 +70,8 @@ pub enum MigrateError {
         /// Why, and what to do.
         reason: String,
     },
-    /// A stored down statement of revision `revision` failed; the rollback was rolled back.
-    #[error("the down SQL of revision {revision} failed and the rollback was undone (nothing was changed): {source}")]
+    /// A stored down statement of revision `revision` failed; the down was rolled back.
+    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed): {source}")]
     DownFailed {
         /// The revision being undone.
         revision: String,
@@ -92,7 +92,7 @@ pub enum MigrateError {
     },
     /// A build older than a contract revision applied to the store: it would break on the
     /// store's schema; nothing was changed.
-    #[error("migration set {set}: the store has contract revision {revision} applied, which this build does not know; it dropped or rewrote what this build uses, so run a build that knows {revision} (or roll the store back with `cairn migrate down`)")]
+    #[error("migration set {set}: the store has contract revision {rev} applied, which this build does not know; it dropped or rewrote what this build uses, so run a build that knows {rev} (or roll the store back with `cairn migrate down`)", rev = crate::text::escape_control(.revision))]
     ContractAhead {
         /// The set.
         set: String,

@@ -19,6 +19,7 @@ use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 
 use crate::revision::MigrationSet;
+use crate::text::escape_control;
 
 /// The registry table (one row per open instance and migration set).
 pub const FLEET_TABLE: &str = "cairn_fleet";
@@ -134,10 +135,14 @@ pub struct Blocker {
 
 impl std::fmt::Display for Blocker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field but the pid comes from the store: escaped, so it cannot forge lines.
         write!(
             f,
             "build {} on {} pid {} (knows {})",
-            self.build, self.host, self.pid, self.knows
+            escape_control(&self.build),
+            escape_control(&self.host),
+            self.pid,
+            escape_control(&self.knows)
         )
     }
 }

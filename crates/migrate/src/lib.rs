@@ -71,6 +71,7 @@ mod revision;
 mod runner;
 pub mod source;
 mod split;
+mod text;
 mod transaction;
 
 pub use bookkeeping::BOOKKEEPING_TABLES;
@@ -88,4 +89,5 @@ pub use runner::{
 };
 pub use source::CONTRACT_MARKER;
 pub use split::{split_statements, SplitError};
+pub use text::escape_control;
 pub use transaction::transaction_control;

@@ -224,7 +224,8 @@ fn down_plan(
     let pos = |id: &str| lineage.iter().position(|e| e.revision == id);
     let Some(at) = pos(stamp) else {
         return Err(refused(format!(
-            "the stamp {stamp} is not in the stored lineage; run `cairn migrate repair` first"
+            "the stamp {} is not in the stored lineage; run `cairn migrate repair` first",
+            crate::text::escape_control(stamp)
         )));
     };
     let Some(target) = pos(to) else {
@@ -234,7 +235,8 @@ fn down_plan(
     };
     if target > at {
         return Err(refused(format!(
-            "{to} comes after the store's revision {stamp}; use `cairn migrate up`"
+            "{to} comes after the store's revision {}; use `cairn migrate up`",
+            crate::text::escape_control(stamp)
         )));
     }
     let reverted = lineage[target + 1..=at]

@@ -144,6 +144,7 @@ async fn integrity(target: &DatabaseUrl) -> Check {
                     None,
                 );
             }
+            let target_path = path.as_path();
             let path = path.clone();
             let result = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
                 let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -167,18 +168,38 @@ async fn integrity(target: &DatabaseUrl) -> Check {
                     format!("quick_check found {} problem(s); {DAMAGED}", rows.len()),
                     None,
                 ),
-                Ok(Err(e)) => Check::problem(
-                    "integrity",
-                    format!("not a readable SQLite database ({}); {DAMAGED}", one(&e)),
-                    None,
-                ),
+                Ok(Err(e)) => match read_only(target_path) {
+                    // Not damage: SQLite cannot open a WAL store, even to read, where it cannot
+                    // create the store's shared-memory file (`-shm`) beside it.
+                    Some(why) => Check::problem(
+                        "integrity",
+                        format!(
+                            "the store is read-only ({why}), so SQLite cannot open it, not even \
+                             to read ({}); nothing says it is damaged: make it writable (e.g. \
+                             remount the file system read-write) or copy the store to a \
+                             writable directory, and run doctor again",
+                            one(&e)
+                        ),
+                        None,
+                    ),
+                    None => Check::problem(
+                        "integrity",
+                        format!("not a readable SQLite database ({}); {DAMAGED}", one(&e)),
+                        None,
+                    ),
+                },
                 Err(_) => Check::problem("integrity", "the check did not finish", None),
             }
         }
-        DatabaseUrl::Postgres { url, schema } => {
+        DatabaseUrl::Postgres { schema, .. } => {
+            // cairn's parser: it refuses a query parameter the driver would log with its value.
+            let options = match target.postgres_connect_options() {
+                Ok(o) => o,
+                Err(e) => return Check::problem("integrity", one(&e.to_string()), None),
+            };
             let pool = match sqlx::postgres::PgPoolOptions::new()
                 .max_connections(1)
-                .connect(url)
+                .connect_with(options)
                 .await
             {
                 Ok(p) => p,
@@ -230,6 +251,38 @@ async fn integrity(target: &DatabaseUrl) -> Check {
     }
 }
 
+/// Why the store file at `path` cannot be written, when that is so: a read-only file system,
+/// or a file or directory this user may not write (permissions, an immutable flag). Checked
+/// with `access(2)`, which opens nothing: closing a descriptor of the store file would drop the
+/// SQLite locks this process holds on it (a running server's `/v1/doctor`).
+fn read_only(path: &std::path::Path) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use rustix::fs::{access, Access};
+        use rustix::io::Errno;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => std::path::Path::new("."),
+        };
+        let checks = [
+            (path, "the file is not writable by this user"),
+            (dir, "its directory is not writable by this user"),
+        ];
+        checks
+            .into_iter()
+            .find_map(|(p, unwritable)| match access(p, Access::WRITE_OK) {
+                Err(Errno::ROFS) => Some("read-only file system"),
+                Err(Errno::ACCESS | Errno::PERM) => Some(unwritable),
+                _ => None,
+            })
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        None
+    }
+}
+
 /// The prefix of the additivity check's throwaway SQLite directories (in the temporary
 /// directory, each with a `.lock` file beside it while its check runs).
 const SQLITE_SCRATCH: &str = "cairn_additivity_";
@@ -271,9 +324,12 @@ async fn scratch(target: &DatabaseUrl) -> Check {
         repairs.push("cairn migrate check --backend sqlite");
     }
     let (server, repair) = match (std::env::var(SCRATCH_POSTGRES_ENV).ok(), target) {
-        (Some(url), _) => (Some(url), "cairn migrate check --backend postgres"),
-        (None, DatabaseUrl::Postgres { url, .. }) => (
-            Some(url.clone()),
+        (Some(url), _) => (
+            Some(DatabaseUrl::parse(&url).and_then(|u| u.postgres_connect_options())),
+            "cairn migrate check --backend postgres",
+        ),
+        (None, DatabaseUrl::Postgres { .. }) => (
+            Some(target.postgres_connect_options()),
             // The check refuses its own store's database as its scratch server, so it is run
             // for another store (the default one, without --database).
             "cairn migrate check --backend postgres --postgres-url URL (URL: this database; \
@@ -282,7 +338,11 @@ async fn scratch(target: &DatabaseUrl) -> Check {
         (None, DatabaseUrl::Sqlite(_)) => (None, ""),
     };
     if let Some(server) = server {
-        match pg_leftovers(&server).await {
+        let found_schemas = match server {
+            Ok(options) => pg_leftovers(options).await,
+            Err(_) => None,
+        };
+        match found_schemas {
             Some(schemas) if !schemas.is_empty() => {
                 found.push(format!(
                     "{} schema(s) on the Postgres scratch server: {}",
@@ -343,10 +403,10 @@ fn sqlite_leftovers(base: &std::path::Path) -> Vec<String> {
     found
 }
 
-async fn pg_leftovers(url: &str) -> Option<Vec<String>> {
+async fn pg_leftovers(options: sqlx::postgres::PgConnectOptions) -> Option<Vec<String>> {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)
-        .connect(url)
+        .connect_with(options)
         .await
         .ok()?;
     let names: Result<Vec<String>, _> = sqlx::query_scalar(
@@ -381,7 +441,9 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
         Ok(s) => s,
         Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
     };
-    let stamp = state.stamp.as_deref().unwrap_or("(none)").to_owned();
+    // From the store: escaped, so that it cannot forge report lines.
+    let stamp =
+        cairn::migrate::escape_control(state.stamp.as_deref().unwrap_or("(none)")).into_owned();
     let lineage = state.lineage.as_ref().map_or(0, Vec::len);
     let cmd = |c: &str| match set.name() {
         cairn::migrate::CAIRN_SET => format!("cairn migrate {c}"),
@@ -402,13 +464,26 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
             ),
             true,
         ),
-        Classification::Ahead { .. } => (
-            Check::ok(
-                name,
-                format!("{base}: ahead (a newer build's store; served as is)"),
+        // The verdict `cairn migrate up` (and every open) gives: a store ahead that carries a
+        // contract revision this build lacks is refused, not served.
+        Classification::Ahead { .. } => match runner.check_contracts_known(m.as_ref()).await {
+            Ok(()) => (
+                Check::ok(
+                    name,
+                    format!("{base}: ahead (a newer build's store; served as is)"),
+                ),
+                true,
             ),
-            true,
-        ),
+            Err(e) if e.is_refusal() => (
+                Check::problem(
+                    name,
+                    format!("{base}: refused ({})", one(&e.to_string())),
+                    None,
+                ),
+                false,
+            ),
+            Err(e) => (Check::problem(name, one(&e.to_string()), None), false),
+        },
         Classification::Upgrade { pending, .. } => (
             Check::problem(
                 name,

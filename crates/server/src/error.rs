@@ -13,6 +13,9 @@ pub(crate) enum CliError {
     NoStore(std::path::PathBuf),
     /// Writing the result to stdout failed.
     Output(std::io::Error),
+    /// `cairn migrate down` failed and was rolled back. Kept as the runner's error: the
+    /// store error it converts to speaks of an upgrade.
+    Down(cairn::migrate::MigrateError),
 }
 
 impl fmt::Display for CliError {
@@ -26,6 +29,7 @@ impl fmt::Display for CliError {
                 path.display()
             ),
             Self::Output(e) => write!(f, "cannot write the output: {e}"),
+            Self::Down(e) => write!(f, "{e}"),
         }
     }
 }

@@ -81,14 +81,26 @@ pub(crate) async fn run(
                     refusal,
                 }));
             }
+            // The verdict `migrate up` gives: a store ahead that carries a contract revision
+            // this build lacks is refused, not "ahead".
+            if let Classification::Ahead { .. } = class {
+                runner
+                    .check_contracts_known(m.as_ref())
+                    .await
+                    .map_err(store)?;
+            }
             writeln!(out, "set: {}", set.name())?;
-            writeln!(out, "stamp: {}", state.stamp.as_deref().unwrap_or("(none)"))?;
+            writeln!(
+                out,
+                "stamp: {}",
+                esc(state.stamp.as_deref().unwrap_or("(none)"))
+            )?;
             match &state.lineage {
                 None => writeln!(out, "lineage: (none)")?,
                 Some(l) => {
                     let entries: Vec<String> = l
                         .iter()
-                        .map(|e| format!("{}@{}", e.revision, &e.checksum.to_hex()[..12]))
+                        .map(|e| format!("{}@{}", esc(&e.revision), &e.checksum.to_hex()[..12]))
                         .collect();
                     writeln!(out, "lineage: {}", entries.join(" "))?;
                 }
@@ -156,12 +168,13 @@ pub(crate) async fn run(
                 Opened::LineageRepaired => writeln!(out, "at head {head}; lineage recorded")?,
                 Opened::Ahead { stamp } => writeln!(
                     out,
-                    "store is ahead at {stamp} (its lineage holds {head}); nothing to do"
+                    "store is ahead at {} (its lineage holds {head}); nothing to do",
+                    esc(&stamp)
                 )?,
                 Opened::Upgraded { from, applied } => writeln!(
                     out,
                     "upgraded {} -> {head}: applied {}",
-                    from.as_deref().unwrap_or("(empty)"),
+                    esc(from.as_deref().unwrap_or("(empty)")),
                     applied.join(" ")
                 )?,
             }
@@ -170,7 +183,7 @@ pub(crate) async fn run(
             let m = migrator(target, IfMissing::Refuse)?;
             let repaired = runner.repair(m.as_ref()).await.map_err(store)?;
             if let Some(stamp) = &repaired.stamp_restored {
-                writeln!(out, "stamp restored at {stamp} from the lineage")?;
+                writeln!(out, "stamp restored at {} from the lineage", esc(stamp))?;
             }
             if repaired.lineage_table_restored {
                 writeln!(out, "lineage table recreated")?;
@@ -183,7 +196,7 @@ pub(crate) async fn run(
                 Classification::Upgrade { .. } => {
                     return Err(CliError::Config("the store is behind this build; run `cairn migrate up` (it records the lineage)".into()))
                 }
-                Classification::Ahead { stamp } if !repaired.changed() => writeln!(out, "store is ahead at {stamp}; its lineage is the newer build's, left as is")?,
+                Classification::Ahead { stamp } if !repaired.changed() => writeln!(out, "store is ahead at {}; its lineage is the newer build's, left as is", esc(&stamp))?,
                 _ if !repaired.changed() => writeln!(out, "lineage is already this build's; nothing to repair")?,
                 _ => {}
             }
@@ -197,15 +210,19 @@ pub(crate) async fn run(
         }
         MigrateAction::Down { to } => {
             let m = migrator(target, IfMissing::Refuse)?;
-            let done = runner.down(m.as_ref(), &to).await.map_err(store)?;
+            let done = runner.down(m.as_ref(), &to).await.map_err(|e| match e {
+                // Its store error would say "the upgrade was rolled back".
+                e @ MigrateError::DownFailed { .. } => CliError::Down(e),
+                e => store(e),
+            })?;
             if done.reverted.is_empty() {
                 writeln!(out, "already at {to}; nothing to do")?;
             } else {
                 writeln!(
                     out,
                     "rolled back {} -> {to}: undid {}",
-                    done.from,
-                    done.reverted.join(" ")
+                    esc(&done.from),
+                    esc(&done.reverted.join(" "))
                 )?;
             }
         }
@@ -259,12 +276,18 @@ fn print_fleet(
         writeln!(out, "no live builds")?;
     }
     for e in live {
-        let heads: Vec<String> = e.heads.iter().map(|(s, r)| format!("{s}@{r}")).collect();
+        // Every field comes from the store, where any writer can put anything: escaped, so
+        // that an escape sequence or a newline cannot forge lines.
+        let heads: Vec<String> = e
+            .heads
+            .iter()
+            .map(|(s, r)| format!("{}@{}", esc(s), esc(r)))
+            .collect();
         writeln!(
             out,
             "{} host={} pid={} last_seen={}s ago {}",
-            e.build,
-            e.host,
+            esc(&e.build),
+            esc(&e.host),
             e.pid,
             now.duration_since(e.last_seen).as_secs(),
             heads.join(" ")
@@ -376,6 +399,11 @@ fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, 
         up_postgres,
         description: format!("from {}", file.display()),
     })
+}
+
+/// Text read from the store, escaped for one line of output.
+fn esc(text: &str) -> std::borrow::Cow<'_, str> {
+    cairn::migrate::escape_control(text)
 }
 
 fn store(e: MigrateError) -> CliError {

@@ -443,3 +443,58 @@ fn an_application_set_behind_is_reported_with_its_migrate_up_command() {
     let out = run(db, &args);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
+
+/// Issue 21 item 14: a store on a read-only file system is reported as read-only — not as
+/// damage to restore from a backup. The file system is made read-only for the doctor alone
+/// (tests run as root, where file modes do not stop writes): `unshare -m` gives the command a
+/// mount namespace of its own, where the store's directory is bind-mounted read-only over
+/// itself; the test fails, never skips, when that cannot be done.
+#[test]
+fn a_store_on_a_read_only_file_system_is_reported_as_read_only_not_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("ro");
+    std::fs::create_dir(&store_dir).unwrap();
+    let path = store_dir.join("s.db");
+    let db = path.to_str().unwrap();
+    append(db, "a");
+    let before = std::fs::read(&path).unwrap();
+    let d = store_dir.to_str().unwrap();
+    // `$0`: the directory; the rest: the command to run in the read-only view.
+    let script = r#"mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@""#;
+    let doctor = common::cairn(db);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "sh", "-c", script, d])
+        .arg(doctor.get_program())
+        .args(doctor.get_args())
+        .args(["doctor", "--json"])
+        .env("TMPDIR", private_tmp());
+    for (var, _) in std::env::vars_os() {
+        if var.to_string_lossy().starts_with("CAIRN_") {
+            cmd.env_remove(var);
+        }
+    }
+    let out = cmd.output().expect("unshare runs");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "doctor ran in a read-only mount namespace ({e}): {}",
+            text(&out.stderr)
+        )
+    });
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    let integrity = check(&report, "integrity");
+    assert_eq!(integrity["ok"], false, "{integrity}");
+    let detail = integrity["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("the store is read-only (read-only file system)"),
+        "{detail}"
+    );
+    assert!(!detail.contains("backup"), "{detail}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "doctor writes nothing"
+    );
+    // Outside that namespace the store is writable and healthy.
+    let (code, report) = doctor_json(db);
+    assert_eq!(code, Some(0), "{report}");
+}

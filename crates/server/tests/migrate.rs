@@ -770,7 +770,7 @@ async fn fleet_lists_live_builds_and_up_force_applies_a_refused_contract_on_both
         assert!(
             listed.starts_with("svc-v1 host=node-7 pid=")
                 && listed.contains("dnotes@0001_notes")
-                && listed.contains("cairn@0005_spool_claim_jitter"),
+                && listed.contains("cairn@0006_spool_run_close"),
             "{listed}"
         );
         let json: serde_json::Value =
@@ -823,4 +823,203 @@ async fn fleet_lists_live_builds_and_up_force_applies_a_refused_contract_on_both
         .execute(&mut conn)
         .await
         .unwrap();
+}
+
+/// The test server's URL with a fresh `cairn_schema`, and the schema's name.
+async fn scratch_schema_url(prefix: &str) -> (String, String, String) {
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name(prefix);
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    (format!("{pg}{sep}cairn_schema={schema}"), pg, schema)
+}
+
+async fn drop_schema(pg: &str, schema: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(pg).await.unwrap();
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The notes set of the contract tests: 0001 base, 0002 expand, 0003 contract.
+fn contract_builds(root: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let base = (
+        "0001_notes.sql",
+        "CREATE TABLE dn_notes (id BIGINT NOT NULL PRIMARY KEY, body TEXT NOT NULL);",
+    );
+    let expand = (
+        "0002_title.sql",
+        "ALTER TABLE dn_notes ADD COLUMN title TEXT;",
+    );
+    let contract = (
+        "0003_drop_body.sql",
+        "-- cairn:contract\nALTER TABLE dn_notes DROP COLUMN body;",
+    );
+    (
+        build_dir(root, "v1", &[base]),
+        build_dir(root, "v3", &[base, expand, contract]),
+    )
+}
+
+/// Issue 21 item 14: a store carrying an applied contract revision this build lacks gets the
+/// verdict `migrate up` gives — refused, naming the revision — from `migrate status` (exit 1,
+/// the same line) and from `doctor` (a problem, not "ahead"), on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_doctor_refuse_a_store_with_a_contract_this_build_lacks_as_up_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v3) = contract_builds(dir.path());
+    let (pg_url, pg, schema) = scratch_schema_url("cairn_cli_contract_ahead").await;
+    for url in [dir.path().join("ahead.db").display().to_string(), pg_url] {
+        // A cairn store (cairn's set records applied contract revisions), then the notes set.
+        ok(Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .env_remove("CAIRN_DATABASE")
+            .args(["--database", &url, "migrate", "up"])
+            .output()
+            .unwrap());
+        ok(run_source(&url, &v1, &["up"]));
+        ok(run_source(&url, &v3, &["up"]));
+
+        let up = run_source(&url, &v1, &["up"]);
+        assert_eq!(up.status.code(), Some(1), "{}", text(&up.stderr));
+        let refusal = text(&up.stderr);
+        assert_eq!(refusal.lines().count(), 1, "{refusal}");
+        assert!(
+            refusal.contains("contract revision 0003_drop_body"),
+            "{refusal}"
+        );
+
+        let status = run_source(&url, &v1, &["status"]);
+        assert_eq!(status.status.code(), Some(1), "{}", text(&status.stdout));
+        assert_eq!(text(&status.stderr), refusal, "status says what up says");
+
+        let doctor = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .env_remove("CAIRN_DATABASE")
+            .env_remove("CAIRN_CONFIG")
+            .args(["--database", &url, "doctor", "--json", "--set", "dnotes"])
+            .arg("--source")
+            .arg(&v1)
+            .output()
+            .unwrap();
+        assert_eq!(doctor.status.code(), Some(1));
+        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+        let check = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "migrations:dnotes")
+            .unwrap_or_else(|| panic!("{report}"))
+            .clone();
+        assert_eq!(check["ok"], false, "{check}");
+        let detail = check["detail"].as_str().unwrap();
+        let why = refusal
+            .trim_end()
+            .split_once("migration set dnotes: ")
+            .map(|(_, why)| why)
+            .unwrap_or_else(|| panic!("{refusal}"));
+        assert!(
+            detail.contains("refused") && detail.contains(why),
+            "{detail}"
+        );
+        assert!(!detail.contains("ahead"), "{detail}");
+    }
+    drop_schema(&pg, &schema).await;
+}
+
+/// Issue 21 item 15: a `down` whose stored down SQL fails says the down was rolled back (not
+/// "the upgrade"), in one line, and changes nothing, on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_down_says_the_down_was_rolled_back_on_both_backends() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = (
+        "0001_notes.sql",
+        "CREATE TABLE dn_notes (id BIGINT NOT NULL PRIMARY KEY);",
+    );
+    let extra = ("0002_extra.sql", "CREATE TABLE dn_extra (id BIGINT);");
+    let broken_down = ("0002_extra.down.sql", "DROP TABLE dn_no_such_table;");
+    let v2 = build_dir(dir.path(), "v2", &[base, extra, broken_down]);
+    let (pg_url, pg, schema) = scratch_schema_url("cairn_cli_down_fails").await;
+    for url in [dir.path().join("downfail.db").display().to_string(), pg_url] {
+        ok(run_source(&url, &v2, &["up"]));
+        let out = run_source(&url, &v2, &["down", "--to", "0001_notes"]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("0002_extra") && err.contains("the down was rolled back"),
+            "{err}"
+        );
+        assert!(!err.contains("upgrade"), "{err}");
+        let status = ok(run_source(&url, &v2, &["status"]));
+        assert!(status.contains("stamp: 0002_extra"), "{status}");
+    }
+    drop_schema(&pg, &schema).await;
+}
+
+/// Issue 21 item 15: build ids and hosts come from the store, where any writer can put any
+/// text; `migrate fleet` and a contract refusal print them with control characters escaped,
+/// so an escape sequence plus a newline cannot forge output lines, on both backends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fleet_entries_and_contract_refusals_escape_control_characters_on_both_backends() {
+    const BUILD: &str = "svc\u{1b}[1A\u{1b}[2K\rno live builds\nsvc-v9";
+    const HOST: &str = "node\u{7}\r\n7";
+    let forged = |s: &str| s.contains(['\u{1b}', '\r', '\u{7}']);
+    let dir = tempfile::tempdir().unwrap();
+    let (v1, v3) = contract_builds(dir.path());
+    let (pg_url, pg, schema) = scratch_schema_url("cairn_cli_fleet_escape").await;
+    for url in [dir.path().join("escape.db").display().to_string(), pg_url] {
+        ok(run_source(&url, &v1, &["up"]));
+        let service = cairn::Store::builder(url.as_str())
+            .migrations(MigrationSet::from_dir("dnotes", &v1).unwrap())
+            .build_id(BUILD)
+            .fleet_host(HOST)
+            .open()
+            .await
+            .unwrap();
+
+        let listed = ok(run_source(&url, &v1, &["fleet"]));
+        assert_eq!(listed.lines().count(), 1, "{listed:?}");
+        assert!(!forged(&listed), "{listed:?}");
+        assert!(
+            listed.starts_with(
+                "svc\\u{1b}[1A\\u{1b}[2K\\rno live builds\\nsvc-v9 host=node\\u{7}\\r\\n7 pid="
+            ),
+            "{listed:?}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&ok(run_source(&url, &v1, &["fleet", "--json"]))).unwrap();
+        assert_eq!(
+            json["builds"][0]["build"], BUILD,
+            "JSON keeps the text exact"
+        );
+
+        let out = run_source(&url, &v3, &["up"]);
+        assert_eq!(out.status.code(), Some(1));
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err:?}");
+        assert!(!forged(&err), "{err:?}");
+        assert!(
+            err.contains(
+                "build svc\\u{1b}[1A\\u{1b}[2K\\rno live builds\\nsvc-v9 on node\\u{7}\\r\\n7"
+            ),
+            "{err:?}"
+        );
+
+        let out = run_source(&url, &v3, &["up", "--force"]);
+        let forced = ok(out.clone());
+        assert!(!forced.contains(['\u{1b}', '\r', '\u{7}']), "{forced:?}");
+        assert!(
+            forced
+                .lines()
+                .all(|l| l.starts_with("forced contract revision") || l.starts_with("upgraded")),
+            "{forced:?}"
+        );
+        let logged = text(&out.stderr);
+        assert_eq!(logged.lines().count(), 1, "{logged:?}");
+        assert!(!forged(&logged), "{logged:?}");
+        service.close().await.unwrap();
+    }
+    drop_schema(&pg, &schema).await;
 }

@@ -58,8 +58,6 @@ mod scratch;
 mod snapshot;
 mod sql;
 
-use std::str::FromStr;
-
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{scratch_name, Error};
@@ -95,9 +93,7 @@ impl PgAdditivity {
     /// The connect options of every session of the check on `schema`: the URL's, named after
     /// the schema (`application_name`), so a check that is abandoned can find and end them.
     fn connect_options(&self, schema: &SchemaName) -> Result<PgConnectOptions, Error> {
-        Ok(PgConnectOptions::from_str(&self.url)
-            .map_err(map_sqlx)?
-            .application_name(schema.as_str()))
+        Ok(crate::config::connect_options_from_url(&self.url)?.application_name(schema.as_str()))
     }
 
     async fn connect(&self, schema: &SchemaName) -> Result<PgConnection, Error> {

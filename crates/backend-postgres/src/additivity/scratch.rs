@@ -3,11 +3,9 @@
 //! panic, a cancelled future), and every check drops the schemas of earlier checks that no
 //! live session claims any more (a killed process).
 
-use std::str::FromStr;
 use std::time::Duration;
 
 use cairn_core::{key64, Error};
-use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use super::sql;
@@ -45,7 +43,7 @@ pub(super) struct Owner {
 impl Owner {
     /// Claims `schema` (before it exists) on a session of its own.
     pub(super) async fn claim(url: &str, schema: &SchemaName) -> Result<Self, Error> {
-        let options = PgConnectOptions::from_str(url).map_err(map_sqlx)?;
+        let options = crate::config::connect_options_from_url(url)?;
         let mut conn = PgConnection::connect_with(&options)
             .await
             .map_err(map_sqlx)?;
@@ -126,7 +124,7 @@ impl Drop for DropGuard {
         let Some((url, schema)) = self.armed.take() else {
             return;
         };
-        let Ok(options) = PgConnectOptions::from_str(&url) else {
+        let Ok(options) = crate::config::connect_options_from_url(&url) else {
             return;
         };
         // Detached: an abandoned check must not hold up the thread that dropped it. If the
