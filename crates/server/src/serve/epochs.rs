@@ -8,14 +8,14 @@ use cairn::{FeedCursor, ImportOutcome, SpaceId};
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
     events_in, AppendRequest, AppendResponse, ErrorBody, FeedEventOut, FeedQuery, FeedResponse,
-    HeadOut, HeadsResponse, ImportRequest, ImportResponse,
+    HeadOut, HeadsResponse, ImportRequest, ImportResponse, SpacePath,
 };
 use super::routes::AppState;
 
 /// Default feed page size.
 const DEFAULT_FEED_LIMIT: usize = 100;
 /// Largest feed page a request may ask for.
-const MAX_FEED_LIMIT: usize = 1000;
+pub(crate) const MAX_FEED_LIMIT: usize = 1000;
 
 fn space(s: String) -> Result<SpaceId, ApiError> {
     Ok(SpaceId::new(s)?)
@@ -24,11 +24,11 @@ fn space(s: String) -> Result<SpaceId, ApiError> {
 /// Appends one epoch.
 #[utoipa::path(
     post, path = "/v1/spaces/{space}/epochs", tag = "epochs",
-    params(("space" = String, Path, description = "The space (created by its first epoch)")),
+    params(SpacePath),
     request_body = AppendRequest,
     responses(
         (status = 201, description = "Appended", body = AppendResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 400, description = "Invalid input, or a reserved space id (`reserved`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
@@ -38,7 +38,7 @@ fn space(s: String) -> Result<SpaceId, ApiError> {
 )]
 pub(crate) async fn append(
     State(state): State<AppState>,
-    PathArgs(space_id): PathArgs<String>,
+    PathArgs(SpacePath { space: space_id }): PathArgs<SpacePath>,
     Body(req): Body<AppendRequest>,
 ) -> Result<(StatusCode, Json<AppendResponse>), ApiError> {
     let space = space(space_id)?;
@@ -58,9 +58,10 @@ pub(crate) async fn append(
 /// The space's heads.
 #[utoipa::path(
     get, path = "/v1/spaces/{space}/heads", tag = "epochs",
-    params(("space" = String, Path, description = "The space")),
+    params(SpacePath),
     responses(
         (status = 200, description = "The heads, sorted by id bytes", body = HeadsResponse),
+        (status = 400, description = "Invalid space id, or a reserved one (`reserved`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "The space has no epoch", body = ErrorBody),
     ),
@@ -68,7 +69,7 @@ pub(crate) async fn append(
 )]
 pub(crate) async fn heads(
     State(state): State<AppState>,
-    PathArgs(space_id): PathArgs<String>,
+    PathArgs(SpacePath { space: space_id }): PathArgs<SpacePath>,
 ) -> Result<Json<HeadsResponse>, ApiError> {
     let space = space(space_id)?;
     let heads = state.epochs.heads(&space).await?;
@@ -80,10 +81,10 @@ pub(crate) async fn heads(
 /// One page of the space's feed.
 #[utoipa::path(
     get, path = "/v1/spaces/{space}/events", tag = "epochs",
-    params(("space" = String, Path, description = "The space"), FeedQuery),
+    params(SpacePath, FeedQuery),
     responses(
         (status = 200, description = "A page of whole epochs", body = FeedResponse),
-        (status = 400, description = "Bad cursor or limit", body = ErrorBody),
+        (status = 400, description = "Bad cursor or limit, or a reserved space id (`reserved`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 404, description = "The space has no epoch", body = ErrorBody),
     ),
@@ -91,7 +92,7 @@ pub(crate) async fn heads(
 )]
 pub(crate) async fn feed(
     State(state): State<AppState>,
-    PathArgs(space_id): PathArgs<String>,
+    PathArgs(SpacePath { space: space_id }): PathArgs<SpacePath>,
     Params(q): Params<FeedQuery>,
 ) -> Result<Json<FeedResponse>, ApiError> {
     let space = space(space_id)?;
@@ -119,12 +120,12 @@ pub(crate) async fn feed(
 /// Imports an epoch made elsewhere (replication).
 #[utoipa::path(
     post, path = "/v1/spaces/{space}/import", tag = "epochs",
-    params(("space" = String, Path, description = "The space")),
+    params(SpacePath),
     request_body = ImportRequest,
     responses(
         (status = 201, description = "Imported", body = ImportResponse),
         (status = 200, description = "Already present; nothing written", body = ImportResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 400, description = "Invalid input, or a reserved space id (`reserved`)", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 422, description = "Hash mismatch or unknown parent", body = ErrorBody),
@@ -133,7 +134,7 @@ pub(crate) async fn feed(
 )]
 pub(crate) async fn import(
     State(state): State<AppState>,
-    PathArgs(space_id): PathArgs<String>,
+    PathArgs(SpacePath { space: space_id }): PathArgs<SpacePath>,
     Body(req): Body<ImportRequest>,
 ) -> Result<(StatusCode, Json<ImportResponse>), ApiError> {
     let space = space(space_id)?;

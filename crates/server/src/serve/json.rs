@@ -63,19 +63,81 @@ pub(crate) fn bytes_out(bytes: &[u8]) -> (Option<String>, Option<String>) {
     }
 }
 
-/// One event of an epoch to append or import.
+// The rules the handlers enforce, stated in the OpenAPI document (issue 21, item 11): patterns
+// and counts here, on the fields; byte limits, the one-of rules of the bytes rule and what a
+// pattern cannot say are added to the document by `openapi::rules`, from the core constants.
+
+/// The `{space}` of the epoch routes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct SpacePath {
+    /// The space: 1 to 256 bytes of UTF-8 (`x-max-bytes`), any characters, but not starting
+    /// with NUL + `cairn/` (reserved for cairn's own records: 400 `reserved`). Created by its
+    /// first epoch.
+    #[param(min_length = 1)]
+    pub(crate) space: String,
+}
+
+/// The `{queue}` of the queue routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct QueuePath {
+    /// The queue: 1 to 128 bytes of UTF-8 (`x-max-bytes`) without control characters.
+    #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) queue: String,
+}
+
+/// The `{id}` of the run routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct RunPath {
+    /// The run id: 32 hex digits, plain or as a UUID (8-4-4-4-12).
+    #[param(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    pub(crate) id: String,
+}
+
+/// The `{id}` and `{name}` of a fact route.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct FactPath {
+    /// The run id: 32 hex digits, plain or as a UUID (8-4-4-4-12).
+    #[param(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    pub(crate) id: String,
+    /// The fact's name: 1 to 128 bytes of UTF-8 (`x-max-bytes`) without control characters.
+    #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) name: String,
+}
+
+/// One event of an epoch to append or import: `payload` or `payload_b64` (exactly one), and
+/// at most one of `key` and `key_b64`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventIn {
-    /// The event's kind, e.g. `kv.put`.
+    /// The event's kind, e.g. `kv.put`: 1 to 256 bytes of UTF-8.
+    #[schema(min_length = 1)]
     pub(crate) kind: String,
-    /// The event's optional key, as text.
+    /// The event's optional key, as text (at most 1024 bytes).
     pub(crate) key: Option<String>,
-    /// The event's optional key, base64.
+    /// The event's optional key, base64 (at most 1024 bytes decoded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) key_b64: Option<String>,
-    /// The payload, as text.
+    /// The payload, as text (at most 16 MiB).
     pub(crate) payload: Option<String>,
-    /// The payload, base64.
+    /// The payload, base64 (at most 16 MiB decoded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) payload_b64: Option<String>,
 }
 
@@ -83,7 +145,8 @@ pub(crate) struct EventIn {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct AppendRequest {
-    /// The epoch's events (at least one).
+    /// The epoch's events (1 to 10000).
+    #[schema(min_items = 1, max_items = 10000)]
     pub(crate) events: Vec<EventIn>,
 }
 
@@ -127,9 +190,12 @@ pub(crate) struct HeadsResponse {
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub(crate) struct FeedQuery {
-    /// The `next` cursor of a previous page; the start of the feed when absent.
+    /// The `next` cursor of a previous page of this space's feed; the start of the feed when
+    /// absent. Another space's cursor, or a position above 2^63-1, is 400 `bad_cursor`.
+    #[param(pattern = r"^c1\.[0-9a-fA-F]{16}\.(?:0|[1-9][0-9]{0,18})$")]
     pub(crate) cursor: Option<String>,
     /// Most events in the page (1 to 1000, default 100; whole epochs only).
+    #[param(minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<usize>,
 }
 
@@ -195,10 +261,13 @@ pub(crate) struct FeedResponse {
 #[serde(deny_unknown_fields)]
 pub(crate) struct ImportRequest {
     /// The epoch's claimed id (64 hex digits); it must recompute from the content.
+    #[schema(pattern = r"^[0-9a-fA-F]{64}$")]
     pub(crate) id: String,
-    /// Its parents' ids, each already in the space.
+    /// Its parents' ids (64 hex digits each), each already in the space, in any order (a
+    /// repeated id counts once).
     pub(crate) parents: Vec<String>,
-    /// Its events.
+    /// Its events (1 to 10000).
+    #[schema(min_items = 1, max_items = 10000)]
     pub(crate) events: Vec<EventIn>,
 }
 
@@ -211,24 +280,36 @@ pub(crate) struct ImportResponse {
     pub(crate) seq: u64,
 }
 
-/// `POST /v1/queues/{queue}/runs`.
+/// `POST /v1/queues/{queue}/runs`: exactly one of `key_parts` and `key`, and exactly one of
+/// `payload` and `payload_b64`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EnqueueRequest {
     /// The dedup key's parts, each length-prefixed (the same key as
-    /// `cairn enqueue --key P1 --key-part P2 …`).
+    /// `cairn enqueue --key P1 --key-part P2 …`): at least one part, at most 1024 bytes
+    /// encoded (`x-max-encoded-bytes`: each part costs its UTF-8 length, the decimal digits of
+    /// that length, and 2).
+    #[schema(min_items = 1)]
     pub(crate) key_parts: Option<Vec<String>>,
-    /// A one-part dedup key: `"key": "k"` is `"key_parts": ["k"]`.
+    /// A one-part dedup key: `"key": "k"` is `"key_parts": ["k"]` (at most 1018 bytes, which
+    /// encode to 1024).
     pub(crate) key: Option<String>,
-    /// The run's payload, as text.
+    /// The run's payload, as text (at most 1 MiB).
     pub(crate) payload: Option<String>,
-    /// The run's payload, base64.
+    /// The run's payload, base64 (at most 1 MiB decoded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) payload_b64: Option<String>,
-    /// Supersede group parts: older queued runs of the group become `superseded`.
+    /// Supersede group parts: older queued runs of the group become `superseded`. At least
+    /// one part, at most 1024 bytes encoded as `key_parts` are.
+    #[schema(min_items = 1)]
     pub(crate) supersede_group: Option<Vec<String>>,
     /// Higher runs are claimed first (default 0).
     pub(crate) priority: Option<i32>,
     /// Attempts before the run is parked (1 to 1000, default 10).
+    #[schema(minimum = 1, maximum = 1000)]
     pub(crate) max_attempts: Option<u32>,
     /// No claim takes the run before this time (microseconds since the Unix epoch).
     pub(crate) not_before_us: Option<i64>,
@@ -339,17 +420,29 @@ impl From<&RunInfo> for RunOut {
     }
 }
 
-/// `POST /v1/runs/{id}/events`.
+/// `POST /v1/runs/{id}/events`: exactly one of `event_id` and `event_id_b64`, and exactly one
+/// of `payload` and `payload_b64`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunEventIn {
-    /// The caller's event id, as text (re-appending an id the run holds is a no-op).
+    /// The caller's event id, as text, 1 to 256 bytes (re-appending an id the run holds is a
+    /// no-op).
+    #[schema(min_length = 1)]
     pub(crate) event_id: Option<String>,
-    /// The caller's event id, base64.
+    /// The caller's event id, base64 (1 to 256 bytes decoded).
+    #[schema(
+        min_length = 4,
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) event_id_b64: Option<String>,
-    /// The payload, as text.
+    /// The payload, as text (at most 1 MiB).
     pub(crate) payload: Option<String>,
-    /// The payload, base64.
+    /// The payload, base64 (at most 1 MiB decoded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) payload_b64: Option<String>,
 }
 
@@ -369,6 +462,7 @@ pub(crate) struct RunEventsQuery {
     /// Only events with a greater seq (default 0).
     pub(crate) after: Option<u64>,
     /// Most events (1 to 1000, default 100).
+    #[param(minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<usize>,
 }
 
@@ -415,13 +509,17 @@ pub(crate) struct RunEventsResponse {
     pub(crate) events: Vec<RunEventOut>,
 }
 
-/// `PUT /v1/runs/{id}/facts/{name}`.
+/// `PUT /v1/runs/{id}/facts/{name}`: exactly one of `value` and `value_b64`.
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FactIn {
-    /// The value, as text.
+    /// The value, as text (at most 64 KiB).
     pub(crate) value: Option<String>,
-    /// The value, base64.
+    /// The value, base64 (at most 64 KiB decoded).
+    #[schema(
+        content_encoding = "base64",
+        pattern = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$"
+    )]
     pub(crate) value_b64: Option<String>,
 }
 
@@ -456,11 +554,15 @@ pub(crate) struct FactsResponse {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct ClaimRequest {
-    /// Who claims (recorded on the run), e.g. `host/pid/worker`.
+    /// Who claims (recorded on the run), e.g. `host/pid/worker`: 1 to 256 bytes of UTF-8
+    /// without control characters.
+    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     pub(crate) consumer: String,
     /// Lease length in milliseconds (1 s to 24 h, default 30 s).
+    #[schema(minimum = 1000, maximum = 86_400_000)]
     pub(crate) lease_ms: Option<u64>,
     /// Most runs to claim (1 to 1000, default 1).
+    #[schema(minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<usize>,
 }
 
@@ -513,8 +615,12 @@ pub(crate) struct ClaimResponse {
 #[serde(deny_unknown_fields)]
 pub(crate) struct HeartbeatRequest {
     /// The lease token the claim returned.
+    #[schema(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
     pub(crate) token: String,
-    /// New lease length in milliseconds (default 30 s).
+    /// New lease length in milliseconds (1 s to 24 h, default 30 s).
+    #[schema(minimum = 1000, maximum = 86_400_000)]
     pub(crate) lease_ms: Option<u64>,
 }
 
@@ -532,6 +638,9 @@ pub(crate) struct HeartbeatResponse {
 #[serde(deny_unknown_fields)]
 pub(crate) struct AckRequest {
     /// The lease token the claim returned.
+    #[schema(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
     pub(crate) token: String,
 }
 
@@ -540,6 +649,9 @@ pub(crate) struct AckRequest {
 #[serde(deny_unknown_fields)]
 pub(crate) struct NackRequest {
     /// The lease token the claim returned.
+    #[schema(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
     pub(crate) token: String,
     /// `retryable` (default), `permanent` or `failed`.
     pub(crate) kind: Option<String>,
@@ -578,10 +690,11 @@ pub(crate) struct ErrorBody {
 /// What went wrong.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ErrorDetail {
-    /// A stable, machine-readable code (`invalid_input`, `bad_cursor`, `unauthorized`,
-    /// `forbidden`, `not_found`, `unknown_run`, `conflict`, `lease_lost`, `fact_conflict`,
-    /// `invalid_transition`, `body_too_large`, `hash_mismatch`, `unknown_parent`, `retryable`,
-    /// `unavailable`, `timeout`, `method_not_allowed`, `internal`).
+    /// A stable, machine-readable code (`invalid_input`, `bad_cursor`, `reserved`,
+    /// `unauthorized`, `forbidden`, `not_found`, `unknown_run`, `conflict`, `lease_lost`,
+    /// `fact_conflict`, `invalid_transition`, `body_too_large`, `hash_mismatch`,
+    /// `unknown_parent`, `retryable`, `unavailable`, `store_replaced`, `timeout`,
+    /// `method_not_allowed`, `internal`).
     pub(crate) code: String,
     /// What happened and what to do, for people.
     pub(crate) message: String,
@@ -627,11 +740,18 @@ impl ImportRequest {
         Ok(ForeignEpoch {
             space,
             id: EpochId::from_hex(&self.id)?,
-            parents: self
-                .parents
-                .iter()
-                .map(|p| EpochId::from_hex(p))
-                .collect::<Result<_, _>>()?,
+            // In any order and a repeated parent once, as the document says: the id is computed
+            // over the sorted set.
+            parents: {
+                let mut parents = self
+                    .parents
+                    .iter()
+                    .map(|p| EpochId::from_hex(p))
+                    .collect::<Result<Vec<_>, _>>()?;
+                parents.sort_unstable();
+                parents.dedup();
+                parents
+            },
             events: events_in(self.events)?,
         })
     }

@@ -1,6 +1,14 @@
 //! The OpenAPI 3 document, generated from the handlers' annotations and the JSON types.
 
+use std::sync::OnceLock;
+
 use axum::Json;
+use cairn::spool::{
+    MAX_CONSUMER_LEN, MAX_DEDUP_KEY, MAX_FACT_NAME, MAX_FACT_VALUE, MAX_QUEUE_LEN,
+    MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MAX_SUPERSEDE_GROUP,
+};
+use cairn::{MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN};
+use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -15,7 +23,14 @@ use super::{doctor, epochs, json, metrics, routes, runs};
                        both; responses: `x` when the bytes are UTF-8). Times are microseconds \
                        since the Unix epoch (`*_us`). Every route but /healthz and /readyz needs \
                        `Authorization: Bearer <token>`; read-only tokens may only GET (they \
-                       suffice for /metrics and /v1/doctor)."
+                       suffice for /metrics and /v1/doctor). Every rule the server checks is \
+                       stated here: a request valid under this document is never answered 400 \
+                       `invalid_input`. Text limits are in bytes of UTF-8: `maxLength` (which \
+                       counts characters) is the byte limit, exact for ASCII, and `x-max-bytes` \
+                       states the limit in bytes (for a `_b64` field: of the decoded bytes). \
+                       Dedup keys and supersede groups are limited encoded \
+                       (`x-max-encoded-bytes`: each part costs its byte length, the decimal \
+                       digits of that length, and 2)."
     ),
     paths(
         routes::healthz,
@@ -56,9 +71,192 @@ impl Modify for BearerAuth {
     }
 }
 
-/// The document as a value.
+/// The document as the annotations give it (without [`rules`]).
 pub(crate) fn spec() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+/// The served document: [`spec`] with the rules the annotations cannot state added.
+pub(crate) fn served() -> &'static Value {
+    static DOC: OnceLock<Value> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let mut doc = serde_json::to_value(spec()).expect("the OpenAPI document serializes");
+        rules(&mut doc);
+        doc
+    })
+}
+
+/// The longest single part whose netstring encoding (`<digits>:<bytes>,`) fits `max` bytes.
+fn longest_part(max: usize) -> usize {
+    (0..=max)
+        .rev()
+        .find(|n| n.to_string().len() + n + 2 <= max)
+        .unwrap_or(0)
+}
+
+/// Base64 characters of `n` bytes.
+fn b64_len(n: usize) -> usize {
+    n.div_ceil(3) * 4
+}
+
+/// A text field's byte limit: `maxLength` (characters; exact for ASCII) and `x-max-bytes`.
+fn text_limit(schema: &mut Value, bytes: usize) {
+    schema["maxLength"] = json!(bytes);
+    schema["x-max-bytes"] = json!(bytes);
+}
+
+/// A `_b64` field's limit on its decoded bytes.
+fn b64_limit(schema: &mut Value, bytes: usize) {
+    schema["maxLength"] = json!(b64_len(bytes));
+    schema["x-max-bytes"] = json!(bytes);
+}
+
+/// `a` or `b`, exactly one of them, as a string (JSON `null` counts as absent).
+fn exactly_one(a: &str, b: &str) -> Value {
+    let given = |f: &str| json!({"required": [f], "properties": {f: {"type": "string"}}});
+    json!({"oneOf": [given(a), given(b)]})
+}
+
+/// Not both `a` and `b` as strings.
+fn at_most_one(a: &str, b: &str) -> Value {
+    json!({"not": {
+        "required": [a, b],
+        "properties": {a: {"type": "string"}, b: {"type": "string"}},
+    }})
+}
+
+/// Adds to the annotated document what the annotations cannot say: the byte limits (from the
+/// core constants), the one-of rules of the bytes rule, the nack kinds, the epoch id pattern
+/// of import parents and the reserved space ids.
+fn rules(doc: &mut Value) {
+    let field = |doc: &mut Value, schema: &str, field: &str| -> Value {
+        doc["components"]["schemas"][schema]["properties"][field].take()
+    };
+    let put = |doc: &mut Value, schema: &str, field: &str, v: Value| {
+        doc["components"]["schemas"][schema]["properties"][field] = v;
+    };
+    let limit = |doc: &mut Value, schema: &str, name: &str, bytes: usize, b64: bool| {
+        let mut v = field(doc, schema, name);
+        assert!(v.is_object(), "{schema}.{name} is in the document");
+        if b64 {
+            b64_limit(&mut v, bytes);
+        } else {
+            text_limit(&mut v, bytes);
+        }
+        put(doc, schema, name, v);
+    };
+    for (schema, name, bytes) in [
+        ("EventIn", "kind", MAX_KIND_LEN),
+        ("EventIn", "key", MAX_KEY_LEN),
+        ("EventIn", "payload", MAX_EVENT_PAYLOAD),
+        ("EnqueueRequest", "key", longest_part(MAX_DEDUP_KEY)),
+        ("EnqueueRequest", "payload", MAX_RUN_PAYLOAD),
+        ("RunEventIn", "event_id", MAX_RUN_EVENT_ID),
+        ("RunEventIn", "payload", MAX_RUN_EVENT_PAYLOAD),
+        ("FactIn", "value", MAX_FACT_VALUE),
+        ("ClaimRequest", "consumer", MAX_CONSUMER_LEN),
+    ] {
+        limit(doc, schema, name, bytes, false);
+    }
+    for (schema, name, bytes) in [
+        ("EventIn", "key_b64", MAX_KEY_LEN),
+        ("EventIn", "payload_b64", MAX_EVENT_PAYLOAD),
+        ("EnqueueRequest", "payload_b64", MAX_RUN_PAYLOAD),
+        ("RunEventIn", "event_id_b64", MAX_RUN_EVENT_ID),
+        ("RunEventIn", "payload_b64", MAX_RUN_EVENT_PAYLOAD),
+        ("FactIn", "value_b64", MAX_FACT_VALUE),
+    ] {
+        limit(doc, schema, name, bytes, true);
+    }
+    for (schema, name, encoded) in [
+        ("EnqueueRequest", "key_parts", MAX_DEDUP_KEY),
+        ("EnqueueRequest", "supersede_group", MAX_SUPERSEDE_GROUP),
+    ] {
+        let mut v = field(doc, schema, name);
+        v["x-max-encoded-bytes"] = json!(encoded);
+        text_limit(&mut v["items"], longest_part(encoded));
+        put(doc, schema, name, v);
+    }
+    let mut parents = field(doc, "ImportRequest", "parents");
+    parents["items"]["pattern"] = json!(r"^[0-9a-fA-F]{64}$");
+    put(doc, "ImportRequest", "parents", parents);
+    let mut kind = field(doc, "NackRequest", "kind");
+    kind["enum"] = json!(["retryable", "permanent", "failed", null]);
+    put(doc, "NackRequest", "kind", kind);
+
+    for (schema, one_ofs) in [
+        (
+            "EventIn",
+            vec![
+                exactly_one("payload", "payload_b64"),
+                at_most_one("key", "key_b64"),
+            ],
+        ),
+        (
+            "EnqueueRequest",
+            vec![
+                json!({"oneOf": [
+                    {"required": ["key_parts"], "properties": {"key_parts": {"type": "array"}}},
+                    {"required": ["key"], "properties": {"key": {"type": "string"}}},
+                ]}),
+                exactly_one("payload", "payload_b64"),
+            ],
+        ),
+        (
+            "RunEventIn",
+            vec![
+                exactly_one("event_id", "event_id_b64"),
+                exactly_one("payload", "payload_b64"),
+            ],
+        ),
+        ("FactIn", vec![exactly_one("value", "value_b64")]),
+    ] {
+        let s = &mut doc["components"]["schemas"][schema];
+        assert!(s.is_object(), "{schema} is in the document");
+        s["allOf"] = Value::Array(one_ofs);
+    }
+
+    // Path parameters: byte limits and the reserved space ids.
+    let reserved = format!(
+        "^{}",
+        cairn::RESERVED_SPACE_PREFIX
+            .iter()
+            .map(|b| match b {
+                0 => r"\u0000".to_owned(),
+                b'/' => "/".to_owned(),
+                b => (*b as char).to_string(),
+            })
+            .collect::<String>()
+    );
+    let Some(paths) = doc["paths"].as_object_mut() else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let Some(ops) = item.as_object_mut() else {
+            continue;
+        };
+        for op in ops.values_mut() {
+            let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
+                continue;
+            };
+            for param in params {
+                if param["in"] != "path" {
+                    continue;
+                }
+                let name = param["name"].as_str().unwrap_or_default().to_owned();
+                let schema = &mut param["schema"];
+                match name.as_str() {
+                    "space" => {
+                        text_limit(schema, MAX_SPACE_LEN);
+                        schema["not"] = json!({"pattern": reserved});
+                    }
+                    "queue" => text_limit(schema, MAX_QUEUE_LEN),
+                    "name" => text_limit(schema, MAX_FACT_NAME),
+                    _ => {}
+                }
+            }
+        }
+    }
 }
 
 /// This API's OpenAPI 3 document.
@@ -70,12 +268,64 @@ pub(crate) fn spec() -> utoipa::openapi::OpenApi {
     ),
     security(("bearer" = []))
 )]
-pub(crate) async fn document() -> Json<utoipa::openapi::OpenApi> {
-    Json(spec())
+pub(crate) async fn document() -> Json<&'static Value> {
+    Json(served())
 }
 
 #[cfg(test)]
 mod tests {
+    use cairn::spool::{MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_LEASE, MIN_LEASE};
+    use serde_json::Value;
+
+    /// The numbers written as literals in the annotations are the core's limits.
+    #[test]
+    fn the_served_document_states_the_core_limits() {
+        let doc = super::served();
+        let schema = |name: &str| &doc["components"]["schemas"][name]["properties"];
+        let n = |v: &Value| v.as_u64().unwrap_or_else(|| panic!("a number: {v}"));
+        let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap();
+        for s in ["ClaimRequest", "HeartbeatRequest"] {
+            assert_eq!(n(&schema(s)["lease_ms"]["minimum"]), ms(MIN_LEASE), "{s}");
+            assert_eq!(n(&schema(s)["lease_ms"]["maximum"]), ms(MAX_LEASE), "{s}");
+        }
+        assert_eq!(
+            n(&schema("ClaimRequest")["limit"]["maximum"]),
+            MAX_BATCH as u64
+        );
+        assert_eq!(
+            n(&schema("EnqueueRequest")["max_attempts"]["maximum"]),
+            u64::from(MAX_ATTEMPTS_LIMIT)
+        );
+        for s in ["AppendRequest", "ImportRequest"] {
+            assert_eq!(
+                n(&schema(s)["events"]["maxItems"]),
+                cairn::MAX_EPOCH_EVENTS as u64
+            );
+        }
+        assert_eq!(
+            n(&schema("EventIn")["kind"]["x-max-bytes"]),
+            cairn::MAX_KIND_LEN as u64
+        );
+        assert_eq!(super::longest_part(1024), 1018);
+        assert_eq!(super::b64_len(256), 344);
+        let query_limit = |path: &str| {
+            let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+            let limit = params.iter().find(|p| p["name"] == "limit").unwrap();
+            (
+                n(&limit["schema"]["minimum"]),
+                n(&limit["schema"]["maximum"]),
+            )
+        };
+        assert_eq!(query_limit("/v1/runs/{id}/events"), (1, MAX_BATCH as u64));
+        assert_eq!(
+            query_limit("/v1/spaces/{space}/events"),
+            (1, super::super::epochs::MAX_FEED_LIMIT as u64)
+        );
+        if std::env::var_os("CAIRN_PRINT_OPENAPI").is_some() {
+            println!("{}", serde_json::to_string_pretty(doc).unwrap());
+        }
+    }
+
     #[test]
     fn every_route_is_documented() {
         let doc = super::spec();

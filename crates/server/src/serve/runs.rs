@@ -9,9 +9,9 @@ use cairn::{FactName, QueueName, RunId, RunState};
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
     lease_token, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, Enqueue, EnqueueRequest,
-    EnqueueResponse, ErrorBody, FactIn, FactOut, FactSet, FactsResponse, HeartbeatRequest,
-    HeartbeatResponse, Nack, NackRequest, RunEventAppended, RunEventIn, RunEventOut,
-    RunEventsQuery, RunEventsResponse, RunOut, RunStateResponse,
+    EnqueueResponse, ErrorBody, FactIn, FactOut, FactPath, FactSet, FactsResponse,
+    HeartbeatRequest, HeartbeatResponse, Nack, NackRequest, QueuePath, RunEventAppended,
+    RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
 };
 use super::routes::AppState;
 
@@ -25,7 +25,7 @@ fn run_id(s: &str) -> Result<RunId, ApiError> {
 /// Enqueues a run, or finds the run already under its key.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/runs", tag = "spool",
-    params(("queue" = String, Path, description = "The queue")),
+    params(QueuePath),
     request_body = EnqueueRequest,
     responses(
         (status = 201, description = "Created", body = EnqueueResponse),
@@ -76,7 +76,7 @@ pub(crate) async fn enqueue(
 /// Everything about one run but its payload and events.
 #[utoipa::path(
     get, path = "/v1/runs/{id}", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     responses(
         (status = 200, description = "The run", body = RunOut),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -101,7 +101,7 @@ pub(crate) async fn run(
 /// Appends an event to a run's stream.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/events", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     request_body = RunEventIn,
     responses(
         (status = 201, description = "Appended", body = RunEventAppended),
@@ -138,7 +138,7 @@ pub(crate) async fn append_event(
 /// The run's stored events after a seq.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/events", tag = "spool",
-    params(("id" = String, Path, description = "The run id"), RunEventsQuery),
+    params(RunPath, RunEventsQuery),
     responses(
         (status = 200, description = "Events in seq order", body = RunEventsResponse),
         (status = 400, description = "Invalid input", body = ErrorBody),
@@ -164,10 +164,7 @@ pub(crate) async fn events(
 /// Sets a named fact on a run, once (first writer wins).
 #[utoipa::path(
     put, path = "/v1/runs/{id}/facts/{name}", tag = "spool",
-    params(
-        ("id" = String, Path, description = "The run id"),
-        ("name" = String, Path, description = "The fact's name"),
-    ),
+    params(FactPath),
     request_body = FactIn,
     responses(
         (status = 201, description = "Set", body = FactSet),
@@ -203,7 +200,7 @@ pub(crate) async fn set_fact(
 /// The run's facts.
 #[utoipa::path(
     get, path = "/v1/runs/{id}/facts", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     responses(
         (status = 200, description = "The facts by name", body = FactsResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
@@ -236,7 +233,7 @@ pub(crate) async fn facts(
 /// Claims due runs of a queue under a lease.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/claim", tag = "spool",
-    params(("queue" = String, Path, description = "The queue")),
+    params(QueuePath),
     request_body = ClaimRequest,
     responses(
         (status = 200, description = "The claimed runs (empty: nothing due)", body = ClaimResponse),
@@ -263,7 +260,7 @@ pub(crate) async fn claim(
 /// Extends the lease on a claimed run.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/heartbeat", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     request_body = HeartbeatRequest,
     responses(
         (status = 200, description = "Extended", body = HeartbeatResponse),
@@ -292,7 +289,7 @@ pub(crate) async fn heartbeat(
 /// Reports success: the run becomes `succeeded` (idempotent).
 #[utoipa::path(
     post, path = "/v1/runs/{id}/ack", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     request_body = AckRequest,
     responses(
         (status = 200, description = "Succeeded", body = RunStateResponse),
@@ -324,7 +321,7 @@ pub(crate) async fn ack(
 /// Gives a claimed run back: retry, park or fail it.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/nack", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     request_body = NackRequest,
     responses(
         (status = 200, description = "Where the run went", body = RunStateResponse),
@@ -361,7 +358,7 @@ pub(crate) async fn nack(
 /// Cancels a run: a queued run ends `canceled`; a claimed one gets a cancel request.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/cancel", tag = "spool",
-    params(("id" = String, Path, description = "The run id")),
+    params(RunPath),
     responses(
         (status = 200, description = "Canceled or requested", body = RunStateResponse),
         (status = 400, description = "Malformed id", body = ErrorBody),
