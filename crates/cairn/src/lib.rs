@@ -21,6 +21,11 @@
 //! let gate = cairn::QueueName::new("gate")?;
 //! let key = cairn::DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"])?;
 //! let run = store.spool().enqueue(&gate, &key, b"{}".to_vec(), Default::default()).await?;
+//! // Its producer reports events, then closes it: later appends (and appends to a finished
+//! // run) are refused, and `cairn serve`'s delivery worker finishes only a closed run.
+//! let event = cairn::RunEventId::new("build-started")?;
+//! store.spool().append_event(run.run_id, &event, b"{}".to_vec()).await?;
+//! store.spool().close_run(run.run_id).await?;
 //! let worker = ConsumerBuilder::new(store.spool(), gate, cairn::ConsumerId::new("worker-1")?)
 //!     .spawn(|_job: Job| async { Outcome::Done })
 //!     .await?;

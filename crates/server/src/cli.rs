@@ -109,7 +109,7 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Inspect one run.
+    /// Inspect one run, or close its event stream.
     Run {
         /// What to do.
         #[command(subcommand)]
@@ -171,6 +171,13 @@ pub(crate) enum Command {
 pub(crate) enum RunAction {
     /// Print a run's state, attempts, lease, facts and events.
     Show {
+        /// The run id `cairn enqueue` printed.
+        id: String,
+    },
+    /// Close a run's event stream: its producer has appended its last event. Later appends
+    /// are refused, and the delivery worker finishes the run once every event is delivered.
+    /// Also the operator's way to finish a run whose producer never closes it.
+    Close {
         /// The run id `cairn enqueue` printed.
         id: String,
     },

@@ -191,6 +191,18 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
+        Command::Run {
+            action: RunAction::Close { id },
+        } => {
+            let id = RunId::parse(&id)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            match store.spool().close_run(id).await? {
+                cairn::spool::CloseOutcome::Closed => writeln!(out, "closed {id}")?,
+                cairn::spool::CloseOutcome::AlreadyClosed => {
+                    writeln!(out, "already closed {id}")?;
+                }
+            }
+        }
         Command::Import {
             legacy,
             queue,
@@ -241,6 +253,7 @@ fn print_run(out: &mut impl Write, run: &RunInfo) -> std::io::Result<()> {
     for (name, value) in &run.facts {
         writeln!(out, "fact {name} {}", shown(value, Column::Rest))?;
     }
+    writeln!(out, "stream {}", run.stream.as_str())?;
     writeln!(out, "events {}", run.events)
 }
 

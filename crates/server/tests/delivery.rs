@@ -42,6 +42,8 @@ struct Collector {
     /// Runs whose requests wait here until released.
     held: Mutex<Vec<String>>,
     release: AtomicBool,
+    /// Runs whose `holdrun` requests may go on (released one by one).
+    released_runs: Mutex<Vec<String>>,
     huge_written: AtomicU64,
     huge_cut: AtomicBool,
 }
@@ -114,6 +116,14 @@ impl Collector {
                 "hold" => {
                     self.held.lock().unwrap().push(run);
                     while !self.release.load(Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    answer(&mut out, 202);
+                }
+                // Waits until the test releases this run alone.
+                "holdrun" => {
+                    self.held.lock().unwrap().push(run.clone());
+                    while !self.released_runs.lock().unwrap().contains(&run) {
                         std::thread::sleep(Duration::from_millis(5));
                     }
                     answer(&mut out, 202);
@@ -274,6 +284,13 @@ impl Server {
         assert_eq!(s, 201, "{v}");
     }
 
+    /// Closes a run's event stream; answers whether it was open.
+    fn close(&self, run: &str) {
+        let (s, v) = self.call("POST", &format!("/v1/runs/{run}/close"), None);
+        assert_eq!(s, 200, "{v}");
+        assert_eq!(v["run_id"], run, "{v}");
+    }
+
     fn run(&self, run: &str) -> Value {
         let (s, v) = self.call("GET", &format!("/v1/runs/{run}"), None);
         assert_eq!(s, 200, "{v}");
@@ -338,6 +355,21 @@ fn offline_enqueues_delivered_in_order(db: &str) {
         server.append_event(&r1, &format!("e{i}"), e);
     }
     server.append_event(&r3, "only", "single");
+    // The producers are done: the gate through the API, the others with the CLI, straight to
+    // the store like their enqueues. Only a closed run is finished by delivery.
+    server.close(&gate);
+    for run in [&r1, &r2, &r3] {
+        let out = cairn(db).args(["run", "close", run]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap(),
+            format!("closed {run}\n")
+        );
+    }
     collector.release.store(true, Ordering::SeqCst);
     for run in [&gate, &r1, &r2, &r3] {
         server.wait_state(run, "succeeded");
@@ -393,6 +425,12 @@ fn offline_enqueues_are_delivered_in_order_without_restart() {
 
 #[test]
 fn offline_enqueues_are_delivered_in_order_on_postgres() {
+    on_postgres(offline_enqueues_delivered_in_order);
+}
+
+/// Runs `case` on a fresh schema of the test Postgres server (failing when there is none), and
+/// drops the schema afterwards.
+fn on_postgres(case: fn(&str)) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -402,9 +440,7 @@ fn offline_enqueues_are_delivered_in_order_on_postgres() {
         .unwrap_or_else(|msg| panic!("{msg}"));
     let schema = cairn::testkit::scratch_name("cairn_delivery");
     let sep = if pg.contains('?') { '&' } else { '?' };
-    let result = std::panic::catch_unwind(|| {
-        offline_enqueues_delivered_in_order(&format!("{pg}{sep}cairn_schema={schema}"))
-    });
+    let result = std::panic::catch_unwind(|| case(&format!("{pg}{sep}cairn_schema={schema}")));
     rt.block_on(async {
         use sqlx::Connection;
         let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
@@ -439,12 +475,41 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     // Rotated after start: the server still holds the old token until a 401 makes it look.
     std::fs::write(&token_file, format!("{NEW_TOKEN}\n")).unwrap();
 
-    let accepted = server.enqueue("accepted", "202");
+    // A gate run holds the worker while every other run is enqueued and closed, so each is
+    // closed before the worker first takes it and each POST below is one the script counts.
+    let gate = server.enqueue("gate", "hold");
+    wait_until("the gate run reaches the collector", || {
+        collector.held.lock().unwrap().contains(&gate)
+    });
+    let scripts = [
+        ("accepted", "202"),
+        ("refresh", "auth"),
+        ("forbidden", "403"),
+        ("limited", "429,202"),
+        ("failing", "500,503,202"),
+        ("slow", "hang,202"),
+        ("moved", "redirect"),
+        ("huge", "huge"),
+    ];
+    let ids: HashMap<&str, String> = scripts
+        .iter()
+        .map(|(key, script)| {
+            let id = server.enqueue(key, script);
+            server.close(&id);
+            (*key, id)
+        })
+        .collect();
+    server.close(&gate);
+    collector.release.store(true, Ordering::SeqCst);
+    server.wait_state(&gate, "succeeded");
+    assert_eq!(collector.for_run(&gate).len(), 1);
+
+    let accepted = ids["accepted"].clone();
     let v = server.wait_state(&accepted, "succeeded");
     assert_eq!(v["attempts"], 1);
     assert_eq!(collector.for_run(&accepted).len(), 1);
 
-    let refresh = server.enqueue("refresh", "auth");
+    let refresh = ids["refresh"].clone();
     let v = server.wait_state(&refresh, "succeeded");
     let seen = collector.for_run(&refresh);
     let auths: Vec<_> = seen.iter().map(|s| s.auth.clone().unwrap()).collect();
@@ -457,27 +522,29 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         "the refresh retries within the same attempt"
     );
 
-    let forbidden = server.enqueue("forbidden", "403");
-    let v = server.wait_state(&forbidden, "parked");
-    assert!(v["reason"].as_str().unwrap().contains("403"), "{v}");
-    assert_eq!(collector.for_run(&forbidden).len(), 1);
+    // A refused token (403 here, 401 above) is this server's problem: the run waits and
+    // spends no attempt.
+    let forbidden = ids["forbidden"].clone();
+    let v = server.wait_state(&forbidden, "succeeded");
+    assert_eq!(v["attempts"], 1, "{v}");
+    assert_eq!(collector.for_run(&forbidden).len(), 2);
 
-    let limited = server.enqueue("limited", "429,202");
+    let limited = ids["limited"].clone();
     let v = server.wait_state(&limited, "succeeded");
     assert_eq!(v["attempts"], 2);
     assert_eq!(collector.for_run(&limited).len(), 2);
 
-    let failing = server.enqueue("failing", "500,503,202");
+    let failing = ids["failing"].clone();
     let v = server.wait_state(&failing, "succeeded");
     assert_eq!(v["attempts"], 3);
     assert_eq!(collector.for_run(&failing).len(), 3);
 
-    let slow = server.enqueue("slow", "hang,202");
+    let slow = ids["slow"].clone();
     let v = server.wait_state(&slow, "succeeded");
     assert_eq!(v["attempts"], 2);
     assert_eq!(collector.for_run(&slow).len(), 2);
 
-    let moved = server.enqueue("moved", "redirect");
+    let moved = ids["moved"].clone();
     let v = server.wait_state(&moved, "parked");
     assert!(v["reason"].as_str().unwrap().contains("redirect"), "{v}");
     assert_eq!(collector.for_run(&moved).len(), 1);
@@ -486,7 +553,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         "no redirect was followed"
     );
 
-    let huge = server.enqueue("huge", "huge");
+    let huge = ids["huge"].clone();
     server.wait_state(&huge, "succeeded");
     wait_until("the worker drops the huge answer", || {
         collector.huge_cut.load(Ordering::SeqCst)
@@ -505,7 +572,13 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         .body_mut()
         .read_to_string()
         .unwrap();
-    for (outcome, n) in [("ack", 6), ("retry", 4), ("park", 2), ("refresh", 1)] {
+    for (outcome, n) in [
+        ("ack", 8),
+        ("retry", 4),
+        ("park", 1),
+        ("refresh", 1),
+        ("refused", 1),
+    ] {
         let line = format!("cairn_delivery_outcomes_total{{outcome=\"{outcome}\"}} {n}\n");
         assert!(metrics.contains(&line), "{line} in {metrics}");
     }
@@ -555,4 +628,162 @@ fn shutdown_drains_within_the_bound_and_leaves_an_unfinished_run_claimable() {
         shown.contains("event 1 e1 kept"),
         "its events are kept: {shown}"
     );
+}
+
+/// The collector's batches for `run`, flattened to `(seq, event id)` in the order they were
+/// POSTed.
+fn delivered_events(collector: &Collector, run: &str) -> Vec<(u64, String)> {
+    collector
+        .for_run(run)
+        .iter()
+        .flat_map(|s| s.body["events"].as_array().cloned().unwrap_or_default())
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap(),
+                e["event_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 21 item 1: an event whose append was acknowledged is delivered, whatever the timing.
+/// Events appended before the first POST, while it is in flight (the collector holds it until
+/// they are appended) and after it all reach the collector, in seq order, each at least once;
+/// the run is finished only after its producer closed it, and an append to a finished run is
+/// refused with 409 `run_closed`.
+fn events_before_during_and_after_the_first_post_arrive(db: &str) {
+    let (collector, url) = Collector::start();
+    let server = Server::start(db, &url, &[], &[]);
+    // The gate holds the worker until the run below has its first events.
+    let gate = server.enqueue("gate", "hold");
+    wait_until("the gate run reaches the collector", || {
+        collector.held.lock().unwrap().contains(&gate)
+    });
+    let run = server.enqueue("build-1", "holdrun");
+    server.append_event(&run, "before-1", "b");
+    server.append_event(&run, "before-2", "b");
+    server.close(&gate);
+    collector.release.store(true, Ordering::SeqCst);
+    wait_until("the run's first POST is in flight", || {
+        collector.held.lock().unwrap().contains(&run)
+    });
+    // Appended while the first POST waits for its answer.
+    server.append_event(&run, "during-1", "d");
+    server.append_event(&run, "during-2", "d");
+    collector.released_runs.lock().unwrap().push(run.clone());
+    wait_until("the first POST is answered", || {
+        collector.for_run(&run).len() >= 2
+    });
+    // Appended after the first POST was answered; then the producer is done.
+    server.append_event(&run, "after-1", "a");
+    server.append_event(&run, "after-2", "a");
+    server.close(&run);
+    let v = server.wait_state(&run, "succeeded");
+    assert_eq!(v["stream"], "closed", "{v}");
+    assert_eq!(v["events"], 0, "every event was acknowledged: {v}");
+
+    let posts = collector.for_run(&run);
+    let first: Vec<&str> = posts[0].body["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(first, ["before-1", "before-2"], "the first POST");
+    let mut once: Vec<(u64, String)> = Vec::new();
+    for e in delivered_events(&collector, &run) {
+        if !once.contains(&e) {
+            once.push(e);
+        }
+    }
+    let want: Vec<(u64, String)> = [
+        "before-1", "before-2", "during-1", "during-2", "after-1", "after-2",
+    ]
+    .iter()
+    .enumerate()
+    .map(|(i, id)| (i as u64 + 1, (*id).to_owned()))
+    .collect();
+    assert_eq!(once, want, "every event, in seq order");
+
+    // The run is finished: a late event is refused, never stored and dropped.
+    let (s, v) = server.call(
+        "POST",
+        &format!("/v1/runs/{run}/events"),
+        Some(json!({"event_id": "late", "payload": "x"})),
+    );
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (409, Some("run_closed")),
+        "{v}"
+    );
+    let (s, v) = server.call("GET", &format!("/v1/runs/{run}/events"), None);
+    assert_eq!((s, &v["events"]), (200, &json!([])), "{v}");
+    let (s, v) = server.call("POST", &format!("/v1/runs/{run}/close"), None);
+    assert_eq!(
+        (s, v["outcome"].as_str()),
+        (200, Some("already_closed")),
+        "{v}"
+    );
+    server.stop();
+}
+
+#[test]
+fn events_before_during_and_after_the_first_post_arrive_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    events_before_during_and_after_the_first_post_arrive(&sqlite_db(&dir));
+}
+
+#[test]
+fn events_before_during_and_after_the_first_post_arrive_on_postgres() {
+    on_postgres(events_before_during_and_after_the_first_post_arrive);
+}
+
+/// Issue 21 item 2: a refused collector token never parks a run. With `max_attempts` 3 and a
+/// collector that answers 401 to each run's first six POSTs (longer than three backoffs), then
+/// 202, every run is delivered and none is parked: a refusal waits with backoff and spends no
+/// attempt.
+fn a_refused_token_never_parks_a_run(db: &str) {
+    let (collector, url) = Collector::start();
+    let server = Server::start(db, &url, &[("CAIRN_DELIVERY__TOKEN", OLD_TOKEN)], &[]);
+    let script = "401,401,401,401,401,401,202";
+    let runs: Vec<String> = (0..3)
+        .map(|i| {
+            let (s, v) = server.call(
+                "POST",
+                "/v1/queues/telemetry/runs",
+                Some(json!({"key": format!("refused-{i}"), "payload": script, "max_attempts": 3})),
+            );
+            assert_eq!(s, 201, "{v}");
+            let run = v["run_id"].as_str().unwrap().to_owned();
+            server.append_event(&run, "e1", "kept");
+            server.close(&run);
+            run
+        })
+        .collect();
+    for run in &runs {
+        let v = server.wait_state(run, "succeeded");
+        assert_eq!(v["attempts"], 1, "no attempt was spent: {v}");
+        let posts = collector.for_run(run);
+        assert!(
+            posts.len() >= 7,
+            "six refusals, then delivered: {}",
+            posts.len()
+        );
+        assert!(
+            delivered_events(&collector, run).contains(&(1, "e1".to_owned())),
+            "{run}: its event arrived"
+        );
+    }
+    server.stop();
+}
+
+#[test]
+fn a_refused_token_never_parks_a_run_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_refused_token_never_parks_a_run(&sqlite_db(&dir));
+}
+
+#[test]
+fn a_refused_token_never_parks_a_run_on_postgres() {
+    on_postgres(a_refused_token_never_parks_a_run);
 }

@@ -66,6 +66,7 @@ impl From<cairn::Error> for ApiError {
             E::LeaseLost { .. } => (StatusCode::CONFLICT, "lease_lost"),
             E::FactConflict { .. } => (StatusCode::CONFLICT, "fact_conflict"),
             E::InvalidTransition { .. } => (StatusCode::CONFLICT, "invalid_transition"),
+            E::RunClosed { .. } => (StatusCode::CONFLICT, "run_closed"),
             E::HashMismatch { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "hash_mismatch"),
             E::UnknownParent { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_parent"),
             E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
@@ -191,6 +192,15 @@ mod tests {
             ),
             (cairn::Error::UnknownRun { run }, 404, "unknown_run"),
             (cairn::Error::LeaseLost { run }, 409, "lease_lost"),
+            (
+                cairn::Error::RunClosed {
+                    run,
+                    state: cairn::RunState::Claimed,
+                    closed: true,
+                },
+                409,
+                "run_closed",
+            ),
             (cairn::Error::conflict("c"), 409, "conflict"),
             (cairn::Error::retryable("busy"), 503, "retryable"),
             (cairn::Error::unavailable("down"), 503, "unavailable"),

@@ -386,6 +386,9 @@ pub(crate) struct RunOut {
     pub(crate) facts: usize,
     /// How many events it holds.
     pub(crate) events: u64,
+    /// Whether its producer may still append events: `open`, `closed`, or `unmarked` (written
+    /// by an older build; the delivery worker closes it when it takes it).
+    pub(crate) stream: &'static str,
 }
 
 fn utf8_parts(parts: Option<Vec<Vec<u8>>>) -> Option<Vec<String>> {
@@ -416,6 +419,7 @@ impl From<&RunInfo> for RunOut {
             reason: r.reason.clone(),
             facts: r.facts.len(),
             events: r.events,
+            stream: r.stream.as_str(),
         }
     }
 }

@@ -53,6 +53,7 @@ use super::{doctor, epochs, json, metrics, routes, runs};
         runs::ack,
         runs::nack,
         runs::cancel,
+        runs::close,
     ),
     components(schemas(json::ErrorBody, json::ErrorDetail)),
     modifiers(&BearerAuth)
@@ -330,6 +331,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 19, "{paths:?}");
+        assert_eq!(paths.len(), 20, "{paths:?}");
     }
 }

@@ -63,6 +63,7 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/runs/{id}/ack", post(runs::ack))
         .route("/v1/runs/{id}/nack", post(runs::nack))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/close", post(runs::close))
         .route_layer(middleware::from_fn_with_state(tokens, require_token));
     Router::new()
         .route("/healthz", get(healthz))

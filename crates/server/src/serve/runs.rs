@@ -110,6 +110,7 @@ pub(crate) async fn run(
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run takes no more events: it was closed or it finished (`run_closed`); nothing was appended", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -383,5 +384,45 @@ pub(crate) async fn cancel(
         state: state_now.to_string(),
         retry_at_us: None,
         cancel_requested: requested,
+    }))
+}
+
+/// What `POST /v1/runs/{id}/close` did.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct RunClosedResponse {
+    /// The run.
+    pub(crate) run_id: String,
+    /// `closed`, or `already_closed` when it was closed before (nothing was written).
+    pub(crate) outcome: String,
+}
+
+/// Closes a run's event stream: its producer has appended its last event. From then on an
+/// append answers 409 `run_closed`, and the delivery worker finishes the run once every event
+/// is delivered (a run that is never closed is never finished by delivery).
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/close", tag = "spool",
+    params(RunPath),
+    responses(
+        (status = 200, description = "Closed (or closed already)", body = RunClosedResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn close(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<RunClosedResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let outcome = match state.spool.close_run(id).await? {
+        spool::CloseOutcome::Closed => "closed",
+        spool::CloseOutcome::AlreadyClosed => "already_closed",
+    };
+    Ok(Json(RunClosedResponse {
+        run_id: id.to_string(),
+        outcome: outcome.into(),
     }))
 }

@@ -7,16 +7,34 @@
 //! without a restart.
 //!
 //! Per run it POSTs JSON batches (the run and up to `--delivery-batch` of its unacknowledged
-//! events, in seq order; one batch with no events for a run that has none) and decides from
-//! the answer ([`verdict::classify`]): 2xx acknowledges the batch's events and, after the last
-//! batch, acks the run; 401 re-reads the credentials and tries once more, then retries later;
-//! 403, redirects and the other 4xx except 408/429 park the run with the reason; 408, 429,
+//! events, in seq order) and decides from the answer ([`verdict::classify`]): 2xx acknowledges
+//! the batch's events; 401 and 403 re-read the credentials and try once more, then wait (see
+//! below); redirects and the other 4xx except 408/429 park the run with the reason; 408, 429,
 //! 5xx, timeouts and connection errors nack it as retryable, so the spool's backoff (1 s
 //! doubling to 60 s, with jitter, by default) decides when it is tried again. A run whose
 //! attempts run out is parked by the spool like any other.
 //!
-//! Credential problems never park a run: a missing or refused token is this server's problem,
-//! not the run's, and another server with working credentials may deliver it.
+//! # When a run is finished
+//! A run is acked only once its producer *closed* it ([`cairn::Spool::close_run`]) and every
+//! event is acknowledged. The invariant this rests on: the spool accepts an event only while
+//! the run is live and not closed, in the same transaction as the close (see
+//! [`cairn::spool::EventStream`]). The worker reads the run's closed flag *before* it reads the
+//! events; so when it saw the run closed and then read no unacknowledged event, no event can
+//! arrive any more and every event ever accepted was delivered — an append that raced the
+//! worker's last read either committed before the close (and is read) or is refused with 409.
+//! A run that is not closed yet is given back once its events so far are delivered
+//! ([`Outcome::Release`]: no attempt spent) and taken again after `delivery.poll_ms`, so
+//! other runs are not held up behind it. A run written by an older build (or imported) carries
+//! no close mark ([`EventStream::Unmarked`]): the worker closes it itself when it takes it, then
+//! delivers it as above, so an append after that is refused rather than lost. A run is POSTed
+//! when the worker first takes it even if it holds no event yet (a batch with no events), so
+//! the collector learns of every run; a closed run is POSTed at least once.
+//!
+//! Credential problems never park a run and spend no attempt: a missing or refused token
+//! (401, 403) is this server's problem, not the run's. The worker keeps the run (its lease is
+//! heartbeated) and tries the batch again after a backoff that starts at
+//! `delivery.retry_base_ms` and doubles to `delivery.retry_cap_ms`, re-reading the token file
+//! each time; on shutdown it gives the run back without spending its attempt.
 //!
 //! Bounds: connect and request timeouts, at most `--delivery-max-response-bytes` of an answer
 //! are read, redirects are not followed, and on shutdown the worker gets the server's drain
@@ -25,13 +43,14 @@
 
 mod verdict;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::spool::{
-    BackoffPolicy, Consumer, ConsumerBuilder, ConsumerId, Job, Outcome, QueueName, RunEvent,
-    SpoolConfig, MAX_ACK_IDS,
+    BackoffPolicy, Consumer, ConsumerBuilder, ConsumerId, EventStream, Job, Outcome, QueueName,
+    RunEvent, RunId, SpoolConfig, MAX_ACK_IDS,
 };
 use serde::Serialize;
 
@@ -113,6 +132,7 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
             timeout: Duration::from_millis(d.timeout_ms),
             max_response_bytes: d.max_response_bytes,
             poll: Duration::from_millis(d.poll_ms),
+            backoff: spool_config(d).backoff,
         })),
         _ => Err(problems),
     }
@@ -128,6 +148,8 @@ pub(crate) struct Settings {
     timeout: Duration,
     max_response_bytes: usize,
     poll: Duration,
+    /// The wait after a refused token (`delivery.retry_base_ms` doubling to `retry_cap_ms`).
+    backoff: BackoffPolicy,
 }
 
 /// The collector's bearer token: from a file that is re-read on 401, or from the environment.
@@ -220,6 +242,7 @@ impl Worker {
             http,
             settings,
             metrics,
+            announced: Mutex::new(HashSet::new()),
         });
         let queue = deliverer.settings.queue.clone();
         let consumer = ConsumerBuilder::new(spool, queue, consumer_id)
@@ -269,40 +292,89 @@ struct Deliverer {
     http: reqwest::Client,
     settings: Settings,
     metrics: Arc<Metrics>,
+    /// Open runs this process has POSTed at least once, so a run waiting for its producer is
+    /// not POSTed again with no events each time it is taken. Held in memory only: after a
+    /// restart a waiting run is announced once more (harmless, the collector sees the same run
+    /// id again). Bounded by [`MAX_ANNOUNCED`].
+    announced: Mutex<HashSet<RunId>>,
 }
 
+/// Most open runs remembered as announced; past it the memory is cleared (some waiting runs
+/// are then announced once more).
+const MAX_ANNOUNCED: usize = 100_000;
+
 impl Deliverer {
+    fn announced(&self, run: RunId) -> bool {
+        self.announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&run)
+    }
+
+    fn announce(&self, run: RunId) {
+        let mut set = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+        if set.len() >= MAX_ANNOUNCED {
+            set.clear();
+        }
+        set.insert(run);
+    }
+
+    fn forget(&self, run: RunId) {
+        self.announced
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&run);
+    }
+
     /// Counts the outcome and logs it (its kind only: the reason may quote the collector).
     fn record(&self, outcome: &Outcome) {
         let label = match outcome {
             Outcome::Done => "ack",
             Outcome::Retry(_) => "retry",
             Outcome::Fail(_) | Outcome::Nack(..) => "park",
+            Outcome::Release(_) => "release",
         };
         self.metrics.delivery.with_label_values(&[label]).inc();
         tracing::info!(target: "cairn::delivery", outcome = label, "delivery");
     }
 
-    /// Delivers one claimed run, batch by batch.
+    /// Delivers one claimed run, batch by batch, and acks it only once it is closed and
+    /// drained (see the module docs for the invariant).
     async fn deliver(&self, job: &Job) -> Outcome {
         let run = job.run_id();
         let spool = job.spool();
         let (payload, payload_b64) = bytes_out(job.payload());
         let mut after = 0;
         let mut sent_any = false;
+        let mut closed = false;
+        let mut refused: u32 = 0;
         loop {
             if job.stop().is_stopped() {
-                return Outcome::Retry(format!(
-                    "delivery was interrupted: {}",
-                    job.stop().stopped().await
-                ));
+                // Shutdown, a cancel (the spool then ends the run canceled) or a lost lease:
+                // give the run back without spending its attempt.
+                return Outcome::Release(Duration::ZERO);
+            }
+            // The closed flag is read before the events: once closed, no event can arrive.
+            if !closed {
+                closed = match is_closed(spool.as_ref(), run).await {
+                    Ok(c) => c,
+                    Err(e) => return Outcome::Retry(format!("cannot read the run: {e}")),
+                };
             }
             let events: Vec<RunEvent> = match spool.events(run, after, self.settings.batch).await {
                 Ok(e) => e,
                 Err(e) => return Outcome::Retry(format!("cannot read the run's events: {e}")),
             };
-            if events.is_empty() && sent_any {
-                return Outcome::Done;
+            if events.is_empty() {
+                if closed && sent_any {
+                    return Outcome::Done;
+                }
+                if !closed && (sent_any || self.announced(run)) {
+                    // Every event so far is delivered; more may come. Look again later.
+                    return Outcome::Release(self.settings.poll);
+                }
+                // Not POSTed yet: the run itself goes out in a batch with no events, so the
+                // collector learns of it when the worker first takes it.
             }
             let body = Batch {
                 run_id: run.to_string(),
@@ -317,39 +389,65 @@ impl Deliverer {
                 Err(e) => return Outcome::Fail(format!("cannot encode the batch: {e}")),
             };
             match self.post(body).await {
-                Verdict::Delivered => {}
-                Verdict::Unauthorized => {
-                    return Outcome::Retry(
-                        "the collector answered 401 to the current delivery token (re-read \
-                         when a token file is configured); set a valid token in \
-                         CAIRN_DELIVERY__TOKEN or --delivery-token-file"
-                            .into(),
-                    )
+                Verdict::Delivered => refused = 0,
+                Verdict::Refused(status) => {
+                    refused = refused.saturating_add(1);
+                    let jitter = cairn::spool::jitter_seed(job.queue(), job.dedup_key(), refused);
+                    let wait = self.settings.backoff.delay(refused, jitter);
+                    self.metrics.delivery.with_label_values(&["refused"]).inc();
+                    tracing::warn!(
+                        target: "cairn::delivery",
+                        status,
+                        wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                        "the collector refused the delivery token; the run waits and spends \
+                         no attempt (set a valid token in CAIRN_DELIVERY__TOKEN or \
+                         delivery.token_file)"
+                    );
+                    tokio::select! {
+                        () = tokio::time::sleep(wait) => continue,
+                        _ = job.stop().stopped() => return Outcome::Release(Duration::ZERO),
+                    }
                 }
                 Verdict::Retry(why) => return Outcome::Retry(why),
-                Verdict::Park(why) => return Outcome::Fail(why),
-            }
-            sent_any = true;
-            let ids: Vec<_> = events.iter().map(|e| e.event_id.clone()).collect();
-            if !ids.is_empty() {
-                if let Err(e) = spool.acknowledge_events(run, &ids).await {
-                    // The collector has the batch; it sees it again on the retry (event ids
-                    // let it drop the repeat).
-                    return Outcome::Retry(format!("cannot record the delivered events: {e}"));
+                Verdict::Park(why) => {
+                    self.forget(run);
+                    return Outcome::Fail(why);
                 }
             }
-            match events.last() {
-                Some(last) if events.len() == self.settings.batch => after = last.seq,
-                _ => return Outcome::Done,
+            sent_any = true;
+            self.announce(run);
+            let Some(last) = events.last() else {
+                // A batch with no events: the run itself is delivered.
+                if closed {
+                    self.forget(run);
+                    return Outcome::Done;
+                }
+                // Its producer may have closed it (or appended) meanwhile: look again.
+                continue;
+            };
+            let ids: Vec<_> = events.iter().map(|e| e.event_id.clone()).collect();
+            if let Err(e) = spool.acknowledge_events(run, &ids).await {
+                // The collector has the batch; it sees it again on the retry (event ids
+                // let it drop the repeat).
+                return Outcome::Retry(format!("cannot record the delivered events: {e}"));
+            }
+            after = last.seq;
+            if closed && events.len() < self.settings.batch {
+                // A short batch of a closed run: no event is left, as the next read would say.
+                self.forget(run);
+                return Outcome::Done;
             }
         }
     }
 
-    /// One POST, with one more try after a 401 when the credentials changed on re-reading.
+    /// One POST, with one more try after a 401 or 403 when the credentials changed on
+    /// re-reading.
     async fn post(&self, body: Vec<u8>) -> Verdict {
         let token = self.settings.credentials.current();
         let first = self.send(body.clone(), token.as_deref()).await;
-        if first != Verdict::Unauthorized || !self.settings.credentials.refresh(token.as_deref()) {
+        if !matches!(first, Verdict::Refused(_))
+            || !self.settings.credentials.refresh(token.as_deref())
+        {
             return first;
         }
         self.metrics.delivery.with_label_values(&["refresh"]).inc();
@@ -386,6 +484,24 @@ impl Deliverer {
             }
         }
         classify(status, &excerpt(&head, REASON_EXCERPT))
+    }
+}
+
+/// Whether the run's producer closed it. A run no producer will close (written by an older
+/// build, or imported) is closed here, so that from now on an append to it is refused rather
+/// than left undelivered.
+async fn is_closed(spool: &dyn cairn::Spool, run: RunId) -> cairn::Result<bool> {
+    let info = spool
+        .run(run)
+        .await?
+        .ok_or(cairn::Error::UnknownRun { run })?;
+    match info.stream {
+        EventStream::Closed => Ok(true),
+        EventStream::Open => Ok(false),
+        EventStream::Unmarked => {
+            spool.close_run(run).await?;
+            Ok(true)
+        }
     }
 }
 

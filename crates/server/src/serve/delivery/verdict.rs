@@ -5,11 +5,12 @@
 pub(crate) enum Verdict {
     /// 2xx: the batch is delivered; acknowledge its events.
     Delivered,
-    /// 401: the collector refused the credentials; re-read them and try again.
-    Unauthorized,
+    /// 401 or 403: the collector refused this server's credentials. That is not the run's
+    /// fault: re-read them, wait with backoff and try again, spending no attempt.
+    Refused(u16),
     /// 408, 429, 5xx, timeouts, connection errors: try again after backoff.
     Retry(String),
-    /// 403, the other 4xx, redirects: retrying cannot help; park the run with the reason.
+    /// The other 4xx, redirects: retrying cannot help; park the run with the reason.
     Park(String),
 }
 
@@ -22,7 +23,7 @@ pub(crate) fn classify(status: u16, detail: &str) -> Verdict {
     };
     match status {
         200..=299 => Verdict::Delivered,
-        401 => Verdict::Unauthorized,
+        401 | 403 => Verdict::Refused(status),
         408 | 429 | 500..=599 => Verdict::Retry(said),
         300..=399 => Verdict::Park(format!(
             "{said}; redirects are not followed: point the delivery URL at the final address"
@@ -53,11 +54,12 @@ mod tests {
         for ok in [200, 201, 202, 204, 299] {
             assert_eq!(classify(ok, ""), Verdict::Delivered, "{ok}");
         }
-        assert_eq!(classify(401, ""), Verdict::Unauthorized);
+        assert_eq!(classify(401, ""), Verdict::Refused(401));
+        assert_eq!(classify(403, "no such tenant"), Verdict::Refused(403));
         for retry in [408, 429, 500, 502, 503, 504, 599, 100, 600] {
             assert!(matches!(classify(retry, ""), Verdict::Retry(_)), "{retry}");
         }
-        for park in [301, 302, 307, 308, 400, 403, 404, 409, 410, 413, 422, 499] {
+        for park in [301, 302, 307, 308, 400, 404, 409, 410, 413, 422, 499] {
             assert!(matches!(classify(park, ""), Verdict::Park(_)), "{park}");
         }
     }
@@ -65,8 +67,8 @@ mod tests {
     #[test]
     fn reasons_name_the_status_and_the_body_excerpt() {
         assert_eq!(
-            classify(403, "no such tenant"),
-            Verdict::Park("the collector answered 403: no such tenant".into())
+            classify(404, "no such tenant"),
+            Verdict::Park("the collector answered 404: no such tenant".into())
         );
         assert_eq!(excerpt(b"a\nb\x00c\xff", 100), "a b c\u{fffd}");
         assert_eq!(excerpt(b"abcdef", 3), "abc");
