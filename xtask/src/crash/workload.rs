@@ -177,8 +177,8 @@ impl From<Error> for Step {
     }
 }
 
-/// Verdicts the mix provokes on purpose (stale leases, finished runs, a second fact value) and
-/// a busy store: the operation did not happen and is not recorded.
+/// Verdicts the mix provokes on purpose (stale leases, finished runs, events for a finished run,
+/// a second fact value) and a busy store: the operation did not happen and is not recorded.
 fn expected(e: &Error) -> bool {
     matches!(
         e,
@@ -186,6 +186,7 @@ fn expected(e: &Error) -> bool {
             | Error::LeaseLost { .. }
             | Error::InvalidTransition { .. }
             | Error::FactConflict { .. }
+            | Error::RunClosed { .. }
     )
 }
 
