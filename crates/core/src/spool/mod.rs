@@ -519,4 +519,32 @@ mod tests {
         assert!(msgs[2].starts_with("cannot cancel a run that is succeeded"));
         assert!(msgs[3].contains("review") && !msgs[3].contains("secret-value"));
     }
+
+    /// The append rule refuses exactly terminal or closed runs, and says which.
+    #[test]
+    fn appends_are_refused_for_closed_or_finished_runs() {
+        let run = RunId([7; 16]);
+        for state in RunState::ALL {
+            for stream in [
+                EventStream::Open,
+                EventStream::Closed,
+                EventStream::Unmarked,
+            ] {
+                let refused = state.is_terminal() || stream == EventStream::Closed;
+                assert_eq!(
+                    check_append(run, state, stream).is_err(),
+                    refused,
+                    "{state} {stream:?}"
+                );
+            }
+        }
+        let closed = check_append(run, RunState::Queued, EventStream::Closed).unwrap_err();
+        assert!(
+            closed.to_string().contains("its producer closed it"),
+            "{closed}"
+        );
+        let done = check_append(run, RunState::Canceled, EventStream::Open).unwrap_err();
+        assert!(done.to_string().contains("it is canceled"), "{done}");
+        assert!(done.to_string().contains("nothing was appended"), "{done}");
+    }
 }
