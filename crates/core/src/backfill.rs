@@ -250,7 +250,7 @@ pub fn error_code(err: &Error) -> &'static str {
         Error::Unavailable { .. } => "unavailable",
         Error::Corrupt { .. } => "corrupt",
         Error::Incompatible { .. } => "incompatible",
-        Error::Migration { .. } => "migration",
+        Error::Migration { .. } | Error::MigrationDown { .. } => "migration",
         Error::UnsafePath { .. } => "unsafe_path",
         Error::Reserved { .. } => "reserved",
         Error::StoreReplaced { .. } => "store_replaced",

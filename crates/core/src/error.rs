@@ -117,6 +117,17 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A stored down statement of a revision failed and the whole down was rolled back:
+    /// nothing was changed (the store is still at the revision it had).
+    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed): {source}")]
+    MigrationDown {
+        /// The revision whose down statement failed.
+        revision: String,
+        /// The store error that stopped it.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A name cairn reserves for its own records was given (a space id starting with
     /// [`crate::RESERVED_SPACE_PREFIX`], where the backfill keeps its completion marker).
     /// Nothing was read or written; choose another name.
@@ -307,7 +318,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Retryable { .. } => true,
-            Self::Migration { source, .. } => source.is_retryable(),
+            Self::Migration { source, .. } | Self::MigrationDown { source, .. } => {
+                source.is_retryable()
+            }
             _ => false,
         }
     }
@@ -348,6 +361,19 @@ mod tests {
             Some(Error::Retryable { .. })
         ));
         // Retrying the open may succeed when the revision failed on a busy store.
+        assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn a_failed_down_says_the_down_was_rolled_back() {
+        let e = Error::MigrationDown {
+            revision: "0003_extra".into(),
+            source: Box::new(Error::retryable("SQLITE_BUSY")),
+        };
+        let text = e.to_string();
+        assert!(text.contains("0003_extra"), "{text}");
+        assert!(text.contains("the down was rolled back"), "{text}");
+        assert!(!text.contains("upgrade"), "{text}");
         assert!(e.is_retryable());
     }
 }

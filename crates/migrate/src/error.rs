@@ -139,10 +139,31 @@ impl From<MigrateError> for cairn_core::Error {
             MigrateError::NoDownSql { .. } | MigrateError::DownRefused { .. } => {
                 cairn_core::Error::invalid("migration down", e.to_string())
             }
-            MigrateError::DownFailed { revision, source } => cairn_core::Error::Migration {
+            MigrateError::DownFailed { revision, source } => cairn_core::Error::MigrationDown {
                 revision,
                 source: Box::new(source),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MigrateError;
+
+    #[test]
+    fn a_failed_down_stays_a_down_as_a_store_error() {
+        let e: cairn_core::Error = MigrateError::DownFailed {
+            revision: "0003_extra".into(),
+            source: cairn_core::Error::invalid("sql", "no such table"),
+        }
+        .into();
+        assert!(
+            matches!(&e, cairn_core::Error::MigrationDown { revision, .. } if revision == "0003_extra"),
+            "{e:?}"
+        );
+        let text = e.to_string();
+        assert!(text.contains("the down was rolled back"), "{text}");
+        assert!(!text.contains("upgrade"), "{text}");
     }
 }
