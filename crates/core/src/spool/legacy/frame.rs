@@ -160,6 +160,13 @@ impl<R: std::io::BufRead> LineReader<R> {
                     return Ok(Some(self.line(len, false, None)));
                 }
             } else if let Some(b) = buf.as_mut() {
+                // Grow by doubling, but never past the limit: a line's buffer holds at most
+                // MAX_LEGACY_LINE bytes.
+                let need = b.len() + chunk.len();
+                if need > b.capacity() {
+                    let cap = need.max(b.capacity() * 2).min(MAX_LEGACY_LINE);
+                    b.reserve_exact(cap - b.len());
+                }
                 b.extend_from_slice(chunk);
             }
             match newline {
