@@ -40,9 +40,7 @@ mod frame;
 mod records;
 mod replay;
 
-pub use backup::{
-    back_up, backup_dir, quarantine_name, Backup, QUARANTINE_DIR, QUARANTINE_REPORT,
-};
+pub use backup::{back_up, backup_dir, quarantine_name, Backup, QUARANTINE_DIR, QUARANTINE_REPORT};
 pub use frame::{seal_record, MAX_LEGACY_LINE};
 
 /// The installed checkpoint.

@@ -227,11 +227,8 @@ mod platform {
         /// Writes `content` as the new file `name` (0600, create-exclusive, synced), or, when
         /// `name` exists, checks that it holds exactly `content`.
         pub(super) fn put(&self, name: &str, mut content: impl Read) -> Result<(), LegacyError> {
-            let flags = OFlags::WRONLY
-                | OFlags::CREATE
-                | OFlags::EXCL
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC;
+            let flags =
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             match openat(&self.fd, name, flags, Mode::RUSR | Mode::WUSR) {
                 Ok(fd) => {
                     let mut f = File::from(fd);

@@ -1279,7 +1279,10 @@ fn the_backup_never_writes_through_a_link_and_verifies_what_it_finds() {
     std::fs::write(target.join(SPOOL_FILE), b"tampered\n").unwrap();
     let e = back_up(&dir, &p).unwrap_err();
     assert!(e.to_string().contains("differs"), "{e}");
-    assert_eq!(std::fs::read(target.join(SPOOL_FILE)).unwrap(), b"tampered\n");
+    assert_eq!(
+        std::fs::read(target.join(SPOOL_FILE)).unwrap(),
+        b"tampered\n"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -1299,7 +1302,11 @@ fn a_quarantine_keeps_each_record_verbatim_beside_a_report() {
     let b = back_up(&dir, &p).unwrap();
     let q = b.dir.join(QUARANTINE_DIR);
     let kept = std::fs::read(q.join("gate.spool.line-2")).unwrap();
-    assert_eq!(kept, line(&bad).trim_end().as_bytes(), "the record, verbatim");
+    assert_eq!(
+        kept,
+        line(&bad).trim_end().as_bytes(),
+        "the record, verbatim"
+    );
     let report = std::fs::read_to_string(b.quarantine_report.as_ref().unwrap()).unwrap();
     assert_eq!(b.quarantine_report, Some(q.join(QUARANTINE_REPORT)));
     let entry = report.lines().nth(1).unwrap();
