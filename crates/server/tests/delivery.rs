@@ -428,30 +428,8 @@ fn offline_enqueues_are_delivered_in_order_on_postgres() {
     on_postgres(offline_enqueues_delivered_in_order);
 }
 
-/// Runs `case` on a fresh schema of the test Postgres server (failing when there is none), and
-/// drops the schema afterwards.
 fn on_postgres(case: fn(&str)) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let pg = rt
-        .block_on(cairn::testkit::postgres::testkit::test_server_url())
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_delivery");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let result = std::panic::catch_unwind(|| case(&format!("{pg}{sep}cairn_schema={schema}")));
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    common::on_postgres("cairn_delivery", case);
 }
 
 #[test]

@@ -376,27 +376,7 @@ fn the_api_flow_on_sqlite_with_one_run_id_per_key_and_an_offline_enqueue_claimab
 
 #[test]
 fn the_api_flow_on_postgres() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let pg = rt
-        .block_on(cairn::testkit::postgres::testkit::test_server_url())
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_serve");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let result = std::panic::catch_unwind(|| flow(&format!("{pg}{sep}cairn_schema={schema}")));
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    common::on_postgres("cairn_serve", flow);
 }
 
 /// Every route of the OpenAPI document, with the path parameters filled in.
@@ -816,18 +796,8 @@ fn a_refused_store_an_unconfigured_auth_and_a_public_no_auth_address_refuse_to_s
 
 #[test]
 fn two_servers_on_one_postgres_give_one_head_and_strictly_increasing_seqs() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let pg = rt
-        .block_on(cairn::testkit::postgres::testkit::test_server_url())
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_serve_two");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let db = format!("{pg}{sep}cairn_schema={schema}");
-    let result = std::panic::catch_unwind(|| {
-        let servers = [Server::start(&db, &[]), Server::start(&db, &[])];
+    common::on_postgres("cairn_serve_two", |db| {
+        let servers = [Server::start(db, &[]), Server::start(db, &[])];
         const PER_CLIENT: usize = 10;
         std::thread::scope(|scope| {
             for c in 0..4 {
@@ -864,17 +834,6 @@ fn two_servers_on_one_postgres_give_one_head_and_strictly_increasing_seqs() {
             .collect();
         assert_eq!(seqs, (1..=total as u64).collect::<Vec<_>>());
     });
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
 }
 
 #[test]
@@ -1587,29 +1546,10 @@ fn retention_brings_the_store_back_under_its_cap_on_sqlite() {
 
 #[test]
 fn retention_brings_the_store_back_under_its_cap_on_postgres() {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let pg = rt
-        .block_on(cairn::testkit::postgres::testkit::test_server_url())
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_retention");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let result = std::panic::catch_unwind(|| {
-        retention_brings_the_store_back_under_its_cap(&format!("{pg}{sep}cairn_schema={schema}"))
-    });
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
-    if let Err(panic) = result {
-        std::panic::resume_unwind(panic);
-    }
+    common::on_postgres(
+        "cairn_retention",
+        retention_brings_the_store_back_under_its_cap,
+    );
 }
 
 /// The connection limits and the retention pacing are checked with the rest of the

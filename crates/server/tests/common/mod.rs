@@ -86,3 +86,31 @@ pub(crate) fn serve(cmd: &mut Command, within: Duration) -> Serving {
         addr,
     }
 }
+
+/// Runs `case` on a store URL naming a fresh schema (`prefix` plus a unique suffix) of the test
+/// Postgres server — failing, never skipping, when no server can be found — and drops the
+/// schema afterwards, whether the case passed or panicked (the panic is then passed on).
+pub(crate) fn on_postgres(prefix: &str, case: impl FnOnce(&str)) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let pg = rt
+        .block_on(cairn::testkit::postgres::testkit::test_server_url())
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name(prefix);
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let url = format!("{pg}{sep}cairn_schema={schema}");
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&url)));
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    });
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
