@@ -73,7 +73,8 @@ pub(crate) fn migrator(
 }
 
 /// A SQLite store that must exist and does not gets the binary's own message, which says how
-/// a store comes to be.
+/// a store comes to be. An empty file is no store: SQLite would take it as an empty database
+/// and the open would create a store in it.
 fn refuse_missing_file(url: &DatabaseUrl, if_missing: IfMissing) -> Result<(), CliError> {
     if let Some(path) = url.sqlite_path() {
         if if_missing == IfMissing::Refuse && !exists_no_follow(path)? {
@@ -83,11 +84,12 @@ fn refuse_missing_file(url: &DatabaseUrl, if_missing: IfMissing) -> Result<(), C
     Ok(())
 }
 
-/// Whether anything (a file, or a symlink, dangling or not) sits at `path`. A symlink counts as
-/// present so that the backend gets to refuse it with its own error.
+/// Whether anything (a non-empty file, or a symlink, dangling or not) sits at `path`. A symlink
+/// counts as present so that the backend gets to refuse it with its own error; an empty
+/// regular file counts as absent.
 fn exists_no_follow(path: &Path) -> Result<bool, CliError> {
     match std::fs::symlink_metadata(path) {
-        Ok(_) => Ok(true),
+        Ok(meta) => Ok(!(meta.is_file() && meta.len() == 0)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(source) => Err(Error::Io {
             path: path.display().to_string(),

@@ -25,6 +25,37 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of an answer read.
 const MAX_ANSWER: usize = 64 * 1024;
 
+/// Whether a connect error means nothing accepted the connection (refused, unreachable, timed
+/// out, a name that does not resolve) — the only case the direct path may be taken. Something
+/// that accepted the connection and then failed the exchange (a TLS handshake with a plain-text
+/// listener, a reset or a closed connection) is somebody answering: the command fails instead.
+fn nobody_answered(e: &reqwest::Error) -> bool {
+    use std::io::ErrorKind;
+    let mut source = std::error::Error::source(e);
+    while let Some(err) = source {
+        // An I/O error wraps others (tokio-rustls: `Other` around `InvalidData`), and its
+        // `source()` skips the wrapped error itself: look inside each one.
+        let mut io = err.downcast_ref::<std::io::Error>();
+        while let Some(inner) = io {
+            if matches!(
+                inner.kind(),
+                ErrorKind::InvalidData
+                    | ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::BrokenPipe
+            ) {
+                return false;
+            }
+            io = inner
+                .get_ref()
+                .and_then(|wrapped| wrapped.downcast_ref::<std::io::Error>());
+        }
+        source = err.source();
+    }
+    true
+}
+
 /// The enqueue as the server's `POST /v1/queues/{queue}/runs` takes it.
 #[derive(Serialize)]
 pub(crate) struct EnqueueBody {
@@ -104,7 +135,15 @@ pub(crate) async fn enqueue(
         Ok(r) => r,
         // Nobody answered: the direct path. A request sent that then failed is different:
         // the server may have taken the run, so only connection failures fall back.
-        Err(e) if e.is_connect() => return Ok(None),
+        Err(e) if e.is_connect() && nobody_answered(&e) => return Ok(None),
+        Err(e) if e.is_connect() => {
+            return Err(CliError::Config(
+                "something accepted the connection at --url (or CAIRN_URL) but the exchange \
+                 failed before the enqueue was sent (a TLS handshake, or not a cairn server); \
+                 nothing was written"
+                    .into(),
+            ))
+        }
         Err(e) => {
             return Err(CliError::Config(format!(
                 "the server did not answer the enqueue ({}); the run may or may not be \

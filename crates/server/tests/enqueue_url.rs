@@ -257,6 +257,18 @@ fn enqueue_url_with_nobody_answering_writes_only_to_an_existing_named_sqlite_sto
     refused_fallback(&out);
     assert!(!missing.exists(), "no store was created");
 
+    // An empty file is no store either (SQLite would take it as an empty database and the
+    // fallback would create one in it).
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let out = enqueue(empty.to_str().unwrap(), &dead, FULL, "sha1");
+    refused_fallback(&out);
+    assert_eq!(
+        std::fs::metadata(&empty).unwrap().len(),
+        0,
+        "nothing was written into the empty file"
+    );
+
     // A store that exists, named by CAIRN_DATABASE: the run goes there, and the same key
     // named by --database finds it.
     let db = dir.path().join("named.db");
@@ -332,4 +344,44 @@ async fn enqueue_url_with_nobody_answering_writes_only_to_an_existing_named_post
         .execute(&mut conn)
         .await
         .unwrap();
+}
+
+/// Something accepted the connection but the exchange failed before a request went out (here:
+/// `https://` to a listener that answers plain text, so the TLS handshake fails). That is not
+/// "nobody answered": the command fails, names no URL, and the named store is not written.
+#[test]
+fn enqueue_url_whose_tls_handshake_fails_does_not_take_the_direct_path() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("named.db");
+    let db = db.to_str().unwrap();
+    let made = cairn(db)
+        .args(["append", "--space", "s", "--kind", "k", "--payload", "p"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    // Answers every connection with plain HTTP, whatever it receives; stops with the test.
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let out = enqueue(db, &url, FULL, "tls");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(out.stdout.is_empty(), "nothing printed as created: {out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(!err.contains(&url), "the URL is not printed: {err}");
+    let runs = cairn(db).args(["runs"]).output().unwrap();
+    assert!(runs.status.success(), "{runs:?}");
+    assert!(
+        String::from_utf8_lossy(&runs.stdout).trim().is_empty(),
+        "no run in the store: {runs:?}"
+    );
 }
