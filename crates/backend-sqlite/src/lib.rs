@@ -58,4 +58,4 @@ pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 #[cfg(feature = "testkit")]
 pub use spool::testkit as spool_testkit;
 pub use spool::{SqliteSpool, DEFAULT_WAKE_POLL};
-pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET};
+pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET, IDENTITY_WATCH_INTERVAL};

@@ -20,7 +20,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use cairn_core::{
@@ -82,14 +82,78 @@ fn check_files(inner: &Inner, conn: &Connection) -> Result<()> {
     let Some(changed) = inner.identity.changed()? else {
         return Ok(());
     };
-    if matches!(changed, files::Changed::Main(_))
-        && !inner.wal_scrubbed.swap(true, Ordering::SeqCst)
-    {
+    if matches!(changed, files::Changed::Main(_)) && !inner.wal_scrubbed.load(Ordering::SeqCst) {
         // Best effort: a failure (a reader holding a snapshot past the busy timeout) leaves
-        // the log as it was; the write is refused either way.
-        let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        // the log as it was, and the next write or watcher tick tries again; the write is
+        // refused either way. The first column is 1 when the checkpoint could not finish.
+        let done = conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .is_ok_and(|busy| busy == 0);
+        if done {
+            inner.wal_scrubbed.store(true, Ordering::SeqCst);
+        }
     }
     Err(inner.identity.error(&changed))
+}
+
+/// How often an open store's identity watcher looks at the store file and its `-wal` file
+/// (one `lstat` of each).
+///
+/// Writes and readiness check the files themselves, but a store that writes nothing after
+/// its file was replaced (`mv other.db store.db`) would otherwise leave its log at
+/// `store.db-wal` until it closes, and the next process to open `store.db` would apply that
+/// log to the replacement — reading the old store's pages in the new file. The watcher finds
+/// the replacement within this interval and runs the same step as a write (checkpoint the
+/// log into the file this store opened, truncate the `-wal`); writes and readiness go on
+/// refusing with [`Error::StoreReplaced`].
+///
+/// **Remaining window:** SQLite cannot bind a `-wal` file to its database file. A process
+/// that opens the new file at the path within this interval of the replacement (before the
+/// watcher's checkpoint) still reads this store's log over it; so does one that opens it
+/// while the writer is busy past the interval, or when the checkpoint cannot finish (a
+/// reader holding an old snapshot; the watcher retries every interval). Stop the process
+/// owning a store before replacing its file.
+pub const IDENTITY_WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Starts the identity watcher of a newly opened store: a thread that holds the store only
+/// weakly and ends within one [`IDENTITY_WATCH_INTERVAL`] after the store's last handle is
+/// dropped, or once the log was checkpointed away after a replacement.
+fn start_watcher(inner: &Arc<Inner>) -> Result<()> {
+    let weak = Arc::downgrade(inner);
+    std::thread::Builder::new()
+        .name("cairn-sqlite-identity".into())
+        .spawn(move || watch(&weak, IDENTITY_WATCH_INTERVAL))
+        .map(drop)
+        .map_err(|e| {
+            Error::unavailable(format!(
+                "cannot start the store file's identity watcher: {e}"
+            ))
+        })
+}
+
+/// The watcher's loop ([`start_watcher`]).
+fn watch(store: &Weak<Inner>, interval: Duration) {
+    loop {
+        std::thread::sleep(interval);
+        let Some(inner) = store.upgrade() else {
+            return;
+        };
+        if inner.wal_scrubbed.load(Ordering::SeqCst) {
+            return;
+        }
+        // A path that cannot be looked at now is looked at again next time; writes refuse
+        // meanwhile.
+        let Ok(Some(_)) = inner.identity.changed() else {
+            continue;
+        };
+        // A busy writer is mid-write, and that write checks the files itself; otherwise the
+        // watcher runs the check (and its checkpoint) through the writer.
+        if let Ok(conn) = inner.writer.try_lock() {
+            let _ = check_files(&inner, &conn);
+        };
+    }
 }
 
 /// A copy of `e` for each caller of a group the check refused (the error is not `Clone`).
@@ -545,7 +609,7 @@ impl SqliteStore {
                 .map(|_| files::connect_reader(&path, &opts))
                 .collect::<Result<Vec<_>>>()?;
             let identity = files::Identity::record(&path)?;
-            Ok(Self {
+            let store = Self {
                 inner: Arc::new(Inner {
                     path,
                     opts,
@@ -558,7 +622,9 @@ impl SqliteStore {
                     identity,
                     wal_scrubbed: AtomicBool::new(false),
                 }),
-            })
+            };
+            start_watcher(&store.inner)?;
+            Ok(store)
         })
         .await
     }

@@ -295,3 +295,67 @@ async fn other_instances_opening_and_closing_the_file_are_not_a_replacement() {
         store.check_ready().await.unwrap();
     }
 }
+
+/// `mv other.db store.db` under an open store that then writes nothing more: the store's
+/// identity watcher finds the replacement by itself, checkpoints the store's log into the
+/// file it opened and truncates the `-wal` at the path, so the next opener of the path reads
+/// the replacement's own rows, not the old store's log laid over them.
+#[tokio::test]
+async fn a_store_file_replaced_with_no_write_after_leaves_no_log_for_the_newcomer() {
+    use cairn_core::EpochDiagnostics;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let wal = dir.path().join("store.db-wal");
+    let other = dir.path().join("other.db");
+    store_with_space(&other, "other").await;
+    let store = SqliteStore::open(&db).await.unwrap();
+    let mine = SpaceId::new("mine").unwrap();
+    for i in 0..30 {
+        store
+            .append(
+                &mine,
+                vec![Event::new("k", format!("{i}:{}", "x".repeat(3000)))],
+            )
+            .await
+            .unwrap();
+    }
+    assert!(
+        std::fs::metadata(&wal).unwrap().len() > 0,
+        "the log holds the appends"
+    );
+
+    std::fs::rename(&other, &db).unwrap();
+
+    // No write, no readiness probe: only the watcher can notice.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let wal_len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if wal_len == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the -wal at the path still holds {wal_len} bytes of the old store's log"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let epochs: i64 = conn
+        .query_row("SELECT count(*) FROM epoch", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        epochs, 1,
+        "the file at the path holds the replacement's one epoch"
+    );
+    drop(conn);
+    assert_replaced(store.check_ready().await, "readiness");
+    drop(store);
+    let reopened = SqliteStore::open(&db).await.unwrap();
+    let spaces = reopened.list_spaces(None, 10).await.unwrap();
+    assert_eq!(spaces, vec![SpaceId::new("other").unwrap()]);
+}
