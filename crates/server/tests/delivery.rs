@@ -220,14 +220,17 @@ impl Server {
     fn start(db: &str, collector: &str, env: &[(&str, &str)], extra: &[&str]) -> Self {
         let mut cmd = cairn(db);
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .args(["--delivery-url", &format!("{collector}/ingest")])
-            .args([
+            .args(["--delivery-url", &format!("{collector}/ingest")]);
+        // Short retry delays unless the test sets its own.
+        if !extra.contains(&"--delivery-retry-base-ms") {
+            cmd.args([
                 "--delivery-retry-base-ms",
                 "20",
                 "--delivery-retry-cap-ms",
                 "100",
-            ])
-            .args(["--delivery-poll-ms", "100"])
+            ]);
+        }
+        cmd.args(["--delivery-poll-ms", "100"])
             .args(["--delivery-max-response-bytes", "1024"])
             .args(extra)
             .env("CAIRN_AUTH__TOKENS", FULL)
@@ -500,8 +503,8 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         "the refresh retries within the same attempt"
     );
 
-    // A refused token (403 here, 401 above) is this server's problem: the run waits and
-    // spends no attempt.
+    // A refused token (403 here, 401 above) is this server's problem: the run is given back
+    // and spends no attempt.
     let forbidden = ids["forbidden"].clone();
     let v = server.wait_state(&forbidden, "succeeded");
     assert_eq!(v["attempts"], 1, "{v}");
@@ -718,8 +721,8 @@ fn events_before_during_and_after_the_first_post_arrive_on_postgres() {
 
 /// Issue 21 item 2: a refused collector token never parks a run. With `max_attempts` 3 and a
 /// collector that answers 401 to each run's first six POSTs (longer than three backoffs), then
-/// 202, every run is delivered and none is parked: a refusal waits with backoff and spends no
-/// attempt.
+/// 202, every run is delivered and none is parked: a refusal gives the run back (no attempt
+/// spent) and pauses deliveries with backoff.
 fn a_refused_token_never_parks_a_run(db: &str) {
     let (collector, url) = Collector::start();
     let server = Server::start(db, &url, &[("CAIRN_DELIVERY__TOKEN", OLD_TOKEN)], &[]);
@@ -764,4 +767,87 @@ fn a_refused_token_never_parks_a_run_on_sqlite() {
 #[test]
 fn a_refused_token_never_parks_a_run_on_postgres() {
     on_postgres(a_refused_token_never_parks_a_run);
+}
+
+/// Issue 21 item 2, across a crash: a refused run is given back at once (queued, its attempt
+/// returned), not held while the worker waits, so killing the server (SIGKILL) during the
+/// outage spends nothing. With `max_attempts` 1, the collector refuses the first POST (401);
+/// the run is then seen queued with `attempts` 0; the server is killed and started again, the
+/// collector accepts, and the run succeeds on its one attempt instead of being parked when a
+/// held lease expires.
+fn a_refused_run_is_given_back_and_survives_a_crash(db: &str) {
+    let (collector, url) = Collector::start();
+    // A long refusal wait keeps the released run queued (not due) while the server is killed.
+    let slow_retry = [
+        "--delivery-retry-base-ms",
+        "3000",
+        "--delivery-retry-cap-ms",
+        "3000",
+    ];
+    let env = [("CAIRN_DELIVERY__TOKEN", OLD_TOKEN)];
+    let mut server = Server::start(db, &url, &env, &slow_retry);
+    let (s, v) = server.call(
+        "POST",
+        "/v1/queues/telemetry/runs",
+        Some(json!({"key": "refused-crash", "payload": "401,202", "max_attempts": 1})),
+    );
+    assert_eq!(s, 201, "{v}");
+    let run = v["run_id"].as_str().unwrap().to_owned();
+    server.append_event(&run, "e1", "kept");
+    server.close(&run);
+    wait_until("the collector refuses the run once", || {
+        !collector.for_run(&run).is_empty()
+    });
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let v = server.run(&run);
+        if v["state"] == "queued" {
+            assert_eq!(
+                v["attempts"], 0,
+                "the refused claim's attempt is given back: {v}"
+            );
+            break;
+        }
+        // Held by the worker (claimed) until it gives the run back; any other state means it
+        // never did.
+        assert_eq!(
+            v["state"], "claimed",
+            "the refused run was never given back: {v}"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the refused run is still held by the worker: {v}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(collector.for_run(&run).len(), 1, "one refused POST so far");
+    // SIGKILL: no drain, no release on shutdown.
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    drop(server);
+
+    let server = Server::start(db, &url, &env, &slow_retry);
+    let v = server.wait_state(&run, "succeeded");
+    assert_eq!(v["attempts"], 1, "delivered on its only attempt: {v}");
+    assert_eq!(
+        collector.for_run(&run).len(),
+        2,
+        "refused once, then delivered"
+    );
+    assert!(
+        delivered_events(&collector, &run).contains(&(1, "e1".to_owned())),
+        "its event arrived"
+    );
+    server.stop();
+}
+
+#[test]
+fn a_refused_run_is_given_back_and_survives_a_crash_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_refused_run_is_given_back_and_survives_a_crash(&sqlite_db(&dir));
+}
+
+#[test]
+fn a_refused_run_is_given_back_and_survives_a_crash_on_postgres() {
+    on_postgres(a_refused_run_is_given_back_and_survives_a_crash);
 }

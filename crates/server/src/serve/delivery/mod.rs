@@ -8,11 +8,11 @@
 //!
 //! Per run it POSTs JSON batches (the run and up to `--delivery-batch` of its unacknowledged
 //! events, in seq order) and decides from the answer ([`verdict::classify`]): 2xx acknowledges
-//! the batch's events; 401 and 403 re-read the credentials and try once more, then wait (see
-//! below); redirects and the other 4xx except 408/429 park the run with the reason; 408, 429,
-//! 5xx, timeouts and connection errors nack it as retryable, so the spool's backoff (1 s
-//! doubling to 60 s, with jitter, by default) decides when it is tried again. A run whose
-//! attempts run out is parked by the spool like any other.
+//! the batch's events; 401 and 403 re-read the credentials and try once more, then give the
+//! run back and pause (see below); redirects and the other 4xx except 408/429 park the run
+//! with the reason; 408, 429, 5xx, timeouts and connection errors nack it as retryable, so the
+//! spool's backoff (1 s doubling to 60 s, with jitter, by default) decides when it is tried
+//! again. A run whose attempts run out is parked by the spool like any other.
 //!
 //! # When a run is finished
 //! A run is acked only once its producer *closed* it ([`cairn::Spool::close_run`]) and every
@@ -31,10 +31,14 @@
 //! the collector learns of every run; a closed run is POSTed at least once.
 //!
 //! Credential problems never park a run and spend no attempt: a missing or refused token
-//! (401, 403) is this server's problem, not the run's. The worker keeps the run (its lease is
-//! heartbeated) and tries the batch again after a backoff that starts at
-//! `delivery.retry_base_ms` and doubles to `delivery.retry_cap_ms`, re-reading the token file
-//! each time; on shutdown it gives the run back without spending its attempt.
+//! (401, 403) is this server's problem, not the run's. The worker gives the run back at once
+//! ([`Outcome::Release`], which returns the claim's attempt) with a wait taken from a refusal
+//! streak shared by all runs (the collector refuses the server's token, not a run): it starts
+//! at `delivery.retry_base_ms` and doubles to `delivery.retry_cap_ms`, and is reset by any
+//! delivered batch. Until the wait is over deliveries pause: a run taken meanwhile is given
+//! back at once with the rest of the wait, without a POST. No claim is held while the worker
+//! waits, so a crash during an outage spends no attempt either. The token file is re-read on
+//! each refusal.
 //!
 //! Bounds: connect and request timeouts, at most `--delivery-max-response-bytes` of an answer
 //! are read, redirects are not followed, and on shutdown the worker gets the server's drain
@@ -45,12 +49,13 @@ mod verdict;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn::spool::{
     BackoffPolicy, Consumer, ConsumerBuilder, ConsumerId, EventStream, Job, Outcome, QueueName,
-    RunEvent, RunId, SpoolConfig, MAX_ACK_IDS,
+    RunEvent, RunId, SpoolConfig, MAX_ACK_IDS, MAX_LEASE,
 };
 use serde::Serialize;
 
@@ -148,7 +153,7 @@ pub(crate) struct Settings {
     timeout: Duration,
     max_response_bytes: usize,
     poll: Duration,
-    /// The wait after a refused token (`delivery.retry_base_ms` doubling to `retry_cap_ms`).
+    /// The pause after a refused token (`delivery.retry_base_ms` doubling to `retry_cap_ms`).
     backoff: BackoffPolicy,
 }
 
@@ -243,6 +248,8 @@ impl Worker {
             settings,
             metrics,
             announced: Mutex::new(HashSet::new()),
+            refusals: AtomicU32::new(0),
+            paused_until: Mutex::new(None),
         });
         let queue = deliverer.settings.queue.clone();
         let consumer = ConsumerBuilder::new(spool, queue, consumer_id)
@@ -297,6 +304,11 @@ struct Deliverer {
     /// restart a waiting run is announced once more (harmless, the collector sees the same run
     /// id again). Bounded by [`MAX_ANNOUNCED`].
     announced: Mutex<HashSet<RunId>>,
+    /// Refusals (401/403) since the last delivered batch, over all runs: the collector
+    /// refuses this server's token, not a run. Sets the length of the next pause.
+    refusals: AtomicU32,
+    /// Until when deliveries pause after a refusal; `None` when not paused.
+    paused_until: Mutex<Option<Instant>>,
 }
 
 /// Most open runs remembered as announced; past it the memory is cleared (some waiting runs
@@ -326,6 +338,34 @@ impl Deliverer {
             .remove(&run);
     }
 
+    /// What is left of the pause after a refusal, or `None` when deliveries may go on.
+    fn paused(&self) -> Option<Duration> {
+        let until = (*self.paused_until.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let left = until.saturating_duration_since(Instant::now());
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// Records a refusal: lengthens the streak and pauses deliveries for the streak's backoff,
+    /// which it returns.
+    fn refused(&self, job: &Job) -> Duration {
+        let streak = self
+            .refusals
+            .fetch_add(1, Ordering::SeqCst)
+            .saturating_add(1);
+        let jitter = cairn::spool::jitter_seed(job.queue(), job.dedup_key(), streak);
+        let wait = self.settings.backoff.delay(streak, jitter).min(MAX_LEASE);
+        let until = Instant::now() + wait;
+        let mut paused = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
+        *paused = Some(paused.map_or(until, |p| p.max(until)));
+        wait
+    }
+
+    /// Ends the refusal streak and the pause: the collector took a batch.
+    fn delivered(&self) {
+        self.refusals.store(0, Ordering::SeqCst);
+        *self.paused_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// Counts the outcome and logs it (its kind only: the reason may quote the collector).
     fn record(&self, outcome: &Outcome) {
         let label = match outcome {
@@ -347,12 +387,16 @@ impl Deliverer {
         let mut after = 0;
         let mut sent_any = false;
         let mut closed = false;
-        let mut refused: u32 = 0;
         loop {
             if job.stop().is_stopped() {
                 // Shutdown, a cancel (the spool then ends the run canceled) or a lost lease:
                 // give the run back without spending its attempt.
                 return Outcome::Release(Duration::ZERO);
+            }
+            if let Some(left) = self.paused() {
+                // The collector refused the token a moment ago: no POST until the pause is
+                // over, and no claim held meanwhile (the release gives the attempt back).
+                return Outcome::Release(left);
             }
             // The closed flag is read before the events: once closed, no event can arrive.
             if !closed {
@@ -389,24 +433,19 @@ impl Deliverer {
                 Err(e) => return Outcome::Fail(format!("cannot encode the batch: {e}")),
             };
             match self.post(body).await {
-                Verdict::Delivered => refused = 0,
+                Verdict::Delivered => self.delivered(),
                 Verdict::Refused(status) => {
-                    refused = refused.saturating_add(1);
-                    let jitter = cairn::spool::jitter_seed(job.queue(), job.dedup_key(), refused);
-                    let wait = self.settings.backoff.delay(refused, jitter);
+                    let wait = self.refused(job);
                     self.metrics.delivery.with_label_values(&["refused"]).inc();
                     tracing::warn!(
                         target: "cairn::delivery",
                         status,
                         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        "the collector refused the delivery token; the run waits and spends \
-                         no attempt (set a valid token in CAIRN_DELIVERY__TOKEN or \
-                         delivery.token_file)"
+                        "the collector refused the delivery token; the run is given back \
+                         without spending an attempt and deliveries pause (set a valid token \
+                         in CAIRN_DELIVERY__TOKEN or delivery.token_file)"
                     );
-                    tokio::select! {
-                        () = tokio::time::sleep(wait) => continue,
-                        _ = job.stop().stopped() => return Outcome::Release(Duration::ZERO),
-                    }
+                    return Outcome::Release(wait);
                 }
                 Verdict::Retry(why) => return Outcome::Retry(why),
                 Verdict::Park(why) => {
