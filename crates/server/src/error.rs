@@ -48,8 +48,25 @@ impl From<std::io::Error> for CliError {
 
 /// Collapses a message to one line, so that an error is always exactly one line on stderr even
 /// when a driver's message spans several.
+///
+/// Error messages may quote what the store holds (an engine's error quoting a stored down
+/// statement, a revision id): any control character left after the folding (an escape
+/// sequence) is printed escaped (`\u{1b}`), so a store cannot drive the operator's terminal.
 pub(crate) fn one_line(msg: &str) -> String {
-    msg.split_whitespace().collect::<Vec<_>>().join(" ")
+    let folded = msg.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !folded.chars().any(char::is_control) {
+        return folded;
+    }
+    folded
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -59,5 +76,15 @@ mod tests {
     #[test]
     fn messages_collapse_to_one_line() {
         assert_eq!(one_line("a\nb\r\n  c\t d"), "a b c d");
+    }
+
+    #[test]
+    fn control_characters_left_after_folding_are_escaped() {
+        assert_eq!(
+            one_line("near \"nosuch\ncairn: rolled back FORGED\u{1b}[32m\""),
+            "near \"nosuch cairn: rolled back FORGED\\u{1b}[32m\""
+        );
+        assert_eq!(one_line("a\u{7}b\u{9b}c"), "a\\u{7}b\\u{9b}c");
+        assert_eq!(one_line("plain C:\\path é"), "plain C:\\path é");
     }
 }
