@@ -374,12 +374,28 @@ impl Config {
         }
         let mut config = Config::default();
         // Each section is read on its own, so a mistake in one does not hide those in others.
+        // A section holding unknown keys is read again without them, so that its other
+        // problems are reported too (serde stops at the first unknown key).
         macro_rules! read {
             ($field:ident, $key:literal) => {
                 if figment.contains($key) {
                     match figment.extract_inner($key) {
                         Ok(v) => config.$field = v,
-                        Err(e) => problems.extend(describe(e, $key)),
+                        Err(e) => {
+                            let unknown = unknown_keys(&e);
+                            problems.extend(describe(e, $key));
+                            if !unknown.is_empty() {
+                                if let Ok(mut section) =
+                                    figment.extract_inner::<figment::value::Dict>($key)
+                                {
+                                    section.retain(|k, _| !unknown.contains(k));
+                                    match Figment::from(Serialized::defaults(section)).extract() {
+                                        Ok(v) => config.$field = v,
+                                        Err(e) => problems.extend(describe(e, $key)),
+                                    }
+                                }
+                            }
+                        }
                     }
                 }
             };
@@ -403,6 +419,17 @@ impl Config {
         }
         (config, problems)
     }
+}
+
+/// The unknown keys an extraction error names.
+fn unknown_keys(err: &figment::Error) -> Vec<String> {
+    err.clone()
+        .into_iter()
+        .filter_map(|e| match e.kind {
+            figment::error::Kind::UnknownField(f, _) => Some(f),
+            _ => None,
+        })
+        .collect()
 }
 
 /// figment's errors as lines naming the key, never the value.
@@ -432,7 +459,10 @@ fn describe(err: figment::Error, section: &str) -> Vec<String> {
                     format!("expected {expected}, found {}", found(a))
                 }
                 Kind::UnknownField(f, _) => {
-                    key = format!("{key}.{f}");
+                    // figment's path may already end with the field.
+                    if !key.ends_with(&format!(".{f}")) {
+                        key = format!("{key}.{f}");
+                    }
                     "unknown key".to_owned()
                 }
                 Kind::UnknownVariant(_, expected) => {

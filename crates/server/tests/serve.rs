@@ -1285,6 +1285,44 @@ fn refused_config(db: &str, env: &[(&str, &str)], args: &[&str]) -> String {
     err
 }
 
+/// An unknown key inside a section is named once (`auth.unknown_key`, not
+/// `auth.unknown_key.unknown_key`) and does not hide the section's other problems.
+#[test]
+fn an_unknown_key_in_a_section_is_named_once_and_hides_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never.db");
+    let db = db.to_str().unwrap();
+    let config = dir.path().join("cairn.toml");
+    std::fs::write(
+        &config,
+        "[auth]\ntokens = [\"short1\"]\nunknown_key = 1\n\n[limits]\nbogus_limit = 2\nmax_body_bytes = 0\n",
+    )
+    .unwrap();
+    let err = refused_config(db, &[], &["--config", config.to_str().unwrap()]);
+    let lines: Vec<&str> = err.lines().collect();
+    assert!(
+        lines.contains(&"cairn: config: auth.unknown_key: unknown key"),
+        "{err}"
+    );
+    assert!(
+        lines.contains(&"cairn: config: limits.bogus_limit: unknown key"),
+        "{err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("cairn: config: auth.tokens: token 1")),
+        "the section's other problem is still reported: {err}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("cairn: config: limits.max_body_bytes")),
+        "the section's other problem is still reported: {err}"
+    );
+    assert!(!std::path::Path::new(db).exists(), "nothing opened");
+}
+
 /// A config file with several mistakes: every one is reported on its own line naming its key,
 /// exit 2, no token or URL password echoed, and nothing opened (no store file).
 #[test]
