@@ -190,7 +190,8 @@ impl fmt::Display for Seq {
 /// One event: an opaque payload with a kind and an optional key.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Event {
-    /// What the payload is (e.g. `kv.put`); 1..=[`MAX_KIND_LEN`] bytes of UTF-8.
+    /// What the payload is (e.g. `kv.put`); 1..=[`MAX_KIND_LEN`] bytes of UTF-8 without a NUL
+    /// character (U+0000), which a Postgres `TEXT` column cannot hold ([`Event::validate`]).
     pub kind: String,
     /// Optional key (e.g. the kv key the event touches); at most [`MAX_KEY_LEN`] bytes.
     pub key: Option<Vec<u8>>,
@@ -226,15 +227,23 @@ impl Event {
         crate::encoding::event_id(self)
     }
 
-    /// Checks the size limits.
+    /// Checks the size limits, and that the kind holds no NUL character.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] naming the field that is out of bounds.
+    /// [`Error::InvalidInput`] naming the field that is out of bounds, or the kind when it
+    /// holds a NUL character (U+0000): every backend refuses it alike, since Postgres cannot
+    /// store one in the kind's `TEXT` column.
     pub fn validate(&self) -> Result<()> {
         if self.kind.is_empty() || self.kind.len() > MAX_KIND_LEN {
             return Err(Error::invalid(
                 "event kind",
                 format!("must be 1..={MAX_KIND_LEN} bytes"),
+            ));
+        }
+        if self.kind.contains('\0') {
+            return Err(Error::invalid(
+                "event kind",
+                "must not contain a NUL character (U+0000)",
             ));
         }
         if self.key.as_ref().is_some_and(|k| k.len() > MAX_KEY_LEN) {
@@ -550,5 +559,24 @@ mod tests {
             FeedCursor::start_after(&space, Some(&last), 10).unwrap(),
             Seq(i64::MAX.unsigned_abs())
         );
+    }
+
+    #[test]
+    fn a_kind_holding_a_nul_is_refused_as_invalid_input() {
+        for kind in ["k\0", "\0", "a\0b"] {
+            let err = Event::new(kind, "p").validate().unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    Error::InvalidInput {
+                        what: "event kind",
+                        ..
+                    }
+                ),
+                "{kind:?}: {err:?}"
+            );
+            assert!(Event::validate_batch(&[Event::new(kind, "p")]).is_err());
+        }
+        assert!(Event::new("k\u{1}\u{FFFD}", "p").validate().is_ok());
     }
 }

@@ -1620,3 +1620,61 @@ fn connection_limits_and_retention_pacing_out_of_range_are_refused() {
     }
     assert!(!std::path::Path::new(db).exists(), "nothing opened");
 }
+
+/// A NUL character (U+0000) in a text field never gives a 5xx (Postgres refuses it in a TEXT
+/// column): an event kind holding one is refused as `invalid_input` and nothing is written; a
+/// nack reason holding one is stored with each NUL replaced by U+FFFD, the same on every backend.
+fn nul_in_text_fields(db: &str) {
+    let server = Server::start(db, &[]);
+
+    let (s, body) = server.send(
+        "POST",
+        "/v1/spaces/s1/epochs",
+        &json!({"events": [{"kind": "k\u{0}", "payload": "p"}]}),
+    );
+    assert_eq!((s, code(&body)), (400, "invalid_input"), "{body}");
+    let (s, body) = server.send(
+        "POST",
+        "/v1/spaces/s1/epochs",
+        &json!({"events": [{"kind": "k", "payload": "p"}]}),
+    );
+    assert_eq!(
+        (s, &body["seq"]),
+        (201, &json!(1)),
+        "nothing written: {body}"
+    );
+
+    let (s, body) = server.send(
+        "POST",
+        "/v1/queues/gate/runs",
+        &json!({"key": "nul", "payload": ""}),
+    );
+    assert_eq!(s, 201, "{body}");
+    let (s, claimed) = server.send("POST", "/v1/queues/gate/claim", &json!({"consumer": "w"}));
+    assert_eq!(s, 200, "{claimed}");
+    let run = &claimed["runs"][0];
+    let id = str_of(run, "run_id").to_owned();
+    let (s, body) = server.send(
+        "POST",
+        &format!("/v1/runs/{id}/nack"),
+        &json!({"token": run["token"], "kind": "retryable", "reason": "a\u{0}b"}),
+    );
+    assert_eq!((s, str_of(&body, "state")), (200, "queued"), "{body}");
+    let (s, stored) = server.get(&format!("/v1/runs/{id}"));
+    assert_eq!(s, 200, "{stored}");
+    assert_eq!(stored["reason"], "a\u{FFFD}b", "{stored}");
+
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{status:?}: {stderr}");
+}
+
+#[test]
+fn a_nul_in_a_kind_is_refused_and_in_a_reason_replaced_on_sqlite() {
+    let (_dir, db) = sqlite_db();
+    nul_in_text_fields(&db);
+}
+
+#[test]
+fn a_nul_in_a_kind_is_refused_and_in_a_reason_replaced_on_postgres() {
+    common::on_postgres("cairn_serve_nul", nul_in_text_fields);
+}

@@ -247,7 +247,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///   `due_at = now + backoff(attempts, jitter_seed(queue, key, attempts))`; the queue's
     ///   subscribers are woken. On the last attempt → `parked` ([`exhausted_park_reason`]).
     /// - [`NackKind::Permanent`] → `parked`; [`NackKind::Failed`] → `failed`.
-    /// - `reason` (cut to [`MAX_REASON_LEN`]) is recorded on the run.
+    /// - `reason`, normalized by [`clip_reason`] (each NUL replaced by U+FFFD, cut to
+    ///   [`MAX_REASON_LEN`]), is recorded on the run.
     ///
     /// # Errors
     /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;

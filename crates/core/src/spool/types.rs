@@ -512,7 +512,8 @@ pub struct ImportedRun {
     pub due_at: Option<Timestamp>,
     /// For a terminal run (and only then), when it finished.
     pub finished_at: Option<Timestamp>,
-    /// Why it was parked, failed or last retried (at most [`MAX_REASON_LEN`] bytes).
+    /// Why it was parked, failed or last retried (at most [`MAX_REASON_LEN`] bytes, without a
+    /// NUL character).
     pub reason: Option<String>,
     /// Its facts (values at most [`MAX_FACT_VALUE`] bytes).
     pub facts: BTreeMap<FactName, Vec<u8>>,
@@ -565,7 +566,8 @@ pub enum RunImportOutcome {
 /// characters; a `Claimed` run; `due_at` set other than on a `Queued` run (or missing on
 /// one); `finished_at` set other than on a terminal run (or missing on one); attempts above
 /// `max_attempts` or `max_attempts` outside 1..=[`MAX_ATTEMPTS_LIMIT`]; an oversized payload,
-/// event payload, fact value or reason; two runs with one id or one `(queue, dedup_key)`; two
+/// event payload, fact value or reason; a reason holding a NUL character (U+0000, which
+/// [`clip_reason`] would have replaced); two runs with one id or one `(queue, dedup_key)`; two
 /// events of a run with one id.
 pub fn check_import(source: &ImportSource, runs: &[ImportedRun]) -> Result<()> {
     let d = &source.description;
@@ -607,6 +609,9 @@ pub fn check_import(source: &ImportSource, runs: &[ImportedRun]) -> Result<()> {
         check_payload("run payload", MAX_RUN_PAYLOAD, &r.payload)?;
         if r.reason.as_ref().is_some_and(|x| x.len() > MAX_REASON_LEN) {
             return Err(bad(format!("its reason is over {MAX_REASON_LEN} bytes")));
+        }
+        if r.reason.as_ref().is_some_and(|x| x.contains('\0')) {
+            return Err(bad("its reason holds a NUL character (U+0000)".into()));
         }
         for v in r.facts.values() {
             check_payload("fact value", MAX_FACT_VALUE, v)?;
@@ -667,10 +672,18 @@ pub fn check_payload(what: &'static str, max: usize, payload: &[u8]) -> Result<(
     }
 }
 
-/// Cuts a nack reason to at most [`MAX_REASON_LEN`] bytes at a character boundary.
+/// Normalizes a nack or park reason as every backend stores it: each NUL character (U+0000),
+/// which a Postgres `TEXT` column cannot hold, is replaced by U+FFFD (a reason is never
+/// refused: a worker must always be able to nack), then the result is cut to at most
+/// [`MAX_REASON_LEN`] bytes at a character boundary.
 pub fn clip_reason(reason: &str) -> String {
+    let reason = if reason.contains('\0') {
+        std::borrow::Cow::Owned(reason.replace('\0', "\u{FFFD}"))
+    } else {
+        std::borrow::Cow::Borrowed(reason)
+    };
     if reason.len() <= MAX_REASON_LEN {
-        return reason.to_owned();
+        return reason.into_owned();
     }
     let mut end = MAX_REASON_LEN;
     while !reason.is_char_boundary(end) {
@@ -714,5 +727,49 @@ mod tests {
         let long = "é".repeat(MAX_REASON_LEN);
         let clipped = clip_reason(&long);
         assert!(clipped.len() <= MAX_REASON_LEN && long.starts_with(&clipped));
+    }
+
+    #[test]
+    fn a_nul_in_a_reason_is_replaced_not_refused() {
+        assert_eq!(clip_reason("a\0b\0"), "a\u{FFFD}b\u{FFFD}");
+        assert_eq!(clip_reason("plain"), "plain");
+        // The replacement is longer than a NUL: the result is still cut to the limit.
+        let clipped = clip_reason(&"\0".repeat(MAX_REASON_LEN));
+        assert!(clipped.len() <= MAX_REASON_LEN && clipped.len() > MAX_REASON_LEN - 3);
+        assert!(clipped.chars().all(|c| c == '\u{FFFD}'));
+        let exhausted = crate::spool::exhausted_park_reason(3, "x\0y");
+        assert!(!exhausted.contains('\0') && exhausted.contains("x\u{FFFD}y"));
+    }
+
+    #[test]
+    fn an_imported_reason_holding_a_nul_is_refused() {
+        let source = ImportSource {
+            fingerprint: [7; 32],
+            description: "a test source".into(),
+        };
+        let now = Timestamp::from_unix_micros(1_000_000);
+        let run = |reason: &str| ImportedRun {
+            run_id: RunId::generate(now),
+            queue: QueueName::new("q").unwrap(),
+            dedup_key: DedupKey::from_parts(["k"]).unwrap(),
+            supersede_group: None,
+            payload: vec![],
+            state: RunState::Failed,
+            attempts: 1,
+            max_attempts: 1,
+            priority: 0,
+            enqueued_at: now,
+            due_at: None,
+            finished_at: Some(now),
+            reason: Some(reason.into()),
+            facts: BTreeMap::new(),
+            events: vec![],
+        };
+        assert!(check_import(&source, &[run("a\u{FFFD}b")]).is_ok());
+        let err = check_import(&source, &[run("a\0b")]).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidInput { .. }) && err.to_string().contains("NUL"),
+            "{err}"
+        );
     }
 }

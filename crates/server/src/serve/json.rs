@@ -120,8 +120,9 @@ pub(crate) struct FactPath {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct EventIn {
-    /// The event's kind, e.g. `kv.put`: 1 to 256 bytes of UTF-8.
-    #[schema(min_length = 1)]
+    /// The event's kind, e.g. `kv.put`: 1 to 256 bytes of UTF-8 without a NUL character
+    /// (U+0000; refused as `invalid_input`, as the core's `Event::validate` does).
+    #[schema(min_length = 1, pattern = r"^[^\u0000]*$")]
     pub(crate) kind: String,
     /// The event's optional key, as text (at most 1024 bytes).
     pub(crate) key: Option<String>,
@@ -659,7 +660,8 @@ pub(crate) struct NackRequest {
     pub(crate) token: String,
     /// `retryable` (default), `permanent` or `failed`.
     pub(crate) kind: Option<String>,
-    /// Why (recorded on the run; cut to 4096 bytes).
+    /// Why (recorded on the run with each NUL character replaced by U+FFFD, cut to 4096
+    /// bytes; never refused).
     pub(crate) reason: Option<String>,
 }
 
