@@ -17,6 +17,9 @@
 //! with [`crate::cache_is_current`] under the space lock and recomputes when it fails. The marker
 //! only lets a server skip a pass that would find nothing to do; `cairn backfill` ignores it and
 //! always runs a pass.
+//!
+//! [`EpochStore::list_spaces`]: crate::EpochStore::list_spaces
+//! [`EpochStore::repair_heads`]: crate::EpochStore::repair_heads
 
 use std::future::Future;
 use std::sync::Mutex;

@@ -16,7 +16,7 @@
 //!   LOCKED`) both the expired leases to settle and the next `limit` due runs, and one `UPDATE
 //!   … FROM unnest(…)` that writes every picked run. The backoff's jitter is BLAKE3 over the
 //!   run's key, which SQL cannot compute, so the new `due_at`s come from Rust between the two;
-//! - ack: one statement; concurrent acks of one instance share one ([`ack_batch`]);
+//! - ack: one statement; concurrent acks of one instance share one (`ack_batch`);
 //! - heartbeat, nack, cancel: one read and one compare-and-set write;
 //! - append_event, acknowledge_events, set_fact: one statement each (a fact conflict reads the
 //!   stored value with a second);

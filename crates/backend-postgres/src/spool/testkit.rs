@@ -241,7 +241,7 @@ impl PgSpool {
     /// The `due_at` the one-statement claim writes (in microseconds since the Unix epoch) for
     /// a lease expiring at `expires_at`, attempt `attempt` and claim jitter `jitter` (the top
     /// 32 bits of the jitter seed) under the backoff `base` and `cap`: the claim's own SQL
-    /// ([`super::sql::claim_backoff_joins`]), evaluated by the server.
+    /// (`claim_backoff_joins` in `spool::sql`), evaluated by the server.
     ///
     /// # Errors
     /// A failed query.

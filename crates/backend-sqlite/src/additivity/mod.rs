@@ -39,7 +39,7 @@ use snapshot::{of_kind, read_schema, read_seeded};
 /// The SQLite engine of cairn-migrate's executed additivity check ([`AdditivityEngine`]).
 ///
 /// Per revision, in a fresh private temporary directory (removed afterwards, and by the next
-/// check when a kill left it behind; see [`scratch`]): a throwaway store is built at the revision's parent through the lineage-aware
+/// check when a kill left it behind; see the `scratch` module): a throwaway store is built at the revision's parent through the lineage-aware
 /// runner — for an application's set, cairn's own set first, then the application's history
 /// ([`CheckTarget`]) — and seeded through cairn's real write paths
 /// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Every
