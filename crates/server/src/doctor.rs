@@ -37,7 +37,8 @@ const TABLES: [&str; 8] = [
 /// One check's result.
 #[derive(Serialize, Debug)]
 pub(crate) struct Check {
-    /// What was checked (`integrity`, `migrations:cairn`, `spool`, `head_caches`, `retention`).
+    /// What was checked (`integrity`, `migrations:cairn`, `ready`, `spool`, `head_caches`,
+    /// `retention`).
     pub(crate) name: String,
     /// Whether it found nothing to repair.
     pub(crate) ok: bool,
@@ -110,6 +111,7 @@ pub(crate) async fn report(
         }
     }
     if let Some(serving) = serving {
+        checks.push(ready(serving.diagnostics).await);
         checks.extend(store_checks(serving.spool, serving.diagnostics, retention_cap).await);
     } else if openable {
         match open(target, IfMissing::Refuse).await {
@@ -128,6 +130,27 @@ pub(crate) async fn report(
     Report {
         healthy: checks.iter().all(|c| c.ok),
         checks,
+    }
+}
+
+/// A running server's store handle is still usable (`EpochDiagnostics::check_ready`, what
+/// `/readyz` asks): for SQLite, the store file and its `-wal` file at the path are still the
+/// ones the server opened — a file replaced under the server is a problem only a restart
+/// repairs.
+async fn ready(diagnostics: &dyn cairn::EpochDiagnostics) -> Check {
+    match diagnostics.check_ready().await {
+        Ok(()) => Check::ok(
+            "ready",
+            "the store the server opened answers and is still at its path",
+        ),
+        Err(e) => {
+            let replaced = matches!(e, cairn::Error::StoreReplaced { .. });
+            Check::problem(
+                "ready",
+                crate::error::one_line(&e.to_string()),
+                replaced.then_some("restart cairn serve so that it opens the file now at the path"),
+            )
+        }
     }
 }
 

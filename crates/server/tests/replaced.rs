@@ -173,3 +173,87 @@ fn a_store_file_replaced_under_cairn_serve_is_refused_with_503_and_not_corrupted
         1
     );
 }
+
+/// The outside tester's case: `mv other.db store.db` under a `cairn serve` that then gets no
+/// write and no readiness probe. The store's identity watcher checkpoints the server's log
+/// away by itself (the `-wal` at the path empties within the deadline), so the file at the
+/// path reads as the other store, its own rows; `/v1/doctor` reports the replacement.
+#[test]
+fn a_store_file_replaced_under_an_idle_cairn_serve_gets_no_log_of_the_old_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let wal = dir.path().join("store.db-wal");
+    let other = dir.path().join("other.db");
+    let db_s = db.to_str().unwrap();
+    run_ok(
+        other.to_str().unwrap(),
+        &[
+            "append",
+            "--space",
+            "theirs",
+            "--kind",
+            "k",
+            "--payload",
+            "p",
+        ],
+    );
+
+    let server = Server::start(db_s);
+    let payload = "x".repeat(3000);
+    for _ in 0..30 {
+        let (s, body) = server.call(
+            "POST",
+            "/v1/spaces/mine/epochs",
+            Some(&json!({"events": [{"kind": "k", "payload": payload}]})),
+        );
+        assert_eq!(s, 201, "{body}");
+    }
+    assert!(
+        std::fs::metadata(&wal).unwrap().len() > 0,
+        "the log holds the appends"
+    );
+
+    std::fs::rename(&other, &db).unwrap();
+
+    // No write and no probe: only the watcher can act.
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let len = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+        if len == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the -wal at the path still holds {len} bytes of the server's log"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let epochs: i64 = conn
+        .query_row("SELECT count(*) FROM epoch", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(
+        epochs, 1,
+        "the file at the path holds the other store's one epoch"
+    );
+    drop(conn);
+    assert_eq!(quick_check(&db), "ok");
+
+    let (s, body) = server.call("GET", "/v1/doctor", None);
+    assert_eq!(s, 503, "{body}");
+    let ready = body["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ready")
+        .unwrap_or_else(|| panic!("no ready check: {body}"));
+    assert_eq!(ready["ok"], false, "{body}");
+    assert!(ready["repair"].is_string(), "{body}");
+    server.stop();
+    assert_eq!(
+        run_ok(db_s, &["heads", "--space", "theirs"])
+            .lines()
+            .count(),
+        1
+    );
+}

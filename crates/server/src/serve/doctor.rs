@@ -21,7 +21,7 @@ pub(crate) struct Target {
 /// One check of the report.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct DoctorCheck {
-    /// `integrity`, `scratch`, `migrations:cairn`, `spool`, `retention`, `head_caches`.
+    /// `integrity`, `scratch`, `migrations:cairn`, `ready`, `spool`, `retention`, `head_caches`.
     name: String,
     /// Whether it found nothing to repair.
     ok: bool,
