@@ -64,7 +64,8 @@ struct Inner {
     pending: std::sync::Mutex<Vec<Box<dyn Pending>>>,
     groups: GroupStats,
     /// The store file and `-wal` file this instance opened, checked before every write
-    /// transaction ([`check_files`]).
+    /// transaction ([`check_files`]) and every [`IDENTITY_WATCH_INTERVAL`] by the watcher
+    /// thread ([`watch`]).
     identity: files::Identity,
     /// Set once the write-ahead log was checkpointed away after the store file was found
     /// replaced ([`check_files`]).
