@@ -9,11 +9,11 @@ use std::process::{Command, Output};
 
 use cairn::spool::legacy::{seal_record, MAX_LEGACY_LINE};
 
+mod common;
+
 fn cairn(db: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.env_remove("CAIRN_DATABASE")
-        .args(["--database", db])
-        .args(args);
+    let mut cmd = common::cairn(db);
+    cmd.args(args);
     cmd
 }
 
@@ -194,20 +194,6 @@ fn a_tail_over_the_record_limit_is_refused_as_damage() {
     assert_eq!(leftovers, 0, "no backup of a refused import");
 }
 
-async fn databases() -> (tempfile::TempDir, Vec<String>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pg = cairn::testkit::postgres::testkit::test_server_url()
-        .await
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_cli_import");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let urls = vec![
-        dir.path().join("spool.db").display().to_string(),
-        format!("{pg}{sep}cairn_schema={schema}"),
-    ];
-    (dir, urls, pg, schema)
-}
-
 /// The descriptions of the completion markers the store holds.
 async fn markers(db: &str, pg: &str, schema: &str) -> Vec<String> {
     if db.starts_with("postgres") {
@@ -245,7 +231,7 @@ async fn markers(db: &str, pg: &str, schema: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quarantine_imports_the_valid_records_and_records_a_partial_import_on_both_backends() {
-    let (dir, urls, pg, schema) = databases().await;
+    let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_cli_import").await;
     for (n, db) in urls.iter().enumerate() {
         let legacy = dir.path().join(format!("made-{n}"));
         write_documented_legacy_dir(&legacy);
@@ -314,10 +300,5 @@ async fn quarantine_imports_the_valid_records_and_records_a_partial_import_on_bo
         assert!(again.contains("source partial import"), "{again}");
         assert_eq!(runs(db), listed);
     }
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    common::drop_schema(&pg, &schema).await;
 }

@@ -105,14 +105,11 @@ fn run_ok(db: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[test]
-fn a_store_file_replaced_under_cairn_serve_is_refused_with_503_and_not_corrupted() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("store.db");
-    let other = dir.path().join("other.db");
-    let db_s = db.to_str().unwrap();
+/// Makes another store at `path` holding one epoch in space `theirs`: the file that replaces
+/// the server's.
+fn another_store(path: &std::path::Path) {
     run_ok(
-        other.to_str().unwrap(),
+        path.to_str().unwrap(),
         &[
             "append",
             "--space",
@@ -123,6 +120,15 @@ fn a_store_file_replaced_under_cairn_serve_is_refused_with_503_and_not_corrupted
             "p",
         ],
     );
+}
+
+#[test]
+fn a_store_file_replaced_under_cairn_serve_is_refused_with_503_and_not_corrupted() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let other = dir.path().join("other.db");
+    let db_s = db.to_str().unwrap();
+    another_store(&other);
 
     let server = Server::start(db_s);
     for i in 0..30 {
@@ -185,18 +191,7 @@ fn a_store_file_replaced_under_an_idle_cairn_serve_gets_no_log_of_the_old_store(
     let wal = dir.path().join("store.db-wal");
     let other = dir.path().join("other.db");
     let db_s = db.to_str().unwrap();
-    run_ok(
-        other.to_str().unwrap(),
-        &[
-            "append",
-            "--space",
-            "theirs",
-            "--kind",
-            "k",
-            "--payload",
-            "p",
-        ],
-    );
+    another_store(&other);
 
     let server = Server::start(db_s);
     let payload = "x".repeat(3000);

@@ -3,11 +3,11 @@
 
 use std::process::{Command, Output};
 
+mod common;
+
 fn cairn(db: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.env_remove("CAIRN_DATABASE")
-        .args(["--database", db])
-        .args(args);
+    let mut cmd = common::cairn(db);
+    cmd.args(args);
     cmd
 }
 
@@ -21,32 +21,9 @@ fn ok(out: Output) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
-async fn databases() -> (tempfile::TempDir, Vec<String>, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let pg = cairn::testkit::postgres::testkit::test_server_url()
-        .await
-        .unwrap_or_else(|msg| panic!("{msg}"));
-    let schema = cairn::testkit::scratch_name("cairn_cli_spool");
-    let sep = if pg.contains('?') { '&' } else { '?' };
-    let urls = vec![
-        dir.path().join("spool.db").display().to_string(),
-        format!("{pg}{sep}cairn_schema={schema}"),
-    ];
-    (dir, urls, pg, schema)
-}
-
-async fn drop_schema(pg: &str, schema: &str) {
-    use sqlx::Connection;
-    let mut conn = sqlx::PgConnection::connect(pg).await.unwrap();
-    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s1_concurrent_enqueue_processes_get_one_run_id_per_key_on_both_backends() {
-    let (_dir, urls, pg, schema) = databases().await;
+    let (_dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_cli_spool").await;
     for db in &urls {
         // Create the store first, so the processes race on the key, not on creating the store.
         ok(cairn(
@@ -124,12 +101,12 @@ async fn s1_concurrent_enqueue_processes_get_one_run_id_per_key_on_both_backends
             "{runs}"
         );
     }
-    drop_schema(&pg, &schema).await;
+    common::drop_schema(&pg, &schema).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_show_prints_state_and_bad_input_gets_one_line() {
-    let (dir, urls, pg, schema) = databases().await;
+    let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_cli_spool").await;
     for db in &urls {
         let line = ok(cairn(
             db,
@@ -179,7 +156,7 @@ async fn run_show_prints_state_and_bad_input_gets_one_line() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(!missing.exists());
-    drop_schema(&pg, &schema).await;
+    common::drop_schema(&pg, &schema).await;
 }
 
 /// Writes the documented example of docs/LEGACY_FORMAT.md into `dir` (checkpoint, runs.wal,
@@ -199,7 +176,7 @@ fn write_documented_legacy_dir(dir: &std::path::Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s13_import_legacy_once_with_a_backup_and_corruption_changing_nothing() {
-    let (dir, urls, pg, schema) = databases().await;
+    let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_cli_spool").await;
     for (n, db) in urls.iter().enumerate() {
         // A corrupt record mid-file is refused before anything is written or copied.
         let bad = dir.path().join(format!("bad-{n}"));
@@ -266,5 +243,5 @@ async fn s13_import_legacy_once_with_a_backup_and_corruption_changing_nothing() 
         let again = ok(cairn(db, &["runs", "--queue", "gate"]).output().unwrap());
         assert_eq!(again, runs, "a second import changes nothing");
     }
-    drop_schema(&pg, &schema).await;
+    common::drop_schema(&pg, &schema).await;
 }

@@ -102,15 +102,38 @@ pub(crate) fn on_postgres(prefix: &str, case: impl FnOnce(&str)) {
     let sep = if pg.contains('?') { '&' } else { '?' };
     let url = format!("{pg}{sep}cairn_schema={schema}");
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(&url)));
-    rt.block_on(async {
-        use sqlx::Connection;
-        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-    });
+    rt.block_on(drop_schema(&pg, &schema));
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+/// The two stores a CLI test runs on: a SQLite file in a fresh temporary directory and a fresh
+/// schema (`prefix` plus a unique suffix) of the test Postgres server — failing, never
+/// skipping, when no server can be found. Returns the directory (kept alive by the caller), the
+/// two URLs, the server's URL and the schema, for [`drop_schema`] at the end.
+pub(crate) async fn sqlite_and_postgres(
+    prefix: &str,
+) -> (tempfile::TempDir, Vec<String>, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let pg = cairn::testkit::postgres::testkit::test_server_url()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let schema = cairn::testkit::scratch_name(prefix);
+    let sep = if pg.contains('?') { '&' } else { '?' };
+    let urls = vec![
+        dir.path().join("spool.db").display().to_string(),
+        format!("{pg}{sep}cairn_schema={schema}"),
+    ];
+    (dir, urls, pg, schema)
+}
+
+/// Drops `schema` on the Postgres server at `pg`.
+pub(crate) async fn drop_schema(pg: &str, schema: &str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(pg).await.unwrap();
+    sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
 }
