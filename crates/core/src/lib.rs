@@ -36,7 +36,7 @@ pub use encoding::{epoch_id, event_id, verify_epoch};
 pub use error::{BoxError, Error, Result};
 pub use keys::{key64, scratch_name};
 pub use memory::MemoryStore;
-pub use seq::{cache_is_current, next_seq, HeadProbe};
+pub use seq::{cache_is_current, heads_after_import, next_seq, HeadProbe};
 pub use spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
     LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,

@@ -1,17 +1,23 @@
 //! The epoch log's schema, written once and rendered for each SQL backend.
 //!
-//! Both backends create exactly these tables and indexes, so a store's shape does not depend on
-//! the engine. The DDL is built with `sea-query` (a query builder, not a driver). The
-//! lineage-aware migration runner will take this list over as revision 1 of cairn's own
-//! migration set; until then backends apply it with `IF NOT EXISTS` on open.
+//! [`epoch_log_ddl`] is the generator of revision `0001_epoch_log` of cairn's own migration set
+//! (`cairn-migrate`). The revision ships the text this rendered when it was released, as fixed
+//! files (`crates/migrate/sql/0001_epoch_log.{sqlite,postgres}.sql`) whose checksum every
+//! store's lineage holds; a test in `cairn-migrate` checks that the generator still renders
+//! exactly that text. Backends do not run this DDL themselves: they create and upgrade their
+//! tables through the migration runner on open, so both engines hold the same objects. The DDL
+//! is built with `sea-query` (a query builder, not a driver); every statement is
+//! `IF NOT EXISTS`.
 //!
 //! Tables:
-//! - `epoch(space, id, seq)` — PK `(space, id)`; unique `(space, seq)`, the index the
-//!   `MAX(seq)` probe walks backwards (without it the probe scans the space).
+//! - `epoch(space, id, seq)` — PK `(space, id)`; unique index `epoch_space_seq` on
+//!   `(space, seq)`, the index the `MAX(seq)` probe walks backwards (without it the probe scans
+//!   the space).
 //! - `epoch_parent(space, parent, child)` — PK `(space, child, parent)`; index
-//!   `(space, parent, child)` for the anti-join; both ends reference `epoch`.
+//!   [`PARENT_INDEX`] on `(space, parent, child)` for the anti-join; both ends reference `epoch`.
 //! - `epoch_event(space, seq, epoch_seq, epoch, event_id, kind, key, payload)` — PK
-//!   `(space, seq, epoch_seq)`, the feed's order.
+//!   `(space, seq, epoch_seq)`, the feed's order; `(space, epoch)` references `epoch`, with
+//!   index `epoch_event_space_epoch` on that side of the key.
 //! - `epoch_head(space, id, seq)` — the head cache; PK `(space, id)`, deliberately without
 //!   foreign keys so creating or writing it takes no lock on the log's tables.
 

@@ -1,4 +1,4 @@
-//! The seq rule and the head-cache check, as pure functions.
+//! The seq rule, the head-cache check and the heads after an import, as pure functions.
 
 use crate::types::{EpochId, Head, Seq};
 
@@ -62,6 +62,24 @@ impl HeadProbe {
     pub fn cache_is_current(&self) -> bool {
         cache_is_current(&self.cached, self.max_seq, self.max_id)
     }
+}
+
+/// The heads of a space after `imported` was added to it: `before` (the space's heads when the
+/// import read them, under the space's write lock) without the imported epoch's `parents`,
+/// plus `imported`, sorted (by id bytes, as the head cache is read).
+///
+/// An append always leaves one head; an import may fork the space (its parents need not be
+/// heads, so every head it does not name stays one). Every backend writes its head cache to
+/// exactly this set after an import.
+pub fn heads_after_import(before: &[Head], parents: &[EpochId], imported: Head) -> Vec<Head> {
+    let mut heads: Vec<Head> = before
+        .iter()
+        .filter(|h| !parents.contains(&h.id))
+        .copied()
+        .collect();
+    heads.push(imported);
+    heads.sort();
+    heads
 }
 
 #[cfg(test)]
@@ -142,6 +160,38 @@ mod tests {
         assert!(!stale.cache_is_current());
     }
 
+    #[test]
+    fn an_import_on_the_only_head_replaces_it() {
+        assert_eq!(
+            heads_after_import(&[head(1, 1)], &[EpochId([1; 32])], head(2, 2)),
+            vec![head(2, 2)]
+        );
+    }
+
+    #[test]
+    fn an_import_of_an_older_parent_forks_the_space() {
+        // Heads 3@3; the imported epoch names 1 (no longer a head): both stay heads.
+        assert_eq!(
+            heads_after_import(&[head(3, 3)], &[EpochId([1; 32])], head(2, 4)),
+            vec![head(2, 4), head(3, 3)]
+        );
+    }
+
+    #[test]
+    fn an_import_merging_heads_leaves_one_and_keeps_the_rest_sorted() {
+        let before = [head(1, 2), head(5, 3), head(9, 4)];
+        let parents = [EpochId([9; 32]), EpochId([1; 32])];
+        assert_eq!(
+            heads_after_import(&before, &parents, head(4, 5)),
+            vec![head(4, 5), head(5, 3)]
+        );
+    }
+
+    #[test]
+    fn the_first_epoch_of_a_space_is_its_only_head() {
+        assert_eq!(heads_after_import(&[], &[], head(7, 1)), vec![head(7, 1)]);
+    }
+
     proptest! {
         #[test]
         fn seq_check_is_current_iff_successor(max in proptest::option::of(0u64..1_000_000), next in 0u64..1_000_002) {
@@ -164,6 +214,26 @@ mod tests {
                 Some(n) => max_cached == Some(n.seq) && cached.iter().any(|h| h.id == n.id),
             };
             prop_assert_eq!(probe(newest, cached).cache_is_current(), expected);
+        }
+
+        /// Over any heads and any parents: the imported epoch is a head, a parent is not, every
+        /// other head stays one, and the result is sorted without duplicates.
+        #[test]
+        fn heads_after_import_drops_exactly_the_parents(
+            before in proptest::collection::btree_map(0u8..8, 1u64..8, 0..5),
+            parents in proptest::collection::btree_set(0u8..10, 0..4),
+            imported in 8u8..12,
+        ) {
+            let before: Vec<Head> = before.into_iter().map(|(b, s)| head(b, s)).collect();
+            let parents: Vec<EpochId> = parents.into_iter().map(|b| EpochId([b; 32])).collect();
+            let new = head(imported, 9);
+            let after = heads_after_import(&before, &parents, new);
+            prop_assert!(after.contains(&new));
+            prop_assert!(after.windows(2).all(|w| w[0] < w[1]));
+            for h in &before {
+                prop_assert_eq!(after.contains(h), !parents.contains(&h.id));
+            }
+            prop_assert_eq!(after.len(), before.iter().filter(|h| !parents.contains(&h.id)).count() + 1);
         }
     }
 }
