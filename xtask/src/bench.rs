@@ -149,7 +149,7 @@ impl Subject {
                 let schema = format!("cairn_bench_{tag}");
                 eprintln!("bench schema: {schema} (dropped at the end of the run)");
                 let opts = cairn_postgres::PgOptions::new(url).schema(schema.clone());
-                let store = cairn_postgres::PgStore::connect_with(opts)
+                let store = cairn_postgres::PgStore::open_with(opts)
                     .await
                     .map_err(store_err)?;
                 Ok(Self::Postgres {

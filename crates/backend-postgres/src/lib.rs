@@ -3,7 +3,7 @@
 //! The epoch log on PostgreSQL (sqlx): the backend cairn scales out with — several processes
 //! or service nodes against one database.
 //!
-//! - The store namespace is a Postgres schema ([`PgOptions::schema`]); [`PgStore::connect_with`]
+//! - The store namespace is a Postgres schema ([`PgOptions::schema`]); [`PgStore::open_with`]
 //!   opens it through cairn-migrate's lineage-aware runner ([`PgMigrator`]), which creates the
 //!   schema and tables when missing and upgrades, uses or refuses an existing store.
 //!   [`PgOptions`] is a builder: [`PgOptions::new`] takes a URL, [`PgOptions::from_pool`] the

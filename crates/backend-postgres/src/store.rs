@@ -376,15 +376,15 @@ pub(crate) async fn cache_exact(db: &mut Db<'_>, space: &SpaceId, after: &[Head]
 }
 
 impl PgStore {
-    /// Connects to `url` with the store in schema `public`.
+    /// Opens the store at `url` in schema `public`.
     ///
     /// # Errors
-    /// As [`PgStore::connect_with`].
-    pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with(PgOptions::new(url)).await
+    /// As [`PgStore::open_with`].
+    pub async fn open(url: &str) -> Result<Self> {
+        Self::open_with(PgOptions::new(url)).await
     }
 
-    /// Connects with `opts` as a build that knows cairn's own migration set: opens the store
+    /// Opens with `opts` as a build that knows cairn's own migration set: opens the store
     /// through the lineage-aware runner (creating the schema and tables when missing, unless
     /// [`PgOptions::create_if_missing`] says not to; upgrading an older store; using a newer
     /// compatible one as is), then builds the pool. [`PgStore::opened`] says what the open did.
@@ -396,19 +396,19 @@ impl PgStore {
     /// schema holds no cairn store; [`Error::Incompatible`] for a store whose migration history
     /// this build must not use; [`Error::Migration`] when an upgrade failed (and was rolled
     /// back); [`Error::Backend`] when the schema cannot be created.
-    pub async fn connect_with(opts: PgOptions) -> Result<Self> {
+    pub async fn open_with(opts: PgOptions) -> Result<Self> {
         let runner = Runner::new(cairn_set())
             .with_lock_timeout(opts.lock_timeout.max(std::time::Duration::from_secs(30)));
         Self::open_through(opts, &runner).await
     }
 
-    /// Connects with `opts`, opening the store through `runner` (a build's own view of cairn's
+    /// Opens with `opts` through `runner` (a build's own view of cairn's
     /// migration set), and says what the open did.
     ///
     /// # Errors
-    /// As [`PgStore::connect_with`].
+    /// As [`PgStore::open_with`].
     #[cfg(feature = "testkit")]
-    pub async fn connect_migrated(opts: PgOptions, runner: &Runner) -> Result<(Self, Opened)> {
+    pub async fn open_migrated(opts: PgOptions, runner: &Runner) -> Result<(Self, Opened)> {
         let store = Self::open_through(opts, runner).await?;
         let opened = store.opened().clone();
         Ok((store, opened))

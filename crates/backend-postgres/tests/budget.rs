@@ -119,7 +119,7 @@ async fn stores_in_different_schemas_do_not_block_each_other() {
 async fn bad_schema_names_are_refused_before_connecting() {
     for bad in ["Public", "x; drop table epoch", "1x", ""] {
         let opts = PgOptions::new("postgres://nobody@127.0.0.1:1/none").schema(bad);
-        match PgStore::connect_with(opts).await {
+        match PgStore::open_with(opts).await {
             Err(Error::InvalidInput { .. }) => {}
             other => panic!("schema {bad:?}: expected InvalidInput, got {other:?}"),
         }
@@ -130,7 +130,7 @@ async fn bad_schema_names_are_refused_before_connecting() {
 async fn unreachable_server_is_unavailable_and_the_message_has_no_url() {
     let opts = PgOptions::new("postgres://someone:s3cret@127.0.0.1:1/db")
         .acquire_timeout(std::time::Duration::from_secs(3));
-    let err = PgStore::connect_with(opts).await.unwrap_err();
+    let err = PgStore::open_with(opts).await.unwrap_err();
     assert!(matches!(err, Error::Unavailable { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(!msg.contains("s3cret") && !msg.contains("someone"), "{msg}");
@@ -194,7 +194,7 @@ async fn repair_keeps_a_row_that_stays_a_head() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_past_the_lock_timeout_is_retryable_and_writes_nothing() {
     let h = harness().await;
-    let store = PgStore::connect_with(h.options().lock_timeout(Duration::from_millis(200)))
+    let store = PgStore::open_with(h.options().lock_timeout(Duration::from_millis(200)))
         .await
         .unwrap();
     let space = random_space("lock-timeout");
@@ -267,7 +267,7 @@ async fn a_writer_skipping_the_space_lock_races_into_a_conflict_never_a_wrong_he
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_timeout_leaves_no_aborted_transaction_in_the_pool() {
     let h = harness().await;
-    let store = PgStore::connect_with(
+    let store = PgStore::open_with(
         h.options()
             .max_connections(1)
             .lock_timeout(Duration::from_millis(200)),

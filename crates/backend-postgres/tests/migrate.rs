@@ -54,7 +54,7 @@ async fn upgrade_with(sql: &str) -> (String, Result<(), MigrateError>, Option<St
     let opts = PgOptions::new(url().await)
         .schema(&schema)
         .max_connections(1);
-    PgStore::connect_with(opts.clone())
+    PgStore::open_with(opts.clone())
         .await
         .expect("the store opens")
         .close()

@@ -85,13 +85,13 @@ fn not_found_for(err: &Error, schema: &str) -> bool {
 async fn opened_says_what_the_open_did() {
     let s = Scratch::new();
     let opts = PgOptions::new(url().await).schema(&s.0).max_connections(2);
-    let first = PgStore::connect_with(opts.clone()).await.unwrap();
+    let first = PgStore::open_with(opts.clone()).await.unwrap();
     assert!(
         matches!(first.opened(), Opened::Upgraded { from: None, applied } if !applied.is_empty()),
         "{:?}",
         first.opened()
     );
-    let second = PgStore::connect_with(opts).await.unwrap();
+    let second = PgStore::open_with(opts).await.unwrap();
     assert_eq!(second.opened(), &Opened::AtHead);
     first.close().await;
     second.close().await;
@@ -104,7 +104,7 @@ async fn without_create_if_missing_a_missing_schema_is_not_found_and_nothing_is_
     let opts = PgOptions::new(url().await)
         .schema(&s.0)
         .create_if_missing(false);
-    let err = PgStore::connect_with(opts.clone()).await.unwrap_err();
+    let err = PgStore::open_with(opts.clone()).await.unwrap_err();
     assert!(not_found_for(&err, &s.0), "{err:?}");
     assert!(
         !schema_exists(&s.0).await,
@@ -130,7 +130,7 @@ async fn without_create_if_missing_a_schema_without_a_store_is_not_found_and_lef
     let opts = PgOptions::new(url().await)
         .schema(&s.0)
         .create_if_missing(false);
-    let err = PgStore::connect_with(opts).await.unwrap_err();
+    let err = PgStore::open_with(opts).await.unwrap_err();
     assert!(not_found_for(&err, &s.0), "{err:?}");
     assert_eq!(tables_in(&s.0).await, 0, "the refused open created tables");
     s.drop_now().await;
@@ -140,11 +140,11 @@ async fn without_create_if_missing_a_schema_without_a_store_is_not_found_and_lef
 async fn without_create_if_missing_an_existing_store_opens() {
     let s = Scratch::new();
     let opts = PgOptions::new(url().await).schema(&s.0).max_connections(2);
-    let created = PgStore::connect_with(opts.clone()).await.unwrap();
+    let created = PgStore::open_with(opts.clone()).await.unwrap();
     let space = random_space("existing");
     let a = created.append(&space, ev("a")).await.unwrap();
     created.close().await;
-    let reader = PgStore::connect_with(opts.create_if_missing(false))
+    let reader = PgStore::open_with(opts.create_if_missing(false))
         .await
         .unwrap();
     assert_eq!(reader.opened(), &Opened::AtHead);
@@ -157,7 +157,7 @@ async fn without_create_if_missing_an_existing_store_opens() {
 async fn after_close_every_operation_is_unavailable() {
     let s = Scratch::new();
     let opts = PgOptions::new(url().await).schema(&s.0).max_connections(2);
-    let store = PgStore::connect_with(opts).await.unwrap();
+    let store = PgStore::open_with(opts).await.unwrap();
     let space = random_space("closed");
     store.append(&space, ev("before")).await.unwrap();
     let clone = store.clone();
@@ -181,7 +181,7 @@ async fn service_pool() -> PgPool {
 async fn a_store_from_a_services_pool_leaves_its_connections_and_its_pool_alone() {
     let s = Scratch::new();
     let service = service_pool().await;
-    let store = PgStore::connect_with(
+    let store = PgStore::open_with(
         PgOptions::from_pool(&service)
             .schema(&s.0)
             .lock_timeout(std::time::Duration::from_millis(1234)),
@@ -257,7 +257,7 @@ async fn least_privilege_scenario(role: &str, schema: &str) {
         .max_connections(2);
 
     // Open: cairn's tables are created in the existing schema.
-    let store = PgStore::connect_with(opts.clone())
+    let store = PgStore::open_with(opts.clone())
         .await
         .unwrap_or_else(|e| panic!("open as a least-privilege role: {e}"));
     assert!(matches!(store.opened(), Opened::Upgraded { .. }));
@@ -292,7 +292,7 @@ async fn least_privilege_scenario(role: &str, schema: &str) {
         "DELETE FROM {schema}.cairn_migration_lineage WHERE set_name = 'cairn'"
     ))
     .await;
-    let store = PgStore::connect_with(opts)
+    let store = PgStore::open_with(opts)
         .await
         .unwrap_or_else(|e| panic!("repair as a least-privilege role: {e}"));
     assert_eq!(store.opened(), &Opened::LineageRepaired);

@@ -86,7 +86,7 @@ async fn functions_planted_in_the_stores_schema_never_run() {
     );
     assert_eq!(store.computed_heads(&space).await.unwrap().len(), 1);
     // Reopening reads the migration state through the same schema.
-    let again = PgStore::connect_with(h.options()).await.unwrap();
+    let again = PgStore::open_with(h.options()).await.unwrap();
     assert_eq!(again.heads(&space).await.unwrap().len(), 1);
 
     let clock = Arc::new(ManualClock::default());

@@ -87,7 +87,7 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
 async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
     let h = harness().await;
     let opts = own_schema(&h);
-    let (old, opened) = PgStore::connect_migrated(opts.clone(), &previous_build())
+    let (old, opened) = PgStore::open_migrated(opts.clone(), &previous_build())
         .await
         .unwrap();
     assert!(
@@ -100,7 +100,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
     }
     drop(old);
 
-    let store = PgStore::connect_with(opts.clone()).await.unwrap();
+    let store = PgStore::open_with(opts.clone()).await.unwrap();
     assert_eq!(
         store.opened(),
         &Opened::Upgraded {
@@ -122,7 +122,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
     assert_eq!(next.parents, vec![last.id]);
     drop(store);
 
-    let again = PgStore::connect_with(opts.clone()).await.unwrap();
+    let again = PgStore::open_with(opts.clone()).await.unwrap();
     assert_eq!(again.opened(), &Opened::AtHead);
     drop(again);
     drop_schema(&opts).await;
@@ -134,7 +134,7 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let current = h.store().await.unwrap();
     let first = current.append(&space(), event(0)).await.unwrap();
 
-    let (previous, opened) = PgStore::connect_migrated(h.options(), &previous_build())
+    let (previous, opened) = PgStore::open_migrated(h.options(), &previous_build())
         .await
         .unwrap();
     assert_eq!(

@@ -120,7 +120,7 @@ async fn e11_a_single_event_append_sends_five_statements_on_the_wire() {
         .port(port)
         .ssl_mode(PgSslMode::Disable);
     let pool = PgPoolOptions::new().connect_lazy_with(via_proxy);
-    let store = PgStore::connect_with(
+    let store = PgStore::open_with(
         PgOptions::from_pool(&pool)
             .schema(h.schema())
             .max_connections(1),

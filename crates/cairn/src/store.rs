@@ -551,7 +551,7 @@ impl StoreBuilder {
             opts = opts.lock_timeout(t);
         }
         opts = opts.create_if_missing(self.create_if_missing);
-        let store = cairn_postgres::PgStore::connect_with(opts.clone()).await?;
+        let store = cairn_postgres::PgStore::open_with(opts.clone()).await?;
         let mut migrations = vec![SetOpened {
             set: CAIRN_SET.into(),
             outcome: store.opened().clone(),

@@ -239,7 +239,7 @@ pub(crate) async fn floor_rate(
             let url = pg_url.ok_or("no Postgres server")?;
             let schema = format!("cairn_bench_floor_{}", random_tag());
             let store =
-                PgStore::connect_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
+                PgStore::open_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
                     .await
                     .map_err(store_err)?;
             store.close().await;
@@ -385,7 +385,7 @@ impl Fresh {
                     .await
                     .map_err(|e| format!("cannot connect to Postgres: {e}"))?;
                 let store =
-                    PgStore::connect_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
+                    PgStore::open_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
                         .await
                         .map_err(store_err)?;
                 Ok(Self::Postgres(store, admin, schema))

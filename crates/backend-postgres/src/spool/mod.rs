@@ -156,7 +156,7 @@ impl fmt::Debug for PgSpool {
 }
 
 impl PgSpool {
-    /// Connects with `opts` (the same options as [`crate::PgStore::connect_with`]: server,
+    /// Connects with `opts` (the same options as [`crate::PgStore::open_with`]: server,
     /// schema, pool size, lock and acquire timeouts), reading time from `clock`
     /// (production: [`SystemClock`]) with the default [`SpoolConfig`].
     ///
@@ -165,7 +165,7 @@ impl PgSpool {
     /// at `0001_epoch_log` is upgraded to `0002_spool`, a newer compatible store is used as is.
     ///
     /// # Errors
-    /// As [`crate::PgStore::connect_with`].
+    /// As [`crate::PgStore::open_with`].
     pub async fn connect(opts: PgOptions, clock: Arc<dyn Clock>) -> Result<Self> {
         Self::connect_with_config(opts, clock, SpoolConfig::default()).await
     }
@@ -173,7 +173,7 @@ impl PgSpool {
     /// [`PgSpool::connect`] on the system clock.
     ///
     /// # Errors
-    /// As [`crate::PgStore::connect_with`].
+    /// As [`crate::PgStore::open_with`].
     pub async fn connect_system(opts: PgOptions) -> Result<Self> {
         Self::connect(opts, Arc::new(SystemClock)).await
     }
@@ -182,7 +182,7 @@ impl PgSpool {
     /// should use the same config: the backoff decides when a run is due again.
     ///
     /// # Errors
-    /// As [`crate::PgStore::connect_with`].
+    /// As [`crate::PgStore::open_with`].
     pub async fn connect_with_config(
         opts: PgOptions,
         clock: Arc<dyn Clock>,
@@ -197,7 +197,7 @@ impl PgSpool {
     /// two releases one revision apart), with the default [`SpoolConfig`].
     ///
     /// # Errors
-    /// As [`crate::PgStore::connect_with`].
+    /// As [`crate::PgStore::open_with`].
     #[cfg(feature = "testkit")]
     pub async fn connect_as(
         opts: PgOptions,

@@ -71,7 +71,7 @@ impl PgHarness {
     async fn admin(&self) -> &PgStore {
         self.admin
             .get_or_init(|| async {
-                PgStore::connect_with(self.options().max_connections(4))
+                PgStore::open_with(self.options().max_connections(4))
                     .await
                     .unwrap_or_else(|e| {
                         panic!("postgres test server: cannot create the test schema: {e}")
@@ -90,9 +90,9 @@ impl PgHarness {
     /// Connects a new store over this harness's schema.
     ///
     /// # Errors
-    /// As [`PgStore::connect_with`].
+    /// As [`PgStore::open_with`].
     pub async fn store(&self) -> Result<PgStore> {
-        PgStore::connect_with(self.options()).await
+        PgStore::open_with(self.options()).await
     }
 
     /// The schema this harness owns.
@@ -308,7 +308,7 @@ impl cairn_conformance::MigrationHarness for PgHarness {
     }
 
     async fn open_as(&self, runner: &cairn_migrate::Runner) -> Result<Arc<dyn EpochDiagnostics>> {
-        let (store, _) = PgStore::connect_migrated(self.options(), runner).await?;
+        let (store, _) = PgStore::open_migrated(self.options(), runner).await?;
         Ok(Arc::new(store))
     }
 
