@@ -21,9 +21,10 @@
 //!
 //! ## Expand / contract and the fleet registry
 //!
-//! Every open of a store through the facade registers the build in the store's fleet registry
-//! ([`fleet`]: build id, the newest revision it knows per set, host, pid, last seen) and keeps
-//! the entry fresh with a heartbeat. A revision marked *contract*
+//! Every open of a store — through the `cairn` facade or straight through a backend crate's
+//! [`Backend`] — runs [`Session::open`], which registers the build in the store's fleet
+//! registry ([`fleet`]: build id, the newest revision it knows per set, host, pid, last seen)
+//! and keeps the entry fresh with a heartbeat. A revision marked *contract*
 //! ([`MigrationSet::with_contract`], or a first line `-- cairn:contract` in its up file) is
 //! applied only when no live build other than the caller lacks it; otherwise the open is
 //! refused in one line naming the builds that would break ([`MigrateError::ContractRefused`]),
@@ -62,11 +63,14 @@
 #![forbid(unsafe_code)]
 
 pub mod additivity;
+mod backend;
 pub mod bookkeeping;
 mod cairn_set;
 mod classify;
+pub mod diagnostics;
 mod error;
 pub mod fleet;
+mod open;
 mod revision;
 mod runner;
 pub mod source;
@@ -74,12 +78,15 @@ mod split;
 mod text;
 mod transaction;
 
+pub use backend::Backend;
 pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use classify::{classify, Classification, Inconsistency, LineageVerdict, Refusal, StoredState};
+pub use diagnostics::{Diagnostics, Integrity};
 pub use error::MigrateError;
 pub use fleet::{Blocker, FleetEntry};
+pub use open::{DeferredContract, OpenOptions, Session, SetOpened, DEFAULT_MIGRATION_LOCK_TIMEOUT};
 pub use revision::{Checksum, ChecksumForm, LineageEntry, MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
