@@ -22,6 +22,7 @@
 
 mod additivity;
 mod config;
+mod diagnostics;
 mod error;
 mod migrate;
 pub mod spool;
@@ -32,6 +33,7 @@ pub mod testkit;
 
 pub use additivity::PgAdditivity;
 pub use config::{connect_options_from_url, PgOptions};
+pub use diagnostics::PgDiagnostics;
 pub use migrate::PgMigrator;
 pub use spool::PgSpool;
 pub use store::PgStore;

@@ -54,7 +54,7 @@ mod capture;
 mod down;
 mod engine;
 mod judge;
-mod scratch;
+pub(crate) mod scratch;
 mod snapshot;
 mod sql;
 

@@ -33,6 +33,31 @@ fn is_scratch_name(name: &str) -> bool {
     })
 }
 
+/// The throwaway schemas without a session of their check: every session of a running check
+/// carries the schema's name as its `application_name` (see `PgAdditivity`'s connect options).
+const UNOWNED_SCHEMAS: &str = "SELECT n.nspname::text FROM pg_catalog.pg_namespace n \
+    WHERE n.nspname LIKE $1 AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a \
+    WHERE a.application_name = n.nspname) ORDER BY 1";
+
+/// The `LIKE` pattern of the throwaway schemas' names (`_` escaped).
+const LIKE_SCRATCH: &str = "cairn\\_add\\_%";
+
+/// The throwaway schemas of the database `conn` is connected to that no running check owns
+/// (no session carries the schema's name as its `application_name`), by name, sorted: what a
+/// killed check left behind. Lists only, takes no lock and drops nothing; `cairn doctor`
+/// reports them (through the Postgres backend's diagnostics) and the next check drops them.
+///
+/// # Errors
+/// Driver errors.
+pub(crate) async fn leftovers(conn: &mut PgConnection) -> Result<Vec<String>, Error> {
+    let names: Vec<String> = sqlx::query_scalar(UNOWNED_SCHEMAS)
+        .bind(LIKE_SCRATCH)
+        .fetch_all(conn)
+        .await
+        .map_err(map_sqlx)?;
+    Ok(names.into_iter().filter(|n| is_scratch_name(n)).collect())
+}
+
 /// A check's claim on its schema: a session holding the schema's advisory lock. The lock goes
 /// when the session ends, however the check ends.
 pub(super) struct Owner {
@@ -60,7 +85,7 @@ impl Owner {
     /// effort: a schema that cannot be dropped now is tried again by the next check.
     pub(super) async fn drop_leftovers(&mut self) {
         let Ok(names) = sqlx::query_scalar::<_, String>(sql::SCRATCH_SCHEMAS)
-            .bind("cairn\\_add\\_%")
+            .bind(LIKE_SCRATCH)
             .fetch_all(&mut self.conn)
             .await
         else {

@@ -1,0 +1,132 @@
+//! [`cairn_migrate::Diagnostics`] for a Postgres store: cairn's tables in the store's schema,
+//! checked against the tables cairn's revisions create up to the store's stamp, and the
+//! additivity check's leftover scratch schemas in the store's database.
+
+use async_trait::async_trait;
+use cairn_core::schema::Dialect;
+use cairn_core::{Error, Result};
+use cairn_migrate::bookkeeping::{self as bk, STAMP_TABLE};
+use cairn_migrate::diagnostics::tables_integrity;
+use cairn_migrate::{Diagnostics, Integrity, CAIRN_SET};
+use sqlx::{Connection, PgConnection};
+
+use crate::additivity::scratch;
+use crate::config::{PgOptions, SchemaName};
+use crate::error::map_sqlx;
+use crate::sql::SESSION_SETUP;
+
+/// The tables of schema `$1`.
+const SCHEMA_TABLES: &str =
+    "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1";
+
+/// Read-only diagnostics of the Postgres store (one schema) that [`PgOptions`] name, built from
+/// the options alone: it works on a store that is damaged, missing or refused by the migration
+/// runner, and never creates a schema or a table. Each check connects for its duration only.
+/// `Debug` never prints the URL.
+#[derive(Clone)]
+pub struct PgDiagnostics {
+    opts: PgOptions,
+    schema: SchemaName,
+}
+
+impl std::fmt::Debug for PgDiagnostics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDiagnostics")
+            .field("schema", &self.schema.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a check could not connect.
+enum NoConnection {
+    /// The options are unusable (e.g. a URL the driver cannot parse).
+    Options(Error),
+    /// The server did not let us in.
+    Server(Error),
+}
+
+impl PgDiagnostics {
+    /// Diagnostics of the store `opts` names. Nothing is connected until a check runs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for a schema name outside `[a-z_][a-z0-9_]{0,62}`.
+    pub fn new(opts: PgOptions) -> Result<Self> {
+        let schema = SchemaName::parse(&opts.schema)?;
+        Ok(Self { opts, schema })
+    }
+
+    async fn connect(&self) -> std::result::Result<PgConnection, NoConnection> {
+        let opts = &self.opts;
+        let options = opts.connect_options().map_err(NoConnection::Options)?;
+        let mut conn = PgConnection::connect_with(&options)
+            .await
+            .map_err(|e| NoConnection::Server(map_sqlx(e)))?;
+        sqlx::query(SESSION_SETUP)
+            .bind(self.schema.as_str())
+            .bind(opts.lock_timeout.as_millis().max(1).to_string())
+            .execute(&mut conn)
+            .await
+            .map_err(|e| NoConnection::Server(map_sqlx(e)))?;
+        Ok(conn)
+    }
+
+    /// The schema's tables and the store's stamp of cairn's set (none without one).
+    async fn catalog(&self, conn: &mut PgConnection) -> Result<(Vec<String>, Option<String>)> {
+        let tables: Vec<String> = sqlx::query_scalar(SCHEMA_TABLES)
+            .bind(self.schema.as_str())
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_sqlx)?;
+        let stamp = if tables.iter().any(|t| t == STAMP_TABLE) {
+            sqlx::query_scalar(bk::sql(Dialect::Postgres).read_stamp)
+                .bind(CAIRN_SET)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(map_sqlx)?
+        } else {
+            None
+        };
+        Ok((tables, stamp))
+    }
+}
+
+#[async_trait]
+impl Diagnostics for PgDiagnostics {
+    fn engine(&self) -> &str {
+        "postgres"
+    }
+
+    /// Every table cairn's revisions create up to the store's stamp is in the schema
+    /// ([`tables_integrity`]); none of them is [`Integrity::Missing`]. A server that cannot be
+    /// reached is [`Integrity::Unreachable`].
+    async fn integrity(&self) -> Integrity {
+        let mut conn = match self.connect().await {
+            Ok(c) => c,
+            Err(NoConnection::Options(e)) => {
+                return Integrity::Unchecked {
+                    detail: e.to_string(),
+                }
+            }
+            Err(NoConnection::Server(_)) => return Integrity::Unreachable,
+        };
+        let catalog = self.catalog(&mut conn).await;
+        let _ = conn.close().await;
+        match catalog {
+            Ok((tables, stamp)) => tables_integrity(Dialect::Postgres, stamp.as_deref(), &tables),
+            Err(_) => Integrity::Unchecked {
+                detail: "cannot list the schema's tables".into(),
+            },
+        }
+    }
+
+    /// The Postgres additivity engine's scratch schemas in the store's database that no running
+    /// check owns, by the engine's own rule.
+    async fn scratch_leftovers(&self) -> Result<Vec<String>> {
+        let mut conn = self.connect().await.map_err(|e| match e {
+            NoConnection::Options(e) | NoConnection::Server(e) => e,
+        })?;
+        let found = scratch::leftovers(&mut conn).await;
+        let _ = conn.close().await;
+        found
+    }
+}
