@@ -621,10 +621,9 @@ impl EpochStore for PgStore {
         check_parents(&mut db, space, &epoch.parents).await?;
         let probe = probe(&mut db, space).await?;
         let seq = probe.next();
-        let mut heads = working_heads(&mut db, space, &probe).await?;
-        heads.retain(|h| !epoch.parents.contains(&h.id));
-        heads.push(Head { id: epoch.id, seq });
-        heads.sort();
+        let before = working_heads(&mut db, space, &probe).await?;
+        let heads =
+            cairn_core::heads_after_import(&before, &epoch.parents, Head { id: epoch.id, seq });
         let event_ids: Vec<EventId> = epoch.events.iter().map(Event::id).collect();
         let cols = EventColumns::new(epoch.events, &event_ids);
         let cache = CacheWrite::Exact(&heads);

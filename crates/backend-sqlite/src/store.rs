@@ -24,9 +24,9 @@ use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use cairn_core::{
-    epoch_id, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore,
-    Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head, HeadProbe,
-    ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    epoch_id, heads_after_import, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics,
+    EpochId, EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch,
+    Head, HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 use rusqlite::{params, Connection};
 use std::time::Duration;
@@ -406,7 +406,7 @@ fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
             }
         }
         let probe = probe(db, space)?;
-        let mut heads = working_heads(db, space, &probe)?;
+        let before = working_heads(db, space, &probe)?;
         let seq = probe.next();
         let id = insert_epoch(db, space, seq, &epoch.parents, &epoch.events, &ids)?;
         if id != epoch.id {
@@ -416,9 +416,7 @@ fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
                 actual: id,
             });
         }
-        heads.retain(|h| !epoch.parents.contains(&h.id));
-        heads.push(Head { id, seq });
-        heads.sort();
+        let heads = heads_after_import(&before, &epoch.parents, Head { id, seq });
         cache_exact(db, space, &probe.cached, &heads)?;
         Ok((ImportOutcome::Imported(seq), End::Commit))
     })

@@ -78,7 +78,8 @@ async fn next_due_is_the_queued_runs_not_before() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
     let dir = tempfile::tempdir().unwrap();
-    let spool = open(&dir).await.with_wake_poll(Duration::from_secs(3600));
+    let spool = open(&dir).await;
+    spool.set_wake_poll(Duration::from_secs(3600));
     let queue = QueueName::new("mutants-import").unwrap();
     let mut wake = spool.subscribe(&queue).await.unwrap();
     let at = Timestamp::from_unix_micros(1_700_000_000_000_000);

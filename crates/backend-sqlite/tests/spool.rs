@@ -513,3 +513,28 @@ async fn s6_crash_while_enqueues_arrive_loses_no_returned_run() {
         "S6: the crashed holder's run was handed out again"
     );
 }
+
+/// `set_wake_poll` takes effect at once, for a subscription already waiting out a long poll
+/// too, and through any clone of the spool: a commit by another instance of the store (which
+/// notifies nobody in this one) wakes the subscriber once the poll is shortened, not an hour
+/// later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shortened_wake_poll_applies_to_a_waiting_subscription() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let open = || SqliteSpool::open(&path, SqliteOptions::default(), Arc::new(SystemClock));
+    let spool = open().await.unwrap();
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let q = queue("wake-poll");
+    let mut wake = spool.subscribe(&q).await.unwrap();
+    let other = open().await.unwrap();
+    other
+        .enqueue(&q, &key("poll"), b"x".to_vec(), EnqueueOptions::default())
+        .await
+        .unwrap();
+    spool.clone().set_wake_poll(Duration::from_millis(1));
+    tokio::time::timeout(Duration::from_secs(30), wake.wait())
+        .await
+        .expect("the subscriber wakes within the deadline, not after the hour-long poll")
+        .unwrap();
+}

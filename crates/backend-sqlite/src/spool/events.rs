@@ -10,8 +10,8 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use rusqlite::params;
 
-use super::convert::{len_i64, micros, non_negative, state, ts};
 use super::read::{facts_of, require_run};
+use super::row::{len_i64, micros, non_negative, state, ts};
 use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;

@@ -13,7 +13,7 @@ use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;
 
-fn count(n: usize) -> i64 {
+fn n64(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -87,8 +87,8 @@ pub(super) fn import_runs_tx(
                 &source.fingerprint[..],
                 source.description,
                 now.as_unix_micros(),
-                count(create.len()),
-                count(existing.len())
+                n64(create.len()),
+                n64(existing.len())
             ],
         )?;
         let outcome = RunImportOutcome::Imported {
@@ -118,8 +118,8 @@ fn insert_run(db: &Db<'_>, r: &ImportedRun, now: Timestamp) -> Result<()> {
             r.due_at.map(Timestamp::as_unix_micros),
             r.finished_at.map(Timestamp::as_unix_micros),
             r.reason,
-            count(r.events.len()),
-            count(r.payload.len()),
+            n64(r.events.len()),
+            n64(r.payload.len()),
             r.payload
         ],
     )?;
@@ -128,10 +128,10 @@ fn insert_run(db: &Db<'_>, r: &ImportedRun, now: Timestamp) -> Result<()> {
             sql::INSERT_EVENT,
             params![
                 id,
-                count(i + 1),
+                n64(i + 1),
                 e.event_id.as_bytes(),
                 e.created_at.as_unix_micros(),
-                count(e.payload.len()),
+                n64(e.payload.len()),
                 e.payload
             ],
         )?;

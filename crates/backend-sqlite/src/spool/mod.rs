@@ -5,10 +5,15 @@
 //! the store's one writer connection (`BEGIN IMMEDIATE`, `synchronous=FULL`, on tokio's
 //! blocking pool), reads through its read-only read connections, so the epoch log and the spool
 //! of one process queue behind one writer lock instead of contending for SQLite's. Every
-//! operation is one transaction (modules `queue`, `read`, `events`, `retention`, `import`) —
-//! or, for enqueue, claim, heartbeat, ack and nack, one savepoint of a group commit shared with
-//! the other writes queued at the same moment (`crate::group`: one fsync for the group, each
-//! caller answered after it committed); every time comes from the spool's [`Clock`].
+//! operation is one transaction — or, for enqueue, claim, heartbeat, ack, nack and release, one
+//! savepoint of a group commit shared with the other writes queued at the same moment
+//! (`crate::group`: one fsync for the group, each caller answered after it committed); every
+//! time comes from the spool's [`Clock`].
+//!
+//! One module per step, the same files and function names as the Postgres spool's: `enqueue`,
+//! `claim` (with the expired-lease settle), `settle` (heartbeat, ack, nack, release, cancel),
+//! `events` (run events, close, facts), `read` (run, runs, stats, next due), `import`,
+//! `retention`; `row` converts columns, `sql` holds the statements, `wake` the wake-up.
 //!
 //! Hot paths: a duplicate enqueue is one indexed `SELECT` on a read connection, which never waits
 //! for the writer; a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
@@ -17,12 +22,14 @@
 //! `UPDATE` by primary key per run handed out (the lease's backoff margin is computed in Rust by
 //! [`cairn_core::spool::backoff`], which SQL cannot call).
 
-mod convert;
+mod claim;
+mod enqueue;
 mod events;
 mod import;
-mod queue;
 mod read;
 mod retention;
+mod row;
+mod settle;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -149,17 +156,13 @@ impl SqliteSpool {
         self
     }
 
-    /// Polls for commits of other connections every `interval` (default
-    /// [`DEFAULT_WAKE_POLL`]) while this instance has subscribers. Takes effect for this
-    /// instance's subscriptions from now on; call it before subscribing.
-    #[must_use]
-    pub fn with_wake_poll(mut self, interval: Duration) -> Self {
-        self.wake = wake::WakeHub::new(
-            self.store.path(),
-            self.store.options().clone(),
-            interval.max(Duration::from_millis(1)),
-        );
-        self
+    /// Sets how often this spool (and its clones) polls for commits of other connections while
+    /// it has subscribers (default [`DEFAULT_WAKE_POLL`], at least 1 ms). Takes effect at once,
+    /// for the subscriptions made before this call too. Longer polls cost fewer wake-ups but
+    /// find work written by another connection later; work enqueued through this spool wakes
+    /// its subscribers at once either way.
+    pub fn set_wake_poll(&self, interval: Duration) {
+        self.wake.set_interval(interval);
     }
 
     /// The store this spool works on.
@@ -190,7 +193,7 @@ impl Spool for SqliteSpool {
         let (q, k) = (queue.clone(), key.clone());
         if let Some(run_id) = self
             .store
-            .with_reader(move |db| queue::existing_run_q(db, &q, &k))
+            .with_reader(move |db| enqueue::existing_run_q(db, &q, &k))
             .await?
         {
             return Ok(Enqueued {
@@ -203,7 +206,7 @@ impl Spool for SqliteSpool {
         let enqueued = self
             .store
             .with_writer_grouped(move |db| {
-                queue::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
+                enqueue::enqueue_tx(db, &q, &key, &payload, &options, max_attempts, now)
             })
             .await?;
         if enqueued.created {
@@ -226,7 +229,7 @@ impl Spool for SqliteSpool {
         let (queue, consumer) = (queue.clone(), consumer.clone());
         self.store
             .with_writer_grouped(move |db| {
-                queue::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff)
+                claim::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff)
             })
             .await
     }
@@ -237,7 +240,7 @@ impl Spool for SqliteSpool {
         let backoff = self.config.backoff;
         self.store
             .with_writer_grouped(move |db| {
-                queue::heartbeat_tx(db, run, token, lease, now, &backoff)
+                settle::heartbeat_tx(db, run, token, lease, now, &backoff)
             })
             .await
     }
@@ -245,7 +248,7 @@ impl Spool for SqliteSpool {
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
         let now = self.now();
         self.store
-            .with_writer_grouped(move |db| queue::ack_tx(db, run, token, now))
+            .with_writer_grouped(move |db| settle::ack_tx(db, run, token, now))
             .await
     }
 
@@ -262,7 +265,7 @@ impl Spool for SqliteSpool {
         let (nacked, retry_queue) = self
             .store
             .with_writer_grouped(move |db| {
-                queue::nack_tx(db, run, token, kind, &reason, now, &backoff)
+                settle::nack_tx(db, run, token, kind, &reason, now, &backoff)
             })
             .await?;
         if let Some(queue) = retry_queue {
@@ -274,7 +277,7 @@ impl Spool for SqliteSpool {
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
         let now = self.now();
         self.store
-            .with_writer(move |db| queue::cancel_tx(db, run, now))
+            .with_writer(move |db| settle::cancel_tx(db, run, now))
             .await
     }
 
@@ -288,7 +291,7 @@ impl Spool for SqliteSpool {
         check_release_delay(delay)?;
         let now = self.now();
         self.store
-            .with_writer_grouped(move |db| queue::release_tx(db, run, token, delay, now))
+            .with_writer_grouped(move |db| settle::release_tx(db, run, token, delay, now))
             .await
     }
 
@@ -413,7 +416,7 @@ impl Spool for SqliteSpool {
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
         let queue = queue.clone();
         self.store
-            .with_reader(move |db| queue::next_due_q(db, &queue))
+            .with_reader(move |db| read::next_due_q(db, &queue))
             .await
     }
 }

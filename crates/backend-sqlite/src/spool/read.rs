@@ -1,16 +1,17 @@
-//! The spool's reads — one run, pages of runs, stats — each in one read transaction on a
-//! read-only connection, so every answer is one consistent snapshot.
+//! The spool's reads — one run, pages of runs, stats, a queue's next due time — each in one
+//! read transaction (or, for the next due time, one statement) on a read-only connection, so
+//! every answer is one consistent snapshot.
 
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
     ConsumerId, EventStream, FactName, LeaseInfo, QueueName, RunFilter, RunId, RunInfo, RunState,
-    SpoolStats, SupersedeGroup,
+    SpoolStats, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use rusqlite::{params, Row};
 
-use super::convert::{count, dedup_key, non_negative, run_id, state, ts};
+use super::row::{count, dedup_key, non_negative, run_id, state, ts};
 use super::sql;
 use crate::db::Db;
 use crate::error::corrupt;
@@ -167,4 +168,11 @@ pub(super) fn require_run(db: &Db<'_>, run: RunId) -> Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// The earliest `due_at` of `queue`'s runs (a queued run's not-before time, a claimed run's
+/// lease expiry plus its backoff); `None` when no run of the queue has one.
+pub(super) fn next_due_q(db: &Db<'_>, queue: &QueueName) -> Result<Option<Timestamp>> {
+    let due: Vec<Option<i64>> = db.rows(sql::NEXT_DUE, params![queue.as_str()], |r| r.get(0))?;
+    Ok(due.into_iter().flatten().next().map(ts))
 }

@@ -5,7 +5,7 @@ use cairn_core::spool::{EventBatch, EventMeta, RetentionPass, RunMeta};
 use cairn_core::Result;
 use rusqlite::params;
 
-use super::convert::{micros, non_negative, run_id, ts};
+use super::row::{micros, non_negative, run_id, ts};
 use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;

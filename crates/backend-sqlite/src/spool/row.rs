@@ -1,10 +1,7 @@
-//! Conversions between the spool's values and what the SQLite tables store.
+//! Row and column conversions: between the spool's values and what the SQLite tables store
+//! (the same helper names as the Postgres spool's `row` module).
 
-use std::time::Duration;
-
-use cairn_core::spool::{
-    jitter_seed, BackoffPolicy, DedupKey, QueueName, RunId, RunState, Timestamp,
-};
+use cairn_core::spool::{DedupKey, RunId, RunState, Timestamp};
 use cairn_core::Result;
 
 use crate::error::corrupt;
@@ -39,14 +36,4 @@ pub(super) fn state(s: &str) -> Result<RunState> {
 
 pub(super) fn dedup_key(bytes: Vec<u8>) -> Result<DedupKey> {
     DedupKey::from_bytes(bytes).map_err(|_| corrupt("a stored dedup key is out of bounds"))
-}
-
-/// The backoff after `attempt` (the retry delay of a nack, the margin after a lease's expiry).
-pub(super) fn delay(
-    policy: &BackoffPolicy,
-    queue: &QueueName,
-    key: &DedupKey,
-    attempt: u32,
-) -> Duration {
-    policy.delay(attempt, jitter_seed(queue, key, attempt))
 }

@@ -1,203 +1,26 @@
-//! The run lifecycle's transactions — enqueue, claim, heartbeat, ack, nack, cancel — each one
-//! `BEGIN IMMEDIATE` transaction on the writer, deciding every state change with cairn-core's
-//! pure functions.
+//! Settling a lease — heartbeat, ack, nack, release — and cancel: each one `BEGIN IMMEDIATE`
+//! transaction on the writer (all but cancel: one savepoint of a group commit) that reads the
+//! run's lease ([`lease_row`]), checks the caller's token (cancel takes none) and decides the
+//! state change with cairn-core's pure functions.
 //!
-//! A write that changes nothing (a duplicate enqueue, a repeated ack, an empty claim) ends in a
-//! rollback, so it commits nothing, costs no fsync and wakes no subscriber.
+//! A write that changes nothing (a repeated ack, a second cancel request) ends in a rollback,
+//! so it commits nothing, costs no fsync and wakes no subscriber.
 
 use std::time::Duration;
 
 use cairn_core::spool::{
-    check_token, clip_reason, exhausted_park_reason, expired_park_reason, expiry_action,
-    nack_action, release_action, transition, Action, BackoffPolicy, CancelOutcome, Claimed,
-    ConsumerId, DedupKey, EnqueueOptions, Enqueued, Heartbeat, LeaseToken, NackKind, Nacked,
-    QueueName, RunId, RunState, SupersedeGroup, Timestamp,
+    check_token, clip_reason, exhausted_park_reason, nack_action, release_action, transition,
+    Action, BackoffPolicy, CancelOutcome, DedupKey, Heartbeat, LeaseToken, NackKind, Nacked,
+    QueueName, RunId, RunState, Timestamp,
 };
 use cairn_core::{Error, Result};
 use rusqlite::params;
 
-use super::convert::{count, dedup_key, delay, len_i64, micros, run_id, state, ts};
+use super::claim::delay;
+use super::row::{count, dedup_key, micros, state};
 use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;
-
-/// The run holding `(queue, key)`, read on a read connection: a duplicate enqueue answers
-/// from it without taking the writer (a run, once committed, keeps its key until retention
-/// removes it after it finished).
-pub(super) fn existing_run_q(
-    db: &Db<'_>,
-    queue: &QueueName,
-    key: &DedupKey,
-) -> Result<Option<RunId>> {
-    let found: Vec<Vec<u8>> = db.rows(
-        sql::RUN_ID_BY_KEY,
-        params![queue.as_str(), key.as_bytes()],
-        |r| r.get(0),
-    )?;
-    found.first().map(|id| run_id(id)).transpose()
-}
-
-pub(super) fn enqueue_tx(
-    db: &Db<'_>,
-    queue: &QueueName,
-    key: &DedupKey,
-    payload: &[u8],
-    options: &EnqueueOptions,
-    max_attempts: u32,
-    now: Timestamp,
-) -> Result<Enqueued> {
-    let id = RunId::generate(now);
-    let due = options.not_before.unwrap_or(now);
-    let group = options
-        .supersede_group
-        .as_ref()
-        .map(SupersedeGroup::as_bytes);
-    db.write_tx(|db| {
-        let inserted: Vec<Vec<u8>> = db.rows(
-            sql::ENQUEUE,
-            params![
-                id.as_bytes(),
-                queue.as_str(),
-                key.as_bytes(),
-                group,
-                RunState::Queued.as_str(),
-                max_attempts,
-                options.priority,
-                micros(now),
-                micros(due),
-                len_i64(payload),
-                payload
-            ],
-            |r| r.get(0),
-        )?;
-        if inserted.is_empty() {
-            let existing: Vec<Vec<u8>> = db.rows(
-                sql::RUN_ID_BY_KEY,
-                params![queue.as_str(), key.as_bytes()],
-                |r| r.get(0),
-            )?;
-            let existing = existing
-                .first()
-                .ok_or_else(|| corrupt("an enqueue conflicted with a run that is not there"))?;
-            let found = Enqueued {
-                run_id: run_id(existing)?,
-                created: false,
-            };
-            return Ok((found, End::Rollback));
-        }
-        if let Some(group) = group {
-            let to = transition(RunState::Queued, Action::Supersede)?;
-            db.exec(
-                sql::SUPERSEDE,
-                params![
-                    queue.as_str(),
-                    group,
-                    id.as_bytes(),
-                    to.as_str(),
-                    micros(now)
-                ],
-            )?;
-        }
-        let created = Enqueued {
-            run_id: id,
-            created: true,
-        };
-        Ok((created, End::Commit))
-    })
-}
-
-type CandidateRow = (i64, Vec<u8>, Vec<u8>, String, i64, Vec<u8>);
-
-#[allow(clippy::too_many_arguments)]
-pub(super) fn claim_tx(
-    db: &Db<'_>,
-    queue: &QueueName,
-    consumer: &ConsumerId,
-    lease: Duration,
-    limit: usize,
-    now: Timestamp,
-    backoff: &BackoffPolicy,
-) -> Result<Vec<Claimed>> {
-    db.write_tx(|db| {
-        let mut wrote = false;
-        let expired: Vec<(i64, i64, i64, bool)> =
-            db.rows(sql::EXPIRED, params![queue.as_str(), micros(now)], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
-        for (run_no, attempts, max_attempts, cancel_requested) in expired {
-            let attempts = count(attempts, "attempt count")?;
-            let max_attempts = count(max_attempts, "attempt limit")?;
-            let action = expiry_action(attempts, max_attempts, cancel_requested);
-            if action == Action::Reclaim {
-                continue;
-            }
-            let to = transition(RunState::Claimed, action)?;
-            let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
-            db.exec(
-                sql::FINISH,
-                params![run_no, to.as_str(), reason, micros(now)],
-            )?;
-            wrote = true;
-        }
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows: Vec<CandidateRow> = db.rows(
-            sql::CANDIDATES,
-            params![queue.as_str(), micros(now), limit],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
-        )?;
-        let expires_at = now.saturating_add(lease);
-        let mut out = Vec::with_capacity(rows.len());
-        for (run_no, id, key, from, attempts, payload) in rows {
-            let from = state(&from)?;
-            let action = if from == RunState::Queued {
-                Action::Claim
-            } else {
-                Action::Reclaim
-            };
-            let to = transition(from, action)?;
-            let attempt = count(attempts, "attempt count")?.saturating_add(1);
-            let key = dedup_key(key)?;
-            let due = expires_at.saturating_add(delay(backoff, queue, &key, attempt));
-            let token = LeaseToken::generate();
-            db.exec(
-                sql::TAKE,
-                params![
-                    run_no,
-                    to.as_str(),
-                    attempt,
-                    micros(now),
-                    token.as_bytes(),
-                    consumer.as_str(),
-                    micros(expires_at),
-                    micros(due)
-                ],
-            )?;
-            out.push(Claimed {
-                run_id: run_id(&id)?,
-                dedup_key: key,
-                payload,
-                attempt,
-                token,
-                expires_at,
-            });
-        }
-        let end = if wrote || !out.is_empty() {
-            End::Commit
-        } else {
-            End::Rollback
-        };
-        Ok((out, end))
-    })
-}
 
 /// What the lease operations decide from.
 struct LeaseRow {
@@ -222,6 +45,10 @@ type LeaseTuple = (
     Option<Vec<u8>>,
 );
 
+/// The lease state of `run`.
+///
+/// # Errors
+/// [`Error::UnknownRun`] when no such run is stored.
 fn lease_row(db: &Db<'_>, run: RunId) -> Result<LeaseRow> {
     let rows: Vec<LeaseTuple> = db.rows(sql::LEASE_STATE, params![run.as_bytes()], |r| {
         Ok((
@@ -257,6 +84,7 @@ fn lease_row(db: &Db<'_>, run: RunId) -> Result<LeaseRow> {
     })
 }
 
+/// Extends `run`'s lease to `now + lease` (and its due time past that by the backoff).
 pub(super) fn heartbeat_tx(
     db: &Db<'_>,
     run: RunId,
@@ -283,6 +111,7 @@ pub(super) fn heartbeat_tx(
     })
 }
 
+/// Finishes `run` as succeeded; a repeated ack of a succeeded run writes nothing.
 pub(super) fn ack_tx(db: &Db<'_>, run: RunId, token: LeaseToken, now: Timestamp) -> Result<()> {
     db.write_tx(|db| {
         let row = lease_row(db, run)?;
@@ -344,6 +173,8 @@ pub(super) fn nack_tx(
     })
 }
 
+/// Gives `run` back (queued again after `delay`, the claim's attempt returned), or finishes it
+/// as canceled when a cancel was requested.
 pub(super) fn release_tx(
     db: &Db<'_>,
     run: RunId,
@@ -385,6 +216,8 @@ pub(super) fn release_tx(
     })
 }
 
+/// Cancels `run`: a queued run is canceled at once, a claimed one gets a cancel request its
+/// consumer sees (a second request writes nothing).
 pub(super) fn cancel_tx(db: &Db<'_>, run: RunId, now: Timestamp) -> Result<CancelOutcome> {
     db.write_tx(|db| {
         let row = lease_row(db, run)?;
@@ -402,9 +235,4 @@ pub(super) fn cancel_tx(db: &Db<'_>, run: RunId, now: Timestamp) -> Result<Cance
         )?;
         Ok((CancelOutcome::Canceled, End::Commit))
     })
-}
-
-pub(super) fn next_due_q(db: &Db<'_>, queue: &QueueName) -> Result<Option<Timestamp>> {
-    let due: Vec<Option<i64>> = db.rows(sql::NEXT_DUE, params![queue.as_str()], |r| r.get(0))?;
-    Ok(due.into_iter().flatten().next().map(ts))
 }

@@ -13,7 +13,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::thread::Thread;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,14 +36,16 @@ pub const DEFAULT_WAKE_POLL: Duration = Duration::from_millis(5);
 #[derive(Default)]
 struct HubState {
     queues: HashMap<QueueName, watch::Sender<u64>>,
-    polling: bool,
+    /// The running poller's thread (`None` when none runs), unparked when the interval changes.
+    poller: Option<Thread>,
 }
 
 /// One spool instance's subscribers and its poller.
 pub(super) struct WakeHub {
     path: PathBuf,
     opts: SqliteOptions,
-    interval: Duration,
+    /// The poll interval in milliseconds (at least 1), read by the poller every round.
+    interval_ms: AtomicU64,
     state: Mutex<HubState>,
 }
 
@@ -50,13 +54,27 @@ impl WakeHub {
         Arc::new(Self {
             path: path.to_path_buf(),
             opts,
-            interval,
+            interval_ms: AtomicU64::new(millis(interval)),
             state: Mutex::new(HubState::default()),
         })
     }
 
+    /// Sets the poll interval (at least 1 ms), at once: a running poller's current wait is cut
+    /// short, and it waits the new interval from then on.
+    pub(super) fn set_interval(&self, interval: Duration) {
+        self.interval_ms.store(millis(interval), Ordering::Relaxed);
+        if let Some(poller) = &self.lock().poller {
+            poller.unpark();
+        }
+    }
+
+    fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms.load(Ordering::Relaxed))
+    }
+
     fn lock(&self) -> MutexGuard<'_, HubState> {
-        // The state is a map of channels and a flag; no panic can leave it half-updated.
+        // The state is a map of channels and the poller's handle; no panic can leave it
+        // half-updated.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -101,13 +119,13 @@ impl WakeHub {
     fn subscribe_blocking(self: &Arc<Self>, queue: QueueName) -> Result<SqliteWakeup> {
         // Open the probe outside the lock in the common case; under it only when a poller
         // stopped between the look and the registration.
-        let mut probe = if self.lock().polling {
+        let mut probe = if self.lock().poller.is_some() {
             None
         } else {
             Some(self.open_probe()?)
         };
         let mut st = self.lock();
-        if !st.polling && probe.is_none() {
+        if st.poller.is_none() && probe.is_none() {
             probe = Some(self.open_probe()?);
         }
         let rx = st
@@ -115,21 +133,25 @@ impl WakeHub {
             .entry(queue)
             .or_insert_with(|| watch::channel(0).0)
             .subscribe();
-        if !st.polling {
+        if st.poller.is_none() {
             if let Some((conn, baseline)) = probe {
                 let weak = Arc::downgrade(self);
-                let interval = self.interval;
-                std::thread::Builder::new()
+                let poller = std::thread::Builder::new()
                     .name("cairn-spool-wake".into())
-                    .spawn(move || poll(&weak, conn, baseline, interval))
+                    .spawn(move || poll(&weak, conn, baseline))
                     .map_err(|e| {
                         Error::unavailable(format!("cannot start the spool's wake-up poller: {e}"))
                     })?;
-                st.polling = true;
+                st.poller = Some(poller.thread().clone());
             }
         }
         Ok(SqliteWakeup { rx })
     }
+}
+
+/// `d` in whole milliseconds, at least 1 (saturating).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 fn data_version(conn: &Connection) -> Result<i64> {
@@ -138,10 +160,15 @@ fn data_version(conn: &Connection) -> Result<i64> {
         .map_err(map)
 }
 
-/// The poller: runs until its hub is dropped or has no subscriber left.
-fn poll(hub: &Weak<WakeHub>, mut conn: Connection, mut last: i64, interval: Duration) {
+/// The poller: runs until its hub is dropped or has no subscriber left, waiting the hub's
+/// interval of the moment before each round (cut short by [`WakeHub::set_interval`]; a
+/// spurious early round costs one read of `data_version`).
+fn poll(hub: &Weak<WakeHub>, mut conn: Connection, mut last: i64) {
     loop {
-        std::thread::sleep(interval);
+        let Some(interval) = hub.upgrade().map(|h| h.interval()) else {
+            return;
+        };
+        std::thread::park_timeout(interval);
         let Some(hub) = hub.upgrade() else {
             return;
         };
@@ -149,7 +176,7 @@ fn poll(hub: &Weak<WakeHub>, mut conn: Connection, mut last: i64, interval: Dura
             let mut st = hub.lock();
             st.queues.retain(|_, tx| tx.receiver_count() > 0);
             if st.queues.is_empty() {
-                st.polling = false;
+                st.poller = None;
                 return;
             }
         }

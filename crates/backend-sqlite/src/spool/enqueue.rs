@@ -1,0 +1,105 @@
+//! Enqueue: a duplicate answered from a read connection, a new run inserted in one `BEGIN
+//! IMMEDIATE` transaction (or one savepoint of a group commit) on the writer, with its
+//! supersede group's older queued runs marked superseded in the same transaction.
+//!
+//! A duplicate that appeared between the read and the write ends in a rollback: it commits
+//! nothing, costs no fsync and wakes no subscriber.
+
+use cairn_core::spool::{
+    transition, Action, DedupKey, EnqueueOptions, Enqueued, QueueName, RunId, RunState,
+    SupersedeGroup, Timestamp,
+};
+use cairn_core::Result;
+use rusqlite::params;
+
+use super::row::{len_i64, micros, run_id};
+use super::sql;
+use crate::db::{Db, End};
+use crate::error::corrupt;
+
+/// The run holding `(queue, key)`, read on a read connection: a duplicate enqueue answers
+/// from it without taking the writer (a run, once committed, keeps its key until retention
+/// removes it after it finished).
+pub(super) fn existing_run_q(
+    db: &Db<'_>,
+    queue: &QueueName,
+    key: &DedupKey,
+) -> Result<Option<RunId>> {
+    let found: Vec<Vec<u8>> = db.rows(
+        sql::RUN_ID_BY_KEY,
+        params![queue.as_str(), key.as_bytes()],
+        |r| r.get(0),
+    )?;
+    found.first().map(|id| run_id(id)).transpose()
+}
+
+/// Inserts a new run of `(queue, key)` (superseding its group's older queued runs), or
+/// answers the run that holds the key already.
+pub(super) fn enqueue_tx(
+    db: &Db<'_>,
+    queue: &QueueName,
+    key: &DedupKey,
+    payload: &[u8],
+    options: &EnqueueOptions,
+    max_attempts: u32,
+    now: Timestamp,
+) -> Result<Enqueued> {
+    let id = RunId::generate(now);
+    let due = options.not_before.unwrap_or(now);
+    let group = options
+        .supersede_group
+        .as_ref()
+        .map(SupersedeGroup::as_bytes);
+    db.write_tx(|db| {
+        let inserted: Vec<Vec<u8>> = db.rows(
+            sql::ENQUEUE,
+            params![
+                id.as_bytes(),
+                queue.as_str(),
+                key.as_bytes(),
+                group,
+                RunState::Queued.as_str(),
+                max_attempts,
+                options.priority,
+                micros(now),
+                micros(due),
+                len_i64(payload),
+                payload
+            ],
+            |r| r.get(0),
+        )?;
+        if inserted.is_empty() {
+            let existing: Vec<Vec<u8>> = db.rows(
+                sql::RUN_ID_BY_KEY,
+                params![queue.as_str(), key.as_bytes()],
+                |r| r.get(0),
+            )?;
+            let existing = existing
+                .first()
+                .ok_or_else(|| corrupt("an enqueue conflicted with a run that is not there"))?;
+            let found = Enqueued {
+                run_id: run_id(existing)?,
+                created: false,
+            };
+            return Ok((found, End::Rollback));
+        }
+        if let Some(group) = group {
+            let to = transition(RunState::Queued, Action::Supersede)?;
+            db.exec(
+                sql::SUPERSEDE,
+                params![
+                    queue.as_str(),
+                    group,
+                    id.as_bytes(),
+                    to.as_str(),
+                    micros(now)
+                ],
+            )?;
+        }
+        let created = Enqueued {
+            run_id: id,
+            created: true,
+        };
+        Ok((created, End::Commit))
+    })
+}
