@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod additivity;
+mod backend;
 mod config;
 mod db;
 mod error;
@@ -53,6 +54,7 @@ mod store;
 pub mod testkit;
 
 pub use additivity::SqliteAdditivity;
+pub use backend::SqliteBackend;
 pub use config::SqliteOptions;
 pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 #[cfg(feature = "testkit")]
