@@ -1,7 +1,10 @@
 //! The Postgres side of cairn-migrate's open protocol: stamp and lineage tables in the store's
 //! schema, a session advisory lock taken by polling `pg_try_advisory_lock` with backoff, and
 //! the upgrade transaction on one dedicated connection; and the fleet registry (`cairn_fleet`,
-//! `cairn_contract`), on a short-lived connection per call.
+//! `cairn_contract`). A migrator built from an open store ([`PgMigrator::from_store`]) reads
+//! and registers on the store's pooled connections (a fleet heartbeat opens no connection); one
+//! built from options alone ([`PgMigrator::new`], for opening a store and for operator tools)
+//! uses a short-lived connection per call.
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +17,8 @@ use cairn_migrate::fleet::{self, FleetRow, FleetSql};
 use cairn_migrate::{
     Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, MigrationBackend, StoredState,
 };
-use sqlx::{Connection, PgConnection};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use crate::config::{PgOptions, SchemaName};
 use crate::error::map_sqlx;
@@ -70,24 +74,69 @@ const MIGRATION_LOCK_CONTEXT: &str = "cairn 2026-11 postgres migration lock v1";
 /// cairn-migrate's backend for one Postgres store (one schema): cairn's own set and an
 /// application's sets alike (each set keeps its own stamp and lineage rows).
 ///
-/// It connects as the options say ([`PgOptions::new`] or [`PgOptions::from_pool`]), one
-/// short-lived connection per look and one for the upgrade transaction. The schema is created
+/// Built with [`PgMigrator::new`], it connects as the options say ([`PgOptions::new`] or
+/// [`PgOptions::from_pool`]), one short-lived connection per look; built with
+/// [`PgMigrator::from_store`], each look (stamp and lineage reads, fleet registration,
+/// heartbeat, deregistration) takes one of the store's pooled connections. The upgrade
+/// transaction always runs on a dedicated connection, closed when it ends (it holds a session
+/// lock and temporary objects that must not go back to a pool). The schema is created
 /// only when it is missing, so a role that owns its schema but has no CREATE on the database
 /// can open, upgrade and repair; with [`PgOptions::create_if_missing`] `false`, a missing
 /// schema is refused with [`Error::NotFound`] instead.
 pub struct PgMigrator {
     opts: PgOptions,
     schema: SchemaName,
+    /// The open store's pool the looks run on; `None`: a connection of their own.
+    pool: Option<PgPool>,
+}
+
+/// The connection one look runs on: pooled (returned when done) or its own (closed).
+enum Look {
+    Pooled(PoolConnection<Postgres>),
+    Own(PgConnection),
+}
+
+impl Look {
+    fn conn(&mut self) -> &mut PgConnection {
+        match self {
+            Look::Pooled(c) => c,
+            Look::Own(c) => c,
+        }
+    }
+
+    /// Gives the connection back: to the pool, or closed (best effort: what the look read or
+    /// wrote is settled already).
+    async fn done(self) {
+        if let Look::Own(c) = self {
+            let _ = c.close().await;
+        }
+    }
 }
 
 impl PgMigrator {
-    /// A migrator for the store `opts` names. Nothing is connected until the runner looks.
+    /// A migrator for the store `opts` names, on connections of its own (opening a store,
+    /// operator tools without an open store). Nothing is connected until the runner looks.
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for a schema name outside `[a-z_][a-z0-9_]{0,62}`.
     pub fn new(opts: PgOptions) -> Result<Self> {
         let schema = SchemaName::parse(&opts.schema)?;
-        Ok(Self { opts, schema })
+        Ok(Self {
+            opts,
+            schema,
+            pool: None,
+        })
+    }
+
+    /// A migrator for the open `store` that looks through the store's pool: the application
+    /// sets' opens and the fleet registry (registration, every heartbeat, deregistration) take
+    /// a pooled connection instead of opening one.
+    pub fn from_store(store: &crate::PgStore) -> Self {
+        Self {
+            opts: store.options().clone(),
+            schema: store.schema().clone(),
+            pool: Some(store.pool().clone()),
+        }
     }
 
     /// The advisory-lock key that serializes migrations of this store (its schema).
@@ -107,6 +156,14 @@ impl PgMigrator {
             .await
             .map_err(map_sqlx)?;
         Ok(conn)
+    }
+
+    /// A connection for one look: the store's pooled one, or a new one.
+    async fn look(&self) -> Result<Look> {
+        match &self.pool {
+            Some(pool) => Ok(Look::Pooled(pool.acquire().await.map_err(map_sqlx)?)),
+            None => Ok(Look::Own(self.connection().await?)),
+        }
     }
 }
 
@@ -253,10 +310,9 @@ impl MigrationBackend for PgMigrator {
     }
 
     async fn read_state(&self, set: &str) -> Result<StoredState, MigrateError> {
-        let mut conn = self.connection().await?;
-        let state = read_state(&mut conn, set).await;
-        // Closing is best effort: the state is already read and nothing was written.
-        let _ = conn.close().await;
+        let mut look = self.look().await?;
+        let state = read_state(look.conn(), set).await;
+        look.done().await;
         state
     }
 
@@ -306,63 +362,70 @@ impl MigrationBackend for PgMigrator {
         entry: &FleetEntry,
         prune_before: Timestamp,
     ) -> Result<(), MigrateError> {
-        let mut conn = self.connection().await?;
-        let done = {
-            let mut tx = sqlx::Connection::begin(&mut conn).await.map_err(map_sqlx)?;
+        let mut look = self.look().await?;
+        let done = async {
+            let mut tx = sqlx::Connection::begin(look.conn())
+                .await
+                .map_err(map_sqlx)?;
             match register(&mut tx, entry, prune_before).await {
                 Ok(()) => tx.commit().await.map_err(map_sqlx),
-                // Dropping the transaction rolls it back.
-                Err(e) => Err(e),
+                // Rolled back before the connection goes back to the pool.
+                Err(e) => {
+                    let _ = tx.rollback().await;
+                    Err(e)
+                }
             }
-        };
-        let _ = conn.close().await;
+        }
+        .await;
+        look.done().await;
         Ok(done?)
     }
 
     async fn heartbeat(&self, instance: &str, now: Timestamp) -> Result<(), MigrateError> {
-        let mut conn = self.connection().await?;
+        let mut look = self.look().await?;
         let done = sqlx::query(fleet_sql().heartbeat)
             .bind(now.as_unix_micros())
             .bind(instance)
-            .execute(&mut conn)
+            .execute(look.conn())
             .await
             .map(|_| ())
             .map_err(map_sqlx);
-        let _ = conn.close().await;
+        look.done().await;
         Ok(done?)
     }
 
     async fn deregister(&self, instance: &str) -> Result<(), MigrateError> {
-        let mut conn = self.connection().await?;
+        let mut look = self.look().await?;
+        let conn = look.conn();
         let exists: Result<bool> = sqlx::query_scalar(fleet_sql().has_table)
-            .fetch_one(&mut conn)
+            .fetch_one(&mut *conn)
             .await
             .map_err(map_sqlx);
         let done = match exists {
             Ok(true) => sqlx::query(fleet_sql().delete_instance)
                 .bind(instance)
-                .execute(&mut conn)
+                .execute(&mut *conn)
                 .await
                 .map(|_| ())
                 .map_err(map_sqlx),
             Ok(false) => Ok(()),
             Err(e) => Err(e),
         };
-        let _ = conn.close().await;
+        look.done().await;
         Ok(done?)
     }
 
     async fn read_fleet(&self) -> Result<Vec<FleetEntry>, MigrateError> {
-        let mut conn = self.connection().await?;
-        let fleet = read_fleet(&mut conn).await;
-        let _ = conn.close().await;
+        let mut look = self.look().await?;
+        let fleet = read_fleet(look.conn()).await;
+        look.done().await;
         Ok(fleet?)
     }
 
     async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError> {
-        let mut conn = self.connection().await?;
-        let contracts = read_contracts(&mut conn, set).await;
-        let _ = conn.close().await;
+        let mut look = self.look().await?;
+        let contracts = read_contracts(look.conn(), set).await;
+        look.done().await;
         Ok(contracts?)
     }
 }

@@ -43,7 +43,11 @@ pub struct PgStore {
 }
 
 struct Inner {
+    /// The store's one pool: the epoch log's, and the spool's and the migrator's built from
+    /// this store ([`crate::PgSpool::from_store`], [`PgMigrator::from_store`]).
     pool: PgPool,
+    /// The options the store was opened with.
+    opts: PgOptions,
     schema: SchemaName,
     opened: Opened,
     statements: AtomicU64,
@@ -456,6 +460,7 @@ impl PgStore {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                opts,
                 schema,
                 opened,
                 statements: AtomicU64::new(0),
@@ -475,10 +480,14 @@ impl PgStore {
         self.inner.pool.close().await;
     }
 
-    /// The pool (test support and benchmarks).
-    #[cfg(feature = "testkit")]
+    /// The store's pool, which the spool and the migrator built from this store share.
     pub(crate) fn pool(&self) -> &PgPool {
         &self.inner.pool
+    }
+
+    /// The options the store was opened with.
+    pub(crate) fn options(&self) -> &PgOptions {
+        &self.inner.opts
     }
 
     /// The validated schema name.

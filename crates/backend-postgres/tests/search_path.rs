@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_conformance::{random_space, MigrationHarness};
+use cairn_core::spool::SpoolConfig;
 use cairn_core::{
     epoch_id, ConsumerId, DedupKey, EnqueueOptions, EpochDiagnostics, EpochStore, Event,
     ForeignEpoch, ManualClock, QueueName, RunEventId, Spool,
@@ -90,7 +91,7 @@ async fn functions_planted_in_the_stores_schema_never_run() {
     assert_eq!(again.heads(&space).await.unwrap().len(), 1);
 
     let clock = Arc::new(ManualClock::default());
-    let spool = PgSpool::connect(h.options(), clock).await.unwrap();
+    let spool = PgSpool::from_store(&again, clock, SpoolConfig::default()).unwrap();
     let queue = QueueName::new("hijack").unwrap();
     let key = DedupKey::from_parts(["k"]).unwrap();
     let run = spool

@@ -51,20 +51,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{Clock, QueueName, SpoolConfig, SupersedeGroup, SystemClock};
-use cairn_core::{key64, Error, Result};
-use cairn_migrate::{cairn_set, MigrationBackend, Runner};
-use sqlx::postgres::PgPoolOptions;
+use cairn_core::spool::{Clock, QueueName, SpoolConfig, SupersedeGroup};
+#[cfg(doc)]
+use cairn_core::spool::SystemClock;
+#[cfg(doc)]
+use cairn_core::Error;
+use cairn_core::{key64, Result};
 use sqlx::PgPool;
 
-use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
-use crate::migrate::PgMigrator;
+use crate::config::SchemaName;
+use crate::PgStore;
 
 pub use wake::WAKE_POLL;
-
-/// Most subscriptions (each holds one listening connection) one spool serves at a time.
-const MAX_LISTENERS: u32 = 64;
 
 /// The key-derivation context of wake-up channel names (shared by every process of a store:
 /// changing it makes two builds miss each other's enqueues).
@@ -103,17 +101,22 @@ pub(crate) fn group_lock_key(
     )
 }
 
-/// The spool on PostgreSQL: a cloneable handle over its own connection pool in the store's
-/// schema. Separately connected `PgSpool`s (in one process or many) share the store safely.
+/// The spool on PostgreSQL: a cloneable handle over its store's connection pool, in the
+/// store's schema. Spools of separately opened stores (in one process or many) share the
+/// tables safely.
 ///
 /// ```no_run
 /// # async fn f() -> cairn_core::Result<()> {
 /// use std::sync::Arc;
-/// let spool = cairn_postgres::PgSpool::connect(
+/// let store = cairn_postgres::PgStore::open_with(
 ///     cairn_postgres::PgOptions::new("postgres://app@db.internal/app").schema("cairn"),
-///     Arc::new(cairn_core::SystemClock),
 /// )
 /// .await?;
+/// let spool = cairn_postgres::PgSpool::from_store(
+///     &store,
+///     Arc::new(cairn_core::SystemClock),
+///     cairn_core::spool::SpoolConfig::default(),
+/// )?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -122,15 +125,16 @@ pub struct PgSpool {
 }
 
 struct Inner {
+    /// The store's pool.
     pool: PgPool,
-    /// Connections that only `LISTEN` (one per subscription), apart from the pool that runs
-    /// statements so that subscribers can never starve it.
-    listen_pool: PgPool,
     schema: SchemaName,
     clock: Arc<dyn Clock>,
     config: SpoolConfig,
     /// The fallback poll of new subscriptions, in milliseconds.
     wake_poll_ms: AtomicU64,
+    /// The one listening connection every subscription shares, apart from the pool that runs
+    /// statements so that subscribers can never starve it.
+    wake: wake::Hub,
     /// Enqueues waiting for the next batch ([`batch`]).
     batcher: batch::Batcher,
     /// Acks waiting for the next batch ([`ack_batch`]).
@@ -156,116 +160,31 @@ impl fmt::Debug for PgSpool {
 }
 
 impl PgSpool {
-    /// Connects with `opts` (the same options as [`crate::PgStore::open_with`]: server,
-    /// schema, pool size, lock and acquire timeouts), reading time from `clock`
-    /// (production: [`SystemClock`]) with the default [`SpoolConfig`].
+    /// The spool of the open `store`, on the store's own pool (no second pool, and the
+    /// migration runner does not run again: the store's open brought cairn's set to the
+    /// revision this build needs), reading time from `clock` (production: [`SystemClock`])
+    /// with `config` (the retry backoff). Every process of one store should use the same
+    /// config: the backoff decides when a run is due again.
     ///
-    /// Opens the store through cairn's lineage-aware migration runner first, exactly as
-    /// `PgStore` does: a missing store is created (unless `create_if_missing(false)`), a store
-    /// at `0001_epoch_log` is upgraded to `0002_spool`, a newer compatible store is used as is.
-    ///
-    /// # Errors
-    /// As [`crate::PgStore::open_with`].
-    pub async fn connect(opts: PgOptions, clock: Arc<dyn Clock>) -> Result<Self> {
-        Self::connect_with_config(opts, clock, SpoolConfig::default()).await
-    }
-
-    /// [`PgSpool::connect`] on the system clock.
+    /// Subscriptions share one more connection, opened by the first one
+    /// ([`cairn_core::Spool::subscribe`]).
     ///
     /// # Errors
-    /// As [`crate::PgStore::open_with`].
-    pub async fn connect_system(opts: PgOptions) -> Result<Self> {
-        Self::connect(opts, Arc::new(SystemClock)).await
-    }
-
-    /// [`PgSpool::connect`] with a spool config (the retry backoff). Every process of one store
-    /// should use the same config: the backoff decides when a run is due again.
-    ///
-    /// # Errors
-    /// As [`crate::PgStore::open_with`].
-    pub async fn connect_with_config(
-        opts: PgOptions,
-        clock: Arc<dyn Clock>,
-        config: SpoolConfig,
-    ) -> Result<Self> {
-        let runner = Runner::new(cairn_set())
-            .with_lock_timeout(opts.lock_timeout.max(Duration::from_secs(30)));
-        Self::open_through(opts, clock, config, &runner).await
-    }
-
-    /// Connects as a build whose own view of cairn's migration set is `runner`'s (test support:
-    /// two releases one revision apart), with the default [`SpoolConfig`].
-    ///
-    /// # Errors
-    /// As [`crate::PgStore::open_with`].
-    #[cfg(feature = "testkit")]
-    pub async fn connect_as(
-        opts: PgOptions,
-        clock: Arc<dyn Clock>,
-        runner: &Runner,
-    ) -> Result<Self> {
-        Self::open_through(opts, clock, SpoolConfig::default(), runner).await
-    }
-
-    /// Opens the store through `runner`, then builds the pools.
-    async fn open_through(
-        opts: PgOptions,
-        clock: Arc<dyn Clock>,
-        config: SpoolConfig,
-        runner: &Runner,
-    ) -> Result<Self> {
-        let schema = SchemaName::parse(&opts.schema)?;
-        if opts.max_connections == 0 {
-            return Err(Error::invalid("max_connections", "must be at least 1"));
-        }
-        let connect = opts.connect_options()?;
-        let migrator = PgMigrator::new(opts.clone())?;
-        if !opts.create_if_missing {
-            let state = migrator.read_state(runner.set().name()).await?;
-            if state.stamp.is_none() {
-                return Err(Error::NotFound {
-                    what: format!("cairn store in schema {}", schema.as_str()),
-                });
-            }
-        }
-        runner.open(&migrator).await?;
-        let search_path = schema.as_str().to_owned();
-        let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
-        let pool = crate::config::with_liveness_check(PgPoolOptions::new())
-            .max_connections(opts.max_connections)
-            .acquire_timeout(opts.acquire_timeout)
-            .after_connect(move |conn, _meta| {
-                let search_path = search_path.clone();
-                let lock_timeout_ms = lock_timeout_ms.clone();
-                Box::pin(async move {
-                    sqlx::query(crate::sql::SESSION_SETUP)
-                        .bind(search_path)
-                        .bind(lock_timeout_ms)
-                        .execute(&mut *conn)
-                        .await?;
-                    sqlx::query(sql::SESSION_SETUP)
-                        .execute(conn)
-                        .await
-                        .map(|_| ())
-                })
-            })
-            .connect_with(connect.clone())
-            .await
-            .map_err(map_sqlx)?;
-        let listen_pool = PgPoolOptions::new()
-            .max_connections(MAX_LISTENERS)
-            .min_connections(0)
-            .acquire_timeout(opts.acquire_timeout)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .connect_lazy_with(connect);
+    /// None today; the `Result` leaves room for a check of the store.
+    pub fn from_store(store: &PgStore, clock: Arc<dyn Clock>, config: SpoolConfig) -> Result<Self> {
+        let pool = store.pool().clone();
+        let wake = wake::Hub::new(
+            (*pool.connect_options()).clone(),
+            store.options().acquire_timeout,
+        );
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
-                listen_pool,
-                schema,
+                schema: store.schema().clone(),
                 clock,
                 config,
                 wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
+                wake,
                 batcher: batch::Batcher::default(),
                 acks: ack_batch::AckLane::default(),
                 forced_ids: std::sync::Mutex::default(),
@@ -275,15 +194,25 @@ impl PgSpool {
         })
     }
 
-    /// Closes the spool's connections, waiting for those in use: an orderly shutdown. Every
+    /// Opens the store with `opts` ([`PgStore::open_with`]) and returns its spool
+    /// ([`PgSpool::from_store`]): one pool for both.
+    ///
+    /// # Errors
+    /// As [`PgStore::open_with`].
+    pub async fn connect_with_config(
+        opts: crate::PgOptions,
+        clock: Arc<dyn Clock>,
+        config: SpoolConfig,
+    ) -> Result<Self> {
+        let store = PgStore::open_with(opts).await?;
+        Self::from_store(&store, clock, config)
+    }
+
+    /// Closes the spool's connections — the listening one, and the pool it shares with its
+    /// store, so the store closes too — waiting for those in use: an orderly shutdown. Every
     /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
     pub async fn close(&self) {
-        // A subscription holds its listening connection until the handle is dropped, so the
-        // listening pool is only marked closed here (a waiting subscriber returns at once) and
-        // finishes closing in the background as the handles go.
-        drop(self.inner.listen_pool.close());
-        let listen_pool = self.inner.listen_pool.clone();
-        tokio::spawn(async move { listen_pool.close().await });
+        self.inner.wake.close();
         self.inner.pool.close().await;
     }
 

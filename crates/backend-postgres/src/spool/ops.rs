@@ -20,7 +20,7 @@ use sqlx::postgres::PgRow;
 
 use super::ack_batch::PendingAck;
 use super::row::{count, get, opt_ts, run_id, run_info, state, ts, RunRow};
-use super::{group_lock_key, sql, wake, wake_channel, PgSpool};
+use super::{group_lock_key, sql, wake_channel, PgSpool};
 use crate::error::map_sqlx;
 
 /// How often a read-decide-write transition is retried when the run changed between its read
@@ -723,7 +723,7 @@ impl Spool for PgSpool {
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         let channel = wake_channel(&self.inner.schema, queue);
         Ok(Box::new(
-            wake::subscribe(&self.inner.listen_pool, channel, self.wake_poll()).await?,
+            self.inner.wake.subscribe(channel, self.wake_poll()).await?,
         ))
     }
 }

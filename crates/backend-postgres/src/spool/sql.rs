@@ -16,21 +16,7 @@
 //! join, reading the whole table for a claim of ten runs; so each such join
 //! ([`CLAIM_QUEUED`], [`CLAIM_APPLY`], [`ACK_MANY`]) also states that the run is `= ANY` of the
 //! set, which keeps it an index lookup whatever the estimate. Bitmap scans are off for the
-//! same reason ([`SESSION_SETUP`]).
-
-/// Every spool connection's setup (after [`crate::sql::SESSION_SETUP`]): no bitmap scans.
-///
-/// A claim reads the next due runs in the claim index's own order and stops after `limit`
-/// ([`CLAIM_QUEUED`], [`CLAIM_PICK`]). A queue table's statistics are usually wrong — it goes
-/// from empty to thousands of runs and back faster than autoanalyze follows, and some servers
-/// run without autovacuum — and with too few rows estimated, the planner picks a bitmap scan
-/// of every due run of the queue plus a sort instead, which reads and sorts the whole queue on
-/// every claim (measured: 3,008 rows sorted to take 5). Every spool statement looks runs up
-/// through an index by its leading columns, so none needs a bitmap scan; without them the
-/// ordered index scan is the plan whatever the estimate. The test
-/// `a_claim_reads_the_claim_index_in_order_whatever_the_statistics` checks the plan.
-pub(super) const SESSION_SETUP: &str =
-    "SELECT pg_catalog.set_config('enable_bitmapscan', 'off', false)";
+//! same reason ([`crate::sql::SESSION_SETUP`]).
 
 /// The columns [`super::row::RunRow`] reads, in its order.
 macro_rules! run_columns {

@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use cairn_conformance::{Harness, HeldLock, SpoolHarness};
-use cairn_core::spool::ManualClock;
+use cairn_core::spool::{ManualClock, SpoolConfig};
 use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId, Spool};
 
 use super::PgSpool;
 use crate::testkit::{harness, PgHarness};
-use crate::PgOptions;
+use crate::{PgOptions, PgStore};
 
 /// A fresh spool harness over a new random schema of the test server.
 ///
@@ -54,20 +54,27 @@ impl PgSpoolHarness {
         self.pg.options()
     }
 
-    /// Connects a new [`PgSpool`] over this harness's schema, on the harness's clock.
+    /// Opens a new store over this harness's schema and its [`PgSpool`], on the harness's
+    /// clock.
     ///
     /// # Errors
-    /// As [`PgSpool::connect`].
+    /// As [`PgStore::open_with`].
     pub async fn spool(&self) -> Result<PgSpool> {
         self.spool_with(self.options()).await
     }
 
-    /// Connects a new [`PgSpool`] with `opts` (e.g. shorter timeouts), on the harness's clock.
+    /// Opens a new store with `opts` (e.g. shorter timeouts) and its [`PgSpool`], on the
+    /// harness's clock.
     ///
     /// # Errors
-    /// As [`PgSpool::connect`].
+    /// As [`PgStore::open_with`].
     pub async fn spool_with(&self, opts: PgOptions) -> Result<PgSpool> {
-        PgSpool::connect(opts, Arc::new(self.clock.clone())).await
+        let store = PgStore::open_with(opts).await?;
+        PgSpool::from_store(
+            &store,
+            Arc::new(self.clock.clone()),
+            SpoolConfig::default(),
+        )
     }
 }
 
@@ -110,9 +117,12 @@ impl SpoolHarness for PgSpoolHarness {
     }
 
     async fn open_spool_as(&self, runner: &cairn_migrate::Runner) -> Result<Arc<dyn Spool>> {
-        Ok(Arc::new(
-            PgSpool::connect_as(self.options(), Arc::new(self.clock.clone()), runner).await?,
-        ))
+        let (store, _) = PgStore::open_migrated(self.options(), runner).await?;
+        Ok(Arc::new(PgSpool::from_store(
+            &store,
+            Arc::new(self.clock.clone()),
+            SpoolConfig::default(),
+        )?))
     }
 
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
@@ -122,11 +132,12 @@ impl SpoolHarness for PgSpoolHarness {
             drop(pg);
         }
         let pg = harness().await;
-        let spool = PgSpool::connect(
-            pg.options().max_connections(4),
+        let store = PgStore::open_with(pg.options().max_connections(4)).await?;
+        let spool = PgSpool::from_store(
+            &store,
             Arc::new(self.clock.clone()),
-        )
-        .await?;
+            SpoolConfig::default(),
+        )?;
         *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = Some((pg, spool.clone()));
         Ok(Arc::new(spool))
     }

@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_conformance::random_queue;
-use cairn_core::spool::FactOutcome;
+use cairn_core::spool::{FactOutcome, SpoolConfig};
 use cairn_core::{
     ConsumerId, DedupKey, EnqueueOptions, Error, FactName, QueueName, RunId, Spool, SystemClock,
 };
 use cairn_postgres::spool::testkit::spool_harness;
 use cairn_postgres::testkit::{test_server_url, TEST_URL_ENV};
-use cairn_postgres::{PgOptions, PgSpool};
+use cairn_postgres::{PgOptions, PgSpool, PgStore};
 
 const ROLE_ENV: &str = "CAIRN_SPOOL_CHILD_ROLE";
 const SCHEMA_ENV: &str = "CAIRN_SPOOL_CHILD_SCHEMA";
@@ -36,9 +36,11 @@ async fn child_spool() -> PgSpool {
     let opts = PgOptions::new(url)
         .schema(env(SCHEMA_ENV))
         .max_connections(4);
-    PgSpool::connect(opts, Arc::new(SystemClock))
+    let store = PgStore::open_with(opts)
         .await
-        .expect("child: connect the spool")
+        .expect("child: open the store");
+    PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default())
+        .expect("child: the spool")
 }
 
 /// Reports ready, then blocks until the parent's go (a line on stdin).
