@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 mod additivity;
+mod backend;
 mod config;
 mod diagnostics;
 mod error;
@@ -32,6 +33,7 @@ mod store;
 pub mod testkit;
 
 pub use additivity::PgAdditivity;
+pub use backend::PgBackend;
 pub use config::{connect_options_from_url, PgOptions};
 pub use diagnostics::PgDiagnostics;
 pub use migrate::PgMigrator;
