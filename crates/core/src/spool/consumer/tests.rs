@@ -279,6 +279,10 @@ async fn shutdown_is_bounded_and_leaves_unfinished_runs_claimable() {
         "shutdown keeps its bound"
     );
     assert_eq!(report.abandoned, vec![stuck]);
+    assert!(
+        !report.is_clean(),
+        "a run left behind makes the shutdown unclean"
+    );
     assert_eq!(state(&spool, polite).await, RunState::Queued);
     assert_eq!(state(&spool, stuck).await, RunState::Claimed);
     // Nothing is lost: once the lease (plus backoff) runs out, another consumer gets it.
@@ -647,4 +651,778 @@ async fn a_single_free_slot_is_filled_once_the_coalescing_window_ends() {
     })
     .await;
     assert!(consumer.shutdown().await.is_clean());
+}
+
+// ---------------------------------------------------------------------------------------------
+// What the mutation run of this module found unpinned (docs/RELIABILITY.md, scope `consumer`):
+// each test below names the behaviour a user relies on, and fails with the mutant it kills.
+
+/// What a [`Faulty`] spool's next calls do, and what it saw.
+#[derive(Debug, Default)]
+struct Script {
+    /// Errors the next acks, nacks and releases return, in order; then they go through.
+    settle: std::collections::VecDeque<Error>,
+    /// Errors the next heartbeats return, in order; then they go through.
+    heartbeat: std::collections::VecDeque<Error>,
+    /// When each ack, nack or release was tried.
+    settle_calls: Vec<Instant>,
+    /// Heartbeats tried.
+    heartbeat_calls: usize,
+}
+
+/// A [`MemorySpool`] whose settles and heartbeats fail as the test scripts them.
+#[derive(Debug)]
+struct Faulty {
+    inner: MemorySpool,
+    script: Mutex<Script>,
+}
+
+impl Faulty {
+    fn new(clock: &ManualClock) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemorySpool::new(Arc::new(clock.clone())),
+            script: Mutex::new(Script::default()),
+        })
+    }
+
+    fn script(&self) -> std::sync::MutexGuard<'_, Script> {
+        self.script.lock().unwrap()
+    }
+
+    fn settle_fault(&self) -> Result<()> {
+        let mut s = self.script();
+        s.settle_calls.push(Instant::now());
+        s.settle.pop_front().map_or(Ok(()), Err)
+    }
+}
+
+#[async_trait]
+impl Spool for Faulty {
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock()
+    }
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<crate::spool::Enqueued> {
+        self.inner.enqueue(queue, key, payload, options).await
+    }
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        self.inner.claim(queue, consumer, lease, limit).await
+    }
+    async fn heartbeat(
+        &self,
+        run: RunId,
+        token: crate::spool::LeaseToken,
+        lease: Duration,
+    ) -> Result<crate::spool::Heartbeat> {
+        let fault = {
+            let mut s = self.script();
+            s.heartbeat_calls += 1;
+            s.heartbeat.pop_front()
+        };
+        match fault {
+            Some(e) => Err(e),
+            None => self.inner.heartbeat(run, token, lease).await,
+        }
+    }
+    async fn ack(&self, run: RunId, token: crate::spool::LeaseToken) -> Result<()> {
+        self.settle_fault()?;
+        self.inner.ack(run, token).await
+    }
+    async fn nack(
+        &self,
+        run: RunId,
+        token: crate::spool::LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<crate::spool::Nacked> {
+        self.settle_fault()?;
+        self.inner.nack(run, token, kind, reason).await
+    }
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
+        self.inner.cancel(run).await
+    }
+    async fn close_run(&self, run: RunId) -> Result<crate::spool::CloseOutcome> {
+        self.inner.close_run(run).await
+    }
+    async fn release(
+        &self,
+        run: RunId,
+        token: crate::spool::LeaseToken,
+        delay: Duration,
+    ) -> Result<crate::spool::Nacked> {
+        self.settle_fault()?;
+        self.inner.release(run, token, delay).await
+    }
+    async fn run(&self, run: RunId) -> Result<Option<crate::spool::RunInfo>> {
+        self.inner.run(run).await
+    }
+    async fn runs(
+        &self,
+        filter: &crate::spool::RunFilter,
+        limit: usize,
+    ) -> Result<Vec<crate::spool::RunInfo>> {
+        self.inner.runs(filter, limit).await
+    }
+    async fn stats(&self) -> Result<crate::spool::SpoolStats> {
+        self.inner.stats().await
+    }
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &crate::spool::RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<crate::spool::EventAppended> {
+        self.inner.append_event(run, event_id, payload).await
+    }
+    async fn events(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<crate::spool::RunEvent>> {
+        self.inner.events(run, after, limit).await
+    }
+    async fn acknowledge_events(
+        &self,
+        run: RunId,
+        event_ids: &[crate::spool::RunEventId],
+    ) -> Result<u64> {
+        self.inner.acknowledge_events(run, event_ids).await
+    }
+    async fn set_fact(
+        &self,
+        run: RunId,
+        name: &crate::spool::FactName,
+        value: Vec<u8>,
+    ) -> Result<crate::spool::FactOutcome> {
+        self.inner.set_fact(run, name, value).await
+    }
+    async fn facts(
+        &self,
+        run: RunId,
+    ) -> Result<std::collections::BTreeMap<crate::spool::FactName, Vec<u8>>> {
+        self.inner.facts(run).await
+    }
+    async fn retention_pass(
+        &self,
+        policy: &crate::spool::RetentionPolicy,
+        budget: &crate::spool::RetentionBudget,
+    ) -> Result<crate::spool::RetentionReport> {
+        self.inner.retention_pass(policy, budget).await
+    }
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
+        self.inner.subscribe(queue).await
+    }
+}
+
+/// A faulty spool on a manual clock, as `Arc<dyn Spool>` too.
+fn faulty_setup() -> (ManualClock, Arc<Faulty>, Arc<dyn Spool>, QueueName) {
+    let clock = ManualClock::default();
+    let faulty = Faulty::new(&clock);
+    let spool: Arc<dyn Spool> = faulty.clone();
+    (clock, faulty, spool, QueueName::new("work").unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_ack_failure_is_retried_until_the_ack_lands() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    let id = enqueue(&spool, &q, "flaky-store").await;
+    faulty.script().settle.extend([
+        Error::retryable("the writer is busy"),
+        Error::unavailable("the connection dropped"),
+    ]);
+    let consumer = builder(&spool, &q)
+        .spawn(|_job: Job| async { Outcome::Done })
+        .await
+        .unwrap();
+    eventually("the third ack lands", || async {
+        state(&spool, id).await == RunState::Succeeded
+    })
+    .await;
+    eventually("the run's task ends", || async {
+        consumer.in_flight() == 0
+    })
+    .await;
+    assert_eq!(
+        faulty.script().settle_calls.len(),
+        3,
+        "two failures, then the ack"
+    );
+    let stats = consumer.stats();
+    assert_eq!(stats.errors, 2, "each failed try is counted");
+    assert_eq!(
+        stats.last_error.as_deref(),
+        Some(
+            Error::unavailable("the connection dropped")
+                .to_string()
+                .as_str()
+        )
+    );
+    assert_eq!(
+        stats.lease_lost, 0,
+        "a transient failure is not a lost lease"
+    );
+    assert_eq!(stats.settled.get(&RunState::Succeeded), Some(&1));
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_retrying_cannot_fix_is_tried_once_and_the_run_comes_back_after_its_lease() {
+    let (clock, faulty, spool, q) = faulty_setup();
+    let id = enqueue(&spool, &q, "corrupt-reply").await;
+    faulty
+        .script()
+        .settle
+        .push_back(Error::corrupt("the ack's reply did not parse"));
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let a = attempts.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |job: Job| {
+            let a = a.clone();
+            async move {
+                a.lock().unwrap().push(job.attempt());
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("the failed ack is given up", || async {
+        consumer.stats().errors == 1 && consumer.in_flight() == 0
+    })
+    .await;
+    assert_eq!(faulty.script().settle_calls.len(), 1, "not retried");
+    assert_eq!(consumer.stats().lease_lost, 0);
+    assert_eq!(
+        state(&spool, id).await,
+        RunState::Claimed,
+        "left to its lease"
+    );
+
+    // The lease runs out: the run is delivered again, as its second attempt, and acked.
+    clock.advance(LEASE + max_backoff_for_tests(1) + Duration::from_secs(1));
+    eventually("redelivered and acked", || async {
+        state(&spool, id).await == RunState::Succeeded
+    })
+    .await;
+    assert_eq!(*attempts.lock().unwrap(), vec![1, 2]);
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settling_gives_up_after_four_tries_with_doubling_pauses() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    let id = enqueue(&spool, &q, "always-busy").await;
+    faulty
+        .script()
+        .settle
+        .extend((0..SETTLE_TRIES).map(|i| Error::retryable(format!("busy {i}"))));
+    // Polling slower than the longest pause, so no pause is cut to the poll interval.
+    let consumer = builder(&spool, &q)
+        .poll_interval(Duration::from_millis(500))
+        .spawn(|_job: Job| async { Outcome::Retry("try later".into()) })
+        .await
+        .unwrap();
+    eventually("the settle gives up", || async {
+        consumer.stats().errors == u64::from(SETTLE_TRIES) && consumer.in_flight() == 0
+    })
+    .await;
+    let calls = faulty.script().settle_calls.clone();
+    assert_eq!(calls.len(), SETTLE_TRIES as usize, "no fifth try");
+    for (i, pair) in calls.windows(2).enumerate() {
+        let want = Duration::from_millis(20) * 2u32.pow(i as u32);
+        let gap = pair[1] - pair[0];
+        assert!(gap >= want, "pause {i}: {gap:?} < {want:?}");
+    }
+    assert_eq!(
+        state(&spool, id).await,
+        RunState::Claimed,
+        "left to its lease"
+    );
+    assert_eq!(consumer.stats().settled.values().sum::<u64>(), 0);
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_taken_before_the_ack_is_counted_lost_and_not_acked() {
+    let (clock, spool, q) = setup();
+    let id = enqueue(&spool, &q, "slow").await;
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    // Polling an hour apart and beats 10 s apart in real time: the run's task does not look at
+    // the clock again before its handler returns, so only the ack can find the lease gone.
+    let consumer = builder(&spool, &q)
+        .poll_interval(Duration::from_secs(3600))
+        .spawn(move |_job: Job| {
+            let g = g.clone();
+            async move {
+                g.acquire().await.unwrap().forget();
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    clock.advance(LEASE + max_backoff_for_tests(1) + Duration::from_secs(1));
+    let thief = ConsumerId::new("thief").unwrap();
+    assert_eq!(spool.claim(&q, &thief, LEASE, 1).await.unwrap().len(), 1);
+    gate.add_permits(1);
+    eventually("the run's task ends", || async {
+        consumer.in_flight() == 0
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(stats.lease_lost, 1, "the refused ack is a lost lease");
+    assert_eq!(stats.errors, 0, "and not an error");
+    assert_eq!(stats.settled.values().sum::<u64>(), 0);
+    let info = spool.run(id).await.unwrap().unwrap();
+    assert_eq!(info.state, RunState::Claimed, "not acked");
+    assert_eq!(info.lease.unwrap().consumer, thief);
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_heartbeat_failure_keeps_the_run_and_the_next_beat_extends_it() {
+    let (clock, faulty, spool, q) = faulty_setup();
+    let id = enqueue(&spool, &q, "long").await;
+    faulty
+        .script()
+        .heartbeat
+        .push_back(Error::unavailable("the connection dropped"));
+    let gate = Arc::new(Semaphore::new(0));
+    let seen = Arc::new(Mutex::new(None));
+    let (g, s) = (gate.clone(), seen.clone());
+    let consumer = builder(&spool, &q)
+        .spawn(move |job: Job| {
+            let (g, s) = (g.clone(), s.clone());
+            async move {
+                g.acquire().await.unwrap().forget();
+                *s.lock().unwrap() = Some(job.stop().reason());
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    clock.advance(LEASE / 3 + Duration::from_millis(1));
+    eventually("the failed beat is counted as an error", || async {
+        consumer.stats().errors == 1
+    })
+    .await;
+    clock.advance(LEASE / 3 + Duration::from_millis(1));
+    eventually("the next beat extends the lease", || async {
+        consumer.stats().heartbeats == 1
+    })
+    .await;
+    gate.add_permits(1);
+    eventually("acked", || async {
+        state(&spool, id).await == RunState::Succeeded
+    })
+    .await;
+    assert_eq!(consumer.stats().lease_lost, 0);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Some(None),
+        "the handler was never told to stop"
+    );
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_consumer_neither_claims_nor_beats_before_a_third_of_the_lease() {
+    let (clock, spool, q) = setup();
+    enqueue(&spool, &q, "busy").await;
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let (t, d) = (ticks.clone(), done.clone());
+    // One slot, taken: the loop has nothing to claim for. The handler counts real
+    // milliseconds, which is how the test knows the loop has had many slices to misbehave in.
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .spawn(move |_job: Job| {
+            let (t, d) = (t.clone(), d.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = d.notified() => return Outcome::Done,
+                        _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                            t.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    let claims = consumer.stats().claims;
+    assert!(claims >= 1, "the claim that took the run is counted");
+    eventually("40 ms of handler time (20 poll intervals)", || async {
+        ticks.load(Ordering::SeqCst) >= 40
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(stats.claims, claims, "no claim while every slot is taken");
+    assert_eq!(stats.errors, 0);
+    assert_eq!(stats.heartbeats, 0, "no beat before a third of the lease");
+    clock.advance(LEASE / 3 + Duration::from_millis(1));
+    eventually("a beat once a third has passed", || async {
+        consumer.stats().heartbeats == 1
+    })
+    .await;
+    done.notify_one();
+    eventually("acked", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&1)
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_the_batch_free_claims_at_once() {
+    let (_clock, spool, q) = setup();
+    enqueue(&spool, &q, "blocked0").await;
+    enqueue(&spool, &q, "blocked1").await;
+    let gate = Arc::new(Semaphore::new(0));
+    let g = gate.clone();
+    // Two of four slots free is half the batch: no coalescing wait, even with a window far
+    // longer than the test.
+    let consumer = builder(&spool, &q)
+        .concurrency(4)
+        .claim_coalesce(Duration::from_secs(3600))
+        .spawn(move |job: Job| {
+            let g = g.clone();
+            async move {
+                if job.payload().starts_with(b"blocked") {
+                    g.acquire().await.unwrap().forget();
+                }
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("two handlers hold their slots", || async {
+        consumer.in_flight() == 2
+    })
+    .await;
+    let late = enqueue(&spool, &q, "late").await;
+    eventually(
+        "the new run is claimed without waiting out the window",
+        || async { state(&spool, late).await == RunState::Succeeded },
+    )
+    .await;
+    gate.add_permits(2);
+    eventually("all three succeed", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&3)
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_free_slot_waits_the_whole_window_from_when_it_freed() {
+    let (_clock, spool, q) = setup();
+    for k in ["held0", "held1", "held2", "ticker", "late"] {
+        enqueue(&spool, &q, k).await;
+    }
+    let window = Duration::from_millis(200);
+    let gate = Arc::new(Semaphore::new(0));
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let finish = Arc::new(tokio::sync::Notify::new());
+    let freed_at = Arc::new(Mutex::new(None));
+    let late_at = Arc::new(Mutex::new(None));
+    let (g, t, f, fa, la) = (
+        gate.clone(),
+        ticks.clone(),
+        finish.clone(),
+        freed_at.clone(),
+        late_at.clone(),
+    );
+    let consumer = builder(&spool, &q)
+        .concurrency(4)
+        .claim_coalesce(window)
+        .spawn(move |job: Job| {
+            let (g, t, f, fa, la) = (g.clone(), t.clone(), f.clone(), fa.clone(), la.clone());
+            async move {
+                match job.payload() {
+                    b"ticker" => loop {
+                        tokio::select! {
+                            _ = f.notified() => {
+                                *fa.lock().unwrap() = Some(Instant::now());
+                                return Outcome::Done;
+                            }
+                            _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                                t.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                    },
+                    b"late" => {
+                        *la.lock().unwrap() = Some(Instant::now());
+                        Outcome::Done
+                    }
+                    _ => {
+                        g.acquire().await.unwrap().forget();
+                        Outcome::Done
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap();
+    eventually("four handlers hold every slot", || async {
+        consumer.in_flight() == 4
+    })
+    .await;
+    // The consumer has been full for a while (a quarter of the window) when one slot frees.
+    eventually("50 ms of handler time", || async {
+        ticks.load(Ordering::SeqCst) >= 50
+    })
+    .await;
+    finish.notify_one();
+    eventually("the late run is handled", || async {
+        late_at.lock().unwrap().is_some()
+    })
+    .await;
+    let freed = freed_at.lock().unwrap().unwrap();
+    let claimed = late_at.lock().unwrap().unwrap();
+    assert!(
+        claimed - freed >= window,
+        "one free slot of four claimed {:?} after it freed, inside the {window:?} window",
+        claimed - freed
+    );
+    gate.add_permits(3);
+    eventually("all five succeed", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&5)
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_handler_that_finishes_inside_the_bound() {
+    let (_clock, spool, q) = setup();
+    let id = enqueue(&spool, &q, "winds-down").await;
+    // A poll interval of 900 ms makes the outer slack 900 ms: a shutdown that waited only
+    // until `deadline - slack` would give up 100 ms in.
+    let consumer = builder(&spool, &q)
+        .poll_interval(Duration::from_millis(900))
+        .spawn(|job: Job| async move {
+            let why = job.stop().stopped().await;
+            // Winding down takes 300 ms of real work, well inside the 1 s bound.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Outcome::Retry(why.to_string())
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    let started = Instant::now();
+    let report = consumer.shutdown_within(Duration::from_secs(1)).await;
+    assert!(report.is_clean(), "abandoned {:?}", report.abandoned);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let info = spool.run(id).await.unwrap().unwrap();
+    assert_eq!(
+        info.state,
+        RunState::Queued,
+        "the handler's retry was recorded"
+    );
+    assert_eq!(
+        info.reason.as_deref(),
+        Some("the consumer is shutting down"),
+        "the stop reason, in words, is the run's reason"
+    );
+}
+
+/// Sets its flag when dropped: the handler's future was dropped (aborted or finished).
+struct DropFlag(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_consumer_aborts_a_handler_that_ignores_every_stop() {
+    let (_clock, spool, q) = setup();
+    let id = enqueue(&spool, &q, "deaf").await;
+    let dropped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d = dropped.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |_job: Job| {
+            let flag = DropFlag(d.clone());
+            async move {
+                let _flag = flag;
+                std::future::pending::<Outcome>().await
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    assert!(!dropped.load(Ordering::SeqCst));
+    drop(consumer);
+    eventually("the handler's future is dropped", || async {
+        dropped.load(Ordering::SeqCst)
+    })
+    .await;
+    assert_eq!(
+        state(&spool, id).await,
+        RunState::Claimed,
+        "left to its lease"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_signal_reads_clear_until_a_stop_then_names_it() {
+    let (_clock, spool, q) = setup();
+    enqueue(&spool, &q, "watch").await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |job: Job| {
+            let s = s.clone();
+            async move {
+                let stop = job.stop().clone();
+                s.lock().unwrap().push((stop.is_stopped(), stop.reason()));
+                stop.stopped().await;
+                s.lock().unwrap().push((stop.is_stopped(), stop.reason()));
+                Outcome::Retry("stopped".into())
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { !seen.lock().unwrap().is_empty() }).await;
+    assert!(consumer.shutdown().await.is_clean());
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![(false, None), (true, Some(StopReason::Shutdown))]
+    );
+}
+
+#[tokio::test]
+async fn the_shortest_poll_interval_is_accepted() {
+    let (_clock, spool, q) = setup();
+    let consumer = builder(&spool, &q)
+        .poll_interval(MIN_WAIT)
+        .spawn(|_job: Job| async { Outcome::Done })
+        .await;
+    assert!(consumer.is_ok(), "{MIN_WAIT:?} is the documented minimum");
+    assert!(matches!(
+        builder(&spool, &q)
+            .poll_interval(MIN_WAIT - Duration::from_nanos(1))
+            .spawn(|_job: Job| async { Outcome::Done })
+            .await,
+        Err(Error::InvalidInput { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_comes_back_short_waits_instead_of_claiming_again() {
+    let (_clock, spool, q) = setup();
+    enqueue(&spool, &q, "ticker").await;
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let (t, d) = (ticks.clone(), done.clone());
+    // Two slots, one run: the first claim asks for two and gets one, so the queue is empty and
+    // the next look is an hour away (or at a wake-up). The handler counts real milliseconds.
+    let consumer = builder(&spool, &q)
+        .concurrency(2)
+        .poll_interval(Duration::from_secs(3600))
+        .spawn(move |_job: Job| {
+            let (t, d) = (t.clone(), d.clone());
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = d.notified() => return Outcome::Done,
+                        _ = tokio::time::sleep(Duration::from_millis(1)) => {
+                            t.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
+        })
+        .await
+        .unwrap();
+    eventually("40 ms of handler time", || async {
+        ticks.load(Ordering::SeqCst) >= 40
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(stats.claims, 1, "one claim, then a wait");
+    assert_eq!(stats.claimed, 1);
+    done.notify_one();
+    eventually("acked", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&1)
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_during_shutdown_is_raised_over_the_shutdown_and_never_lowered() {
+    let (clock, spool, q) = setup();
+    let id = enqueue(&spool, &q, "canceled-while-stopping").await;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |job: Job| {
+            let s = s.clone();
+            async move {
+                let stop = job.stop().clone();
+                let first = stop.stopped().await;
+                s.lock().unwrap().push(first);
+                // Keep going through the shutdown until something more urgent arrives.
+                while stop.reason() == Some(StopReason::Shutdown) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let second = stop.stopped().await;
+                s.lock().unwrap().push(second);
+                Outcome::Nack(NackKind::Failed, "canceled".into())
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    let shutdown = tokio::spawn(consumer.shutdown_within(Duration::from_secs(5)));
+    eventually("the handler hears the shutdown", || async {
+        seen.lock().unwrap().len() == 1
+    })
+    .await;
+    assert_eq!(spool.cancel(id).await.unwrap(), CancelOutcome::Requested);
+    // The next heartbeat carries the cancel to the handler.
+    clock.advance(LEASE / 3 + Duration::from_millis(1));
+    let report = shutdown.await.unwrap();
+    assert!(report.is_clean(), "abandoned {:?}", report.abandoned);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![StopReason::Shutdown, StopReason::CancelRequested]
+    );
+    assert_eq!(state(&spool, id).await, RunState::Canceled);
+}
+
+#[test]
+fn a_stop_reason_only_rises() {
+    let (tx, rx) = watch::channel(None);
+    let signal = StopSignal { rx };
+    raise(&tx, StopReason::CancelRequested);
+    assert_eq!(signal.reason(), Some(StopReason::CancelRequested));
+    raise(&tx, StopReason::Shutdown);
+    assert_eq!(
+        signal.reason(),
+        Some(StopReason::CancelRequested),
+        "not lowered"
+    );
+    raise(&tx, StopReason::LeaseLost);
+    assert_eq!(signal.reason(), Some(StopReason::LeaseLost), "raised");
+    raise(&tx, StopReason::CancelRequested);
+    assert_eq!(signal.reason(), Some(StopReason::LeaseLost));
 }
