@@ -164,10 +164,7 @@ async fn scratch_leftovers_are_the_scratch_schemas_no_running_check_owns() {
     )
     .await
     .unwrap();
-    assert_eq!(
-        diagnostics.scratch_leftovers().await.unwrap(),
-        [dead.clone()]
-    );
+    assert_eq!(diagnostics.scratch_leftovers().await.unwrap(), [dead.as_str()]);
     assert!(schema_exists(&db.url, &dead).await, "listing dropped it");
     owner.close().await.unwrap();
     let mut both = vec![dead, live];

@@ -42,6 +42,7 @@ mod additivity;
 mod backend;
 mod config;
 mod db;
+mod diagnostics;
 mod error;
 mod files;
 mod group;
@@ -56,6 +57,7 @@ pub mod testkit;
 pub use additivity::SqliteAdditivity;
 pub use backend::SqliteBackend;
 pub use config::SqliteOptions;
+pub use diagnostics::SqliteDiagnostics;
 pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 #[cfg(feature = "testkit")]
 pub use spool::testkit as spool_testkit;

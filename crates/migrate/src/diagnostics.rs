@@ -18,9 +18,9 @@ use cairn_core::Result;
 use crate::cairn_set::cairn_set;
 
 /// What an integrity check found. Each `detail` is one line in the engine's terms, without
-/// URLs, hosts or stored data.
+/// URLs, hosts or stored data. Exhaustive on purpose: a new kind of finding must be given words
+/// by every tool that reports it.
 #[derive(Clone, PartialEq, Eq, Debug)]
-#[non_exhaustive]
 pub enum Integrity {
     /// Nothing wrong found; `detail` says what was checked (e.g. `quick_check: ok`).
     Intact {

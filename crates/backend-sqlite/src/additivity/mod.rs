@@ -25,7 +25,7 @@ mod down;
 mod fill;
 mod judge;
 mod rows;
-mod scratch;
+pub(crate) mod scratch;
 mod snapshot;
 mod sql;
 mod tokens;

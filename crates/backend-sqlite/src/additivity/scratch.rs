@@ -124,16 +124,57 @@ impl Drop for Scratch {
     }
 }
 
-/// Removes from `base` every scratch directory and lock file of a check that no longer runs:
-/// a lock file whose lock can be taken (with its directory), and a directory without a lock
-/// file. Only entries of this user (`ours`, an open file this user created) that are what
-/// their name says (a real directory, a plain file; never a symlink) are touched. Best
-/// effort: an entry that cannot be read or removed is left for a later check.
+/// Removes from `base` every scratch directory and lock file of a check that no longer runs
+/// (see [`walk_dead`]). Only entries of this user (`ours`, an open file this user created) are
+/// touched. Best effort: an entry that cannot be read or removed is left for a later check.
 fn sweep(base: &Path, ours: &File) {
+    let owner = ours.metadata().ok();
+    walk_dead(
+        base,
+        |meta| same_owner(meta, owner.as_ref()),
+        |dir, lock| {
+            let _ = std::fs::remove_dir_all(dir);
+            if let Some(lock) = lock {
+                let _ = std::fs::remove_file(lock);
+            }
+        },
+    );
+}
+
+/// The scratch directories in `base` that no running check owns, by name, sorted: what
+/// [`sweep`] would remove (whatever their owner), listed without removing or creating anything.
+/// `cairn doctor` reports them (through the SQLite backend's diagnostics). A lock file left
+/// without its directory is not listed: it holds no store.
+pub(crate) fn leftovers(base: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    walk_dead(
+        base,
+        |_| true,
+        |dir, _| {
+            let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+            if let (true, Some(name)) = (is_dir, dir.file_name().and_then(|n| n.to_str())) {
+                found.push(name.to_owned());
+            }
+        },
+    );
+    found.sort();
+    found
+}
+
+/// The rule of what a dead check left, in one place: calls `dead(dir, lock)` for every scratch
+/// entry of `base` that no running check owns — a lock file whose lock can be taken (`lock` is
+/// `Some`, and its lock is held during the call, so that no check can claim it meanwhile), and a
+/// directory without a lock file (`lock` is `None`). Only entries that `keep` accepts and that
+/// are what their name says (a real directory, a plain file; never a symlink) are considered;
+/// an entry that cannot be read is skipped.
+fn walk_dead(
+    base: &Path,
+    keep: impl Fn(&std::fs::Metadata) -> bool,
+    mut dead: impl FnMut(&Path, Option<&Path>),
+) {
     let Ok(entries) = std::fs::read_dir(base) else {
         return;
     };
-    let owner = ours.metadata().ok();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
@@ -152,7 +193,7 @@ fn sweep(base: &Path, ours: &File) {
         } else {
             meta.is_dir()
         };
-        if !right_kind || !same_owner(&meta, owner.as_ref()) {
+        if !right_kind || !keep(&meta) {
             continue;
         }
         let dir = base.join(stem);
@@ -162,11 +203,11 @@ fn sweep(base: &Path, ours: &File) {
                 continue;
             };
             if try_lock(&file).unwrap_or(false) {
-                let _ = std::fs::remove_dir_all(&dir);
-                let _ = std::fs::remove_file(&lock);
+                dead(&dir, Some(&lock));
             }
+            // Closing the file releases the lock.
         } else if std::fs::symlink_metadata(&lock).is_err_and(|e| e.kind() == ErrorKind::NotFound) {
-            let _ = std::fs::remove_dir_all(&dir);
+            dead(&dir, None);
         }
     }
 }
@@ -248,6 +289,33 @@ mod tests {
         assert!(lock_path(live.path()).exists());
         drop(other);
         assert!(live.path().join("check.db").exists());
+    }
+
+    #[test]
+    fn leftovers_lists_what_a_sweep_removes_and_removes_nothing() {
+        let base = tempfile::tempdir().unwrap();
+        // First: a new check sweeps what is already there.
+        let live = Scratch::new_in(base.path()).unwrap();
+        let (dead_dir, dead_lock) = leftover(base.path());
+        let (lockless, lock) = leftover(base.path());
+        std::fs::remove_file(lock).unwrap();
+        let (orphan_dir, orphan_lock) = leftover(base.path());
+        std::fs::remove_dir_all(orphan_dir).unwrap();
+        std::fs::create_dir(base.path().join("cairn_additivity_notes")).unwrap();
+
+        let name = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
+        let mut expected = vec![name(&dead_dir), name(&lockless)];
+        expected.sort();
+        assert_eq!(leftovers(base.path()), expected);
+        for kept in [&dead_dir, &dead_lock, &lockless, &orphan_lock] {
+            assert!(kept.exists(), "listing removed {}", kept.display());
+        }
+        assert!(live.path().is_dir());
+        drop(live);
+        assert_eq!(
+            leftovers(&base.path().join("no_such_directory")),
+            Vec::<String>::new()
+        );
     }
 
     #[cfg(unix)]
