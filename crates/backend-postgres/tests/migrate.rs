@@ -101,3 +101,75 @@ async fn a_rollback_inside_a_revision_fails_the_upgrade_and_nothing_runs_after_i
     );
     assert_eq!(stamp, None, "the set was stamped");
 }
+
+/// Single-engine sets (issue 25): the fixtures of `crates/migrate/tests/fixtures`.
+const SQLITE_ONLY: &[(&str, &str)] =
+    cairn_migrate::embed_migrations!("../migrate/tests/fixtures/sqlite_only");
+const POSTGRES_ONLY: &[(&str, &str)] =
+    cairn_migrate::embed_migrations!("../migrate/tests/fixtures/postgres_only");
+
+fn single_engine_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrate/tests/fixtures")
+        .join(name)
+}
+
+/// A Postgres-only set (no `.sqlite.sql` file) opens a Postgres store, embedded or read from
+/// its directory; a SQLite-only one is refused in one line naming the missing dialect, and the
+/// schema keeps no trace of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_engine_set_opens_on_its_engine_only() {
+    let mut schemas = Vec::new();
+    let mut outcomes = Vec::new();
+    for set in [
+        MigrationSet::from_embedded("solo", POSTGRES_ONLY).unwrap(),
+        MigrationSet::from_dir("solo", single_engine_fixture("postgres_only")).unwrap(),
+        MigrationSet::from_embedded("solo", SQLITE_ONLY).unwrap(),
+        MigrationSet::from_dir("solo", single_engine_fixture("sqlite_only")).unwrap(),
+    ] {
+        let schema = scratch_name("cairn_t");
+        let opts = PgOptions::new(url().await)
+            .schema(&schema)
+            .max_connections(1);
+        PgStore::open_with(opts.clone())
+            .await
+            .expect("the store opens")
+            .close()
+            .await;
+        let migrator = PgMigrator::new(opts).unwrap();
+        let outcome = Runner::new(set).open(&migrator).await;
+        let stamp = migrator.read_state("solo").await.unwrap().stamp;
+        let tables = tables_named(&schema, &["solo_notes", "solo_note_tags"]).await;
+        outcomes.push((outcome, stamp, tables));
+        schemas.push(schema);
+    }
+    for schema in &schemas {
+        drop_schema(schema).await;
+    }
+    for (outcome, stamp, tables) in &outcomes[..2] {
+        assert!(
+            matches!(outcome, Ok(cairn_migrate::Opened::Upgraded { applied, .. }) if applied.len() == 2),
+            "{outcome:?}"
+        );
+        assert_eq!(stamp.as_deref(), Some("0002_note_tags"));
+        assert_eq!(tables, &["solo_note_tags", "solo_notes"]);
+    }
+    for (outcome, stamp, tables) in &outcomes[2..] {
+        let Err(e) = outcome else {
+            panic!("a SQLite-only set opened a Postgres store: {outcome:?}");
+        };
+        assert!(
+            matches!(e, MigrateError::UnsupportedDialect { .. }),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        assert!(
+            line.contains("SQLite-only")
+                && line.contains("no Postgres SQL")
+                && line.contains("0002_note_tags.postgres.sql"),
+            "{line}"
+        );
+        assert_eq!(stamp, &None);
+        assert!(tables.is_empty(), "{tables:?}");
+    }
+}

@@ -103,3 +103,65 @@ async fn looking_at_the_state_writes_nothing() {
         .unwrap();
     assert_eq!(mode, "delete");
 }
+
+/// Single-engine sets (issue 25): the fixtures of `crates/migrate/tests/fixtures`.
+const SQLITE_ONLY: &[(&str, &str)] =
+    cairn_migrate::embed_migrations!("../migrate/tests/fixtures/sqlite_only");
+const POSTGRES_ONLY: &[(&str, &str)] =
+    cairn_migrate::embed_migrations!("../migrate/tests/fixtures/postgres_only");
+
+fn single_engine_fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrate/tests/fixtures")
+        .join(name)
+}
+
+/// A SQLite-only set (no `.postgres.sql` file) opens a SQLite store, embedded or read from
+/// its directory; a Postgres-only one is refused in one line naming the missing dialect, and
+/// the store keeps no trace of it.
+#[tokio::test]
+async fn a_single_engine_set_opens_on_its_engine_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = [
+        MigrationSet::from_embedded("solo", SQLITE_ONLY).unwrap(),
+        MigrationSet::from_dir("solo", single_engine_fixture("sqlite_only")).unwrap(),
+    ];
+    for (i, set) in sets.into_iter().enumerate() {
+        let db = dir.path().join(format!("solo{i}.db"));
+        drop(SqliteStore::open(&db).await.unwrap());
+        let m = SqliteMigrator::new(&db, SqliteOptions::default());
+        let opened = Runner::new(set).open(&m).await.unwrap();
+        assert!(
+            matches!(&opened, cairn_migrate::Opened::Upgraded { applied, .. } if applied.len() == 2),
+            "{opened:?}"
+        );
+        assert!(tables(&db).contains(&"solo_note_tags".to_owned()));
+        assert_eq!(
+            m.read_state("solo").await.unwrap().stamp.as_deref(),
+            Some("0002_note_tags")
+        );
+    }
+    let db = dir.path().join("refused.db");
+    drop(SqliteStore::open(&db).await.unwrap());
+    let before = tables(&db);
+    let m = SqliteMigrator::new(&db, SqliteOptions::default());
+    for set in [
+        MigrationSet::from_embedded("solo", POSTGRES_ONLY).unwrap(),
+        MigrationSet::from_dir("solo", single_engine_fixture("postgres_only")).unwrap(),
+    ] {
+        let e = Runner::new(set).open(&m).await.unwrap_err();
+        assert!(
+            matches!(&e, MigrateError::UnsupportedDialect { .. }),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        assert!(
+            line.contains("Postgres-only")
+                && line.contains("no SQLite SQL")
+                && line.contains("0002_note_tags.sqlite.sql"),
+            "{line}"
+        );
+    }
+    assert_eq!(tables(&db), before);
+    assert_eq!(m.read_state("solo").await.unwrap(), Default::default());
+}

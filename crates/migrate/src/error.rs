@@ -31,6 +31,20 @@ pub enum MigrateError {
         /// What is wrong and what to do.
         reason: String,
     },
+    /// The set is for one engine only ([`crate::MigrationSet::only_on`]) and the store is of
+    /// the other; nothing was read or changed.
+    #[error("{}", crate::revision::unsupported_text(.set, *.dialect, *.supported, .revision.as_deref()))]
+    UnsupportedDialect {
+        /// The set.
+        set: String,
+        /// The store's engine, which the set has no SQL for.
+        dialect: cairn_core::schema::Dialect,
+        /// The one engine the set is for.
+        supported: cairn_core::schema::Dialect,
+        /// The first revision without SQL for `dialect` (none when the set was declared
+        /// single-engine while every revision had SQL for both).
+        revision: Option<String>,
+    },
     /// Another process held the migration lock past the timeout; nothing was changed.
     #[error("timed out after {waited_ms} ms waiting for the migration lock; another process is migrating, retry")]
     LockTimeout {
@@ -109,7 +123,10 @@ impl MigrateError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            Self::Refused { .. } | Self::ContractRefused { .. } | Self::ContractAhead { .. }
+            Self::Refused { .. }
+                | Self::ContractRefused { .. }
+                | Self::ContractAhead { .. }
+                | Self::UnsupportedDialect { .. }
         )
     }
 }
@@ -125,7 +142,8 @@ impl From<MigrateError> for cairn_core::Error {
             },
             MigrateError::Refused { .. }
             | MigrateError::ContractRefused { .. }
-            | MigrateError::ContractAhead { .. } => cairn_core::Error::Incompatible {
+            | MigrateError::ContractAhead { .. }
+            | MigrateError::UnsupportedDialect { .. } => cairn_core::Error::Incompatible {
                 detail: e.to_string(),
             },
             MigrateError::LockTimeout { .. } => cairn_core::Error::retryable(e.to_string()),

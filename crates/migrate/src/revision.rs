@@ -161,6 +161,11 @@ pub struct MigrationSet {
     /// Revisions marked *contract* ([`MigrationSet::with_contract`]). Not part of any checksum
     /// either: the marker gates when a revision may be applied, not what it is.
     contract: BTreeSet<String>,
+    /// The one engine the set is for ([`MigrationSet::only_on`]); `None`: both.
+    only: Option<Dialect>,
+    /// With `only`: the first revision that had no SQL for the other engine, named when a store
+    /// of that engine is refused.
+    lacking: Option<String>,
 }
 
 impl MigrationSet {
@@ -205,7 +210,87 @@ impl MigrationSet {
             revisions,
             down: BTreeMap::new(),
             contract: BTreeSet::new(),
+            only: None,
+            lacking: None,
         })
+    }
+
+    /// Declares the set for `dialect` only: a SQLite-only or a Postgres-only set. The runner
+    /// refuses a store of the other engine with [`MigrateError::UnsupportedDialect`] before it
+    /// reads or writes anything, and the other engine's statements (up and down) are dropped:
+    /// none is ever run. Checksums are per dialect, so the declaration leaves the lineage a
+    /// store of `dialect` records unchanged.
+    ///
+    /// [`MigrationSet::from_files`] (and so `from_dir` and `from_embedded`) declares it itself
+    /// for a set with no file at all for one engine and a revision without SQL for it (say,
+    /// every per-engine revision has a `.sqlite.sql` file and none a `.postgres.sql`).
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for cairn's own set, which runs on both engines.
+    pub fn only_on(self, dialect: Dialect) -> Result<Self, MigrateError> {
+        let lacking = self
+            .revisions
+            .iter()
+            .find(|r| r.up(other_dialect(dialect)).is_empty())
+            .map(|r| r.id.clone());
+        self.declare_only(dialect, lacking)
+    }
+
+    /// [`MigrationSet::only_on`] with the first revision that has no SQL for the other engine
+    /// given (`from_files` knows it from the files).
+    pub(crate) fn declare_only(
+        mut self,
+        dialect: Dialect,
+        lacking: Option<String>,
+    ) -> Result<Self, MigrateError> {
+        if self.name == CAIRN_SET {
+            return Err(MigrateError::InvalidSet {
+                set: self.name,
+                reason: "cairn's own set runs on both engines".into(),
+            });
+        }
+        let other = other_dialect(dialect);
+        self.only = Some(dialect);
+        self.lacking = lacking;
+        for revision in &mut self.revisions {
+            match other {
+                Dialect::Sqlite => revision.up_sqlite.clear(),
+                Dialect::Postgres => revision.up_postgres.clear(),
+            }
+        }
+        for down in self.down.values_mut() {
+            down[dialect_index(other)].clear();
+        }
+        Ok(self)
+    }
+
+    /// The one engine the set is declared for ([`MigrationSet::only_on`]); `None` when it
+    /// runs on both.
+    pub fn only(&self) -> Option<Dialect> {
+        self.only
+    }
+
+    /// Whether the set can migrate a store of `dialect`.
+    pub fn supports(&self, dialect: Dialect) -> bool {
+        self.only.is_none_or(|only| only == dialect)
+    }
+
+    /// Refuses a store of an engine the set is not for.
+    ///
+    /// # Errors
+    /// [`MigrateError::UnsupportedDialect`] naming the missing dialect, and the first
+    /// revision without SQL for it (none when the set was declared single-engine while every
+    /// revision had SQL for both).
+    pub fn require(&self, dialect: Dialect) -> Result<(), MigrateError> {
+        match self.only {
+            Some(only) if only != dialect => Err(MigrateError::UnsupportedDialect {
+                set: self.name.clone(),
+                dialect,
+                supported: only,
+                revision: self.lacking.clone(),
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The set's name (its stamp and lineage are stored under it).
@@ -262,23 +347,29 @@ impl MigrationSet {
             }
             Some(_) => {}
         }
-        if sqlite.is_empty() || postgres.is_empty() {
-            return Err(invalid(format!(
-                "down SQL for {revision} needs statements for both dialects"
-            )));
+        let mut down = [sqlite, postgres];
+        for dialect in [Dialect::Sqlite, Dialect::Postgres] {
+            let statements = &mut down[dialect_index(dialect)];
+            if !self.supports(dialect) {
+                statements.clear();
+            } else if statements.is_empty() {
+                return Err(invalid(match self.only {
+                    None => format!("down SQL for {revision} needs statements for both dialects"),
+                    Some(_) => format!("down SQL for {revision} has no statement"),
+                }));
+            }
         }
-        self.down.insert(revision.to_owned(), [sqlite, postgres]);
+        self.down.insert(revision.to_owned(), down);
         Ok(self)
     }
 
-    /// The down SQL this build carries for `revision` on `dialect`, if any.
+    /// The down SQL this build carries for `revision` on `dialect`, if any (none on an engine
+    /// the set is not for).
     pub fn down(&self, revision: &str, dialect: Dialect) -> Option<&[String]> {
         self.down
             .get(revision)
-            .map(|[sqlite, postgres]| match dialect {
-                Dialect::Sqlite => sqlite.as_slice(),
-                Dialect::Postgres => postgres.as_slice(),
-            })
+            .map(|down| down[dialect_index(dialect)].as_slice())
+            .filter(|_| self.supports(dialect))
     }
 
     /// Marks revision `revision` as a **contract** revision: one that drops or rewrites what
@@ -338,6 +429,11 @@ impl MigrationSet {
                 .filter(|id| keep(id))
                 .cloned()
                 .collect(),
+            only: self.only,
+            lacking: self
+                .lacking
+                .clone()
+                .filter(|id| revisions.iter().any(|r| &r.id == id)),
             revisions,
         })
     }
@@ -388,6 +484,53 @@ impl MigrationSet {
             })
             .collect()
     }
+}
+
+/// The engine that is not `dialect`.
+fn other_dialect(dialect: Dialect) -> Dialect {
+    match dialect {
+        Dialect::Sqlite => Dialect::Postgres,
+        Dialect::Postgres => Dialect::Sqlite,
+    }
+}
+
+/// The index of `dialect`'s statements in a `[sqlite, postgres]` pair.
+fn dialect_index(dialect: Dialect) -> usize {
+    match dialect {
+        Dialect::Sqlite => 0,
+        Dialect::Postgres => 1,
+    }
+}
+
+/// The name of `dialect` in messages (`SQLite`, `Postgres`).
+pub(crate) fn dialect_name(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "SQLite",
+        Dialect::Postgres => "Postgres",
+    }
+}
+
+/// The line of [`MigrateError::UnsupportedDialect`].
+pub(crate) fn unsupported_text(
+    set: &str,
+    dialect: Dialect,
+    supported: Dialect,
+    revision: Option<&str>,
+) -> String {
+    let (missing, only) = (dialect_name(dialect), dialect_name(supported));
+    let suffix = match dialect {
+        Dialect::Sqlite => "sqlite",
+        Dialect::Postgres => "postgres",
+    };
+    let why = match revision {
+        Some(rev) => format!(
+            "it has no {missing} SQL (revision {rev} has no {rev}.{suffix}.sql or generic {rev}.sql file)"
+        ),
+        None => format!("it is declared {only}-only"),
+    };
+    format!(
+        "migration set {set} is {only}-only: {why}, so it cannot migrate a {missing} store (nothing was changed); add the {missing} files or use a {only} store"
+    )
 }
 
 /// One entry of a stored lineage.
@@ -508,6 +651,51 @@ mod tests {
         );
         assert!(set.up_to("nope").is_err());
         assert!(set.clone().with_contract("0001_items").is_err());
+    }
+
+    /// `only_on` drops the other engine's SQL, keeps the declared engine's lineage, survives
+    /// `up_to`, asks down SQL for the declared engine only, and is refused for cairn's set.
+    #[test]
+    fn a_set_declared_for_one_engine() {
+        let mut b = sample();
+        b.id = "0002_b".into();
+        b.parent = Some("0001_items".into());
+        let both = MigrationSet::new("app", vec![sample(), b]).unwrap();
+        let only = both.clone().only_on(Dialect::Postgres).unwrap();
+        assert_eq!(only.only(), Some(Dialect::Postgres));
+        assert_eq!(
+            only.lineage(Dialect::Postgres),
+            both.lineage(Dialect::Postgres)
+        );
+        assert!(only.revisions().iter().all(|r| r.up_sqlite.is_empty()));
+        // Declared while every revision had SQL for both: no revision to name.
+        let e = only.require(Dialect::Sqlite).unwrap_err();
+        assert!(
+            matches!(&e, MigrateError::UnsupportedDialect { revision: None, .. }),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("declared Postgres-only"), "{e}");
+        assert_eq!(
+            only.up_to("0001_items").unwrap().only(),
+            Some(Dialect::Postgres)
+        );
+        let downed = only
+            .clone()
+            .with_down("0002_b", Vec::new(), vec!["DROP TABLE b".into()])
+            .unwrap();
+        assert_eq!(
+            downed.down("0002_b", Dialect::Postgres).unwrap(),
+            ["DROP TABLE b"]
+        );
+        assert_eq!(downed.down("0002_b", Dialect::Sqlite), None);
+        assert!(only
+            .with_down("0002_b", vec!["x".into()], Vec::new())
+            .is_err());
+        assert!(both
+            .with_down("0002_b", Vec::new(), vec!["x".into()])
+            .is_err());
+        let cairn = MigrationSet::new(CAIRN_SET, vec![sample()]).unwrap();
+        assert!(cairn.only_on(Dialect::Sqlite).is_err());
     }
 
     /// Application sets are per dialect from their first revision on.

@@ -378,11 +378,13 @@ impl Runner {
     /// Classifies the store without locking or writing.
     ///
     /// # Errors
-    /// Store errors only.
+    /// [`MigrateError::UnsupportedDialect`] for a store of an engine the set is not for
+    /// ([`MigrationSet::only_on`]); store errors.
     pub async fn status(
         &self,
         backend: &dyn MigrationBackend,
     ) -> Result<Classification, MigrateError> {
+        self.set.require(backend.dialect())?;
         Ok(classify(
             &self.set,
             backend.dialect(),
@@ -403,9 +405,11 @@ impl Runner {
     ///
     /// # Errors
     /// [`MigrateError::Refused`] (nothing changed) for a store this build must not use even
-    /// once repaired, [`MigrateError::LockTimeout`], store errors.
+    /// once repaired, [`MigrateError::UnsupportedDialect`] for a store of an engine the set is
+    /// not for, [`MigrateError::LockTimeout`], store errors.
     pub async fn repair(&self, backend: &dyn MigrationBackend) -> Result<Repaired, MigrateError> {
         let dialect = backend.dialect();
+        self.set.require(dialect)?;
         let state = backend.read_state(self.set.name()).await?;
         if !needs_repair(&classify(&self.set, dialect, &state)) {
             return Ok(Repaired {
@@ -514,8 +518,10 @@ impl Runner {
     /// transaction.
     ///
     /// # Errors
-    /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::LockTimeout`],
-    /// [`MigrateError::RevisionFailed`] (rolled back), store errors.
+    /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::UnsupportedDialect`] for a
+    /// store of an engine the set is not for ([`MigrationSet::only_on`]; nothing read or
+    /// changed), [`MigrateError::LockTimeout`], [`MigrateError::RevisionFailed`] (rolled back),
+    /// store errors.
     pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
         Ok(self.open_with_report(backend).await?.opened)
     }
@@ -541,6 +547,7 @@ impl Runner {
             opened,
             contracts: Vec::new(),
         };
+        self.set.require(backend.dialect())?;
         let state = backend.read_state(self.set.name()).await?;
         match classify(&self.set, backend.dialect(), &state) {
             Classification::AtHead {

@@ -7,6 +7,15 @@
 //! (`0001_users`); each revision's parent is the one before it; its description is the text of
 //! the file's first `--` comment line when the file starts with one, else the id.
 //!
+//! A set for one engine only needs no files for the other: a set none of whose files is a
+//! `.postgres.sql` one, with a revision that has only a `.sqlite.sql` file, is **SQLite-only**
+//! (and the other way round: **Postgres-only**). Nothing of it runs on the other engine: the
+//! runner refuses such a store with [`MigrateError::UnsupportedDialect`] naming the missing
+//! dialect and revision, before it reads or writes anything, and so do `cairn migrate` and
+//! `migrate check --backend postgres`. A set with files specific to both engines is for both,
+//! and each of its revisions needs SQL for each (a missing file is an error naming it). A set
+//! of generic files only can be declared single-engine with [`MigrationSet::only_on`].
+//!
 //! `NNNN_description.down.sql` (or `.down.sqlite.sql` / `.down.postgres.sql`) is the revision's
 //! compensating down SQL: it is stored in the store when the revision is applied, so that
 //! `cairn migrate down --to REV` run by any build — one that never had the file included — can
@@ -201,7 +210,8 @@ impl MigrationSet {
     /// `NNNN_description[.down][.sqlite|.postgres].sql`, a `*.down.sql` file for the base
     /// revision or for a number without an up file, contents that are not UTF-8, a literal, comment or body never closed, a file without a statement, two files
     /// with one revision number (naming both), or a revision left without statements for one
-    /// dialect.
+    /// dialect in a set that has files specific to both (a set with none for one engine is
+    /// single-engine instead: see the module docs of [`crate::source`]).
     pub fn from_files<N, C>(
         name: impl Into<String>,
         files: impl IntoIterator<Item = (N, C)>,
@@ -249,6 +259,9 @@ impl MigrationSet {
             }
             *slot = Some((file.to_owned(), text));
         }
+        let single = single_engine(&files, &groups);
+        let only = single.as_ref().map(|(dialect, _)| *dialect);
+        let used = |dialect: Dialect| only.is_none_or(|o| o == dialect);
         let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
         let mut contracts = Vec::new();
         let mut down_sql = Vec::with_capacity(downs.len());
@@ -266,14 +279,14 @@ impl MigrationSet {
                     format!("has the same revision number as {a} but another name; name the down file after its revision"),
                 ));
             }
-            let sqlite = pick(down, Dialect::Sqlite, &down.sqlite, ".down")?;
-            let postgres = pick(down, Dialect::Postgres, &down.postgres, ".down")?;
+            let sqlite = pick(down, Dialect::Sqlite, &down.sqlite, ".down", used)?;
+            let postgres = pick(down, Dialect::Postgres, &down.postgres, ".down", used)?;
             down_sql.push((down.stem.clone(), sqlite, postgres));
         }
         for group in groups.into_values() {
-            let up_sqlite = pick(&group, Dialect::Sqlite, &group.sqlite, "")?;
-            let up_postgres = pick(&group, Dialect::Postgres, &group.postgres, "")?;
-            if contract_marked(&group)? {
+            let up_sqlite = pick(&group, Dialect::Sqlite, &group.sqlite, "", used)?;
+            let up_postgres = pick(&group, Dialect::Postgres, &group.postgres, "", used)?;
+            if contract_marked(&group, only)? {
                 contracts.push(group.stem.clone());
             }
             let (_, described) = group
@@ -297,6 +310,9 @@ impl MigrationSet {
             });
         }
         let mut set = Self::new(name, revisions)?;
+        if let Some((dialect, lacking)) = single {
+            set = set.declare_only(dialect, Some(lacking))?;
+        }
         for (revision, sqlite, postgres) in down_sql {
             set = set
                 .with_down(&revision, sqlite, postgres)
@@ -340,14 +356,51 @@ impl MigrationSet {
     }
 }
 
-/// The statements of `group` for `dialect`: its own dialect file, else the generic one.
+/// The one engine a set of files is for, when it is not for both, with the first revision
+/// that has no SQL for the other: no file of the set is specific to the other engine
+/// (`.postgres.sql`, `.down.postgres.sql`, and so on) and some revision has no SQL for it (only
+/// files specific to the one engine). A set with files specific to both engines is for both: a
+/// revision lacking one is an error, as before.
+fn single_engine<N: AsRef<str>, C>(
+    files: &[(N, C)],
+    groups: &BTreeMap<u64, Group<'_>>,
+) -> Option<(Dialect, String)> {
+    let has_files_for = |dialect: Dialect| {
+        files.iter().any(|(file, _)| {
+            matches!(parse_name(file.as_ref()), Ok(Some(f)) if f.target == Target::Only(dialect))
+        })
+    };
+    let first_lacking = |dialect: Dialect| {
+        groups.values().find_map(|g| {
+            let own = match dialect {
+                Dialect::Sqlite => &g.sqlite,
+                Dialect::Postgres => &g.postgres,
+            };
+            (own.is_none() && g.generic.is_none()).then(|| g.stem.clone())
+        })
+    };
+    [
+        (Dialect::Sqlite, Dialect::Postgres),
+        (Dialect::Postgres, Dialect::Sqlite),
+    ]
+    .into_iter()
+    .filter(|&(_, other)| !has_files_for(other))
+    .find_map(|(only, other)| first_lacking(other).map(|stem| (only, stem)))
+}
+
+/// The statements of `group` for `dialect`: its own dialect file, else the generic one; none
+/// for a dialect the set is not for (`used` says which are).
 /// `kind` is `""` for up files and `".down"` for down files (named in the error).
 fn pick(
     group: &Group<'_>,
     dialect: Dialect,
     own: &Option<(String, &str)>,
     kind: &str,
+    used: impl Fn(Dialect) -> bool,
 ) -> Result<Vec<String>, MigrateError> {
+    if !used(dialect) {
+        return Ok(Vec::new());
+    }
     match (own, &group.generic) {
         (Some((file, text)), _) | (None, Some((file, text))) => statements(file, text, dialect),
         (None, None) => {
@@ -372,12 +425,15 @@ fn pick(
 }
 
 /// Whether the up files of `group` that either dialect uses carry the contract marker; they
-/// must agree.
-fn contract_marked(group: &Group<'_>) -> Result<bool, MigrateError> {
-    let used = [&group.sqlite, &group.postgres]
-        .map(|own| own.as_ref().or(group.generic.as_ref()))
-        .into_iter()
-        .flatten();
+/// must agree. With `only`, the files the other dialect would use are not read.
+fn contract_marked(group: &Group<'_>, only: Option<Dialect>) -> Result<bool, MigrateError> {
+    let used = [
+        (Dialect::Sqlite, &group.sqlite),
+        (Dialect::Postgres, &group.postgres),
+    ]
+    .into_iter()
+    .filter(|(dialect, _)| only.is_none_or(|o| o == *dialect))
+    .filter_map(|(_, own)| own.as_ref().or(group.generic.as_ref()));
     let mut marked: Option<(&str, bool)> = None;
     for (file, text) in used {
         let this = has_contract_marker(text);
@@ -471,11 +527,108 @@ mod tests {
         assert_eq!(s.revisions()[1].up_sqlite, ["CREATE TABLE b (id INTEGER)"]);
     }
 
+    /// A set with files specific to both engines is for both: a revision without SQL for one
+    /// is refused, naming the file to add.
     #[test]
     fn a_revision_missing_a_dialect_is_refused_naming_the_file() {
-        let e = set(&[("0001_a.sqlite.sql", "CREATE TABLE a (id INTEGER);")]).unwrap_err();
-        assert_eq!(source_file(&e), "0001_a.sqlite.sql");
-        assert!(e.to_string().contains("0001_a.postgres.sql"), "{e}");
+        let e = set(&[
+            ("0001_a.sqlite.sql", "CREATE TABLE a (id INTEGER);"),
+            ("0001_a.postgres.sql", "CREATE TABLE a (id BIGINT);"),
+            ("0002_b.sqlite.sql", "CREATE TABLE b (id INTEGER);"),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&e), "0002_b.sqlite.sql");
+        assert!(e.to_string().contains("0002_b.postgres.sql"), "{e}");
+        // One revision for each engine only: neither engine has every revision.
+        let e = set(&[
+            ("0001_a.sqlite.sql", "CREATE TABLE a (id INTEGER);"),
+            ("0002_b.postgres.sql", "CREATE TABLE b (id BIGINT);"),
+        ])
+        .unwrap_err();
+        assert!(matches!(e, MigrateError::Source { .. }), "{e}");
+    }
+
+    /// Issue 25: a set without a single `.postgres.sql` file whose per-engine revisions have a
+    /// `.sqlite.sql` file is SQLite-only; nothing of it is kept for Postgres, and a Postgres
+    /// store is refused naming the dialect and the revision.
+    #[test]
+    fn a_set_without_postgres_files_is_sqlite_only() {
+        let files = [
+            ("0001_a.sql", "CREATE TABLE a (id INTEGER PRIMARY KEY);"),
+            ("0002_b.sqlite.sql", "CREATE TABLE b (id INTEGER) STRICT;"),
+            ("0002_b.down.sqlite.sql", "DROP TABLE b;"),
+        ];
+        let s = set(&files).unwrap();
+        assert_eq!(s.only(), Some(Dialect::Sqlite));
+        assert!(s.supports(Dialect::Sqlite) && !s.supports(Dialect::Postgres));
+        assert_eq!(s.head().up_sqlite, ["CREATE TABLE b (id INTEGER) STRICT"]);
+        assert!(s.revisions().iter().all(|r| r.up_postgres.is_empty()));
+        assert_eq!(s.down("0002_b", Dialect::Sqlite).unwrap(), ["DROP TABLE b"]);
+        assert_eq!(s.down("0002_b", Dialect::Postgres), None);
+        s.require(Dialect::Sqlite).unwrap();
+        let e = s.require(Dialect::Postgres).unwrap_err();
+        assert!(
+            matches!(&e, MigrateError::UnsupportedDialect { dialect: Dialect::Postgres, supported: Dialect::Sqlite, revision: Some(r), .. } if r == "0002_b"),
+            "{e:?}"
+        );
+        let line = e.to_string();
+        for part in [
+            "SQLite-only",
+            "no Postgres SQL",
+            "0002_b.postgres.sql",
+            "a Postgres store",
+        ] {
+            assert!(line.contains(part), "{part:?} missing: {line}");
+        }
+        assert!(e.is_refusal());
+        // Adding the Postgres files later makes it a set for both, and leaves every SQLite
+        // store's lineage as it was (checksums are per dialect).
+        let mut both = files.to_vec();
+        both.push(("0002_b.postgres.sql", "CREATE TABLE b (id BIGINT);"));
+        both.push(("0002_b.down.postgres.sql", "DROP TABLE b;"));
+        let both = set(&both).unwrap();
+        assert_eq!(both.only(), None);
+        assert_eq!(both.lineage(Dialect::Sqlite), s.lineage(Dialect::Sqlite));
+        // A set of generic files only is for both engines.
+        assert_eq!(set(&files[..1]).unwrap().only(), None);
+    }
+
+    /// The mirror image: `.postgres.sql` files and no `.sqlite.sql` one make a Postgres-only
+    /// set, refused on SQLite.
+    #[test]
+    fn a_set_without_sqlite_files_is_postgres_only() {
+        let s = set(&[
+            (
+                "0001_a.postgres.sql",
+                "CREATE TABLE a (id BIGINT GENERATED ALWAYS AS IDENTITY);",
+            ),
+            ("0002_b.sql", "CREATE TABLE b (id BIGINT);"),
+        ])
+        .unwrap();
+        assert_eq!(s.only(), Some(Dialect::Postgres));
+        assert!(s.revisions().iter().all(|r| r.up_sqlite.is_empty()));
+        assert_eq!(s.head().up_postgres, ["CREATE TABLE b (id BIGINT)"]);
+        let line = s.require(Dialect::Sqlite).unwrap_err().to_string();
+        assert!(
+            line.contains("Postgres-only") && line.contains("0001_a.sqlite.sql"),
+            "{line}"
+        );
+    }
+
+    /// In a single-engine set the contract marker is read from the files that engine uses only.
+    #[test]
+    fn a_single_engine_sets_contract_marker_is_its_engines() {
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id INTEGER, old TEXT);"),
+            (
+                "0002_b.sql",
+                "-- cairn:contract\nALTER TABLE a DROP COLUMN old;",
+            ),
+            ("0003_c.sqlite.sql", "CREATE TABLE c (id INTEGER) STRICT;"),
+        ])
+        .unwrap();
+        assert_eq!(s.only(), Some(Dialect::Sqlite));
+        assert!(s.is_contract("0002_b") && !s.is_contract("0003_c"));
     }
 
     #[test]
