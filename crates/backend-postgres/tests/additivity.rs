@@ -245,7 +245,9 @@ const APP_BASE: (&str, &str) = (
     "CREATE TYPE app_mood AS ENUM ('calm', 'busy');
      CREATE TABLE app_items (id BIGINT PRIMARY KEY, name TEXT NOT NULL, at TIMESTAMPTZ NOT NULL,
          price NUMERIC(10, 2) NOT NULL, tags TEXT[] NOT NULL, flag BOOLEAN, data JSONB NOT NULL);
-     CREATE TABLE app_moods (id BIGINT PRIMARY KEY, mood app_mood NOT NULL);",
+     CREATE TABLE app_moods (id BIGINT PRIMARY KEY, mood app_mood NOT NULL);
+     CREATE TYPE app_pair AS (a INT, b INT);
+     CREATE TABLE app_pairs (id BIGINT PRIMARY KEY, pair app_pair NOT NULL);",
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -255,7 +257,8 @@ async fn an_application_revision_is_checked_over_cairns_schema_with_synthesized_
         ("0002_note.sql", "ALTER TABLE app_items ADD COLUMN note TEXT;"),
         (
             "0003_rename.sql",
-            "UPDATE app_items SET name = name || '!'; DELETE FROM app_moods; DELETE FROM epoch_head;",
+            "UPDATE app_items SET name = name || '!'; DELETE FROM app_moods; DELETE FROM epoch_head;
+             DELETE FROM app_pairs;",
         ),
     ])
     .await;
@@ -268,10 +271,16 @@ async fn an_application_revision_is_checked_over_cairns_schema_with_synthesized_
         rules_on(v, "app_items").contains(&Rule::StatementKind),
         "{v:?}"
     );
-    // A table whose NOT NULL column has a type the synthesizer cannot fill stays empty: its
-    // DELETE is still a forbidden statement, but no rows change.
+    // An enum column takes one of its labels.
     assert_eq!(
         rules_on(v, "app_moods"),
+        BTreeSet::from([Rule::StatementKind, Rule::Rows]),
+        "{v:?}"
+    );
+    // A table whose NOT NULL column has a type the synthesizer cannot fill (a composite) stays
+    // empty: its DELETE is still a forbidden statement, but no rows change.
+    assert_eq!(
+        rules_on(v, "app_pairs"),
         BTreeSet::from([Rule::StatementKind]),
         "{v:?}"
     );
@@ -532,4 +541,149 @@ async fn a_down_that_leaves_a_column_or_loses_rows_is_reported_with_its_reason()
     for v in left.iter().chain(&lost).chain(&gone).chain(&failed) {
         assert!(v.to_string().starts_with("down-not-faithful"), "{v}");
     }
+}
+
+/// Issue 25: an identity column in an application's table is idiomatic; a later revision that
+/// only creates another table is additive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_identity_column_does_not_fail_a_later_additive_revision() {
+    let reports = check_app(&[
+        (
+            "0001_items.sql",
+            "CREATE TABLE items (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT);",
+        ),
+        ("0002_other.sql", "CREATE TABLE other (id BIGINT);"),
+    ])
+    .await;
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0].violations.is_empty(), "{:?}", reports[0]);
+}
+
+/// The statements a kind's table gets in [`check_kinds`]: one, or several in order.
+struct Statements(Vec<String>);
+
+impl From<String> for Statements {
+    fn from(s: String) -> Self {
+        Self(vec![s])
+    }
+}
+
+impl From<Vec<String>> for Statements {
+    fn from(v: Vec<String>) -> Self {
+        Self(v)
+    }
+}
+
+/// Issue 25: an application's set whose base creates every idiomatic kind of table
+/// ([`cairn_conformance::cases::table_kinds`]: identity columns always and by default, `serial`,
+/// `bigserial`, a sequence default, an enum, range, list and hash partitioned tables, a
+/// generated column, defaulted NOT NULL columns, CHECK constraints), then `next(table)` for
+/// each kind's table (one or more statements) as its second revision; that revision's
+/// violations, with the tables.
+async fn check_kinds<S: Into<Statements>>(
+    next: impl Fn(&str) -> S,
+) -> (Vec<Violation>, Vec<&'static str>) {
+    use cairn_conformance::cases::{kinds_app_set, table_kinds};
+    use cairn_core::schema::Dialect;
+    let tables: Vec<&'static str> = table_kinds()
+        .into_iter()
+        .filter(|k| k.sql(Dialect::Postgres).is_some())
+        .map(|k| k.table)
+        .collect();
+    let statements: Vec<String> = tables.iter().flat_map(|t| next(t).into().0).collect();
+    let set = kinds_app_set(Dialect::Postgres, &statements);
+    let _serial = SERIAL.lock().await;
+    let mut reports = check_set(&PgAdditivity::new(url().await), &set)
+        .await
+        .unwrap_or_else(|e| panic!("the check runs: {e}"));
+    assert_eq!(reports.len(), 1);
+    (reports.remove(0).violations, tables)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_table_passes_a_later_additive_revision() {
+    let (v, tables) = check_kinds(|t| format!("ALTER TABLE {t} ADD COLUMN k_note TEXT")).await;
+    assert_eq!(tables.len(), 12, "{tables:?}");
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_table_holds_a_synthesized_row() {
+    // Deleting is forbidden whatever the rows; only a seeded row makes the rows change.
+    let (v, tables) = check_kinds(|t| format!("DELETE FROM {t}")).await;
+    for t in tables {
+        assert!(
+            rules_on(&v, t).contains(&Rule::Rows),
+            "{t} was not seeded: {v:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_null_column_without_default_still_fails_beside_every_kind() {
+    let (v, tables) =
+        check_kinds(|t| format!("ALTER TABLE {t} ADD COLUMN k_must TEXT NOT NULL")).await;
+    for (i, t) in tables.iter().enumerate() {
+        let stmt = format!("statement {}:", i + 1);
+        assert!(
+            v.iter()
+                .any(|x| x.rule == Rule::Failed && x.detail.starts_with(&stmt)),
+            "{t}: {v:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_writes_that_a_new_trigger_refuses_still_fail_beside_every_kind() {
+    let (v, tables) = check_kinds(|t| {
+        vec![
+            format!(
+                "CREATE FUNCTION {t}_no() RETURNS trigger LANGUAGE plpgsql \
+                 AS $$BEGIN RAISE EXCEPTION 'no'; END$$"
+            ),
+            format!(
+                "CREATE TRIGGER {t}_guard BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {t}_no()"
+            ),
+        ]
+    })
+    .await;
+    for t in tables {
+        let rules = rules_on(&v, t);
+        assert!(rules.contains(&Rule::Trigger), "{t}: {v:?}");
+        assert!(rules.contains(&Rule::OldWrites), "{t}: {v:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_narrowed_check_fails_the_old_writes_on_the_synthesized_row() {
+    let (v, _) = check_kinds(|t| {
+        if t == "k_check" {
+            "ALTER TABLE k_check DROP CONSTRAINT k_check_qty, \
+             ADD CONSTRAINT k_check_qty CHECK (qty > 100) NOT VALID"
+                .to_owned()
+        } else {
+            format!("ALTER TABLE {t} ADD COLUMN k_note TEXT")
+        }
+    })
+    .await;
+    let on_check = rules_on(&v, "k_check");
+    assert!(on_check.contains(&Rule::OldWrites), "{v:?}");
+    assert!(on_check.contains(&Rule::StatementKind), "{v:?}");
+    assert!(
+        v.iter().all(|x| x.table.as_deref() == Some("k_check")),
+        "only k_check: {v:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renamed_enum_label_changes_the_synthesized_rows() {
+    let (v, _) = check_kinds(|t| {
+        if t == "k_enum" {
+            "ALTER TYPE k_mood RENAME VALUE 'calm' TO 'quiet'".to_owned()
+        } else {
+            "SELECT 1".to_owned()
+        }
+    })
+    .await;
+    assert!(rules_on(&v, "k_enum").contains(&Rule::Rows), "{v:?}");
 }

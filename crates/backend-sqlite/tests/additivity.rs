@@ -130,11 +130,20 @@ async fn new_column_rules_each_name_the_column() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_corpus_change_is_judged_quickly() {
+    use cairn_conformance::cases::{corpus, corpus_history, KINDS_REVISION};
+    let history = corpus_history(cairn_core::schema::Dialect::Sqlite);
     let mut slowest = Duration::ZERO;
-    for change in cairn_conformance::cases::corpus() {
+    for change in corpus() {
         let Some(sql) = change.sqlite else { continue };
         let start = Instant::now();
-        let v = check(sql).await;
+        let rev = Revision {
+            parent: Some(KINDS_REVISION.into()),
+            ..revision(sql)
+        };
+        let v = SqliteAdditivity::new()
+            .check_revision(&history, &rev)
+            .await
+            .expect("the check runs");
         slowest = slowest.max(start.elapsed());
         println!(
             "{:40} {:?}",
@@ -363,5 +372,90 @@ async fn a_down_that_leaves_a_column_or_loses_rows_is_reported_with_its_reason()
     for v in left.iter().chain(&lost).chain(&gone).chain(&failed) {
         assert_eq!(v.rule, Rule::Down);
         assert!(v.to_string().starts_with("down-not-faithful"), "{v}");
+    }
+}
+
+/// Issue 25: the tables of every idiomatic kind SQLite has
+/// ([`cairn_conformance::cases::table_kinds`]: generated columns, AUTOINCREMENT, a rowid alias,
+/// defaulted NOT NULL columns, CHECK constraints).
+fn kind_tables() -> Vec<&'static str> {
+    cairn_conformance::cases::table_kinds()
+        .into_iter()
+        .filter(|k| k.sql(cairn_core::schema::Dialect::Sqlite).is_some())
+        .map(|k| k.table)
+        .collect()
+}
+
+/// An application's set whose base creates every kind of [`kind_tables`], then `next` as its
+/// second revision: that revision's violations.
+async fn check_kinds(next: Vec<String>) -> Vec<Violation> {
+    let set = cairn_conformance::cases::kinds_app_set(cairn_core::schema::Dialect::Sqlite, &next);
+    let mut reports = cairn_migrate::additivity::check_set(&SqliteAdditivity::new(), &set)
+        .await
+        .expect("the check runs");
+    assert_eq!(reports.len(), 1);
+    reports.remove(0).violations
+}
+
+fn on(v: &[Violation], table: &str) -> Vec<Rule> {
+    v.iter()
+        .filter(|x| x.table.as_deref() == Some(table))
+        .map(|x| x.rule)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_table_passes_a_later_additive_revision() {
+    let tables = kind_tables();
+    assert_eq!(tables.len(), 5, "{tables:?}");
+    let mut next = vec!["CREATE TABLE k_other (id INTEGER PRIMARY KEY)".to_owned()];
+    next.extend(
+        tables
+            .iter()
+            .map(|t| format!("ALTER TABLE {t} ADD COLUMN k_note TEXT")),
+    );
+    let v = check_kinds(next).await;
+    assert!(v.is_empty(), "{v:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_table_holds_a_synthesized_row() {
+    // Deleting is forbidden whatever the rows; only a seeded row makes the rows change.
+    let tables = kind_tables();
+    let v = check_kinds(tables.iter().map(|t| format!("DELETE FROM {t}")).collect()).await;
+    for t in tables {
+        assert!(on(&v, t).contains(&Rule::Rows), "{t} was not seeded: {v:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn old_writes_that_a_new_trigger_refuses_still_fail_beside_every_kind() {
+    let tables = kind_tables();
+    let v = check_kinds(
+        tables
+            .iter()
+            .map(|t| {
+                format!(
+                    "CREATE TRIGGER {t}_guard BEFORE INSERT ON {t} BEGIN SELECT RAISE(ABORT, 'no'); END"
+                )
+            })
+            .collect(),
+    )
+    .await;
+    for t in tables {
+        let rules = on(&v, t);
+        assert!(rules.contains(&Rule::Trigger), "{t}: {v:?}");
+        assert!(rules.contains(&Rule::OldWrites), "{t}: {v:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_null_column_without_default_still_fails_beside_every_kind() {
+    for t in kind_tables() {
+        let v = check_kinds(vec![format!(
+            "ALTER TABLE {t} ADD COLUMN k_must TEXT NOT NULL"
+        )])
+        .await;
+        assert!(v.iter().any(|x| x.rule == Rule::Failed), "{t}: {v:?}");
     }
 }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use cairn_core::schema::Dialect;
-use cairn_migrate::additivity::synth::{synthesize_row, ColumnSpec};
+use cairn_migrate::additivity::hints::literals;
+use cairn_migrate::additivity::synth::{candidate_rows, ColumnSpec};
 use cairn_migrate::additivity::{seed_epoch_log, CheckTarget};
 use cairn_migrate::{MigrateError, Runner, BOOKKEEPING_TABLES, CAIRN_SET};
 use sqlx::postgres::PgPoolOptions;
@@ -53,10 +54,47 @@ impl PgAdditivity {
     }
 }
 
+/// One row of [`sql::SEED_COLUMNS`].
+type SeedColumn = (
+    String,
+    String,
+    bool,
+    bool,
+    bool,
+    Vec<String>,
+    Vec<String>,
+    Vec<String>,
+);
+
+/// A column as the synthesizer takes it: an enum's labels, then the literals of its CHECK
+/// constraints and partition bounds are its hints.
+fn column_spec(
+    (name, declared_type, not_null, has_default, generated, labels, checks, bounds): SeedColumn,
+) -> ColumnSpec {
+    let constrained = !checks.is_empty() || !bounds.is_empty();
+    let mut hints = labels;
+    for text in checks.iter().chain(&bounds) {
+        for lit in literals(text) {
+            if !hints.contains(&lit) {
+                hints.push(lit);
+            }
+        }
+    }
+    ColumnSpec {
+        has_default,
+        generated,
+        hints,
+        constrained,
+        ..ColumnSpec::new(name, declared_type, not_null)
+    }
+}
+
 /// Gives every table of the schema that is still empty (bookkeeping left out) one synthesized
-/// row, in creation order, so a foreign key to an earlier table usually finds its row. A table
-/// whose row cannot be synthesized, or whose row the table refuses (a CHECK, a foreign key),
-/// stays empty: its definition is still checked, its rows cannot be.
+/// row, in creation order, so a foreign key to an earlier table usually finds its row: the
+/// first of [`candidate_rows`] the table accepts (a CHECK, an enum, a partition bound). A
+/// partitioned table's row lands in one of its partitions, which then counts as filled. A table
+/// that refuses every candidate (a foreign key, a check the hints cannot satisfy) stays empty:
+/// its definition is still checked, its rows cannot be.
 async fn fill_empty_tables(
     conn: &mut PgConnection,
     schema: &SchemaName,
@@ -74,35 +112,28 @@ async fn fill_empty_tables(
         .await
         .map_err(map_sqlx)?;
     for (oid, _) in tables {
-        let columns: Vec<(String, String, bool, bool, bool)> = sqlx::query_as(sql::SEED_COLUMNS)
+        let columns: Vec<SeedColumn> = sqlx::query_as(sql::SEED_COLUMNS)
             .bind(oid)
             .fetch_all(&mut *conn)
             .await
             .map_err(map_sqlx)?;
-        let specs: Vec<ColumnSpec> = columns
-            .into_iter()
-            .map(
-                |(name, declared_type, not_null, has_default, generated)| ColumnSpec {
-                    name,
-                    declared_type,
-                    not_null,
-                    has_default,
-                    generated,
-                },
-            )
-            .collect();
-        let Some(row) = synthesize_row(Dialect::Postgres, &specs) else {
-            continue;
-        };
-        let (names, values): (Vec<String>, Vec<String>) =
-            row.into_iter().map(|(name, v)| (name, v.text())).unzip();
-        // A refused row leaves the table empty, as the contract says; the session goes on.
-        let _ = sqlx::query(sql::SEED_ROW)
-            .bind(oid)
-            .bind(&names)
-            .bind(&values)
-            .execute(&mut *conn)
-            .await;
+        let specs: Vec<ColumnSpec> = columns.into_iter().map(column_spec).collect();
+        for row in candidate_rows(Dialect::Postgres, &specs) {
+            let (names, values): (Vec<String>, Vec<String>) =
+                row.into_iter().map(|(name, v)| (name, v.text())).unzip();
+            // A refused row is refused whole (one statement); the next candidate is tried.
+            // `false` (the table has a row already) ends the attempts too.
+            if sqlx::query(sql::SEED_ROW)
+                .bind(oid)
+                .bind(&names)
+                .bind(&values)
+                .execute(&mut *conn)
+                .await
+                .is_ok()
+            {
+                break;
+            }
+        }
     }
     Ok(())
 }

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use cairn_migrate::additivity::{Rule, Violation};
+use cairn_migrate::additivity::{difference, Rule, Violation};
 use cairn_migrate::{MigrateError, BOOKKEEPING_TABLES};
 use sqlx::PgConnection;
 
@@ -180,31 +180,4 @@ pub(super) async fn check_down(
         }
     }
     Ok(out)
-}
-
-/// How many rows of `before` are missing from `after`, and how many of `after` are new (both
-/// sorted; duplicates counted).
-fn difference(before: &[String], after: &[String]) -> (usize, usize) {
-    let (mut i, mut j, mut missing, mut extra) = (0, 0, 0, 0);
-    while i < before.len() || j < after.len() {
-        match (before.get(i), after.get(j)) {
-            (Some(a), Some(b)) if a == b => {
-                i += 1;
-                j += 1;
-            }
-            (Some(a), Some(b)) if a < b => {
-                missing += 1;
-                i += 1;
-            }
-            (Some(_), None) => {
-                missing += 1;
-                i += 1;
-            }
-            _ => {
-                extra += 1;
-                j += 1;
-            }
-        }
-    }
-    (missing, extra)
 }

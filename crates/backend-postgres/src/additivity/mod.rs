@@ -8,9 +8,11 @@
 //!    open; an application's set after cairn's, as a service opens), the epoch log is seeded
 //!    with [`cairn_migrate::additivity::seed_epoch_log`] (appends, a fork by import, a repair
 //!    and a merge), and every table that is still empty (cairn's spool, an application's
-//!    tables) gets one row from [`cairn_migrate::additivity::synth::synthesize_row`], NOT NULL
-//!    honoured. A table whose row cannot be synthesized or is refused stays empty: its
-//!    definition is still checked, its rows and old-column writes cannot be.
+//!    tables) gets one row: the first of
+//!    [`cairn_migrate::additivity::synth::candidate_rows`] it accepts (NOT NULL honoured; enum
+//!    labels, CHECK literals and partition bounds as hints). A table that refuses them all
+//!    stays empty: its definition is still checked, its rows and old-column writes cannot be.
+//!    Old-column writes never name a generated or identity-always column.
 //! 2. On one connection, in one transaction that is always rolled back: the existing tables'
 //!    catalog rows (columns with types, collations, nullability, defaults, generation and
 //!    storage; constraints; indexes; triggers; table options, privileges and file node) and a

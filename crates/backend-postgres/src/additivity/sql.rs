@@ -88,7 +88,8 @@ pub(super) fn digest(s: &SchemaName) -> String {
     )
 }
 
-/// The old-column writes on table `$1` (columns `$2`); NULL when they succeed.
+/// The old-column writes on table `$1` naming the columns `$2` (those an older writer may
+/// write); NULL when they succeed.
 pub(super) fn old_writes(s: &SchemaName) -> String {
     format!(
         "SELECT \"{s}\".cairn_add_old_writes($1::int8::oid, $2)",
@@ -163,19 +164,29 @@ pub(super) fn capture_objects(s: &SchemaName) -> Vec<String> {
                FROM (SELECT ROW(%s)::text AS r FROM %s) q', names, tbl::regclass) INTO out; \
              RETURN out; END $f$"
         ),
+        // An older writer names only the columns it may write: the caller passes the old
+        // columns that are neither generated nor identity-always (`cols` may be empty).
         format!(
             "CREATE FUNCTION \"{s}\".cairn_add_old_writes(tbl oid, cols int4[]) RETURNS text LANGUAGE plpgsql AS $f$ \
-             DECLARE names text; row_id tid; BEGIN \
+             DECLARE names text; row_id tid; part oid; BEGIN \
              IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN RETURN NULL; END IF; \
              names := \"{s}\".cairn_add_columns(tbl, cols); \
-             IF names IS NULL THEN RETURN 'an old column is gone'; END IF; \
-             EXECUTE format('SELECT ctid FROM %s LIMIT 1', tbl::regclass) INTO row_id; \
+             IF names IS NULL AND cardinality(cols) > 0 THEN RETURN 'an old column is gone'; END IF; \
+             EXECUTE format('SELECT ctid, tableoid FROM %s LIMIT 1', tbl::regclass) INTO row_id, part; \
              IF row_id IS NULL THEN RETURN NULL; END IF; \
-             BEGIN EXECUTE format('UPDATE %s SET (%s) = ROW(%s) WHERE ctid = $1', tbl::regclass, names, names) USING row_id; \
-             EXCEPTION WHEN OTHERS THEN RETURN 'an UPDATE naming only the old columns failed: ' || SQLERRM; END; \
-             EXECUTE format('SELECT ctid FROM %s LIMIT 1', tbl::regclass) INTO row_id; \
-             BEGIN EXECUTE format('WITH gone AS (DELETE FROM %s WHERE ctid = $1 RETURNING %s) \
-               INSERT INTO %s (%s) SELECT * FROM gone', tbl::regclass, names, tbl::regclass, names) USING row_id; \
+             IF names IS NOT NULL THEN \
+               BEGIN EXECUTE format('UPDATE %s SET (%s) = ROW(%s) WHERE ctid = $1 AND tableoid = $2', \
+                 tbl::regclass, names, names) USING row_id, part; \
+               EXCEPTION WHEN OTHERS THEN RETURN 'an UPDATE naming only the old columns failed: ' || SQLERRM; END; \
+             END IF; \
+             EXECUTE format('SELECT ctid, tableoid FROM %s LIMIT 1', tbl::regclass) INTO row_id, part; \
+             BEGIN IF names IS NULL THEN \
+               EXECUTE format('DELETE FROM %s WHERE ctid = $1 AND tableoid = $2', tbl::regclass) USING row_id, part; \
+               EXECUTE format('INSERT INTO %s DEFAULT VALUES', tbl::regclass); \
+             ELSE \
+               EXECUTE format('WITH gone AS (DELETE FROM %s WHERE ctid = $1 AND tableoid = $2 RETURNING %s) \
+                 INSERT INTO %s (%s) SELECT * FROM gone', tbl::regclass, names, tbl::regclass, names) USING row_id, part; \
+             END IF; \
              EXCEPTION WHEN OTHERS THEN RETURN 'a DELETE and INSERT naming only the old columns failed: ' || SQLERRM; END; \
              RETURN NULL; END $f$"
         ),
@@ -211,14 +222,27 @@ pub(super) fn drop_schema(s: &SchemaName) -> String {
     format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", s.as_str())
 }
 
-/// The columns of table `$1` as the row synthesizer needs them, in column order: name, declared
-/// type, NOT NULL, has a default (an identity counts), and whether no value may be given
-/// (generated, or `GENERATED ALWAYS AS IDENTITY`).
-pub(super) const SEED_COLUMNS: &str =
-    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-    a.attnotnull, a.atthasdef OR a.attidentity <> '', a.attgenerated <> '' OR a.attidentity = 'a' \
-    FROM pg_attribute a WHERE a.attrelid = $1::int8::oid AND a.attnum > 0 AND NOT a.attisdropped \
-    ORDER BY a.attnum";
+/// The columns of table `$1` as the row synthesizer needs them, in column order: name, type
+/// (a domain's base type), NOT NULL, has a default (an identity counts), whether no value may
+/// be given (generated, or `GENERATED ALWAYS AS IDENTITY`), the enum's labels, the CHECK
+/// constraints on the column (the table's and its domain's), and the partition bounds it is a
+/// key of (a partitioned table's: every partition's bound; a partition's: its own).
+pub(super) const SEED_COLUMNS: &str = "SELECT a.attname::text, \
+    CASE WHEN t.typtype = 'd' THEN format_type(t.typbasetype, t.typtypmod) ELSE format_type(a.atttypid, a.atttypmod) END, \
+    a.attnotnull, a.atthasdef OR a.attidentity <> '', a.attgenerated <> '' OR a.attidentity = 'a', \
+    array(SELECT e.enumlabel::text FROM pg_enum e \
+      WHERE e.enumtypid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END ORDER BY e.enumsortorder), \
+    array(SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k WHERE k.contype = 'c' \
+      AND ((k.conrelid = a.attrelid AND a.attnum = ANY(k.conkey)) OR k.contypid = a.atttypid) ORDER BY k.conname), \
+    array(SELECT pg_get_expr(ch.relpartbound, ch.oid) FROM pg_partitioned_table p \
+      JOIN pg_inherits i ON i.inhparent = p.partrelid JOIN pg_class ch ON ch.oid = i.inhrelid \
+      WHERE p.partrelid = a.attrelid AND a.attnum = ANY(p.partattrs::int2[]) ORDER BY ch.oid) \
+    || array(SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c \
+      JOIN pg_inherits i ON i.inhrelid = c.oid JOIN pg_partitioned_table p ON p.partrelid = i.inhparent \
+      JOIN pg_attribute pa ON pa.attrelid = p.partrelid AND pa.attname = a.attname \
+      WHERE c.oid = a.attrelid AND c.relispartition AND pa.attnum = ANY(p.partattrs::int2[])) \
+    FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+    WHERE a.attrelid = $1::int8::oid AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum";
 
 /// A session-local helper that gives table `tbl` one row when it has none: the columns `cols`
 /// take the values `vals` in their types' input syntax (through `json_populate_record`, which

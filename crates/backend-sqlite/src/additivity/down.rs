@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cairn_core::Result;
-use cairn_migrate::additivity::{Rule, Violation};
+use cairn_migrate::additivity::{difference, Rule, Violation};
 use rusqlite::Connection;
 
 use super::snapshot::{columns, of_kind, read_rows, read_schema, Cell, Column};
@@ -186,45 +186,4 @@ fn judge(
         }
     }
     Ok(())
-}
-
-/// How many rows of `before` are missing from `after`, and how many of `after` are new (both
-/// sorted; duplicates counted).
-fn difference(before: &[Vec<Cell>], after: &[Vec<Cell>]) -> (usize, usize) {
-    let (mut i, mut j, mut missing, mut extra) = (0, 0, 0, 0);
-    while i < before.len() || j < after.len() {
-        match (before.get(i), after.get(j)) {
-            (Some(a), Some(b)) if a == b => {
-                i += 1;
-                j += 1;
-            }
-            (Some(a), Some(b)) if a < b => {
-                missing += 1;
-                i += 1;
-            }
-            (Some(_), None) => {
-                missing += 1;
-                i += 1;
-            }
-            _ => {
-                extra += 1;
-                j += 1;
-            }
-        }
-    }
-    (missing, extra)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_difference_counts_lost_and_new_rows_with_duplicates() {
-        let r = |v: i64| vec![Cell::Int(v)];
-        assert_eq!(difference(&[r(1), r(2), r(2)], &[r(1), r(2), r(2)]), (0, 0));
-        assert_eq!(difference(&[r(1), r(2), r(2)], &[r(2)]), (2, 0));
-        assert_eq!(difference(&[r(1)], &[r(1), r(3)]), (0, 1));
-        assert_eq!(difference(&[r(1), r(2)], &[r(1), r(5)]), (1, 1));
-    }
 }

@@ -6,7 +6,8 @@ use std::path::Path;
 
 use cairn_core::schema::Dialect;
 use cairn_core::Result;
-use cairn_migrate::additivity::synth::{synthesize_row, ColumnSpec, SeedValue};
+use cairn_migrate::additivity::hints::{check_clauses, literals, mentions};
+use cairn_migrate::additivity::synth::{candidate_rows, ColumnSpec, SeedValue};
 use cairn_migrate::BOOKKEEPING_TABLES;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection};
@@ -16,19 +17,20 @@ use crate::config::SqliteOptions;
 use crate::error::map;
 use crate::files;
 
-/// Gives every empty table of the store at `path`, in creation order, one synthesized row.
-/// A table whose row cannot be synthesized (a NOT NULL column of a type the check cannot
-/// fill) or is refused (a CHECK, a foreign key, a trigger) stays empty: its definition is
-/// still judged, its rows cannot be.
+/// Gives every empty table of the store at `path`, in creation order, one synthesized row: the
+/// first of [`candidate_rows`] the table accepts (its CHECK constraints' literals are the
+/// hints). A table that refuses every candidate (a NOT NULL column of a type the check cannot
+/// fill, a foreign key, a trigger, a check the hints cannot satisfy) stays empty: its
+/// definition is still judged, its rows cannot be.
 pub(super) fn fill_empty_tables(path: &Path, opts: &SqliteOptions) -> Result<()> {
     let conn = files::connect(path, opts)?;
-    let tables: Vec<String> = conn
+    let tables: Vec<(String, Option<String>)> = conn
         .prepare(sql::TABLES_IN_CREATION_ORDER)
-        .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+        .and_then(|mut st| st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
         .map_err(map)?;
-    for table in tables
+    for (table, create) in tables
         .iter()
-        .filter(|t| !BOOKKEEPING_TABLES.contains(&t.as_str()))
+        .filter(|(t, _)| !BOOKKEEPING_TABLES.contains(&t.as_str()))
     {
         let empty: bool = conn
             .query_row(&sql::is_empty(table), [], |r| r.get(0))
@@ -36,34 +38,52 @@ pub(super) fn fill_empty_tables(path: &Path, opts: &SqliteOptions) -> Result<()>
         if !empty {
             continue;
         }
-        let Some(row) = synthesize_row(Dialect::Sqlite, &column_specs(&conn, table)?) else {
-            continue;
-        };
-        let names: Vec<String> = row.iter().map(|(n, _)| n.clone()).collect();
-        let values = row.into_iter().map(|(_, v)| value(v));
-        // A refused row leaves the table empty (see above); the statement is atomic, so a
-        // failure writes nothing.
-        let _ = conn.execute(&sql::insert_row(table, &names), params_from_iter(values));
+        let checks = check_clauses(create.as_deref().unwrap_or_default());
+        for row in candidate_rows(Dialect::Sqlite, &column_specs(&conn, table, &checks)?) {
+            let names: Vec<String> = row.iter().map(|(n, _)| n.clone()).collect();
+            let values = row.into_iter().map(|(_, v)| value(v));
+            // A refused row writes nothing (the statement is atomic); the next is tried.
+            if conn
+                .execute(&sql::insert_row(table, &names), params_from_iter(values))
+                .is_ok()
+            {
+                break;
+            }
+        }
     }
     Ok(())
 }
 
 /// The table's columns as the catalog declares them (`hidden` 1 is a virtual table's hidden
-/// column, 2 and 3 are generated columns: none takes a value).
-fn column_specs(conn: &Connection, table: &str) -> Result<Vec<ColumnSpec>> {
+/// column, 2 and 3 are generated columns: none takes a value); a column a CHECK clause of
+/// `checks` names is constrained, with that clause's literals as hints.
+fn column_specs(conn: &Connection, table: &str, checks: &[String]) -> Result<Vec<ColumnSpec>> {
     let mut stmt = conn.prepare_cached(sql::COLUMN_TYPES).map_err(map)?;
     let rows = stmt
         .query_map(params![table], |r| {
             Ok(ColumnSpec {
-                name: r.get(0)?,
-                declared_type: r.get(1)?,
-                not_null: r.get::<_, i64>(2)? != 0,
                 has_default: r.get::<_, Option<String>>(3)?.is_some(),
                 generated: r.get::<_, i64>(4)? != 0,
+                ..ColumnSpec::new(
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)? != 0,
+                )
             })
         })
         .map_err(map)?;
-    rows.collect::<rusqlite::Result<Vec<_>>>().map_err(map)
+    let mut specs = rows.collect::<rusqlite::Result<Vec<_>>>().map_err(map)?;
+    for spec in &mut specs {
+        for check in checks.iter().filter(|c| mentions(c, &spec.name)) {
+            spec.constrained = true;
+            for lit in literals(check) {
+                if !spec.hints.contains(&lit) {
+                    spec.hints.push(lit);
+                }
+            }
+        }
+    }
+    Ok(specs)
 }
 
 fn value(v: SeedValue) -> Value {
@@ -81,7 +101,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_empty_table_gets_one_row_and_refused_rows_leave_it_empty() {
+    fn every_empty_table_gets_one_row_satisfying_its_checks_or_stays_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fill.db");
         {
@@ -91,6 +111,9 @@ mod tests {
                  CREATE TABLE child (id INTEGER PRIMARY KEY, parent INTEGER NOT NULL
                      REFERENCES parent (id), note VARCHAR(2), g INTEGER AS (id * 2));
                  CREATE TABLE picky (n INTEGER NOT NULL CHECK (n > 5));
+                 CREATE TABLE kinds (k TEXT NOT NULL CHECK (k IN ('open', 'shut')),
+                     lo INTEGER NOT NULL, hi INTEGER NOT NULL, CHECK (lo < hi));
+                 CREATE TABLE hopeless (n INTEGER NOT NULL CHECK (n = 1 AND n = 2));
                  CREATE TABLE full (x);
                  INSERT INTO full VALUES (7);",
             )
@@ -108,7 +131,20 @@ mod tests {
             1,
             "filled after its parent, whose key it names"
         );
-        assert_eq!(count("picky"), 0, "the CHECK refuses the synthesized row");
+        assert_eq!(
+            conn.query_row("SELECT n FROM picky", [], |r| r.get::<_, i64>(0))
+                .unwrap(),
+            6,
+            "the CHECK's literal, plus one"
+        );
+        let (k, lo, hi): (String, i64, i64) = conn
+            .query_row("SELECT k, lo, hi FROM kinds", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .unwrap();
+        assert_eq!(k, "open");
+        assert!(lo < hi, "{lo} < {hi}");
+        assert_eq!(count("hopeless"), 0, "a CHECK no candidate satisfies");
         assert_eq!(count("full"), 1, "a table with rows is left alone");
         let (name, note): (String, String) = conn
             .query_row(

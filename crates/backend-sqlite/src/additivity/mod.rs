@@ -44,9 +44,10 @@ use snapshot::{of_kind, read_schema, read_seeded};
 /// ([`CheckTarget`]) — and seeded through cairn's real write paths
 /// ([`cairn_migrate::additivity::seed_epoch_log`], shared with the Postgres engine). Every
 /// table still empty then gets one row synthesized from its declared column types
-/// ([`cairn_migrate::additivity::synth::synthesize_row`]; NOT NULL honoured), in creation
-/// order, so an application's tables are judged on rows too; a table whose row is refused (a
-/// CHECK, a foreign key) stays empty. The engine snapshots
+/// (the first of [`cairn_migrate::additivity::synth::candidate_rows`] it accepts; NOT NULL
+/// honoured, CHECK literals as hints), in creation order, so an application's tables are
+/// judged on rows too; a table that refuses every candidate (a foreign key, a CHECK the hints
+/// cannot satisfy) stays empty. The engine snapshots
 /// `sqlite_schema` and every row, opens the production transaction (`BEGIN IMMEDIATE`),
 /// applies the revision's statements one at a time while SQLite's trace callback records every
 /// statement SQLite runs (trigger programs included), and requires:

@@ -15,10 +15,10 @@ ORDER BY type, name";
 pub(super) const COLUMNS: &str =
     "SELECT name, \"notnull\", dflt_value, pk, hidden FROM pragma_table_xinfo(?1) ORDER BY cid";
 
-/// Every ordinary table, oldest first (`sqlite_schema` rows are appended as objects are
-/// created), SQLite's internal tables left out.
+/// Every ordinary table with its `CREATE TABLE` text, oldest first (`sqlite_schema` rows are
+/// appended as objects are created), SQLite's internal tables left out.
 pub(super) const TABLES_IN_CREATION_ORDER: &str = "\
-SELECT name FROM sqlite_schema
+SELECT name, sql FROM sqlite_schema
 WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'
 ORDER BY rowid";
 

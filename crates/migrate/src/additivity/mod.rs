@@ -25,9 +25,12 @@ use crate::cairn_set::{cairn_set, CAIRN_SET};
 use crate::error::MigrateError;
 use crate::revision::{MigrationSet, Revision};
 
+pub mod hints;
+mod multiset;
 mod seed;
 pub mod synth;
 
+pub use multiset::difference;
 pub use seed::seed_epoch_log;
 
 /// Which rule a violation breaks.
@@ -183,10 +186,14 @@ impl CheckTarget {
 /// 2. when [`CheckTarget::holds_epoch_log`], seed it with [`seed_epoch_log`] (the one seeding
 ///    routine; engines do not write the epoch log any other way);
 /// 3. give every table that is still empty, leaving out the
-///    [`BOOKKEEPING_TABLES`](crate::BOOKKEEPING_TABLES), one row from
-///    [`synth::synthesize_row`] over its catalog columns, in creation order; a table whose row
-///    cannot be synthesized or is refused (a CHECK, a foreign key) stays empty;
-/// 4. apply `revision` inside the production transaction, judge, and roll back.
+///    [`BOOKKEEPING_TABLES`](crate::BOOKKEEPING_TABLES), one row: the first of
+///    [`synth::candidate_rows`] over its catalog columns the table accepts, in creation order;
+///    a table that refuses them all (a CHECK the hints cannot satisfy, a foreign key) stays
+///    empty;
+/// 4. apply `revision` inside the production transaction, judge, and roll back. The old writes
+///    ([`Rule::OldWrites`]: an UPDATE, a DELETE and an INSERT naming only the old columns)
+///    name the old columns an older writer names, never a generated column nor a
+///    `GENERATED ALWAYS AS IDENTITY` one.
 ///
 /// [`Runner`]: crate::Runner
 #[async_trait]

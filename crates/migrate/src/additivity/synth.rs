@@ -1,5 +1,10 @@
 //! One synthesized row per table: how the additivity check fills tables cairn's write paths do
 //! not (an application's tables), so their rows and old-column writes are checked too.
+//!
+//! The row must be one an older writer could have written: columns no writer may name
+//! (generated columns, `GENERATED ALWAYS AS IDENTITY`) are left to the engine, and a row the
+//! table refuses (a CHECK, an enum, a partition bound that routes it nowhere) is retried with
+//! values the table's own definition names ([`ColumnSpec::hints`]), see [`candidate_rows`].
 
 use cairn_core::schema::Dialect;
 
@@ -18,6 +23,30 @@ pub struct ColumnSpec {
     /// Whether no value may be given for it: a generated column, or a Postgres `GENERATED
     /// ALWAYS AS IDENTITY` column.
     pub generated: bool,
+    /// Values the table's own definition names for this column, in the type's input syntax:
+    /// an enum's labels, the literals of the CHECK constraints on it, its partition bounds
+    /// (see [`super::hints::literals`]). Tried after the plain seed value.
+    pub hints: Vec<String>,
+    /// Whether a CHECK constraint or a partition key involves the column: its candidates
+    /// then also include a few neighbours of the plain value (numbers) and, when the column
+    /// may be left out, leaving it out (NULL or its default).
+    pub constrained: bool,
+}
+
+impl ColumnSpec {
+    /// A column of `declared_type` with no default, hints or constraint, nullable unless
+    /// `not_null`.
+    pub fn new(name: impl Into<String>, declared_type: impl Into<String>, not_null: bool) -> Self {
+        Self {
+            name: name.into(),
+            declared_type: declared_type.into(),
+            not_null,
+            has_default: false,
+            generated: false,
+            hints: Vec::new(),
+            constrained: false,
+        }
+    }
 }
 
 /// A synthesized value. SQLite binds it as is; Postgres takes [`SeedValue::text`], the type's
@@ -153,27 +182,126 @@ pub fn seed_value(dialect: Dialect, declared_type: &str) -> Option<SeedValue> {
     }
 }
 
-/// One row for a table with `columns`: a value for every column a row may name (generated and
-/// identity-always columns are left to the engine), so nullable and defaulted columns hold a
-/// value too. A column of an unknown type is left out when it is nullable or defaulted.
-/// Integer keys are 1 and text keys `seed` in every table, so a foreign key between two seeded
-/// tables usually finds its row when the tables are filled in creation order.
-///
-/// `None` when a NOT NULL column without a default has an unknown type: the table cannot be
-/// filled and stays empty (its definition is still checked; its rows cannot be).
-pub fn synthesize_row(
-    dialect: Dialect,
-    columns: &[ColumnSpec],
-) -> Option<Vec<(String, SeedValue)>> {
-    let mut row = Vec::with_capacity(columns.len());
-    for c in columns.iter().filter(|c| !c.generated) {
-        match seed_value(dialect, &c.declared_type) {
-            Some(v) => row.push((c.name.clone(), v)),
-            None if c.not_null && !c.has_default => return None,
-            None => {}
+/// How many candidate rows [`candidate_rows`] offers a table at most.
+pub const MAX_CANDIDATES: usize = 64;
+
+/// The values to try for one column, in order: `Some` a value, `None` leaving the column out.
+/// Empty when the column must be named and no value is known.
+fn choices(dialect: Dialect, c: &ColumnSpec) -> Vec<Option<SeedValue>> {
+    let base = seed_value(dialect, &c.declared_type);
+    let mut out: Vec<Option<SeedValue>> = Vec::new();
+    let mut push = |v: Option<SeedValue>| {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    };
+    if let Some(v) = &base {
+        push(Some(v.clone()));
+    }
+    for h in &c.hints {
+        match &base {
+            Some(SeedValue::Integer(_)) => match h.parse::<i64>() {
+                Ok(n) => {
+                    for m in [Some(n), n.checked_add(1), n.checked_sub(1)]
+                        .into_iter()
+                        .flatten()
+                    {
+                        push(Some(SeedValue::Integer(m)));
+                    }
+                }
+                // SQLite stores any value in any column; Postgres refuses it, and the next
+                // candidate is tried.
+                Err(_) => push(Some(SeedValue::Text(h.clone()))),
+            },
+            Some(SeedValue::Real(_)) => match h.parse::<f64>() {
+                Ok(x) if x.is_finite() => {
+                    for y in [x, x + 1.0, x - 1.0] {
+                        push(Some(SeedValue::Real(y)));
+                    }
+                }
+                _ => push(Some(SeedValue::Text(h.clone()))),
+            },
+            _ => push(Some(SeedValue::Text(h.clone()))),
         }
     }
-    Some(row)
+    if c.constrained {
+        match &base {
+            Some(SeedValue::Integer(_)) => {
+                for n in [2, 0, -1] {
+                    push(Some(SeedValue::Integer(n)));
+                }
+            }
+            Some(SeedValue::Real(_)) => {
+                for x in [1.5, 0.0, -0.5] {
+                    push(Some(SeedValue::Real(x)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let may_omit = !c.not_null || c.has_default;
+    if may_omit && (c.constrained || base.is_none() && c.hints.is_empty()) {
+        push(None);
+    }
+    out
+}
+
+/// The rows to try, in order, for a table with `columns`, at most [`MAX_CANDIDATES`]; the
+/// engine inserts them one by one until the table accepts one (a table that refuses them all
+/// stays empty: its definition is still checked, its rows cannot be).
+///
+/// Each row names every column a writer may name (generated and identity-always columns are
+/// left to the engine), so nullable and defaulted columns hold a value too; a column of a
+/// type the check does not know is left out when it may be, or takes its hints. The first row
+/// is the plain one: integers 1, text `seed`, so a foreign key between two seeded tables
+/// usually finds its row when the tables are filled in creation order. The later rows vary the
+/// constrained columns first, over their hints (a literal `n` of a number column gives `n`,
+/// `n + 1` and `n - 1`, which satisfy `>`, `>=`, `=`, `<`, `<=` against it), a few neighbours,
+/// and leaving the column out.
+///
+/// Empty when a column that must be named (NOT NULL, no default) has no value at all (an
+/// unknown type without hints).
+pub fn candidate_rows(dialect: Dialect, columns: &[ColumnSpec]) -> Vec<Vec<(String, SeedValue)>> {
+    let writable: Vec<&ColumnSpec> = columns.iter().filter(|c| !c.generated).collect();
+    let options: Vec<Vec<Option<SeedValue>>> =
+        writable.iter().map(|c| choices(dialect, c)).collect();
+    if options.iter().any(Vec::is_empty) {
+        return Vec::new();
+    }
+    // The odometer's digits, fastest first: constrained columns, then the rest.
+    let mut order: Vec<usize> = (0..writable.len())
+        .filter(|&i| options[i].len() > 1)
+        .collect();
+    order.sort_by_key(|&i| !writable[i].constrained);
+    let mut digits = vec![0usize; writable.len()];
+    let mut out = Vec::new();
+    loop {
+        out.push(
+            writable
+                .iter()
+                .zip(&digits)
+                .zip(&options)
+                .filter_map(|((c, &d), o)| o[d].clone().map(|v| (c.name.clone(), v)))
+                .collect(),
+        );
+        if out.len() == MAX_CANDIDATES {
+            break;
+        }
+        // The next combination; done when every digit wrapped.
+        let mut carried = true;
+        for &i in &order {
+            digits[i] += 1;
+            if digits[i] < options[i].len() {
+                carried = false;
+                break;
+            }
+            digits[i] = 0;
+        }
+        if carried {
+            break;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -181,13 +309,13 @@ mod tests {
     use super::*;
 
     fn col(name: &str, ty: &str, not_null: bool) -> ColumnSpec {
-        ColumnSpec {
-            name: name.into(),
-            declared_type: ty.into(),
-            not_null,
-            has_default: false,
-            generated: false,
-        }
+        ColumnSpec::new(name, ty, not_null)
+    }
+
+    fn first(columns: &[ColumnSpec]) -> Option<Vec<(String, SeedValue)>> {
+        candidate_rows(Dialect::Postgres, columns)
+            .into_iter()
+            .next()
     }
 
     #[test]
@@ -231,28 +359,109 @@ mod tests {
     fn rows_honour_not_null_and_leave_generated_columns_out() {
         let mut gen = col("g", "BIGINT", true);
         gen.generated = true;
-        let row = synthesize_row(
-            Dialect::Postgres,
-            &[
-                col("id", "bigint", true),
-                gen,
-                col("m", "mood", false),
-                col("n", "text", false),
-            ],
-        )
+        let row = first(&[
+            col("id", "bigint", true),
+            gen,
+            col("m", "mood", false),
+            col("n", "text", false),
+        ])
         .unwrap();
         let names: Vec<&str> = row.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["id", "n"]);
         assert_eq!(
-            synthesize_row(Dialect::Postgres, &[col("m", "mood", true)]),
+            first(&[col("m", "mood", true)]),
             None,
             "a required column of an unknown type cannot be filled"
         );
         let mut defaulted = col("m", "mood", true);
         defaulted.has_default = true;
+        assert_eq!(first(&[defaulted]), Some(vec![]));
+    }
+
+    #[test]
+    fn an_enum_takes_its_labels() {
+        let mut mood = col("m", "mood", true);
+        mood.hints = vec!["calm".into(), "busy".into()];
+        let rows = candidate_rows(Dialect::Postgres, &[col("id", "bigint", true), mood]);
+        let moods: Vec<&SeedValue> = rows.iter().map(|r| &r[1].1).collect();
         assert_eq!(
-            synthesize_row(Dialect::Postgres, &[defaulted]),
-            Some(vec![])
+            moods,
+            [
+                &SeedValue::Text("calm".into()),
+                &SeedValue::Text("busy".into())
+            ]
         );
+    }
+
+    /// The candidates, as (column, value text) lists, until one satisfies `accepts`.
+    fn first_accepted(
+        columns: &[ColumnSpec],
+        accepts: impl Fn(&[(String, SeedValue)]) -> bool,
+    ) -> Option<Vec<(String, String)>> {
+        candidate_rows(Dialect::Postgres, columns)
+            .into_iter()
+            .find(|r| accepts(r))
+            .map(|r| r.into_iter().map(|(n, v)| (n, v.text())).collect())
+    }
+
+    fn int(row: &[(String, SeedValue)], name: &str) -> Option<i64> {
+        row.iter().find(|(n, _)| n == name).map(|(_, v)| match v {
+            SeedValue::Integer(n) => *n,
+            other => panic!("{other:?}"),
+        })
+    }
+
+    #[test]
+    fn checks_are_satisfied_from_their_literals_and_neighbours() {
+        // CHECK (qty > 5): 5 fails, 6 passes.
+        let mut qty = col("qty", "integer", true);
+        qty.hints = vec!["5".into()];
+        qty.constrained = true;
+        let found = first_accepted(&[col("id", "bigint", true), qty.clone()], |r| {
+            int(r, "qty").is_some_and(|q| q > 5)
+        });
+        assert_eq!(found.unwrap()[1], ("qty".into(), "6".into()));
+        // CHECK (lo < hi), no literals: neighbours.
+        let mut lo = col("lo", "integer", true);
+        lo.constrained = true;
+        let hi = lo.clone();
+        let hi = ColumnSpec {
+            name: "hi".into(),
+            ..hi
+        };
+        assert!(first_accepted(&[lo, hi], |r| int(r, "lo") < int(r, "hi")).is_some());
+        // CHECK (status IN ('open', 'shut')) on a nullable column: a label, before NULL.
+        let mut status = col("status", "text", false);
+        status.hints = vec!["open".into(), "shut".into()];
+        status.constrained = true;
+        let rows = candidate_rows(Dialect::Postgres, &[status]);
+        assert_eq!(
+            rows[1],
+            [("status".to_owned(), SeedValue::Text("open".into()))]
+        );
+        assert_eq!(rows.last().unwrap(), &Vec::new(), "left out (NULL) last");
+        // A nullable constrained column may be left out (NULL passes a CHECK).
+        qty.not_null = false;
+        assert!(candidate_rows(Dialect::Postgres, &[qty])
+            .iter()
+            .any(Vec::is_empty));
+    }
+
+    #[test]
+    fn candidates_are_bounded_and_start_with_the_plain_row() {
+        let cols: Vec<ColumnSpec> = (0..6)
+            .map(|i| {
+                let mut c = col(&format!("c{i}"), "integer", true);
+                c.hints = vec!["10".into(), "20".into()];
+                c.constrained = true;
+                c
+            })
+            .collect();
+        let rows = candidate_rows(Dialect::Sqlite, &cols);
+        assert_eq!(rows.len(), MAX_CANDIDATES);
+        assert!(rows[0].iter().all(|(_, v)| *v == SeedValue::Integer(1)));
+        let distinct: std::collections::BTreeSet<String> =
+            rows.iter().map(|r| format!("{r:?}")).collect();
+        assert_eq!(distinct.len(), rows.len(), "no row twice");
     }
 }
