@@ -12,17 +12,15 @@
 //! jitter_seed(queue, key, attempt))`, the same function of the same inputs in SQL as in Rust.
 
 use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cairn_core::spool::{
-    expired_park_reason, expiry_action, transition, Action, Claimed, ConsumerId, DedupKey,
-    LeaseToken, QueueName, RunId, RunState, Timestamp,
+    check_lease, check_limit, expired_park_reason, expiry_action, transition, Action, Claimed,
+    ConsumerId, DedupKey, LeaseToken, QueueName, RunId, RunState, Timestamp,
 };
 use cairn_core::{Error, Result};
 
-use super::ops::micros;
-use super::row::{get, run_id, state, u32_of};
+use super::row::{get, micros, run_id, state, u32_of};
 use super::{sql, PgSpool};
 use crate::error::map_sqlx;
 
@@ -80,175 +78,190 @@ impl ClaimWrites {
     }
 }
 
-impl PgSpool {
-    /// Claims up to `limit` runs: in one statement when it can, else in a transaction.
-    pub(super) async fn claim_runs(
-        &self,
-        queue: &QueueName,
-        consumer: &ConsumerId,
-        lease: Duration,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Claimed>> {
-        if self.inner.one_statement_claims.load(Ordering::Relaxed) {
-            if let Some(claimed) = self
-                .claim_queued(queue, consumer, lease, limit, now)
-                .await?
-            {
-                self.inner.claim_paths[0].fetch_add(1, Ordering::Relaxed);
-                return Ok(claimed);
-            }
+/// Claims up to `limit` runs of `queue` for `consumer`: in one statement when it can, else in
+/// a transaction that also settles the queue's expired leases.
+pub(super) async fn claim_tx(
+    s: &PgSpool,
+    queue: &QueueName,
+    consumer: &ConsumerId,
+    lease: Duration,
+    limit: usize,
+) -> Result<Vec<Claimed>> {
+    check_limit(limit)?;
+    check_lease(lease)?;
+    let now = s.now();
+    if one_statement_claims(s) {
+        if let Some(claimed) = claim_queued(s, queue, consumer, lease, limit, now).await? {
+            #[cfg(feature = "testkit")]
+            s.inner.hooks.claimed_by(0);
+            return Ok(claimed);
         }
-        self.inner.claim_paths[1].fetch_add(1, Ordering::Relaxed);
-        self.claim_in_tx(queue, consumer, lease, limit, now).await
     }
+    #[cfg(feature = "testkit")]
+    s.inner.hooks.claimed_by(1);
+    claim_pick_apply(s, queue, consumer, lease, limit, now).await
+}
 
-    /// The one-statement claim ([`sql::CLAIM_QUEUED`]); `None` when it could not decide (an
-    /// expired lease is due, or a run lacks its jitter), having written nothing.
-    async fn claim_queued(
-        &self,
-        queue: &QueueName,
-        consumer: &ConsumerId,
-        lease: Duration,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Option<Vec<Claimed>>> {
-        let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
-        let expires_at = now.saturating_add(lease);
-        let policy = self.inner.config.backoff;
-        let rows = sqlx::query(sql::CLAIM_QUEUED)
-            .bind(queue.as_str())
-            .bind(micros(now))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(
-                tokens
-                    .iter()
-                    .map(|t| t.as_bytes().to_vec())
-                    .collect::<Vec<_>>(),
-            )
-            .bind(consumer.as_str())
-            .bind(micros(expires_at))
-            .bind(policy.base.as_nanos().to_string())
-            .bind(policy.cap.as_nanos().to_string())
-            .fetch_all(self.pool())
-            .await
-            .map_err(map_sqlx)?;
-        let Some(first) = rows.first() else {
-            return Err(Error::corrupt("the one-statement claim returned no row"));
+/// Whether a claim tries [`sql::CLAIM_QUEUED`] first: always, unless a test said otherwise
+/// (`testkit_one_statement_claims`).
+#[cfg(feature = "testkit")]
+fn one_statement_claims(s: &PgSpool) -> bool {
+    s.inner.hooks.one_statement_claims()
+}
+
+/// Whether a claim tries [`sql::CLAIM_QUEUED`] first: always.
+#[cfg(not(feature = "testkit"))]
+fn one_statement_claims(_: &PgSpool) -> bool {
+    true
+}
+
+/// The one-statement claim ([`sql::CLAIM_QUEUED`]); `None` when it could not decide (an
+/// expired lease is due, or a run lacks its jitter), having written nothing.
+async fn claim_queued(
+    s: &PgSpool,
+    queue: &QueueName,
+    consumer: &ConsumerId,
+    lease: Duration,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Option<Vec<Claimed>>> {
+    let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
+    let expires_at = now.saturating_add(lease);
+    let policy = s.inner.config.backoff;
+    let rows = sqlx::query(sql::CLAIM_QUEUED)
+        .bind(queue.as_str())
+        .bind(micros(now))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(
+            tokens
+                .iter()
+                .map(|t| t.as_bytes().to_vec())
+                .collect::<Vec<_>>(),
+        )
+        .bind(consumer.as_str())
+        .bind(micros(expires_at))
+        .bind(policy.base.as_nanos().to_string())
+        .bind(policy.cap.as_nanos().to_string())
+        .fetch_all(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    let Some(first) = rows.first() else {
+        return Err(Error::corrupt("the one-statement claim returned no row"));
+    };
+    if !get::<bool>(first, 0)? {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let Some(i) = get::<Option<i64>>(row, 1)? else {
+            continue;
         };
-        if !get::<bool>(first, 0)? {
-            return Ok(None);
-        }
-        let mut out = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let Some(i) = get::<Option<i64>>(row, 1)? else {
+        let token = usize::try_from(i - 1)
+            .ok()
+            .and_then(|i| tokens.get(i))
+            .copied()
+            .ok_or_else(|| Error::corrupt("the one-statement claim numbered a run wrongly"))?;
+        let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 3)?)
+            .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+        out.push(Claimed {
+            run_id: run_id(&get::<Vec<u8>>(row, 2)?)?,
+            dedup_key: key,
+            payload: get(row, 4)?,
+            attempt: u32_of(get(row, 5)?)?,
+            token,
+            expires_at,
+        });
+    }
+    Ok(Some(out))
+}
+
+/// The claim transaction: one locking pick ([`sql::CLAIM_PICK`]) of the expired leases and the
+/// next due runs, every run decided in Rust, and one batched write ([`sql::CLAIM_APPLY`]).
+async fn claim_pick_apply(
+    s: &PgSpool,
+    queue: &QueueName,
+    consumer: &ConsumerId,
+    lease: Duration,
+    limit: usize,
+    now: Timestamp,
+) -> Result<Vec<Claimed>> {
+    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    let rows = sqlx::query(sql::CLAIM_PICK)
+        .bind(queue.as_str())
+        .bind(micros(now))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    let mut writes = ClaimWrites::default();
+    let mut settled = HashSet::new();
+    let mut out = Vec::new();
+    let expires_at = now.saturating_add(lease);
+    for row in &rows {
+        let kind: String = get(row, 0)?;
+        let id = run_id(&get::<Vec<u8>>(row, 1)?)?;
+        let from = state(&get::<String>(row, 2)?)?;
+        let attempts_raw: i32 = get(row, 3)?;
+        let attempts = u32_of(attempts_raw)?;
+        let max_attempts = u32_of(get(row, 4)?)?;
+        let cancel_requested: bool = get(row, 5)?;
+        let action = match from {
+            RunState::Queued => Action::Claim,
+            _ => expiry_action(attempts, max_attempts, cancel_requested),
+        };
+        if matches!(action, Action::Claim | Action::Reclaim) {
+            if kind == "e" || out.len() >= limit {
+                // A reclaimable expired lease is handed out from the ordered rows only.
                 continue;
-            };
-            let token = usize::try_from(i - 1)
-                .ok()
-                .and_then(|i| tokens.get(i))
-                .copied()
-                .ok_or_else(|| Error::corrupt("the one-statement claim numbered a run wrongly"))?;
-            let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 3)?)
+            }
+            let to = transition(from, action)?;
+            debug_assert_eq!(to, RunState::Claimed);
+            let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 6)?)
                 .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+            let payload: Vec<u8> = get(row, 7)?;
+            let attempt = attempts + 1;
+            let token = LeaseToken::generate();
+            let due_at = expires_at.saturating_add(s.retry_delay(queue, &key, attempt));
+            writes.claim(
+                id,
+                attempts_raw.saturating_add(1),
+                token,
+                consumer,
+                expires_at,
+                due_at,
+                cancel_requested,
+            );
             out.push(Claimed {
-                run_id: run_id(&get::<Vec<u8>>(row, 2)?)?,
+                run_id: id,
                 dedup_key: key,
-                payload: get(row, 4)?,
-                attempt: u32_of(get(row, 5)?)?,
+                payload,
+                attempt,
                 token,
                 expires_at,
             });
+        } else if settled.insert(id) {
+            let to = transition(from, action)?;
+            let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
+            writes.settle(id, to, attempts_raw, reason, micros(now));
         }
-        Ok(Some(out))
     }
-
-    pub(super) async fn claim_in_tx(
-        &self,
-        queue: &QueueName,
-        consumer: &ConsumerId,
-        lease: Duration,
-        limit: usize,
-        now: Timestamp,
-    ) -> Result<Vec<Claimed>> {
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
-        let rows = sqlx::query(sql::CLAIM_PICK)
-            .bind(queue.as_str())
+    if !writes.ids.is_empty() {
+        sqlx::query(sql::CLAIM_APPLY)
             .bind(micros(now))
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *tx)
+            .bind(writes.ids)
+            .bind(writes.states)
+            .bind(writes.attempts)
+            .bind(writes.tokens)
+            .bind(writes.consumers)
+            .bind(writes.expires)
+            .bind(writes.due)
+            .bind(writes.finished)
+            .bind(writes.cancel)
+            .bind(writes.reasons)
+            .execute(&mut *tx)
             .await
             .map_err(map_sqlx)?;
-        let mut writes = ClaimWrites::default();
-        let mut settled = HashSet::new();
-        let mut out = Vec::new();
-        let expires_at = now.saturating_add(lease);
-        for row in &rows {
-            let kind: String = get(row, 0)?;
-            let id = run_id(&get::<Vec<u8>>(row, 1)?)?;
-            let from = state(&get::<String>(row, 2)?)?;
-            let attempts_raw: i32 = get(row, 3)?;
-            let attempts = u32_of(attempts_raw)?;
-            let max_attempts = u32_of(get(row, 4)?)?;
-            let cancel_requested: bool = get(row, 5)?;
-            let action = match from {
-                RunState::Queued => Action::Claim,
-                _ => expiry_action(attempts, max_attempts, cancel_requested),
-            };
-            if matches!(action, Action::Claim | Action::Reclaim) {
-                if kind == "e" || out.len() >= limit {
-                    // A reclaimable expired lease is handed out from the ordered rows only.
-                    continue;
-                }
-                let to = transition(from, action)?;
-                debug_assert_eq!(to, RunState::Claimed);
-                let key = DedupKey::from_bytes(get::<Vec<u8>>(row, 6)?)
-                    .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
-                let payload: Vec<u8> = get(row, 7)?;
-                let attempt = attempts + 1;
-                let token = LeaseToken::generate();
-                let due_at = expires_at.saturating_add(self.retry_delay(queue, &key, attempt));
-                writes.claim(
-                    id,
-                    attempts_raw.saturating_add(1),
-                    token,
-                    consumer,
-                    expires_at,
-                    due_at,
-                    cancel_requested,
-                );
-                out.push(Claimed {
-                    run_id: id,
-                    dedup_key: key,
-                    payload,
-                    attempt,
-                    token,
-                    expires_at,
-                });
-            } else if settled.insert(id) {
-                let to = transition(from, action)?;
-                let reason = (action == Action::Park).then(|| expired_park_reason(attempts));
-                writes.settle(id, to, attempts_raw, reason, micros(now));
-            }
-        }
-        if !writes.ids.is_empty() {
-            sqlx::query(sql::CLAIM_APPLY)
-                .bind(micros(now))
-                .bind(writes.ids)
-                .bind(writes.states)
-                .bind(writes.attempts)
-                .bind(writes.tokens)
-                .bind(writes.consumers)
-                .bind(writes.expires)
-                .bind(writes.due)
-                .bind(writes.finished)
-                .bind(writes.cancel)
-                .bind(writes.reasons)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)?;
-        Ok(out)
     }
+    tx.commit().await.map_err(map_sqlx)?;
+    Ok(out)
 }

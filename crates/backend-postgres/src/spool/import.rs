@@ -69,164 +69,162 @@ impl RunColumns {
     }
 }
 
-impl PgSpool {
-    pub(super) async fn import_in_tx(
-        &self,
-        source: &ImportSource,
-        runs: Vec<ImportedRun>,
-    ) -> Result<RunImportOutcome> {
-        check_import(source, &runs)?;
-        let now = self.inner.clock.now();
-        let schema = &self.inner.schema;
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
-        sqlx::query(sql::LOCK_IMPORT)
-            .bind(key64(
-                IMPORT_LOCK_CONTEXT,
-                &[schema.as_str().as_bytes(), &source.fingerprint[..]],
-            ))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        let marker = sqlx::query(sql::IMPORT_MARKER)
-            .bind(&source.fingerprint[..])
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        if let Some(row) = marker {
-            return Ok(RunImportOutcome::AlreadyImported(ImportMarker {
-                imported_at: ts(get(&row, 0)?),
-                runs_created: count(get(&row, 1)?)?,
-                runs_existing: count(get(&row, 2)?)?,
-            }));
-        }
-
-        let mut cols = RunColumns::default();
-        for r in &runs {
-            cols.push(r)?;
-        }
-        // A key present already (or committed by a concurrent enqueue meanwhile) is skipped by
-        // the insert; a run id stored under another key is a unique violation that rolls the
-        // whole import back.
-        let created_rows = sqlx::query(sql::IMPORT_RUNS)
-            .bind(now.as_unix_micros())
-            .bind(cols.ids)
-            .bind(&cols.queues)
-            .bind(&cols.keys)
-            .bind(cols.groups)
-            .bind(cols.states)
-            .bind(cols.attempts)
-            .bind(cols.max_attempts)
-            .bind(cols.priorities)
-            .bind(cols.enqueued)
-            .bind(cols.due)
-            .bind(cols.finished)
-            .bind(cols.reasons)
-            .bind(cols.last_seqs)
-            .bind(cols.payload_bytes)
-            .bind(cols.payloads)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(|e| match map_sqlx(e) {
-                e if e.is_conflict() => Error::conflict(
-                    "an imported run id is stored already under another key; nothing was imported",
-                )
-                .with_source(e),
-                e => e,
-            })?;
-        let created_ids: HashSet<RunId> = created_rows
-            .iter()
-            .map(|row| run_id(&get::<Vec<u8>>(row, 0)?))
-            .collect::<Result<_>>()?;
-
-        let present = sqlx::query(sql::RUN_IDS_BY_KEY)
-            .bind(&cols.queues)
-            .bind(&cols.keys)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        let mut by_key: HashMap<(String, Vec<u8>), RunId> = HashMap::new();
-        for row in &present {
-            by_key.insert(
-                (get(row, 0)?, get(row, 1)?),
-                run_id(&get::<Vec<u8>>(row, 2)?)?,
-            );
-        }
-
-        let mut created = Vec::new();
-        let mut existing = Vec::new();
-        let mut events = (vec![], vec![], vec![], vec![], vec![], vec![]);
-        let mut facts = (vec![], vec![], vec![]);
-        let mut woken = BTreeSet::new();
-        for r in runs {
-            if !created_ids.contains(&r.run_id) {
-                let key = (r.queue.as_str().to_owned(), r.dedup_key.as_bytes().to_vec());
-                let stored = by_key.get(&key).copied().ok_or_else(|| {
-                    Error::corrupt("an imported run was neither created nor found by its key")
-                })?;
-                existing.push(ExistingRun {
-                    imported: r.run_id,
-                    existing: stored,
-                });
-                continue;
-            }
-            created.push(r.run_id);
-            if r.state == RunState::Queued {
-                woken.insert(wake_channel(schema, &r.queue));
-            }
-            let id = r.run_id.as_bytes().to_vec();
-            for (i, e) in r.events.into_iter().enumerate() {
-                events.0.push(id.clone());
-                events.1.push(n64(i + 1));
-                events.2.push(e.event_id.as_bytes().to_vec());
-                events.3.push(e.created_at.as_unix_micros());
-                events.4.push(n64(e.payload.len()));
-                events.5.push(e.payload);
-            }
-            for (name, value) in r.facts {
-                facts.0.push(id.clone());
-                facts.1.push(name.as_str().to_owned());
-                facts.2.push(value);
-            }
-        }
-        if !events.0.is_empty() {
-            sqlx::query(sql::IMPORT_EVENTS)
-                .bind(events.0)
-                .bind(events.1)
-                .bind(events.2)
-                .bind(events.3)
-                .bind(events.4)
-                .bind(events.5)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        if !facts.0.is_empty() {
-            sqlx::query(sql::IMPORT_FACTS)
-                .bind(now.as_unix_micros())
-                .bind(facts.0)
-                .bind(facts.1)
-                .bind(facts.2)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        sqlx::query(sql::INSERT_IMPORT_MARKER)
-            .bind(&source.fingerprint[..])
-            .bind(source.description.as_str())
-            .bind(now.as_unix_micros())
-            .bind(n64(created.len()))
-            .bind(n64(existing.len()))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_sqlx)?;
-        if !woken.is_empty() {
-            sqlx::query(sql::WAKE_CHANNELS)
-                .bind(woken.into_iter().collect::<Vec<_>>())
-                .execute(&mut *tx)
-                .await
-                .map_err(map_sqlx)?;
-        }
-        tx.commit().await.map_err(map_sqlx)?;
-        Ok(RunImportOutcome::Imported { created, existing })
+pub(super) async fn import_runs_tx(
+    s: &PgSpool,
+    source: &ImportSource,
+    runs: Vec<ImportedRun>,
+) -> Result<RunImportOutcome> {
+    check_import(source, &runs)?;
+    let now = s.inner.clock.now();
+    let schema = &s.inner.schema;
+    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    sqlx::query(sql::LOCK_IMPORT)
+        .bind(key64(
+            IMPORT_LOCK_CONTEXT,
+            &[schema.as_str().as_bytes(), &source.fingerprint[..]],
+        ))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    let marker = sqlx::query(sql::IMPORT_MARKER)
+        .bind(&source.fingerprint[..])
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    if let Some(row) = marker {
+        return Ok(RunImportOutcome::AlreadyImported(ImportMarker {
+            imported_at: ts(get(&row, 0)?),
+            runs_created: count(get(&row, 1)?)?,
+            runs_existing: count(get(&row, 2)?)?,
+        }));
     }
+
+    let mut cols = RunColumns::default();
+    for r in &runs {
+        cols.push(r)?;
+    }
+    // A key present already (or committed by a concurrent enqueue meanwhile) is skipped by
+    // the insert; a run id stored under another key is a unique violation that rolls the
+    // whole import back.
+    let created_rows = sqlx::query(sql::IMPORT_RUNS)
+        .bind(now.as_unix_micros())
+        .bind(cols.ids)
+        .bind(&cols.queues)
+        .bind(&cols.keys)
+        .bind(cols.groups)
+        .bind(cols.states)
+        .bind(cols.attempts)
+        .bind(cols.max_attempts)
+        .bind(cols.priorities)
+        .bind(cols.enqueued)
+        .bind(cols.due)
+        .bind(cols.finished)
+        .bind(cols.reasons)
+        .bind(cols.last_seqs)
+        .bind(cols.payload_bytes)
+        .bind(cols.payloads)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| match map_sqlx(e) {
+            e if e.is_conflict() => Error::conflict(
+                "an imported run id is stored already under another key; nothing was imported",
+            )
+            .with_source(e),
+            e => e,
+        })?;
+    let created_ids: HashSet<RunId> = created_rows
+        .iter()
+        .map(|row| run_id(&get::<Vec<u8>>(row, 0)?))
+        .collect::<Result<_>>()?;
+
+    let present = sqlx::query(sql::RUN_IDS_BY_KEY)
+        .bind(&cols.queues)
+        .bind(&cols.keys)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    let mut by_key: HashMap<(String, Vec<u8>), RunId> = HashMap::new();
+    for row in &present {
+        by_key.insert(
+            (get(row, 0)?, get(row, 1)?),
+            run_id(&get::<Vec<u8>>(row, 2)?)?,
+        );
+    }
+
+    let mut created = Vec::new();
+    let mut existing = Vec::new();
+    let mut events = (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut facts = (vec![], vec![], vec![]);
+    let mut woken = BTreeSet::new();
+    for r in runs {
+        if !created_ids.contains(&r.run_id) {
+            let key = (r.queue.as_str().to_owned(), r.dedup_key.as_bytes().to_vec());
+            let stored = by_key.get(&key).copied().ok_or_else(|| {
+                Error::corrupt("an imported run was neither created nor found by its key")
+            })?;
+            existing.push(ExistingRun {
+                imported: r.run_id,
+                existing: stored,
+            });
+            continue;
+        }
+        created.push(r.run_id);
+        if r.state == RunState::Queued {
+            woken.insert(wake_channel(schema, &r.queue));
+        }
+        let id = r.run_id.as_bytes().to_vec();
+        for (i, e) in r.events.into_iter().enumerate() {
+            events.0.push(id.clone());
+            events.1.push(n64(i + 1));
+            events.2.push(e.event_id.as_bytes().to_vec());
+            events.3.push(e.created_at.as_unix_micros());
+            events.4.push(n64(e.payload.len()));
+            events.5.push(e.payload);
+        }
+        for (name, value) in r.facts {
+            facts.0.push(id.clone());
+            facts.1.push(name.as_str().to_owned());
+            facts.2.push(value);
+        }
+    }
+    if !events.0.is_empty() {
+        sqlx::query(sql::IMPORT_EVENTS)
+            .bind(events.0)
+            .bind(events.1)
+            .bind(events.2)
+            .bind(events.3)
+            .bind(events.4)
+            .bind(events.5)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+    }
+    if !facts.0.is_empty() {
+        sqlx::query(sql::IMPORT_FACTS)
+            .bind(now.as_unix_micros())
+            .bind(facts.0)
+            .bind(facts.1)
+            .bind(facts.2)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+    }
+    sqlx::query(sql::INSERT_IMPORT_MARKER)
+        .bind(&source.fingerprint[..])
+        .bind(source.description.as_str())
+        .bind(now.as_unix_micros())
+        .bind(n64(created.len()))
+        .bind(n64(existing.len()))
+        .execute(&mut *tx)
+        .await
+        .map_err(map_sqlx)?;
+    if !woken.is_empty() {
+        sqlx::query(sql::WAKE_CHANNELS)
+            .bind(woken.into_iter().collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(map_sqlx)?;
+    }
+    tx.commit().await.map_err(map_sqlx)?;
+    Ok(RunImportOutcome::Imported { created, existing })
 }

@@ -1,62 +1,87 @@
 //! [`PgSpool`]: the spool ([`cairn_core::Spool`]) on PostgreSQL.
 //!
-//! The spool lives in the store's schema (revision `0002_spool` of cairn's migration set:
-//! `spool_run`, `spool_event`, `spool_fact`) and follows [`cairn_core::MemorySpool`] exactly:
-//! every state change is decided by the core's pure functions (`transition`, `nack_action`,
-//! `expiry_action`, `check_token`, the backoff with its per-run jitter) on values read from
-//! the row, and written back in one statement that applies only if the row still holds what was
-//! read (a compare-and-set), so concurrent writers from any process never lose an update.
+//! The spool lives in the store's schema (revisions `0002_spool`, `0003_spool_import` and
+//! `0005` of cairn's migration set: `spool_run`, `spool_event`, `spool_fact`, the import
+//! markers and the claim columns) and runs on the store's own pool ([`PgSpool::from_store`]).
+//! It follows [`cairn_core::MemorySpool`] exactly: every state change is decided by the core's
+//! pure functions (`transition`, `nack_action`, `expiry_action`, `check_token`, the backoff
+//! with its per-run jitter), either in Rust on values read from the row and written back with
+//! a compare-and-set (a statement that applies only if the row still holds what was read), or,
+//! for the common claim, by the same function of the same inputs in SQL; so concurrent writers
+//! from any process never lose an update.
+//!
+//! One module per step, the same files and function names as the SQLite spool: [`enqueue`]
+//! (`enqueue_tx`), [`claim`] (`claim_tx`), [`settle`] (`heartbeat_tx`, `ack_tx`, `nack_tx`,
+//! `release_tx`, `cancel_tx`), [`events`] (`append_event_tx`, `close_run_tx`, `events_tx`,
+//! `acknowledge_events_tx`, `set_fact_tx`, `facts_tx`), [`read`] (`run_tx`, `runs_tx`,
+//! `stats_tx`, `next_due_q`), [`import`] (`import_runs_tx`), [`retention`]
+//! (`retention_events_tx`, `retention_runs_tx`), [`row`] (conversions), [`sql`] (statements),
+//! [`wake`] (wake-up); and, Postgres only, [`lane`]: the batching lane enqueues and acks share.
 //!
 //! Statements per operation:
-//! - enqueue: one (`INSERT … ON CONFLICT (queue, dedup_key) DO UPDATE … RETURNING run_id`, with
-//!   the supersede and the `NOTIFY` in the same statement); with a supersede group, that
-//!   statement runs after the group's advisory lock in one transaction, so enqueues of one group
-//!   supersede each other in commit order;
-//! - claim: one transaction of two statements — one read that locks (`FOR NO KEY UPDATE SKIP
-//!   LOCKED`) both the expired leases to settle and the next `limit` due runs, and one `UPDATE
-//!   … FROM unnest(…)` that writes every picked run. The backoff's jitter is BLAKE3 over the
-//!   run's key, which SQL cannot compute, so the new `due_at`s come from Rust between the two;
-//! - ack: one statement; concurrent acks of one instance share one (`ack_batch`);
-//! - heartbeat, nack, cancel: one read and one compare-and-set write;
-//! - append_event, acknowledge_events, set_fact: one statement each (a fact conflict reads the
-//!   stored value with a second);
-//! - retention: each batch is one transaction of one read and one `DELETE`.
+//! - enqueue: one. Without a supersede group, concurrent enqueues of one spool share one
+//!   multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING` (the enqueue lane) and a lone one
+//!   runs `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING` with the read of the key's
+//!   existing run and the `NOTIFY` in the same statement (again on a new snapshot when the
+//!   key's run committed after the statement's); with a supersede group, that statement also
+//!   supersedes the group's queued runs and runs after the group's advisory lock in one
+//!   transaction, so enqueues of one group supersede each other in commit order;
+//! - claim: one statement when no expired lease of the queue is due and every run taken carries
+//!   its next attempt's jitter (`claim_attempt`, `claim_jitter`, written by enqueue, nack and
+//!   release): it locks (`FOR NO KEY UPDATE SKIP LOCKED`), writes and returns the runs and
+//!   computes each new `due_at` (lease expiry plus backoff) in SQL. Otherwise one transaction
+//!   of two statements — one read that locks both the expired leases to settle and the next
+//!   `limit` due runs, and one `UPDATE … FROM unnest(…)` that writes every picked run, decided
+//!   in Rust between the two;
+//! - ack: one statement; concurrent acks of one spool share one (the ack lane);
+//! - heartbeat, nack, cancel: one read and one compare-and-set write; release: one read and one
+//!   compare-and-set write of its own;
+//! - append_event, close_run, acknowledge_events, set_fact: one statement each (a fact conflict
+//!   reads the stored value with a second);
+//! - retention: each batch is one transaction of one read and one `DELETE`;
+//! - import_runs: one transaction under the source's advisory lock.
 //!
-//! - import_runs (revision `0003_spool_import`): one transaction under the source's advisory
-//!   lock.
-//!
-//! Wake-up: an enqueue that creates a run, a retryable nack and an import of queued runs
-//! `NOTIFY` the queue's channel (`cairn_spool_` + 16 hex digits derived from schema and queue,
-//! so stores in different schemas never wake each other) inside their own transaction;
-//! [`cairn_core::Spool::subscribe`] `LISTEN`s on a dedicated connection that reconnects by
-//! itself, and also returns every [`WAKE_POLL`] (see [`PgSpool::set_wake_poll`]) as a fallback
-//! poll.
+//! Wake-up: an enqueue that creates a run, a retryable nack, a release and an import of queued
+//! runs `NOTIFY` the queue's channel (`cairn_spool_` + 16 hex digits derived from schema and
+//! queue, so stores in different schemas never wake each other) inside their own statement or
+//! transaction. [`cairn_core::Spool::subscribe`] registers with the spool's one listening
+//! connection ([`wake`]), which `LISTEN`s on every subscribed queue's channel and reconnects by
+//! itself; a subscription also returns every [`WAKE_POLL`] (see [`PgSpool::set_wake_poll`]) as
+//! a fallback poll.
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
-mod ack_batch;
-mod batch;
 mod claim;
+mod enqueue;
+mod events;
 mod import;
-mod ops;
+mod lane;
+mod read;
 mod retention;
 mod row;
+mod settle;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod wake;
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{Clock, QueueName, SpoolConfig, SupersedeGroup};
+use async_trait::async_trait;
 #[cfg(doc)]
 use cairn_core::spool::SystemClock;
-#[cfg(doc)]
-use cairn_core::Error;
-use cairn_core::{key64, Result};
+use cairn_core::spool::{
+    jitter_seed, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions,
+    Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
+    LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy,
+    RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome,
+    RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup, Timestamp, Wakeup,
+};
+use cairn_core::{key64, Error, Result};
 use sqlx::PgPool;
 
 use crate::config::SchemaName;
@@ -70,6 +95,16 @@ const WAKE_CONTEXT: &str = "cairn 2026-11 postgres spool wake v1";
 
 /// The key-derivation context of the supersede-group locks.
 const GROUP_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool group lock v1";
+
+/// How often a read-decide-write transition is retried when the run changed between its read
+/// and its compare-and-set write, before giving up with [`Error::Retryable`].
+const CAS_ROUNDS: usize = 32;
+
+fn changed_too_often(run: RunId) -> Error {
+    Error::retryable(format!(
+        "run {run} changed under {CAS_ROUNDS} attempts to update it; try again"
+    ))
+}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -135,19 +170,13 @@ struct Inner {
     /// The one listening connection every subscription shares, apart from the pool that runs
     /// statements so that subscribers can never starve it.
     wake: wake::Hub,
-    /// Enqueues waiting for the next batch ([`batch`]).
-    batcher: batch::Batcher,
-    /// Acks waiting for the next batch ([`ack_batch`]).
-    acks: ack_batch::AckLane,
-    /// Ids the next unbatched enqueue attempts take before generating fresh ones: always empty
-    /// outside tests (`testkit_force_next_run_ids`), which use it to make a new id collide.
-    forced_ids: std::sync::Mutex<std::collections::VecDeque<cairn_core::RunId>>,
-    /// Claims answered by the one-statement path ([`sql::CLAIM_QUEUED`]) and by the
-    /// transaction ([`sql::CLAIM_PICK`] + [`sql::CLAIM_APPLY`]), for tests and diagnostics.
-    claim_paths: [AtomicU64; 2],
-    /// Whether a claim tries [`sql::CLAIM_QUEUED`] first: always, outside tests
-    /// (`testkit_one_statement_claims`).
-    one_statement_claims: std::sync::atomic::AtomicBool,
+    /// Enqueues waiting for the next batch.
+    enqueues: enqueue::EnqueueLane,
+    /// Acks waiting for the next batch.
+    acks: settle::AckLane,
+    /// Test support: forced run ids, the claim path counters and switch.
+    #[cfg(feature = "testkit")]
+    hooks: testkit::TestHooks,
 }
 
 impl fmt::Debug for PgSpool {
@@ -185,11 +214,10 @@ impl PgSpool {
                 config,
                 wake_poll_ms: AtomicU64::new(millis(WAKE_POLL)),
                 wake,
-                batcher: batch::Batcher::default(),
-                acks: ack_batch::AckLane::default(),
-                forced_ids: std::sync::Mutex::default(),
-                claim_paths: [AtomicU64::new(0), AtomicU64::new(0)],
-                one_statement_claims: std::sync::atomic::AtomicBool::new(true),
+                enqueues: enqueue::EnqueueLane::default(),
+                acks: settle::AckLane::default(),
+                #[cfg(feature = "testkit")]
+                hooks: testkit::TestHooks::default(),
             }),
         })
     }
@@ -237,6 +265,146 @@ impl PgSpool {
 
     pub(crate) fn pool(&self) -> &PgPool {
         &self.inner.pool
+    }
+
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The backoff after `attempt` of the run `(queue, key)`, as every backend computes it.
+    fn retry_delay(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
+        self.inner
+            .config
+            .backoff
+            .delay(attempt, jitter_seed(queue, key, attempt))
+    }
+}
+
+#[async_trait]
+impl Spool for PgSpool {
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock.as_ref()
+    }
+
+    async fn enqueue(
+        &self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        enqueue::enqueue_tx(self, queue, key, payload, options).await
+    }
+
+    async fn claim(
+        &self,
+        queue: &QueueName,
+        consumer: &ConsumerId,
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Claimed>> {
+        claim::claim_tx(self, queue, consumer, lease, limit).await
+    }
+
+    async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {
+        settle::heartbeat_tx(self, run, token, lease).await
+    }
+
+    async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
+        settle::ack_tx(self, run, token).await
+    }
+
+    async fn nack(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+    ) -> Result<Nacked> {
+        settle::nack_tx(self, run, token, kind, reason).await
+    }
+
+    async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
+        settle::cancel_tx(self, run).await
+    }
+
+    async fn close_run(&self, run: RunId) -> Result<CloseOutcome> {
+        events::close_run_tx(self, run).await
+    }
+
+    async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
+        settle::release_tx(self, run, token, delay).await
+    }
+
+    async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
+        read::run_tx(self, run).await
+    }
+
+    async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+        read::runs_tx(self, filter, limit).await
+    }
+
+    async fn stats(&self) -> Result<SpoolStats> {
+        read::stats_tx(self).await
+    }
+
+    async fn append_event(
+        &self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        events::append_event_tx(self, run, event_id, payload).await
+    }
+
+    async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
+        events::events_tx(self, run, after, limit).await
+    }
+
+    async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64> {
+        events::acknowledge_events_tx(self, run, event_ids).await
+    }
+
+    async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
+        events::set_fact_tx(self, run, name, value).await
+    }
+
+    async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
+        events::facts_tx(self, run).await
+    }
+
+    async fn retention_pass(
+        &self,
+        policy: &RetentionPolicy,
+        budget: &RetentionBudget,
+    ) -> Result<RetentionReport> {
+        let mut pass = RetentionPass::new(*policy, *budget, self.now())?;
+        while let Some(step) = pass.next_step(self.now()) {
+            match step {
+                RetentionStep::Events => retention::retention_events_tx(self, &mut pass).await?,
+                RetentionStep::Runs => retention::retention_runs_tx(self, &mut pass).await?,
+            }
+        }
+        Ok(pass.finish())
+    }
+
+    async fn import_runs(
+        &self,
+        source: &ImportSource,
+        runs: Vec<ImportedRun>,
+    ) -> Result<RunImportOutcome> {
+        import::import_runs_tx(self, source, runs).await
+    }
+
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        read::next_due_q(self, queue).await
+    }
+
+    async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
+        let channel = wake_channel(&self.inner.schema, queue);
+        Ok(Box::new(
+            self.inner.wake.subscribe(channel, self.wake_poll()).await?,
+        ))
     }
 }
 

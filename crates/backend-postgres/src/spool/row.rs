@@ -1,11 +1,13 @@
-//! Decoding spool rows into the core's value types. A value no cairn build writes (a run id
-//! that is not 16 bytes, an unknown state, a negative count) is [`Error::Corrupt`].
+//! Row and column conversions: decoding spool rows into the core's value types (a value no
+//! cairn build writes — a run id that is not 16 bytes, an unknown state, a negative count — is
+//! [`Error::Corrupt`]), and the column values the writers compute (`micros`, the claim
+//! attempt and jitter).
 
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, QueueName, RunId, RunInfo,
-    RunState, SupersedeGroup, Timestamp,
+    jitter_seed, ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, QueueName,
+    RunId, RunInfo, RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -38,6 +40,31 @@ pub(super) fn count(n: i64) -> Result<u64> {
 
 pub(super) fn u32_of(n: i32) -> Result<u32> {
     u32::try_from(n).map_err(|_| corrupt("a negative attempt count"))
+}
+
+/// A timestamp as stored: microseconds since the Unix epoch.
+pub(super) fn micros(t: Timestamp) -> i64 {
+    t.as_unix_micros()
+}
+
+/// A length as stored (`payload_bytes`, `bytes`).
+pub(super) fn bytes_len(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The attempt a run left with `attempts` starts next, as stored in `claim_attempt` (`None`
+/// past `i32::MAX`, where no claim can take the one-statement path).
+pub(super) fn next_attempt(attempts: u32) -> Option<i32> {
+    attempts.checked_add(1).and_then(|a| i32::try_from(a).ok())
+}
+
+/// The claim jitter a run left with `attempts` carries (`claim_jitter`, read by
+/// [`super::sql::CLAIM_QUEUED`]): the top 32 bits of the jitter seed of its next attempt — the
+/// only bits [`cairn_core::spool::backoff`] uses. `None` where [`next_attempt`] is `None`.
+pub(super) fn claim_jitter(queue: &QueueName, key: &DedupKey, attempts: u32) -> Option<i64> {
+    let next = next_attempt(attempts)?;
+    let seed = jitter_seed(queue, key, u32::try_from(next).ok()?);
+    Some(i64::try_from(seed >> 32).unwrap_or(i64::MAX))
 }
 
 pub(super) fn ts(micros: i64) -> Timestamp {

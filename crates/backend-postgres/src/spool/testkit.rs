@@ -1,12 +1,14 @@
 //! The spool's conformance harness ([`PgSpoolHarness`], feature `testkit`): spools over one
 //! scratch schema of the test server, all on one [`ManualClock`].
 
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use cairn_conformance::{Harness, HeldLock, SpoolHarness};
 use cairn_core::spool::{ManualClock, SpoolConfig};
-use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, SpaceId, Spool};
+use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, RunId, SpaceId, Spool};
 
 use super::PgSpool;
 use crate::testkit::{harness, PgHarness};
@@ -70,11 +72,7 @@ impl PgSpoolHarness {
     /// As [`PgStore::open_with`].
     pub async fn spool_with(&self, opts: PgOptions) -> Result<PgSpool> {
         let store = PgStore::open_with(opts).await?;
-        PgSpool::from_store(
-            &store,
-            Arc::new(self.clock.clone()),
-            SpoolConfig::default(),
-        )
+        PgSpool::from_store(&store, Arc::new(self.clock.clone()), SpoolConfig::default())
     }
 }
 
@@ -133,45 +131,80 @@ impl SpoolHarness for PgSpoolHarness {
         }
         let pg = harness().await;
         let store = PgStore::open_with(pg.options().max_connections(4)).await?;
-        let spool = PgSpool::from_store(
-            &store,
-            Arc::new(self.clock.clone()),
-            SpoolConfig::default(),
-        )?;
+        let spool =
+            PgSpool::from_store(&store, Arc::new(self.clock.clone()), SpoolConfig::default())?;
         *self.fresh.lock().unwrap_or_else(|p| p.into_inner()) = Some((pg, spool.clone()));
         Ok(Arc::new(spool))
     }
 }
 
-/// Test support for batched enqueues (`spool::batch`).
+/// The spool's test hooks (one field of the spool, only with `testkit`): run ids forced on
+/// the next unbatched enqueue attempts, the claim path counters and the switch that sends every
+/// claim to the transaction. Without `testkit` none of this exists, and nothing on an
+/// operation's path looks at it.
+#[derive(Default)]
+pub(super) struct TestHooks {
+    /// Ids the next unbatched enqueue attempts take before generating fresh ones (a test makes
+    /// a new id collide with them).
+    forced_ids: Mutex<VecDeque<RunId>>,
+    /// Claims answered by the one-statement path ([`super::sql::CLAIM_QUEUED`]) and by the
+    /// transaction ([`super::sql::CLAIM_PICK`] + [`super::sql::CLAIM_APPLY`]).
+    claim_paths: [AtomicU64; 2],
+    /// Whether every claim takes the transaction (default `false`: the one statement first).
+    transaction_claims_only: AtomicBool,
+}
+
+impl TestHooks {
+    /// The next forced run id, if a test queued one.
+    pub(super) fn next_forced_id(&self) -> Option<RunId> {
+        lock(&self.forced_ids).pop_front()
+    }
+
+    /// Counts a claim answered by `path` (0: the one statement, 1: the transaction).
+    pub(super) fn claimed_by(&self, path: usize) {
+        self.claim_paths[path].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether claims try the one statement first.
+    pub(super) fn one_statement_claims(&self) -> bool {
+        !self.transaction_claims_only.load(Ordering::Relaxed)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Test support for batched enqueues (`spool::enqueue`).
 impl PgSpool {
     /// Holds the enqueue lane: no batch runs until the returned guard drops, so a test can
     /// queue several enqueues into one batch.
     pub async fn testkit_hold_enqueue_lane(&self) -> tokio::sync::OwnedMutexGuard<()> {
-        self.inner.batcher.hold().await
+        self.inner.enqueues.hold().await
     }
 
     /// Enqueues queued for the next batch.
     pub fn testkit_pending_enqueues(&self) -> usize {
-        self.inner.batcher.pending()
+        self.inner.enqueues.pending()
     }
 
     /// Batch statements committed, and batch statements that failed (their enqueues ran
-    /// alone), since this instance connected.
+    /// alone), since this instance was made.
     pub fn testkit_batch_stats(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
+        let hooks = &self.inner.enqueues.hooks;
         (
-            self.inner.batcher.batches.load(Relaxed),
-            self.inner.batcher.fallbacks.load(Relaxed),
+            hooks.batches.load(Ordering::Relaxed),
+            hooks.fallbacks.load(Ordering::Relaxed),
         )
     }
 
     /// Makes the next batch statement fail without being sent.
     pub fn testkit_fail_next_batch(&self) {
         self.inner
-            .batcher
+            .enqueues
+            .hooks
             .fail_next
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+            .store(true, Ordering::Relaxed);
     }
 }
 
@@ -179,25 +212,17 @@ impl PgSpool {
 impl PgSpool {
     /// The ids the next unbatched enqueue attempts (an enqueue with a supersede group, or one
     /// whose batch failed) take, in order, before fresh ones are generated again.
-    pub fn testkit_force_next_run_ids(&self, ids: impl IntoIterator<Item = cairn_core::RunId>) {
-        self.inner
-            .forced_ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .extend(ids);
+    pub fn testkit_force_next_run_ids(&self, ids: impl IntoIterator<Item = RunId>) {
+        lock(&self.inner.hooks.forced_ids).extend(ids);
     }
 
     /// How many forced ids no attempt has taken yet.
     pub fn testkit_forced_ids_left(&self) -> usize {
-        self.inner
-            .forced_ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .len()
+        lock(&self.inner.hooks.forced_ids).len()
     }
 }
 
-/// Test support for batched acks (`spool::ack_batch`).
+/// Test support for batched acks (`spool::settle`).
 impl PgSpool {
     /// Holds the ack lane: no ack batch runs until the returned guard drops, so a test can
     /// queue several acks into one batch.
@@ -211,12 +236,12 @@ impl PgSpool {
     }
 
     /// Ack batch statements committed, and ack batch statements that failed (their acks ran
-    /// alone), since this instance connected.
+    /// alone), since this instance was made.
     pub fn testkit_ack_batch_stats(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
+        let hooks = &self.inner.acks.hooks;
         (
-            self.inner.acks.batches.load(Relaxed),
-            self.inner.acks.fallbacks.load(Relaxed),
+            hooks.batches.load(Ordering::Relaxed),
+            hooks.fallbacks.load(Ordering::Relaxed),
         )
     }
 
@@ -224,20 +249,21 @@ impl PgSpool {
     pub fn testkit_fail_next_ack_batch(&self) {
         self.inner
             .acks
+            .hooks
             .fail_next
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+            .store(true, Ordering::Relaxed);
     }
 }
 
 /// Test support for the one-statement claim (`spool::claim`).
 impl PgSpool {
     /// Claims answered by the one-statement path and by the transaction, since this instance
-    /// connected.
+    /// was made.
     pub fn testkit_claim_paths(&self) -> (u64, u64) {
-        use std::sync::atomic::Ordering::Relaxed;
+        let paths = &self.inner.hooks.claim_paths;
         (
-            self.inner.claim_paths[0].load(Relaxed),
-            self.inner.claim_paths[1].load(Relaxed),
+            paths[0].load(Ordering::Relaxed),
+            paths[1].load(Ordering::Relaxed),
         )
     }
 
@@ -245,8 +271,9 @@ impl PgSpool {
     /// transaction.
     pub fn testkit_one_statement_claims(&self, on: bool) {
         self.inner
-            .one_statement_claims
-            .store(on, std::sync::atomic::Ordering::Relaxed);
+            .hooks
+            .transaction_claims_only
+            .store(!on, Ordering::Relaxed);
     }
 
     /// The `due_at` the one-statement claim writes (in microseconds since the Unix epoch) for

@@ -236,9 +236,7 @@ impl Listening {
             .max_lifetime(None)
             .acquire_timeout(self.acquire_timeout)
             .connect_lazy_with(self.connect.clone());
-        let mut listener = PgListener::connect_with(&pool)
-            .await
-            .map_err(unavailable)?;
+        let mut listener = PgListener::connect_with(&pool).await.map_err(unavailable)?;
         listener.eager_reconnect(false);
         listener.ignore_pool_close_event(true);
         listener

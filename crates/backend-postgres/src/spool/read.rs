@@ -1,0 +1,58 @@
+//! Reads: run, runs, stats, next_due. One statement each.
+
+use cairn_core::spool::{check_limit, QueueName, RunFilter, RunId, RunInfo, SpoolStats, Timestamp};
+use cairn_core::Result;
+
+use super::row::{count, get, opt_ts, run_info, state};
+use super::{sql, PgSpool};
+use crate::error::map_sqlx;
+
+pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {
+    let row = sqlx::query(sql::RUN_INFO)
+        .bind(run.as_bytes().as_slice())
+        .fetch_optional(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    row.as_ref().map(run_info).transpose()
+}
+
+pub(super) async fn runs_tx(s: &PgSpool, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+    check_limit(limit)?;
+    let rows = sqlx::query(sql::RUN_LIST)
+        .bind(filter.after.map(|a| a.as_bytes().to_vec()))
+        .bind(filter.queue.as_ref().map(|q| q.as_str().to_owned()))
+        .bind(filter.state.map(|s| s.as_str()))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    rows.iter().map(run_info).collect()
+}
+
+pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
+    let rows = sqlx::query(sql::STATS)
+        .fetch_all(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    let mut stats = SpoolStats::default();
+    for row in &rows {
+        if let Some(name) = get::<Option<String>>(row, 0)? {
+            let n: Option<i64> = get(row, 1)?;
+            stats.runs.insert(state(&name)?, count(n.unwrap_or(0))?);
+        }
+        stats.events = count(get(row, 2)?)?;
+        stats.event_bytes = count(get(row, 3)?)?;
+        stats.oldest_event = opt_ts(get(row, 4)?);
+        stats.oldest_queued = opt_ts(get(row, 5)?);
+    }
+    Ok(stats)
+}
+
+pub(super) async fn next_due_q(s: &PgSpool, queue: &QueueName) -> Result<Option<Timestamp>> {
+    let due: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+        .bind(queue.as_str())
+        .fetch_one(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    Ok(opt_ts(due))
+}

@@ -1,0 +1,363 @@
+//! Settling a claimed run: heartbeat, ack (with its batch lane), nack, release, cancel. Each
+//! decides with the core's pure functions (`transition`, `nack_action`, `check_token`, the
+//! backoff) on the run as read, and writes back with one compare-and-set statement
+//! ([`sql::WRITE_RUN`]) that applies only if the run still holds what was read; a run that
+//! changed meanwhile is read and decided again. An ack is one statement ([`sql::ACK`]) that
+//! applies only to the claimed run with its token; concurrent acks of one spool share one
+//! statement ([`sql::ACK_MANY`]) on the ack lane.
+//!
+//! Invariants of the ack lane (tests: `crates/backend-postgres/tests/spool/ack_batch.rs`):
+//! - **Answered after commit.** An ack is answered `Ok` only after the statement that wrote it
+//!   returned, i.e. committed.
+//! - **Only the applied acks are answered by the batch.** An ack the statement did not apply
+//!   (a stale token, a run already acked or otherwise ended, a lease lost, an unknown run, the
+//!   second of two acks of one run) runs alone on the unbatched path afterwards and gets
+//!   exactly the result it gets without batching (a repeated ack with its own token is `Ok`, a
+//!   stale token is [`cairn_core::Error::LeaseLost`], …).
+//! - **Failures stay with their owner.** If the batch statement fails (a lock timeout, a
+//!   deadlock with another instance's batch, a dropped connection), nothing of it was written,
+//!   and every ack of the batch runs again alone on the unbatched path. [`sql::ACK_MANY`]
+//!   writes each run exactly what [`sql::ACK`] writes (the succeeded state, `updated_at` and
+//!   `finished_at` at that ack's own time, lease, due time and cancel flag cleared); like the
+//!   single ack, it notifies nobody.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use cairn_core::spool::{
+    check_lease, check_release_delay, check_token, clip_reason, exhausted_park_reason, nack_action,
+    release_action, transition, Action, CancelOutcome, Heartbeat, LeaseToken, NackKind, Nacked,
+    RunId, RunState, Timestamp,
+};
+use cairn_core::{Error, Result};
+
+use super::lane::{answer, Lane, Reply};
+use super::row::{claim_jitter, get, micros, next_attempt, run_id, RunRow};
+use super::{changed_too_often, sql, wake_channel, PgSpool, CAS_ROUNDS};
+use crate::error::map_sqlx;
+
+/// Acks one batch takes at most.
+const MAX_ACKS: usize = 256;
+
+/// One ack to batch.
+pub(super) struct PendingAck {
+    run: RunId,
+    token: LeaseToken,
+    now: Timestamp,
+}
+
+/// The queue of acks and the lane that drains it.
+pub(super) type AckLane = Lane<PendingAck, ()>;
+
+/// What the model's `Run::enter` does: a terminal state drops the lease, the due time and the
+/// cancel request and records when the run finished.
+fn enter(r: &mut RunRow, to: RunState, now: Timestamp) {
+    r.state = to;
+    r.updated_at = now;
+    if to.is_terminal() {
+        r.due_at = None;
+        r.finished_at = Some(now);
+        r.consumer = None;
+        r.lease_expires_at = None;
+        r.cancel_requested = false;
+    }
+}
+
+async fn read_run(s: &PgSpool, run: RunId) -> Result<Option<RunRow>> {
+    let row = sqlx::query(sql::READ_RUN)
+        .bind(run.as_bytes().as_slice())
+        .fetch_optional(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    row.as_ref().map(RunRow::from_row).transpose()
+}
+
+async fn read_existing(s: &PgSpool, run: RunId) -> Result<RunRow> {
+    read_run(s, run).await?.ok_or(Error::UnknownRun { run })
+}
+
+async fn write_run(
+    s: &PgSpool,
+    before: &RunRow,
+    after: &RunRow,
+    wake: bool,
+) -> Result<Option<bool>> {
+    // Only a queued run is claimed, so only it needs the claim jitter (no hash on the
+    // heartbeat's and the lone ack's path).
+    let queued = after.state == RunState::Queued;
+    let row = sqlx::query(sql::WRITE_RUN)
+        .bind(before.run_id.as_bytes().as_slice())
+        .bind(before.state.as_str())
+        .bind(before.token.map(|t| t.as_bytes().to_vec()))
+        .bind(before.cancel_requested)
+        .bind(after.state.as_str())
+        .bind(micros(after.updated_at))
+        .bind(after.due_at.map(micros))
+        .bind(after.finished_at.map(micros))
+        .bind(after.consumer.as_ref().map(|c| c.as_str().to_owned()))
+        .bind(after.lease_expires_at.map(micros))
+        .bind(after.cancel_requested)
+        .bind(after.reason.clone())
+        .bind(wake)
+        .bind(wake_channel(&s.inner.schema, &after.queue))
+        .bind(queued.then(|| next_attempt(after.attempts)).flatten())
+        .bind(
+            queued
+                .then(|| claim_jitter(&after.queue, &after.dedup_key, after.attempts))
+                .flatten(),
+        )
+        .fetch_optional(s.pool())
+        .await
+        .map_err(map_sqlx)?;
+    row.map(|r| get::<bool>(&r, 0)).transpose()
+}
+
+pub(super) async fn heartbeat_tx(
+    s: &PgSpool,
+    run: RunId,
+    token: LeaseToken,
+    lease: Duration,
+) -> Result<Heartbeat> {
+    check_lease(lease)?;
+    let now = s.now();
+    for _ in 0..CAS_ROUNDS {
+        let before = read_existing(s, run).await?;
+        check_token(run, before.token, token)?;
+        let to = transition(before.state, Action::Heartbeat)?;
+        let expires_at = now.saturating_add(lease);
+        let delay = s.retry_delay(&before.queue, &before.dedup_key, before.attempts);
+        let mut after = before.clone();
+        after.state = to;
+        after.lease_expires_at = Some(expires_at);
+        after.due_at = Some(expires_at.saturating_add(delay));
+        if let Some(cancel_requested) = write_run(s, &before, &after, false).await? {
+            return Ok(Heartbeat {
+                expires_at,
+                cancel_requested,
+            });
+        }
+    }
+    Err(changed_too_often(run))
+}
+
+pub(super) async fn ack_tx(s: &PgSpool, run: RunId, token: LeaseToken) -> Result<()> {
+    let now = s.now();
+    let succeeded = transition(RunState::Claimed, Action::Ack)?;
+    // Concurrent acks share one statement (the ack lane); a lone ack, and one the
+    // batch did not apply, runs the single statement below.
+    if ack_batched(s, PendingAck { run, token, now })
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    for _ in 0..CAS_ROUNDS {
+        let done = sqlx::query(sql::ACK)
+            .bind(run.as_bytes().as_slice())
+            .bind(token.as_bytes().as_slice())
+            .bind(succeeded.as_str())
+            .bind(micros(now))
+            .execute(s.pool())
+            .await
+            .map_err(map_sqlx)?
+            .rows_affected();
+        if done == 1 {
+            return Ok(());
+        }
+        let before = read_existing(s, run).await?;
+        check_token(run, before.token, token)?;
+        let to = transition(before.state, Action::Ack)?;
+        if before.state == to {
+            // A repeated ack of the run this token acked.
+            return Ok(());
+        }
+    }
+    Err(changed_too_often(run))
+}
+
+pub(super) async fn nack_tx(
+    s: &PgSpool,
+    run: RunId,
+    token: LeaseToken,
+    kind: NackKind,
+    reason: &str,
+) -> Result<Nacked> {
+    let now = s.now();
+    for _ in 0..CAS_ROUNDS {
+        let before = read_existing(s, run).await?;
+        check_token(run, before.token, token)?;
+        let action = nack_action(
+            kind,
+            before.attempts,
+            before.max_attempts,
+            before.cancel_requested,
+        );
+        let to = transition(before.state, action)?;
+        let mut after = before.clone();
+        after.reason = Some(if action == Action::Park && kind == NackKind::Retryable {
+            exhausted_park_reason(before.attempts, reason)
+        } else {
+            clip_reason(reason)
+        });
+        let mut retry_at = None;
+        if to == RunState::Queued {
+            let at = now.saturating_add(s.retry_delay(
+                &before.queue,
+                &before.dedup_key,
+                before.attempts,
+            ));
+            after.state = to;
+            after.updated_at = now;
+            after.consumer = None;
+            after.lease_expires_at = None;
+            after.due_at = Some(at);
+            retry_at = Some(at);
+        } else {
+            enter(&mut after, to, now);
+        }
+        let wake = to == RunState::Queued;
+        if write_run(s, &before, &after, wake).await?.is_some() {
+            return Ok(Nacked {
+                state: to,
+                retry_at,
+            });
+        }
+    }
+    Err(changed_too_often(run))
+}
+
+pub(super) async fn release_tx(
+    s: &PgSpool,
+    run: RunId,
+    token: LeaseToken,
+    delay: Duration,
+) -> Result<Nacked> {
+    check_release_delay(delay)?;
+    let now = s.now();
+    for _ in 0..CAS_ROUNDS {
+        let before = read_existing(s, run).await?;
+        check_token(run, before.token, token)?;
+        let to = transition(before.state, release_action(before.cancel_requested))?;
+        if to != RunState::Queued {
+            let mut after = before.clone();
+            enter(&mut after, to, now);
+            if write_run(s, &before, &after, false).await?.is_some() {
+                return Ok(Nacked {
+                    state: to,
+                    retry_at: None,
+                });
+            }
+            continue;
+        }
+        let at = now.saturating_add(delay);
+        let attempts = i32::try_from(before.attempts)
+            .map_err(|_| Error::corrupt("an attempt count out of range in the spool tables"))?;
+        let left = before.attempts.saturating_sub(1);
+        let applied = sqlx::query(sql::RELEASE)
+            .bind(run.as_bytes().as_slice())
+            .bind(token.as_bytes().as_slice())
+            .bind(attempts)
+            .bind(to.as_str())
+            .bind(micros(now))
+            .bind(micros(at))
+            .bind(next_attempt(left))
+            .bind(claim_jitter(&before.queue, &before.dedup_key, left))
+            .fetch_optional(s.pool())
+            .await
+            .map_err(map_sqlx)?;
+        if applied.is_some() {
+            return Ok(Nacked {
+                state: to,
+                retry_at: Some(at),
+            });
+        }
+    }
+    Err(changed_too_often(run))
+}
+
+pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> {
+    let now = s.now();
+    for _ in 0..CAS_ROUNDS {
+        let before = read_existing(s, run).await?;
+        let to = transition(before.state, Action::Cancel)?;
+        let mut after = before.clone();
+        let outcome = if to == RunState::Claimed {
+            after.cancel_requested = true;
+            CancelOutcome::Requested
+        } else {
+            enter(&mut after, to, now);
+            CancelOutcome::Canceled
+        };
+        if write_run(s, &before, &after, false).await?.is_some() {
+            return Ok(outcome);
+        }
+    }
+    Err(changed_too_often(run))
+}
+
+/// Queues the ack for the next batch and waits for its answer: `Some(())` when a committed
+/// batch statement applied it, `None` when the caller must take the unbatched path.
+async fn ack_batched(s: &PgSpool, ack: PendingAck) -> Result<Option<()>> {
+    let rx = s.inner.acks.queue(ack);
+    // The drain is a task of its own, so a caller that stops waiting strands nobody.
+    let spool = s.clone();
+    tokio::spawn(async move { drain_acks(&spool).await });
+    answer(rx).await
+}
+
+async fn drain_acks(s: &PgSpool) {
+    let (_lane, batch) = s.inner.acks.next_batch(MAX_ACKS).await;
+    if !batch.is_empty() {
+        ack_many(s, batch).await;
+    }
+}
+
+/// Applies `batch` in one statement and answers each ack it applied; every other ack (and
+/// every ack, if the statement failed) goes back to its caller for the unbatched path.
+async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
+    let lane = &s.inner.acks;
+    let mut runs = Vec::with_capacity(batch.len());
+    let mut tokens = Vec::with_capacity(batch.len());
+    let mut nows = Vec::with_capacity(batch.len());
+    for (a, _) in &batch {
+        runs.push(a.run.as_bytes().to_vec());
+        tokens.push(a.token.as_bytes().to_vec());
+        nows.push(micros(a.now));
+    }
+    let rows = if lane.injected_failure() {
+        Err(Error::backend("postgres", "an injected batch failure"))
+    } else {
+        match transition(RunState::Claimed, Action::Ack) {
+            Ok(succeeded) => sqlx::query(sql::ACK_MANY)
+                .bind(runs)
+                .bind(tokens)
+                .bind(nows)
+                .bind(succeeded.as_str())
+                .fetch_all(s.pool())
+                .await
+                .map_err(map_sqlx),
+            Err(e) => Err(e),
+        }
+    };
+    let applied = rows.and_then(|rows| {
+        let mut applied = HashSet::new();
+        for row in &rows {
+            let run = run_id(&get::<Vec<u8>>(row, 0)?)?;
+            let token: Vec<u8> = get(row, 1)?;
+            applied.insert((run, token));
+        }
+        Ok(applied)
+    });
+    match applied {
+        Ok(mut applied) => {
+            lane.committed();
+            for (a, reply) in batch {
+                // `remove`: of two acks of one run and token, only the first is answered
+                // here; the other finds the run acked on the unbatched path.
+                let done = applied.remove(&(a.run, a.token.as_bytes().to_vec()));
+                let _ = reply.send(Ok(done.then_some(())));
+            }
+        }
+        Err(_) => lane.fall_back(batch),
+    }
+}
