@@ -19,7 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::spool::{ImportSource, ImportedEvent, ImportedRun, RunFilter, RunImportOutcome};
+use cairn::spool::{
+    ImportSource, ImportedEvent, ImportedRun, RunFilter, RunImportOutcome, SpoolConfig,
+};
 use cairn::testkit::postgres::testkit::{harness as pg_harness, test_server_url, PgHarness};
 use cairn::testkit::postgres::{PgSpool, PgStore};
 use cairn::testkit::sqlite::{SqliteOptions, SqliteSpool, SqliteStore};
@@ -423,9 +425,8 @@ async fn postgres_epoch_import_commit_boundaries() {
 async fn postgres_spool_import_commit_boundaries() {
     let h = pg_harness().await;
     let open = || async {
-        PgSpool::connect(h.options(), Arc::new(SystemClock))
-            .await
-            .unwrap()
+        let store = h.store().await.unwrap();
+        PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default()).unwrap()
     };
     // The schema exists once a store connected (it runs cairn's migrations).
     let _store: PgStore = h.store().await.unwrap();

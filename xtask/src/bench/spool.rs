@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use cairn::spool::{ConsumerBuilder, Job, Outcome};
-use cairn::testkit::postgres::{PgOptions, PgSpool};
+use cairn::spool::{ConsumerBuilder, Job, Outcome, SpoolConfig};
+use cairn::testkit::postgres::{PgOptions, PgSpool, PgStore};
 use cairn::testkit::sqlite::{SqliteOptions, SqliteSpool};
 use cairn::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState, Spool, SystemClock};
 
@@ -242,9 +242,12 @@ impl Fresh {
                 let admin = sqlx::PgPool::connect(url)
                     .await
                     .map_err(|e| format!("cannot connect to Postgres: {e}"))?;
-                let spool =
-                    PgSpool::connect_system(PgOptions::new(url.to_owned()).schema(schema.clone()))
+                let store =
+                    PgStore::open_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
                         .await
+                        .map_err(store_err)?;
+                let spool =
+                    PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default())
                         .map_err(store_err)?;
                 Ok(Self {
                     spool: Arc::new(spool.clone()),
@@ -579,11 +582,15 @@ pub(crate) async fn wake_consumer(args: WakeConsumerArgs) -> Result<(), String> 
             .await
             .map_err(store_err)?,
         ),
-        Backend::Postgres => Arc::new(
-            PgSpool::connect_system(PgOptions::new(args.target.clone()).schema(args.schema))
+        Backend::Postgres => {
+            let store = PgStore::open_with(PgOptions::new(args.target.clone()).schema(args.schema))
                 .await
-                .map_err(store_err)?,
-        ),
+                .map_err(store_err)?;
+            Arc::new(
+                PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default())
+                    .map_err(store_err)?,
+            )
+        }
     };
     let q = QueueName::new(args.queue).map_err(store_err)?;
     let me = ConsumerId::new(format!("wake-consumer-{}", std::process::id())).map_err(store_err)?;

@@ -222,20 +222,6 @@ impl PgSpool {
         })
     }
 
-    /// Opens the store with `opts` ([`PgStore::open_with`]) and returns its spool
-    /// ([`PgSpool::from_store`]): one pool for both.
-    ///
-    /// # Errors
-    /// As [`PgStore::open_with`].
-    pub async fn connect_with_config(
-        opts: crate::PgOptions,
-        clock: Arc<dyn Clock>,
-        config: SpoolConfig,
-    ) -> Result<Self> {
-        let store = PgStore::open_with(opts).await?;
-        Self::from_store(&store, clock, config)
-    }
-
     /// Closes the spool's connections — the listening one, and the pool it shares with its
     /// store, so the store closes too — waiting for those in use: an orderly shutdown. Every
     /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
