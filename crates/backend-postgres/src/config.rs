@@ -8,7 +8,7 @@ use cairn_core::{Error, Result};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::PgPool;
 
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// Where the server is: a URL parsed when the store connects, or the connect options of a pool
 /// the service already has.
@@ -181,7 +181,7 @@ pub fn connect_options_from_url(url: &str) -> Result<PgConnectOptions> {
             }
         }
     }
-    PgConnectOptions::from_str(url).map_err(map_sqlx)
+    PgConnectOptions::from_str(url).map_err(map)
 }
 
 /// The refusal of query parameter `key`: named only when it is a plain name that came with a

@@ -12,7 +12,7 @@ use sqlx::{Connection, PgConnection};
 
 use crate::additivity::scratch;
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::sql::SESSION_SETUP;
 
 /// The tables of schema `$1`.
@@ -60,13 +60,13 @@ impl PgDiagnostics {
         let options = opts.connect_options().map_err(NoConnection::Options)?;
         let mut conn = PgConnection::connect_with(&options)
             .await
-            .map_err(|e| NoConnection::Server(map_sqlx(e)))?;
+            .map_err(|e| NoConnection::Server(map(e)))?;
         sqlx::query(SESSION_SETUP)
             .bind(self.schema.as_str())
             .bind(opts.lock_timeout.as_millis().max(1).to_string())
             .execute(&mut conn)
             .await
-            .map_err(|e| NoConnection::Server(map_sqlx(e)))?;
+            .map_err(|e| NoConnection::Server(map(e)))?;
         Ok(conn)
     }
 
@@ -76,13 +76,13 @@ impl PgDiagnostics {
             .bind(self.schema.as_str())
             .fetch_all(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let stamp = if tables.iter().any(|t| t == STAMP_TABLE) {
             sqlx::query_scalar(bk::sql(Dialect::Postgres).read_stamp)
                 .bind(CAIRN_SET)
                 .fetch_optional(&mut *conn)
                 .await
-                .map_err(map_sqlx)?
+                .map_err(map)?
         } else {
             None
         };

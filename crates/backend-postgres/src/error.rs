@@ -12,7 +12,7 @@ use cairn_core::Error;
 const BACKEND: &str = "postgres";
 
 /// Classifies a driver error, keeping it as the source.
-pub(crate) fn map_sqlx(e: sqlx::Error) -> Error {
+pub(crate) fn map(e: sqlx::Error) -> Error {
     let mapped = match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
@@ -114,7 +114,7 @@ mod tests {
             Error::Unavailable { .. }
         ));
         assert!(matches!(
-            map_sqlx(sqlx::Error::PoolTimedOut),
+            map(sqlx::Error::PoolTimedOut),
             Error::Unavailable { .. }
         ));
         assert!(matches!(
@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn the_driver_error_is_the_source() {
-        let e = map_sqlx(sqlx::Error::PoolClosed);
+        let e = map(sqlx::Error::PoolClosed);
         let source = e.source().expect("a source");
         assert!(matches!(
             source.downcast_ref::<sqlx::Error>(),

@@ -21,7 +21,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::sql::{create_schema, SCHEMA_EXISTS, SESSION_SETUP, SET_LOCAL_SEARCH_PATH};
 
 /// The migration lock's statements; the stamp and lineage statements are
@@ -148,20 +148,20 @@ impl PgMigrator {
         let options = self.opts.connect_options()?;
         let mut conn = PgConnection::connect_with(&options)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         sqlx::query(SESSION_SETUP)
             .bind(self.schema.as_str())
             .bind(self.opts.lock_timeout.as_millis().max(1).to_string())
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(conn)
     }
 
     /// A connection for one look: the store's pooled one, or a new one.
     async fn look(&self) -> Result<Look> {
         match &self.pool {
-            Some(pool) => Ok(Look::Pooled(pool.acquire().await.map_err(map_sqlx)?)),
+            Some(pool) => Ok(Look::Pooled(pool.acquire().await.map_err(map)?)),
             None => Ok(Look::Own(self.connection().await?)),
         }
     }
@@ -176,7 +176,7 @@ async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, M
         sqlx::query_scalar(query)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx)
+            .map_err(map)
     };
     let tables = bk::Tables {
         stamp: exists(sql.has_stamp_table).await?,
@@ -190,7 +190,7 @@ async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, M
             .bind(set)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(map_sqlx)?
+            .map_err(map)?
     } else {
         None
     };
@@ -199,7 +199,7 @@ async fn read_state(conn: &mut PgConnection, set: &str) -> Result<StoredState, M
             .bind(set)
             .fetch_all(&mut *conn)
             .await
-            .map_err(map_sqlx)?
+            .map_err(map)?
     } else {
         Vec::new()
     };
@@ -220,14 +220,14 @@ async fn read_fleet(conn: &mut PgConnection) -> Result<Vec<FleetEntry>> {
     let exists: bool = sqlx::query_scalar(sql.has_table)
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !exists {
         return Ok(Vec::new());
     }
     let rows: Vec<PgFleetRow> = sqlx::query_as(sql.list)
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     Ok(fleet::entries_from_rows(rows.into_iter().map(
         |(instance, set, revision, build, host, pid, started_at_us, last_seen_us)| FleetRow {
             instance,
@@ -248,7 +248,7 @@ async fn read_contracts(conn: &mut PgConnection, set: &str) -> Result<Vec<String
     let exists: bool = sqlx::query_scalar(sql.has_contract_table)
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !exists {
         return Ok(Vec::new());
     }
@@ -256,7 +256,7 @@ async fn read_contracts(conn: &mut PgConnection, set: &str) -> Result<Vec<String
         .bind(set)
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_sqlx)
+        .map_err(map)
 }
 
 /// Registers `entry` inside the open transaction on `conn`.
@@ -269,7 +269,7 @@ async fn register(
     let exists: bool = sqlx::query_scalar(sql.has_table)
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !exists {
         return Err(Error::NotFound {
             what: "the fleet registry (cairn revision 0004_fleet): open the store with this build to add it"
@@ -280,12 +280,12 @@ async fn register(
         .bind(prune_before.as_unix_micros())
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     sqlx::query(sql.delete_instance)
         .bind(&entry.instance)
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     for (set, revision) in entry.rows() {
         sqlx::query(sql.insert)
             .bind(&entry.instance)
@@ -298,7 +298,7 @@ async fn register(
             .bind(entry.last_seen.as_unix_micros())
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     Ok(())
 }
@@ -328,7 +328,7 @@ impl MigrationBackend for PgMigrator {
                 .bind(key)
                 .fetch_one(&mut conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
             if got {
                 break;
             }
@@ -366,9 +366,9 @@ impl MigrationBackend for PgMigrator {
         let done = async {
             let mut tx = sqlx::Connection::begin(look.conn())
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
             match register(&mut tx, entry, prune_before).await {
-                Ok(()) => tx.commit().await.map_err(map_sqlx),
+                Ok(()) => tx.commit().await.map_err(map),
                 // Rolled back before the connection goes back to the pool.
                 Err(e) => {
                     let _ = tx.rollback().await;
@@ -389,7 +389,7 @@ impl MigrationBackend for PgMigrator {
             .execute(look.conn())
             .await
             .map(|_| ())
-            .map_err(map_sqlx);
+            .map_err(map);
         look.done().await;
         Ok(done?)
     }
@@ -400,14 +400,14 @@ impl MigrationBackend for PgMigrator {
         let exists: Result<bool> = sqlx::query_scalar(fleet_sql().has_table)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         let done = match exists {
             Ok(true) => sqlx::query(fleet_sql().delete_instance)
                 .bind(instance)
                 .execute(&mut *conn)
                 .await
                 .map(|_| ())
-                .map_err(map_sqlx),
+                .map_err(map),
             Ok(false) => Ok(()),
             Err(e) => Err(e),
         };
@@ -442,29 +442,29 @@ async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Re
         .persistent(false)
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     sqlx::query(sql::MARK_OPEN)
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let guarded: bool = sqlx::query_scalar(sql::CAN_USE_TEMP)
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if guarded {
         for statement in sql::GUARD {
             sqlx::query(statement)
                 .persistent(false)
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
     }
     let exists: bool = sqlx::query_scalar(SCHEMA_EXISTS)
         .bind(schema.as_str())
         .fetch_one(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !exists {
         if !create {
             return Err(Error::NotFound {
@@ -475,20 +475,20 @@ async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Re
             .persistent(false)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     // The session's search_path named the schema before it existed: re-read it now.
     sqlx::query(SET_LOCAL_SEARCH_PATH)
         .bind(schema.as_str())
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     for ddl in bk::ddl(Dialect::Postgres) {
         sqlx::query(ddl)
             .persistent(false)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     Ok(guarded)
 }
@@ -520,7 +520,7 @@ impl PgLocked {
                 .execute(&mut conn)
                 .await
                 .map(|_| ())
-                .map_err(map_sqlx)
+                .map_err(map)
         } else {
             Ok(())
         };
@@ -530,14 +530,14 @@ impl PgLocked {
                 .execute(&mut conn)
                 .await
                 .map(|_| ())
-                .map_err(map_sqlx),
+                .map_err(map),
             Err(e) => Err(e),
         };
         let unlocked = sqlx::query(sql::UNLOCK)
             .bind(key)
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         // Closing the session would release the lock anyway; report the first real failure.
         let _ = conn.close().await;
         ended?;
@@ -561,11 +561,11 @@ impl LockedMigration for PgLocked {
             .persistent(false)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let open: bool = sqlx::query_scalar(sql::IS_OPEN)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if !open {
             return Err(Error::invalid(
                 "migration statement",
@@ -589,7 +589,7 @@ impl LockedMigration for PgLocked {
             .bind(stamp)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if let Some(lineage) = lineage {
             let (revs, sums): (Vec<String>, Vec<String>) = bk::lineage_rows(lineage)
                 .into_iter()
@@ -599,7 +599,7 @@ impl LockedMigration for PgLocked {
                 .bind(set)
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
             // Postgres's insert takes the whole lineage as two arrays, in order.
             debug_assert!(sql.insert_lineage_is_bulk);
             sqlx::query(sql.insert_lineage)
@@ -608,7 +608,7 @@ impl LockedMigration for PgLocked {
                 .bind(sums)
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         Ok(())
     }
@@ -626,7 +626,7 @@ impl LockedMigration for PgLocked {
             .bind(revision)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         for (position, statement) in statements.iter().enumerate() {
             sqlx::query(sql.insert_down)
                 .bind(set)
@@ -635,7 +635,7 @@ impl LockedMigration for PgLocked {
                 .bind(statement)
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         Ok(())
     }
@@ -651,7 +651,7 @@ impl LockedMigration for PgLocked {
             .bind(revision)
             .fetch_all(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok((!rows.is_empty()).then_some(rows))
     }
 
@@ -661,7 +661,7 @@ impl LockedMigration for PgLocked {
         let exists: bool = sqlx::query_scalar(sql.has_table)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if let (true, Some(lock)) = (exists, sql.lock_for_gate) {
             // Held to the end of the migration transaction: a build registering meanwhile
             // waits, then finds the contract revision committed (see `FleetSql::lock_for_gate`).
@@ -669,7 +669,7 @@ impl LockedMigration for PgLocked {
                 .persistent(false)
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         Ok(read_fleet(conn).await?)
     }
@@ -687,7 +687,7 @@ impl LockedMigration for PgLocked {
         let exists: bool = sqlx::query_scalar(sql.has_contract_table)
             .fetch_one(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if exists {
             let blockers: Vec<String> = blockers.iter().map(ToString::to_string).collect();
             sqlx::query(sql.record_contract)
@@ -698,7 +698,7 @@ impl LockedMigration for PgLocked {
                 .bind(blockers.join("\n"))
                 .execute(&mut *conn)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         Ok(())
     }

@@ -24,7 +24,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 use cairn_migrate::{cairn_set, MigrationBackend, Opened, Runner};
 
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::migrate::PgMigrator;
 use crate::sql;
 
@@ -101,8 +101,8 @@ fn event_id_from(bytes: &[u8]) -> Result<EventId> {
 }
 
 fn head_from(row: &PgRow) -> Result<Head> {
-    let id: Vec<u8> = row.try_get(0).map_err(map_sqlx)?;
-    let seq: i64 = row.try_get(1).map_err(map_sqlx)?;
+    let id: Vec<u8> = row.try_get(0).map_err(map)?;
+    let seq: i64 = row.try_get(1).map_err(map)?;
     Ok(Head {
         id: epoch_id_from(&id)?,
         seq: Seq::from_i64(seq)?,
@@ -183,7 +183,7 @@ pub(crate) async fn lock_spaces(
             .bind(key)
             .execute(db.conn())
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     Ok(())
 }
@@ -195,17 +195,17 @@ pub(crate) async fn probe(db: &mut Db<'_>, space: &SpaceId) -> Result<HeadProbe>
         .bind(space.as_bytes())
         .fetch_all(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let mut max_seq = None;
     let mut max_id = None;
     let mut cached = Vec::with_capacity(rows.len());
     for row in &rows {
-        let max: Option<i64> = row.try_get(0).map_err(map_sqlx)?;
+        let max: Option<i64> = row.try_get(0).map_err(map)?;
         max_seq = max.map(Seq::from_i64).transpose()?;
-        let newest: Option<Vec<u8>> = row.try_get(1).map_err(map_sqlx)?;
+        let newest: Option<Vec<u8>> = row.try_get(1).map_err(map)?;
         max_id = newest.as_deref().map(epoch_id_from).transpose()?;
-        let id: Option<Vec<u8>> = row.try_get(2).map_err(map_sqlx)?;
-        let seq: Option<i64> = row.try_get(3).map_err(map_sqlx)?;
+        let id: Option<Vec<u8>> = row.try_get(2).map_err(map)?;
+        let seq: Option<i64> = row.try_get(3).map_err(map)?;
         if let (Some(id), Some(seq)) = (id, seq) {
             cached.push(Head {
                 id: epoch_id_from(&id)?,
@@ -227,7 +227,7 @@ pub(crate) async fn anti_join(db: &mut Db<'_>, space: &SpaceId) -> Result<Vec<He
         .bind(space.as_bytes())
         .fetch_all(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     heads_from(&rows)
 }
 
@@ -237,7 +237,7 @@ pub(crate) async fn cached_heads(db: &mut Db<'_>, space: &SpaceId) -> Result<Vec
         .bind(space.as_bytes())
         .fetch_all(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     heads_from(&rows)
 }
 
@@ -247,7 +247,7 @@ pub(crate) async fn max_seq(db: &mut Db<'_>, space: &SpaceId) -> Result<Option<S
         .bind(space.as_bytes())
         .fetch_one(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     max.map(Seq::from_i64).transpose()
 }
 
@@ -262,7 +262,7 @@ pub(crate) async fn epoch_seq(
         .bind(id.as_bytes().as_slice())
         .fetch_optional(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     seq.map(Seq::from_i64).transpose()
 }
 
@@ -280,7 +280,7 @@ pub(crate) async fn check_parents(
         .bind(id_bytes(parents))
         .fetch_all(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     match parents
         .iter()
         .find(|p| !known.iter().any(|k| k.as_slice() == p.as_bytes()))
@@ -340,7 +340,7 @@ pub(crate) async fn insert_epoch(
         let (ids, seqs) = head_columns(heads)?;
         query = query.bind(ids).bind(seqs);
     }
-    query.execute(db.conn()).await.map_err(map_sqlx)?;
+    query.execute(db.conn()).await.map_err(map)?;
     Ok(())
 }
 
@@ -375,7 +375,7 @@ pub(crate) async fn cache_exact(db: &mut Db<'_>, space: &SpaceId, after: &[Head]
         .bind(seqs)
         .execute(db.conn())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     Ok(())
 }
 
@@ -456,7 +456,7 @@ impl PgStore {
             })
             .connect_with(connect)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
@@ -512,7 +512,7 @@ impl PgStore {
             .pool
             .begin_with(sql::BEGIN_READ_COMMITTED)
             .await
-            .map_err(map_sqlx)
+            .map_err(map)
     }
 
     /// The statement that opens a write transaction holding `space`'s write lock (pass it to
@@ -556,7 +556,7 @@ impl PgStore {
     /// Commits (one counted statement).
     pub(crate) async fn commit(&self, tx: Transaction<'_, Postgres>) -> Result<()> {
         self.tick();
-        tx.commit().await.map_err(map_sqlx)
+        tx.commit().await.map_err(map)
     }
 }
 
@@ -567,11 +567,11 @@ impl EpochStore for PgStore {
         let event_ids: Vec<EventId> = events.iter().map(Event::id).collect();
         let cols = EventColumns::new(events, &event_ids);
 
-        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let mut conn = self.inner.pool.acquire().await.map_err(map)?;
         let begin = self.begin_and_lock(space);
         let began = match Connection::begin_with(&mut *conn, begin).await {
             Ok(tx) => Ok(self.append_locked(tx, space, &event_ids, cols).await),
-            Err(e) => Err(map_sqlx(e)),
+            Err(e) => Err(map(e)),
         };
         match began {
             Ok(appended) => appended,
@@ -591,7 +591,7 @@ impl EpochStore for PgStore {
             .bind(space.as_bytes())
             .fetch_all(&self.inner.pool)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let heads = heads_from(&rows)?;
         if heads.is_empty() {
             return Err(Error::space_not_found(space));
@@ -656,14 +656,14 @@ impl EpochStore for PgStore {
             .bind(limit)
             .fetch_all(&self.inner.pool)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if rows.is_empty() {
             self.tick();
             let exists: bool = sqlx::query_scalar(sql::SPACE_EXISTS)
                 .bind(space.as_bytes())
                 .fetch_one(&self.inner.pool)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
             if !exists {
                 return Err(Error::space_not_found(space));
             }
@@ -671,14 +671,14 @@ impl EpochStore for PgStore {
         let mut events = Vec::with_capacity(rows.len());
         let mut last = after;
         for row in &rows {
-            let seq = Seq::from_i64(row.try_get(0).map_err(map_sqlx)?)?;
-            let epoch: Vec<u8> = row.try_get(1).map_err(map_sqlx)?;
-            let epoch_seq: i32 = row.try_get(2).map_err(map_sqlx)?;
-            let event_id: Vec<u8> = row.try_get(3).map_err(map_sqlx)?;
+            let seq = Seq::from_i64(row.try_get(0).map_err(map)?)?;
+            let epoch: Vec<u8> = row.try_get(1).map_err(map)?;
+            let epoch_seq: i32 = row.try_get(2).map_err(map)?;
+            let event_id: Vec<u8> = row.try_get(3).map_err(map)?;
             let event = Event {
-                kind: row.try_get(4).map_err(map_sqlx)?,
-                key: row.try_get(5).map_err(map_sqlx)?,
-                payload: row.try_get(6).map_err(map_sqlx)?,
+                kind: row.try_get(4).map_err(map)?,
+                key: row.try_get(5).map_err(map)?,
+                payload: row.try_get(6).map_err(map)?,
             };
             events.push(FeedEvent {
                 seq,
@@ -702,15 +702,15 @@ impl EpochStore for PgStore {
             .bind(id.as_bytes().as_slice())
             .fetch_optional(&self.inner.pool)
             .await
-            .map_err(map_sqlx)?
+            .map_err(map)?
         else {
             return Ok(None);
         };
-        let seq = Seq::from_i64(row.try_get(0).map_err(map_sqlx)?)?;
-        let parents: Vec<Vec<u8>> = row.try_get(1).map_err(map_sqlx)?;
-        let kinds: Vec<String> = row.try_get(2).map_err(map_sqlx)?;
-        let keys: Vec<Option<Vec<u8>>> = row.try_get(3).map_err(map_sqlx)?;
-        let payloads: Vec<Vec<u8>> = row.try_get(4).map_err(map_sqlx)?;
+        let seq = Seq::from_i64(row.try_get(0).map_err(map)?)?;
+        let parents: Vec<Vec<u8>> = row.try_get(1).map_err(map)?;
+        let kinds: Vec<String> = row.try_get(2).map_err(map)?;
+        let keys: Vec<Option<Vec<u8>>> = row.try_get(3).map_err(map)?;
+        let payloads: Vec<Vec<u8>> = row.try_get(4).map_err(map)?;
         if kinds.len() != keys.len() || kinds.len() != payloads.len() {
             return Err(corrupt("an epoch whose events changed while read"));
         }
@@ -744,7 +744,7 @@ impl EpochStore for PgStore {
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&self.inner.pool)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         rows.into_iter()
             .map(|b| SpaceId::from_stored(b).map_err(|_| corrupt("an invalid space id")))
             .collect()
@@ -754,17 +754,17 @@ impl EpochStore for PgStore {
 #[async_trait]
 impl EpochDiagnostics for PgStore {
     async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
-        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let mut conn = self.inner.pool.acquire().await.map_err(map)?;
         cached_heads(&mut Db::new(&mut conn, self.statements()), space).await
     }
 
     async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
-        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let mut conn = self.inner.pool.acquire().await.map_err(map)?;
         anti_join(&mut Db::new(&mut conn, self.statements()), space).await
     }
 
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
-        let mut conn = self.inner.pool.acquire().await.map_err(map_sqlx)?;
+        let mut conn = self.inner.pool.acquire().await.map_err(map)?;
         let max = max_seq(&mut Db::new(&mut conn, self.statements()), space).await?;
         Ok(next_seq(max))
     }

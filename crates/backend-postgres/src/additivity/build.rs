@@ -14,7 +14,7 @@ use sqlx::{Connection, PgConnection};
 
 use super::{sql, PgAdditivity};
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::migrate::PgMigrator;
 use crate::store::PgStore;
 
@@ -103,20 +103,20 @@ async fn fill_empty_tables(
         .persistent(false)
         .execute(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let bookkeeping: Vec<String> = BOOKKEEPING_TABLES.iter().map(|s| (*s).to_owned()).collect();
     let tables: Vec<(i64, String)> = sqlx::query_as(sql::TABLES)
         .bind(schema.as_str())
         .bind(&bookkeeping)
         .fetch_all(&mut *conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     for (oid, _) in tables {
         let columns: Vec<SeedColumn> = sqlx::query_as(sql::SEED_COLUMNS)
             .bind(oid)
             .fetch_all(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let specs: Vec<ColumnSpec> = columns.into_iter().map(column_spec).collect();
         for row in candidate_rows(Dialect::Postgres, &specs) {
             let (names, values): (Vec<String>, Vec<String>) =

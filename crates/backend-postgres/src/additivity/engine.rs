@@ -12,7 +12,7 @@ use sqlx::{PgConnection, Postgres, Row};
 use super::judge::{compare, judge_commands, judge_outside, Findings};
 use super::sql;
 use crate::config::SchemaName;
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// The check of one revision on one connection to the throwaway store.
 pub(super) struct Checker<'a> {
@@ -21,7 +21,7 @@ pub(super) struct Checker<'a> {
 }
 
 pub(super) fn to_migrate(e: sqlx::Error) -> MigrateError {
-    MigrateError::Store(map_sqlx(e))
+    MigrateError::Store(map(e))
 }
 
 /// Column `i` of a catalog row the check's own query shaped.

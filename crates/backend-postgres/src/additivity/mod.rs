@@ -69,7 +69,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use crate::config::SchemaName;
-use crate::error::map_sqlx;
+use crate::error::map;
 use engine::Checker;
 
 /// The Postgres engine of the executed additivity check (see the module docs of
@@ -101,13 +101,13 @@ impl PgAdditivity {
     async fn connect(&self, schema: &SchemaName) -> Result<PgConnection, Error> {
         let mut conn = PgConnection::connect_with(&self.connect_options(schema)?)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         sqlx::query(crate::sql::SESSION_SETUP)
             .bind(schema.as_str())
             .bind("10000")
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(conn)
     }
 
@@ -118,7 +118,7 @@ impl PgAdditivity {
             .execute(&mut conn)
             .await;
         let _ = conn.close().await;
-        dropped.map(|_| ()).map_err(map_sqlx)
+        dropped.map(|_| ()).map_err(map)
     }
 
     async fn check_down_in(
@@ -136,7 +136,7 @@ impl PgAdditivity {
             .await
         {
             Ok(_) => down::check_down(&mut conn, schema, &revision.up_postgres, down).await,
-            Err(e) => Err(map_sqlx(e).into()),
+            Err(e) => Err(map(e).into()),
         };
         // Nothing of the check is ever kept.
         let _ = sqlx::query(sql::ROLLBACK)
@@ -158,7 +158,7 @@ impl PgAdditivity {
         let superuser = sqlx::query_scalar::<_, bool>(sql::IS_SUPERUSER)
             .fetch_optional(&mut conn)
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         let _ = conn.close().await;
         if superuser? != Some(true) {
             return Err(Error::backend(

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection};
 
 use super::sql;
 use crate::config::SchemaName;
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// The prefix of every throwaway schema name (`cairn_add_` + 16 hex digits).
 pub(super) const PREFIX: &str = "cairn_add";
@@ -54,7 +54,7 @@ pub(crate) async fn leftovers(conn: &mut PgConnection) -> Result<Vec<String>, Er
         .bind(LIKE_SCRATCH)
         .fetch_all(conn)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     Ok(names.into_iter().filter(|n| is_scratch_name(n)).collect())
 }
 
@@ -71,13 +71,13 @@ impl Owner {
         let options = crate::config::connect_options_from_url(url)?;
         let mut conn = PgConnection::connect_with(&options)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let key = claim_key(schema);
         sqlx::query(sql::CLAIM)
             .bind(key)
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(Self { conn, key })
     }
 

@@ -22,7 +22,7 @@ use cairn_core::{Error, Result};
 
 use super::row::{get, micros, run_id, state, u32_of};
 use super::{sql, PgSpool};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].
 #[derive(Default)]
@@ -144,7 +144,7 @@ async fn claim_queued(
         .bind(policy.cap.as_nanos().to_string())
         .fetch_all(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let Some(first) = rows.first() else {
         return Err(Error::corrupt("the one-statement claim returned no row"));
     };
@@ -185,14 +185,14 @@ async fn claim_pick_apply(
     limit: usize,
     now: Timestamp,
 ) -> Result<Vec<Claimed>> {
-    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    let mut tx = s.pool().begin().await.map_err(map)?;
     let rows = sqlx::query(sql::CLAIM_PICK)
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let mut writes = ClaimWrites::default();
     let mut settled = HashSet::new();
     let mut out = Vec::new();
@@ -260,8 +260,8 @@ async fn claim_pick_apply(
             .bind(writes.reasons)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
-    tx.commit().await.map_err(map_sqlx)?;
+    tx.commit().await.map_err(map)?;
     Ok(out)
 }

@@ -28,7 +28,7 @@ use cairn_core::{Error, Result};
 use super::lane::{answer, Lane, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
 use super::{group_lock_key, sql, wake_channel, PgSpool};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// Enqueues one batch takes at most (the statement binds 11 arrays of this length).
 const MAX_BATCH: usize = 256;
@@ -179,16 +179,16 @@ async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option
         .bind(wake_channel(&s.inner.schema, queue))
         .bind(claim_jitter(queue, key, 0));
     let row = match &options.supersede_group {
-        None => query.fetch_optional(s.pool()).await.map_err(map_sqlx)?,
+        None => query.fetch_optional(s.pool()).await.map_err(map)?,
         Some(group) => {
-            let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+            let mut tx = s.pool().begin().await.map_err(map)?;
             sqlx::query(sql::LOCK_GROUP)
                 .bind(group_lock_key(&s.inner.schema, queue, group))
                 .execute(&mut *tx)
                 .await
-                .map_err(map_sqlx)?;
-            let row = query.fetch_optional(&mut *tx).await.map_err(map_sqlx)?;
-            tx.commit().await.map_err(map_sqlx)?;
+                .map_err(map)?;
+            let row = query.fetch_optional(&mut *tx).await.map_err(map)?;
+            tx.commit().await.map_err(map)?;
             row
         }
     };
@@ -257,7 +257,7 @@ async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>
             .bind(jitters)
             .fetch_all(s.pool())
             .await
-            .map_err(map_sqlx)
+            .map_err(map)
     };
     let stored = rows.and_then(|rows| {
         let mut by_key = HashMap::new();

@@ -13,7 +13,7 @@ use sqlx::postgres::PgRow;
 
 use super::row::{bytes_len, count, get, micros, state, ts};
 use super::{changed_too_often, sql, PgSpool, CAS_ROUNDS};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 fn event_from(row: &PgRow) -> Result<Option<RunEvent>> {
     let Some(seq) = get::<Option<i64>>(row, 0)? else {
@@ -46,7 +46,7 @@ pub(super) async fn append_event_tx(
             .bind(payload.as_slice())
             .fetch_one(s.pool())
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         let row = match row {
             Ok(row) => row,
             // Another append of the same new id won the race; its seq is read next round.
@@ -84,7 +84,7 @@ pub(super) async fn close_run_tx(s: &PgSpool, run: RunId) -> Result<CloseOutcome
         .bind(run.as_bytes().as_slice())
         .fetch_one(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !get::<bool>(&row, 0)? {
         return Err(Error::UnknownRun { run });
     }
@@ -108,7 +108,7 @@ pub(super) async fn events_tx(
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if rows.is_empty() {
         return Err(Error::UnknownRun { run });
     }
@@ -138,7 +138,7 @@ pub(super) async fn acknowledge_events_tx(
         .bind(ids)
         .fetch_one(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !get::<bool>(&row, 0)? {
         return Err(Error::UnknownRun { run });
     }
@@ -161,7 +161,7 @@ pub(super) async fn set_fact_tx(
             .bind(value.as_slice())
             .fetch_one(s.pool())
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if !get::<bool>(&row, 0)? {
             return Err(Error::UnknownRun { run });
         }
@@ -175,7 +175,7 @@ pub(super) async fn set_fact_tx(
             .bind(name.as_str())
             .fetch_optional(s.pool())
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         match stored {
             Some(existing) if existing == value => return Ok(FactOutcome::AlreadySet),
             Some(existing) => {
@@ -196,7 +196,7 @@ pub(super) async fn facts_tx(s: &PgSpool, run: RunId) -> Result<BTreeMap<FactNam
         .bind(run.as_bytes().as_slice())
         .fetch_all(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if rows.is_empty() {
         return Err(Error::UnknownRun { run });
     }

@@ -13,7 +13,7 @@ use cairn_core::{key64, Error, Result};
 
 use super::row::{count, get, run_id, ts};
 use super::{sql, wake_channel, PgSpool};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// The key-derivation context of the per-source import locks.
 const IMPORT_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool import lock v1";
@@ -77,7 +77,7 @@ pub(super) async fn import_runs_tx(
     check_import(source, &runs)?;
     let now = s.inner.clock.now();
     let schema = &s.inner.schema;
-    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    let mut tx = s.pool().begin().await.map_err(map)?;
     sqlx::query(sql::LOCK_IMPORT)
         .bind(key64(
             IMPORT_LOCK_CONTEXT,
@@ -85,12 +85,12 @@ pub(super) async fn import_runs_tx(
         ))
         .execute(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let marker = sqlx::query(sql::IMPORT_MARKER)
         .bind(&source.fingerprint[..])
         .fetch_optional(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if let Some(row) = marker {
         return Ok(RunImportOutcome::AlreadyImported(ImportMarker {
             imported_at: ts(get(&row, 0)?),
@@ -125,7 +125,7 @@ pub(super) async fn import_runs_tx(
         .bind(cols.payloads)
         .fetch_all(&mut *tx)
         .await
-        .map_err(|e| match map_sqlx(e) {
+        .map_err(|e| match map(e) {
             e if e.is_conflict() => Error::conflict(
                 "an imported run id is stored already under another key; nothing was imported",
             )
@@ -142,7 +142,7 @@ pub(super) async fn import_runs_tx(
         .bind(&cols.keys)
         .fetch_all(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let mut by_key: HashMap<(String, Vec<u8>), RunId> = HashMap::new();
     for row in &present {
         by_key.insert(
@@ -197,7 +197,7 @@ pub(super) async fn import_runs_tx(
             .bind(events.5)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     if !facts.0.is_empty() {
         sqlx::query(sql::IMPORT_FACTS)
@@ -207,7 +207,7 @@ pub(super) async fn import_runs_tx(
             .bind(facts.2)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
     sqlx::query(sql::INSERT_IMPORT_MARKER)
         .bind(&source.fingerprint[..])
@@ -217,14 +217,14 @@ pub(super) async fn import_runs_tx(
         .bind(n64(existing.len()))
         .execute(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     if !woken.is_empty() {
         sqlx::query(sql::WAKE_CHANNELS)
             .bind(woken.into_iter().collect::<Vec<_>>())
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
-    tx.commit().await.map_err(map_sqlx)?;
+    tx.commit().await.map_err(map)?;
     Ok(RunImportOutcome::Imported { created, existing })
 }

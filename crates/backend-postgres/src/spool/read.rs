@@ -5,14 +5,14 @@ use cairn_core::Result;
 
 use super::row::{count, get, opt_ts, run_info, state};
 use super::{sql, PgSpool};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {
     let row = sqlx::query(sql::RUN_INFO)
         .bind(run.as_bytes().as_slice())
         .fetch_optional(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     row.as_ref().map(run_info).transpose()
 }
 
@@ -25,7 +25,7 @@ pub(super) async fn runs_tx(s: &PgSpool, filter: &RunFilter, limit: usize) -> Re
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     rows.iter().map(run_info).collect()
 }
 
@@ -33,7 +33,7 @@ pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
     let rows = sqlx::query(sql::STATS)
         .fetch_all(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let mut stats = SpoolStats::default();
     for row in &rows {
         if let Some(name) = get::<Option<String>>(row, 0)? {
@@ -53,6 +53,6 @@ pub(super) async fn next_due_q(s: &PgSpool, queue: &QueueName) -> Result<Option<
         .bind(queue.as_str())
         .fetch_one(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     Ok(opt_ts(due))
 }

@@ -6,15 +6,15 @@ use cairn_core::Result;
 
 use super::row::{count, get, micros, run_id, ts};
 use super::{sql, PgSpool};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 pub(super) async fn retention_events_tx(s: &PgSpool, pass: &mut RetentionPass) -> Result<()> {
-    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    let mut tx = s.pool().begin().await.map_err(map)?;
     let rows = sqlx::query(sql::RETENTION_EVENT_WINDOW)
         .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let mut total = 0;
     let mut window = Vec::with_capacity(rows.len());
     for row in &rows {
@@ -46,21 +46,21 @@ pub(super) async fn retention_events_tx(s: &PgSpool, pass: &mut RetentionPass) -
             .bind(seqs)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
     }
-    tx.commit().await.map_err(map_sqlx)?;
+    tx.commit().await.map_err(map)?;
     pass.events_deleted(&batch);
     Ok(())
 }
 
 pub(super) async fn retention_runs_tx(s: &PgSpool, pass: &mut RetentionPass) -> Result<()> {
-    let mut tx = s.pool().begin().await.map_err(map_sqlx)?;
+    let mut tx = s.pool().begin().await.map_err(map)?;
     let rows = sqlx::query(sql::RETENTION_RUN_WINDOW)
         .bind(micros(pass.cutoff()))
         .bind(i64::try_from(pass.batch_size()).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     let window = rows
         .iter()
         .map(|row| {
@@ -78,10 +78,10 @@ pub(super) async fn retention_runs_tx(s: &PgSpool, pass: &mut RetentionPass) -> 
             .bind(bytes)
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?
+            .map_err(map)?
             .rows_affected();
     }
-    tx.commit().await.map_err(map_sqlx)?;
+    tx.commit().await.map_err(map)?;
     pass.runs_deleted(usize::try_from(removed).unwrap_or(usize::MAX));
     Ok(())
 }

@@ -13,7 +13,7 @@ use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
-use crate::error::map_sqlx;
+use crate::error::map;
 
 fn corrupt(what: &str) -> Error {
     Error::corrupt(format!("{what} in the spool tables"))
@@ -23,7 +23,7 @@ pub(super) fn get<'r, T>(row: &'r PgRow, i: usize) -> Result<T>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
-    row.try_get(i).map_err(map_sqlx)
+    row.try_get(i).map_err(map)
 }
 
 pub(super) fn run_id(bytes: &[u8]) -> Result<RunId> {

@@ -34,7 +34,7 @@ use cairn_core::{Error, Result};
 use super::lane::{answer, Lane, Reply};
 use super::row::{claim_jitter, get, micros, next_attempt, run_id, RunRow};
 use super::{changed_too_often, sql, wake_channel, PgSpool, CAS_ROUNDS};
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// Acks one batch takes at most.
 const MAX_ACKS: usize = 256;
@@ -68,7 +68,7 @@ async fn read_run(s: &PgSpool, run: RunId) -> Result<Option<RunRow>> {
         .bind(run.as_bytes().as_slice())
         .fetch_optional(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     row.as_ref().map(RunRow::from_row).transpose()
 }
 
@@ -108,7 +108,7 @@ async fn write_run(
         )
         .fetch_optional(s.pool())
         .await
-        .map_err(map_sqlx)?;
+        .map_err(map)?;
     row.map(|r| get::<bool>(&r, 0)).transpose()
 }
 
@@ -159,7 +159,7 @@ pub(super) async fn ack_tx(s: &PgSpool, run: RunId, token: LeaseToken) -> Result
             .bind(micros(now))
             .execute(s.pool())
             .await
-            .map_err(map_sqlx)?
+            .map_err(map)?
             .rows_affected();
         if done == 1 {
             return Ok(());
@@ -264,7 +264,7 @@ pub(super) async fn release_tx(
             .bind(claim_jitter(&before.queue, &before.dedup_key, left))
             .fetch_optional(s.pool())
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         if applied.is_some() {
             return Ok(Nacked {
                 state: to,
@@ -335,7 +335,7 @@ async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
                 .bind(succeeded.as_str())
                 .fetch_all(s.pool())
                 .await
-                .map_err(map_sqlx),
+                .map_err(map),
             Err(e) => Err(e),
         }
     };

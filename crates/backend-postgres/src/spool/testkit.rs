@@ -304,7 +304,7 @@ impl PgSpool {
             .bind(jitter)
             .fetch_one(self.pool())
             .await
-            .map_err(crate::error::map_sqlx)?;
+            .map_err(crate::error::map)?;
         super::row::get(&row, 0)
     }
 }
@@ -324,13 +324,13 @@ impl PgSpool {
         limit: i64,
         bitmap_scans: bool,
     ) -> Result<String> {
-        use crate::error::map_sqlx;
-        let mut tx = self.pool().begin().await.map_err(map_sqlx)?;
+        use crate::error::map;
+        let mut tx = self.pool().begin().await.map_err(map)?;
         if bitmap_scans {
             sqlx::query("SET LOCAL enable_bitmapscan = on")
                 .execute(&mut *tx)
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         let now = cairn_core::spool::Clock::now(self.inner.clock.as_ref()).as_unix_micros();
         let rows: Vec<String> =
@@ -345,8 +345,8 @@ impl PgSpool {
                 .bind("60000000000")
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(map_sqlx)?;
-        tx.rollback().await.map_err(map_sqlx)?;
+                .map_err(map)?;
+        tx.rollback().await.map_err(map)?;
         Ok(rows.join("\n"))
     }
 }

@@ -20,7 +20,7 @@ use cairn_core::{Error, Result};
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::error::map_sqlx as map;
+use crate::error::map;
 
 /// The fallback poll: a waiting subscriber returns at least this often even when no
 /// notification came, so work written by something that does not `NOTIFY` (an older build, a

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use cairn_core::{epoch_id, EpochId, Error, Event, Result, Seq, SpaceId};
 use sqlx::Connection;
 
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::sql;
 use crate::store::{lock_spaces, probe, working_heads, Db, PgStore};
 
@@ -36,7 +36,7 @@ fn server_time(rows: &[sqlx::postgres::PgRow]) -> Result<Duration> {
     let mut total = 0.0_f64;
     let mut found = 0;
     for row in rows {
-        let line: String = row.try_get(0).map_err(map_sqlx)?;
+        let line: String = row.try_get(0).map_err(map)?;
         for label in ["Planning Time:", "Execution Time:"] {
             if let Some(rest) = line.trim().strip_prefix(label) {
                 let ms: f64 = rest
@@ -73,7 +73,7 @@ impl PgStore {
                 .persistent(false)
                 .execute(self.pool())
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
         }
         Ok(())
     }
@@ -144,7 +144,7 @@ impl PgStore {
                 .bind(last_seq)
                 .execute(db.conn())
                 .await
-                .map_err(map_sqlx)?;
+                .map_err(map)?;
             self.commit(tx).await?;
             done += n;
             progress(done);
@@ -183,26 +183,26 @@ impl PgStore {
         runs: usize,
         clock: LookupClock,
     ) -> Result<Vec<Duration>> {
-        let mut conn = self.pool().acquire().await.map_err(map_sqlx)?;
+        let mut conn = self.pool().acquire().await.map_err(map)?;
         self.tick();
         sqlx::query(sql::NO_PARALLEL_WORKERS)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         let mut times = Vec::with_capacity(runs);
         let outcome: Result<()> = async {
             let query = match lookup {
                 HeadLookup::AntiJoinPlain | HeadLookup::AntiJoinIndexed => sql::ANTI_JOIN_HEADS,
                 HeadLookup::Cache => sql::PROBE,
             };
-            let mut tx = conn.begin().await.map_err(map_sqlx)?;
+            let mut tx = conn.begin().await.map_err(map)?;
             self.tick();
             if lookup == HeadLookup::AntiJoinPlain {
                 self.tick();
                 sqlx::query(sql::DROP_PARENT_INDEX)
                     .execute(&mut *tx)
                     .await
-                    .map_err(map_sqlx)?;
+                    .map_err(map)?;
             }
             // EXPLAIN wraps one of the two constant queries above; nothing here comes from input.
             let explained = format!("EXPLAIN (ANALYZE, TIMING OFF) {query}");
@@ -217,7 +217,7 @@ impl PgStore {
                     .bind(space.as_bytes())
                     .fetch_all(&mut *tx)
                     .await
-                    .map_err(map_sqlx)?;
+                    .map_err(map)?;
                 let elapsed = start.elapsed();
                 times.push(match clock {
                     LookupClock::RoundTrip => elapsed,
@@ -230,14 +230,14 @@ impl PgStore {
                 }
             }
             self.tick();
-            tx.rollback().await.map_err(map_sqlx)
+            tx.rollback().await.map_err(map)
         }
         .await;
         self.tick();
         sqlx::query(sql::RESET_PARALLEL_WORKERS)
             .execute(&mut *conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         outcome.map(|()| times)
     }
 }

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 
 use super::test_server_url;
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map_sqlx;
+use crate::error::map;
 use crate::sql;
 use crate::store::{
     anti_join, check_parents, insert_epoch, lock_spaces, max_seq, space_lock_key, CacheWrite, Db,
@@ -174,12 +174,12 @@ impl Harness for PgHarness {
 
     async fn hold_space_lock(&self, space: &SpaceId) -> Result<Box<dyn HeldLock>> {
         let admin = self.admin().await;
-        let mut tx = admin.pool().begin().await.map_err(map_sqlx)?;
+        let mut tx = admin.pool().begin().await.map_err(map)?;
         sqlx::query(sql::LOCK)
             .bind(space_lock_key(admin.schema(), space))
             .execute(&mut *tx)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(Box::new(PgHeldLock { tx }))
     }
 }
@@ -285,14 +285,14 @@ impl PgHarness {
     /// A new connection with the store's session settings (its schema as the `search_path`,
     /// a 10 s lock timeout), as a store's writer has.
     async fn connection(&self) -> Result<PgConnection> {
-        let opts = PgConnectOptions::from_str(&self.url).map_err(map_sqlx)?;
-        let mut conn = PgConnection::connect_with(&opts).await.map_err(map_sqlx)?;
+        let opts = PgConnectOptions::from_str(&self.url).map_err(map)?;
+        let mut conn = PgConnection::connect_with(&opts).await.map_err(map)?;
         sqlx::query(sql::SESSION_SETUP)
             .bind(self.schema.as_str())
             .bind("10000")
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx)?;
+            .map_err(map)?;
         Ok(conn)
     }
 }
@@ -335,7 +335,7 @@ impl cairn_conformance::MigrationHarness for PgHarness {
             .persistent(false)
             .execute(&mut conn)
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         let _ = conn.close().await;
         done.map(|_| ())
     }
@@ -346,7 +346,7 @@ impl cairn_conformance::MigrationHarness for PgHarness {
             .persistent(false)
             .fetch_one(&mut conn)
             .await
-            .map_err(map_sqlx);
+            .map_err(map);
         let _ = conn.close().await;
         value
     }

@@ -11,7 +11,7 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
-use crate::error::map_sqlx;
+use crate::error::map;
 
 /// Environment variable naming the test server (`postgres://user@host:port/db`).
 pub const TEST_URL_ENV: &str = "CAIRN_TEST_POSTGRES_URL";
@@ -93,7 +93,7 @@ async fn probe_server(url: &str, within: Duration) -> std::result::Result<(), St
     let opts = PgConnectOptions::from_str(url).map_err(|_| "unparsable URL".to_owned())?;
     match tokio::time::timeout(within, PgConnection::connect_with(&opts)).await {
         Err(_) => Err(format!("no answer within {within:?}")),
-        Ok(Err(e)) => Err(map_sqlx(e).to_string()),
+        Ok(Err(e)) => Err(map(e).to_string()),
         Ok(Ok(conn)) => {
             let _ = conn.close().await;
             Ok(())
