@@ -1,53 +1,27 @@
-//! [`Store`] and its builder: open a store from a URL, through the migration runner.
+//! [`Store`] and its builder: a URL switch over the backend handles. The builder picks the
+//! engine from the URL and translates its options into the engine's (`SqliteOptions`,
+//! `PgOptions`) and the backend-independent [`OpenOptions`]; the engine's handle
+//! (`SqliteBackend`, `PgBackend`, or a third party's through [`Store::from_backend`]) opens the
+//! store and runs the open protocol ([`cairn_migrate::Session`]: application sets, contract
+//! gate, fleet registration). Nothing of that protocol lives here.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{Clock, Spool, SpoolConfig, SystemClock};
+use cairn_core::spool::{Clock, Spool, SpoolConfig};
 use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
-use cairn_migrate::fleet::{self, FleetEntry};
-use cairn_migrate::{
-    AppliedContract, Blocker, MigrateError, MigrationBackend, MigrationSet, Opened, Runner,
-    CAIRN_SET,
-};
+use cairn_migrate::fleet::FleetEntry;
+use cairn_migrate::{Backend as Handle, MigrationSet, OpenOptions};
+pub use cairn_migrate::{DeferredContract, SetOpened};
 
 use crate::url::{Backend, DatabaseUrl};
 
-/// How long an open waits for another process's migration before it gives up with
-/// [`Error::Retryable`].
-const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What opening a store did for one migration set.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct SetOpened {
-    /// The set's name (`cairn` for cairn's own schema).
-    pub set: String,
-    /// What the runner did: nothing (at head, ahead), an upgrade, or a lineage repair.
-    pub outcome: Opened,
-    /// The contract revisions the open applied, each with whether it was forced past live
-    /// builds that lack it ([`StoreBuilder::force_contract`]).
-    pub contracts: Vec<AppliedContract>,
-    /// A contract revision this open left pending because live builds lack it
-    /// ([`StoreBuilder::defer_blocked_contracts`]): the revisions before it were applied, the
-    /// store stays behind this build until a later open (or `cairn migrate up`) finds no live
-    /// build lacking it.
-    pub deferred: Option<DeferredContract>,
-}
-
-/// A contract revision an open left pending, and the live builds that lack it.
-#[derive(Clone, PartialEq, Eq, Debug)]
-#[non_exhaustive]
-pub struct DeferredContract {
-    /// The contract revision (the set's first one that live builds lack).
-    pub revision: String,
-    /// The live builds that lack it.
-    pub blockers: Vec<Blocker>,
-}
-
 /// An open cairn store: the capabilities of one database, as trait objects.
 ///
-/// Cheap to clone (a shared handle). Open it with [`Store::open`] or [`Store::builder`]:
+/// Cheap to clone (a shared handle over one backend handle, which owns every connection of the
+/// store). Open it with [`Store::open`] or [`Store::builder`], or hand it a backend of your own
+/// with [`Store::from_backend`]:
 ///
 /// ```no_run
 /// # async fn demo() -> cairn::Result<()> {
@@ -60,43 +34,14 @@ pub struct DeferredContract {
 /// ```
 #[derive(Clone)]
 pub struct Store {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    epochs: Arc<dyn EpochDiagnostics>,
-    spool: Arc<dyn Spool>,
-    backend: Backend,
-    migrations: Vec<SetOpened>,
-    fleet: Option<Registration>,
-    #[cfg(feature = "postgres")]
-    pg: Option<(cairn_postgres::PgStore, cairn_postgres::PgSpool)>,
-}
-
-/// This open's entry in the store's fleet registry and the task that heartbeats it.
-struct Registration {
-    migrator: Arc<dyn MigrationBackend>,
-    entry: FleetEntry,
-    expiry: Duration,
-    clock: Arc<dyn Clock>,
-    heartbeat: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Inner {
-    /// The last handle gone without [`Store::close`]: the heartbeat stops and the entry expires
-    /// after the expiry window.
-    fn drop(&mut self) {
-        if let Some(reg) = &self.fleet {
-            reg.heartbeat.abort();
-        }
-    }
+    backend: Arc<dyn Handle>,
 }
 
 impl fmt::Debug for Store {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
-            .field("backend", &self.inner.backend)
-            .field("migrations", &self.inner.migrations)
+            .field("engine", &self.engine())
+            .field("migrations", &self.migrations())
             .finish_non_exhaustive()
     }
 }
@@ -131,79 +76,104 @@ impl Store {
         StoreBuilder::new(Source::PgPool(pool.clone()))
     }
 
+    /// A store over a backend handle opened elsewhere: a third party's engine, or a wrapper
+    /// around a built-in one. The handle's open has already run the open protocol
+    /// ([`cairn_migrate::Session::open`], see [`cairn_migrate::Backend`] for what an
+    /// implementation must do), so the store registers and is gated like one opened from a
+    /// URL; [`Store::close`] closes the handle.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> cairn::Result<()> {
+    /// use std::sync::Arc;
+    /// let backend = cairn_sqlite::SqliteBackend::open(
+    ///     "/tmp/cairn-demo/store.db",
+    ///     cairn_sqlite::SqliteOptions::default(),
+    ///     cairn_migrate::OpenOptions::default(),
+    /// )
+    /// .await?;
+    /// let store = cairn::Store::from_backend(Arc::new(backend));
+    /// assert_eq!(store.engine(), "sqlite");
+    /// # Ok(()) }
+    /// ```
+    pub fn from_backend(backend: Arc<dyn Handle>) -> Self {
+        Self { backend }
+    }
+
     /// The epoch log.
     pub fn epochs(&self) -> Arc<dyn EpochStore> {
-        self.inner.epochs.clone()
+        self.backend.epochs()
     }
 
     /// The spool: a durable, interprocess-safe work queue (dedup keys, leases, retries,
     /// supersession, cancellation, run events and facts, wake-up).
     pub fn spool(&self) -> Arc<dyn Spool> {
-        self.inner.spool.clone()
+        self.backend.spool()
     }
 
     /// The epoch log with its read-only diagnostics (cached vs computed heads, next seq), for
     /// operator tools.
     pub fn diagnostics(&self) -> Arc<dyn EpochDiagnostics> {
-        self.inner.epochs.clone()
+        self.backend.epochs()
     }
 
-    /// The engine the store runs on.
-    pub fn backend(&self) -> Backend {
-        self.inner.backend
+    /// Read-only diagnostics of the store itself — its integrity, the additivity check's
+    /// leftovers where its engine makes them — on the store's own connections
+    /// ([`cairn_migrate::Backend::diagnostics`]): what a running server's doctor asks.
+    pub fn store_diagnostics(&self) -> Arc<dyn cairn_migrate::Diagnostics> {
+        self.backend.diagnostics()
+    }
+
+    /// The name of the engine the store runs on (`"sqlite"`, `"postgres"`, or a third-party
+    /// backend's own, [`cairn_migrate::Backend::engine`]).
+    pub fn engine(&self) -> &str {
+        self.backend.engine()
+    }
+
+    /// The built-in engine the store runs on, or `None` for a third-party backend's
+    /// ([`Store::from_backend`]; see [`Store::engine`] for its name).
+    pub fn backend(&self) -> Option<Backend> {
+        match self.engine() {
+            "sqlite" => Some(Backend::Sqlite),
+            "postgres" => Some(Backend::Postgres),
+            _ => None,
+        }
     }
 
     /// What the open did for each migration set: cairn's own first, then the application's in
     /// the order they were given.
     pub fn migrations(&self) -> &[SetOpened] {
-        &self.inner.migrations
+        self.backend.session().migrations()
     }
 
     /// This open's entry in the store's fleet registry (its instance id, build id, the newest
     /// revision it knows per set, host, pid), or `None` when registration was turned off
     /// ([`StoreBuilder::register_in_fleet`]).
     pub fn fleet_entry(&self) -> Option<&FleetEntry> {
-        self.inner.fleet.as_ref().map(|r| &r.entry)
+        self.backend.session().fleet_entry()
     }
 
-    /// The live builds in the store's fleet registry (this one included), ordered by instance
-    /// id: every entry refreshed within the expiry window ([`StoreBuilder::fleet_expiry`]) of
-    /// the store's clock.
+    /// The live builds in the store's fleet registry (this one included when registered),
+    /// ordered by instance id: every entry refreshed within the expiry window
+    /// ([`StoreBuilder::fleet_expiry`]) of the store's clock. Takes no lock and writes nothing.
     ///
     /// # Errors
     /// Store errors.
     pub async fn fleet(&self) -> Result<Vec<FleetEntry>> {
-        let (migrator, clock, expiry) = match &self.inner.fleet {
-            Some(r) => (r.migrator.clone(), r.clock.clone(), r.expiry),
-            None => return Err(Error::invalid(
-                "fleet",
-                "this store was opened without fleet registration; use cairn::migrate::live_builds",
-            )),
-        };
-        let all = migrator.read_fleet().await.map_err(Error::from)?;
-        Ok(fleet::live(all, clock.now(), expiry))
+        self.backend.session().fleet().await
     }
 
-    /// Shuts the store down in order: the fleet heartbeat stops and this open's registry
-    /// entry is removed, then, on Postgres, the pool is closed: connections in use are
-    /// waited for, and later operations through any clone of this store (or of a trait object
-    /// it handed out) fail with [`Error::Unavailable`]. On SQLite every write was already
-    /// durable when it returned; the files' connections close when the last clone is dropped.
+    /// Shuts the store down in order ([`cairn_migrate::Backend::close`]): the fleet heartbeat
+    /// stops and this open's registry entry is removed, then, on Postgres, the pool is closed:
+    /// connections in use are waited for, and later operations through any clone of this store
+    /// (or of a trait object it handed out) fail with [`Error::Unavailable`]. On SQLite every
+    /// write was already durable when it returned; the files' connections close when the last
+    /// clone is dropped. The last clone dropped without `close` stops the heartbeat, and the
+    /// registry entry expires after the window.
     ///
     /// # Errors
-    /// None today; the signature leaves room for backends whose shutdown can fail.
+    /// The backend's shutdown errors; the built-in backends have none.
     pub async fn close(self) -> Result<()> {
-        if let Some(reg) = &self.inner.fleet {
-            reg.heartbeat.abort();
-            // Best effort: an entry that is not removed expires after the window.
-            let _ = reg.migrator.deregister(&reg.entry.instance).await;
-        }
-        #[cfg(feature = "postgres")]
-        if let Some((store, spool)) = &self.inner.pg {
-            spool.close().await;
-            store.close().await;
-        }
-        Ok(())
+        self.backend.close().await
     }
 }
 
@@ -236,17 +206,7 @@ pub struct StoreBuilder {
     read_connections: Option<usize>,
     create_if_missing: bool,
     share_sqlite_file: bool,
-    migration_lock_timeout: Duration,
-    sets: Vec<MigrationSet>,
-    clock: Arc<dyn Clock>,
-    spool_config: SpoolConfig,
-    register: bool,
-    build_id: Option<String>,
-    host: Option<String>,
-    heartbeat_interval: Duration,
-    fleet_expiry: Duration,
-    force_contract: bool,
-    defer_blocked_contracts: bool,
+    open: OpenOptions,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -259,20 +219,7 @@ impl fmt::Debug for StoreBuilder {
             .field("read_connections", &self.read_connections)
             .field("create_if_missing", &self.create_if_missing)
             .field("share_sqlite_file", &self.share_sqlite_file)
-            .field("migration_lock_timeout", &self.migration_lock_timeout)
-            .field("clock", &self.clock)
-            .field("spool_config", &self.spool_config)
-            .field("register", &self.register)
-            .field("build_id", &self.build_id)
-            .field("host", &self.host)
-            .field("heartbeat_interval", &self.heartbeat_interval)
-            .field("fleet_expiry", &self.fleet_expiry)
-            .field("force_contract", &self.force_contract)
-            .field("defer_blocked_contracts", &self.defer_blocked_contracts)
-            .field(
-                "sets",
-                &self.sets.iter().map(MigrationSet::name).collect::<Vec<_>>(),
-            )
+            .field("open", &self.open)
             .finish()
     }
 }
@@ -287,17 +234,7 @@ impl StoreBuilder {
             read_connections: None,
             create_if_missing: true,
             share_sqlite_file: false,
-            migration_lock_timeout: DEFAULT_MIGRATION_LOCK_TIMEOUT,
-            sets: Vec::new(),
-            clock: Arc::new(SystemClock),
-            spool_config: SpoolConfig::default(),
-            register: true,
-            build_id: None,
-            host: None,
-            heartbeat_interval: fleet::DEFAULT_HEARTBEAT_INTERVAL,
-            fleet_expiry: fleet::DEFAULT_EXPIRY,
-            force_contract: false,
-            defer_blocked_contracts: true,
+            open: OpenOptions::default(),
         }
     }
 
@@ -309,7 +246,7 @@ impl StoreBuilder {
     /// it a contract). `false`: the open is refused with [`Error::Incompatible`] naming the
     /// live builds, and nothing changes.
     pub fn defer_blocked_contracts(mut self, defer: bool) -> Self {
-        self.defer_blocked_contracts = defer;
+        self.open = self.open.defer_blocked_contracts(defer);
         self
     }
 
@@ -317,28 +254,28 @@ impl StoreBuilder {
     /// (default `true`). Turn it off for read-only tools; a service that applies or depends on
     /// application sets keeps it on, so contract revisions wait for it.
     pub fn register_in_fleet(mut self, register: bool) -> Self {
-        self.register = register;
+        self.open = self.open.register_in_fleet(register);
         self
     }
 
     /// The build id recorded in the fleet registry (default: this crate's version and every
     /// set's head, e.g. `0.1.0+app@0002_notes,cairn@0004_fleet`). Name your release here.
     pub fn build_id(mut self, build: impl Into<String>) -> Self {
-        self.build_id = Some(build.into());
+        self.open = self.open.build_id(build);
         self
     }
 
     /// The host name recorded in the fleet registry (default: the `HOSTNAME` environment
     /// variable, else `/etc/hostname`, else `unknown`).
     pub fn fleet_host(mut self, host: impl Into<String>) -> Self {
-        self.host = Some(host.into());
+        self.open = self.open.fleet_host(host);
         self
     }
 
     /// How often the open store refreshes its fleet registry entry (default 30 s): one write
     /// per interval, from a background task stopped by [`Store::close`] or the last drop.
     pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
-        self.heartbeat_interval = interval;
+        self.open = self.open.heartbeat_interval(interval);
         self
     }
 
@@ -346,7 +283,7 @@ impl StoreBuilder {
     /// contract gate and [`Store::fleet`] judge it on the store's clock. Keep it several
     /// heartbeat intervals long.
     pub fn fleet_expiry(mut self, expiry: Duration) -> Self {
-        self.fleet_expiry = expiry;
+        self.open = self.open.fleet_expiry(expiry);
         self
     }
 
@@ -355,7 +292,7 @@ impl StoreBuilder {
     /// naming them). A forced revision is recorded in the store with the builds it was forced
     /// past, and reported in [`SetOpened::contracts`].
     pub fn force_contract(mut self, force: bool) -> Self {
-        self.force_contract = force;
+        self.open = self.open.force_contract(force);
         self
     }
 
@@ -407,14 +344,14 @@ impl StoreBuilder {
     /// How long an open waits for another process that is migrating the same store (default
     /// 30 s); past it the open fails with [`Error::Retryable`] and changes nothing.
     pub fn migration_lock_timeout(mut self, timeout: Duration) -> Self {
-        self.migration_lock_timeout = timeout;
+        self.open = self.open.migration_lock_timeout(timeout);
         self
     }
 
     /// The clock the spool reads every time from (lease expiry, backoff, retention; default the
     /// system clock). Tests pass a `ManualClock` to drive time.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.open = self.open.clock(clock);
         self
     }
 
@@ -422,7 +359,7 @@ impl StoreBuilder {
     /// (default 1 s doubling to 60 s). Every process of one store should use the same config,
     /// since the backoff decides when a run is due again.
     pub fn spool_config(mut self, config: SpoolConfig) -> Self {
-        self.spool_config = config;
+        self.open = self.open.spool_config(config);
         self
     }
 
@@ -432,12 +369,14 @@ impl StoreBuilder {
     /// lineage in one transaction; a diverged history is refused naming both revisions. Call
     /// it once per set.
     pub fn migrations(mut self, set: MigrationSet) -> Self {
-        self.sets.push(set);
+        self.open = self.open.migrations(set);
         self
     }
 
-    /// Opens the store: picks the backend from the URL, opens cairn's own migration set
-    /// through the runner, then each application set in order.
+    /// Opens the store: picks the backend from the URL and opens its handle
+    /// (`SqliteBackend::open`, `PgBackend::open`), which opens cairn's own migration set, then
+    /// runs the open protocol: each application set in order, the fleet registration and its
+    /// heartbeat.
     ///
     /// # Errors
     /// - [`Error::InvalidInput`]: a malformed URL or option, an application set named `cairn`
@@ -451,24 +390,7 @@ impl StoreBuilder {
     /// - the backend's errors: [`Error::UnsafePath`], [`Error::Io`], [`Error::Corrupt`],
     ///   [`Error::Unavailable`].
     pub async fn open(self) -> Result<Store> {
-        let mut names: Vec<&str> = vec![CAIRN_SET];
-        for set in &self.sets {
-            if names.contains(&set.name()) {
-                return Err(Error::invalid(
-                    "migration set",
-                    format!(
-                        "the set name `{}` is {}",
-                        set.name(),
-                        if set.name() == CAIRN_SET {
-                            "reserved for cairn's own schema"
-                        } else {
-                            "given twice"
-                        }
-                    ),
-                ));
-            }
-            names.push(set.name());
-        }
+        self.open.check()?;
         let url = match &self.source {
             Source::Url(url) => DatabaseUrl::parse(url)?,
             Source::Parsed(url) => url.clone(),
@@ -491,7 +413,7 @@ impl StoreBuilder {
     }
 
     #[cfg(feature = "sqlite")]
-    async fn open_sqlite(&self, path: std::path::PathBuf) -> Result<Store> {
+    async fn open_sqlite(self, path: std::path::PathBuf) -> Result<Store> {
         let mut opts = cairn_sqlite::SqliteOptions::default()
             .create_if_missing(self.create_if_missing)
             .share_file_with_application(self.share_sqlite_file);
@@ -501,47 +423,22 @@ impl StoreBuilder {
         if let Some(n) = self.read_connections {
             opts = opts.read_connections(n);
         }
-        let store = cairn_sqlite::SqliteStore::open_with(&path, opts.clone()).await?;
-        let mut migrations = vec![SetOpened {
-            set: CAIRN_SET.into(),
-            outcome: store.opened().clone(),
-            contracts: Vec::new(),
-            deferred: None,
-        }];
-        let migrator: Arc<dyn MigrationBackend> =
-            Arc::new(cairn_sqlite::SqliteMigrator::new(&path, opts));
-        let instance = instance_id();
-        self.open_sets(migrator.as_ref(), &instance, &mut migrations)
-            .await?;
-        let spool = cairn_sqlite::SqliteSpool::from_store(&store, self.clock.clone())
-            .await?
-            .with_config(self.spool_config);
-        let fleet = self.register_open(migrator, instance).await?;
-        Ok(Store {
-            inner: Arc::new(Inner {
-                epochs: Arc::new(store),
-                spool: Arc::new(spool),
-                backend: Backend::Sqlite,
-                migrations,
-                fleet,
-                #[cfg(feature = "postgres")]
-                pg: None,
-            }),
-        })
+        let backend = cairn_sqlite::SqliteBackend::open(&path, opts, self.open).await?;
+        Ok(Store::from_backend(Arc::new(backend)))
     }
 
     #[cfg(not(feature = "sqlite"))]
-    async fn open_sqlite(&self, _path: std::path::PathBuf) -> Result<Store> {
+    async fn open_sqlite(self, _path: std::path::PathBuf) -> Result<Store> {
         Err(missing_feature(Backend::Sqlite))
     }
 
     #[cfg(feature = "postgres")]
     async fn open_postgres(
-        &self,
+        self,
         mut opts: cairn_postgres::PgOptions,
         url_schema: Option<String>,
     ) -> Result<Store> {
-        if let Some(schema) = self.schema.clone().or(url_schema) {
+        if let Some(schema) = self.schema.or(url_schema) {
             opts = opts.schema(schema);
         }
         if let Some(n) = self.pool_size {
@@ -551,198 +448,9 @@ impl StoreBuilder {
             opts = opts.lock_timeout(t);
         }
         opts = opts.create_if_missing(self.create_if_missing);
-        let store = cairn_postgres::PgStore::open_with(opts.clone()).await?;
-        let mut migrations = vec![SetOpened {
-            set: CAIRN_SET.into(),
-            outcome: store.opened().clone(),
-            contracts: Vec::new(),
-            deferred: None,
-        }];
-        let migrator: Arc<dyn MigrationBackend> =
-            Arc::new(cairn_postgres::PgMigrator::new(opts.clone())?);
-        let instance = instance_id();
-        let spool = match self
-            .open_sets(migrator.as_ref(), &instance, &mut migrations)
-            .await
-        {
-            Ok(()) => {
-                cairn_postgres::PgSpool::connect_with_config(
-                    opts,
-                    self.clock.clone(),
-                    self.spool_config,
-                )
-                .await
-            }
-            Err(e) => Err(e),
-        };
-        let spool = match spool {
-            Ok(spool) => spool,
-            Err(e) => {
-                store.close().await;
-                return Err(e);
-            }
-        };
-        let fleet = match self.register_open(migrator, instance).await {
-            Ok(fleet) => fleet,
-            Err(e) => {
-                spool.close().await;
-                store.close().await;
-                return Err(e);
-            }
-        };
-        Ok(Store {
-            inner: Arc::new(Inner {
-                epochs: Arc::new(store.clone()),
-                spool: Arc::new(spool.clone()),
-                backend: Backend::Postgres,
-                migrations,
-                fleet,
-                pg: Some((store, spool)),
-            }),
-        })
+        let backend = cairn_postgres::PgBackend::open(opts, self.open).await?;
+        Ok(Store::from_backend(Arc::new(backend)))
     }
-
-    /// Opens the application's sets, in order, through the runner (the contract gate on the
-    /// store's clock, this open's instance exempt from its own gate).
-    async fn open_sets(
-        &self,
-        migrator: &dyn MigrationBackend,
-        instance: &str,
-        out: &mut Vec<SetOpened>,
-    ) -> Result<()> {
-        let runner = |set: MigrationSet| {
-            Runner::new(set)
-                .with_lock_timeout(self.migration_lock_timeout)
-                .with_clock(self.clock.clone())
-                .with_fleet_expiry(self.fleet_expiry)
-                .with_instance(instance)
-                .force_contract(self.force_contract)
-        };
-        for set in &self.sets {
-            let mut deferred = None;
-            let report = match runner(set.clone()).open_with_report(migrator).await {
-                Err(MigrateError::ContractRefused {
-                    revision, blockers, ..
-                }) if self.defer_blocked_contracts => {
-                    // A contract revision is never the base, so it has a parent: apply up to
-                    // it (the gate runs again for any earlier contract revision).
-                    let at = set.position(&revision).unwrap_or_default();
-                    let parent = &set.revisions()[at.saturating_sub(1)].id;
-                    let before = set.up_to(parent)?;
-                    let report = runner(before).open_with_report(migrator).await?;
-                    deferred = Some(DeferredContract { revision, blockers });
-                    report
-                }
-                other => other?,
-            };
-            out.push(SetOpened {
-                set: set.name().to_owned(),
-                outcome: report.opened,
-                contracts: report.contracts,
-                deferred,
-            });
-        }
-        Ok(())
-    }
-
-    /// Records this open in the store's fleet registry and starts its heartbeat.
-    async fn register_open(
-        &self,
-        migrator: Arc<dyn MigrationBackend>,
-        instance: String,
-    ) -> Result<Option<Registration>> {
-        if !self.register {
-            return Ok(None);
-        }
-        let mut heads: Vec<(String, String)> = vec![(
-            CAIRN_SET.into(),
-            cairn_migrate::cairn_set().head().id.clone(),
-        )];
-        heads.extend(
-            self.sets
-                .iter()
-                .map(|s| (s.name().to_owned(), s.head().id.clone())),
-        );
-        let build = self.build_id.clone().unwrap_or_else(|| {
-            fleet::default_build_id(
-                env!("CARGO_PKG_VERSION"),
-                heads.iter().map(|(s, r)| (s.as_str(), r.as_str())),
-            )
-        });
-        let now = self.clock.now();
-        let entry = FleetEntry {
-            instance,
-            build,
-            heads: heads.into_iter().collect(),
-            host: self.host.clone().unwrap_or_else(host_name),
-            pid: std::process::id(),
-            started_at: now,
-            last_seen: now,
-        };
-        migrator
-            .register(&entry, now.saturating_sub(fleet::PRUNE_AFTER))
-            .await?;
-        // Checked again now that this build is registered: a contract revision committed
-        // between this open's look and its registration is found here (a registration waits
-        // for a migration that read the registry), and the open is refused instead of running
-        // against a schema this build breaks on.
-        for set in &self.sets {
-            if let Err(e) = Runner::new(set.clone())
-                .check_contracts_known(migrator.as_ref())
-                .await
-            {
-                let _ = migrator.deregister(&entry.instance).await;
-                return Err(e.into());
-            }
-        }
-        let heartbeat = tokio::spawn(heartbeat(
-            migrator.clone(),
-            entry.instance.clone(),
-            self.clock.clone(),
-            self.heartbeat_interval,
-        ));
-        Ok(Some(Registration {
-            migrator,
-            entry,
-            expiry: self.fleet_expiry,
-            clock: self.clock.clone(),
-            heartbeat,
-        }))
-    }
-}
-
-/// Refreshes instance `instance`'s registry entry every `interval` until aborted. A failed
-/// refresh is retried at the next tick: the entry stays live as long as one succeeds within
-/// the expiry window.
-async fn heartbeat(
-    migrator: Arc<dyn MigrationBackend>,
-    instance: String,
-    clock: Arc<dyn Clock>,
-    interval: Duration,
-) {
-    let mut ticks = tokio::time::interval(interval.max(Duration::from_millis(1)));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The first tick completes at once: the registration just wrote the entry.
-    ticks.tick().await;
-    loop {
-        ticks.tick().await;
-        let _ = migrator.heartbeat(&instance, clock.now()).await;
-    }
-}
-
-/// A new instance id for one open: unique across processes and opens.
-fn instance_id() -> String {
-    cairn_core::scratch_name("open")
-}
-
-/// The host name as the environment or `/etc/hostname` gives it.
-fn host_name() -> String {
-    std::env::var("HOSTNAME")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown".into())
 }
 
 #[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]

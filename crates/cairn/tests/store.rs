@@ -114,7 +114,8 @@ impl Location {
 async fn open_append_heads_feed_on_both_backends() {
     for loc in Location::each().await {
         let store = Store::open(&loc.url()).await.unwrap();
-        assert_eq!(store.backend(), loc.backend());
+        assert_eq!(store.backend(), Some(loc.backend()));
+        assert_eq!(store.engine(), loc.backend().to_string());
         assert!(
             matches!(store.migrations()[0].outcome, Opened::Upgraded { .. }),
             "a new store is created at cairn's head: {:?}",
