@@ -6,9 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cairn_core::spool::Spool;
 use cairn_core::{EpochDiagnostics, Result};
-use cairn_migrate::{Backend, MigrationBackend, OpenOptions, Session};
+use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
 
 use crate::config::PgOptions;
+use crate::diagnostics::PgDiagnostics;
 use crate::migrate::PgMigrator;
 use crate::spool::PgSpool;
 use crate::store::PgStore;
@@ -117,6 +118,11 @@ impl Backend for PgBackend {
 
     fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// [`PgDiagnostics`] on a connection of the store's pool per check.
+    fn diagnostics(&self) -> Arc<dyn Diagnostics> {
+        Arc::new(PgDiagnostics::from_store(&self.store))
     }
 
     /// Stops the heartbeat and removes the registry entry, then closes the connections,

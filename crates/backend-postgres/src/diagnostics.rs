@@ -8,24 +8,36 @@ use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping::{self as bk, STAMP_TABLE};
 use cairn_migrate::diagnostics::tables_integrity;
 use cairn_migrate::{Diagnostics, Integrity, CAIRN_SET};
-use sqlx::{Connection, PgConnection};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
 use crate::additivity::scratch;
 use crate::config::{PgOptions, SchemaName};
 use crate::error::map;
 use crate::sql::SESSION_SETUP;
+use crate::store::PgStore;
 
 /// The tables of schema `$1`.
 const SCHEMA_TABLES: &str =
     "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1";
 
+/// How the checks reach the server.
+#[derive(Clone)]
+enum Source {
+    /// A connection of their own per check, as the options say.
+    Options(PgOptions),
+    /// A connection of an open store's pool (set up for the store's schema) per check.
+    Pool(PgPool),
+}
+
 /// Read-only diagnostics of the Postgres store (one schema) that [`PgOptions`] name, built from
-/// the options alone: it works on a store that is damaged, missing or refused by the migration
-/// runner, and never creates a schema or a table. Each check connects for its duration only.
+/// the options alone ([`PgDiagnostics::new`]): it works on a store that is damaged, missing or
+/// refused by the migration runner, and never creates a schema or a table; each check connects
+/// for its duration only. An open store's handle (`PgBackend`'s) uses the store's pool instead.
 /// `Debug` never prints the URL.
 #[derive(Clone)]
 pub struct PgDiagnostics {
-    opts: PgOptions,
+    source: Source,
     schema: SchemaName,
 }
 
@@ -34,6 +46,27 @@ impl std::fmt::Debug for PgDiagnostics {
         f.debug_struct("PgDiagnostics")
             .field("schema", &self.schema.as_str())
             .finish_non_exhaustive()
+    }
+}
+
+/// A check's connection: its own (closed after the check) or the store's pool's (returned).
+enum Conn {
+    Own(PgConnection),
+    Pooled(PoolConnection<Postgres>),
+}
+
+impl Conn {
+    fn get(&mut self) -> &mut PgConnection {
+        match self {
+            Conn::Own(c) => c,
+            Conn::Pooled(c) => c,
+        }
+    }
+
+    async fn close(self) {
+        if let Conn::Own(c) = self {
+            let _ = c.close().await;
+        }
     }
 }
 
@@ -52,11 +85,31 @@ impl PgDiagnostics {
     /// [`Error::InvalidInput`] for a schema name outside `[a-z_][a-z0-9_]{0,62}`.
     pub fn new(opts: PgOptions) -> Result<Self> {
         let schema = SchemaName::parse(&opts.schema)?;
-        Ok(Self { opts, schema })
+        Ok(Self {
+            source: Source::Options(opts),
+            schema,
+        })
     }
 
-    async fn connect(&self) -> std::result::Result<PgConnection, NoConnection> {
-        let opts = &self.opts;
+    /// Diagnostics of `store`'s schema, on a connection of its pool per check.
+    pub(crate) fn from_store(store: &PgStore) -> Self {
+        Self {
+            source: Source::Pool(store.pool().clone()),
+            schema: store.schema().clone(),
+        }
+    }
+
+    async fn connect(&self) -> std::result::Result<Conn, NoConnection> {
+        let opts = match &self.source {
+            Source::Pool(pool) => {
+                return pool
+                    .acquire()
+                    .await
+                    .map(Conn::Pooled)
+                    .map_err(|e| NoConnection::Server(map(e)))
+            }
+            Source::Options(opts) => opts,
+        };
         let options = opts.connect_options().map_err(NoConnection::Options)?;
         let mut conn = PgConnection::connect_with(&options)
             .await
@@ -67,7 +120,7 @@ impl PgDiagnostics {
             .execute(&mut conn)
             .await
             .map_err(|e| NoConnection::Server(map(e)))?;
-        Ok(conn)
+        Ok(Conn::Own(conn))
     }
 
     /// The schema's tables and the store's stamp of cairn's set (none without one).
@@ -109,8 +162,8 @@ impl Diagnostics for PgDiagnostics {
             }
             Err(NoConnection::Server(_)) => return Integrity::Unreachable,
         };
-        let catalog = self.catalog(&mut conn).await;
-        let _ = conn.close().await;
+        let catalog = self.catalog(conn.get()).await;
+        conn.close().await;
         match catalog {
             Ok((tables, stamp)) => tables_integrity(Dialect::Postgres, stamp.as_deref(), &tables),
             Err(_) => Integrity::Unchecked {
@@ -125,8 +178,8 @@ impl Diagnostics for PgDiagnostics {
         let mut conn = self.connect().await.map_err(|e| match e {
             NoConnection::Options(e) | NoConnection::Server(e) => e,
         })?;
-        let found = scratch::leftovers(&mut conn).await;
-        let _ = conn.close().await;
+        let found = scratch::leftovers(conn.get()).await;
+        conn.close().await;
         found
     }
 }

@@ -5,9 +5,9 @@
 use std::str::FromStr;
 
 use cairn_core::scratch_name;
-use cairn_migrate::{Diagnostics, Integrity};
+use cairn_migrate::{Backend, Diagnostics, Integrity, OpenOptions};
 use cairn_postgres::testkit::{harness, test_server_url};
-use cairn_postgres::{PgDiagnostics, PgOptions};
+use cairn_postgres::{PgBackend, PgDiagnostics, PgOptions};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
@@ -164,7 +164,10 @@ async fn scratch_leftovers_are_the_scratch_schemas_no_running_check_owns() {
     )
     .await
     .unwrap();
-    assert_eq!(diagnostics.scratch_leftovers().await.unwrap(), [dead.as_str()]);
+    assert_eq!(
+        diagnostics.scratch_leftovers().await.unwrap(),
+        [dead.as_str()]
+    );
     assert!(schema_exists(&db.url, &dead).await, "listing dropped it");
     owner.close().await.unwrap();
     let mut both = vec![dead, live];
@@ -182,4 +185,24 @@ async fn scratch_leftovers_are_the_scratch_schemas_no_running_check_owns() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// An open store's handle checks on the store's own pool: intact while open, and, once the
+/// store is closed, unreachable (it opens no connection of its own).
+#[tokio::test]
+async fn an_open_stores_diagnostics_use_its_pool() {
+    let h = harness().await;
+    let backend = PgBackend::open(h.options(), OpenOptions::default().register_in_fleet(false))
+        .await
+        .unwrap();
+    let diagnostics = backend.diagnostics();
+    assert_eq!(diagnostics.engine(), "postgres");
+    assert_eq!(
+        diagnostics.integrity().await,
+        Integrity::Intact {
+            detail: "every cairn table is present".into()
+        }
+    );
+    backend.close().await.unwrap();
+    assert_eq!(diagnostics.integrity().await, Integrity::Unreachable);
 }

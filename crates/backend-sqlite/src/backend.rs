@@ -7,9 +7,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cairn_core::spool::Spool;
 use cairn_core::{EpochDiagnostics, Result};
-use cairn_migrate::{Backend, MigrationBackend, OpenOptions, Session};
+use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
 
 use crate::config::SqliteOptions;
+use crate::diagnostics::SqliteDiagnostics;
 use crate::migrate::SqliteMigrator;
 use crate::spool::SqliteSpool;
 use crate::store::SqliteStore;
@@ -105,6 +106,12 @@ impl Backend for SqliteBackend {
 
     fn session(&self) -> &Session {
         &self.session
+    }
+
+    /// [`SqliteDiagnostics`] of the store's file: its integrity check opens a read-only
+    /// connection of its own, as for a store that is not open.
+    fn diagnostics(&self) -> Arc<dyn Diagnostics> {
+        Arc::new(SqliteDiagnostics::new(self.store.path()))
     }
 
     /// Stops the heartbeat and removes the registry entry. Every write was already durable

@@ -4,8 +4,8 @@
 //! in the server's `doctor` tests, which need a mount namespace.)
 
 use cairn_core::{EpochStore, Event, SpaceId};
-use cairn_migrate::{Diagnostics, Integrity};
-use cairn_sqlite::{SqliteDiagnostics, SqliteStore};
+use cairn_migrate::{Backend, Diagnostics, Integrity, OpenOptions};
+use cairn_sqlite::{SqliteBackend, SqliteDiagnostics, SqliteOptions, SqliteStore};
 
 /// A store with an append in it is intact, while it is open and after.
 #[tokio::test]
@@ -92,4 +92,26 @@ async fn a_store_with_overwritten_pages_is_damaged() {
             || detail.starts_with("not a readable SQLite database ("),
         "{detail}"
     );
+}
+
+/// An open store's handle checks the store's own file.
+#[tokio::test]
+async fn an_open_stores_diagnostics_check_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = SqliteBackend::open(
+        dir.path().join("s.db"),
+        SqliteOptions::default(),
+        OpenOptions::default().register_in_fleet(false),
+    )
+    .await
+    .unwrap();
+    let diagnostics = backend.diagnostics();
+    assert_eq!(diagnostics.engine(), "sqlite");
+    assert_eq!(
+        diagnostics.integrity().await,
+        Integrity::Intact {
+            detail: "quick_check: ok".into()
+        }
+    );
+    backend.close().await.unwrap();
 }

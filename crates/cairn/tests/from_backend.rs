@@ -11,7 +11,7 @@ use cairn::spool::{ConsumerBuilder, Job, Outcome};
 use cairn::{
     ConsumerId, DedupKey, EpochDiagnostics, Event, QueueName, RunState, SpaceId, Spool, Store,
 };
-use cairn_migrate::{Backend, MigrationBackend, OpenOptions, Session};
+use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
 use cairn_sqlite::{SqliteBackend, SqliteOptions};
 
 /// A delegating backend: every capability is the SQLite handle's; it counts its closes.
@@ -36,6 +36,9 @@ impl Backend for Wrapped {
     }
     fn session(&self) -> &Session {
         self.inner.session()
+    }
+    fn diagnostics(&self) -> Arc<dyn Diagnostics> {
+        self.inner.diagnostics()
     }
     async fn close(&self) -> cairn::Result<()> {
         self.closes.fetch_add(1, Ordering::SeqCst);

@@ -37,6 +37,7 @@ use async_trait::async_trait;
 use cairn_core::spool::Spool;
 use cairn_core::{EpochDiagnostics, Result};
 
+use crate::diagnostics::Diagnostics;
 use crate::open::Session;
 use crate::runner::MigrationBackend;
 
@@ -65,6 +66,11 @@ pub trait Backend: Send + Sync {
     /// The session the open ran: what it did per migration set
     /// ([`Session::migrations`]), its fleet entry and the live fleet.
     fn session(&self) -> &Session;
+
+    /// Read-only diagnostics of the store (its integrity, the additivity check's leftovers),
+    /// on the store's own connections where the engine keeps a pool: what a running server's
+    /// `/v1/doctor` asks. See [`Diagnostics`] for the contract.
+    fn diagnostics(&self) -> Arc<dyn Diagnostics>;
 
     /// Shuts the store down in order: first [`Session::close`] (the heartbeat stops, the
     /// registry entry is removed), then the backend's connections, waiting for those in use.
