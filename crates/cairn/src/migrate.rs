@@ -23,6 +23,7 @@ pub use cairn_migrate::{
     StoredState, CAIRN_SET,
 };
 pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER};
+pub use cairn_migrate::{Diagnostics, Integrity};
 
 use crate::url::{Backend, DatabaseUrl};
 
@@ -93,6 +94,45 @@ pub async fn live_builds(
 ) -> Result<Vec<FleetEntry>> {
     let all = backend.read_fleet().await.map_err(Error::from)?;
     Ok(cairn_migrate::fleet::live(all, now, expiry))
+}
+
+/// Read-only [`Diagnostics`] of the store at `url` (its integrity, the additivity check's
+/// leftovers where its engine makes them), built from the location alone: it works on a
+/// store that is damaged, missing or refused, and never creates or migrates one (`cairn
+/// doctor`).
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a bad Postgres schema name or a backend this build was
+/// compiled without.
+pub fn diagnostics(url: &DatabaseUrl) -> Result<Arc<dyn Diagnostics>> {
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            #[cfg(feature = "sqlite")]
+            {
+                Ok(Arc::new(cairn_sqlite::SqliteDiagnostics::new(path)))
+            }
+            #[cfg(not(feature = "sqlite"))]
+            {
+                let _ = path;
+                Err(crate::store::missing_feature(Backend::Sqlite))
+            }
+        }
+        DatabaseUrl::Postgres { url, schema } => {
+            #[cfg(feature = "postgres")]
+            {
+                let mut opts = cairn_postgres::PgOptions::new(url.clone());
+                if let Some(schema) = schema {
+                    opts = opts.schema(schema.clone());
+                }
+                Ok(Arc::new(cairn_postgres::PgDiagnostics::new(opts)?))
+            }
+            #[cfg(not(feature = "postgres"))]
+            {
+                let _ = (url, schema);
+                Err(crate::store::missing_feature(Backend::Postgres))
+            }
+        }
+    }
 }
 
 /// The executed additivity check's engine for `backend`. The Postgres engine builds its

@@ -7,7 +7,8 @@ use crate::open::DATABASE_ENV;
 /// Default number of events per feed page.
 pub(crate) const DEFAULT_FEED_LIMIT: usize = 100;
 
-/// cairn: per-space causal event histories with a self-validating head cache.
+/// cairn: an epoch log (causal event histories per space), a spool of runs for many workers and
+/// lineage-aware schema migrations, on SQLite or PostgreSQL.
 #[derive(Parser)]
 #[command(name = "cairn", version)]
 pub(crate) struct Cli {

@@ -10,7 +10,8 @@ use std::io::Write;
 
 use cairn::backfill::probe;
 use cairn::migrate::{classify, Classification, MigrationSet, Runner};
-use cairn::{DatabaseUrl, RunState};
+use cairn::migrate::{Diagnostics, Integrity};
+use cairn::{Backend, DatabaseUrl, RunState};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -21,18 +22,6 @@ const PARKED_REPAIR: &str = "cairn runs --state parked; cairn run show ID";
 
 /// How many spaces the head-cache check samples (in id order).
 const HEAD_SAMPLE: usize = 1000;
-
-/// The tables every cairn store holds (revisions 0001–0003).
-const TABLES: [&str; 8] = [
-    "epoch",
-    "epoch_parent",
-    "epoch_event",
-    "epoch_head",
-    "spool_run",
-    "spool_event",
-    "spool_fact",
-    "spool_import",
-];
 
 /// One check's result.
 #[derive(Serialize, Debug)]
@@ -82,6 +71,8 @@ pub(crate) struct Serving<'a> {
     pub(crate) spool: &'a dyn cairn::Spool,
     /// The store's epoch-log diagnostics.
     pub(crate) diagnostics: &'a dyn cairn::EpochDiagnostics,
+    /// The store's own diagnostics (integrity, scratch leftovers), on its connections.
+    pub(crate) store: &'a dyn Diagnostics,
 }
 
 /// Runs every check against `target`. `app` is an application's set to report on as well;
@@ -94,10 +85,11 @@ pub(crate) async fn report(
     serving: Option<Serving<'_>>,
 ) -> Report {
     let mut checks = Vec::new();
-    let integrity = integrity(target).await;
+    let own = serving.as_ref().map(|s| s.store);
+    let integrity = integrity(target, own).await;
     let intact = integrity.ok;
     checks.push(integrity);
-    checks.push(scratch(target).await);
+    checks.push(scratch(target, own).await);
     let mut openable = false;
     if intact {
         let mut sets = vec![cairn::migrate::cairn_set()];
@@ -154,190 +146,86 @@ async fn ready(diagnostics: &dyn cairn::EpochDiagnostics) -> Check {
     }
 }
 
-/// SQLite: `PRAGMA quick_check` on a read-only connection. Postgres: cairn's tables present in
-/// the store's schema.
-async fn integrity(target: &DatabaseUrl) -> Check {
+/// The store's integrity, as its backend's diagnostics find it (SQLite: `PRAGMA quick_check`
+/// on a read-only connection; Postgres: every table cairn's revisions up to the store's stamp
+/// create, in the store's schema): a running server's store's own (`own`), or, without one,
+/// asked without opening the store.
+async fn integrity(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
+    let found = match own {
+        Some(own) => own.integrity().await,
+        None => match cairn::migrate::diagnostics(target) {
+            Ok(diagnostics) => diagnostics.integrity().await,
+            Err(e) => return Check::problem("integrity", one(&e.to_string()), None),
+        },
+    };
+    integrity_check(target.backend(), found)
+}
+
+/// The check, with the binary's words, for what the backend's diagnostics found.
+fn integrity_check(backend: Backend, found: Integrity) -> Check {
     const DAMAGED: &str = "restore the store from a backup, or point --database at the right store";
-    match target {
-        DatabaseUrl::Sqlite(path) => {
-            if !path.exists() {
-                return Check::problem(
-                    "integrity",
-                    "no store file here; the first `cairn append` creates it",
-                    None,
-                );
-            }
-            let target_path = path.as_path();
-            let path = path.clone();
-            let result = tokio::task::spawn_blocking(move || -> Result<Vec<String>, String> {
-                let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-                let conn = rusqlite::Connection::open_with_flags(&path, flags)
-                    .map_err(|e| e.to_string())?;
-                let mut stmt = conn
-                    .prepare("PRAGMA quick_check")
-                    .map_err(|e| e.to_string())?;
-                let rows = stmt
-                    .query_map([], |r| r.get::<_, String>(0))
-                    .map_err(|e| e.to_string())?;
-                rows.collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| e.to_string())
-            })
-            .await;
-            match result {
-                Ok(Ok(rows)) if rows == ["ok"] => Check::ok("integrity", "quick_check: ok"),
-                Ok(Ok(rows)) => Check::problem(
-                    "integrity",
-                    format!("quick_check found {} problem(s); {DAMAGED}", rows.len()),
-                    None,
-                ),
-                Ok(Err(e)) => match read_only(target_path) {
-                    // Not damage: SQLite cannot open a WAL store, even to read, where it cannot
-                    // create the store's shared-memory file (`-shm`) beside it.
-                    Some(why) => Check::problem(
-                        "integrity",
-                        format!(
-                            "the store is read-only ({why}), so SQLite cannot open it, not even \
-                             to read ({}); nothing says it is damaged: make it writable (e.g. \
-                             remount the file system read-write) or copy the store to a \
-                             writable directory, and run doctor again",
-                            one(&e)
-                        ),
-                        None,
-                    ),
-                    None => Check::problem(
-                        "integrity",
-                        format!("not a readable SQLite database ({}); {DAMAGED}", one(&e)),
-                        None,
-                    ),
-                },
-                Err(_) => Check::problem("integrity", "the check did not finish", None),
-            }
+    const NAME: &str = "integrity";
+    match found {
+        Integrity::Intact { detail } => Check::ok(NAME, one(&detail)),
+        Integrity::Missing => match backend {
+            Backend::Sqlite => Check::problem(
+                NAME,
+                "no store file here; the first `cairn append` creates it",
+                None,
+            ),
+            _ => Check::problem(
+                NAME,
+                "no cairn table in this schema: not a cairn store yet; any writing command \
+                 (e.g. `cairn migrate up`) creates it",
+                Some("cairn migrate up"),
+            ),
+        },
+        Integrity::Damaged { detail } => {
+            Check::problem(NAME, format!("{}; {DAMAGED}", one(&detail)), None)
         }
-        DatabaseUrl::Postgres { schema, .. } => {
-            // cairn's parser: it refuses a query parameter the driver would log with its value.
-            let options = match target.postgres_connect_options() {
-                Ok(o) => o,
-                Err(e) => return Check::problem("integrity", one(&e.to_string()), None),
-            };
-            let pool = match sqlx::postgres::PgPoolOptions::new()
-                .max_connections(1)
-                .connect_with(options)
-                .await
-            {
-                Ok(p) => p,
-                // The driver's message may hold the host; say only what failed.
-                Err(_) => {
-                    return Check::problem(
-                        "integrity",
-                        "cannot connect to the Postgres server; check that it runs and that \
-                         --database names it",
-                        None,
-                    )
+        Integrity::ReadOnly { detail } => Check::problem(
+            NAME,
+            format!(
+                "{}; nothing says it is damaged: make it writable (e.g. remount the file system \
+                 read-write) or copy the store to a writable directory, and run doctor again",
+                one(&detail)
+            ),
+            None,
+        ),
+        Integrity::Unreachable => Check::problem(
+            NAME,
+            format!(
+                "cannot connect to the {} server; check that it runs and that --database names it",
+                match backend {
+                    Backend::Postgres => "Postgres",
+                    _ => "store's",
                 }
-            };
-            let found: Result<Vec<String>, _> = sqlx::query_scalar(
-                "SELECT table_name::text FROM information_schema.tables \
-                 WHERE table_schema = COALESCE($1, current_schema())",
-            )
-            .bind(schema.as_deref())
-            .fetch_all(&pool)
-            .await;
-            pool.close().await;
-            match found {
-                Ok(found) => {
-                    let missing: Vec<&str> = TABLES
-                        .iter()
-                        .copied()
-                        .filter(|t| !found.iter().any(|f| f == t))
-                        .collect();
-                    if missing.is_empty() {
-                        Check::ok("integrity", "every cairn table is present")
-                    } else if missing.len() == TABLES.len() {
-                        Check::problem(
-                            "integrity",
-                            "no cairn table in this schema: not a cairn store yet; any \
-                             writing command (e.g. `cairn migrate up`) creates it",
-                            Some("cairn migrate up"),
-                        )
-                    } else {
-                        Check::problem(
-                            "integrity",
-                            format!("missing tables: {}; {DAMAGED}", missing.join(", ")),
-                            None,
-                        )
-                    }
-                }
-                Err(_) => Check::problem("integrity", "cannot list the schema's tables", None),
-            }
-        }
+            ),
+            None,
+        ),
+        Integrity::Unchecked { detail } => Check::problem(NAME, one(&detail), None),
     }
-}
-
-/// Why the store file at `path` cannot be written, when that is so: a read-only file system,
-/// or a file or directory this user may not write (permissions, an immutable flag). Checked
-/// with `access(2)`, which opens nothing: closing a descriptor of the store file would drop the
-/// SQLite locks this process holds on it (a running server's `/v1/doctor`).
-fn read_only(path: &std::path::Path) -> Option<&'static str> {
-    #[cfg(unix)]
-    {
-        use rustix::fs::{access, Access};
-        use rustix::io::Errno;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => std::path::Path::new("."),
-        };
-        let checks = [
-            (path, "the file is not writable by this user"),
-            (dir, "its directory is not writable by this user"),
-        ];
-        checks
-            .into_iter()
-            .find_map(|(p, unwritable)| match access(p, Access::WRITE_OK) {
-                Err(Errno::ROFS) => Some("read-only file system"),
-                Err(Errno::ACCESS | Errno::PERM) => Some(unwritable),
-                _ => None,
-            })
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = path;
-        None
-    }
-}
-
-/// The prefix of the additivity check's throwaway SQLite directories (in the temporary
-/// directory, each with a `.lock` file beside it while its check runs).
-const SQLITE_SCRATCH: &str = "cairn_additivity_";
-/// The prefix of the additivity check's throwaway Postgres schemas.
-const PG_SCRATCH: &str = "cairn_add_";
-
-/// Whether `name` is `prefix` + 16 lowercase hex digits, as `scratch_name` makes them.
-fn is_scratch(name: &str, prefix: &str) -> bool {
-    name.strip_prefix(prefix).is_some_and(|hex| {
-        hex.len() == 16
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// Environment variable naming the scratch Postgres server of `cairn migrate check`.
 const SCRATCH_POSTGRES_ENV: &str = "CAIRN_CHECK_POSTGRES_URL";
 
-/// Leftovers of `cairn migrate check` that no running check owns: scratch directories of the
-/// SQLite engine in the temporary directory whose lock file is gone or unlocked, and scratch
-/// schemas of the Postgres engine with no session of their check connected (the check's
-/// sessions carry the schema's name as their `application_name`) on the scratch server
-/// (`CAIRN_CHECK_POSTGRES_URL`), or, without one, in a Postgres store's own database. Read-only:
-/// nothing is removed; the next `cairn migrate check` on the same machine or server removes them.
-async fn scratch(target: &DatabaseUrl) -> Check {
+/// Leftovers of `cairn migrate check` that no running check owns, as the backends' diagnostics
+/// list them (each engine decides which names are its scratch stores and when a check owns
+/// one): the SQLite engine's scratch directories in this machine's temporary directory, and
+/// the Postgres engine's scratch schemas on the scratch server (`CAIRN_CHECK_POSTGRES_URL`),
+/// or, without one, in a Postgres store's own database (asked of a running server's store's
+/// own diagnostics, `own`, when there are). Read-only: nothing is removed; the next `cairn
+/// migrate check` on the same machine or server removes them.
+async fn scratch(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
     let mut found = Vec::new();
     let mut repairs = Vec::new();
-    let base = std::env::temp_dir();
-    let dirs = tokio::task::spawn_blocking(move || sqlite_leftovers(&base))
-        .await
-        .unwrap_or_default();
+    // A SQLite handle lists the SQLite engine's leftovers of this machine, whatever its path.
+    let local = DatabaseUrl::Sqlite(std::env::temp_dir());
+    let dirs = match cairn::migrate::diagnostics(&local) {
+        Ok(d) => d.scratch_leftovers().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     if !dirs.is_empty() {
         found.push(format!(
             "{} director(ies) in the temporary directory: {}",
@@ -348,11 +236,11 @@ async fn scratch(target: &DatabaseUrl) -> Check {
     }
     let (server, repair) = match (std::env::var(SCRATCH_POSTGRES_ENV).ok(), target) {
         (Some(url), _) => (
-            Some(DatabaseUrl::parse(&url).and_then(|u| u.postgres_connect_options())),
+            Some(DatabaseUrl::parse(&url).map(|u| (u, None))),
             "cairn migrate check --backend postgres",
         ),
         (None, DatabaseUrl::Postgres { .. }) => (
-            Some(target.postgres_connect_options()),
+            Some(Ok((target.clone(), own))),
             // The check refuses its own store's database as its scratch server, so it is run
             // for another store (the default one, without --database).
             "cairn migrate check --backend postgres --postgres-url URL (URL: this database; \
@@ -361,11 +249,17 @@ async fn scratch(target: &DatabaseUrl) -> Check {
         (None, DatabaseUrl::Sqlite(_)) => (None, ""),
     };
     if let Some(server) = server {
-        let found_schemas = match server {
-            Ok(options) => pg_leftovers(options).await,
-            Err(_) => None,
+        let listed = match server {
+            Ok((_, Some(own))) => own.scratch_leftovers().await.ok(),
+            Ok((url, None)) if url.backend() == Backend::Postgres => {
+                match cairn::migrate::diagnostics(&url) {
+                    Ok(d) => d.scratch_leftovers().await.ok(),
+                    Err(_) => None,
+                }
+            }
+            _ => None,
         };
-        match found_schemas {
+        match listed {
             Some(schemas) if !schemas.is_empty() => {
                 found.push(format!(
                     "{} schema(s) on the Postgres scratch server: {}",
@@ -396,58 +290,6 @@ async fn scratch(target: &DatabaseUrl) -> Check {
             Some(&repairs.join("; ")),
         )
     }
-}
-
-fn sqlite_leftovers(base: &std::path::Path) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(base) else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !is_scratch(name, SQLITE_SCRATCH) {
-            continue;
-        }
-        if !std::fs::symlink_metadata(entry.path()).is_ok_and(|m| m.is_dir()) {
-            continue;
-        }
-        let lock = base.join(format!("{name}.lock"));
-        let owned = match std::fs::File::open(&lock) {
-            // A lock we can take is nobody's: release it at once (closing the file does).
-            Ok(file) => !matches!(fs4::FileExt::try_lock(&file), Ok(())),
-            Err(_) => false,
-        };
-        if !owned {
-            found.push(name.to_owned());
-        }
-    }
-    found.sort();
-    found
-}
-
-async fn pg_leftovers(options: sqlx::postgres::PgConnectOptions) -> Option<Vec<String>> {
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect_with(options)
-        .await
-        .ok()?;
-    let names: Result<Vec<String>, _> = sqlx::query_scalar(
-        "SELECT n.nspname::text FROM pg_namespace n \
-         WHERE n.nspname LIKE 'cairn\\_add\\_%' \
-         AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = n.nspname) \
-         ORDER BY 1",
-    )
-    .fetch_all(&pool)
-    .await;
-    pool.close().await;
-    Some(
-        names
-            .ok()?
-            .into_iter()
-            .filter(|n| is_scratch(n, PG_SCRATCH))
-            .collect(),
-    )
 }
 
 /// The set's stamp, lineage and classification, read without the lock. Returns the check and

@@ -44,6 +44,15 @@ pub(crate) async fn run(
         Backend::Postgres => Dialect::Postgres,
         _ => Dialect::Sqlite,
     };
+    // A single-engine set (no files for the store's engine) refuses the store in one line
+    // naming the missing dialect; `check` picks its engines itself, `fleet` and `down` do not
+    // use the set's SQL.
+    if !matches!(
+        action,
+        MigrateAction::Check { .. } | MigrateAction::Fleet { .. } | MigrateAction::Down { .. }
+    ) {
+        set.require(dialect).map_err(store)?;
+    }
     match action {
         MigrateAction::History => {
             let state = match migrator(target, IfMissing::Refuse) {
@@ -311,24 +320,50 @@ async fn check(
     if let Some(file) = with_revision {
         revisions.push(revision_from_file(file, &set.head().id)?);
     }
+    // A single-engine set is checked on its engine: named explicitly, the other engine is
+    // refused naming the missing dialect; `--backend all` runs the set's engine only.
+    let runs = |engine: CheckBackend, dialect: Dialect| match backend {
+        CheckBackend::All => Ok(set.supports(dialect)),
+        b if b == engine => set.require(dialect).map(|()| true).map_err(store),
+        _ => Ok(false),
+    };
+    let (sqlite, postgres) = (
+        runs(CheckBackend::Sqlite, Dialect::Sqlite)?,
+        runs(CheckBackend::Postgres, Dialect::Postgres)?,
+    );
+    for (ran, skipped, only) in [
+        (sqlite, Backend::Postgres, Backend::Sqlite),
+        (postgres, Backend::Sqlite, Backend::Postgres),
+    ] {
+        if ran && set.only().is_some() {
+            writeln!(
+                out,
+                "{skipped}: not checked: set {} is {only}-only",
+                set.name()
+            )?;
+        }
+    }
     let set = MigrationSet::new(set.name(), revisions).map_err(store)?;
     let mut engines: Vec<(Backend, Arc<dyn AdditivityEngine>)> = Vec::new();
-    if backend != CheckBackend::Postgres {
+    if sqlite {
         engines.push((Backend::Sqlite, additivity_engine(Backend::Sqlite, None)?));
     }
-    if backend != CheckBackend::Sqlite {
+    if postgres {
         // The check runs revisions on a server, inside throwaway schemas; it is never pointed
         // at the store's own database by default (a revision could still take locks there, or
-        // reach further), so the server is always named explicitly.
-        let url = postgres_url
-            .or_else(|| std::env::var(SCRATCH_POSTGRES_ENV).ok())
-            .ok_or_else(|| {
-                CliError::Config(format!(
+        // reach further), so the server is always named explicitly. Without one it is a usage
+        // error (exit status 2), as a missing required flag is.
+        let Some(url) = postgres_url.or_else(|| std::env::var(SCRATCH_POSTGRES_ENV).ok()) else {
+            clap::Error::raw(
+                clap::error::ErrorKind::MissingRequiredArgument,
+                format!(
                     "the Postgres additivity check needs a scratch server: pass --postgres-url URL \
                      (or set {SCRATCH_POSTGRES_ENV}) naming a server whose databases hold no \
-                     production data, or run --backend sqlite"
-                ))
-            })?;
+                     production data, or run --backend sqlite\n"
+                ),
+            )
+            .exit()
+        };
         if let DatabaseUrl::Postgres { url: store, .. } = target {
             if DatabaseUrl::parse(&url).ok().is_some_and(|u| match u {
                 DatabaseUrl::Postgres { url, .. } => url == *store,

@@ -2,6 +2,8 @@
 //! status prints upgrade / ahead / refused, the refusal is one line with exit status 1, and
 //! `up`, `history` and `repair` do what they say.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -603,11 +605,12 @@ fn the_postgres_check_needs_an_explicit_scratch_server_never_the_stores_database
         .args(["migrate", "check", "--backend", "postgres"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A missing flag is a usage error (issue 25): exit 2, naming the flag and the variable.
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
     assert!(
-        text(&out.stderr).contains("--postgres-url"),
-        "{}",
-        text(&out.stderr)
+        err.contains("--postgres-url") && err.contains("CAIRN_CHECK_POSTGRES_URL"),
+        "{err}"
     );
 
     let store = "postgres://app:hunter2@127.0.0.1:1/app?cairn_schema=app";
@@ -1022,4 +1025,90 @@ async fn fleet_entries_and_contract_refusals_escape_control_characters_on_both_b
         service.close().await.unwrap();
     }
     drop_schema(&pg, &schema).await;
+}
+
+/// A fixture set of `crates/migrate/tests/fixtures` (single-engine sets).
+fn single_engine_fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../migrate/tests/fixtures")
+        .join(name)
+}
+
+/// `cairn --database <url> migrate --set solo --source <fixture> args…`.
+fn run_solo(url: &str, fixture: &str, args: &[&str]) -> Output {
+    common::cairn(url)
+        .args(["migrate", "--set", "solo", "--source"])
+        .arg(single_engine_fixture(fixture))
+        .args(args)
+        .output()
+        .expect("the cairn binary runs")
+}
+
+/// Issue 25: a SQLite-only set (no `.postgres.sql` file) goes up and is checked on SQLite
+/// without a Postgres server; on a Postgres store `status`, `up` and `check --backend
+/// postgres` refuse it in one line naming the missing dialect (exit 1), while a Postgres-only
+/// set goes up there.
+#[test]
+fn a_single_engine_set_runs_on_its_engine_and_is_refused_on_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("solo.db").display().to_string();
+    let up = ok(run_solo(&db, "sqlite_only", &["up"]));
+    assert!(up.contains("0002_note_tags"), "{up}");
+    let status = ok(run_solo(&db, "sqlite_only", &["status"]));
+    assert!(status.contains("state: at head"), "{status}");
+    for backend in ["all", "sqlite"] {
+        let out = run_solo(&db, "sqlite_only", &["check", "--backend", backend]);
+        let stdout = ok(out);
+        assert!(stdout.contains("sqlite 0002_note_tags: ok"), "{stdout}");
+        assert!(
+            stdout.contains("postgres: not checked: set solo is sqlite-only"),
+            "{stdout}"
+        );
+    }
+    let refused = run_solo(&db, "sqlite_only", &["check", "--backend", "postgres"]);
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused.stderr));
+    let err = text(&refused.stderr);
+    assert!(
+        err.contains("SQLite-only") && err.contains("no Postgres SQL"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    common::on_postgres("cairn_solo", |pg| {
+        for args in [&["status"][..], &["up"]] {
+            let out = run_solo(pg, "sqlite_only", args);
+            assert_eq!(
+                out.status.code(),
+                Some(1),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+            let err = text(&out.stderr);
+            assert!(
+                err.contains("SQLite-only")
+                    && err.contains("no Postgres SQL")
+                    && err.contains("0002_note_tags.postgres.sql"),
+                "{args:?}: {err}"
+            );
+        }
+        let up = ok(run_solo(pg, "postgres_only", &["up"]));
+        assert!(up.contains("0002_note_tags"), "{up}");
+        let status = ok(run_solo(pg, "postgres_only", &["status"]));
+        assert!(status.contains("state: at head"), "{status}");
+    });
+}
+
+/// Issue 25: `cairn --help` describes all three capabilities in its first line: the epoch log,
+/// the spool and the migrations.
+#[test]
+fn the_binarys_description_names_the_epoch_log_the_spool_and_migrations() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("--help")
+        .output()
+        .expect("the cairn binary runs");
+    let help = ok(out);
+    let first = help.lines().next().unwrap_or_default();
+    for part in ["epoch log", "spool", "lineage-aware schema migrations"] {
+        assert!(first.contains(part), "{part:?} missing: {first}");
+    }
 }

@@ -16,6 +16,8 @@ pub(crate) struct Target {
     pub(crate) url: DatabaseUrl,
     /// `spool.retention_max_bytes`.
     pub(crate) retention_max_bytes: u64,
+    /// The open store's own diagnostics (integrity, scratch leftovers).
+    pub(crate) store: std::sync::Arc<dyn cairn::migrate::Diagnostics>,
 }
 
 /// One check of the report.
@@ -61,6 +63,7 @@ pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<D
         Some(crate::doctor::Serving {
             spool: state.spool.as_ref(),
             diagnostics: state.diagnostics.as_ref(),
+            store: state.doctor.store.as_ref(),
         }),
     )
     .await;

@@ -428,6 +428,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         doctor: Arc::new(doctor::Target {
             url: target.clone(),
             retention_max_bytes: settings.retention_max_bytes,
+            store: store.store_diagnostics(),
         }),
     };
     let app = routes::router(state, Arc::new(settings.tokens), settings.limits);
