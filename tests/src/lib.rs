@@ -7,24 +7,49 @@
 //!
 //! ## Plugging in a backend
 //!
-//! 1. Implement [`Harness`] for a type that owns one empty store location (a temporary file, a
-//!    fresh Postgres schema): [`Harness::open`] returns a new store instance over that location
-//!    on every call (so a case can reopen the store, or open two "nodes"), and
-//!    [`Harness::legacy_append`] writes an epoch the way a writer that predates the head cache
-//!    does.
-//! 2. In the backend crate's `tests/conformance.rs`, expand the suite with an expression that
-//!    evaluates (awaited) to a fresh harness. For the in-memory reference backend — the worked
-//!    example, which this crate runs in its own `tests/memory.rs` — that is:
+//! A backend's conformance tests live in its own test crate (or its `tests/` directory):
+//!
+//! 1. **Dependencies.** The macros expand to `#[::tokio::test(flavor = "multi_thread",
+//!    worker_threads = 2)]` functions and the harness traits are `#[async_trait]` traits, so the
+//!    test crate needs, next to the backend itself:
+//!
+//!    ```toml
+//!    [dev-dependencies]
+//!    cairn-conformance = "0.1"
+//!    tokio = { version = "1", features = ["macros", "rt-multi-thread"] }
+//!    async-trait = "0.1"
+//!    # The harness traits' types: `cairn`'s root (EpochDiagnostics, Spool, ManualClock, …),
+//!    # `cairn::backend` (Runner, MigrationBackend; feature `backend`) and `cairn::migrate`
+//!    # (AdditivityEngine). No cairn-core or cairn-migrate dependency is needed.
+//!    cairn = { version = "0.1", features = ["backend"] }
+//!    ```
+//!
+//! 2. **A harness.** Implement [`Harness`] for a type that owns one empty store location (a
+//!    temporary file, a fresh Postgres schema) and can open the store there again and again;
+//!    each method's contract is on the trait. Every harness method must leave the async
+//!    executor free: the cases run on two worker threads and race harness calls against
+//!    timeouts and against each other. A driver call that can wait (on a lock, on the network)
+//!    runs on `tokio::task::spawn_blocking` or an async driver; only a short read that never
+//!    waits on a lock may use `tokio::task::block_in_place`. A blocking
+//!    [`MigrationHarness::execute_sql`] fails M6: the case polls it under a 300 ms timeout
+//!    while the test itself holds the migration lock, so a call that blocks its thread until
+//!    the lock is released never lets the timeout fire, and the lock is never released.
+//!
+//! 3. **The suite.** Expand it with an expression that evaluates (awaited) to a fresh harness;
+//!    `EXPR` is awaited once per test, so every case gets its own location. For the in-memory
+//!    reference backend — the worked example, which this crate runs in its own
+//!    `tests/memory.rs` — that is:
 //!
 //! ```
 //! cairn_conformance::suite!(async { cairn_conformance::MemoryHarness::new() });
 //! ```
 //!
-//! 3. Add flags after the expression for what the backend supports, each requiring more of the
-//!    harness:
-//!    - `migrations` — the M cases (implement [`MigrationHarness`]), each for cairn's own set
-//!      (`m4_…`) and for an application's set opened after it (`m4_app_…`), plus two builds
-//!      of a service sharing one store;
+//! 4. **Flags** after the expression, for what the backend supports, each requiring more of
+//!    the harness:
+//!    - `migrations` — the M, D and F cases (implement [`MigrationHarness`]), each for cairn's
+//!      own set (`m4_…`) and for an application's set opened after it (`m4_app_…`), plus two
+//!      builds of a service sharing one store; see [SQL dialects](#sql-dialects-and-the-migration-cases)
+//!      for what they ask of the engine;
 //!    - `migrations, additivity` — also the A cases (implement [`AdditivityHarness`]);
 //!    - `…, multi_node` (last) — the cases for backends whose separately opened instances are
 //!      separate nodes that lock spaces independently (implement
@@ -33,9 +58,75 @@
 //!    cairn's SQLite backend runs `suite!(cairn_sqlite::testkit::harness(), migrations,
 //!    additivity)`; its Postgres backend adds `multi_node`.
 //!
-//! 4. For a backend with a spool, implement [`SpoolHarness`] (spools over the same location on
-//!    one [`ManualClock`]) and add a second line, `cairn_conformance::spool_suite!(EXPR);`,
-//!    which expands the S cases. The memory backend's `tests/memory.rs` has both lines.
+//! 5. **The spool.** For a backend with a spool, implement [`SpoolHarness`] (spools over the
+//!    same location on one [`ManualClock`]) — all its methods, [`SpoolHarness::open_spool_as`]
+//!    included: S14, which every spool backend runs, opens the store as two builds one
+//!    additive revision apart, because a rolling upgrade is exactly that — and add a second
+//!    line, `cairn_conformance::spool_suite!(EXPR);`, which expands the S cases. The memory
+//!    backend's `tests/memory.rs` has both lines.
+//!
+//! `examples/delegating-backend` in cairn's repository is a complete backend written against
+//! the public API only (a wrapper around another backend handle, opened through
+//! `cairn::Store::from_backend`) that runs the whole suite this way; its crate docs say which
+//! harness methods go through its store and why the others cannot.
+//!
+//! ## The harness methods
+//!
+//! | Method | Contract (details on the method) |
+//! |---|---|
+//! | [`Harness::backend`] | a short name, used in panic messages |
+//! | [`Harness::open`] | a new instance over the location on every call, all seeing the same data |
+//! | [`Harness::legacy_append`] | an append that predates the head cache: same lock and seq rule, never touches the cache |
+//! | [`Harness::append_statement_budget`] | the exact statement count of a cached append, or `None` (E11 then checks nothing) |
+//! | [`Harness::hold_space_lock`] | `multi_node` only: one space's write lock held until released |
+//! | [`MigrationHarness::fresh`] | a harness over a new, empty location |
+//! | [`MigrationHarness::migrator`] | the location's migration backend |
+//! | [`MigrationHarness::open_as`] | the epoch store opened as the build `runner` describes |
+//! | [`MigrationHarness::schema`] | every table and its columns, bookkeeping left out |
+//! | [`MigrationHarness::commit_probe`] | a value that changes when a write to the migration state or schema commits |
+//! | [`MigrationHarness::execute_sql`] | one portable statement, committed, waiting for locks without blocking |
+//! | [`MigrationHarness::query_i64`] | one portable `SELECT` of one 64-bit integer |
+//! | [`AdditivityHarness::additivity`] | the engine of the executed additivity check |
+//! | [`SpoolHarness::clock`] | the one clock every spool of the harness reads |
+//! | [`SpoolHarness::open_spool`] | a new spool instance over the location on every call |
+//! | [`SpoolHarness::fresh_spool`] | a spool over a new, empty location, same clock |
+//! | [`SpoolHarness::open_spool_as`] | a spool opened as the build `runner` describes (required) |
+//!
+//! All of them are async (but `backend`, `append_statement_budget`, `additivity` and `clock`)
+//! and none may block the executor (see step 2).
+//!
+//! ## SQL dialects and the migration cases
+//!
+//! The M, D, F and A cases drive the engine through SQL, so a backend that runs them must
+//! speak it:
+//!
+//! - **cairn's own set in its dialect.** A revision carries its SQL per
+//!   `cairn::migrate::Dialect` (files `NNNN_name.sqlite.sql`, `NNNN_name.postgres.sql`) and the
+//!   runner runs the one its [`MigrationBackend::dialect`] names. An engine that accepts
+//!   SQLite's or Postgres's SQL as it is reports that dialect; a genuinely new dialect needs a
+//!   `Dialect` variant and every revision of cairn's set written in it — a change to cairn
+//!   itself, not to the backend crate.
+//! - **Portable DDL.** The cases' test revisions and the application fixtures
+//!   (`tests/fixtures/app_*`) have one text for both dialects: `CREATE TABLE t (id BIGINT NOT
+//!   NULL PRIMARY KEY, note TEXT)`, `ALTER TABLE t ADD COLUMN c TEXT`, `CREATE INDEX i ON t
+//!   (c)`, `DROP TABLE`; M10 hands the runner `BEGIN`, `COMMIT`, `END` and `ROLLBACK` and
+//!   expects each to fail the upgrade with nothing changed.
+//! - **Portable DML through [`MigrationHarness::execute_sql`] and
+//!   [`MigrationHarness::query_i64`]:** multi-row `INSERT … VALUES (…), (…)`, `UPDATE`,
+//!   `DELETE` with scalar subqueries, `SELECT count(*) … WHERE … LIKE …` returning a 64-bit
+//!   integer.
+//! - **cairn's table names.** The cases edit bookkeeping and data by hand to model damage and
+//!   older builds, so the engine keeps them in cairn's tables with cairn's columns: the
+//!   migration stamp and lineage (`cairn_migration_stamp`, `cairn_migration_lineage` with
+//!   `set_name, position, revision, checksum`), the contract record (`cairn_contract` with
+//!   `revision, forced, blockers`) and the epoch log (`epoch`, `epoch_event`, `epoch_parent`
+//!   with `seq`, `id`, `child`). [`MigrationHarness::schema`] leaves out
+//!   `cairn_migrate::BOOKKEEPING_TABLES`.
+//! - **The A cases** need the engine's side of the executed additivity check, an
+//!   [`AdditivityEngine`], which runs revisions on scratch copies of a schema in the engine.
+//!
+//! An engine that is not SQL at all runs the suite without `migrations`: the E and S cases
+//! use only [`Harness`] and [`SpoolHarness`].
 //!
 //! Property tests draw [`proptest_cases`] cases (default 24; set `CAIRN_PROPTEST_CASES` for a
 //! deep run).
@@ -64,19 +155,27 @@ pub trait HeldLock: Send {
 
 /// What the suite needs from a backend: a store location that can be opened repeatedly, plus
 /// test-only writers.
+///
+/// # Contract (every method)
+/// The async methods must not block the executor: a driver call that can wait runs on
+/// `tokio::task::spawn_blocking` or an async driver (see the [crate docs](crate)). A method
+/// may panic when its location cannot be reached: that fails the case, which is right.
 #[async_trait]
 pub trait Harness: Send + Sync + 'static {
     /// Short backend name (`memory`, `sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
 
-    /// Opens a new store instance over this harness's location. Every call returns a separate
-    /// instance (its own connections); all see the same data.
+    /// Opens a new store instance over this harness's location, creating the store on the
+    /// first call, exactly as the backend's own open does (cairn's set brought to this build's
+    /// head). Every call returns a separate instance (its own connections, like another
+    /// process); all see the same data. Cases reopen the store to check what survived, and
+    /// open two instances to race them.
     async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>>;
 
     /// Appends an epoch the way a writer that predates the head cache does: under the same
     /// space lock and seq rule as [`cairn_core::EpochStore::append`], with the anti-join's
     /// heads as parents — or `parents` when given, to make a fork — and never touching the
-    /// cache.
+    /// cache. The E4–E7 cases build the histories a pre-cache writer leaves with it.
     async fn legacy_append(
         &self,
         space: &SpaceId,
@@ -90,7 +189,8 @@ pub trait Harness: Send + Sync + 'static {
     fn append_statement_budget(&self) -> Option<u64>;
 
     /// Opens a transaction that holds `space`'s write lock until the returned guard is
-    /// released. Only backends that lock spaces independently support it (`multi_node`).
+    /// released. Only backends that lock spaces independently support it (`multi_node`); the
+    /// default panics, and only the `multi_node` cases call it.
     async fn hold_space_lock(&self, space: &SpaceId) -> Result<Box<dyn HeldLock>> {
         let _ = space;
         panic!(
@@ -105,14 +205,20 @@ pub trait Harness: Send + Sync + 'static {
 /// committed writes.
 #[async_trait]
 pub trait MigrationHarness: Harness + Sized {
-    /// A harness over a new, empty store location of the same backend.
+    /// A harness over a new, empty store location of the same backend, where no store exists
+    /// yet (the M cases open it with builds of their own).
     async fn fresh(&self) -> Self;
 
-    /// The store's migration backend (cairn-migrate's view of this location).
+    /// The store's migration backend (cairn-migrate's view of this location): the cases read
+    /// its state, take its lock and write its bookkeeping by hand to model other builds. It
+    /// must reach the same store as [`Harness::open`], and may be a new one on every call.
     async fn migrator(&self) -> Arc<dyn MigrationBackend>;
 
-    /// Opens the epoch store as a build whose own migration set is `runner`'s (cairn's
-    /// revisions, possibly followed by test revisions).
+    /// Opens the epoch store as a build whose own migration set is `runner`'s: cairn's
+    /// revisions, possibly followed by test revisions or cut short, and possibly with the
+    /// runner's test hooks (fault injection). The backend's open with `runner` in place of
+    /// cairn's set: it upgrades a store that is behind, uses one that is ahead as it is, and
+    /// returns the runner's refusal as the open's error.
     async fn open_as(&self, runner: &Runner) -> Result<Arc<dyn EpochDiagnostics>>;
 
     /// Every table of the store and its columns, sorted, leaving out the runner's bookkeeping
@@ -122,12 +228,20 @@ pub trait MigrationHarness: Harness + Sized {
     /// A value that changes whenever a transaction commits a write to the store's migration
     /// state or schema (SQLite: `PRAGMA data_version` of a long-lived connection; Postgres: the
     /// committing transactions of the stamp and lineage rows and of the schema's catalog rows).
+    /// The cases compare it before and after an open that must write nothing.
     async fn commit_probe(&self) -> String;
 
     /// Runs one SQL statement (the same text on every backend) against the store location on a
     /// new connection, in its own committed transaction, waiting for locks as a store's writer
     /// does (SQLite: the default busy timeout; Postgres: the store's schema first on the
-    /// `search_path`). The application-set cases write an application's tables through it.
+    /// `search_path`). The application-set cases write an application's tables through it,
+    /// and the damage cases edit cairn's tables with it (see the [crate docs](crate) for the
+    /// SQL they use).
+    ///
+    /// Waiting for a lock must not block the executor: M6 polls this call under a timeout
+    /// while the test holds the migration lock on the same runtime, and a call that blocks its
+    /// thread until the lock is free fails the case. Run the driver on
+    /// `tokio::task::spawn_blocking` (or use an async driver).
     async fn execute_sql(&self, sql: &str) -> Result<()>;
 
     /// Runs `sql`, a query returning one row of one 64-bit integer column (`SELECT count(*)
@@ -139,7 +253,8 @@ pub trait MigrationHarness: Harness + Sized {
 /// What the additivity cases (A…) need on top of [`MigrationHarness`]: the backend's engine
 /// for the executed additivity check.
 pub trait AdditivityHarness: MigrationHarness {
-    /// The backend's additivity-check engine.
+    /// The backend's additivity-check engine: it runs revisions on scratch copies of a schema
+    /// in the engine (the A cases judge each revision with it).
     fn additivity(&self) -> Arc<dyn AdditivityEngine>;
 }
 
@@ -154,8 +269,9 @@ pub trait SpoolHarness: Harness {
     /// and retention.
     fn clock(&self) -> &ManualClock;
 
-    /// Opens a new spool instance over this harness's location. Every call returns a separate
-    /// instance (its own connections, like another process); all see the same data.
+    /// Opens a new spool instance over this harness's location, on [`SpoolHarness::clock`].
+    /// Every call returns a separate instance (its own connections, like another process); all
+    /// see the same data, and a subscriber on one wakes for another's enqueue (S3).
     async fn open_spool(&self) -> Result<Arc<dyn Spool>>;
 
     /// Opens a spool over a new, empty location of the same backend, on the same clock (the
@@ -167,13 +283,12 @@ pub trait SpoolHarness: Harness {
     /// clock: the runner upgrades a store that is behind and uses one that is ahead as it is,
     /// exactly as the backend's own open does with cairn's set. S14 models two releases one
     /// additive revision apart with it.
-    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
-        let _ = runner;
-        panic!(
-            "the {} harness does not implement SpoolHarness::open_spool_as",
-            self.backend()
-        )
-    }
+    ///
+    /// Required, with no default: every spool backend runs S14, because two releases sharing
+    /// one store is what every rolling upgrade is, and a backend whose older build could not
+    /// use a store its newer build migrated would lose runs during one. A backend without
+    /// schema migrations (the memory model) opens its store as any build of cairn's set.
+    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>>;
 }
 
 /// The in-memory reference backend's harness, and the worked example of a [`Harness`] and a

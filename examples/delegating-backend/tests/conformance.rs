@@ -1,0 +1,369 @@
+//! The whole conformance suite — the epoch log with the migration and additivity cases, and
+//! the spool — through the delegating backend, opened with `cairn::Store::from_backend` over
+//! cairn's SQLite handle. See the crate docs for which harness methods go through the store,
+//! which through the wrapper's capabilities only, and which are the inner engine's.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use cairn::backend::{MigrationBackend, OpenOptions, Runner};
+use cairn::migrate::AdditivityEngine;
+use cairn::testkit::sqlite::spool_testkit::SqliteSpoolHarness;
+use cairn::testkit::sqlite::testkit::SqliteHarness;
+use cairn::testkit::sqlite::{SqliteBackend, SqliteOptions};
+use cairn::{
+    Appended, EpochDiagnostics, EpochId, Event, ManualClock, Result, SpaceId, Spool, Store,
+};
+use cairn_conformance::{AdditivityHarness, Harness, MigrationHarness, SpoolHarness};
+use cairn_example_backend::{Calls, DelegatingBackend, DelegatingEpochs, DelegatingSpool};
+
+/// The wrapper's engine name.
+const ENGINE: &str = "delegating-sqlite";
+
+cairn_conformance::suite!(EpochHarness::new(Calls::default()), migrations, additivity);
+cairn_conformance::spool_suite!(DelegatingSpoolHarness::new(Calls::default()));
+
+/// Opens the SQLite store at `path` and hands the wrapper over it to `Store::from_backend`.
+/// The harness's opens stay out of the fleet registry, as the engine's own harness's do: the
+/// cases model builds through runners and the registry explicitly.
+async fn open_store(path: &std::path::Path, opts: OpenOptions, calls: &Calls) -> Result<Store> {
+    let inner = SqliteBackend::open(
+        path,
+        SqliteOptions::default(),
+        opts.register_in_fleet(false),
+    )
+    .await?;
+    Ok(Store::from_backend(Arc::new(DelegatingBackend::new(
+        ENGINE,
+        Arc::new(inner),
+        calls.clone(),
+    ))))
+}
+
+/// The epoch-log harness: the store through the wrapper, the test-only writers and probes
+/// from SQLite's own harness.
+#[derive(Debug)]
+struct EpochHarness {
+    inner: SqliteHarness,
+    calls: Calls,
+}
+
+impl EpochHarness {
+    async fn new(calls: Calls) -> Self {
+        Self {
+            inner: cairn::testkit::sqlite::testkit::harness().await,
+            calls,
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for EpochHarness {
+    fn backend(&self) -> &'static str {
+        ENGINE
+    }
+
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
+        Ok(
+            open_store(self.inner.path(), OpenOptions::default(), &self.calls)
+                .await?
+                .diagnostics(),
+        )
+    }
+
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.inner.legacy_append(space, parents, events).await
+    }
+
+    /// SQLite's budget: the wrapper adds no statements, and E11 holds it to that.
+    fn append_statement_budget(&self) -> Option<u64> {
+        self.inner.append_statement_budget()
+    }
+}
+
+#[async_trait]
+impl MigrationHarness for EpochHarness {
+    async fn fresh(&self) -> Self {
+        Self {
+            inner: self.inner.fresh().await,
+            calls: self.calls.clone(),
+        }
+    }
+
+    async fn migrator(&self) -> Arc<dyn MigrationBackend> {
+        self.inner.migrator().await
+    }
+
+    /// Another build (a runner over another cairn set, or with hooks) cannot be opened through
+    /// the public open, which runs this build's set: SQLite's harness opens it, and the
+    /// wrapper's epoch log wraps what it returns.
+    async fn open_as(&self, runner: &Runner) -> Result<Arc<dyn EpochDiagnostics>> {
+        Ok(Arc::new(DelegatingEpochs::new(
+            self.inner.open_as(runner).await?,
+            self.calls.clone(),
+        )))
+    }
+
+    async fn schema(&self) -> BTreeMap<String, Vec<String>> {
+        self.inner.schema().await
+    }
+
+    async fn commit_probe(&self) -> String {
+        self.inner.commit_probe().await
+    }
+
+    async fn execute_sql(&self, sql: &str) -> Result<()> {
+        self.inner.execute_sql(sql).await
+    }
+
+    async fn query_i64(&self, sql: &str) -> Result<i64> {
+        self.inner.query_i64(sql).await
+    }
+}
+
+impl AdditivityHarness for EpochHarness {
+    fn additivity(&self) -> Arc<dyn AdditivityEngine> {
+        self.inner.additivity()
+    }
+}
+
+/// The spool harness: spools through the wrapper on SQLite's spool harness's clock.
+#[derive(Debug)]
+struct DelegatingSpoolHarness {
+    inner: SqliteSpoolHarness,
+    calls: Calls,
+}
+
+impl DelegatingSpoolHarness {
+    async fn new(calls: Calls) -> Self {
+        Self {
+            inner: cairn::testkit::sqlite::spool_testkit::spool_harness().await,
+            calls,
+        }
+    }
+}
+
+#[async_trait]
+impl Harness for DelegatingSpoolHarness {
+    fn backend(&self) -> &'static str {
+        ENGINE
+    }
+
+    async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
+        Ok(
+            open_store(self.inner.path(), OpenOptions::default(), &self.calls)
+                .await?
+                .diagnostics(),
+        )
+    }
+
+    async fn legacy_append(
+        &self,
+        space: &SpaceId,
+        parents: Option<Vec<EpochId>>,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.inner.legacy_append(space, parents, events).await
+    }
+
+    fn append_statement_budget(&self) -> Option<u64> {
+        self.inner.append_statement_budget()
+    }
+}
+
+#[async_trait]
+impl SpoolHarness for DelegatingSpoolHarness {
+    fn clock(&self) -> &ManualClock {
+        self.inner.clock()
+    }
+
+    async fn open_spool(&self) -> Result<Arc<dyn Spool>> {
+        let opts = OpenOptions::default().clock(Arc::new(self.clock().clone()));
+        Ok(open_store(self.inner.path(), opts, &self.calls)
+            .await?
+            .spool())
+    }
+
+    /// A new location is SQLite's harness's (it removes the files once the spool is dropped);
+    /// the wrapper's spool wraps it.
+    async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(DelegatingSpool::new(
+            self.inner.fresh_spool().await?,
+            self.calls.clone(),
+        )))
+    }
+
+    /// As [`MigrationHarness::open_as`]: another build is opened by SQLite's harness, and the
+    /// wrapper's spool wraps it.
+    async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
+        Ok(Arc::new(DelegatingSpool::new(
+            self.inner.open_spool_as(runner).await?,
+            self.calls.clone(),
+        )))
+    }
+}
+
+/// Every method of the epoch log's and the spool's traits that the suite's cases call, so the
+/// wrapper must have delegated each of them (and of the handle, those a store's open uses).
+/// The suite calls no `Spool::clock`, `Spool::next_due` or `EpochDiagnostics::check_ready`:
+/// [`what_the_suite_does_not_call_is_delegated_too`] calls them.
+const CALLED_BY_THE_SUITE: &[&str] = &[
+    "Backend::epochs",
+    "Backend::spool",
+    "EpochStore::append",
+    "EpochStore::heads",
+    "EpochStore::repair_heads",
+    "EpochStore::import",
+    "EpochStore::events_since",
+    "EpochStore::epoch",
+    "EpochStore::list_spaces",
+    "EpochDiagnostics::cached_heads",
+    "EpochDiagnostics::computed_heads",
+    "EpochDiagnostics::next_seq",
+    "EpochDiagnostics::statements_executed",
+    "Spool::enqueue",
+    "Spool::claim",
+    "Spool::heartbeat",
+    "Spool::ack",
+    "Spool::nack",
+    "Spool::cancel",
+    "Spool::run",
+    "Spool::runs",
+    "Spool::stats",
+    "Spool::append_event",
+    "Spool::close_run",
+    "Spool::release",
+    "Spool::events",
+    "Spool::acknowledge_events",
+    "Spool::set_fact",
+    "Spool::facts",
+    "Spool::retention_pass",
+    "Spool::subscribe",
+    "Spool::import_runs",
+];
+
+/// The suite's cases reach the store through the wrapper: run a selection of them (the model
+/// tests, which call most methods, and the cases for what they leave out) on harnesses that
+/// share one count, and every method they call was delegated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_suite_goes_through_the_wrapper() {
+    use cairn_conformance::cases;
+
+    let calls = Calls::default();
+    let h = EpochHarness::new(calls.clone()).await;
+    cases::model_random_ops_match_reference(&h).await;
+    cases::e9_import_fork_merge_and_refusals(&h).await;
+    cases::e10_feed_order_paging_and_cursor_refusals(&h).await;
+    cases::e7_repair_fills_once_and_fork_collapses(&h).await;
+    cases::e11_append_statement_budget_is_fixed(&h).await;
+    cases::list_spaces_pages_in_id_order(&h).await;
+    let s = DelegatingSpoolHarness::new(calls.clone()).await;
+    cases::spool_model_random_ops_match_reference(&s).await;
+    cases::s13_legacy_import_once_keeps_ids_keys_events_and_facts(&s).await;
+    cases::s3_subscriber_wakes_for_another_instances_enqueue(&s).await;
+    let missed: Vec<&str> = CALLED_BY_THE_SUITE
+        .iter()
+        .copied()
+        .filter(|m| calls.get(m) == 0)
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "never delegated: {missed:?}; delegated: {calls:?}"
+    );
+}
+
+/// What the suite does not call goes through the wrapper too: the spool's clock and
+/// `next_due` (a provided method the wrapper overrides), the epoch log's `check_ready`, and the
+/// handle's migrator, session, diagnostics and close as `Store` uses them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_the_suite_does_not_call_is_delegated_too() {
+    use cairn::backend::{Backend, Integrity};
+    use cairn::spool::{EnqueueOptions, RunState};
+    use cairn::{Clock, DedupKey, QueueName};
+
+    let h = cairn::testkit::sqlite::testkit::harness().await;
+    let clock = ManualClock::default();
+    clock.advance(std::time::Duration::from_secs(3600));
+    let inner = SqliteBackend::open(
+        h.path(),
+        SqliteOptions::default(),
+        OpenOptions::default()
+            .clock(Arc::new(clock.clone()))
+            .build_id("delegating-1"),
+    )
+    .await
+    .unwrap();
+    let calls = Calls::default();
+    let backend = Arc::new(DelegatingBackend::new(
+        ENGINE,
+        Arc::new(inner),
+        calls.clone(),
+    ));
+    let store = Store::from_backend(backend.clone());
+    assert_eq!(store.engine(), ENGINE);
+
+    let spool = store.spool();
+    assert_eq!(spool.clock().now(), clock.now(), "the inner spool's clock");
+    let q = QueueName::new("next-due").unwrap();
+    assert_eq!(spool.next_due(&q).await.unwrap(), None);
+    let run = spool
+        .enqueue(
+            &q,
+            &DedupKey::from_parts(["a"]).unwrap(),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let info = spool.run(run.run_id).await.unwrap().unwrap();
+    assert_eq!(info.state, RunState::Queued);
+    assert_eq!(spool.next_due(&q).await.unwrap(), info.due_at);
+    store.diagnostics().check_ready().await.unwrap();
+
+    assert_eq!(
+        backend.migrator().dialect(),
+        cairn::migrate::Dialect::Sqlite
+    );
+    assert_eq!(store.migrations()[0].set, "cairn");
+    let entry = store
+        .fleet_entry()
+        .expect("the inner open registered")
+        .clone();
+    assert_eq!(entry.build, "delegating-1");
+    assert_eq!(store.fleet().await.unwrap(), vec![entry]);
+    assert!(matches!(
+        store.store_diagnostics().integrity().await,
+        Integrity::Intact { .. }
+    ));
+    store.close().await.unwrap();
+
+    for (method, n) in [
+        ("Spool::clock", 1),
+        ("Spool::next_due", 2),
+        ("EpochDiagnostics::check_ready", 1),
+        ("Backend::migrator", 1),
+        ("Backend::diagnostics", 1),
+        ("Backend::close", 1),
+    ] {
+        assert_eq!(calls.get(method), n, "{method}: {calls:?}");
+    }
+    assert!(calls.get("Backend::session") >= 3, "{calls:?}");
+
+    // Closed: the inner open deregistered.
+    let reader = Store::builder(format!("sqlite://{}", h.path().display()))
+        .register_in_fleet(false)
+        .open()
+        .await
+        .unwrap();
+    assert!(
+        reader.fleet().await.unwrap().is_empty(),
+        "close deregistered"
+    );
+    reader.close().await.unwrap();
+}
