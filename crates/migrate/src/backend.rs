@@ -6,30 +6,7 @@
 //! registers in the fleet registry and is gated by contract revisions the same way, because
 //! every backend's open runs [`Session::open`].
 //!
-//! # Implementing a backend
-//!
-//! A backend's open (an inherent `async fn open(…, opts: OpenOptions)`, which this trait does
-//! not prescribe: its location and engine options are its own) must:
-//!
-//! 1. call [`OpenOptions::check`] before it creates anything;
-//! 2. open its store through cairn's own migration set ([`crate::cairn_set`] and the
-//!    [`crate::Runner`] over its [`MigrationBackend`]), keeping what that did ([`Opened`]);
-//! 3. build its epoch log and its spool on the store's connections (the spool reading time from
-//!    [`OpenOptions::clock`] with [`OpenOptions::spool_config`]);
-//! 4. call [`Session::open`] with its migrator, the [`Opened`] of step 2 and the options — never
-//!    skip it: that is what opens the application's sets, registers the build in the fleet
-//!    registry, heartbeats it and keeps contract revisions from breaking it — and, should that
-//!    fail, close what steps 2–3 opened before returning the error.
-//!
-//! The handle then owns every connection of the store: [`Backend::epochs`],
-//! [`Backend::spool`] and [`Backend::migrator`] hand out shared views of them, never new
-//! connections per call.
-//!
-//! Every method but [`Backend::close`] is cheap and synchronous; none may block the async
-//! executor on I/O (the capabilities they return are `async`, and a blocking engine runs its
-//! calls on a blocking pool, as `SqliteBackend` does).
-//!
-//! [`Opened`]: crate::Opened
+//! See [`Backend`] for what an implementation's open must do.
 
 use std::sync::Arc;
 
@@ -46,8 +23,32 @@ use crate::open::OpenOptions;
 
 /// One open store of one engine: its capabilities as trait objects, its migrator, the
 /// session its open ran ([`Session`]: what it did per migration set, its fleet entry) and an
-/// orderly shutdown. Object safe; `cairn::Store` holds an `Arc<dyn Backend>`. See the
-/// [module docs](self) for what an implementation's open must do.
+/// orderly shutdown. Object safe; `cairn::Store` holds an `Arc<dyn Backend>`.
+///
+/// # Implementing a backend
+///
+/// A backend's open (an inherent `async fn open(…, opts: OpenOptions)`, which this trait does
+/// not prescribe: its location and engine options are its own) must:
+///
+/// 1. call [`OpenOptions::check`] before it creates anything;
+/// 2. open its store through cairn's own migration set ([`crate::cairn_set`] and the
+///    [`crate::Runner`] over its [`MigrationBackend`]), keeping what that did ([`Opened`]);
+/// 3. build its epoch log and its spool on the store's connections (the spool reading time from
+///    [`OpenOptions::clock`] with [`OpenOptions::spool_config`]);
+/// 4. call [`Session::open`] with its migrator, the [`Opened`] of step 2 and the options — never
+///    skip it: that is what opens the application's sets, registers the build in the fleet
+///    registry, heartbeats it and keeps contract revisions from breaking it — and, should that
+///    fail, close what steps 2–3 opened before returning the error.
+///
+/// The handle then owns every connection of the store: [`Backend::epochs`],
+/// [`Backend::spool`] and [`Backend::migrator`] hand out shared views of them, never new
+/// connections per call.
+///
+/// Every method but [`Backend::close`] is cheap and synchronous; none may block the async
+/// executor on I/O (the capabilities they return are `async`, and a blocking engine runs its
+/// calls on a blocking pool, as `SqliteBackend` does).
+///
+/// [`Opened`]: crate::Opened
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// The engine's name, lowercase (`"sqlite"`, `"postgres"`, a third party's own).
