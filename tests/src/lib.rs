@@ -367,6 +367,7 @@ impl SpoolHarness for MemoryHarness {
         if set.name() != cairn_migrate::CAIRN_SET || prefix != Some(&ours[..]) {
             return Err(cairn_core::Error::Incompatible {
                 detail: format!("set {} is not a build of cairn's own set", set.name()),
+                blockers: Vec::new(),
             });
         }
         Ok(Arc::new(self.spool.clone()))

@@ -68,22 +68,20 @@
 //!
 //! - `sqlite` (default): the SQLite backend (rusqlite, bundled SQLite).
 //! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`].
-//! - `backend`: for backend authors, [`backend`]: the handle trait, the open protocol and the
-//!   migration side an engine implements, to hand a backend of one's own to
-//!   [`Store::from_backend`].
-//! - `testkit`: test support (conformance harnesses, legacy writers, bench hooks) in
-//!   [`testkit`]; not for production code.
+//! - `testkit`: test support (conformance harnesses, legacy writers, bench hooks, the raw
+//!   migration backend) in `cairn::testkit`; not for production code.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod legacy;
 pub mod migrate;
+pub mod spool;
 mod store;
 mod url;
 
 /// The paced head-cache backfill (one pass over every space; the completion marker).
 pub use cairn_core::backfill;
-/// The spool's types, traits and pure decisions (see [`Spool`]).
-pub use cairn_core::spool;
 pub use cairn_core::spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
     LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,
@@ -99,28 +97,30 @@ pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
 pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};
 pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
 
-/// For backend authors (feature `backend`): what a third party's engine, or a wrapper around
-/// another handle, implements to run under [`Store::from_backend`] — the handle trait
-/// ([`Backend`](backend::Backend)), the open protocol its open must run
-/// ([`OpenOptions`](backend::OpenOptions), [`Runner`](backend::Runner) over
-/// [`cairn_set`](backend::cairn_set), [`Session`](backend::Session)) and the traits of the
-/// migration and diagnostics sides. `examples/delegating-backend` is a complete one, tested by
-/// the conformance suite. Behind a feature because [`MigrationBackend`](backend::MigrationBackend)
-/// carries the migration lock, which a service's plain dependency must not reach.
-#[cfg(feature = "backend")]
-#[cfg_attr(docsrs, doc(cfg(feature = "backend")))]
-pub mod backend {
-    pub use cairn_migrate::{
-        cairn_set, Backend, Diagnostics, Integrity, LockedMigration, MigrationBackend, OpenOptions,
-        Opened, Runner, Session,
-    };
-}
-
 /// Test support (feature `testkit`): the backend crates with their conformance harnesses,
-/// legacy (cache-unaware) writers and benchmark hooks. Not for production code.
+/// legacy (cache-unaware) writers and benchmark hooks; the migration protocol's raw side
+/// ([`MigrationBackend`](testkit::MigrationBackend), with its lock) and runner hooks; the
+/// legacy format's writers. Not for production code.
 #[cfg(feature = "testkit")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit {
     pub use cairn_core::scratch_name;
+    /// The legacy format in full: the planner, the sealed-record writer, the line limit.
+    pub use cairn_core::spool::legacy;
+    pub use cairn_migrate::{LockedMigration, MigrationBackend, Runner, RunnerHooks};
+
+    /// The raw migration backend of the store at `url` (what [`crate::migrate::Migrations`]
+    /// drives): its lock and bookkeeping writes, for tests that inject faults into the
+    /// protocol.
+    ///
+    /// # Errors
+    /// As [`crate::migrate::Migrations::at`].
+    pub fn migration_backend(
+        url: &crate::DatabaseUrl,
+        create_if_missing: bool,
+    ) -> crate::Result<std::sync::Arc<dyn MigrationBackend>> {
+        crate::migrate::migration_backend(url, create_if_missing)
+    }
     #[cfg(feature = "postgres")]
     pub use cairn_postgres as postgres;
     #[cfg(feature = "sqlite")]

@@ -1,48 +1,196 @@
 //! Lineage-aware migrations, for operator tools and services with their own schema.
 //!
-//! A service hands its [`MigrationSet`]s to [`crate::StoreBuilder::migrations`]; operator tools
-//! (the `cairn migrate …` commands) reach a store's migration state without opening it, through
-//! [`migrator`], and run the executed additivity check through [`additivity_engine`].
+//! A service hands its [`MigrationSet`]s to [`crate::StoreBuilder::migrations`]; every open
+//! then runs the migration protocol. Operator tools (the `cairn migrate …` commands) reach a
+//! store's migration state without opening the store, through a [`Migrations`] handle: its
+//! status and history, an upgrade, a rollback, a lineage repair and the live builds — each
+//! write runs the whole protocol (the lock, a second look, one transaction). The migration
+//! lock and the bookkeeping tables are never handed out. The executed additivity check runs
+//! through [`additivity_engine`]; read-only diagnostics through [`diagnostics`].
 //!
-//! The fleet registry ([`cairn_migrate::fleet`]) lists the builds that have the store open;
-//! [`live_builds`] reads it (`cairn migrate fleet`). A revision marked contract (first line
-//! [`CONTRACT_MARKER`] in its up file) is applied only when no live build lacks it, unless
-//! forced ([`Runner::force_contract`], [`crate::StoreBuilder::force_contract`]).
+//! The fleet registry lists the builds that have the store open; [`Migrations::fleet`] reads
+//! it (`cairn migrate fleet`). A revision marked contract (first line [`CONTRACT_MARKER`] in
+//! its up file) is applied only when no live build lacks it, unless forced
+//! ([`Migrations::upgrade`] with `force_contract`, [`crate::StoreBuilder::force_contract`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> cairn::Result<()> {
+//! # let dir = tempfile::tempdir().unwrap();
+//! # let url = cairn::DatabaseUrl::parse(&format!("sqlite://{}/ops.db", dir.path().display()))?;
+//! use cairn::migrate::{cairn_set, Classification, Migrations, Opened};
+//!
+//! let migrations = Migrations::at(&url, true)?;
+//! let set = cairn_set();
+//! let state = migrations.state(set.name()).await?;
+//! assert!(matches!(migrations.classify(&set, &state), Classification::Upgrade { .. }));
+//! let report = migrations.upgrade(&set, false).await?;
+//! assert!(matches!(report.opened, Opened::Upgraded { .. }));
+//! # Ok(()) }
+//! ```
+//!
+//! The lock is not reachable from a plain dependency:
+//!
+//! ```compile_fail
+//! # async fn f(url: &cairn::DatabaseUrl) {
+//! let m = cairn::migrate::Migrations::at(url, false).unwrap();
+//! let _ = m.lock(std::time::Duration::from_secs(1)).await;
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! use cairn::migrate::MigrationBackend;
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
 
 pub use cairn_core::schema::Dialect;
+use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
 pub use cairn_migrate::escape_control;
 pub use cairn_migrate::fleet::{Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL};
 pub use cairn_migrate::{
-    classify, split_statements, Checksum, Classification, LineageEntry, LineageVerdict,
-    MigrateError, MigrationBackend, MigrationSet, Opened, Refusal, Revision, Runner, SplitError,
+    cairn_set, classify, split_statements, Checksum, Classification, Inconsistency, LineageEntry,
+    LineageVerdict, MigrateError, MigrationSet, Opened, Refusal, Repaired, Revision, SplitError,
     StoredState, CAIRN_SET,
 };
 pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER};
 pub use cairn_migrate::{Diagnostics, Integrity};
+use cairn_migrate::{MigrationBackend, Runner};
 
 use crate::url::{Backend, DatabaseUrl};
 
-/// cairn's own migration set, as this build knows it.
-pub fn cairn_set() -> MigrationSet {
-    cairn_migrate::cairn_set()
+/// The migration state of one store, for operator tools: read it, upgrade it, roll it back,
+/// repair its lineage, list the live builds — without opening the store's other capabilities.
+///
+/// Reads take no lock and write nothing. Each write ([`Migrations::upgrade`],
+/// [`Migrations::repair`], [`Migrations::down`]) is the runner's whole protocol: a look
+/// without the lock, then the lock, a second look and one transaction; nothing else writes
+/// the bookkeeping.
+#[derive(Clone)]
+pub struct Migrations {
+    backend: Arc<dyn MigrationBackend>,
 }
 
-/// The migration backend of the store at `url`, to read its stamp and lineage (`status`,
-/// `history`) or to run a set's upgrade or lineage repair through a [`Runner`] — without
-/// opening the store's other capabilities.
-///
-/// With `create_if_missing` off, a SQLite file that does not exist is refused with
-/// [`Error::NotFound`] instead of being created.
-///
-/// # Errors
-/// [`Error::NotFound`] as above; [`Error::InvalidInput`] for a bad Postgres schema name or a
-/// backend this build was compiled without.
-pub fn migrator(url: &DatabaseUrl, create_if_missing: bool) -> Result<Arc<dyn MigrationBackend>> {
+impl std::fmt::Debug for Migrations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Migrations")
+            .field("dialect", &self.backend.dialect())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Migrations {
+    /// The migration state of the store at `url`.
+    ///
+    /// With `create_if_missing` off, a SQLite file that does not exist is refused with
+    /// [`Error::NotFound`] instead of being created.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] as above; [`Error::InvalidInput`] for a bad Postgres schema name or
+    /// a backend this build was compiled without.
+    pub fn at(url: &DatabaseUrl, create_if_missing: bool) -> Result<Self> {
+        Ok(Self {
+            backend: migration_backend(url, create_if_missing)?,
+        })
+    }
+
+    /// The SQL dialect the store's revisions run in (its lineage holds that dialect's
+    /// checksums).
+    pub fn dialect(&self) -> Dialect {
+        self.backend.dialect()
+    }
+
+    /// The stamp and lineage the store records for set `set`, read without the lock and
+    /// without writing. A store with neither bookkeeping table reads as empty.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn state(&self, set: &str) -> Result<StoredState, MigrateError> {
+        self.backend.read_state(set).await
+    }
+
+    /// How `set` (this build's history) classifies a store in `state` ([`classify`] in this
+    /// store's dialect): at head, upgrade, ahead or refused. Pure.
+    pub fn classify(&self, set: &MigrationSet, state: &StoredState) -> Classification {
+        classify(set, self.dialect(), state)
+    }
+
+    /// Refuses a store *ahead* of `set` whose lineage holds a contract revision `set` does not
+    /// know: the verdict an open (and `cairn migrate up`) gives such a store. Takes no lock and
+    /// writes nothing.
+    ///
+    /// # Errors
+    /// [`MigrateError::ContractAhead`], store errors.
+    pub async fn check_contracts_known(&self, set: &MigrationSet) -> Result<(), MigrateError> {
+        Runner::new(set.clone())
+            .check_contracts_known(self.backend.as_ref())
+            .await
+    }
+
+    /// Upgrades the store to `set`'s head (`cairn migrate up`), or records its lineage when it
+    /// is at head without one; a store at head or ahead is left as it is. A contract revision
+    /// is applied only when no live build lacks it, unless `force_contract`, which the store
+    /// records with the builds it was forced past ([`OpenReport::contracts`]).
+    ///
+    /// # Errors
+    /// [`MigrateError::Refused`], [`MigrateError::ContractRefused`],
+    /// [`MigrateError::ContractAhead`] (nothing changed); [`MigrateError::RevisionFailed`]
+    /// (rolled back); [`MigrateError::LockTimeout`]; store errors.
+    pub async fn upgrade(
+        &self,
+        set: &MigrationSet,
+        force_contract: bool,
+    ) -> Result<OpenReport, MigrateError> {
+        Runner::new(set.clone())
+            .force_contract(force_contract)
+            .open_with_report(self.backend.as_ref())
+            .await
+    }
+
+    /// Repairs the store's bookkeeping for `set` (`cairn migrate repair`): restores a missing
+    /// stamp row from the recorded lineage, recreates a dropped lineage table, records `set`'s
+    /// lineage on a store at its head whose lineage is missing or another history's. Never runs
+    /// a revision; a store that needs none of this is not locked and not written.
+    ///
+    /// # Errors
+    /// [`MigrateError::Refused`] (nothing changed) for a store `set` must not use even once
+    /// repaired; [`MigrateError::LockTimeout`]; store errors.
+    pub async fn repair(&self, set: &MigrationSet) -> Result<Repaired, MigrateError> {
+        Runner::new(set.clone()).repair(self.backend.as_ref()).await
+    }
+
+    /// Rolls the store back to revision `to` of `set` (`cairn migrate down --to REV`) with the
+    /// down SQL stored when each revision was applied, newest first, in one transaction. A
+    /// store already at `to` is neither locked nor written.
+    ///
+    /// # Errors
+    /// [`MigrateError::NoDownSql`], [`MigrateError::DownRefused`] (nothing changed);
+    /// [`MigrateError::DownFailed`] (rolled back); [`MigrateError::LockTimeout`]; store errors.
+    pub async fn down(&self, set: &MigrationSet, to: &str) -> Result<Downgraded, MigrateError> {
+        Runner::new(set.clone())
+            .down(self.backend.as_ref(), to)
+            .await
+    }
+
+    /// The live builds in the store's fleet registry: every entry refreshed within `expiry` of
+    /// `now`, ordered by instance id. A store without a registry (its cairn set predates
+    /// `0004_fleet`) has none. Takes no lock and writes nothing.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn fleet(&self, now: Timestamp, expiry: Duration) -> Result<Vec<FleetEntry>> {
+        let all = self.backend.read_fleet().await.map_err(Error::from)?;
+        Ok(cairn_migrate::fleet::live(all, now, expiry))
+    }
+}
+
+/// The store's side of the migration protocol, for [`Migrations`] and [`crate::testkit`].
+pub(crate) fn migration_backend(
+    url: &DatabaseUrl,
+    create_if_missing: bool,
+) -> Result<Arc<dyn MigrationBackend>> {
     match url {
         DatabaseUrl::Sqlite(path) => {
             #[cfg(feature = "sqlite")]
@@ -79,21 +227,6 @@ pub fn migrator(url: &DatabaseUrl, create_if_missing: bool) -> Result<Arc<dyn Mi
             }
         }
     }
-}
-
-/// The live builds in the fleet registry of the store `backend` reaches (see [`migrator`]):
-/// every entry refreshed within `expiry` of `now`, ordered by instance id. A store without a
-/// registry (its cairn set predates `0004_fleet`) has none. Takes no lock and writes nothing.
-///
-/// # Errors
-/// Store errors.
-pub async fn live_builds(
-    backend: &dyn MigrationBackend,
-    now: cairn_core::spool::Timestamp,
-    expiry: Duration,
-) -> Result<Vec<FleetEntry>> {
-    let all = backend.read_fleet().await.map_err(Error::from)?;
-    Ok(cairn_migrate::fleet::live(all, now, expiry))
 }
 
 /// Read-only [`Diagnostics`] of the store at `url` (its integrity, the additivity check's

@@ -613,15 +613,12 @@ async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends()
             .await
             .unwrap();
         assert!(reader.fleet_entry().is_none());
-        let m = cairn::migrate::migrator(&cairn::DatabaseUrl::parse(&loc.url()).unwrap(), false)
-            .unwrap();
+        let m =
+            cairn::migrate::Migrations::at(&cairn::DatabaseUrl::parse(&loc.url()).unwrap(), false)
+                .unwrap();
         let live = |now| {
             let m = m.clone();
-            async move {
-                cairn::migrate::live_builds(m.as_ref(), now, Duration::from_secs(60))
-                    .await
-                    .unwrap()
-            }
+            async move { m.fleet(now, Duration::from_secs(60)).await.unwrap() }
         };
         let instances: Vec<String> = live(clock.now())
             .await

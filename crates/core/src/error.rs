@@ -99,16 +99,22 @@ pub enum Error {
     },
 
     /// The store's schema is at a revision this build must not use (a diverged or unrelated
-    /// migration history, or one revision recorded with other content). Nothing was changed;
-    /// open it with a build whose history contains the store's revision.
+    /// migration history, or one revision recorded with other content), or a contract revision
+    /// was not applied because live builds lack it. Nothing was changed; open it with a build
+    /// whose history contains the store's revision, or stop the builds in
+    /// [`Error::Incompatible::blockers`].
     #[error("incompatible store schema: {detail}")]
     Incompatible {
         /// Which revisions, and why.
         detail: String,
+        /// For a contract revision refused because live builds in the store's fleet registry
+        /// lack it: those builds (empty for every other refusal).
+        blockers: Vec<Blocker>,
     },
 
-    /// A migration revision failed and its upgrade was rolled back: nothing was changed.
-    #[error("revision {revision} failed and the upgrade was rolled back: {source}")]
+    /// A migration revision failed and its upgrade was rolled back: nothing was changed. The
+    /// cause is the [`source`](std::error::Error::source) ([`Error::report`] prints both).
+    #[error("revision {revision} failed and the upgrade was rolled back")]
     Migration {
         /// The revision whose statement failed.
         revision: String,
@@ -118,8 +124,9 @@ pub enum Error {
     },
 
     /// A stored down statement of a revision failed and the whole down was rolled back:
-    /// nothing was changed (the store is still at the revision it had).
-    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed): {source}")]
+    /// nothing was changed (the store is still at the revision it had). The cause is the
+    /// [`source`](std::error::Error::source) ([`Error::report`] prints both).
+    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed)")]
     MigrationDown {
         /// The revision whose down statement failed.
         revision: String,
@@ -160,8 +167,9 @@ pub enum Error {
         reason: String,
     },
 
-    /// File-system error around the store.
-    #[error("I/O error on {path}: {source}")]
+    /// File-system error around the store. The OS error is the
+    /// [`source`](std::error::Error::source) ([`Error::report`] prints both).
+    #[error("I/O error on {path}")]
     Io {
         /// The path involved.
         path: String,
@@ -329,6 +337,128 @@ impl Error {
     pub fn is_conflict(&self) -> bool {
         matches!(self, Self::Conflict { .. })
     }
+
+    /// This error on one line with its causes: what to print for an operator or in a log
+    /// (see [`Report`]).
+    pub fn report(&self) -> Report<'_> {
+        Report::new(self)
+    }
+}
+
+/// An error and its causes on one line: `message: cause: cause…`.
+///
+/// A cairn error's `Display` is its own message only; the error behind it (a failed
+/// revision's store error, an OS error) is its [`source`](std::error::Error::source), as the
+/// standard library's convention asks, so that a reporter does not print a cause twice. This
+/// reporter follows the chain through cairn's own errors and OS errors and stops at a driver's
+/// error: a variant that keeps one ([`Error::Backend`], [`Error::Conflict`], …) already gives
+/// its code and message in its detail, and the driver's text may quote a statement over many
+/// lines.
+///
+/// ```
+/// use cairn_core::Error;
+/// let e = Error::Migration {
+///     revision: "0002_spool".into(),
+///     source: Box::new(Error::retryable("SQLITE_BUSY")),
+/// };
+/// assert_eq!(e.to_string(), "revision 0002_spool failed and the upgrade was rolled back");
+/// assert_eq!(
+///     e.report().to_string(),
+///     "revision 0002_spool failed and the upgrade was rolled back: \
+///      store busy (SQLITE_BUSY); nothing was written, retry the operation"
+/// );
+/// ```
+#[derive(Clone, Copy)]
+pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+
+impl<'a> Report<'a> {
+    /// A report of `error` and its causes (any error type: the runner's errors use it too).
+    pub fn new(error: &'a (dyn std::error::Error + 'static)) -> Self {
+        Self(error)
+    }
+}
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut next = self.0.source();
+        while let Some(cause) = next {
+            let ours = cause.is::<Error>() || cause.is::<Box<Error>>();
+            if !ours && !cause.is::<std::io::Error>() {
+                break;
+            }
+            write!(f, ": {cause}")?;
+            next = cause.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
+    }
+}
+
+/// A live build that lacks a contract revision: applying the revision would break it (see
+/// [`Error::Incompatible::blockers`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Blocker {
+    /// The build id.
+    pub build: String,
+    /// Its host.
+    pub host: String,
+    /// Its process id.
+    pub pid: u32,
+    /// Its instance id.
+    pub instance: String,
+    /// The newest revision of the set it knows.
+    pub knows: String,
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Every field but the pid comes from the store: escaped, so it cannot forge lines.
+        write!(
+            f,
+            "build {} on {} pid {} (knows {})",
+            escape_control(&self.build),
+            escape_control(&self.host),
+            self.pid,
+            escape_control(&self.knows)
+        )
+    }
+}
+
+/// `text` with every character that could change how a terminal or a log shows the output
+/// escaped as Rust writes it in a string literal — control characters (`\n`, `\r`, `\u{1b}`,
+/// …), other characters that do not print (bidirectional overrides, line separators) and the
+/// backslash itself (`\\`) — and everything else, quotes included, as it is.
+///
+/// Build ids, hosts and revision ids come from the store, where any program that can write
+/// the store can put anything: printed through this function, an escape sequence followed by
+/// a newline stays visibly part of its one field instead of forging output lines. Text with
+/// nothing to escape is returned as is.
+///
+/// ```
+/// use cairn_core::escape_control;
+/// assert_eq!(escape_control("svc-v1"), "svc-v1");
+/// assert_eq!(escape_control("a\u{1b}[2K\nb\\"), "a\\u{1b}[2K\\nb\\\\");
+/// ```
+pub fn escape_control(text: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c == '"' || c == '\'' || c.escape_debug().len() == 1;
+    if text.chars().all(plain) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if plain(c) {
+            out.push(c);
+        } else {
+            out.extend(c.escape_debug());
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -346,6 +476,74 @@ mod tests {
         let e = Error::invalid("x", "y").with_source(std::io::Error::other("z"));
         assert!(e.source().is_none());
     }
+
+    /// Every variant that returns a cause from `source()`, with that cause.
+    fn with_causes() -> Vec<(Error, String)> {
+        let busy = || Error::retryable("SQLITE_BUSY");
+        vec![
+            (
+                Error::Migration {
+                    revision: "0002_spool".into(),
+                    source: Box::new(busy()),
+                },
+                busy().to_string(),
+            ),
+            (
+                Error::MigrationDown {
+                    revision: "0003_extra".into(),
+                    source: Box::new(busy()),
+                },
+                busy().to_string(),
+            ),
+            (
+                Error::Io {
+                    path: "/var/lib/cairn/store.db".into(),
+                    source: std::io::Error::other("disk on fire"),
+                },
+                "disk on fire".into(),
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_cause_is_the_source_and_not_also_in_the_message() {
+        for (e, cause) in with_causes() {
+            let source = e.source().expect("a source").to_string();
+            assert_eq!(source, cause);
+            let text = e.to_string();
+            assert!(!text.contains(&cause), "{text}");
+            // The report prints it once, after the message.
+            assert_eq!(e.report().to_string(), format!("{text}: {cause}"));
+        }
+    }
+
+    #[test]
+    fn the_report_stops_at_a_driver_error_the_detail_already_gives() {
+        let driver = std::io::Error::other("near \"SELEC\": syntax error\n  SELEC 1");
+        let e = Error::Migration {
+            revision: "0002_spool".into(),
+            source: Box::new(
+                Error::backend("sqlite", "near \"SELEC\": syntax error (code 1)")
+                    .with_source(Box::new(Wrapped(driver)) as BoxError),
+            ),
+        };
+        assert_eq!(
+            e.report().to_string(),
+            "revision 0002_spool failed and the upgrade was rolled back: sqlite error: near \"SELEC\": syntax error (code 1)"
+        );
+    }
+
+    /// A driver's error type (neither cairn's nor an OS error).
+    #[derive(Debug)]
+    struct Wrapped(std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.fmt(f)
+        }
+    }
+
+    impl std::error::Error for Wrapped {}
 
     #[test]
     fn a_failed_revision_keeps_its_id_and_cause() {

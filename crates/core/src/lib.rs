@@ -33,7 +33,7 @@ mod store;
 mod types;
 
 pub use encoding::{epoch_id, event_id, verify_epoch};
-pub use error::{BoxError, Error, Result};
+pub use error::{escape_control, Blocker, BoxError, Error, Report, Result};
 pub use keys::{key64, scratch_name};
 pub use memory::MemoryStore;
 pub use seq::{cache_is_current, heads_after_import, next_seq, HeadProbe};

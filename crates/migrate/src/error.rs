@@ -57,8 +57,9 @@ pub enum MigrateError {
         /// What was found.
         detail: String,
     },
-    /// A statement of revision `revision` failed; the upgrade was rolled back.
-    #[error("revision {revision} failed and the upgrade was rolled back: {source}")]
+    /// A statement of revision `revision` failed; the upgrade was rolled back. The store error
+    /// is the [`source`](std::error::Error::source) ([`MigrateError::report`] prints both).
+    #[error("revision {revision} failed and the upgrade was rolled back")]
     RevisionFailed {
         /// The revision.
         revision: String,
@@ -84,8 +85,10 @@ pub enum MigrateError {
         /// Why, and what to do.
         reason: String,
     },
-    /// A stored down statement of revision `revision` failed; the down was rolled back.
-    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed): {source}")]
+    /// A stored down statement of revision `revision` failed; the down was rolled back. The
+    /// store error is the [`source`](std::error::Error::source) ([`MigrateError::report`]
+    /// prints both).
+    #[error("the down SQL of revision {revision} failed and the down was rolled back (nothing was changed)")]
     DownFailed {
         /// The revision being undone.
         revision: String,
@@ -95,7 +98,7 @@ pub enum MigrateError {
     },
     /// A contract revision was not applied: live builds in the store's fleet registry lack it
     /// and would break; nothing was changed.
-    #[error("migration set {set}: contract revision {revision} not applied: live builds lack it and would break: {}; stop or upgrade them, wait for their entries to expire, or force it with `cairn migrate up --force` (nothing was changed)", .blockers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    #[error("migration set {set}: contract revision {revision} not applied: live builds lack it and would break: {}; stop or upgrade them, wait for their entries to expire, or force it: `StoreBuilder::force_contract(true)` (`OpenOptions::force_contract`) in a service, `cairn migrate up --force` from the command line (nothing was changed)", .blockers.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     ContractRefused {
         /// The set.
         set: String,
@@ -119,6 +122,12 @@ pub enum MigrateError {
 }
 
 impl MigrateError {
+    /// This error on one line with its causes, for an operator or a log (see
+    /// [`cairn_core::Report`]).
+    pub fn report(&self) -> cairn_core::Report<'_> {
+        cairn_core::Report::new(self)
+    }
+
     /// Whether this is a refusal (exit code 1 in the operator tools).
     pub fn is_refusal(&self) -> bool {
         matches!(
@@ -140,11 +149,15 @@ impl From<MigrateError> for cairn_core::Error {
                 revision,
                 source: Box::new(source),
             },
+            MigrateError::ContractRefused { ref blockers, .. } => cairn_core::Error::Incompatible {
+                detail: e.to_string(),
+                blockers: blockers.clone(),
+            },
             MigrateError::Refused { .. }
-            | MigrateError::ContractRefused { .. }
             | MigrateError::ContractAhead { .. }
             | MigrateError::UnsupportedDialect { .. } => cairn_core::Error::Incompatible {
                 detail: e.to_string(),
+                blockers: Vec::new(),
             },
             MigrateError::LockTimeout { .. } => cairn_core::Error::retryable(e.to_string()),
             MigrateError::Corrupt { detail } => cairn_core::Error::corrupt(detail),
@@ -168,6 +181,87 @@ impl From<MigrateError> for cairn_core::Error {
 #[cfg(test)]
 mod tests {
     use super::MigrateError;
+    use crate::fleet::Blocker;
+    use std::error::Error as _;
+
+    fn blocker() -> Blocker {
+        Blocker {
+            build: "svc-v1".into(),
+            host: "node-3".into(),
+            pid: 4242,
+            instance: "i-1".into(),
+            knows: "0002_add".into(),
+        }
+    }
+
+    #[test]
+    fn a_refused_contract_keeps_its_blockers_as_data_in_the_store_error() {
+        let e = MigrateError::ContractRefused {
+            set: "inventory".into(),
+            revision: "0003_drop".into(),
+            blockers: vec![blocker()],
+        };
+        let text = e.to_string();
+        // A library caller reads the option it can set, an operator the flag.
+        assert!(text.contains("StoreBuilder::force_contract"), "{text}");
+        assert!(text.contains("cairn migrate up --force"), "{text}");
+        let store: cairn_core::Error = e.into();
+        match &store {
+            cairn_core::Error::Incompatible { blockers, detail } => {
+                assert_eq!(blockers, &vec![blocker()]);
+                assert!(
+                    detail.contains("build svc-v1 on node-3 pid 4242"),
+                    "{detail}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let other: cairn_core::Error = MigrateError::ContractAhead {
+            set: "inventory".into(),
+            revision: "0004_x".into(),
+        }
+        .into();
+        assert!(
+            matches!(&other, cairn_core::Error::Incompatible { blockers, .. } if blockers.is_empty()),
+            "{other:?}"
+        );
+    }
+
+    #[test]
+    fn a_cause_is_the_source_and_not_also_in_the_message() {
+        let cause = cairn_core::Error::invalid("sql", "no such table: dn_missing");
+        let cause_text = cause.to_string();
+        for e in [
+            MigrateError::RevisionFailed {
+                revision: "0002_add".into(),
+                source: cairn_core::Error::invalid("sql", "no such table: dn_missing"),
+            },
+            MigrateError::DownFailed {
+                revision: "0002_add".into(),
+                source: cairn_core::Error::invalid("sql", "no such table: dn_missing"),
+            },
+        ] {
+            let text = e.to_string();
+            assert!(!text.contains("dn_missing"), "{text}");
+            assert_eq!(
+                e.source().map(ToString::to_string),
+                Some(cause_text.clone())
+            );
+            assert_eq!(e.report().to_string(), format!("{text}: {cause_text}"));
+        }
+        // Through the conversion to a store error, the cause stays the source.
+        let store: cairn_core::Error = MigrateError::RevisionFailed {
+            revision: "0002_add".into(),
+            source: cairn_core::Error::invalid("sql", "no such table: dn_missing"),
+        }
+        .into();
+        assert!(!store.to_string().contains("dn_missing"), "{store}");
+        assert!(
+            store.report().to_string().ends_with(&cause_text),
+            "{}",
+            store.report()
+        );
+    }
 
     #[test]
     fn a_failed_down_stays_a_down_as_a_store_error() {

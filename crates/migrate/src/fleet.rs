@@ -19,7 +19,6 @@ use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 
 use crate::revision::MigrationSet;
-use crate::text::escape_control;
 
 /// The registry table (one row per open instance and migration set).
 pub const FLEET_TABLE: &str = "cairn_fleet";
@@ -118,34 +117,9 @@ pub fn live(entries: Vec<FleetEntry>, now: Timestamp, expiry: Duration) -> Vec<F
         .collect()
 }
 
-/// A live build that lacks a contract revision: applying the revision would break it.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Blocker {
-    /// The build id.
-    pub build: String,
-    /// Its host.
-    pub host: String,
-    /// Its process id.
-    pub pid: u32,
-    /// Its instance id.
-    pub instance: String,
-    /// The newest revision of the set it knows.
-    pub knows: String,
-}
-
-impl std::fmt::Display for Blocker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Every field but the pid comes from the store: escaped, so it cannot forge lines.
-        write!(
-            f,
-            "build {} on {} pid {} (knows {})",
-            escape_control(&self.build),
-            escape_control(&self.host),
-            self.pid,
-            escape_control(&self.knows)
-        )
-    }
-}
+/// A live build that lacks a contract revision (defined in `cairn-core`, whose
+/// [`cairn_core::Error::Incompatible`] carries the builds that blocked a contract).
+pub use cairn_core::Blocker;
 
 /// The live builds in `fleet` (other than instance `except`, the caller's own) that lack
 /// revision `revision` of `set`: those that recorded a head for the set that is before

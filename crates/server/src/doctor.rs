@@ -9,13 +9,13 @@
 use std::io::Write;
 
 use cairn::backfill::probe;
-use cairn::migrate::{classify, Classification, MigrationSet, Runner};
+use cairn::migrate::{Classification, MigrationSet};
 use cairn::migrate::{Diagnostics, Integrity};
 use cairn::{Backend, DatabaseUrl, RunState};
 use serde::Serialize;
 
 use crate::error::CliError;
-use crate::open::{migrator, open, IfMissing};
+use crate::open::{open, IfMissing};
 
 /// The commands that show parked runs and why each was parked.
 const PARKED_REPAIR: &str = "cairn runs --state parked; cairn run show ID";
@@ -295,14 +295,13 @@ async fn scratch(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
 /// The set's stamp, lineage and classification, read without the lock. Returns the check and
 /// whether this build serves the store as it is (at head or ahead: opening writes nothing).
 async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
-    let runner = Runner::new(set);
-    let set = runner.set();
+    let set = &set;
     let name = format!("migrations:{}", set.name());
-    let m = match migrator(target, IfMissing::Refuse) {
+    let m = match crate::open::migrations(target, IfMissing::Refuse) {
         Ok(m) => m,
         Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
     };
-    let state = match m.read_state(set.name()).await {
+    let state = match m.state(set.name()).await {
         Ok(s) => s,
         Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
     };
@@ -315,7 +314,7 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
         other => format!("cairn migrate {c} --set {other} --source DIR"),
     };
     let base = format!("stamp {stamp}, lineage of {lineage} revision(s)");
-    match classify(set, m.dialect(), &state) {
+    match m.classify(set, &state) {
         Classification::AtHead {
             repair_lineage: false,
         } => (Check::ok(name, format!("{base}: at head")), true),
@@ -331,7 +330,7 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
         ),
         // The verdict `cairn migrate up` (and every open) gives: a store ahead that carries a
         // contract revision this build lacks is refused, not served.
-        Classification::Ahead { .. } => match runner.check_contracts_known(m.as_ref()).await {
+        Classification::Ahead { .. } => match m.check_contracts_known(set).await {
             Ok(()) => (
                 Check::ok(
                     name,

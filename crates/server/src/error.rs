@@ -21,7 +21,8 @@ pub(crate) enum CliError {
 impl fmt::Display for CliError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Store(e) => write!(f, "{e}"),
+            // The error with its causes (a failed revision's store error, an OS error).
+            Self::Store(e) => write!(f, "{}", e.report()),
             Self::Config(msg) => f.write_str(msg),
             Self::NoStore(path) => write!(
                 f,
@@ -29,7 +30,7 @@ impl fmt::Display for CliError {
                 path.display()
             ),
             Self::Output(e) => write!(f, "cannot write the output: {e}"),
-            Self::Down(e) => write!(f, "{e}"),
+            Self::Down(e) => write!(f, "{}", e.report()),
         }
     }
 }

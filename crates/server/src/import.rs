@@ -11,9 +11,9 @@
 use std::io::Write;
 use std::path::Path;
 
-use cairn::spool::legacy::{back_up, read_dir, ImportPlan, LegacyOptions};
+use cairn::legacy::{LegacyImport, LegacyOptions};
 use cairn::spool::RunImportOutcome;
-use cairn::{DatabaseUrl, Error, QueueName};
+use cairn::{DatabaseUrl, QueueName};
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
@@ -33,20 +33,21 @@ pub(crate) async fn run(
     if let Some(q) = queue {
         options.queue = QueueName::new(q)?;
     }
-    let plan = read_dir(dir, &options).map_err(Error::from)?;
-    print_report(&plan, out)?;
-    let backup = back_up(dir, &plan).map_err(Error::from)?;
+    let import = LegacyImport::read(dir, &options)?;
+    print_report(&import, out)?;
+    let quarantined = import.report().quarantined.len();
+    let backed_up = import.back_up()?;
+    let backup = backed_up.backup();
     writeln!(out, "backup {}", backup.dir.display())?;
     if let Some(report) = &backup.quarantine_report {
         writeln!(
             out,
-            "partial import: {} corrupt record(s) left out, kept verbatim with a report at {}",
-            plan.report.quarantined.len(),
+            "partial import: {quarantined} corrupt record(s) left out, kept verbatim with a report at {}",
             report.display()
         )?;
     }
     let store = open(target, IfMissing::Create).await?;
-    match store.spool().import_runs(&plan.source, plan.runs).await? {
+    match backed_up.import_into(store.spool().as_ref()).await? {
         RunImportOutcome::Imported { created, existing } => {
             writeln!(
                 out,
@@ -67,9 +68,9 @@ pub(crate) async fn run(
     Ok(())
 }
 
-fn print_report(plan: &ImportPlan, out: &mut impl Write) -> std::io::Result<()> {
-    let r = &plan.report;
-    writeln!(out, "source {}", plan.source.description)?;
+fn print_report(import: &LegacyImport, out: &mut impl Write) -> std::io::Result<()> {
+    let r = import.report();
+    writeln!(out, "source {}", import.source().description)?;
     writeln!(
         out,
         "checkpoint generation {} with {} run(s); log: {} record(s) applied, {} older than the checkpoint skipped",
@@ -97,5 +98,5 @@ fn print_report(plan: &ImportPlan, out: &mut impl Write) -> std::io::Result<()> 
             a.line, a.submitted, a.kept
         )?;
     }
-    writeln!(out, "runs to import {}", plan.runs.len())
+    writeln!(out, "runs to import {}", import.runs())
 }

@@ -8,9 +8,9 @@
 //! the status is 2.
 //!
 //! The library target holds the whole command; the binary `cairn` (`src/main.rs`) only calls
-//! [`main()`]. Its one other public item is the hidden [`fuzzing`] module, which exposes the
-//! server's request-body decoding and configuration checking to the fuzz targets in
-//! `crates/fuzz`; it is not an API.
+//! [`main()`]. With the `fuzzing` feature (which only `crates/fuzz` enables) it also has the
+//! hidden `fuzzing` module, which exposes the server's request-body decoding and configuration
+//! checking to the fuzz targets; it is not an API.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +27,7 @@ mod open;
 mod remote;
 mod serve;
 
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 

@@ -5,15 +5,14 @@ use std::io::Write;
 use std::sync::Arc;
 
 use cairn::migrate::{
-    additivity_engine, cairn_set, check_set, classify, live_builds, split_statements,
-    AdditivityEngine, Classification, Dialect, FleetEntry, MigrateError, MigrationSet, Opened,
-    Revision, Runner, CAIRN_SET,
+    additivity_engine, cairn_set, check_set, split_statements, AdditivityEngine, Classification,
+    Dialect, FleetEntry, MigrateError, MigrationSet, Opened, Revision, CAIRN_SET,
 };
 use cairn::{Backend, Clock, DatabaseUrl, SystemClock};
 
 use crate::cli::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
-use crate::open::{migrator, IfMissing};
+use crate::open::{migrations, IfMissing};
 
 /// The set a command acts on: cairn's own, or the application's set loaded from `--source`.
 fn load_set(args: SetArgs) -> Result<MigrationSet, CliError> {
@@ -36,8 +35,7 @@ pub(crate) async fn run(
     action: MigrateAction,
     out: &mut impl Write,
 ) -> Result<(), CliError> {
-    let runner = Runner::new(load_set(set)?);
-    let set = runner.set();
+    let set = &load_set(set)?;
     let head = &set.head().id;
     // The dialect whose checksums the store's lineage holds (per-dialect checksums).
     let dialect = match target.backend() {
@@ -55,8 +53,8 @@ pub(crate) async fn run(
     }
     match action {
         MigrateAction::History => {
-            let state = match migrator(target, IfMissing::Refuse) {
-                Ok(m) => Some(m.read_state(set.name()).await.map_err(store)?),
+            let state = match migrations(target, IfMissing::Refuse) {
+                Ok(m) => Some(m.state(set.name()).await.map_err(store)?),
                 Err(CliError::NoStore(_)) => None,
                 Err(e) => return Err(e),
             };
@@ -81,9 +79,9 @@ pub(crate) async fn run(
             }
         }
         MigrateAction::Status => {
-            let m = migrator(target, IfMissing::Refuse)?;
-            let state = m.read_state(set.name()).await.map_err(store)?;
-            let class = classify(set, m.dialect(), &state);
+            let m = migrations(target, IfMissing::Refuse)?;
+            let state = m.state(set.name()).await.map_err(store)?;
+            let class = m.classify(set, &state);
             if let Classification::Refused(refusal) = class {
                 return Err(store(MigrateError::Refused {
                     set: set.name().into(),
@@ -93,10 +91,7 @@ pub(crate) async fn run(
             // The verdict `migrate up` gives: a store ahead that carries a contract revision
             // this build lacks is refused, not "ahead".
             if let Classification::Ahead { .. } = class {
-                runner
-                    .check_contracts_known(m.as_ref())
-                    .await
-                    .map_err(store)?;
+                m.check_contracts_known(set).await.map_err(store)?;
             }
             writeln!(out, "set: {}", set.name())?;
             writeln!(
@@ -141,13 +136,8 @@ pub(crate) async fn run(
             )?;
         }
         MigrateAction::Up { force } => {
-            let m = migrator(target, IfMissing::Create)?;
-            let report = runner
-                .clone()
-                .force_contract(force)
-                .open_with_report(m.as_ref())
-                .await
-                .map_err(store)?;
+            let m = migrations(target, IfMissing::Create)?;
+            let report = m.upgrade(set, force).await.map_err(store)?;
             for c in &report.contracts {
                 if c.forced {
                     let past: Vec<String> = c.blockers.iter().map(ToString::to_string).collect();
@@ -189,8 +179,8 @@ pub(crate) async fn run(
             }
         }
         MigrateAction::Repair => {
-            let m = migrator(target, IfMissing::Refuse)?;
-            let repaired = runner.repair(m.as_ref()).await.map_err(store)?;
+            let m = migrations(target, IfMissing::Refuse)?;
+            let repaired = m.repair(set).await.map_err(store)?;
             if let Some(stamp) = &repaired.stamp_restored {
                 writeln!(out, "stamp restored at {} from the lineage", esc(stamp))?;
             }
@@ -211,15 +201,16 @@ pub(crate) async fn run(
             }
         }
         MigrateAction::Fleet { json, expiry_secs } => {
-            let m = migrator(target, IfMissing::Refuse)?;
+            let m = migrations(target, IfMissing::Refuse)?;
             let now = SystemClock.now();
-            let live =
-                live_builds(m.as_ref(), now, std::time::Duration::from_secs(expiry_secs)).await?;
+            let live = m
+                .fleet(now, std::time::Duration::from_secs(expiry_secs))
+                .await?;
             print_fleet(&live, now, json, out)?;
         }
         MigrateAction::Down { to } => {
-            let m = migrator(target, IfMissing::Refuse)?;
-            let done = runner.down(m.as_ref(), &to).await.map_err(|e| match e {
+            let m = migrations(target, IfMissing::Refuse)?;
+            let done = m.down(set, &to).await.map_err(|e| match e {
                 // Its store error would say "the upgrade was rolled back".
                 e @ MigrateError::DownFailed { .. } => CliError::Down(e),
                 e => store(e),
@@ -242,7 +233,7 @@ pub(crate) async fn run(
         } => {
             check(
                 target,
-                runner.set(),
+                set,
                 backend,
                 postgres_url,
                 with_revision.as_deref(),

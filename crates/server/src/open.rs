@@ -2,6 +2,8 @@
 
 use std::path::Path;
 
+use cairn::migrate::Migrations;
+use cairn::spool::SpoolConfig;
 use cairn::{DatabaseUrl, Error, Store};
 
 use crate::error::CliError;
@@ -32,7 +34,7 @@ pub(crate) fn target(database: Option<&str>) -> Result<DatabaseUrl, CliError> {
 /// register in the fleet registry (a read-only command such as `cairn doctor` writes nothing
 /// there); `cairn serve` does, through [`open_with`].
 pub(crate) async fn open(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Store, CliError> {
-    open_store(url, if_missing, cairn::spool::SpoolConfig::default(), false).await
+    open_store(url, if_missing, SpoolConfig::default(), false).await
 }
 
 /// Opens the store for a long-running server with a spool config (`cairn serve`'s retry
@@ -40,7 +42,7 @@ pub(crate) async fn open(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Sto
 pub(crate) async fn open_with(
     url: &DatabaseUrl,
     if_missing: IfMissing,
-    spool: cairn::spool::SpoolConfig,
+    spool: SpoolConfig,
 ) -> Result<Store, CliError> {
     open_store(url, if_missing, spool, true).await
 }
@@ -48,7 +50,7 @@ pub(crate) async fn open_with(
 async fn open_store(
     url: &DatabaseUrl,
     if_missing: IfMissing,
-    spool: cairn::spool::SpoolConfig,
+    spool: SpoolConfig,
     register_in_fleet: bool,
 ) -> Result<Store, CliError> {
     refuse_missing_file(url, if_missing)?;
@@ -60,16 +62,10 @@ async fn open_store(
         .await?)
 }
 
-/// The store's migration backend (for `cairn migrate …`), without opening the store.
-pub(crate) fn migrator(
-    url: &DatabaseUrl,
-    if_missing: IfMissing,
-) -> Result<std::sync::Arc<dyn cairn::migrate::MigrationBackend>, CliError> {
+/// The store's migration state (for `cairn migrate …`), without opening the store.
+pub(crate) fn migrations(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Migrations, CliError> {
     refuse_missing_file(url, if_missing)?;
-    Ok(cairn::migrate::migrator(
-        url,
-        if_missing == IfMissing::Create,
-    )?)
+    Ok(Migrations::at(url, if_missing == IfMissing::Create)?)
 }
 
 /// A SQLite store that must exist and does not gets the binary's own message, which says how

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use cairn::spool::legacy::{seal_record, MAX_LEGACY_LINE};
+use cairn::testkit::legacy::{seal_record, MAX_LEGACY_LINE};
 
 mod common;
 

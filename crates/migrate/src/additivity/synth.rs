@@ -202,7 +202,7 @@ fn choices(dialect: Dialect, c: &ColumnSpec) -> Vec<Option<SeedValue>> {
         match &base {
             Some(SeedValue::Integer(_)) => match h.parse::<i64>() {
                 Ok(n) => {
-                    for m in [Some(n), n.checked_add(1), n.checked_sub(1)]
+                    for m in [n.checked_add(1), Some(n), n.checked_sub(1)]
                         .into_iter()
                         .flatten()
                     {
@@ -215,7 +215,7 @@ fn choices(dialect: Dialect, c: &ColumnSpec) -> Vec<Option<SeedValue>> {
             },
             Some(SeedValue::Real(_)) => match h.parse::<f64>() {
                 Ok(x) if x.is_finite() => {
-                    for y in [x, x + 1.0, x - 1.0] {
+                    for y in [x + 1.0, x, x - 1.0] {
                         push(Some(SeedValue::Real(y)));
                     }
                 }
@@ -254,10 +254,12 @@ fn choices(dialect: Dialect, c: &ColumnSpec) -> Vec<Option<SeedValue>> {
 /// left to the engine), so nullable and defaulted columns hold a value too; a column of a
 /// type the check does not know is left out when it may be, or takes its hints. The first row
 /// is the plain one: integers 1, text `seed`, so a foreign key between two seeded tables
-/// usually finds its row when the tables are filled in creation order. The later rows vary the
-/// constrained columns first, over their hints (a literal `n` of a number column gives `n`,
-/// `n + 1` and `n - 1`, which satisfy `>`, `>=`, `=`, `<`, `<=` against it), a few neighbours,
-/// and leaving the column out.
+/// usually finds its row when the tables are filled in creation order. A column's alternatives
+/// are its hints (a literal `n` of a number column gives `n + 1`, `n` and `n - 1`, which
+/// satisfy `>`, `>=`, `=`, `<=`, `<` against it), a few neighbours of the plain value when it
+/// is constrained, and leaving it out when it may be. The second row takes every column's
+/// first alternative at once (several single-column checks); the rest stray from the plain row
+/// one change at a time, then two, and so on, constrained columns first.
 ///
 /// Empty when a column that must be named (NOT NULL, no default) has no value at all (an
 /// unknown type without hints).
@@ -268,40 +270,74 @@ pub fn candidate_rows(dialect: Dialect, columns: &[ColumnSpec]) -> Vec<Vec<(Stri
     if options.iter().any(Vec::is_empty) {
         return Vec::new();
     }
-    // The odometer's digits, fastest first: constrained columns, then the rest.
+    // Rows in order of how far they stray from the plain row (the sum of the option indexes
+    // chosen), so every single-column change comes before any pair of changes: a table with
+    // several independent checks finds its row long before the bound. Among rows as far, the
+    // constrained columns change first.
     let mut order: Vec<usize> = (0..writable.len())
         .filter(|&i| options[i].len() > 1)
         .collect();
     order.sort_by_key(|&i| !writable[i].constrained);
-    let mut digits = vec![0usize; writable.len()];
-    let mut out = Vec::new();
-    loop {
-        out.push(
+    let bounds: Vec<usize> = order.iter().map(|&i| options[i].len() - 1).collect();
+    let mut picks = Vec::new();
+    for distance in 0..=bounds.iter().sum::<usize>() {
+        at_distance(&bounds, distance, &mut Vec::new(), &mut picks);
+        if picks.len() >= MAX_CANDIDATES {
+            break;
+        }
+    }
+    // Second, right after the plain row: every varying column at its first alternative (the
+    // usual shape: several single-column checks, each satisfied by its own first hint).
+    if !bounds.is_empty() {
+        let alternatives: Vec<usize> = bounds.iter().map(|_| 1).collect();
+        picks.retain(|p| *p != alternatives);
+        picks.insert(1.min(picks.len()), alternatives);
+    }
+    picks.truncate(MAX_CANDIDATES);
+    picks
+        .into_iter()
+        .map(|pick| {
+            let mut digits = vec![0usize; writable.len()];
+            for (&i, d) in order.iter().zip(pick) {
+                digits[i] = d;
+            }
             writable
                 .iter()
                 .zip(&digits)
                 .zip(&options)
                 .filter_map(|((c, &d), o)| o[d].clone().map(|v| (c.name.clone(), v)))
-                .collect(),
-        );
-        if out.len() == MAX_CANDIDATES {
-            break;
-        }
-        // The next combination; done when every digit wrapped.
-        let mut carried = true;
-        for &i in &order {
-            digits[i] += 1;
-            if digits[i] < options[i].len() {
-                carried = false;
-                break;
-            }
-            digits[i] = 0;
-        }
-        if carried {
-            break;
-        }
+                .collect()
+        })
+        .collect()
+}
+
+/// Appends to `out` every choice of one index per column (index `i` of column `k` at most
+/// `bounds[k]`) whose indexes sum to `distance`, the first columns' indexes growing first;
+/// stops adding once `out` holds [`MAX_CANDIDATES`].
+fn at_distance(
+    bounds: &[usize],
+    distance: usize,
+    prefix: &mut Vec<usize>,
+    out: &mut Vec<Vec<usize>>,
+) {
+    if out.len() >= MAX_CANDIDATES {
+        return;
     }
-    out
+    let k = prefix.len();
+    if k == bounds.len() {
+        if distance == 0 {
+            out.push(prefix.clone());
+        }
+        return;
+    }
+    let rest: usize = bounds[k + 1..].iter().sum();
+    // This column takes what the later ones cannot, and at most its bound.
+    let low = distance.saturating_sub(rest);
+    for d in (low..=bounds[k].min(distance)).rev() {
+        prefix.push(d);
+        at_distance(bounds, distance - d, prefix, out);
+        prefix.pop();
+    }
 }
 
 #[cfg(test)]
@@ -445,6 +481,23 @@ mod tests {
         assert!(candidate_rows(Dialect::Postgres, &[qty])
             .iter()
             .any(Vec::is_empty));
+    }
+
+    #[test]
+    fn several_single_column_checks_are_satisfied_together() {
+        // CHECK (c_i > 10 * i) on eight columns: each needs its own hint, all at once.
+        let cols: Vec<ColumnSpec> = (1..=8)
+            .map(|i| {
+                let mut c = col(&format!("c{i}"), "integer", true);
+                c.hints = vec![(10 * i).to_string()];
+                c.constrained = true;
+                c
+            })
+            .collect();
+        let found = first_accepted(&cols, |r| {
+            (1..=8).all(|i| int(r, &format!("c{i}")).is_some_and(|v| v > 10 * i))
+        });
+        assert!(found.is_some());
     }
 
     #[test]

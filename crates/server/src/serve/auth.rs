@@ -98,12 +98,13 @@ impl Tokens {
         }
     }
 
-    /// Whether no token of either class is configured.
-    /// How many full-access and read-only tokens.
+    /// How many full-access and read-only tokens (for `crate::fuzzing`).
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn counts(&self) -> (usize, usize) {
         (self.full.len(), self.read.len())
     }
 
+    /// Whether no token of either class is configured.
     pub(crate) fn is_empty(&self) -> bool {
         self.full.is_empty() && self.read.is_empty()
     }

@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use cairn::DatabaseUrl;
 
+#[cfg(feature = "fuzzing")]
 pub(crate) use self::error::{decode_body, ApiError};
 use crate::config::{Config, LogFormat, Overrides, Problems};
 use crate::error::CliError;
@@ -228,6 +229,7 @@ pub(crate) struct Settings {
 
 impl Settings {
     /// What the fuzz targets see of the settings (`crate::fuzzing`).
+    #[cfg(feature = "fuzzing")]
     pub(crate) fn accepted(&self, database: Option<String>) -> crate::fuzzing::AcceptedConfig {
         let (full_tokens, read_tokens) = self.tokens.counts();
         crate::fuzzing::AcceptedConfig {
