@@ -59,8 +59,8 @@
 //!
 //! `tests/conformance.rs` expands `suite!(…, migrations, additivity)` and `spool_suite!(…)`
 //! with harnesses whose `open` and `open_spool` return `store.diagnostics()` and
-//! `store.spool()` of a [`cairn::Store::from_backend`] over this wrapper. Three harness
-//! methods cannot go through the public open, and say so:
+//! `store.spool()` of a [`cairn::Store::from_backend`] over this wrapper. The other harness
+//! methods cannot go through the public open:
 //!
 //! - `MigrationHarness::open_as` and `SpoolHarness::open_spool_as` open the store *as another
 //!   build*: with a runner over a cairn set other than this build's (test revisions after
@@ -68,7 +68,8 @@
 //!   build's cairn set — that is the point of a build — so the harness opens those builds
 //!   through the inner engine's own harness and wraps what it returns in
 //!   [`DelegatingEpochs`] / [`DelegatingSpool`]: the cases still go through this crate's
-//!   delegation, not through [`DelegatingBackend`].
+//!   delegation, not through [`DelegatingBackend`]. `SpoolHarness::fresh_spool` (a new
+//!   location per model-test case, removed when its spool is dropped) is wrapped the same way.
 //! - The test-only writers and probes (`legacy_append`, `execute_sql`, `query_i64`, `schema`,
 //!   `commit_probe`, `migrator`, `additivity`) are the inner engine's: they speak its SQL,
 //!   which is the engine's business, not the wrapper's.
