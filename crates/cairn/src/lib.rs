@@ -68,6 +68,9 @@
 //!
 //! - `sqlite` (default): the SQLite backend (rusqlite, bundled SQLite).
 //! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`].
+//! - `backend`: for backend authors, [`backend`]: the handle trait, the open protocol and the
+//!   migration side an engine implements, to hand a backend of one's own to
+//!   [`Store::from_backend`].
 //! - `testkit`: test support (conformance harnesses, legacy writers, bench hooks, the raw
 //!   migration backend) in `cairn::testkit`; not for production code.
 
@@ -96,6 +99,23 @@ pub use cairn_core::{
 pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
 pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};
 pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
+
+/// For backend authors (feature `backend`): what a third party's engine, or a wrapper around
+/// another handle, implements to run under [`Store::from_backend`] — the handle trait
+/// ([`Backend`](backend::Backend)), the open protocol its open must run
+/// ([`OpenOptions`](backend::OpenOptions), [`Runner`](backend::Runner) over
+/// [`cairn_set`](backend::cairn_set), [`Session`](backend::Session)) and the traits of the
+/// migration and diagnostics sides. `examples/delegating-backend` is a complete one, tested by
+/// the conformance suite. Behind a feature because [`MigrationBackend`](backend::MigrationBackend)
+/// carries the migration lock, which a service's plain dependency must not reach.
+#[cfg(feature = "backend")]
+#[cfg_attr(docsrs, doc(cfg(feature = "backend")))]
+pub mod backend {
+    pub use cairn_migrate::{
+        cairn_set, Backend, Diagnostics, Integrity, LockedMigration, MigrationBackend, OpenOptions,
+        Opened, Runner, Session,
+    };
+}
 
 /// Test support (feature `testkit`): the backend crates with their conformance harnesses,
 /// legacy (cache-unaware) writers and benchmark hooks; the migration protocol's raw side
