@@ -2,8 +2,10 @@
 //!
 //! - `cargo xtask test [ARGS…]` — makes sure a Postgres server is reachable, then runs the whole
 //!   test suite (`cargo test --workspace --all-targets`, then the doc tests), passing `ARGS` on.
-//! - `cargo xtask migrate status|up|history|repair|check --database URL` — runs
-//!   `cairn migrate …` (one implementation for both surfaces).
+//! - `cargo xtask migrate SUBCOMMAND --database URL` — runs `cairn migrate SUBCOMMAND …` (one
+//!   implementation for both surfaces; `cargo xtask migrate --help` is the binary's own help,
+//!   which lists every subcommand). The binary is built as `cargo build -p cairn-server` builds
+//!   it, so a second call compiles nothing.
 //! - `cargo xtask bench heads --backend sqlite|postgres [--epochs N] [--runs R]` — the head-cache
 //!   benchmark; prints a markdown report for `docs/BENCHMARKS.md`.
 //! - `cargo xtask bench readers --backend sqlite` — concurrent reads through one read connection
@@ -43,10 +45,13 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Schema migrations of a store: `status`, `up`, `history`, `repair`, `check` — the same code
-    /// as `cairn migrate …` (it runs it). Exit 0 fine, 1 refused/incompatible, 2 usage.
+    /// Schema migrations of a store: every `cairn migrate` subcommand, the same code (it builds
+    /// the `cairn` binary as `cargo build -p cairn-server` does, then runs it);
+    /// `cargo xtask migrate --help` lists them. Exit 0 fine, 1 refused/incompatible, 2 usage.
+    #[command(disable_help_flag = true)]
     Migrate {
-        /// The `cairn migrate` arguments, e.g. `status --database URL`.
+        /// The `cairn migrate` arguments, e.g. `status --database URL`; `--help` prints the
+        /// binary's own help.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -66,31 +71,97 @@ enum Task {
     CrashChild(crash::ChildArgs),
 }
 
+/// The package whose `cairn` binary `migrate` runs.
+const SERVER_PACKAGE: &str = "cairn-server";
+
 /// Runs `cairn migrate ARGS…` from this checkout, so the operator surface has one
 /// implementation; its exit status is passed on unchanged.
+///
+/// The binary is built with `cargo build -p cairn-server --bin cairn` — the features and
+/// profile of a plain `cargo build -p cairn-server`, so the two share their artifacts — with
+/// cargo's progress on stderr (a warm target prints no `Compiling` line), then run directly.
+/// The nested cargo gets the caller's environment without the per-package variables cargo set
+/// for this binary ([`set_by_cargo_run`]): those are part of build-script fingerprints (ring's
+/// build script asks for `CARGO_MANIFEST_DIR`), so inheriting them rebuilt ring, rustls and
+/// reqwest on every call.
 fn migrate(args: &[String]) -> Result<ExitCode, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    // `--database` is global in the binary; move it after `migrate` works either way.
-    let status = std::process::Command::new(cargo)
+    let mut build = std::process::Command::new(cargo);
+    build
         .args([
-            "run",
-            "--quiet",
+            "build",
             "--package",
-            "cairn-server",
+            SERVER_PACKAGE,
             "--bin",
             "cairn",
-            "--",
-            "migrate",
+            "--message-format=json-render-diagnostics",
         ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            build.env_remove(name);
+        }
+    }
+    let built = build
+        .output()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !built.status.success() {
+        return Ok(exit_code(built.status));
+    }
+    let binary = built_binary(&String::from_utf8_lossy(&built.stdout))
+        .ok_or("cargo built no `cairn` binary (no compiler-artifact message names one)")?;
+    // `--database` is global in the binary; it works before or after the subcommand.
+    let status = std::process::Command::new(&binary)
+        .arg("migrate")
         .args(args)
         .status()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
-    Ok(ExitCode::from(
+        .map_err(|e| format!("cannot run {binary}: {e}"))?;
+    Ok(exit_code(status))
+}
+
+/// Whether `name` is one of the variables cargo sets for the package of the binary it runs
+/// (`cargo run`, and so `cargo xtask`) or of a test: the manifest's directory and path, the
+/// `CARGO_PKG_*` metadata, the crate and binary names, the test's scratch directory. The
+/// user's own variables (`CARGO_HOME`, `CARGO_TARGET_DIR`, `CARGO_BUILD_*`, `RUSTFLAGS`, …)
+/// are not among them: they are what a plain `cargo build` sees too.
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
+}
+
+/// The path of the `cairn` executable in cargo's JSON messages (`--message-format=json`).
+fn built_binary(messages: &str) -> Option<String> {
+    messages
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "cairn")
+        .filter(|m| {
+            m["target"]["kind"]
+                .as_array()
+                .is_some_and(|kinds| kinds.iter().any(|k| k == "bin"))
+        })
+        .find_map(|m| m["executable"].as_str().map(str::to_owned))
+}
+
+/// A child's exit status as ours: its code, or 1 when it has none (killed by a signal).
+fn exit_code(status: std::process::ExitStatus) -> ExitCode {
+    ExitCode::from(
         status
             .code()
             .and_then(|c| u8::try_from(c).ok())
             .unwrap_or(1),
-    ))
+    )
 }
 
 fn main() -> ExitCode {
@@ -108,5 +179,48 @@ fn main() -> ExitCode {
             eprintln!("xtask: {msg}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod migrate_tests {
+    use super::*;
+
+    #[test]
+    fn only_the_per_package_variables_are_dropped() {
+        for dropped in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+        ] {
+            assert!(set_by_cargo_run(dropped), "{dropped} is kept");
+        }
+        for kept in [
+            "CARGO",
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_BUILD_JOBS",
+            "RUSTFLAGS",
+            "CAIRN_DATABASE",
+        ] {
+            assert!(!set_by_cargo_run(kept), "{kept} is dropped");
+        }
+    }
+
+    #[test]
+    fn the_binary_is_found_among_cargos_messages() {
+        let messages = [
+            r#"{"reason":"compiler-artifact","target":{"name":"cairn","kind":["lib"]},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"cairn_server","kind":["lib"]},"executable":null}"#,
+            "not json",
+            r#"{"reason":"compiler-artifact","target":{"name":"cairn","kind":["bin"]},"executable":"/t/debug/cairn"}"#,
+            r#"{"reason":"build-finished","success":true}"#,
+        ]
+        .join("\n");
+        assert_eq!(built_binary(&messages).as_deref(), Some("/t/debug/cairn"));
+        assert_eq!(built_binary(r#"{"reason":"build-finished"}"#), None);
     }
 }
