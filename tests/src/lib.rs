@@ -32,8 +32,10 @@
 //!    runs on `tokio::task::spawn_blocking` or an async driver; only a short read that never
 //!    waits on a lock may use `tokio::task::block_in_place`. A blocking
 //!    [`MigrationHarness::execute_sql`] fails M6: the case polls it under a 300 ms timeout
-//!    while the test itself holds the migration lock, so a call that blocks its thread until
-//!    the lock is released never lets the timeout fire, and the lock is never released.
+//!    while the test's own task holds the migration lock, so a call that blocks that task's
+//!    thread keeps the timeout from firing until the engine gives up waiting for the lock, and
+//!    the case fails with "M6: a write to the altered table finished while the migration held
+//!    the lock" (on SQLite, wrapped in `block_in_place`: after its 5 s busy timeout).
 //!
 //! 3. **The suite.** Expand it with an expression that evaluates (awaited) to a fresh harness;
 //!    `EXPR` is awaited once per test, so every case gets its own location. For the in-memory
@@ -239,8 +241,8 @@ pub trait MigrationHarness: Harness + Sized {
     /// SQL they use).
     ///
     /// Waiting for a lock must not block the executor: M6 polls this call under a timeout
-    /// while the test holds the migration lock on the same runtime, and a call that blocks its
-    /// thread until the lock is free fails the case. Run the driver on
+    /// while the same task holds the migration lock, and a call that blocks the task's thread
+    /// while it waits (even inside `block_in_place`) fails the case. Run the driver on
     /// `tokio::task::spawn_blocking` (or use an async driver).
     async fn execute_sql(&self, sql: &str) -> Result<()>;
 
