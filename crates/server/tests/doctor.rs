@@ -498,3 +498,46 @@ fn a_store_on_a_read_only_file_system_is_reported_as_read_only_not_damaged() {
     let (code, report) = doctor_json(db);
     assert_eq!(code, Some(0), "{report}");
 }
+
+/// Issue 22: the binary reaches stores only through the facade — doctor asks the backends'
+/// diagnostics — so no driver crate is among its dependencies or named in its source (its
+/// tests may use them to set stores up).
+#[test]
+fn the_binary_names_no_driver_crate() {
+    const DRIVERS: [&str; 4] = ["rusqlite", "sqlx", "fs4", "rustix"];
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest: toml::Table = std::fs::read_to_string(root.join("Cargo.toml"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut sections = vec![manifest.get("dependencies")];
+    if let Some(targets) = manifest.get("target").and_then(|t| t.as_table()) {
+        sections.extend(targets.values().map(|t| t.get("dependencies")));
+    }
+    for deps in sections.into_iter().flatten() {
+        for driver in DRIVERS {
+            assert!(
+                deps.get(driver).is_none(),
+                "{driver} is a dependency of the binary"
+            );
+        }
+    }
+    let mut dirs = vec![root.join("src")];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            for driver in DRIVERS {
+                assert!(
+                    !text.contains(&format!("{driver}::")),
+                    "{} names {driver}",
+                    path.display()
+                );
+            }
+        }
+    }
+}
