@@ -519,6 +519,8 @@ macro_rules! spool_suite {
             s16_appends_racing_a_close_are_stored_or_refused,
             s16_release_returns_the_attempt,
             s16_unmarked_runs_take_events_until_closed,
+            s17_operator_retries_or_discards_a_parked_run,
+            s17_bulk_retry_of_parked_runs_by_reason,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
         );

@@ -70,7 +70,14 @@ pub use cairn_core::spool::{
     Action, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued, EventAppended,
     EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedEvent,
     ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome, RunInfo,
-    RunState, SpoolStats,
+    RunState, SpoolStats, Unparked,
+};
+
+// The operator's way out of `parked`: one run ([`Spool::retry_parked`], [`Spool::discard`]),
+// or a queue's parked runs ([`retry_parked_runs`]).
+pub use cairn_core::spool::{
+    check_operator, retry_parked_runs, BulkRetry, BULK_RETRY_PAGE, MAX_OPERATOR_LEN,
+    OPERATOR_EVENT_PREFIX,
 };
 
 // Configuration: the retry backoff and retention.

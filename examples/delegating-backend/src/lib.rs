@@ -90,7 +90,8 @@ use cairn::spool::{
     CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued,
     EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
     NackKind, Nacked, QueueName, RetentionBudget, RetentionPolicy, RetentionReport, RunEvent,
-    RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp, Wakeup,
+    RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp,
+    Unparked, Wakeup,
 };
 use cairn::{
     Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, Event, FeedCursor, FeedPage,
@@ -344,6 +345,16 @@ impl Spool for DelegatingSpool {
     async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
         self.calls.note("Spool::release");
         self.inner.release(run, token, delay).await
+    }
+
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.calls.note("Spool::retry_parked");
+        self.inner.retry_parked(run, by).await
+    }
+
+    async fn discard(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.calls.note("Spool::discard");
+        self.inner.discard(run, by).await
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {

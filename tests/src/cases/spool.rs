@@ -1,4 +1,4 @@
-//! Spool cases (S1–S16, in-process parts) and the spool model property test. Cases are
+//! Spool cases (S1–S17, in-process parts) and the spool model property test. Cases are
 //! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
 //! case advances the harness's [`cairn_core::ManualClock`].
 
@@ -19,6 +19,7 @@ mod leases;
 mod legacy_import;
 mod lifecycle;
 mod model;
+mod operator;
 mod shutdown;
 mod versions;
 
@@ -30,6 +31,7 @@ pub use leases::*;
 pub use legacy_import::*;
 pub use lifecycle::*;
 pub use model::*;
+pub use operator::*;
 pub use shutdown::*;
 pub use versions::*;
 

@@ -75,11 +75,12 @@ use async_trait::async_trait;
 #[cfg(doc)]
 use cairn_core::spool::SystemClock;
 use cairn_core::spool::{
-    jitter_seed, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions,
-    Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
-    LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy,
-    RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome,
-    RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup, Timestamp, Wakeup,
+    jitter_seed, Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
+    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
+    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
+    RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup, Timestamp, Unparked,
+    Wakeup,
 };
 use cairn_core::{key64, Error, Result};
 use sqlx::PgPool;
@@ -320,6 +321,14 @@ impl Spool for PgSpool {
 
     async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
         settle::release_tx(self, run, token, delay).await
+    }
+
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked> {
+        settle::unpark_tx(self, run, Action::Requeue, by).await
+    }
+
+    async fn discard(&self, run: RunId, by: &str) -> Result<Unparked> {
+        settle::unpark_tx(self, run, Action::Discard, by).await
     }
 
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {

@@ -1,4 +1,6 @@
-//! Settling a claimed run: heartbeat, ack (with its batch lane), nack, release, cancel. Each
+//! Settling a claimed run: heartbeat, ack (with its batch lane), nack, release, cancel; and an
+//! operator's retry or discard of a parked run ([`unpark_tx`], one transaction holding the run
+//! row's lock). Each of the others
 //! decides with the core's pure functions (`transition`, `nack_action`, `check_token`, the
 //! backoff) on the run as read, and writes back with one compare-and-set statement
 //! ([`sql::WRITE_RUN`]) that applies only if the run still holds what was read; a run that
@@ -25,14 +27,17 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use cairn_core::spool::{
-    check_lease, check_release_delay, check_token, clip_reason, exhausted_park_reason, nack_action,
-    release_action, transition, Action, CancelOutcome, Heartbeat, LeaseToken, NackKind, Nacked,
-    RunId, RunState, Timestamp,
+    check_lease, check_operator, check_release_delay, check_token, clip_reason,
+    exhausted_park_reason, nack_action, operator_event, release_action, transition, Action,
+    CancelOutcome, DedupKey, Heartbeat, LeaseToken, NackKind, Nacked, QueueName, RunId, RunState,
+    Timestamp, Unparked,
 };
 use cairn_core::{Error, Result};
 
 use super::lane::{answer, Lane, Reply};
-use super::row::{claim_jitter, get, micros, next_attempt, run_id, RunRow};
+use super::row::{
+    bytes_len, claim_jitter, count, get, micros, next_attempt, run_id, state, u32_of, RunRow,
+};
 use super::{changed_too_often, sql, wake_channel, PgSpool, CAS_ROUNDS};
 use crate::error::map;
 
@@ -293,6 +298,77 @@ pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> 
         }
     }
     Err(changed_too_often(run))
+}
+
+/// An operator's retry (`Action::Requeue`) or discard (`Action::Discard`) of a parked run and
+/// the event recording it, in one transaction that holds the run row's lock
+/// ([`sql::UNPARK_ROW`]); a retry's `NOTIFY` is sent on commit.
+pub(super) async fn unpark_tx(
+    s: &PgSpool,
+    run: RunId,
+    action: Action,
+    by: &str,
+) -> Result<Unparked> {
+    check_operator(by)?;
+    let now = s.now();
+    let mut tx = s.pool().begin().await.map_err(map)?;
+    let row = sqlx::query(sql::UNPARK_ROW)
+        .bind(run.as_bytes().as_slice())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map)?
+        .ok_or(Error::UnknownRun { run })?;
+    let queue = QueueName::new(get::<String>(&row, 0)?)
+        .map_err(|_| Error::corrupt("an invalid queue name in the spool tables"))?;
+    let key = DedupKey::from_bytes(get::<Vec<u8>>(&row, 1)?)
+        .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+    let to = transition(state(&get::<String>(&row, 2)?)?, action)?;
+    let attempts = u32_of(get(&row, 3)?)?;
+    let reason: Option<String> = get(&row, 4)?;
+    let seq = get::<i64>(&row, 5)?
+        .checked_add(1)
+        .ok_or_else(|| Error::corrupt("a run's event counter is exhausted"))?;
+    let (event_id, payload) = operator_event(action, count(seq)?, by, reason.as_deref(), attempts)?;
+    let update = if to == RunState::Queued {
+        sqlx::query(sql::REQUEUE_PARKED)
+            .bind(run.as_bytes().as_slice())
+            .bind(to.as_str())
+            .bind(micros(now))
+            .bind(seq)
+            .bind(next_attempt(0))
+            .bind(claim_jitter(&queue, &key, 0))
+    } else {
+        sqlx::query(sql::DISCARD_PARKED)
+            .bind(run.as_bytes().as_slice())
+            .bind(to.as_str())
+            .bind(micros(now))
+            .bind(seq)
+    };
+    update.execute(&mut *tx).await.map_err(map)?;
+    sqlx::query(sql::INSERT_OPERATOR_EVENT)
+        .bind(run.as_bytes().as_slice())
+        .bind(seq)
+        .bind(event_id.as_bytes())
+        .bind(micros(now))
+        .bind(bytes_len(payload.len()))
+        .bind(payload.as_slice())
+        .execute(&mut *tx)
+        .await
+        .map_err(map)?;
+    if to == RunState::Queued {
+        sqlx::query(sql::NOTIFY)
+            .bind(wake_channel(&s.inner.schema, &queue))
+            .execute(&mut *tx)
+            .await
+            .map_err(map)?;
+    }
+    tx.commit().await.map_err(map)?;
+    Ok(Unparked {
+        state: to,
+        parked_reason: reason,
+        event_seq: count(seq)?,
+        at: now,
+    })
 }
 
 /// Queues the ack for the next batch and waits for its answer: `Some(())` when a committed

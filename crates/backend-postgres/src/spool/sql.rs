@@ -340,6 +340,38 @@ WHERE run_id = $1 AND state = 'claimed' AND lease_token = $2 AND attempts = $3 \
     AND cancel_requested = FALSE \
 RETURNING 1";
 
+/// What an operator's retry or discard of a parked run decides from (`$1` run), with the run
+/// row locked until the transaction ends, so no other transition interleaves.
+pub(super) const UNPARK_ROW: &str = "\
+SELECT queue, dedup_key, state, attempts, reason, last_event_seq FROM spool_run \
+WHERE run_id = $1 FOR UPDATE";
+
+/// An operator's retry of a parked run (`$1`): `$2` the queued state, a fresh attempt budget,
+/// due at `$3` (now), no lease, no finish time, the event counter moved to `$4`, and `$5`/`$6`
+/// the claim jitter of attempt 1 (see [`CLAIM_QUEUED`]); the reason stays.
+pub(super) const REQUEUE_PARKED: &str = "\
+UPDATE spool_run SET state = $2, attempts = 0, updated_at = $3, due_at = $3, finished_at = NULL, \
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE, \
+    last_event_seq = $4, claim_attempt = $5, claim_jitter = $6 \
+WHERE run_id = $1";
+
+/// An operator's discard of a parked run (`$1`): `$2` the canceled state, finished at `$3`
+/// (now), the event counter moved to `$4`; the reason stays.
+pub(super) const DISCARD_PARKED: &str = "\
+UPDATE spool_run SET state = $2, updated_at = $3, due_at = NULL, finished_at = $3, \
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE, \
+    last_event_seq = $4, claim_attempt = NULL, claim_jitter = NULL \
+WHERE run_id = $1";
+
+/// The event recording an operator's action: `$1` run, `$2` seq, `$3` event id, `$4` now,
+/// `$5` payload bytes, `$6` payload.
+pub(super) const INSERT_OPERATOR_EVENT: &str = "\
+INSERT INTO spool_event (run_id, seq, event_id, created_at, payload_bytes, payload) \
+VALUES ($1, $2, $3, $4, $5, $6)";
+
+/// Wakes channel `$1` when the transaction commits.
+pub(super) const NOTIFY: &str = "SELECT pg_catalog.pg_notify($1, '')";
+
 /// A run's events after seq `$2`, at most `$3`; one row with NULL columns when the run exists
 /// but has none, no row when it does not exist.
 pub(super) const EVENTS: &str = "\

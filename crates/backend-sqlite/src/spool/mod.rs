@@ -45,13 +45,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_import, check_lease, check_limit, check_payload, check_release_delay, CancelOutcome,
-    Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued, EventAppended,
-    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
-    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
-    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig,
-    SpoolStats, Timestamp, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
-    MAX_RUN_PAYLOAD,
+    check_import, check_lease, check_limit, check_payload, check_release_delay, Action,
+    CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued,
+    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
+    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
+    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
+    SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -173,6 +173,21 @@ impl SqliteSpool {
     fn now(&self) -> Timestamp {
         self.clock.now()
     }
+
+    /// An operator's retry or discard ([`settle::unpark_tx`]); a retry wakes the queue's
+    /// subscribers once it committed.
+    async fn unpark(&self, run: RunId, action: Action, by: &str) -> Result<Unparked> {
+        let now = self.now();
+        let by = by.to_owned();
+        let (unparked, woken) = self
+            .store
+            .with_writer(move |db| settle::unpark_tx(db, run, action, &by, now))
+            .await?;
+        if let Some(queue) = woken {
+            self.wake.notify(&queue);
+        }
+        Ok(unparked)
+    }
 }
 
 #[async_trait]
@@ -293,6 +308,14 @@ impl Spool for SqliteSpool {
         self.store
             .with_writer_grouped(move |db| settle::release_tx(db, run, token, delay, now))
             .await
+    }
+
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.unpark(run, Action::Requeue, by).await
+    }
+
+    async fn discard(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.unpark(run, Action::Discard, by).await
     }
 
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {

@@ -1,4 +1,5 @@
-//! Settling a lease — heartbeat, ack, nack, release — and cancel: each one `BEGIN IMMEDIATE`
+//! Settling a lease — heartbeat, ack, nack, release — and cancel, and an operator's retry or
+//! discard of a parked run ([`unpark_tx`]): each one `BEGIN IMMEDIATE`
 //! transaction on the writer (all but cancel: one savepoint of a group commit) that reads the
 //! run's lease ([`lease_row`]), checks the caller's token (cancel takes none) and decides the
 //! state change with cairn-core's pure functions.
@@ -9,15 +10,15 @@
 use std::time::Duration;
 
 use cairn_core::spool::{
-    check_token, clip_reason, exhausted_park_reason, nack_action, release_action, transition,
-    Action, BackoffPolicy, CancelOutcome, DedupKey, Heartbeat, LeaseToken, NackKind, Nacked,
-    QueueName, RunId, RunState, Timestamp,
+    check_operator, check_token, clip_reason, exhausted_park_reason, nack_action, operator_event,
+    release_action, transition, Action, BackoffPolicy, CancelOutcome, DedupKey, Heartbeat,
+    LeaseToken, NackKind, Nacked, QueueName, RunId, RunState, Timestamp, Unparked,
 };
 use cairn_core::{Error, Result};
 use rusqlite::params;
 
 use super::claim::delay;
-use super::row::{count, dedup_key, micros, state};
+use super::row::{count, dedup_key, len_i64, micros, non_negative, state};
 use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;
@@ -234,5 +235,80 @@ pub(super) fn cancel_tx(db: &Db<'_>, run: RunId, now: Timestamp) -> Result<Cance
             params![row.run_no, to.as_str(), None::<String>, micros(now)],
         )?;
         Ok((CancelOutcome::Canceled, End::Commit))
+    })
+}
+
+/// An operator's retry (`Action::Requeue`) or discard (`Action::Discard`) of a parked run, with
+/// the event recording it, in one transaction. Returns the outcome and, for a retry, the queue
+/// whose subscribers to wake after commit.
+pub(super) fn unpark_tx(
+    db: &Db<'_>,
+    run: RunId,
+    action: Action,
+    by: &str,
+    now: Timestamp,
+) -> Result<(Unparked, Option<QueueName>)> {
+    check_operator(by)?;
+    db.write_tx(|db| {
+        type Row = (i64, String, String, i64, Option<String>, i64);
+        let rows: Vec<Row> = db.rows(sql::UNPARK_ROW, params![run.as_bytes()], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })?;
+        let Some((run_no, queue, st, attempts, reason, last)) = rows.into_iter().next() else {
+            return Err(Error::UnknownRun { run });
+        };
+        let to = transition(state(&st)?, action)?;
+        let seq = last
+            .checked_add(1)
+            .ok_or_else(|| corrupt("a run's event counter is exhausted"))?;
+        let attempts = count(attempts, "attempt count")?;
+        let (event_id, payload) = operator_event(
+            action,
+            non_negative(seq, "event seq")?,
+            by,
+            reason.as_deref(),
+            attempts,
+        )?;
+        if to == RunState::Queued {
+            db.exec(
+                sql::REQUEUE_PARKED,
+                params![run_no, to.as_str(), micros(now), seq],
+            )?;
+        } else {
+            db.exec(
+                sql::FINISH,
+                params![run_no, to.as_str(), None::<String>, micros(now)],
+            )?;
+            db.exec(sql::SET_LAST_EVENT_SEQ, params![run_no, seq])?;
+        }
+        db.exec(
+            sql::INSERT_EVENT,
+            params![
+                run.as_bytes(),
+                seq,
+                event_id.as_bytes(),
+                micros(now),
+                len_i64(&payload),
+                payload
+            ],
+        )?;
+        let woken = (to == RunState::Queued)
+            .then(|| QueueName::new(queue))
+            .transpose()
+            .map_err(|_| corrupt("a stored queue name is invalid"))?;
+        let unparked = Unparked {
+            state: to,
+            parked_reason: reason,
+            event_seq: non_negative(seq, "event seq")?,
+            at: now,
+        };
+        Ok(((unparked, woken), End::Commit))
     })
 }

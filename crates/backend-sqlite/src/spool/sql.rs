@@ -227,6 +227,19 @@ pub(super) const RECORD_IMPORT: &str = "\
 INSERT INTO spool_import (fingerprint, description, imported_at, runs_created, runs_existing)
 VALUES (?1, ?2, ?3, ?4, ?5)";
 
+/// What an operator's retry or discard of a parked run decides from (`Spool::retry_parked`,
+/// `Spool::discard`).
+pub(super) const UNPARK_ROW: &str = "\
+SELECT run_no, queue, state, attempts, reason, last_event_seq FROM spool_run WHERE run_id = ?1";
+
+/// An operator's retry of a parked run: `?2` the queued state, a fresh attempt budget, due at
+/// `?3` (now), no lease, no finish time, the event counter moved to `?4`; the reason stays.
+pub(super) const REQUEUE_PARKED: &str = "\
+UPDATE spool_run
+SET state = ?2, attempts = 0, updated_at = ?3, due_at = ?3, finished_at = NULL,
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0, last_event_seq = ?4
+WHERE run_no = ?1";
+
 /// Changes whenever another connection commits to the file.
 pub(super) const DATA_VERSION: &str = "PRAGMA data_version";
 
@@ -273,4 +286,6 @@ pub(super) const ALL: &[&str] = &[
     IMPORT_RUN,
     IMPORT_FACT,
     RECORD_IMPORT,
+    UNPARK_ROW,
+    REQUEUE_PARKED,
 ];

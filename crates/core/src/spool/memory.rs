@@ -13,6 +13,7 @@ use super::backoff::jitter_seed;
 use super::clock::{Clock, SystemClock, Timestamp};
 use super::dedup::{DedupKey, SupersedeGroup};
 use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::operator::{check_operator, operator_event};
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunMeta,
@@ -26,7 +27,8 @@ use super::types::{
     clip_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued, EventAppended,
     EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedRun,
     LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState,
-    SpoolConfig, SpoolStats, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    SpoolConfig, SpoolStats, Unparked, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    MAX_RUN_PAYLOAD,
 };
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
@@ -214,6 +216,64 @@ impl MemorySpool {
             .config
             .backoff
             .delay(attempt, jitter_seed(queue, key, attempt))
+    }
+}
+
+impl MemorySpool {
+    /// [`Spool::retry_parked`] (`Requeue`) and [`Spool::discard`] (`Discard`): the transition,
+    /// the run's new fields and the operator event, under one lock.
+    fn unpark(&self, run: RunId, action: Action, by: &str) -> Result<Unparked> {
+        check_operator(by)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let serial = st.next_event_serial;
+        let r = st.run_mut(run)?;
+        let to = transition(r.state, action)?;
+        let seq = r.last_event_seq + 1;
+        let (event_id, payload) = operator_event(action, seq, by, r.reason.as_deref(), r.attempts)?;
+        if r.event_ids.contains_key(&event_id) {
+            return Err(Error::conflict(format!(
+                "run {run} holds a producer's event under the id this action records with \
+                 (ids beginning `cairn:` are the spool's); nothing was changed"
+            )));
+        }
+        if to == RunState::Queued {
+            r.state = to;
+            r.updated_at = now;
+            r.attempts = 0;
+            r.due_at = Some(now);
+            r.finished_at = None;
+            r.lease = None;
+            r.cancel_requested = false;
+        } else {
+            r.enter(to, now);
+        }
+        let parked_reason = r.reason.clone();
+        let queue = r.queue.clone();
+        let bytes = payload.len() as u64;
+        r.last_event_seq = seq;
+        r.event_ids.insert(event_id.clone(), seq);
+        r.events.insert(
+            seq,
+            StoredEvent {
+                id: event_id,
+                payload,
+                created_at: now,
+                serial,
+            },
+        );
+        st.next_event_serial += 1;
+        st.by_age.insert((now, serial), (run, seq));
+        st.event_bytes += bytes;
+        if to == RunState::Queued {
+            st.notify(&queue);
+        }
+        Ok(Unparked {
+            state: to,
+            parked_reason,
+            event_seq: seq,
+            at: now,
+        })
     }
 }
 
@@ -578,6 +638,14 @@ impl Spool for MemorySpool {
             state: to,
             retry_at: Some(at),
         })
+    }
+
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.unpark(run, Action::Requeue, by)
+    }
+
+    async fn discard(&self, run: RunId, by: &str) -> Result<Unparked> {
+        self.unpark(run, Action::Discard, by)
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {

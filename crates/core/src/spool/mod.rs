@@ -20,6 +20,7 @@
 //!   │ │                └─release: back to queued, the attempt given back
 //!   │ ├─cancel──▶ canceled
 //!   │ └─newer run of its supersede group──▶ superseded
+//!   └──────retry_parked (an operator)──── parked ──discard (an operator)──▶ canceled
 //! ```
 //!
 //! This module holds the [`Spool`] trait, its value types, the pure decisions every backend
@@ -75,6 +76,7 @@ mod dedup;
 mod ids;
 pub mod legacy;
 mod memory;
+mod operator;
 mod retention;
 mod transition;
 mod types;
@@ -99,6 +101,10 @@ pub use ids::{
     MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
 };
 pub use memory::MemorySpool;
+pub use operator::{
+    check_operator, operator_event, retry_parked_runs, BulkRetry, BULK_RETRY_PAGE,
+    MAX_OPERATOR_LEN, OPERATOR_EVENT_PREFIX,
+};
 pub use retention::{
     plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
     RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
@@ -112,7 +118,7 @@ pub use types::{
     clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued,
     EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource,
     ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
-    RunInfo, RunState, SpoolConfig, SpoolStats, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
+    RunInfo, RunState, SpoolConfig, SpoolStats, Unparked, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
     MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
     MAX_REASON_LEN, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
@@ -348,6 +354,43 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::InvalidTransition`] when the run is no longer claimed;
     /// [`crate::Error::InvalidInput`] for a delay over [`MAX_LEASE`].
     async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked>;
+
+    /// An operator's retry of a parked run: it goes back to its queue with a fresh attempt
+    /// budget, due at once.
+    ///
+    /// # Contract
+    /// - Only a `parked` run ([`transition`] with [`Action::Requeue`]). It becomes `queued`
+    ///   with `attempts` 0 (the whole `max_attempts` budget again: whatever parked it is
+    ///   taken to be fixed), `due_at = now`, no lease, no cancel request, no `finished_at`;
+    ///   its `reason` stays (why it was last parked) and its token stays stale.
+    /// - In the same transaction the spool appends one event to the run's stream recording
+    ///   the action ([`operator_event`] with [`Action::Requeue`]: who asked, the parked
+    ///   reason, the attempts spent), although a parked run refuses producers' appends
+    ///   ([`check_append`]): the spool's own event is written by this method, never through
+    ///   [`Spool::append_event`], and only on this transition, when no consumer holds the run.
+    ///   So a lease holder's view of a closed stream stays final; the event is delivered like
+    ///   any other once the run is claimed again. A closed stream stays closed.
+    /// - Wakes the queue's subscribers after commit.
+    ///
+    /// # Errors
+    /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidTransition`] (carrying the run's
+    /// state) for a run that is not parked: nothing is written; [`crate::Error::InvalidInput`]
+    /// for a `by` that [`check_operator`] refuses.
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked>;
+
+    /// An operator's discard of a parked run: it ends `canceled` for good.
+    ///
+    /// # Contract
+    /// - Only a `parked` run ([`transition`] with [`Action::Discard`]). It becomes
+    ///   `canceled` with `finished_at = now` (retention counts from the discard); its `reason`
+    ///   stays.
+    /// - In the same transaction the spool appends one event recording the action
+    ///   ([`operator_event`] with [`Action::Discard`]), as for [`Spool::retry_parked`].
+    /// - Wakes no one.
+    ///
+    /// # Errors
+    /// As [`Spool::retry_parked`].
+    async fn discard(&self, run: RunId, by: &str) -> Result<Unparked>;
 
     /// The run's stored events with seq greater than `after`, in seq order, at most `limit`.
     ///

@@ -8,6 +8,9 @@
 //!   │                   ├─confirm cancel──▶ canceled   (nack or expiry after a cancel request)
 //!   ├─cancel──▶ canceled  (claimed: cancel only sets the request flag)
 //!   └─supersede──▶ superseded
+//!
+//! parked ──requeue──▶ queued     (an operator's retry: `Spool::retry_parked`)
+//!   └─────discard──▶ canceled   (an operator's discard: `Spool::discard`)
 //! ```
 
 use std::fmt;
@@ -43,11 +46,17 @@ pub enum Action {
     /// The holder gives a claimed run back without spending an attempt
     /// ([`Spool::release`](super::Spool::release)): back to the queue.
     Release,
+    /// An operator sends a parked run back to its queue with a fresh attempt budget
+    /// ([`Spool::retry_parked`](super::Spool::retry_parked)).
+    Requeue,
+    /// An operator gives up on a parked run for good: it ends canceled
+    /// ([`Spool::discard`](super::Spool::discard)).
+    Discard,
 }
 
 impl Action {
     /// Every action.
-    pub const ALL: [Action; 11] = [
+    pub const ALL: [Action; 13] = [
         Action::Claim,
         Action::Reclaim,
         Action::Heartbeat,
@@ -59,6 +68,8 @@ impl Action {
         Action::ConfirmCancel,
         Action::Supersede,
         Action::Release,
+        Action::Requeue,
+        Action::Discard,
     ];
 
     /// The action's name in messages.
@@ -75,6 +86,8 @@ impl Action {
             Action::ConfirmCancel => "confirm the cancel of",
             Action::Supersede => "supersede",
             Action::Release => "release",
+            Action::Requeue => "requeue",
+            Action::Discard => "discard",
         }
     }
 }
@@ -104,6 +117,9 @@ pub fn transition(from: RunState, action: Action) -> Result<RunState> {
         (S::Claimed, A::ConfirmCancel) => S::Canceled,
         // Ack is idempotent: the holder may repeat it after a lost reply.
         (S::Succeeded, A::Ack) => S::Succeeded,
+        // Only an operator moves a parked run, and only these two ways.
+        (S::Parked, A::Requeue) => S::Queued,
+        (S::Parked, A::Discard) => S::Canceled,
         _ => return Err(Error::InvalidTransition { from, action }),
     };
     Ok(to)
@@ -196,6 +212,8 @@ mod tests {
         (S::Claimed, Action::Fail, S::Failed),
         (S::Claimed, Action::ConfirmCancel, S::Canceled),
         (S::Succeeded, Action::Ack, S::Succeeded),
+        (S::Parked, Action::Requeue, S::Queued),
+        (S::Parked, Action::Discard, S::Canceled),
     ];
 
     #[test]
@@ -218,11 +236,16 @@ mod tests {
     }
 
     #[test]
-    fn terminal_states_only_allow_a_repeated_ack() {
+    fn terminal_states_only_allow_a_repeated_ack_or_an_operators_unpark() {
         for from in RunState::ALL.into_iter().filter(|s| s.is_terminal()) {
             for action in Action::ALL {
                 let ok = transition(from, action).is_ok();
-                assert_eq!(ok, from == S::Succeeded && action == Action::Ack);
+                let unpark =
+                    from == S::Parked && matches!(action, Action::Requeue | Action::Discard);
+                assert_eq!(
+                    ok,
+                    (from == S::Succeeded && action == Action::Ack) || unpark
+                );
             }
         }
     }

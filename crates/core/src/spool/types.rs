@@ -44,12 +44,17 @@ pub enum RunState {
     /// Finished by its lease holder with a failure outcome (`NackKind::Failed`): the work ran
     /// and its result is "failed"; nothing will retry it.
     Failed,
-    /// Canceled: while queued, or by its holder after a cancel request.
+    /// Canceled: while queued, by its holder after a cancel request, or discarded by an
+    /// operator while parked ([`Spool::discard`](super::Spool::discard)).
     Canceled,
     /// Replaced, while queued, by a newer run of its supersede group.
     Superseded,
     /// Given up on (permanent nack, attempts exhausted, or the last lease expired); carries the
-    /// reason. Needs an operator's attention.
+    /// reason. Needs an operator's attention: [`Spool::retry_parked`] sends it back to its
+    /// queue, [`Spool::discard`] ends it canceled.
+    ///
+    /// [`Spool::retry_parked`]: super::Spool::retry_parked
+    /// [`Spool::discard`]: super::Spool::discard
     Parked,
 }
 
@@ -65,7 +70,11 @@ impl RunState {
         RunState::Parked,
     ];
 
-    /// Whether no transition leaves this state (everything but `Queued` and `Claimed`).
+    /// Whether the run is finished (everything but `Queued` and `Claimed`): no consumer or
+    /// producer moves it any more, and it takes no events. The one way out of a terminal
+    /// state is an operator's: a `Parked` run may be retried or discarded
+    /// ([`Spool::retry_parked`](super::Spool::retry_parked),
+    /// [`Spool::discard`](super::Spool::discard)).
     pub fn is_terminal(self) -> bool {
         !matches!(self, RunState::Queued | RunState::Claimed)
     }
@@ -231,6 +240,24 @@ pub enum CancelOutcome {
     /// The run is claimed: a cancel is requested (again, if it already was) and its holder
     /// sees it on the next heartbeat.
     Requested,
+}
+
+/// What an operator's action on a parked run did ([`Spool::retry_parked`],
+/// [`Spool::discard`]).
+///
+/// [`Spool::retry_parked`]: super::Spool::retry_parked
+/// [`Spool::discard`]: super::Spool::discard
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Unparked {
+    /// Where the run is now: `Queued` (retried, due at once) or `Canceled` (discarded).
+    pub state: RunState,
+    /// Why it had been parked; the run keeps this reason, and the action's event repeats it.
+    pub parked_reason: Option<String>,
+    /// The seq of the run event that records the action (see
+    /// [`operator_event`](super::operator_event)).
+    pub event_seq: u64,
+    /// When the action happened (the spool's clock): the retried run's due time.
+    pub at: Timestamp,
 }
 
 /// What [`Spool::set_fact`](super::Spool::set_fact) did.

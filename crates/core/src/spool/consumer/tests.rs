@@ -452,6 +452,12 @@ async fn next_due_default_body_agrees_with_the_model() {
         async fn close_run(&self, run: RunId) -> Result<crate::spool::CloseOutcome> {
             self.0.close_run(run).await
         }
+        async fn retry_parked(&self, run: RunId, by: &str) -> Result<crate::spool::Unparked> {
+            self.0.retry_parked(run, by).await
+        }
+        async fn discard(&self, run: RunId, by: &str) -> Result<crate::spool::Unparked> {
+            self.0.discard(run, by).await
+        }
         async fn release(
             &self,
             run: RunId,
@@ -668,6 +674,10 @@ struct Script {
     settle_calls: Vec<Instant>,
     /// Heartbeats tried.
     heartbeat_calls: usize,
+    /// Claims that have returned.
+    claims_returned: u64,
+    /// Looks at the earliest due time that have returned.
+    next_due_returned: u64,
 }
 
 /// A [`MemorySpool`] whose settles and heartbeats fail as the test scripts them.
@@ -717,7 +727,9 @@ impl Spool for Faulty {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Claimed>> {
-        self.inner.claim(queue, consumer, lease, limit).await
+        let claimed = self.inner.claim(queue, consumer, lease, limit).await;
+        self.script().claims_returned += 1;
+        claimed
     }
     async fn heartbeat(
         &self,
@@ -754,6 +766,12 @@ impl Spool for Faulty {
     }
     async fn close_run(&self, run: RunId) -> Result<crate::spool::CloseOutcome> {
         self.inner.close_run(run).await
+    }
+    async fn retry_parked(&self, run: RunId, by: &str) -> Result<crate::spool::Unparked> {
+        self.inner.retry_parked(run, by).await
+    }
+    async fn discard(&self, run: RunId, by: &str) -> Result<crate::spool::Unparked> {
+        self.inner.discard(run, by).await
     }
     async fn release(
         &self,
@@ -823,6 +841,11 @@ impl Spool for Faulty {
     }
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {
         self.inner.subscribe(queue).await
+    }
+    async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
+        let due = self.inner.next_due(queue).await;
+        self.script().next_due_returned += 1;
+        due
     }
 }
 
@@ -1425,4 +1448,32 @@ fn a_stop_reason_only_rises() {
     assert_eq!(signal.reason(), Some(StopReason::LeaseLost), "raised");
     raise(&tx, StopReason::CancelRequested);
     assert_eq!(signal.reason(), Some(StopReason::LeaseLost));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_after_the_consumer_went_idle_wakes_it() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    // Polling an hour apart: once its first claim has come back empty, only the spool's
+    // wake-up, forwarded by the listener, can bring the consumer back.
+    let consumer = builder(&spool, &q)
+        .poll_interval(Duration::from_secs(3600))
+        .spawn(|_job: Job| async { Outcome::Done })
+        .await
+        .unwrap();
+    // The loop's claim came back empty and its look at the due time too: it is about to wait.
+    eventually(
+        "the first claim and look at the due time have come back",
+        || async {
+            let sent = consumer.stats().claims;
+            let s = faulty.script();
+            sent >= 1 && s.claims_returned == sent && s.next_due_returned == sent
+        },
+    )
+    .await;
+    let id = enqueue(&spool, &q, "after-idle").await;
+    eventually("the woken consumer acks", || async {
+        state(&spool, id).await == RunState::Succeeded
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
 }

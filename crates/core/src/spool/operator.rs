@@ -1,0 +1,179 @@
+//! The operator's way out of `parked`: the event every backend records for a retry or a
+//! discard ([`operator_event`]), the check of who asked ([`check_operator`]), and the bulk
+//! retry of a queue's parked runs over any spool ([`retry_parked_runs`]).
+
+use serde::Serialize;
+
+use super::ids::{QueueName, RunEventId};
+use super::transition::Action;
+use super::types::{RunFilter, RunState};
+use super::Spool;
+use crate::error::{Error, Result};
+
+/// The prefix of the ids of the events the spool itself writes ([`operator_event`]). Producers
+/// should not use it: an id a run still holds is not written twice, so a producer's event
+/// under the exact id an action would take makes that action fail with nothing written.
+pub const OPERATOR_EVENT_PREFIX: &str = "cairn:";
+
+/// Longest "who asked" text an operator's action records, in bytes.
+pub const MAX_OPERATOR_LEN: usize = 256;
+
+/// Checks the "who asked" of [`Spool::retry_parked`] and [`Spool::discard`]: 1 to
+/// [`MAX_OPERATOR_LEN`] bytes without control characters.
+///
+/// # Errors
+/// [`Error::InvalidInput`] otherwise.
+pub fn check_operator(by: &str) -> Result<()> {
+    if by.is_empty() || by.len() > MAX_OPERATOR_LEN || by.chars().any(char::is_control) {
+        return Err(Error::invalid(
+            "operator",
+            format!("must be 1 to {MAX_OPERATOR_LEN} bytes of printable text (who asked)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The payload of an operator event, as JSON.
+#[derive(Serialize)]
+struct OperatorEvent<'a> {
+    /// `retry` or `discard`.
+    cairn: &'a str,
+    by: &'a str,
+    parked_reason: Option<&'a str>,
+    attempts: u32,
+}
+
+/// The run event that records an operator's action on a parked run, as every backend writes
+/// it: id `cairn:retry:<seq>` or `cairn:discard:<seq>` (`seq`: the event's own seq, so the id
+/// is new in the run), payload a JSON object
+/// `{"cairn":"retry"|"discard","by":…,"parked_reason":…|null,"attempts":…}` where `attempts`
+/// is the run's attempt count when it was parked. The event's time is the action's.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an action other than [`Action::Requeue`] and
+/// [`Action::Discard`], or a `by` that [`check_operator`] refuses.
+pub fn operator_event(
+    action: Action,
+    seq: u64,
+    by: &str,
+    parked_reason: Option<&str>,
+    attempts: u32,
+) -> Result<(RunEventId, Vec<u8>)> {
+    check_operator(by)?;
+    let name = match action {
+        Action::Requeue => "retry",
+        Action::Discard => "discard",
+        other => {
+            return Err(Error::invalid(
+                "operator action",
+                format!("{other} is not an operator's action on a parked run"),
+            ))
+        }
+    };
+    let id = RunEventId::new(format!("{OPERATOR_EVENT_PREFIX}{name}:{seq}"))?;
+    let payload = serde_json::to_vec(&OperatorEvent {
+        cairn: name,
+        by,
+        parked_reason,
+        attempts,
+    })
+    .map_err(|e| Error::invalid("operator event", e.to_string()))?;
+    Ok((id, payload))
+}
+
+/// Runs [`retry_parked_runs`] reads per page.
+pub const BULK_RETRY_PAGE: usize = 100;
+
+/// What [`retry_parked_runs`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BulkRetry {
+    /// Parked runs retried (each with its own event).
+    pub retried: u64,
+    /// Parked runs left parked because their reason does not match.
+    pub unmatched: u64,
+    /// Runs listed as parked that were no longer parked (or no longer there) when retried:
+    /// another operator or retention got there first.
+    pub skipped: u64,
+}
+
+/// Retries every parked run of `queue` whose reason contains `reason_like` (every parked run
+/// without it), each through [`Spool::retry_parked`], so each gets its own event and wakes the
+/// queue's subscribers.
+///
+/// Reads the queue's parked runs in pages of [`BULK_RETRY_PAGE`] in run id order, so memory
+/// stays bounded whatever the count. Each retry is atomic on its own, not the whole pass: on
+/// an error, the runs retried before it stay retried (running it again retries the rest).
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a `by` that [`check_operator`] refuses; the first error of a
+/// listing or a retry other than a run that was no longer parked.
+pub async fn retry_parked_runs(
+    spool: &dyn Spool,
+    queue: &QueueName,
+    reason_like: Option<&str>,
+    by: &str,
+) -> Result<BulkRetry> {
+    check_operator(by)?;
+    let mut done = BulkRetry::default();
+    let mut filter = RunFilter {
+        queue: Some(queue.clone()),
+        state: Some(RunState::Parked),
+        after: None,
+    };
+    loop {
+        let page = spool.runs(&filter, BULK_RETRY_PAGE).await?;
+        for run in &page {
+            let matches = reason_like.is_none_or(|like| {
+                run.reason
+                    .as_deref()
+                    .is_some_and(|reason| reason.contains(like))
+            });
+            if !matches {
+                done.unmatched += 1;
+                continue;
+            }
+            match spool.retry_parked(run.run_id, by).await {
+                Ok(_) => done.retried += 1,
+                Err(Error::InvalidTransition { .. } | Error::UnknownRun { .. }) => {
+                    done.skipped += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == BULK_RETRY_PAGE => filter.after = Some(last.run_id),
+            _ => return Ok(done),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_names_the_action_and_who_asked() {
+        let (id, payload) =
+            operator_event(Action::Requeue, 4, "cli:alice", Some("a \"403\""), 3).unwrap();
+        assert_eq!(id.as_bytes(), b"cairn:retry:4");
+        let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"cairn": "retry", "by": "cli:alice",
+                               "parked_reason": "a \"403\"", "attempts": 3})
+        );
+        let (id, payload) = operator_event(Action::Discard, 1, "http", None, 0).unwrap();
+        assert_eq!(id.as_bytes(), b"cairn:discard:1");
+        let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+        assert_eq!(v["parked_reason"], serde_json::Value::Null);
+        assert!(operator_event(Action::Cancel, 1, "http", None, 0).is_err());
+    }
+
+    #[test]
+    fn who_asked_is_short_printable_text() {
+        assert!(check_operator("cli:alice").is_ok());
+        assert!(check_operator("").is_err());
+        assert!(check_operator("a\nb").is_err());
+        assert!(check_operator(&"x".repeat(MAX_OPERATOR_LEN + 1)).is_err());
+    }
+}
