@@ -189,14 +189,6 @@ async fn a_store_with_pool_size_8_and_4_consumers_holds_at_most_9_connections() 
     }
     drop(spool);
     store.close().await.expect("close");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while connections_of(&mut admin, &app).await > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the store's connections outlived close"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
         .execute(&mut admin)
         .await

@@ -1,16 +1,21 @@
 //! Wake-ups the spool contract promises besides an enqueue's.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_conformance::random_queue;
-use cairn_core::spool::{NackKind, RunState};
-use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Spool};
+use cairn_core::spool::{NackKind, RunState, SpoolConfig};
+use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, ManualClock, Spool, Wakeup};
 use cairn_postgres::spool::testkit::spool_harness;
+use cairn_postgres::testkit::test_server_url;
+use cairn_postgres::{PgOptions, PgSpool, PgStore};
+use sqlx::{Connection, PgConnection};
+
+const DEADLINE: Duration = Duration::from_secs(20);
 
 /// A retryable nack puts the run back in its queue and wakes the queue's subscribers (the
 /// `Spool::nack` contract) by `NOTIFY`: with the fallback poll an hour away, only the nack can
 /// wake the subscriber in time. Kills `wake = to == RunState::Queued` → `!=` in `nack`
-/// (mutation testing of `spool/ops.rs`).
+/// (mutation testing of `spool/settle.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retryable_nack_wakes_the_queues_subscribers() {
     let h = spool_harness().await;
@@ -47,5 +52,127 @@ async fn a_retryable_nack_wakes_the_queues_subscribers() {
         .await
         .expect("a retryable nack must wake the queue's subscriber without waiting for a poll")
         .unwrap();
+    spool.close().await;
+}
+
+/// The server connections whose `application_name` is `app`, and the last statement of each.
+async fn connections_of(admin: &mut PgConnection, app: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT query FROM pg_catalog.pg_stat_activity WHERE application_name = $1 ORDER BY pid",
+    )
+    .bind(app)
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// Waits until `what` holds of the store's connections.
+async fn until_connections(
+    admin: &mut PgConnection,
+    app: &str,
+    what: &str,
+    holds: impl Fn(&[String]) -> bool,
+) -> Vec<String> {
+    let started = Instant::now();
+    loop {
+        let now = connections_of(admin, app).await;
+        if holds(&now) {
+            return now;
+        }
+        assert!(started.elapsed() < DEADLINE, "{what}: {now:?}");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Subscriptions to many queues (two to one of them) share one listening connection: the spool
+/// holds exactly one connection more than its pool once anyone subscribes, however many
+/// queues are subscribed to. Each queue's enqueue wakes its subscribers by `NOTIFY` (the
+/// fallback poll is an hour away); when the last subscription of a queue goes, its channel is
+/// unlistened, and the other queues still wake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_to_every_queue_share_one_listening_connection() {
+    let h = spool_harness().await;
+    let app = cairn_core::scratch_name("cairn_listen");
+    let server = test_server_url().await.expect("the test server");
+    let sep = if server.contains('?') { '&' } else { '?' };
+    let opts = PgOptions::new(format!("{server}{sep}application_name={app}"))
+        .schema(h.pg().schema())
+        .max_connections(2);
+    let store = PgStore::open_with(opts).await.unwrap();
+    let spool = PgSpool::from_store(
+        &store,
+        std::sync::Arc::new(ManualClock::default()),
+        SpoolConfig::default(),
+    )
+    .unwrap();
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let mut admin = PgConnection::connect(&server).await.unwrap();
+    let queues: Vec<_> = (0..6).map(|_| random_queue("shared")).collect();
+    // Open the pool's connections (two statements at once); nothing else runs on it until the
+    // count below, so only the listener can add a connection.
+    let (a, b) = tokio::join!(spool.stats(), spool.stats());
+    a.unwrap();
+    b.unwrap();
+    let pooled = connections_of(&mut admin, &app).await.len();
+    assert!(
+        (1..=2).contains(&pooled),
+        "the pool's connections: {pooled}"
+    );
+
+    let mut wakes: Vec<Box<dyn Wakeup>> = Vec::new();
+    for q in &queues {
+        wakes.push(spool.subscribe(q).await.unwrap());
+    }
+    let mut second = spool.subscribe(&queues[0]).await.unwrap();
+    assert_eq!(
+        connections_of(&mut admin, &app).await.len(),
+        pooled + 1,
+        "every subscription shares one listening connection"
+    );
+
+    for (i, q) in queues.iter().enumerate() {
+        spool
+            .enqueue(
+                q,
+                &DedupKey::from_parts([format!("k{i}")]).unwrap(),
+                Vec::new(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap();
+    }
+    for (i, wake) in wakes.iter_mut().enumerate() {
+        tokio::time::timeout(DEADLINE, wake.wait())
+            .await
+            .unwrap_or_else(|_| panic!("queue {i}: no wake-up by NOTIFY"))
+            .unwrap();
+    }
+    tokio::time::timeout(DEADLINE, second.wait())
+        .await
+        .expect("the queue's second subscriber is woken too")
+        .unwrap();
+
+    // The last subscription of queue 0 goes: its channel is unlistened on the listener.
+    drop(second);
+    drop(wakes.remove(0));
+    let unlisten = format!("UNLISTEN \"{}\"", spool.wake_channel(&queues[0]));
+    until_connections(&mut admin, &app, "queue 0 unlistened", |now| {
+        now.iter().any(|q| q.contains(&unlisten))
+    })
+    .await;
+    spool
+        .enqueue(
+            &queues[1],
+            &DedupKey::from_parts(["again"]).unwrap(),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(DEADLINE, wakes[0].wait())
+        .await
+        .expect("queue 1 still wakes")
+        .unwrap();
+
     spool.close().await;
 }
