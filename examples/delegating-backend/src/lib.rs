@@ -58,9 +58,9 @@
 //! ## What the conformance suite runs through it
 //!
 //! `tests/conformance.rs` expands `suite!(…, migrations, additivity)` and `spool_suite!(…)`
-//! with harnesses whose `open` and `open_spool` return `store.diagnostics()` and
-//! `store.spool()` of a [`cairn::Store::from_backend`] over this wrapper. The other harness
-//! methods cannot go through the public open:
+//! over cairn's SQLite handle, with harnesses whose `open` and `open_spool` return
+//! `store.diagnostics()` and `store.spool()` of a [`cairn::Store::from_backend`] over this
+//! wrapper. The other harness methods cannot go through the public open:
 //!
 //! - `MigrationHarness::open_as` and `SpoolHarness::open_spool_as` open the store *as another
 //!   build*: with a runner over a cairn set other than this build's (test revisions after
@@ -74,8 +74,12 @@
 //!   `commit_probe`, `migrator`, `additivity`) are the inner engine's: they speak its SQL,
 //!   which is the engine's business, not the wrapper's.
 //!
-//! The `multi_node` flag is not used: it is for engines whose separately opened instances lock
-//! spaces independently (Postgres); SQLite, the engine wrapped here, serializes writers.
+//! The `multi_node` cases, for engines whose separately opened instances lock spaces
+//! independently (SQLite serializes writers), run the same way over cairn's Postgres handle;
+//! their `Harness::hold_space_lock` is the engine's own test writer's, and the cases then
+//! write through the wrapper's stores. The rest of the suite over Postgres too would double
+//! the Postgres suite's time in `cargo xtask test` and show nothing of the wrapper that the
+//! SQLite run does not.
 
 #![forbid(unsafe_code)]
 

@@ -1,75 +1,153 @@
 //! The whole conformance suite — the epoch log with the migration and additivity cases, and
 //! the spool — through the delegating backend, opened with `cairn::Store::from_backend` over
-//! cairn's SQLite handle. See the crate docs for which harness methods go through the store,
-//! which through the wrapper's capabilities only, and which are the inner engine's.
+//! cairn's SQLite handle; and the `multi_node` cases, which SQLite cannot run, over its
+//! Postgres handle. See
+//! the crate docs for which harness methods go through the store, which through the wrapper's
+//! capabilities only, and which are the inner engine's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cairn::backend::{MigrationBackend, OpenOptions, Runner};
+use cairn::backend::{Backend, MigrationBackend, OpenOptions, Runner};
 use cairn::migrate::AdditivityEngine;
+use cairn::testkit::postgres::testkit::PgHarness;
+use cairn::testkit::postgres::PgBackend;
 use cairn::testkit::sqlite::spool_testkit::SqliteSpoolHarness;
 use cairn::testkit::sqlite::testkit::SqliteHarness;
 use cairn::testkit::sqlite::{SqliteBackend, SqliteOptions};
 use cairn::{
     Appended, EpochDiagnostics, EpochId, Event, ManualClock, Result, SpaceId, Spool, Store,
 };
-use cairn_conformance::{AdditivityHarness, Harness, MigrationHarness, SpoolHarness};
+use cairn_conformance::{AdditivityHarness, Harness, HeldLock, MigrationHarness, SpoolHarness};
 use cairn_example_backend::{Calls, DelegatingBackend, DelegatingEpochs, DelegatingSpool};
 
 /// The wrapper's engine name.
-const ENGINE: &str = "delegating-sqlite";
+const ENGINE: &str = "delegating";
 
-cairn_conformance::suite!(EpochHarness::new(Calls::default()), migrations, additivity);
-cairn_conformance::spool_suite!(DelegatingSpoolHarness::new(Calls::default()));
+mod sqlite {
+    use super::*;
 
-/// Opens the SQLite store at `path` and hands the wrapper over it to `Store::from_backend`.
-/// The harness's opens stay out of the fleet registry, as the engine's own harness's do: the
-/// cases model builds through runners and the registry explicitly.
-async fn open_store(path: &std::path::Path, opts: OpenOptions, calls: &Calls) -> Result<Store> {
-    let inner = SqliteBackend::open(
-        path,
-        SqliteOptions::default(),
-        opts.register_in_fleet(false),
-    )
-    .await?;
+    cairn_conformance::suite!(
+        EpochHarness::new(cairn::testkit::sqlite::testkit::harness(), Calls::default()),
+        migrations,
+        additivity
+    );
+    cairn_conformance::spool_suite!(DelegatingSpoolHarness::new(
+        cairn::testkit::sqlite::spool_testkit::spool_harness(),
+        Calls::default()
+    ));
+}
+
+/// The cases SQLite cannot run, over the Postgres handle: separately opened stores are
+/// separate nodes that lock spaces independently (`multi_node`). The rest of the suite over
+/// Postgres would double the Postgres suite's time in `cargo xtask test` and show nothing of
+/// the wrapper the SQLite run does not.
+mod postgres {
+    use super::*;
+    use cairn_conformance::cases;
+
+    async fn harness() -> EpochHarness<PgHarness> {
+        EpochHarness::new(
+            cairn::testkit::postgres::testkit::harness(),
+            Calls::default(),
+        )
+        .await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn e1_two_nodes_concurrent_appends_keep_one_head() {
+        cases::e1_two_nodes_concurrent_appends_keep_one_head(&harness().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn e7_repair_concurrent_with_appends_ends_exact() {
+        cases::e7_repair_concurrent_with_appends_ends_exact(&harness().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn e12_spaces_do_not_block_each_other() {
+        cases::e12_spaces_do_not_block_each_other(&harness().await).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn e6_upgrade_path_legacy_history_gets_cache_by_repair() {
+        cases::e6_upgrade_path_legacy_history_gets_cache_by_repair(&harness().await).await;
+    }
+}
+
+/// An engine's own harness, which can also open the engine's backend handle over its location:
+/// what the wrapper wraps.
+#[async_trait]
+trait Inner: Harness {
+    /// Opens the engine's handle over the harness's location with `opts`.
+    async fn open_backend(&self, opts: OpenOptions) -> Result<Arc<dyn Backend>>;
+}
+
+#[async_trait]
+impl Inner for SqliteHarness {
+    async fn open_backend(&self, opts: OpenOptions) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(
+            SqliteBackend::open(self.path(), SqliteOptions::default(), opts).await?,
+        ))
+    }
+}
+
+#[async_trait]
+impl Inner for SqliteSpoolHarness {
+    async fn open_backend(&self, opts: OpenOptions) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(
+            SqliteBackend::open(self.path(), SqliteOptions::default(), opts).await?,
+        ))
+    }
+}
+
+#[async_trait]
+impl Inner for PgHarness {
+    async fn open_backend(&self, opts: OpenOptions) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(PgBackend::open(self.options(), opts).await?))
+    }
+}
+
+/// Opens the engine's handle over `inner`'s location and hands the wrapper over it to
+/// `Store::from_backend`. The harness's opens stay out of the fleet registry, as the engines'
+/// own harnesses' do: the cases model builds through runners and the registry explicitly.
+async fn open_store<I: Inner>(inner: &I, opts: OpenOptions, calls: &Calls) -> Result<Store> {
+    let handle = inner.open_backend(opts.register_in_fleet(false)).await?;
     Ok(Store::from_backend(Arc::new(DelegatingBackend::new(
         ENGINE,
-        Arc::new(inner),
+        handle,
         calls.clone(),
     ))))
 }
 
 /// The epoch-log harness: the store through the wrapper, the test-only writers and probes
-/// from SQLite's own harness.
+/// from the engine's own harness.
 #[derive(Debug)]
-struct EpochHarness {
-    inner: SqliteHarness,
+struct EpochHarness<I> {
+    inner: I,
     calls: Calls,
 }
 
-impl EpochHarness {
-    async fn new(calls: Calls) -> Self {
+impl<I> EpochHarness<I> {
+    async fn new(inner: impl std::future::Future<Output = I>, calls: Calls) -> Self {
         Self {
-            inner: cairn::testkit::sqlite::testkit::harness().await,
+            inner: inner.await,
             calls,
         }
     }
 }
 
 #[async_trait]
-impl Harness for EpochHarness {
+impl<I: Inner> Harness for EpochHarness<I> {
     fn backend(&self) -> &'static str {
         ENGINE
     }
 
     async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
-        Ok(
-            open_store(self.inner.path(), OpenOptions::default(), &self.calls)
-                .await?
-                .diagnostics(),
-        )
+        Ok(open_store(&self.inner, OpenOptions::default(), &self.calls)
+            .await?
+            .diagnostics())
     }
 
     async fn legacy_append(
@@ -81,14 +159,20 @@ impl Harness for EpochHarness {
         self.inner.legacy_append(space, parents, events).await
     }
 
-    /// SQLite's budget: the wrapper adds no statements, and E11 holds it to that.
+    /// The engine's budget: the wrapper adds no statements, and E11 holds it to that.
     fn append_statement_budget(&self) -> Option<u64> {
         self.inner.append_statement_budget()
+    }
+
+    /// The engine's own test writer holds the lock (multi_node, Postgres only); the cases then
+    /// write through the wrapper's store and must wait for it.
+    async fn hold_space_lock(&self, space: &SpaceId) -> Result<Box<dyn HeldLock>> {
+        self.inner.hold_space_lock(space).await
     }
 }
 
 #[async_trait]
-impl MigrationHarness for EpochHarness {
+impl<I: Inner + MigrationHarness> MigrationHarness for EpochHarness<I> {
     async fn fresh(&self) -> Self {
         Self {
             inner: self.inner.fresh().await,
@@ -101,7 +185,7 @@ impl MigrationHarness for EpochHarness {
     }
 
     /// Another build (a runner over another cairn set, or with hooks) cannot be opened through
-    /// the public open, which runs this build's set: SQLite's harness opens it, and the
+    /// the public open, which runs this build's set: the engine's harness opens it, and the
     /// wrapper's epoch log wraps what it returns.
     async fn open_as(&self, runner: &Runner) -> Result<Arc<dyn EpochDiagnostics>> {
         Ok(Arc::new(DelegatingEpochs::new(
@@ -127,40 +211,38 @@ impl MigrationHarness for EpochHarness {
     }
 }
 
-impl AdditivityHarness for EpochHarness {
+impl<I: Inner + AdditivityHarness> AdditivityHarness for EpochHarness<I> {
     fn additivity(&self) -> Arc<dyn AdditivityEngine> {
         self.inner.additivity()
     }
 }
 
-/// The spool harness: spools through the wrapper on SQLite's spool harness's clock.
+/// The spool harness: spools through the wrapper on the engine's spool harness's clock.
 #[derive(Debug)]
-struct DelegatingSpoolHarness {
-    inner: SqliteSpoolHarness,
+struct DelegatingSpoolHarness<I> {
+    inner: I,
     calls: Calls,
 }
 
-impl DelegatingSpoolHarness {
-    async fn new(calls: Calls) -> Self {
+impl<I> DelegatingSpoolHarness<I> {
+    async fn new(inner: impl std::future::Future<Output = I>, calls: Calls) -> Self {
         Self {
-            inner: cairn::testkit::sqlite::spool_testkit::spool_harness().await,
+            inner: inner.await,
             calls,
         }
     }
 }
 
 #[async_trait]
-impl Harness for DelegatingSpoolHarness {
+impl<I: Inner> Harness for DelegatingSpoolHarness<I> {
     fn backend(&self) -> &'static str {
         ENGINE
     }
 
     async fn open(&self) -> Result<Arc<dyn EpochDiagnostics>> {
-        Ok(
-            open_store(self.inner.path(), OpenOptions::default(), &self.calls)
-                .await?
-                .diagnostics(),
-        )
+        Ok(open_store(&self.inner, OpenOptions::default(), &self.calls)
+            .await?
+            .diagnostics())
     }
 
     async fn legacy_append(
@@ -178,19 +260,17 @@ impl Harness for DelegatingSpoolHarness {
 }
 
 #[async_trait]
-impl SpoolHarness for DelegatingSpoolHarness {
+impl<I: Inner + SpoolHarness> SpoolHarness for DelegatingSpoolHarness<I> {
     fn clock(&self) -> &ManualClock {
         self.inner.clock()
     }
 
     async fn open_spool(&self) -> Result<Arc<dyn Spool>> {
         let opts = OpenOptions::default().clock(Arc::new(self.clock().clone()));
-        Ok(open_store(self.inner.path(), opts, &self.calls)
-            .await?
-            .spool())
+        Ok(open_store(&self.inner, opts, &self.calls).await?.spool())
     }
 
-    /// A new location is SQLite's harness's (it removes the files once the spool is dropped);
+    /// A new location is the engine's harness's (it removes it once the spool is dropped);
     /// the wrapper's spool wraps it.
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
         Ok(Arc::new(DelegatingSpool::new(
@@ -199,8 +279,8 @@ impl SpoolHarness for DelegatingSpoolHarness {
         )))
     }
 
-    /// As [`MigrationHarness::open_as`]: another build is opened by SQLite's harness, and the
-    /// wrapper's spool wraps it.
+    /// As [`MigrationHarness::open_as`]: another build is opened by the engine's harness, and
+    /// the wrapper's spool wraps it.
     async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>> {
         Ok(Arc::new(DelegatingSpool::new(
             self.inner.open_spool_as(runner).await?,
@@ -239,6 +319,8 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "Spool::append_event",
     "Spool::close_run",
     "Spool::release",
+    "Spool::retry_parked",
+    "Spool::discard",
     "Spool::events",
     "Spool::acknowledge_events",
     "Spool::set_fact",
@@ -256,17 +338,22 @@ async fn the_suite_goes_through_the_wrapper() {
     use cairn_conformance::cases;
 
     let calls = Calls::default();
-    let h = EpochHarness::new(calls.clone()).await;
+    let h = EpochHarness::new(cairn::testkit::sqlite::testkit::harness(), calls.clone()).await;
     cases::model_random_ops_match_reference(&h).await;
     cases::e9_import_fork_merge_and_refusals(&h).await;
     cases::e10_feed_order_paging_and_cursor_refusals(&h).await;
     cases::e7_repair_fills_once_and_fork_collapses(&h).await;
     cases::e11_append_statement_budget_is_fixed(&h).await;
     cases::list_spaces_pages_in_id_order(&h).await;
-    let s = DelegatingSpoolHarness::new(calls.clone()).await;
+    let s = DelegatingSpoolHarness::new(
+        cairn::testkit::sqlite::spool_testkit::spool_harness(),
+        calls.clone(),
+    )
+    .await;
     cases::spool_model_random_ops_match_reference(&s).await;
     cases::s13_legacy_import_once_keeps_ids_keys_events_and_facts(&s).await;
     cases::s3_subscriber_wakes_for_another_instances_enqueue(&s).await;
+    cases::s17_operator_retries_or_discards_a_parked_run(&s).await;
     let missed: Vec<&str> = CALLED_BY_THE_SUITE
         .iter()
         .copied()
@@ -283,7 +370,7 @@ async fn the_suite_goes_through_the_wrapper() {
 /// handle's migrator, session, diagnostics and close as `Store` uses them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_the_suite_does_not_call_is_delegated_too() {
-    use cairn::backend::{Backend, Integrity};
+    use cairn::backend::Integrity;
     use cairn::spool::{EnqueueOptions, RunState};
     use cairn::{Clock, DedupKey, QueueName};
 
