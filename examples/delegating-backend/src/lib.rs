@@ -74,12 +74,12 @@
 //!   `commit_probe`, `migrator`, `additivity`) are the inner engine's: they speak its SQL,
 //!   which is the engine's business, not the wrapper's.
 //!
-//! The `multi_node` cases, for engines whose separately opened instances lock spaces
-//! independently (SQLite serializes writers), run the same way over cairn's Postgres handle;
-//! their `Harness::hold_space_lock` is the engine's own test writer's, and the cases then
-//! write through the wrapper's stores. The rest of the suite over Postgres too would double
-//! the Postgres suite's time in `cargo xtask test` and show nothing of the wrapper that the
-//! SQLite run does not.
+//! Over cairn's Postgres handle the same harness runs `suite!(…, multi_node)`: the epoch-log
+//! cases with those for engines whose separately opened instances lock spaces independently
+//! (SQLite serializes writers); their `Harness::hold_space_lock` is the engine's own test
+//! writer's, and the cases then write through the wrapper's stores. The migration and spool
+//! cases over Postgres too would double the Postgres suite's time in `cargo xtask test` and
+//! show nothing of the wrapper that the SQLite run does not.
 
 #![forbid(unsafe_code)]
 

@@ -1,9 +1,9 @@
 //! The whole conformance suite — the epoch log with the migration and additivity cases, and
 //! the spool — through the delegating backend, opened with `cairn::Store::from_backend` over
-//! cairn's SQLite handle; and the `multi_node` cases, which SQLite cannot run, over its
-//! Postgres handle. See
-//! the crate docs for which harness methods go through the store, which through the wrapper's
-//! capabilities only, and which are the inner engine's.
+//! cairn's SQLite handle; and the epoch-log cases with the `multi_node` ones, which SQLite
+//! cannot run, over its Postgres handle. See the crate docs for which harness methods go
+//! through the store, which through the wrapper's capabilities only, and which are the inner
+//! engine's.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,41 +39,21 @@ mod sqlite {
     ));
 }
 
-/// The cases SQLite cannot run, over the Postgres handle: separately opened stores are
-/// separate nodes that lock spaces independently (`multi_node`). The rest of the suite over
-/// Postgres would double the Postgres suite's time in `cargo xtask test` and show nothing of
-/// the wrapper the SQLite run does not.
+/// Over the Postgres handle, the cases SQLite cannot run — separately opened stores are
+/// separate nodes that lock spaces independently (`multi_node`) — with the epoch-log cases
+/// every backend runs (the flag comes with them). The migration and spool cases over Postgres
+/// too would double the Postgres suite's time in `cargo xtask test` and show nothing of the
+/// wrapper the SQLite run does not.
 mod postgres {
     use super::*;
-    use cairn_conformance::cases;
 
-    async fn harness() -> EpochHarness<PgHarness> {
+    cairn_conformance::suite!(
         EpochHarness::new(
             cairn::testkit::postgres::testkit::harness(),
-            Calls::default(),
-        )
-        .await
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn e1_two_nodes_concurrent_appends_keep_one_head() {
-        cases::e1_two_nodes_concurrent_appends_keep_one_head(&harness().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn e7_repair_concurrent_with_appends_ends_exact() {
-        cases::e7_repair_concurrent_with_appends_ends_exact(&harness().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn e12_spaces_do_not_block_each_other() {
-        cases::e12_spaces_do_not_block_each_other(&harness().await).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn e6_upgrade_path_legacy_history_gets_cache_by_repair() {
-        cases::e6_upgrade_path_legacy_history_gets_cache_by_repair(&harness().await).await;
-    }
+            Calls::default()
+        ),
+        multi_node
+    );
 }
 
 /// An engine's own harness, which can also open the engine's backend handle over its location:
