@@ -10,13 +10,13 @@
 //! for the common claim, by the same function of the same inputs in SQL; so concurrent writers
 //! from any process never lose an update.
 //!
-//! One module per step, the same files and function names as the SQLite spool: [`enqueue`]
-//! (`enqueue_tx`), [`claim`] (`claim_tx`), [`settle`] (`heartbeat_tx`, `ack_tx`, `nack_tx`,
-//! `release_tx`, `cancel_tx`), [`events`] (`append_event_tx`, `close_run_tx`, `events_tx`,
-//! `acknowledge_events_tx`, `set_fact_tx`, `facts_tx`), [`read`] (`run_tx`, `runs_tx`,
-//! `stats_tx`, `next_due_q`), [`import`] (`import_runs_tx`), [`retention`]
-//! (`retention_events_tx`, `retention_runs_tx`), [`row`] (conversions), [`sql`] (statements),
-//! [`wake`] (wake-up); and, Postgres only, [`lane`]: the batching lane enqueues and acks share.
+//! One module per step, the same files and function names as the SQLite spool: `enqueue`
+//! (`enqueue_tx`), `claim` (`claim_tx`), `settle` (`heartbeat_tx`, `ack_tx`, `nack_tx`,
+//! `release_tx`, `cancel_tx`), `events` (`append_event_tx`, `close_run_tx`, `events_tx`,
+//! `acknowledge_events_tx`, `set_fact_tx`, `facts_tx`), `read` (`run_tx`, `runs_tx`,
+//! `stats_tx`, `next_due_q`), `import` (`import_runs_tx`), `retention`
+//! (`retention_events_tx`, `retention_runs_tx`), `row` (conversions), `sql` (statements),
+//! `wake` (wake-up); and, Postgres only, `lane`: the batching lane enqueues and acks share.
 //!
 //! Statements per operation:
 //! - enqueue: one. Without a supersede group, concurrent enqueues of one spool share one
@@ -45,7 +45,7 @@
 //! runs `NOTIFY` the queue's channel (`cairn_spool_` + 16 hex digits derived from schema and
 //! queue, so stores in different schemas never wake each other) inside their own statement or
 //! transaction. [`cairn_core::Spool::subscribe`] registers with the spool's one listening
-//! connection ([`wake`]), which `LISTEN`s on every subscribed queue's channel and reconnects by
+//! connection (`wake`), which `LISTEN`s on every subscribed queue's channel and reconnects by
 //! itself; a subscription also returns every [`WAKE_POLL`] (see [`PgSpool::set_wake_poll`]) as
 //! a fallback poll.
 //!
