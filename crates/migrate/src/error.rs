@@ -70,7 +70,7 @@ pub enum MigrateError {
     /// `down` would have to undo revision `revision`, which has no stored down SQL (it was
     /// applied without a `*.down.sql` file, or by a build that predates stored down SQL);
     /// nothing was changed.
-    #[error("migration set {set}: cannot roll back past revision {revision}: it has no stored down SQL; choose a later --to revision (nothing was changed)")]
+    #[error("migration set {set}: cannot roll back past revision {revision}: it has no stored down SQL; choose a later target revision (`to` in `Migrations::down`, `--to` in `cairn migrate down`); nothing was changed")]
     NoDownSql {
         /// The set.
         set: String,
@@ -195,7 +195,7 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_contract_keeps_its_blockers_as_data_in_the_store_error() {
+    fn library_errors_name_the_library_option_and_a_refused_contract_keeps_its_blockers() {
         let e = MigrateError::ContractRefused {
             set: "inventory".into(),
             revision: "0003_drop".into(),
@@ -216,6 +216,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let no_down = MigrateError::NoDownSql {
+            set: "inventory".into(),
+            revision: "0002_add".into(),
+        }
+        .to_string();
+        assert!(no_down.contains("`to` in `Migrations::down`"), "{no_down}");
+        assert!(
+            no_down.contains("`--to` in `cairn migrate down`"),
+            "{no_down}"
+        );
         let other: cairn_core::Error = MigrateError::ContractAhead {
             set: "inventory".into(),
             revision: "0004_x".into(),
