@@ -698,6 +698,11 @@ pub(crate) fn run(args: &MutantsArgs) -> Result<ExitCode, String> {
                     scope.name
                 );
             }
+            if !args.list {
+                // cargo-mutants creates `mutants.out` but not the directories above it.
+                std::fs::create_dir_all(&out_dir)
+                    .map_err(|e| format!("{}: {e}", out_dir.display()))?;
+            }
             let mut cmd = Command::new(cargo());
             cmd.arg("mutants").args(&cm_args).current_dir(&source);
             if let Some(t) = &args.target_dir {
