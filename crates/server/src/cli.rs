@@ -98,8 +98,12 @@ pub(crate) enum Command {
         url: Option<String>,
     },
     /// List runs, one `<run id> <queue> <state> attempts=<n>` line each, in run-id order
-    /// (which is enqueue-time order).
+    /// (which is enqueue-time order); or act on many runs (`cairn runs retry`).
+    #[command(args_conflicts_with_subcommands = true)]
     Runs {
+        /// What to do with many runs (default: list them).
+        #[command(subcommand)]
+        action: Option<RunsAction>,
         /// Only this queue.
         #[arg(long)]
         queue: Option<String>,
@@ -110,7 +114,7 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 100)]
         limit: usize,
     },
-    /// Inspect one run, or close its event stream.
+    /// Inspect one run, close its event stream, or retry or discard it when it is parked.
     Run {
         /// What to do.
         #[command(subcommand)]
@@ -181,6 +185,50 @@ pub(crate) enum RunAction {
     Close {
         /// The run id `cairn enqueue` printed.
         id: String,
+    },
+    /// Send a parked run back to its queue: due at once, with a fresh attempt budget (its
+    /// reason stays). Recorded as an event of the run (who asked, why it was parked);
+    /// prints `retried <id> event <seq>`. A run that is not parked is refused with its state.
+    Retry {
+        /// The run id.
+        id: String,
+        /// Who asks, as the run's event records it (default `cli:$USER`).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+    },
+    /// Give up on a parked run for good: it ends `canceled` (its reason stays). Recorded as an
+    /// event of the run; prints `discarded <id> event <seq>`. A run that is not parked is
+    /// refused with its state.
+    Discard {
+        /// The run id.
+        id: String,
+        /// Who asks, as the run's event records it (default `cli:$USER`).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+    },
+}
+
+/// `cairn runs …`.
+#[derive(Subcommand)]
+pub(crate) enum RunsAction {
+    /// Retry the parked runs of a queue (those whose reason contains `--reason-like`, or all),
+    /// each as `cairn run retry` does (one event per run); prints
+    /// `retried=N unmatched=N skipped=N` (unmatched: left parked, their reason differs;
+    /// skipped: no longer parked when reached).
+    Retry {
+        /// The queue.
+        #[arg(long)]
+        queue: String,
+        /// Which runs: only `parked` runs can be retried (named so the command says what it
+        /// acts on).
+        #[arg(long, value_parser = ["parked"])]
+        state: String,
+        /// Only runs whose parked reason contains this text.
+        #[arg(long, value_name = "TEXT")]
+        reason_like: Option<String>,
+        /// Who asks, as each run's event records it (default `cli:$USER`).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
     },
 }
 

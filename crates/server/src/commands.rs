@@ -8,7 +8,7 @@ use cairn::{
     RunId, RunInfo, RunState, SpaceId, SupersedeGroup,
 };
 
-use crate::cli::{Cli, Command, RunAction};
+use crate::cli::{Cli, Command, RunAction, RunsAction};
 use crate::error::CliError;
 use crate::open::{open, target, IfMissing};
 
@@ -143,6 +143,37 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             writeln!(out, "{} {how}", enqueued.run_id)?;
         }
         Command::Runs {
+            action:
+                Some(RunsAction::Retry {
+                    queue,
+                    state,
+                    reason_like,
+                    by,
+                }),
+            ..
+        } => {
+            let queue = QueueName::new(queue)?;
+            // clap allows `parked` only; parsed again so a new state cannot slip through.
+            if RunState::parse(&state)? != RunState::Parked {
+                return Err(Error::invalid("state", "only parked runs can be retried").into());
+            }
+            let by = operator(by)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            let done = spool::retry_parked_runs(
+                store.spool().as_ref(),
+                &queue,
+                reason_like.as_deref(),
+                &by,
+            )
+            .await?;
+            writeln!(
+                out,
+                "retried={} unmatched={} skipped={}",
+                done.retried, done.unmatched, done.skipped
+            )?;
+        }
+        Command::Runs {
+            action: None,
             queue,
             state,
             limit,
@@ -203,6 +234,24 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 }
             }
         }
+        Command::Run {
+            action: RunAction::Retry { id, by },
+        } => {
+            let id = RunId::parse(&id)?;
+            let by = operator(by)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            let done = store.spool().retry_parked(id, &by).await?;
+            writeln!(out, "retried {id} event {}", done.event_seq)?;
+        }
+        Command::Run {
+            action: RunAction::Discard { id, by },
+        } => {
+            let id = RunId::parse(&id)?;
+            let by = operator(by)?;
+            let store = open(&target, IfMissing::Refuse).await?;
+            let done = store.spool().discard(id, &by).await?;
+            writeln!(out, "discarded {id} event {}", done.event_seq)?;
+        }
         Command::Import {
             legacy,
             queue,
@@ -227,6 +276,17 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
     }
     out.flush()?;
     Ok(())
+}
+
+/// Who asks for an operator's action: `--by`, else `cli:$USER` (`cli` without a usable
+/// `USER`), checked before the store is opened.
+fn operator(by: Option<String>) -> Result<String, CliError> {
+    let by = by.unwrap_or_else(|| match std::env::var("USER") {
+        Ok(user) if spool::check_operator(&format!("cli:{user}")).is_ok() => format!("cli:{user}"),
+        _ => "cli".to_owned(),
+    });
+    spool::check_operator(&by)?;
+    Ok(by)
 }
 
 /// `key value` lines: what `cairn run show` prints before the run's events.

@@ -21,8 +21,8 @@ pub(crate) const CONFIG_ENV: &str = "CAIRN_CONFIG";
 const ENV_PREFIX: &str = "CAIRN_";
 /// The top-level keys; other `CAIRN_…` variables (`CAIRN_URL`, `CAIRN_TOKEN`, …) belong to
 /// other commands and are not configuration.
-const SECTIONS: [&str; 8] = [
-    "database", "listen", "auth", "delivery", "backfill", "spool", "limits", "log",
+const SECTIONS: [&str; 9] = [
+    "database", "listen", "auth", "delivery", "backfill", "spool", "limits", "log", "doctor",
 ];
 /// Keys whose environment value is taken as raw text, never parsed.
 const RAW_ENV: [(&str, &str); 3] = [
@@ -196,6 +196,16 @@ impl Default for SpoolSection {
     }
 }
 
+/// `[doctor]`: what `cairn doctor` and `/v1/doctor` count as unhealthy.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct DoctorSection {
+    /// Parked runs are a warning (the store stays healthy: exit 0, HTTP 200) up to this many;
+    /// more make the store unhealthy. Unset (the default): parked runs are only ever a
+    /// warning; 0: any parked run is a problem.
+    pub(crate) parked_threshold: Option<u64>,
+}
+
 /// `[limits]`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -277,6 +287,8 @@ pub(crate) struct Config {
     pub(crate) limits: Limits,
     /// `[log]`.
     pub(crate) log: Log,
+    /// `[doctor]`.
+    pub(crate) doctor: DoctorSection,
 }
 
 /// Flag values that override the file and the environment, as `(dotted key, value)`.
@@ -408,6 +420,7 @@ impl Config {
         read!(spool, "spool");
         read!(limits, "limits");
         read!(log, "log");
+        read!(doctor, "doctor");
         if let Ok(top) =
             figment.extract::<std::collections::BTreeMap<String, figment::value::Value>>()
         {

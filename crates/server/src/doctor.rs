@@ -17,11 +17,27 @@ use serde::Serialize;
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
 
-/// The commands that show parked runs and why each was parked.
-const PARKED_REPAIR: &str = "cairn runs --state parked; cairn run show ID";
+/// The commands that show parked runs and why each was parked, and that retry or discard them.
+const PARKED_REPAIR: &str =
+    "cairn runs --state parked; cairn run show ID; then cairn run retry ID \
+     (or every parked run of a queue: cairn runs retry --queue Q --state parked \
+     [--reason-like TEXT]) or cairn run discard ID";
 
 /// How many spaces the head-cache check samples (in id order).
 const HEAD_SAMPLE: usize = 1000;
+
+/// How much a check's finding matters.
+#[derive(Serialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Level {
+    /// Nothing to do.
+    Ok,
+    /// Something wants an operator's look, but the store is healthy (parked runs up to
+    /// `doctor.parked_threshold`).
+    Warning,
+    /// The store is unhealthy: `cairn doctor` exits 1, `/v1/doctor` answers 503.
+    Problem,
+}
 
 /// One check's result.
 #[derive(Serialize, Debug)]
@@ -29,8 +45,10 @@ pub(crate) struct Check {
     /// What was checked (`integrity`, `migrations:cairn`, `ready`, `spool`, `head_caches`,
     /// `retention`).
     pub(crate) name: String,
-    /// Whether it found nothing to repair.
+    /// Whether it found no problem (a warning is ok: the store is healthy).
     pub(crate) ok: bool,
+    /// `ok`, `warning` or `problem`: what `ok` says, with warnings told apart.
+    pub(crate) level: Level,
     /// What was found, without URLs, payloads or space ids.
     pub(crate) detail: String,
     /// The command that repairs the problem, when one exists.
@@ -42,14 +60,25 @@ impl Check {
         Self {
             name: name.into(),
             ok: true,
+            level: Level::Ok,
             detail: detail.into(),
             repair: None,
+        }
+    }
+    fn warning(name: impl Into<String>, detail: impl Into<String>, repair: &str) -> Self {
+        Self {
+            name: name.into(),
+            ok: true,
+            level: Level::Warning,
+            detail: detail.into(),
+            repair: Some(repair.to_owned()),
         }
     }
     fn problem(name: impl Into<String>, detail: impl Into<String>, repair: Option<&str>) -> Self {
         Self {
             name: name.into(),
             ok: false,
+            level: Level::Problem,
             detail: detail.into(),
             repair: repair.map(str::to_owned),
         }
@@ -75,13 +104,22 @@ pub(crate) struct Serving<'a> {
     pub(crate) store: &'a dyn Diagnostics,
 }
 
-/// Runs every check against `target`. `app` is an application's set to report on as well;
-/// `retention_cap` is the configured cap on run-event bytes. With `serving`, the store checks
-/// use a running server's handles instead of opening the store again.
+/// What the configuration says is too much.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// `spool.retention_max_bytes`: the cap on run-event bytes.
+    pub(crate) retention_cap: u64,
+    /// `doctor.parked_threshold`: more parked runs than this are a problem (none: never).
+    pub(crate) parked_threshold: Option<u64>,
+}
+
+/// Runs every check against `target`. `app` is an application's set to report on as well.
+/// With `serving`, the store checks use a running server's handles instead of opening the
+/// store again.
 pub(crate) async fn report(
     target: &DatabaseUrl,
     app: Option<MigrationSet>,
-    retention_cap: u64,
+    limits: Limits,
     serving: Option<Serving<'_>>,
 ) -> Report {
     let mut checks = Vec::new();
@@ -104,12 +142,12 @@ pub(crate) async fn report(
     }
     if let Some(serving) = serving {
         checks.push(ready(serving.diagnostics).await);
-        checks.extend(store_checks(serving.spool, serving.diagnostics, retention_cap).await);
+        checks.extend(store_checks(serving.spool, serving.diagnostics, limits).await);
     } else if openable {
         match open(target, IfMissing::Refuse).await {
             Ok(store) => {
                 let (spool, diag) = (store.spool(), store.diagnostics());
-                checks.extend(store_checks(spool.as_ref(), diag.as_ref(), retention_cap).await);
+                checks.extend(store_checks(spool.as_ref(), diag.as_ref(), limits).await);
                 let _ = store.close().await;
             }
             Err(e) => checks.push(Check::problem(
@@ -375,8 +413,9 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
 async fn store_checks(
     spool: &dyn cairn::Spool,
     diag: &dyn cairn::EpochDiagnostics,
-    cap: u64,
+    limits: Limits,
 ) -> Vec<Check> {
+    let cap = limits.retention_cap;
     let mut checks = Vec::new();
     match spool.stats().await {
         Ok(stats) => {
@@ -392,18 +431,11 @@ async fn store_checks(
                 n(RunState::Claimed),
                 n(RunState::Parked)
             );
-            checks.push(match n(RunState::Parked) {
-                0 => Check::ok("spool", counts),
-                parked => Check::problem(
-                    "spool",
-                    format!(
-                        "{counts}: {parked} parked run(s) need a look (each holds the reason it \
-                         was parked; a run parked for a credential or collector problem is \
-                         enqueued again under a new key once that is fixed)"
-                    ),
-                    Some(PARKED_REPAIR),
-                ),
-            });
+            checks.push(parked_check(
+                counts,
+                n(RunState::Parked),
+                limits.parked_threshold,
+            ));
             let percent = if cap == 0 {
                 100.0
             } else {
@@ -469,6 +501,27 @@ async fn store_checks(
     checks
 }
 
+/// The spool check's verdict on `parked` runs: none is ok; up to `threshold` (any number
+/// without one) is a warning — parked runs wait for an operator, the store is healthy; more is
+/// a problem. Either way the repair names the commands that show, retry and discard them.
+fn parked_check(counts: String, parked: u64, threshold: Option<u64>) -> Check {
+    if parked == 0 {
+        return Check::ok("spool", counts);
+    }
+    let look = format!(
+        "{counts}: {parked} parked run(s) wait for an operator (each holds the reason it was \
+         parked; once that is fixed, retry it, or discard it)"
+    );
+    match threshold {
+        Some(max) if parked > max => Check::problem(
+            "spool",
+            format!("{look}; more than doctor.parked_threshold ({max})"),
+            Some(PARKED_REPAIR),
+        ),
+        _ => Check::warning("spool", look, PARKED_REPAIR),
+    }
+}
+
 fn one(s: &str) -> String {
     crate::error::one_line(s)
 }
@@ -484,7 +537,7 @@ pub(crate) fn app_set(args: crate::cli::SetArgs) -> Result<Option<MigrationSet>,
 }
 
 /// `cairn doctor`: prints the report (lines, or JSON with `--json`); unhealthy → exit 1 with
-/// one stderr line.
+/// one stderr line (warnings leave it healthy: exit 0).
 pub(crate) async fn run(
     target: &DatabaseUrl,
     app: Option<MigrationSet>,
@@ -493,13 +546,21 @@ pub(crate) async fn run(
 ) -> Result<(), CliError> {
     let config = crate::config::Config::load(None, crate::config::Overrides::default())
         .map_err(|p| CliError::Config(p.0.join("; ")))?;
-    let report = report(target, app, config.spool.retention_max_bytes, None).await;
+    let limits = Limits {
+        retention_cap: config.spool.retention_max_bytes,
+        parked_threshold: config.doctor.parked_threshold,
+    };
+    let report = report(target, app, limits, None).await;
     if json {
         serde_json::to_writer_pretty(&mut *out, &report).map_err(|e| CliError::Output(e.into()))?;
         writeln!(out)?;
     } else {
         for c in &report.checks {
-            let mark = if c.ok { "ok" } else { "PROBLEM" };
+            let mark = match c.level {
+                Level::Ok => "ok",
+                Level::Warning => "WARNING",
+                Level::Problem => "PROBLEM",
+            };
             writeln!(out, "{mark} {}: {}", c.name, c.detail)?;
             if let Some(r) = &c.repair {
                 writeln!(out, "  repair: {r}")?;
@@ -514,5 +575,40 @@ pub(crate) async fn run(
         Err(CliError::Config(format!(
             "{n} problem(s) found (listed on stdout, each with its repair when one exists)"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parked_runs_are_a_warning_up_to_the_threshold() {
+        let check = |parked, threshold| parked_check("counts".into(), parked, threshold);
+        let none = check(0, Some(0));
+        assert_eq!((none.ok, none.level, none.repair), (true, Level::Ok, None));
+        for (parked, threshold) in [(3, None), (3, Some(3)), (1, Some(5))] {
+            let c = check(parked, threshold);
+            assert_eq!(
+                (c.ok, c.level),
+                (true, Level::Warning),
+                "{parked} {threshold:?}"
+            );
+            assert!(c.repair.unwrap().contains("cairn run retry ID"));
+        }
+        for (parked, threshold) in [(4, Some(3)), (1, Some(0))] {
+            let c = check(parked, threshold);
+            assert_eq!(
+                (c.ok, c.level),
+                (false, Level::Problem),
+                "{parked} {threshold:?}"
+            );
+            assert!(c.detail.contains("doctor.parked_threshold"), "{}", c.detail);
+        }
+        let json = serde_json::to_value(check(1, None)).unwrap();
+        assert_eq!(
+            (&json["ok"], &json["level"]),
+            (&true.into(), &"warning".into())
+        );
     }
 }

@@ -852,8 +852,8 @@ fn send(agent: &ureq::Agent, addr: &str, op: &Operation, req: &Request) -> (Stri
     )
 }
 
-/// `/v1/doctor` answers 503 with its report when a check finds a problem (parked runs, which
-/// the generated nacks make): a documented answer, not a failure.
+/// `/v1/doctor` answers 503 with its report when a check finds a problem: a documented answer,
+/// not a failure.
 fn server_error(op: &Operation, a: &Answer) -> bool {
     a.status >= 500
         && !(op.path == "/v1/doctor"

@@ -16,6 +16,8 @@ pub(crate) struct Target {
     pub(crate) url: DatabaseUrl,
     /// `spool.retention_max_bytes`.
     pub(crate) retention_max_bytes: u64,
+    /// `doctor.parked_threshold`.
+    pub(crate) parked_threshold: Option<u64>,
     /// The open store's own diagnostics (integrity, scratch leftovers).
     pub(crate) store: std::sync::Arc<dyn cairn::migrate::Diagnostics>,
 }
@@ -25,8 +27,12 @@ pub(crate) struct Target {
 pub(crate) struct DoctorCheck {
     /// `integrity`, `scratch`, `migrations:cairn`, `ready`, `spool`, `retention`, `head_caches`.
     name: String,
-    /// Whether it found nothing to repair.
+    /// Whether it found no problem (a warning is ok: the store is healthy).
     ok: bool,
+    /// `ok`, `warning` (wants a look; the store is healthy, e.g. parked runs up to
+    /// `doctor.parked_threshold`) or `problem`.
+    #[schema(value_type = String, pattern = "^(ok|warning|problem)$")]
+    level: crate::doctor::Level,
     /// What was found; never a URL, a payload or a space id.
     detail: String,
     /// The command that repairs the problem, when one exists.
@@ -43,7 +49,8 @@ pub(crate) struct DoctorReport {
 }
 
 /// The store's health, as `cairn doctor --json` reports it: integrity, leftover scratch
-/// stores of the additivity check, migration state, spool counts (parked runs are a problem),
+/// stores of the additivity check, migration state, spool counts (parked runs are a warning,
+/// a problem past `doctor.parked_threshold`),
 /// retention usage against the configured cap and a head-cache sample, each problem with the
 /// command that repairs it. A read-only token suffices.
 #[utoipa::path(
@@ -59,7 +66,10 @@ pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<D
     let report = crate::doctor::report(
         &state.doctor.url,
         None,
-        state.doctor.retention_max_bytes,
+        crate::doctor::Limits {
+            retention_cap: state.doctor.retention_max_bytes,
+            parked_threshold: state.doctor.parked_threshold,
+        },
         Some(crate::doctor::Serving {
             spool: state.spool.as_ref(),
             diagnostics: state.diagnostics.as_ref(),
@@ -80,6 +90,7 @@ pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<D
             .map(|c| DoctorCheck {
                 name: c.name,
                 ok: c.ok,
+                level: c.level,
                 detail: c.detail,
                 repair: c.repair,
             })

@@ -222,6 +222,7 @@ pub(crate) struct Settings {
     delivery: Option<delivery::Settings>,
     spool: cairn::spool::SpoolConfig,
     retention_max_bytes: u64,
+    parked_threshold: Option<u64>,
     retention: retention::RetentionSettings,
     log_filter: tracing_subscriber::EnvFilter,
     log_format: LogFormat,
@@ -378,6 +379,7 @@ pub(crate) fn check(
                 delivery,
                 spool: delivery::spool_config(&config.delivery),
                 retention_max_bytes: config.spool.retention_max_bytes,
+                parked_threshold: config.doctor.parked_threshold,
                 retention: retention::RetentionSettings {
                     enabled: sp.retention_enabled,
                     policy: cairn::spool::RetentionPolicy {
@@ -430,6 +432,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         doctor: Arc::new(doctor::Target {
             url: target.clone(),
             retention_max_bytes: settings.retention_max_bytes,
+            parked_threshold: settings.parked_threshold,
             store: store.store_diagnostics(),
         }),
     };

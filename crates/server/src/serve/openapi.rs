@@ -54,6 +54,9 @@ use super::{doctor, epochs, json, metrics, routes, runs};
         runs::nack,
         runs::cancel,
         runs::close,
+        runs::retry,
+        runs::discard,
+        runs::retry_parked,
     ),
     components(schemas(json::ErrorBody, json::ErrorDetail)),
     modifiers(&BearerAuth)
@@ -331,6 +334,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 20, "{paths:?}");
+        assert_eq!(paths.len(), 23, "{paths:?}");
     }
 }

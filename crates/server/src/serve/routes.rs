@@ -64,6 +64,9 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/runs/{id}/nack", post(runs::nack))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/close", post(runs::close))
+        .route("/v1/runs/{id}/retry", post(runs::retry))
+        .route("/v1/runs/{id}/discard", post(runs::discard))
+        .route("/v1/queues/{queue}/parked/retry", post(runs::retry_parked))
         .route_layer(middleware::from_fn_with_state(tokens, require_token));
     Router::new()
         .route("/healthz", get(healthz))

@@ -1,4 +1,5 @@
-//! The spool's routes: enqueue, run, run events, facts, claim, heartbeat, ack, nack, cancel.
+//! The spool's routes: enqueue, run, run events, facts, claim, heartbeat, ack, nack, cancel,
+//! close, and the operator's retry and discard of parked runs.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -424,5 +425,141 @@ pub(crate) async fn close(
     Ok(Json(RunClosedResponse {
         run_id: id.to_string(),
         outcome: outcome.into(),
+    }))
+}
+
+/// Who an operator's action over HTTP records as having asked.
+const HTTP_OPERATOR: &str = "http";
+
+/// What `POST /v1/runs/{id}/retry` and `POST /v1/runs/{id}/discard` did.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct UnparkedResponse {
+    /// The run.
+    pub(crate) run_id: String,
+    /// Where it is now: `queued` (retried) or `canceled` (discarded).
+    pub(crate) state: String,
+    /// Why it had been parked (the run keeps this reason).
+    pub(crate) parked_reason: Option<String>,
+    /// The seq of the run event that records the action (id `cairn:retry:<seq>` or
+    /// `cairn:discard:<seq>`).
+    pub(crate) event_seq: u64,
+    /// When the action happened; for a retry, when the run is due (microseconds since the Unix
+    /// epoch).
+    pub(crate) at_us: i64,
+}
+
+impl From<(RunId, spool::Unparked)> for UnparkedResponse {
+    fn from((id, u): (RunId, spool::Unparked)) -> Self {
+        Self {
+            run_id: id.to_string(),
+            state: u.state.to_string(),
+            parked_reason: u.parked_reason,
+            event_seq: u.event_seq,
+            at_us: u.at.as_unix_micros(),
+        }
+    }
+}
+
+/// Sends a parked run back to its queue, due at once with a fresh attempt budget (its reason
+/// stays), recorded as an event of the run (`by`: `http`). Wakes the queue's consumers.
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/retry", tag = "spool",
+    params(RunPath),
+    responses(
+        (status = 200, description = "Retried", body = UnparkedResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn retry(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<UnparkedResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let done = state.spool.retry_parked(id, HTTP_OPERATOR).await?;
+    Ok(Json((id, done).into()))
+}
+
+/// Gives up on a parked run for good: it ends `canceled` (its reason stays), recorded as an
+/// event of the run (`by`: `http`).
+#[utoipa::path(
+    post, path = "/v1/runs/{id}/discard", tag = "spool",
+    params(RunPath),
+    responses(
+        (status = 200, description = "Discarded", body = UnparkedResponse),
+        (status = 400, description = "Malformed id", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "No such run", body = ErrorBody),
+        (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn discard(
+    State(state): State<AppState>,
+    PathArgs(id): PathArgs<String>,
+) -> Result<Json<UnparkedResponse>, ApiError> {
+    let id = run_id(&id)?;
+    let done = state.spool.discard(id, HTTP_OPERATOR).await?;
+    Ok(Json((id, done).into()))
+}
+
+/// Query of `POST /v1/queues/{queue}/parked/retry`.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub(crate) struct RetryParkedQuery {
+    /// Only parked runs whose reason contains this text (default: every parked run).
+    pub(crate) reason_like: Option<String>,
+}
+
+/// What `POST /v1/queues/{queue}/parked/retry` did.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct BulkRetryResponse {
+    /// Parked runs retried, each with its own event.
+    pub(crate) retried: u64,
+    /// Parked runs left parked: their reason does not contain `reason_like`.
+    pub(crate) unmatched: u64,
+    /// Runs no longer parked when reached (another operator or retention got there first).
+    pub(crate) skipped: u64,
+}
+
+/// Retries the queue's parked runs (those whose reason contains `reason_like`, or all), each
+/// as `POST /v1/runs/{id}/retry` does, in pages; each retry is atomic, the whole pass is not
+/// (on an error the runs retried so far stay retried; repeating the call retries the rest).
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/parked/retry", tag = "spool",
+    params(QueuePath, RetryParkedQuery),
+    responses(
+        (status = 200, description = "What was retried", body = BulkRetryResponse),
+        (status = 400, description = "Invalid input", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn retry_parked(
+    State(state): State<AppState>,
+    PathArgs(queue): PathArgs<String>,
+    Params(q): Params<RetryParkedQuery>,
+) -> Result<Json<BulkRetryResponse>, ApiError> {
+    let queue = QueueName::new(queue)?;
+    let done = spool::retry_parked_runs(
+        state.spool.as_ref(),
+        &queue,
+        q.reason_like.as_deref(),
+        HTTP_OPERATOR,
+    )
+    .await?;
+    Ok(Json(BulkRetryResponse {
+        retried: done.retried,
+        unmatched: done.unmatched,
+        skipped: done.skipped,
     }))
 }
