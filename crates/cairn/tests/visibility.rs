@@ -1,13 +1,15 @@
 //! A plain dependency sees the public surface and nothing else: backend-only spool decisions,
 //! the legacy replay, the migration lock and raw bookkeeping writes, `cairn::backend` (the
-//! backend author's side, which carries the lock), `cairn::testkit` (with the backends' test
-//! hooks) and the server's `fuzzing` module cannot be named.
+//! backend author's side, which carries the lock), `cairn::testkit`, the backend crates' test
+//! hooks (`PgSpool`'s forced ids, injected failures, claim-path switches) and the server's
+//! `fuzzing` module cannot be named.
 //!
 //! Inside the workspace this cannot be checked by compiling against `cairn` directly: Cargo
 //! unifies features across the packages a build selects, and several (this crate's own
 //! dev-dependency, xtask) turn `testkit` on. So the test writes a small crate outside the
-//! workspace that depends on `cairn` (default features plus `postgres`, no `testkit`) and on
-//! `cairn-server` (no `fuzzing`) by path, and runs `cargo check --offline` on it with the
+//! workspace that depends on `cairn` (default features plus `postgres`, no `testkit`), on the
+//! backend crates as a service using one directly would (no `testkit`) and on `cairn-server`
+//! (no `fuzzing`) by path, and runs `cargo check --offline` on it with the
 //! workspace's lockfile, in a target directory of its own under `CARGO_TARGET_TMPDIR` (kept
 //! between runs, so only the first run compiles the dependencies). A positive probe that uses
 //! the public surface must compile — so a failure of the negative probes is not a broken
@@ -37,12 +39,16 @@ publish = false
 
 [dependencies]
 cairn = {{ path = {cairn:?}, features = ["postgres"] }}
+cairn-sqlite = {{ path = {sqlite:?} }}
+cairn-postgres = {{ path = {postgres:?} }}
 cairn-server = {{ path = {server:?} }}
 tokio = "1"
 
 [workspace]
 "#,
         cairn = root.join("crates/cairn").display().to_string(),
+        sqlite = root.join("crates/backend-sqlite").display().to_string(),
+        postgres = root.join("crates/backend-postgres").display().to_string(),
         server = root.join("crates/server").display().to_string(),
     );
     std::fs::write(dir.path().join("Cargo.toml"), manifest).unwrap();
@@ -137,6 +143,9 @@ const HIDDEN_PATHS: &[(&str, &str)] = &[
     // support with the backends' test hooks, and the server's fuzzing entry points.
     ("use cairn::backend;", "backend"),
     ("use cairn::testkit;", "testkit"),
+    ("use cairn_sqlite::testkit;", "testkit"),
+    ("use cairn_postgres::testkit;", "testkit"),
+    ("use cairn_postgres::spool::testkit;", "testkit"),
     ("use cairn_server::fuzzing;", "fuzzing"),
 ];
 
@@ -150,6 +159,11 @@ pub async fn write(m: cairn::migrate::Migrations) {
 }
 pub fn field(m: cairn::migrate::Migrations) {
     let _ = m.backend;
+}
+pub fn hooks(s: cairn_postgres::PgSpool) {
+    s.testkit_force_next_run_ids(Vec::new());
+    s.testkit_fail_next_batch();
+    s.testkit_one_statement_claims(true);
 }
 "#;
 
@@ -191,6 +205,9 @@ fn a_plain_dependency_cannot_name_internals() {
         ("E0599", "lock"),
         ("E0599", "write_state"),
         ("E0616", "backend"),
+        ("E0599", "testkit_force_next_run_ids"),
+        ("E0599", "testkit_fail_next_batch"),
+        ("E0599", "testkit_one_statement_claims"),
     ] {
         assert!(
             err.lines()
