@@ -28,14 +28,18 @@ use crate::error::map;
 use crate::migrate::PgMigrator;
 use crate::sql;
 
-/// The epoch log on PostgreSQL: a cloneable handle over one connection pool.
+/// The epoch log on PostgreSQL: a cloneable handle over one connection pool — the store's only
+/// pool: the spool ([`crate::PgSpool::from_store`]) and the migrator
+/// ([`PgMigrator::from_store`]: application sets, fleet registration and heartbeat) built from
+/// it run on it too.
 ///
-/// Every separately connected `PgStore` is a separate "node": writers of one space are
+/// Every separately opened `PgStore` is a separate "node": writers of one space are
 /// serialized across nodes by a transaction-scoped advisory lock whose key is derived from
 /// (schema, space), so spaces — and stores in different schemas — never wait on each other.
 ///
 /// [`EpochDiagnostics::statements_executed`] counts every statement an operation sends,
-/// BEGIN and COMMIT included; the per-connection session setup (`search_path`, `lock_timeout`)
+/// BEGIN and COMMIT included; the per-connection session setup (`search_path`, `lock_timeout`,
+/// no bitmap scans)
 /// is connection establishment, not part of any operation, and is not counted.
 #[derive(Clone)]
 pub struct PgStore {

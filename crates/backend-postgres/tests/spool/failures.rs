@@ -351,7 +351,7 @@ fn grouped() -> EnqueueOptions {
 
 /// An enqueue whose new run id is already stored (under another key) wrote nothing and is
 /// tried again with a fresh id: the caller gets a created run, never the collision. Kills the
-/// retry guard `e.is_conflict()` → `false` (mutation testing, `spool/ops.rs`).
+/// retry guard `e.is_conflict()` → `false` (mutation testing, `spool/ops.rs`, now `spool/enqueue.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_enqueue_whose_new_id_is_taken_retries_with_a_fresh_id() {
     let h = spool_harness().await;
