@@ -151,7 +151,7 @@ pub trait Wakeup: Send + Debug {
 /// per-run events and facts, retention and wake-up.
 ///
 /// Object safe: hold it as `Arc<dyn Spool>`. Every time the spool uses comes from its
-/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s16_…`) is the
+/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s17_…`) is the
 /// executable form of the contracts below; a backend is correct when it passes it and agrees
 /// with [`MemorySpool`] on random operation sequences.
 ///
