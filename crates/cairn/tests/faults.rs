@@ -22,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn::testkit::{migration_backend as migrator, Runner};
 use cairn::spool::{RetentionBudget, RetentionPolicy, RunFilter, SpoolStats, MAX_BATCH};
+use cairn::testkit::{migration_backend as migrator, Runner};
 use cairn::{
     ConsumerId, DatabaseUrl, DedupKey, EnqueueOptions, Error, Event, ForeignEpoch, Head,
     LeaseToken, MigrationSet, Opened, QueueName, RunEventId, RunId, RunInfo, RunState, Seq,
