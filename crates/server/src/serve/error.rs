@@ -75,7 +75,8 @@ impl From<cairn::Error> for ApiError {
             _ if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "retryable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
-        Self::new(status, code, e.to_string())
+        // With its causes (an OS error, a failed revision's store error), as the CLI prints it.
+        Self::new(status, code, e.report().to_string())
     }
 }
 
