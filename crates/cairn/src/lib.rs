@@ -57,6 +57,13 @@
 //!   history is refused in one line naming both revisions. A service brings its own tables as
 //!   a [`MigrationSet`] ([`StoreBuilder::migrations`]) on the same runner.
 //!
+//! ## Operator tools
+//!
+//! What the `cairn` command runs is public API too: [`migrate::Migrations`] reads and changes
+//! a store's migration state without opening it (status, upgrade, rollback, lineage repair,
+//! the live builds) and never hands out the migration lock; [`legacy`] imports the replaced
+//! system's state directory into the spool, once.
+//!
 //! ## URLs
 //!
 //! `sqlite:///absolute/path.db`, `sqlite://relative/path.db` or a bare path open a SQLite file
