@@ -167,6 +167,14 @@ impl Listening {
     async fn run(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
         let mut retry = FIRST_RETRY;
         loop {
+            if self.listener.is_none() && self.channels.is_empty() {
+                // Nobody to listen for: connect when the next subscription asks.
+                let command = commands.recv().await;
+                if !self.serve(command).await {
+                    break;
+                }
+                continue;
+            }
             if self.listener.is_none() {
                 // Down: connect again (listening on every channel), or wait and serve the
                 // mailbox meanwhile.
