@@ -521,6 +521,7 @@ macro_rules! spool_suite {
             s16_unmarked_runs_take_events_until_closed,
             s17_operator_retries_or_discards_a_parked_run,
             s17_bulk_retry_of_parked_runs_by_reason,
+            s17_racing_operators_apply_once,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
         );

@@ -139,13 +139,27 @@ fn cli_case(db: &str) {
     let shown = ok(&cairn(db, &["run", "show", &ids[0]], &[]));
     assert!(shown.contains("state queued\n"), "{shown}");
     assert!(shown.contains("attempts 0/10\n"), "{shown}");
-    assert!(
-        shown.contains(
-            "event 1 cairn:retry:1 {\"cairn\":\"retry\",\"by\":\"alice\",\
-             \"parked_reason\":\"HTTP 403 from the collector\",\"attempts\":1}"
+    let event = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("event 1 cairn:retry:1 "))
+        .unwrap_or_else(|| panic!("no retry event: {shown}"));
+    let event: Value = serde_json::from_str(event).unwrap();
+    assert_eq!(
+        (
+            &event["cairn"],
+            &event["by"],
+            &event["parked_reason"],
+            &event["attempts"]
         ),
-        "{shown}"
+        (
+            &json!("retry"),
+            &json!("alice"),
+            &json!("HTTP 403 from the collector"),
+            &json!(1)
+        ),
+        "{event}"
     );
+    assert!(event["at_us"].as_i64().unwrap() > 0, "when: {event}");
     // Not parked any more: refused with its state, exit 1, nothing written.
     let again = cairn(db, &["run", "retry", &ids[0]], &[]);
     assert_eq!(again.status.code(), Some(1));
@@ -324,7 +338,8 @@ fn http_case(db: &str) {
         serde_json::from_str(events["events"][0]["payload"].as_str().unwrap()).unwrap();
     assert_eq!(
         recorded,
-        json!({"cairn": "retry", "by": "http", "parked_reason": "broken", "attempts": 1})
+        json!({"cairn": "retry", "by": "http", "at_us": body["at_us"],
+               "parked_reason": "broken", "attempts": 1})
     );
     let (s, body) = server.call("POST", &retry, Some(FULL));
     assert_eq!(

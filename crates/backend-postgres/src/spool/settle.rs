@@ -328,7 +328,8 @@ pub(super) async fn unpark_tx(
     let seq = get::<i64>(&row, 5)?
         .checked_add(1)
         .ok_or_else(|| Error::corrupt("a run's event counter is exhausted"))?;
-    let (event_id, payload) = operator_event(action, count(seq)?, by, reason.as_deref(), attempts)?;
+    let (event_id, payload) =
+        operator_event(action, count(seq)?, by, now, reason.as_deref(), attempts)?;
     let update = if to == RunState::Queued {
         sqlx::query(sql::REQUEUE_PARKED)
             .bind(run.as_bytes().as_slice())

@@ -273,6 +273,7 @@ pub(super) fn unpark_tx(
             action,
             non_negative(seq, "event seq")?,
             by,
+            now,
             reason.as_deref(),
             attempts,
         )?;

@@ -230,7 +230,8 @@ impl MemorySpool {
         let r = st.run_mut(run)?;
         let to = transition(r.state, action)?;
         let seq = r.last_event_seq + 1;
-        let (event_id, payload) = operator_event(action, seq, by, r.reason.as_deref(), r.attempts)?;
+        let (event_id, payload) =
+            operator_event(action, seq, by, now, r.reason.as_deref(), r.attempts)?;
         if r.event_ids.contains_key(&event_id) {
             return Err(Error::conflict(format!(
                 "run {run} holds a producer's event under the id this action records with \

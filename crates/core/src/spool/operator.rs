@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::clock::Timestamp;
 use super::ids::{QueueName, RunEventId};
 use super::transition::Action;
 use super::types::{RunFilter, RunState};
@@ -39,6 +40,7 @@ struct OperatorEvent<'a> {
     /// `retry` or `discard`.
     cairn: &'a str,
     by: &'a str,
+    at_us: i64,
     parked_reason: Option<&'a str>,
     attempts: u32,
 }
@@ -46,8 +48,9 @@ struct OperatorEvent<'a> {
 /// The run event that records an operator's action on a parked run, as every backend writes
 /// it: id `cairn:retry:<seq>` or `cairn:discard:<seq>` (`seq`: the event's own seq, so the id
 /// is new in the run), payload a JSON object
-/// `{"cairn":"retry"|"discard","by":…,"parked_reason":…|null,"attempts":…}` where `attempts`
-/// is the run's attempt count when it was parked. The event's time is the action's.
+/// `{"cairn":"retry"|"discard","by":…,"at_us":…,"parked_reason":…|null,"attempts":…}` where
+/// `at_us` is the action's time (microseconds since the Unix epoch; the event's own time too)
+/// and `attempts` the run's attempt count when it was parked.
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for an action other than [`Action::Requeue`] and
@@ -56,6 +59,7 @@ pub fn operator_event(
     action: Action,
     seq: u64,
     by: &str,
+    at: Timestamp,
     parked_reason: Option<&str>,
     attempts: u32,
 ) -> Result<(RunEventId, Vec<u8>)> {
@@ -74,6 +78,7 @@ pub fn operator_event(
     let payload = serde_json::to_vec(&OperatorEvent {
         cairn: name,
         by,
+        at_us: at.as_unix_micros(),
         parked_reason,
         attempts,
     })
@@ -153,20 +158,21 @@ mod tests {
 
     #[test]
     fn the_event_names_the_action_and_who_asked() {
+        let at = Timestamp::from_unix_micros(1_700_000_000_000_000);
         let (id, payload) =
-            operator_event(Action::Requeue, 4, "cli:alice", Some("a \"403\""), 3).unwrap();
+            operator_event(Action::Requeue, 4, "cli:alice", at, Some("a \"403\""), 3).unwrap();
         assert_eq!(id.as_bytes(), b"cairn:retry:4");
         let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
         assert_eq!(
             v,
-            serde_json::json!({"cairn": "retry", "by": "cli:alice",
+            serde_json::json!({"cairn": "retry", "by": "cli:alice", "at_us": 1_700_000_000_000_000_i64,
                                "parked_reason": "a \"403\"", "attempts": 3})
         );
-        let (id, payload) = operator_event(Action::Discard, 1, "http", None, 0).unwrap();
+        let (id, payload) = operator_event(Action::Discard, 1, "http", at, None, 0).unwrap();
         assert_eq!(id.as_bytes(), b"cairn:discard:1");
         let v: serde_json::Value = serde_json::from_slice(&payload).unwrap();
         assert_eq!(v["parked_reason"], serde_json::Value::Null);
-        assert!(operator_event(Action::Cancel, 1, "http", None, 0).is_err());
+        assert!(operator_event(Action::Cancel, 1, "http", at, None, 0).is_err());
     }
 
     #[test]

@@ -101,6 +101,7 @@ pub async fn s17_operator_retries_or_discards_a_parked_run<H: SpoolHarness>(h: &
         Action::Requeue,
         1,
         BY,
+        now,
         Some("the collector said 403"),
         parked.attempts,
     )
@@ -144,7 +145,8 @@ pub async fn s17_operator_retries_or_discards_a_parked_run<H: SpoolHarness>(h: &
         "a closed stream stays closed"
     );
     let events = s.events(run, 0, 10).await.unwrap();
-    let (id, payload) = operator_event(Action::Discard, 3, BY, Some("still 403"), 1).unwrap();
+    let (id, payload) =
+        operator_event(Action::Discard, 3, BY, clock.now(), Some("still 403"), 1).unwrap();
     assert_eq!((&events[2].event_id, &events[2].payload), (&id, &payload));
     match s.retry_parked(run, BY).await {
         Err(Error::InvalidTransition { from, action }) => {
@@ -197,4 +199,45 @@ pub async fn s17_bulk_retry_of_parked_runs_by_reason<H: SpoolHarness>(h: &H) {
     assert_eq!(info(s, runs[1]).await.state, RunState::Queued);
     let none = retry_parked_runs(s, &q, None, BY).await.unwrap();
     assert_eq!(none, BulkRetry::default(), "nothing parked is left");
+}
+
+/// S17: two operators acting on one parked run at once, from two instances (two retries, or a
+/// retry and a discard): exactly one action applies, the other is refused with the state it
+/// found (never a silent success), and the run holds exactly one operator event.
+pub async fn s17_racing_operators_apply_once<H: SpoolHarness>(h: &H) {
+    let a = open_spool(h).await;
+    let b = open_spool(h).await;
+    for round in 0..6 {
+        let q = random_queue("s17r");
+        let run = enqueue_with(a.as_ref(), &q, "r", EnqueueOptions::default()).await;
+        park(a.as_ref(), &q, run, "x").await;
+        let discard = round % 2 == 1;
+        let (ra, rb) = within("two racing operators", async {
+            tokio::join!(a.retry_parked(run, BY), async {
+                if discard {
+                    b.discard(run, BY).await
+                } else {
+                    b.retry_parked(run, BY).await
+                }
+            })
+        })
+        .await;
+        let applied: Vec<_> = [&ra, &rb]
+            .into_iter()
+            .filter_map(|r| r.as_ref().ok())
+            .collect();
+        assert_eq!(applied.len(), 1, "round {round}: {ra:?} {rb:?}");
+        for r in [&ra, &rb] {
+            if let Err(e) = r {
+                match e {
+                    Error::InvalidTransition { from, .. } => {
+                        assert_eq!(*from, applied[0].state, "round {round}: the state it found");
+                    }
+                    other => panic!("round {round}: expected InvalidTransition, got {other}"),
+                }
+            }
+        }
+        let i = info(a.as_ref(), run).await;
+        assert_eq!((i.state, i.events), (applied[0].state, 1), "round {round}");
+    }
 }
