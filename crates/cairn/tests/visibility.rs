@@ -62,14 +62,36 @@ fn check(dir: &Path, source: &str) -> Output {
     std::fs::write(dir.join("src/lib.rs"), source).unwrap();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("visibility-probe");
-    Command::new(cargo)
-        .current_dir(dir)
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(dir)
         .args(["check", "--offline", "--lib", "--message-format", "short"])
         .env("CARGO_TARGET_DIR", &target)
         .env_remove("CARGO_BUILD_TARGET_DIR")
-        .env_remove("RUSTC_WORKSPACE_WRAPPER")
-        .output()
-        .unwrap()
+        .env_remove("RUSTC_WORKSPACE_WRAPPER");
+    // The variables cargo sets for this test's own package would reach the probe's build
+    // scripts (some ask for `CARGO_MANIFEST_DIR`) and make every run rebuild them.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_for_this_test) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd.output().unwrap()
+}
+
+/// Whether `name` is one of the variables cargo sets for the package of the test it runs.
+fn set_by_cargo_for_this_test(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+                | "CARGO_TARGET_TMPDIR"
+                | "CARGO_RUSTC_CURRENT_DIR"
+        )
 }
 
 fn stderr(out: &Output) -> String {
