@@ -51,6 +51,14 @@ enum Op {
     Close {
         key: u8,
     },
+    /// An operator's retry of a (hopefully parked) run.
+    RetryParked {
+        key: u8,
+    },
+    /// An operator's discard of a (hopefully parked) run.
+    Discard {
+        key: u8,
+    },
     Release {
         lease: usize,
         delay_secs: u8,
@@ -96,6 +104,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => (any::<usize>(), 0u8..3).prop_map(|(lease, kind)| Op::Nack { lease, kind }),
         1 => key.clone().prop_map(|key| Op::Cancel { key }),
         1 => key.clone().prop_map(|key| Op::Close { key }),
+        1 => key.clone().prop_map(|key| Op::RetryParked { key }),
+        1 => key.clone().prop_map(|key| Op::Discard { key }),
         1 => (any::<usize>(), 0u8..30).prop_map(|(lease, delay_secs)| Op::Release { lease, delay_secs }),
         3 => (key.clone(), 0u8..6, 0u8..200).prop_map(|(key, event, size)| Op::Append { key, event, size }),
         1 => (key.clone(), prop::collection::vec(0u8..6, 0..3)).prop_map(|(key, events)| Op::AckEvents { key, events }),
@@ -290,6 +300,26 @@ impl Pair {
                     &outcome(model.cancel(m).await),
                 )?;
             }
+            Op::RetryParked { key } => {
+                let (r, m) = self.ids(*key);
+                check(
+                    step,
+                    op,
+                    "retry_parked",
+                    &outcome(real.retry_parked(r, "model").await),
+                    &outcome(model.retry_parked(m, "model").await),
+                )?;
+            }
+            Op::Discard { key } => {
+                let (r, m) = self.ids(*key);
+                check(
+                    step,
+                    op,
+                    "discard",
+                    &outcome(real.discard(r, "model").await),
+                    &outcome(model.discard(m, "model").await),
+                )?;
+            }
             Op::Close { key } => {
                 let (r, m) = self.ids(*key);
                 check(
@@ -438,7 +468,7 @@ async fn run_case<H: SpoolHarness>(h: &H, ops: &[Op]) -> Result<(), TestCaseErro
 }
 
 /// Random sequences of {enqueue with options, claim, heartbeat, ack, nack of each kind, cancel,
-/// close, release, append/acknowledge events, set facts, clock advances, retention passes} give the same
+/// close, an operator's retry and discard, release, append/acknowledge events, set facts, clock advances, retention passes} give the same
 /// answers on the spool under test and on a fresh [`MemorySpool`] sharing its clock, and leave
 /// both with the same runs, events, stats and listings after every step. Stale leases are
 /// replayed on purpose.
