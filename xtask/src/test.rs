@@ -27,14 +27,32 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
             .status()
             .map_err(|e| format!("cannot run cargo: {e}"))?;
         if !status.success() {
-            let code = status
-                .code()
-                .and_then(|c| u8::try_from(c).ok())
-                .unwrap_or(1);
-            return Ok(ExitCode::from(code.max(1)));
+            return Ok(failed(status));
         }
     }
+    // The API docs, every feature on (what docs.rs renders), must build without a warning:
+    // a broken or private intra-doc link fails the suite.
+    let status = Command::new(&cargo)
+        .args(DOC_STEP)
+        .env("RUSTDOCFLAGS", "-D warnings")
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    if !status.success() {
+        return Ok(failed(status));
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The docs step: `RUSTDOCFLAGS="-D warnings" cargo doc` with these arguments.
+const DOC_STEP: &[&str] = &["doc", "--workspace", "--all-features", "--no-deps"];
+
+/// The suite's exit status for a failed cargo step (at least 1).
+fn failed(status: std::process::ExitStatus) -> ExitCode {
+    let code = status
+        .code()
+        .and_then(|c| u8::try_from(c).ok())
+        .unwrap_or(1);
+    ExitCode::from(code.max(1))
 }
 
 /// Makes a Postgres server reachable when that is cheap: a configured URL is trusted as is; a
