@@ -225,10 +225,12 @@ impl ShutdownReport {
 ///
 /// ```
 /// # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-/// # async fn main() -> cairn_core::Result<()> {
+/// # async fn main() -> cairn::Result<()> {
 /// use std::sync::Arc;
-/// use cairn_core::spool::{ConsumerBuilder, ConsumerId, DedupKey, EnqueueOptions, Job, Outcome};
-/// use cairn_core::{MemorySpool, QueueName, RunState, Spool};
+/// use cairn::spool::{
+///     ConsumerBuilder, ConsumerId, DedupKey, EnqueueOptions, Job, MemorySpool, Outcome,
+///     QueueName, RunState, Spool,
+/// };
 ///
 /// let spool: Arc<dyn Spool> = Arc::new(MemorySpool::default());
 /// let gate = QueueName::new("gate")?;

@@ -152,7 +152,7 @@ part_key!(
     /// the existing run. At most [`MAX_DEDUP_KEY`] bytes, never empty.
     ///
     /// ```
-    /// # use cairn_core::DedupKey;
+    /// # use cairn::DedupKey;
     /// let key = DedupKey::from_parts(["gate", "refs/heads/main", "3f2a"]).unwrap();
     /// assert_eq!(key.as_bytes(), b"4:gate,15:refs/heads/main,4:3f2a,");
     /// ```
