@@ -12,10 +12,22 @@ use proc_macro::{TokenStream, TokenTree};
 /// Embeds a directory of SQL migration files in the binary:
 /// `embed_migrations!("migrations")` expands to a `&'static [(&'static str, &'static str)]` of
 /// `(file name, contents)`, one entry per `*.sql` file of the directory, sorted by name, for
-/// `cairn_migrate::MigrationSet::from_embedded`.
+/// `MigrationSet::from_embedded`.
 ///
-/// The path is relative to the invoking crate's `CARGO_MANIFEST_DIR` (an absolute path is used
-/// as is). Each file is included with `include_str!` by absolute path, so editing a file
+/// ```
+/// # fn main() -> cairn::Result<()> {
+/// // `migrations` beside the crate's Cargo.toml; this test's crate root is crates/macros.
+/// let files = cairn::embed_migrations!("../../tests/fixtures/app_v2");
+/// let app = cairn::MigrationSet::from_embedded("inventory", files)?;
+/// assert_eq!(app.head().id, "0003_item_events");
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The path is relative to the invoking crate's root, its `CARGO_MANIFEST_DIR` (an absolute
+/// path is used as is), and read at compile time, wherever the binary later runs; a relative
+/// path given to `MigrationSet::from_dir` is relative to the process's working directory
+/// instead, and read at run time. Each file is included with `include_str!` by absolute path, so editing a file
 /// rebuilds the crate. Adding or removing a file is not seen by the compiler on its own: give
 /// the crate a `build.rs` with `println!("cargo:rerun-if-changed=migrations");` (as with
 /// `sqlx::migrate!`). Subdirectories and files not ending in `.sql` are left out.

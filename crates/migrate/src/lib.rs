@@ -38,8 +38,10 @@
 //! ## Application sets
 //!
 //! A service brings its own set, from a directory of SQL files with sqlx-compatible names (see
-//! [`source`]) read at run time or embedded at compile time, and opens it with the same
-//! protocol after cairn's own set; its name must not be `cairn`:
+//! [`source`]) read at run time ([`MigrationSet::from_dir`]: a relative path is relative to the
+//! working directory) or embedded at compile time ([`embed_migrations!`]: relative to the crate
+//! root), and opens it with the same protocol after cairn's own set; its name must not be
+//! `cairn`:
 //!
 //! ```
 //! use cairn_migrate::{embed_migrations, MigrationSet};

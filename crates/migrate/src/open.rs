@@ -42,7 +42,7 @@ pub const DEFAULT_MIGRATION_LOCK_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// ```
 /// use std::time::Duration;
-/// let opts = cairn_migrate::OpenOptions::default()
+/// let opts = cairn::backend::OpenOptions::default()
 ///     .build_id("inventory-2.4.1")
 ///     .heartbeat_interval(Duration::from_secs(10));
 /// assert!(opts.register_in_fleet);

@@ -161,8 +161,10 @@ impl MigrationSet {
     }
 
     /// Loads an application's set from the SQL files in `dir` (see the module docs of
-    /// [`crate::source`] for the names). Files not ending in `.sql` (a README) are ignored;
-    /// subdirectories are not read.
+    /// [`crate::source`] for the names), read at run time; a relative `dir` is relative to the
+    /// process's working directory (not the crate root, as with
+    /// [`embed_migrations!`](crate::embed_migrations)). Files not ending in `.sql` (a README)
+    /// are ignored; subdirectories are not read.
     ///
     /// # Errors
     /// [`MigrateError::Store`] with [`cairn_core::Error::Io`] when `dir` or a file cannot be
@@ -335,15 +337,20 @@ impl MigrationSet {
     }
 
     /// Builds an application's set from files embedded with
-    /// [`embed_migrations!`](crate::embed_migrations):
+    /// [`embed_migrations!`](crate::embed_migrations), whose path is relative to the crate root
+    /// (the directory of the crate's `Cargo.toml`) and read at compile time; the path of
+    /// [`MigrationSet::from_dir`] is relative to the process's working directory and read at
+    /// run time.
     ///
     /// ```
-    /// # use cairn_migrate::MigrationSet;
-    /// // In a service: `MigrationSet::from_embedded("billing", cairn_migrate::embed_migrations!("migrations"))`.
+    /// # fn main() -> cairn::Result<()> {
+    /// use cairn::MigrationSet;
+    /// // In a service: MigrationSet::from_embedded("billing", cairn::embed_migrations!("migrations"))
     /// let files: &[(&str, &str)] = &[("0001_users.sql", "CREATE TABLE users (id BIGINT PRIMARY KEY);")];
     /// let set = MigrationSet::from_embedded("billing", files)?;
     /// assert_eq!(set.head().id, "0001_users");
-    /// # Ok::<(), cairn_migrate::MigrateError>(())
+    /// # Ok(())
+    /// # }
     /// ```
     ///
     /// # Errors
