@@ -73,14 +73,24 @@
 //!
 //! ## Features
 //!
+//! Each feature's items are rendered only when it is on: `cargo doc -p cairn --all-features`
+//! shows them all, as docs.rs does.
+//!
 //! - `sqlite` (default): the SQLite backend (rusqlite, bundled SQLite).
-//! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`].
-//! - `backend`: for backend authors, [`backend`]: the handle trait, the open protocol and the
-//!   migration side an engine implements, to hand a backend of one's own to
+//! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`][pg-pool].
+//! - `backend`: for backend authors, [`backend`][backend-mod]: the handle trait, the open
+//!   protocol and the migration side an engine implements, to hand a backend of one's own to
 //!   [`Store::from_backend`].
 //! - `testkit`: test support (conformance harnesses, legacy writers, bench hooks, the raw
 //!   migration backend) in `cairn::testkit`; not for production code.
 
+// The links to feature-gated items resolve when the feature is on; otherwise to this page's
+// feature list, so that `cargo doc` with any features is free of broken links.
+#![doc = ""]
+#![cfg_attr(feature = "postgres", doc = "[pg-pool]: Store::builder_from_pg_pool")]
+#![cfg_attr(not(feature = "postgres"), doc = "[pg-pool]: #features")]
+#![cfg_attr(feature = "backend", doc = "[backend-mod]: backend")]
+#![cfg_attr(not(feature = "backend"), doc = "[backend-mod]: #features")]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
