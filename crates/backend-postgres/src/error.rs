@@ -1,25 +1,31 @@
 //! Mapping sqlx / Postgres errors onto [`cairn_core::Error`] by meaning.
 //!
 //! Server errors are classified by SQLSTATE alone, never by message text: the server localizes
-//! its messages (`lc_messages`), so text is no basis for a decision. The driver error is kept
-//! as the mapped error's source, so `std::error::Error::source()` reaches the `sqlx::Error`.
+//! its messages (`lc_messages`), so text is no basis for a decision.
 //!
-//! Messages carry SQLSTATEs, constraint names and the server's primary message only: never a
-//! connection string, a DETAIL line (which can quote row data) or a payload.
+//! A mapped error's detail says what cairn knows: the SQLSTATE, the constraint, what failed. The
+//! driver's own words (the server's primary message, an I/O error) stay in the `sqlx::Error`
+//! kept as the mapped error's source, so `std::error::Error::source()` reaches it and
+//! [`Error::report`] prints it once, after the detail. Neither holds a connection string, a
+//! DETAIL line (which can quote row data) or a payload: a driver error whose text could —
+//! a configuration error (it can quote the URL, password included), a TLS error (it can quote
+//! the host and the certificate), a decode error (it can quote a stored value) — is not kept
+//! as the source, and the detail says what failed instead.
 
 use cairn_core::Error;
 
 const BACKEND: &str = "postgres";
 
-/// Classifies a driver error, keeping it as the source.
+/// Classifies a driver error, keeping it as the source when its text holds no secret or value.
 pub(crate) fn map(e: sqlx::Error) -> Error {
     let mapped = match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            classify_sqlstate(&code, db.message(), db.constraint())
+            classify_sqlstate(&code, db.constraint())
         }
-        sqlx::Error::Io(io) => Error::unavailable(format!("I/O error talking to the server: {io}")),
-        sqlx::Error::Tls(_) => Error::unavailable("TLS error talking to the server"),
+        sqlx::Error::Io(_) => Error::unavailable("I/O error talking to the server"),
+        // TLS errors can quote the host and its certificate: no source.
+        sqlx::Error::Tls(_) => return Error::unavailable("TLS error talking to the server"),
         sqlx::Error::PoolTimedOut => {
             Error::unavailable("timed out waiting for a pooled connection")
         }
@@ -33,19 +39,33 @@ pub(crate) fn map(e: sqlx::Error) -> Error {
                 "the connection URL could not be parsed; expected postgres://user@host:port/db",
             )
         }
-        sqlx::Error::ColumnDecode { index, .. } => Error::corrupt(format!(
-            "column {index} of a cairn table has an unexpected value"
-        )),
-        sqlx::Error::Decode(_) => {
-            Error::corrupt("a cairn table holds a value of an unexpected type")
+        // Decode errors can quote the stored value: no source (as on SQLite).
+        sqlx::Error::ColumnDecode { index, .. } => {
+            return Error::corrupt(format!(
+                "column {index} of a cairn table has an unexpected value"
+            ))
         }
-        other => Error::backend(BACKEND, other.to_string()),
+        sqlx::Error::Decode(_) => {
+            return Error::corrupt("a cairn table holds a value of an unexpected type")
+        }
+        // Encode errors can quote the value being bound: no source.
+        sqlx::Error::Encode(_) => {
+            return Error::backend(BACKEND, "a value cannot be bound to a statement parameter")
+        }
+        sqlx::Error::RowNotFound => {
+            Error::backend(BACKEND, "a query that expects a row returned none")
+        }
+        sqlx::Error::Protocol(_) => Error::backend(
+            BACKEND,
+            "the server sent a message the driver did not expect",
+        ),
+        _ => Error::backend(BACKEND, "the driver refused the call (not a server error)"),
     };
     mapped.with_source(e)
 }
 
-/// Classifies a server error by its SQLSTATE; `message` and `constraint` only go into the
-/// text.
+/// Classifies a server error by its SQLSTATE; `constraint` only goes into the text (the
+/// server's message is left to the driver error the caller keeps as the source).
 ///
 /// `57014` (query_canceled) is retryable: the statement was cancelled and its transaction
 /// rolled back, so nothing was written and running the whole operation again is safe. The code
@@ -53,7 +73,7 @@ pub(crate) fn map(e: sqlx::Error) -> Error {
 /// the (localized) message tells them apart, so both are treated alike; a caller that wants an
 /// operator's cancel to stick stops retrying after a bound, as it must for every retryable
 /// error.
-pub(crate) fn classify_sqlstate(code: &str, message: &str, constraint: Option<&str>) -> Error {
+pub(crate) fn classify_sqlstate(code: &str, constraint: Option<&str>) -> Error {
     match code {
         // serialization_failure, deadlock_detected, lock_not_available (lock_timeout, NOWAIT),
         // query_canceled (statement_timeout or a cancel request).
@@ -69,40 +89,37 @@ pub(crate) fn classify_sqlstate(code: &str, message: &str, constraint: Option<&s
         c if c.starts_with("08") => {
             Error::unavailable(format!("connection exception (SQLSTATE {code})"))
         }
-        _ => Error::backend(BACKEND, format!("{message} (SQLSTATE {code})")),
+        _ => Error::backend(
+            BACKEND,
+            match constraint {
+                Some(c) => format!("SQLSTATE {code} on constraint {c}"),
+                None => format!("SQLSTATE {code}"),
+            },
+        ),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::Connection as _;
     use std::error::Error as _;
 
     #[test]
     fn serialization_class_lock_timeouts_and_cancels_are_retryable() {
         for code in ["40001", "40P01", "55P03", "57014"] {
-            assert!(classify_sqlstate(code, "x", None).is_retryable(), "{code}");
+            assert!(classify_sqlstate(code, None).is_retryable(), "{code}");
         }
-    }
-
-    #[test]
-    fn the_message_text_never_changes_the_classification() {
-        // The same code under any message (a localized server, a user cancel) classifies alike,
-        // and a message that mentions a timeout does not make another code retryable.
-        for message in [
-            "canceling statement due to statement timeout",
-            "canceling statement due to user request",
-            "Abbruch der Anweisung wegen Zeitüberschreitung",
-        ] {
-            assert!(classify_sqlstate("57014", message, None).is_retryable());
-            assert!(!classify_sqlstate("42P01", message, None).is_retryable());
-            assert!(!classify_sqlstate("XX000", message, None).is_retryable());
+        // Other codes are not, whatever the server said about them (the message is never
+        // read: a localized server, a user cancel and a statement timeout read alike).
+        for code in ["42P01", "XX000", "23503"] {
+            assert!(!classify_sqlstate(code, None).is_retryable(), "{code}");
         }
     }
 
     #[test]
     fn unique_violation_is_a_conflict_naming_the_constraint() {
-        let e = classify_sqlstate("23505", "duplicate key", Some("epoch_space_seq"));
+        let e = classify_sqlstate("23505", Some("epoch_space_seq"));
         assert!(e.is_conflict());
         assert!(e.to_string().contains("epoch_space_seq"));
     }
@@ -110,7 +127,7 @@ mod tests {
     #[test]
     fn connection_trouble_is_unavailable_and_the_rest_is_backend() {
         assert!(matches!(
-            classify_sqlstate("08006", "x", None),
+            classify_sqlstate("08006", None),
             Error::Unavailable { .. }
         ));
         assert!(matches!(
@@ -118,7 +135,7 @@ mod tests {
             Error::Unavailable { .. }
         ));
         assert!(matches!(
-            classify_sqlstate("42P01", "relation missing", None),
+            classify_sqlstate("42P01", None),
             Error::Backend {
                 backend: "postgres",
                 ..
@@ -134,5 +151,84 @@ mod tests {
             source.downcast_ref::<sqlx::Error>(),
             Some(sqlx::Error::PoolClosed)
         ));
+    }
+
+    /// The error the test server returns for `sql`.
+    async fn server_error(conn: &mut sqlx::PgConnection, sql: &str) -> sqlx::Error {
+        sqlx::query(sql).execute(conn).await.unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn the_message_leaves_the_drivers_words_to_the_report() {
+        let url = crate::testkit::test_server_url()
+            .await
+            .unwrap_or_else(|msg| panic!("{msg}"));
+        let mut conn = sqlx::PgConnection::connect(&url)
+            .await
+            .expect("connect to the test server");
+        let c = &mut conn;
+        sqlx::query("CREATE TEMP TABLE cairn_error_test (k int PRIMARY KEY)")
+            .execute(&mut *c)
+            .await
+            .unwrap();
+        let insert = "INSERT INTO cairn_error_test VALUES (1)";
+        sqlx::query(insert).execute(&mut *c).await.unwrap();
+        let duplicate = server_error(c, insert).await;
+        let missing = server_error(c, "SELECT * FROM cairn_error_test_nowhere").await;
+        let driver_errors = [
+            server_error(c, insert).await,
+            server_error(c, "SELECT * FROM cairn_error_test_nowhere").await,
+            server_error(c, "SELEC 1").await,
+            sqlx::Error::Io(std::io::Error::other("connection reset by peer")),
+            sqlx::Error::Protocol("expected ParameterStatus".into()),
+            sqlx::Error::RowNotFound,
+            sqlx::Error::PoolClosed,
+        ];
+        let _ = conn.close().await;
+
+        let server_message = |e: &sqlx::Error| e.as_database_error().unwrap().message().to_owned();
+        let words = server_message(&duplicate);
+        let conflict = map(duplicate);
+        assert_eq!(
+            conflict.to_string(),
+            "uniqueness conflict: unique constraint cairn_error_test_pkey (SQLSTATE 23505)"
+        );
+        assert!(conflict.report().to_string().contains(&words));
+        let words = server_message(&missing);
+        let backend = map(missing);
+        assert_eq!(backend.to_string(), "postgres error: SQLSTATE 42P01");
+        assert!(backend.report().to_string().contains(&words));
+
+        for driver in driver_errors {
+            let words = driver.to_string();
+            let e = map(driver);
+            let text = e.to_string();
+            assert!(!text.contains(&words), "{text} repeats {words}");
+            let report = e.report().to_string();
+            assert_eq!(report.matches(&words).count(), 1, "{report}");
+            assert!(report.starts_with(&text), "{report}");
+        }
+    }
+
+    #[test]
+    fn a_driver_error_that_can_quote_a_secret_or_a_value_is_not_kept() {
+        let secret = "postgres://app:s3cret@db.internal.example/app";
+        for driver in [
+            sqlx::Error::Configuration(format!("invalid port in {secret}").into()),
+            sqlx::Error::Tls(format!("certificate not valid for {secret}").into()),
+            sqlx::Error::Decode(format!("invalid value {secret}").into()),
+            sqlx::Error::ColumnDecode {
+                index: "2".into(),
+                source: format!("invalid value {secret}").into(),
+            },
+            sqlx::Error::Encode(format!("value {secret} out of range").into()),
+        ] {
+            let e = map(driver);
+            assert!(e.source().is_none(), "{e:?}");
+            let report = e.report().to_string();
+            for part in ["s3cret", "db.internal"] {
+                assert!(!report.contains(part), "{report}");
+            }
+        }
     }
 }

@@ -1,7 +1,12 @@
 //! Mapping rusqlite errors onto cairn's meaning-based [`Error`].
 //!
-//! Details carry SQLite's code and its message, which names tables and columns but never row
-//! values, so no payload or key can leak into an error.
+//! A mapped error's detail says what cairn knows: SQLite's result code (its name and the
+//! extended code) and, for errors met at open, the file. SQLite's message (which names tables
+//! and columns, or quotes the statement of a syntax error) stays in the rusqlite error kept as
+//! the [`source`](std::error::Error::source), so [`Error::report`] prints it once, after the
+//! detail. A rusqlite error whose text can quote a stored or bound value (a conversion
+//! failure) is not kept: the detail names the column and the kind of failure only, so no
+//! payload or key can leak into an error.
 
 use cairn_core::Error;
 use rusqlite::ffi;
@@ -12,18 +17,12 @@ const BACKEND: &str = "sqlite";
 /// Maps a rusqlite error by meaning, from SQLite's (extended) result code alone:
 /// busy/locked → [`Error::Retryable`], a unique or primary-key violation → [`Error::Conflict`],
 /// a damaged or foreign file → [`Error::Corrupt`], anything else → [`Error::Backend`]. The
-/// rusqlite error stays reachable through [`std::error::Error::source`], except for conversion
-/// failures, whose text can quote a stored or bound value.
+/// rusqlite error stays reachable through [`std::error::Error::source`] and out of the
+/// detail, except for conversion failures, whose text can quote a stored or bound value.
 pub(crate) fn map(err: rusqlite::Error) -> Error {
     match &err {
-        rusqlite::Error::SqliteFailure(e, msg) => {
-            let text = msg.clone().unwrap_or_else(|| e.to_string());
-            by_code(*e, text).with_source(err)
-        }
-        // The statement text is left out of the detail: it would spread the message over many
-        // lines. The source keeps it.
-        rusqlite::Error::SqlInputError { error, msg, .. } => {
-            by_code(*error, msg.clone()).with_source(err)
+        rusqlite::Error::SqliteFailure(e, _) | rusqlite::Error::SqlInputError { error: e, .. } => {
+            by_code(*e).with_source(err)
         }
         // Conversion errors can quote a stored value; name the kind of failure only, and keep
         // the driver error (which would print the value) out of the chain.
@@ -39,27 +38,59 @@ pub(crate) fn map(err: rusqlite::Error) -> Error {
         rusqlite::Error::ToSqlConversionFailure(_) => {
             Error::backend(BACKEND, "a value cannot be bound to a statement parameter")
         }
-        other => Error::backend(BACKEND, other.to_string()).with_source(err),
+        rusqlite::Error::QueryReturnedNoRows => {
+            Error::backend(BACKEND, "a query that expects a row returned none").with_source(err)
+        }
+        _ => Error::backend(BACKEND, "rusqlite refused the call (not an engine error)")
+            .with_source(err),
     }
 }
 
-fn by_code(e: ffi::Error, text: String) -> Error {
+fn by_code(e: ffi::Error) -> Error {
+    let code = e.extended_code;
     match e.code {
         ErrorCode::DatabaseBusy => Error::retryable("SQLITE_BUSY"),
         ErrorCode::DatabaseLocked => Error::retryable("SQLITE_LOCKED"),
-        ErrorCode::ConstraintViolation
-            if e.extended_code == ffi::SQLITE_CONSTRAINT_UNIQUE
-                || e.extended_code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
-        {
-            Error::conflict(text)
+        ErrorCode::ConstraintViolation if code == ffi::SQLITE_CONSTRAINT_UNIQUE => {
+            Error::conflict(format!("SQLITE_CONSTRAINT_UNIQUE (code {code})"))
+        }
+        ErrorCode::ConstraintViolation if code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+            Error::conflict(format!("SQLITE_CONSTRAINT_PRIMARYKEY (code {code})"))
         }
         ErrorCode::NotADatabase => {
             Error::corrupt("the file is not a SQLite database (SQLITE_NOTADB)")
         }
         ErrorCode::DatabaseCorrupt => Error::corrupt(format!(
-            "the database file is damaged (SQLITE_CORRUPT: {text})"
+            "the database file is damaged (SQLITE_CORRUPT, code {code})"
         )),
-        _ => Error::backend(BACKEND, format!("{text} (code {})", e.extended_code)),
+        _ => Error::backend(BACKEND, format!("{} (code {code})", name(code))),
+    }
+}
+
+/// The name of a result code's primary code (`SQLITE_IOERR` for `SQLITE_IOERR_WRITE`).
+fn name(code: i32) -> &'static str {
+    match code & 0xff {
+        ffi::SQLITE_ERROR => "SQLITE_ERROR",
+        ffi::SQLITE_INTERNAL => "SQLITE_INTERNAL",
+        ffi::SQLITE_PERM => "SQLITE_PERM",
+        ffi::SQLITE_ABORT => "SQLITE_ABORT",
+        ffi::SQLITE_NOMEM => "SQLITE_NOMEM",
+        ffi::SQLITE_READONLY => "SQLITE_READONLY",
+        ffi::SQLITE_INTERRUPT => "SQLITE_INTERRUPT",
+        ffi::SQLITE_IOERR => "SQLITE_IOERR",
+        ffi::SQLITE_NOTFOUND => "SQLITE_NOTFOUND",
+        ffi::SQLITE_FULL => "SQLITE_FULL",
+        ffi::SQLITE_CANTOPEN => "SQLITE_CANTOPEN",
+        ffi::SQLITE_PROTOCOL => "SQLITE_PROTOCOL",
+        ffi::SQLITE_SCHEMA => "SQLITE_SCHEMA",
+        ffi::SQLITE_TOOBIG => "SQLITE_TOOBIG",
+        ffi::SQLITE_CONSTRAINT => "SQLITE_CONSTRAINT",
+        ffi::SQLITE_MISMATCH => "SQLITE_MISMATCH",
+        ffi::SQLITE_MISUSE => "SQLITE_MISUSE",
+        ffi::SQLITE_NOLFS => "SQLITE_NOLFS",
+        ffi::SQLITE_AUTH => "SQLITE_AUTH",
+        ffi::SQLITE_RANGE => "SQLITE_RANGE",
+        _ => "SQLite error",
     }
 }
 
@@ -102,6 +133,52 @@ mod tests {
             driver_code(&map(failure(ffi::SQLITE_BUSY_SNAPSHOT))),
             Some(ffi::SQLITE_BUSY_SNAPSHOT)
         );
+    }
+
+    #[test]
+    fn the_message_leaves_the_drivers_words_to_the_report() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (k INTEGER PRIMARY KEY, u TEXT UNIQUE)")
+            .unwrap();
+        conn.execute("INSERT INTO t (k, u) VALUES (1, 'a')", [])
+            .unwrap();
+        let driver_errors = [
+            conn.execute("INSERT INTO t (k, u) VALUES (2, 'a')", [])
+                .unwrap_err(),
+            conn.prepare("SELECT * FROM nowhere").unwrap_err(),
+            rusqlite::Error::SqliteFailure(
+                ffi::Error::new(ffi::SQLITE_CORRUPT),
+                Some("database disk image is malformed".into()),
+            ),
+            rusqlite::Error::SqliteFailure(ffi::Error::new(ffi::SQLITE_BUSY), None),
+            rusqlite::Error::InvalidParameterName(":nope".into()),
+        ];
+        for driver in driver_errors {
+            let words = driver.to_string();
+            let e = map(driver);
+            let text = e.to_string();
+            assert!(!text.contains(&words), "{text} repeats {words}");
+            let report = e.report().to_string();
+            assert_eq!(report.matches(&words).count(), 1, "{report}");
+            assert!(report.starts_with(&text), "{report}");
+        }
+        let unique = map(conn
+            .execute("INSERT INTO t (k, u) VALUES (3, 'a')", [])
+            .unwrap_err());
+        assert_eq!(
+            unique.to_string(),
+            "uniqueness conflict: SQLITE_CONSTRAINT_UNIQUE (code 2067)"
+        );
+        assert!(
+            unique
+                .report()
+                .to_string()
+                .contains("UNIQUE constraint failed: t.u"),
+            "{}",
+            unique.report()
+        );
+        let missing = map(conn.prepare("SELECT * FROM nowhere").unwrap_err());
+        assert_eq!(missing.to_string(), "sqlite error: SQLITE_ERROR (code 1)");
     }
 
     #[test]

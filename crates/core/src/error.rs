@@ -13,6 +13,16 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// Backends map their driver errors into these variants; callers match on variants, never on
 /// message text. Messages say what happened and what to do; they never include a connection
 /// string, a secret or an event payload.
+///
+/// A variant's message never repeats its cause: the error behind it is its
+/// [`source`](std::error::Error::source), and [`Error::report`] prints the message with every
+/// cause, each once. So the `detail` of [`Error::Conflict`], [`Error::Retryable`],
+/// [`Error::Unavailable`], [`Error::Corrupt`] and [`Error::Backend`] says what cairn knows (the
+/// engine's code or SQLSTATE, the constraint, what failed) and leaves the driver's own message
+/// to the driver error kept as the source. A backend keeps a driver error as the source only
+/// when its text cannot hold a secret or a stored value (a connection string, a password, a
+/// payload): otherwise it keeps no source and says in the detail what failed (the Postgres
+/// backend does so for URL and TLS errors, both backends for value conversions).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -60,7 +70,7 @@ pub enum Error {
     /// writer that ignores the space lock).
     #[error("uniqueness conflict: {detail}")]
     Conflict {
-        /// Which constraint, in the backend's words (no row data).
+        /// Which constraint or engine code (no row data; the driver's message is the source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -71,7 +81,7 @@ pub enum Error {
     /// transaction. Nothing was written; retrying the whole operation is safe.
     #[error("store busy ({detail}); nothing was written, retry the operation")]
     Retryable {
-        /// The backend's code (SQLSTATE or SQLite code).
+        /// The backend's code (SQLSTATE or SQLite code; the driver's message is the source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -81,7 +91,7 @@ pub enum Error {
     /// The store could not be reached (connection refused, pool closed).
     #[error("store unavailable: {detail}")]
     Unavailable {
-        /// What failed, without connection strings.
+        /// What failed, without connection strings (the driver's message is the source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -91,7 +101,7 @@ pub enum Error {
     /// The store's file or schema is not a cairn store or is damaged.
     #[error("store is corrupt or not a cairn store: {detail}; run `cairn doctor` for details")]
     Corrupt {
-        /// What was found.
+        /// What was found (the driver's message, when there is one, is the source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -178,12 +188,14 @@ pub enum Error {
         source: std::io::Error,
     },
 
-    /// Any other backend error, with its code. Report it; it is not expected.
+    /// Any other backend error, with its code; the driver's message is the
+    /// [`source`](std::error::Error::source) ([`Error::report`] prints both). Report it; it is
+    /// not expected.
     #[error("{backend} error: {detail}")]
     Backend {
         /// `sqlite` or `postgres`.
         backend: &'static str,
-        /// The driver's message and code.
+        /// The engine's code or SQLSTATE, and what failed (the driver's message is the source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -348,12 +360,21 @@ impl Error {
 /// An error and its causes on one line: `message: cause: cause…`.
 ///
 /// A cairn error's `Display` is its own message only; the error behind it (a failed
-/// revision's store error, an OS error) is its [`source`](std::error::Error::source), as the
-/// standard library's convention asks, so that a reporter does not print a cause twice. This
-/// reporter follows the chain through cairn's own errors and OS errors and stops at a driver's
-/// error: a variant that keeps one ([`Error::Backend`], [`Error::Conflict`], …) already gives
-/// its code and message in its detail, and the driver's text may quote a statement over many
-/// lines.
+/// revision's store error, an OS error, a driver's error) is its
+/// [`source`](std::error::Error::source), as the standard library's convention asks, so that
+/// a reporter does not print a cause twice. This reporter follows the whole chain, so a driver
+/// error kept by [`Error::Backend`], [`Error::Conflict`], … appears once, after the detail
+/// cairn gives:
+///
+/// - a cause whose text the line already holds is not printed again (drivers often repeat
+///   their inner error in their own message, as sqlx's `error returned from database: …`
+///   does), and the chain goes on past it; a driver's cause that repeats the driver error
+///   just printed with more words takes its place;
+/// - a cause that is not a cairn error is printed with [`escape_control`], so a driver's text
+///   that spans lines (SQLite quotes the statement of a syntax error) stays on this one line.
+///
+/// The chain holds no secret because a backend keeps no driver error whose text could hold one
+/// (see [`Error`]).
 ///
 /// ```
 /// use cairn_core::Error;
@@ -367,6 +388,10 @@ impl Error {
 ///     "revision 0002_spool failed and the upgrade was rolled back: \
 ///      store busy (SQLITE_BUSY); nothing was written, retry the operation"
 /// );
+/// let driver = std::io::Error::other("disk I/O error");
+/// let e = Error::backend("sqlite", "SQLITE_IOERR (code 10)").with_source(driver);
+/// assert_eq!(e.to_string(), "sqlite error: SQLITE_IOERR (code 10)");
+/// assert_eq!(e.report().to_string(), "sqlite error: SQLITE_IOERR (code 10): disk I/O error");
 /// ```
 #[derive(Clone, Copy)]
 pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
@@ -380,17 +405,30 @@ impl<'a> Report<'a> {
 
 impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)?;
+        let mut line = self.0.to_string();
+        // Where the last printed cause starts, when it is a driver's (not cairn's).
+        let mut last_foreign: Option<usize> = None;
         let mut next = self.0.source();
         while let Some(cause) = next {
-            let ours = cause.is::<Error>() || cause.is::<Box<Error>>();
-            if !ours && !cause.is::<std::io::Error>() {
-                break;
-            }
-            write!(f, ": {cause}")?;
             next = cause.source();
+            let ours = cause.is::<Error>() || cause.is::<Box<Error>>();
+            let mut text = cause.to_string();
+            if !ours {
+                text = escape_control(&text).into_owned();
+            }
+            if line.contains(&text) {
+                continue;
+            }
+            match last_foreign {
+                // The driver's inner error repeats the outer one with more words (SQLite's
+                // `Error code 11: database disk image is malformed` under its message).
+                Some(start) if !ours && text.contains(&line[start..]) => line.truncate(start),
+                _ => line.push_str(": "),
+            }
+            last_foreign = (!ours).then_some(line.len());
+            line.push_str(&text);
         }
-        Ok(())
+        f.write_str(&line)
     }
 }
 
@@ -518,32 +556,64 @@ mod tests {
     }
 
     #[test]
-    fn the_report_stops_at_a_driver_error_the_detail_already_gives() {
-        let driver = std::io::Error::other("near \"SELEC\": syntax error\n  SELEC 1");
+    fn the_report_prints_a_driver_error_once_and_on_one_line() {
+        // A driver error that repeats its inner error in its own message, as sqlx's does.
+        let inner = std::io::Error::other("near \"SELEC\": syntax error\n  SELEC 1");
+        let driver = Wrapped(format!("error returned from database: {inner}"), inner);
         let e = Error::Migration {
             revision: "0002_spool".into(),
             source: Box::new(
-                Error::backend("sqlite", "near \"SELEC\": syntax error (code 1)")
-                    .with_source(Box::new(Wrapped(driver)) as BoxError),
+                Error::backend("sqlite", "SQLITE_ERROR (code 1)")
+                    .with_source(Box::new(driver) as BoxError),
             ),
         };
         assert_eq!(
             e.report().to_string(),
-            "revision 0002_spool failed and the upgrade was rolled back: sqlite error: near \"SELEC\": syntax error (code 1)"
+            "revision 0002_spool failed and the upgrade was rolled back: sqlite error: \
+             SQLITE_ERROR (code 1): error returned from database: near \"SELEC\": syntax \
+             error\\n  SELEC 1"
         );
-    }
-
-    /// A driver's error type (neither cairn's nor an OS error).
-    #[derive(Debug)]
-    struct Wrapped(std::io::Error);
-
-    impl std::fmt::Display for Wrapped {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            self.0.fmt(f)
+        // A driver error whose inner error repeats it with more words, as SQLite's does.
+        let inner = std::io::Error::other("Error code 11: database disk image is malformed");
+        let driver = Wrapped("database disk image is malformed".into(), inner);
+        let e = Error::corrupt("the database file is damaged (SQLITE_CORRUPT, code 11)")
+            .with_source(driver);
+        assert_eq!(
+            e.report().to_string(),
+            format!("{e}: Error code 11: database disk image is malformed")
+        );
+        for variant in [
+            Error::conflict("SQLITE_CONSTRAINT_UNIQUE (code 2067)"),
+            Error::retryable("SQLSTATE 40001"),
+            Error::unavailable("I/O error talking to the server"),
+            Error::corrupt("the database file is damaged (SQLITE_CORRUPT, code 11)"),
+            Error::backend("postgres", "SQLSTATE 42P01"),
+        ] {
+            let e = variant.with_source(std::io::Error::other("the driver's words"));
+            let text = e.to_string();
+            assert!(!text.contains("the driver's words"), "{text}");
+            assert_eq!(
+                e.report().to_string(),
+                format!("{text}: the driver's words")
+            );
         }
     }
 
-    impl std::error::Error for Wrapped {}
+    /// A driver's error type (neither cairn's nor an OS error): its message, and its source.
+    #[derive(Debug)]
+    struct Wrapped(String, std::io::Error);
+
+    impl std::fmt::Display for Wrapped {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Wrapped {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.1)
+        }
+    }
 
     #[test]
     fn a_failed_revision_keeps_its_id_and_cause() {

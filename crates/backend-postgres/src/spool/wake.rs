@@ -142,8 +142,7 @@ fn closed() -> Error {
 fn unavailable(e: sqlx::Error) -> Error {
     match map(e) {
         mapped @ Error::Unavailable { .. } => mapped,
-        other => Error::unavailable(format!("cannot listen for spool wake-ups: {other}"))
-            .with_source(other),
+        other => Error::unavailable("cannot listen for spool wake-ups").with_source(other),
     }
 }
 
