@@ -6,7 +6,8 @@
 //! status and history, an upgrade, a rollback, a lineage repair and the live builds — each
 //! write runs the whole protocol (the lock, a second look, one transaction). The migration
 //! lock and the bookkeeping tables are never handed out. The executed additivity check runs
-//! through [`additivity_engine`]; read-only diagnostics through [`diagnostics`].
+//! through [`additivity_engine`]; read-only diagnostics through [`diagnostics`], and whether a
+//! location holds anything at all through [`location_exists`].
 //!
 //! The fleet registry lists the builds that have the store open; [`Migrations::fleet`] reads
 //! it (`cairn migrate fleet`). A revision marked contract (first line [`CONTRACT_MARKER`] in
@@ -223,6 +224,60 @@ pub(crate) fn migration_backend(
             #[cfg(not(feature = "postgres"))]
             {
                 let _ = (url, schema, create_if_missing);
+                Err(crate::store::missing_feature(Backend::Postgres))
+            }
+        }
+    }
+}
+
+/// Whether anything is at the store location `url` names: the SQLite file (or a symlink
+/// there), the Postgres schema. The location where the first writing open would create the
+/// store is empty; an existing one may hold a store, or tables of an application set alone.
+/// Read-only: creates nothing (`cairn migrate status` tells "no store here" by it).
+///
+/// # Errors
+/// [`Error::Io`] when the file's metadata cannot be read; [`Error::Unavailable`] when the
+/// Postgres server cannot be reached or queried; [`Error::InvalidInput`] for a bad URL or
+/// schema name, or a backend this build was compiled without.
+pub async fn location_exists(url: &DatabaseUrl) -> Result<bool> {
+    match url {
+        DatabaseUrl::Sqlite(path) => {
+            #[cfg(feature = "sqlite")]
+            {
+                exists_no_follow(path)
+            }
+            #[cfg(not(feature = "sqlite"))]
+            {
+                let _ = path;
+                Err(crate::store::missing_feature(Backend::Sqlite))
+            }
+        }
+        DatabaseUrl::Postgres { url: pg, schema } => {
+            #[cfg(feature = "postgres")]
+            {
+                use sqlx::Connection;
+                let mut opts = cairn_postgres::PgOptions::new(pg.clone());
+                if let Some(schema) = schema {
+                    opts = opts.schema(schema.clone());
+                }
+                // The driver's errors can name the host: none is passed on.
+                let unreachable = |_| Error::unavailable("cannot query the Postgres server");
+                let mut conn = sqlx::PgConnection::connect_with(&url.postgres_connect_options()?)
+                    .await
+                    .map_err(unreachable)?;
+                let exists: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
+                )
+                .bind(opts.schema_name())
+                .fetch_one(&mut conn)
+                .await
+                .map_err(unreachable)?;
+                let _ = conn.close().await;
+                Ok(exists)
+            }
+            #[cfg(not(feature = "postgres"))]
+            {
+                let _ = (pg, schema);
                 Err(crate::store::missing_feature(Backend::Postgres))
             }
         }

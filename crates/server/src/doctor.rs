@@ -465,7 +465,9 @@ async fn store_checks(
     let mut failed = None;
     match diag.list_spaces(None, HEAD_SAMPLE).await {
         Ok(spaces) => {
-            for space in &spaces {
+            // A reserved space (the backfill's marker) is cairn's own record, not a space:
+            // counted as `cairn backfill` counts them.
+            for space in spaces.iter().filter(|s| !s.is_reserved()) {
                 match probe(diag, space).await {
                     Ok(p) if p.cache_is_current() => {}
                     Ok(_) => stale += 1,

@@ -9,8 +9,9 @@ pub(crate) enum CliError {
     Store(cairn::Error),
     /// The configuration (database URL, data directory) is unusable.
     Config(String),
-    /// A command that needs an existing SQLite store found no file.
-    NoStore(std::path::PathBuf),
+    /// A command that needs an existing store found none: no SQLite file, or (`cairn migrate
+    /// status`) no Postgres schema. Holds where it looked (`at PATH`, `in schema NAME`).
+    NoStore(String),
     /// Writing the result to stdout failed.
     Output(std::io::Error),
     /// `cairn migrate down` failed and was rolled back. Kept as the runner's error: the
@@ -24,10 +25,9 @@ impl fmt::Display for CliError {
             // The error with its causes (a failed revision's store error, an OS error).
             Self::Store(e) => write!(f, "{}", e.report()),
             Self::Config(msg) => f.write_str(msg),
-            Self::NoStore(path) => write!(
+            Self::NoStore(place) => write!(
                 f,
-                "no cairn store at {}; the first `cairn append` creates it",
-                path.display()
+                "no cairn store {place}; the first `cairn append` creates it"
             ),
             Self::Output(e) => write!(f, "cannot write the output: {e}"),
             Self::Down(e) => write!(f, "{}", e.report()),

@@ -12,7 +12,7 @@ use cairn::{Backend, Clock, DatabaseUrl, SystemClock};
 
 use crate::cli::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
-use crate::open::{migrations, IfMissing};
+use crate::open::{migrations, refuse_empty_location, IfMissing};
 
 /// The set a command acts on: cairn's own, or the application's set loaded from `--source`.
 fn load_set(args: SetArgs) -> Result<MigrationSet, CliError> {
@@ -81,6 +81,11 @@ pub(crate) async fn run(
         MigrateAction::Status => {
             let m = migrations(target, IfMissing::Refuse)?;
             let state = m.state(set.name()).await.map_err(store)?;
+            // A missing Postgres schema reads as an empty store: it gets the verdict a missing
+            // SQLite file gets (issue 25).
+            if state.stamp.is_none() && state.lineage.is_none() {
+                refuse_empty_location(target).await?;
+            }
             let class = m.classify(set, &state);
             if let Classification::Refused(refusal) = class {
                 return Err(store(MigrateError::Refused {

@@ -74,10 +74,27 @@ pub(crate) fn migrations(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Mig
 fn refuse_missing_file(url: &DatabaseUrl, if_missing: IfMissing) -> Result<(), CliError> {
     if let Some(path) = url.sqlite_path() {
         if if_missing == IfMissing::Refuse && !exists_no_follow(path)? {
-            return Err(CliError::NoStore(path.to_path_buf()));
+            return Err(CliError::NoStore(format!("at {}", path.display())));
         }
     }
     Ok(())
+}
+
+/// Refuses a location that holds nothing (no SQLite file, no Postgres schema) with one verdict
+/// on both engines: the words a missing SQLite file gets. Read-only: nothing is created.
+pub(crate) async fn refuse_empty_location(url: &DatabaseUrl) -> Result<(), CliError> {
+    refuse_missing_file(url, IfMissing::Refuse)?;
+    if cairn::migrate::location_exists(url).await? {
+        return Ok(());
+    }
+    Err(CliError::NoStore(match url {
+        DatabaseUrl::Sqlite(path) => format!("at {}", path.display()),
+        DatabaseUrl::Postgres {
+            schema: Some(schema),
+            ..
+        } => format!("in schema {schema}"),
+        DatabaseUrl::Postgres { schema: None, .. } => "in the database's default schema".into(),
+    }))
 }
 
 /// Whether anything (a non-empty file, or a symlink, dangling or not) sits at `path`. A symlink

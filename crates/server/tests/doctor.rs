@@ -547,3 +547,34 @@ fn the_binary_names_no_driver_crate() {
         }
     }
 }
+
+/// After a backfill pass, doctor's head-cache sample counts the spaces `cairn backfill`
+/// visited: the pass's reserved marker space is cairn's own record, not a space (issue 25), on
+/// both engines.
+#[test]
+fn doctor_counts_the_spaces_backfill_visits() {
+    let case = |db: &str| {
+        append(db, "a");
+        append(db, "b");
+        let pass = run(db, &["backfill", "--backfill-spaces-per-second", "1000"]);
+        assert!(pass.status.success(), "{}", text(&pass.stderr));
+        let line = text(&pass.stdout);
+        let visited: usize = line
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("visited="))
+            .unwrap_or_else(|| panic!("backfill prints visited=N: {line}"))
+            .parse()
+            .unwrap();
+        assert_eq!(visited, 2, "{line}");
+        let (code, report) = doctor_json(db);
+        assert_eq!(code, Some(0), "{report}");
+        assert_eq!(
+            check(&report, "head_caches")["detail"],
+            format!("{visited} space(s) sampled, every cache current"),
+            "doctor counts what backfill visited"
+        );
+    };
+    let dir = tempfile::tempdir().unwrap();
+    case(dir.path().join("s.db").to_str().unwrap());
+    common::on_postgres("doctor_backfill", case);
+}

@@ -204,6 +204,40 @@ fn status_of_a_missing_store_is_refused_without_creating_it() {
     assert!(!db.exists());
 }
 
+/// Issue 25: "no store here" has one verdict on both engines. `status` on a missing SQLite
+/// file and on a missing Postgres schema fails alike — exit 1, one line saying there is no
+/// cairn store — and creates neither the file nor the schema.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_of_a_missing_store_is_the_same_verdict_on_both_engines() {
+    let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_nostore").await;
+    let outs = tokio::task::spawn_blocking(move || {
+        urls.iter()
+            .map(|url| run(Path::new(url), &["status"]))
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    for (engine, out) in ["sqlite", "postgres"].iter().zip(&outs) {
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{engine}: {err}");
+        assert!(err.starts_with("cairn: no cairn store "), "{engine}: {err}");
+        assert_eq!(err.lines().count(), 1, "{engine}: {err}");
+        assert_eq!(text(&out.stdout), "", "{engine}: no status is printed");
+    }
+    assert!(!dir.path().join("spool.db").exists(), "no file was created");
+    let created: bool = {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+            .bind(&schema)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap()
+    };
+    common::drop_schema(&pg, &schema).await;
+    assert!(!created, "no schema was created");
+}
+
 fn check(args: &[&str], pg: &str) -> Output {
     let dir = tempfile::tempdir().unwrap();
     Command::new(env!("CARGO_BIN_EXE_cairn"))
