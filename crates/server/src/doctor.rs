@@ -177,7 +177,7 @@ async fn ready(diagnostics: &dyn cairn::EpochDiagnostics) -> Check {
             let replaced = matches!(e, cairn::Error::StoreReplaced { .. });
             Check::problem(
                 "ready",
-                crate::error::one_line(&e.to_string()),
+                crate::error::one_line(&e.report().to_string()),
                 replaced.then_some("restart cairn serve so that it opens the file now at the path"),
             )
         }
@@ -193,7 +193,7 @@ async fn integrity(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check
         Some(own) => own.integrity().await,
         None => match cairn::migrate::diagnostics(target) {
             Ok(diagnostics) => diagnostics.integrity().await,
-            Err(e) => return Check::problem("integrity", one(&e.to_string()), None),
+            Err(e) => return Check::problem("integrity", one(&e.report().to_string()), None),
         },
     };
     integrity_check(target.backend(), found)
@@ -341,7 +341,12 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
     };
     let state = match m.state(set.name()).await {
         Ok(s) => s,
-        Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
+        Err(e) => {
+            return (
+                Check::problem(name, one(&e.report().to_string()), None),
+                false,
+            )
+        }
     };
     // From the store: escaped, so that it cannot forge report lines.
     let stamp =
@@ -379,12 +384,15 @@ async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
             Err(e) if e.is_refusal() => (
                 Check::problem(
                     name,
-                    format!("{base}: refused ({})", one(&e.to_string())),
+                    format!("{base}: refused ({})", one(&e.report().to_string())),
                     None,
                 ),
                 false,
             ),
-            Err(e) => (Check::problem(name, one(&e.to_string()), None), false),
+            Err(e) => (
+                Check::problem(name, one(&e.report().to_string()), None),
+                false,
+            ),
         },
         Classification::Upgrade { pending, .. } => (
             Check::problem(
@@ -458,7 +466,7 @@ async fn store_checks(
                 Check::ok("retention", detail)
             });
         }
-        Err(e) => checks.push(Check::problem("spool", one(&e.to_string()), None)),
+        Err(e) => checks.push(Check::problem("spool", one(&e.report().to_string()), None)),
     }
     let mut stale = 0usize;
     let mut sampled = 0usize;

@@ -402,12 +402,16 @@ impl Deliverer {
             if !closed {
                 closed = match is_closed(spool.as_ref(), run).await {
                     Ok(c) => c,
-                    Err(e) => return Outcome::Retry(format!("cannot read the run: {e}")),
+                    Err(e) => {
+                        return Outcome::Retry(format!("cannot read the run: {}", e.report()))
+                    }
                 };
             }
             let events: Vec<RunEvent> = match spool.events(run, after, self.settings.batch).await {
                 Ok(e) => e,
-                Err(e) => return Outcome::Retry(format!("cannot read the run's events: {e}")),
+                Err(e) => {
+                    return Outcome::Retry(format!("cannot read the run's events: {}", e.report()))
+                }
             };
             if events.is_empty() {
                 if closed && sent_any {
@@ -468,7 +472,10 @@ impl Deliverer {
             if let Err(e) = spool.acknowledge_events(run, &ids).await {
                 // The collector has the batch; it sees it again on the retry (event ids
                 // let it drop the repeat).
-                return Outcome::Retry(format!("cannot record the delivered events: {e}"));
+                return Outcome::Retry(format!(
+                    "cannot record the delivered events: {}",
+                    e.report()
+                ));
             }
             after = last.seq;
             if closed && events.len() < self.settings.batch {
