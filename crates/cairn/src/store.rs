@@ -72,6 +72,7 @@ impl Store {
     /// ([`StoreBuilder::pool_size`]): its connections carry session settings (`search_path`,
     /// `lock_timeout`) that must not leak into the service's connections.
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn builder_from_pg_pool(pool: &sqlx::PgPool) -> StoreBuilder {
         StoreBuilder::new(Source::PgPool(pool.clone()))
     }

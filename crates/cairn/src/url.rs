@@ -135,6 +135,7 @@ impl DatabaseUrl {
     /// [`Error::InvalidInput`] for a SQLite URL, a Postgres URL the driver cannot parse, or one
     /// with a query parameter the driver does not read (named, never its value).
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn postgres_connect_options(&self) -> Result<sqlx::postgres::PgConnectOptions> {
         match self {
             Self::Postgres { url, .. } => cairn_postgres::connect_options_from_url(url),
