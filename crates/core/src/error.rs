@@ -377,7 +377,7 @@ impl Error {
 /// (see [`Error`]).
 ///
 /// ```
-/// use cairn_core::Error;
+/// use cairn::Error;
 /// let e = Error::Migration {
 ///     revision: "0002_spool".into(),
 ///     source: Box::new(Error::retryable("SQLITE_BUSY")),
@@ -479,7 +479,7 @@ impl std::fmt::Display for Blocker {
 /// nothing to escape is returned as is.
 ///
 /// ```
-/// use cairn_core::escape_control;
+/// use cairn::migrate::escape_control;
 /// assert_eq!(escape_control("svc-v1"), "svc-v1");
 /// assert_eq!(escape_control("a\u{1b}[2K\nb\\"), "a\\u{1b}[2K\\nb\\\\");
 /// ```
