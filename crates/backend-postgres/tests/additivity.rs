@@ -687,3 +687,45 @@ async fn a_renamed_enum_label_changes_the_synthesized_rows() {
     .await;
     assert!(rules_on(&v, "k_enum").contains(&Rule::Rows), "{v:?}");
 }
+
+/// A row of a table whose key is `GENERATED ALWAYS AS IDENTITY`, referenced by a row of
+/// another table: an older writer's delete and re-insert of it keeps its key, so the
+/// reference holds and a later additive revision passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_referenced_identity_always_row_does_not_fail_a_later_additive_revision() {
+    let reports = check_app(&[
+        (
+            "0001_base.postgres.sql",
+            "CREATE TABLE parent (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL);
+             CREATE TABLE child (id BIGINT PRIMARY KEY, parent_id BIGINT NOT NULL REFERENCES parent(id));",
+        ),
+        ("0002_x.postgres.sql", "CREATE TABLE other (id INT);"),
+    ])
+    .await;
+    assert_eq!(reports.len(), 1);
+    assert!(reports[0].violations.is_empty(), "{:?}", reports[0]);
+}
+
+/// The same referenced identity-always row still fails old writes that a new trigger refuses:
+/// keeping the key on re-insert hides no real violation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_referenced_identity_always_row_still_fails_a_refused_insert() {
+    let reports = check_app(&[
+        (
+            "0001_base.postgres.sql",
+            "CREATE TABLE parent (id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, name TEXT NOT NULL);
+             CREATE TABLE child (id BIGINT PRIMARY KEY, parent_id BIGINT NOT NULL REFERENCES parent(id));",
+        ),
+        (
+            "0002_guard.postgres.sql",
+            "CREATE FUNCTION parent_no() RETURNS trigger LANGUAGE plpgsql
+               AS $$BEGIN RAISE EXCEPTION 'no'; END$$;
+             CREATE TRIGGER parent_guard BEFORE INSERT ON parent FOR EACH ROW EXECUTE FUNCTION parent_no();",
+        ),
+    ])
+    .await;
+    assert_eq!(reports.len(), 1);
+    let v = &reports[0].violations;
+    assert!(rules_on(v, "parent").contains(&Rule::OldWrites), "{v:?}");
+    assert!(rules_on(v, "child").is_empty(), "{v:?}");
+}

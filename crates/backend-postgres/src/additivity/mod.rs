@@ -12,7 +12,9 @@
 //!    [`cairn_migrate::additivity::synth::candidate_rows`] it accepts (NOT NULL honoured; enum
 //!    labels, CHECK literals and partition bounds as hints). A table that refuses them all
 //!    stays empty: its definition is still checked, its rows and old-column writes cannot be.
-//!    Old-column writes never name a generated or identity-always column.
+//!    Old-column writes never name a generated or identity-always column, except that the
+//!    row deleted and re-inserted keeps its identity-always values (`OVERRIDING SYSTEM
+//!    VALUE`), so rows that reference it still hold.
 //! 2. On one connection, in one transaction that is always rolled back: the existing tables'
 //!    catalog rows (columns with types, collations, nullability, defaults, generation and
 //!    storage; constraints; indexes; triggers; table options, privileges and file node) and a

@@ -165,13 +165,19 @@ pub(super) fn capture_objects(s: &SchemaName) -> Vec<String> {
              RETURN out; END $f$"
         ),
         // An older writer names only the columns it may write: the caller passes the old
-        // columns that are neither generated nor identity-always (`cols` may be empty).
+        // columns that are neither generated nor identity-always (`cols` may be empty). The
+        // delete and re-insert gives back the row's identity-always values too (`OVERRIDING
+        // SYSTEM VALUE`), in the same statement, so a row that other rows reference keeps its
+        // key and the references hold (an older writer's fresh row takes a fresh key).
         format!(
             "CREATE FUNCTION \"{s}\".cairn_add_old_writes(tbl oid, cols int4[]) RETURNS text LANGUAGE plpgsql AS $f$ \
-             DECLARE names text; row_id tid; part oid; BEGIN \
+             DECLARE names text; kept text; row_id tid; part oid; BEGIN \
              IF NOT EXISTS (SELECT 1 FROM pg_class WHERE oid = tbl) THEN RETURN NULL; END IF; \
              names := \"{s}\".cairn_add_columns(tbl, cols); \
              IF names IS NULL AND cardinality(cols) > 0 THEN RETURN 'an old column is gone'; END IF; \
+             SELECT concat_ws(', ', names, string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)) INTO kept \
+               FROM pg_attribute a WHERE a.attrelid = tbl AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attidentity = 'a'; \
              EXECUTE format('SELECT ctid, tableoid FROM %s LIMIT 1', tbl::regclass) INTO row_id, part; \
              IF row_id IS NULL THEN RETURN NULL; END IF; \
              IF names IS NOT NULL THEN \
@@ -180,12 +186,13 @@ pub(super) fn capture_objects(s: &SchemaName) -> Vec<String> {
                EXCEPTION WHEN OTHERS THEN RETURN 'an UPDATE naming only the old columns failed: ' || SQLERRM; END; \
              END IF; \
              EXECUTE format('SELECT ctid, tableoid FROM %s LIMIT 1', tbl::regclass) INTO row_id, part; \
-             BEGIN IF names IS NULL THEN \
+             BEGIN IF kept = '' THEN \
                EXECUTE format('DELETE FROM %s WHERE ctid = $1 AND tableoid = $2', tbl::regclass) USING row_id, part; \
                EXECUTE format('INSERT INTO %s DEFAULT VALUES', tbl::regclass); \
              ELSE \
                EXECUTE format('WITH gone AS (DELETE FROM %s WHERE ctid = $1 AND tableoid = $2 RETURNING %s) \
-                 INSERT INTO %s (%s) SELECT * FROM gone', tbl::regclass, names, tbl::regclass, names) USING row_id, part; \
+                 INSERT INTO %s (%s) OVERRIDING SYSTEM VALUE SELECT * FROM gone', \
+                 tbl::regclass, kept, tbl::regclass, kept) USING row_id, part; \
              END IF; \
              EXCEPTION WHEN OTHERS THEN RETURN 'a DELETE and INSERT naming only the old columns failed: ' || SQLERRM; END; \
              RETURN NULL; END $f$"
