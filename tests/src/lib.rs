@@ -522,6 +522,8 @@ macro_rules! spool_suite {
             s17_operator_retries_or_discards_a_parked_run,
             s17_bulk_retry_of_parked_runs_by_reason,
             s17_racing_operators_apply_once,
+            s17_producers_cannot_take_the_spools_event_ids,
+            s17_bulk_retry_goes_on_past_a_run_it_cannot_retry,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
         );

@@ -76,8 +76,8 @@ pub use cairn_core::spool::{
 // The operator's way out of `parked`: one run ([`Spool::retry_parked`], [`Spool::discard`]),
 // or a queue's parked runs ([`retry_parked_runs`]).
 pub use cairn_core::spool::{
-    check_operator, retry_parked_runs, BulkRetry, BULK_RETRY_PAGE, MAX_OPERATOR_LEN,
-    OPERATOR_EVENT_PREFIX,
+    check_operator, check_producer_event_id, retry_parked_runs, BulkRetry, BULK_RETRY_PAGE,
+    MAX_FAILED_RUNS_LISTED, MAX_OPERATOR_LEN, OPERATOR_EVENT_PREFIX,
 };
 
 // Configuration: the retry backoff and retention.

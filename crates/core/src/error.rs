@@ -146,11 +146,12 @@ pub enum Error {
     },
 
     /// A name cairn reserves for its own records was given (a space id starting with
-    /// [`crate::RESERVED_SPACE_PREFIX`], where the backfill keeps its completion marker).
-    /// Nothing was read or written; choose another name.
+    /// [`crate::RESERVED_SPACE_PREFIX`], where the backfill keeps its completion marker; a
+    /// producer's run event id starting with [`crate::spool::OPERATOR_EVENT_PREFIX`], the
+    /// spool's own events). Nothing was read or written; choose another name.
     #[error("{what} {name} is reserved for cairn's own records; nothing was read or written, choose another name")]
     Reserved {
-        /// What kind of name (`space id`).
+        /// What kind of name (`space id`, `run event id`).
         what: &'static str,
         /// The name, printable (non-text bytes as `0x…` hex).
         name: String,

@@ -213,8 +213,9 @@ pub(crate) enum RunAction {
 pub(crate) enum RunsAction {
     /// Retry the parked runs of a queue (those whose reason contains `--reason-like`, or all),
     /// each as `cairn run retry` does (one event per run); prints
-    /// `retried=N unmatched=N skipped=N` (unmatched: left parked, their reason differs;
-    /// skipped: no longer parked when reached).
+    /// `retried=N unmatched=N skipped=N failed=N` (unmatched: left parked, their reason differs;
+    /// skipped: no longer parked when reached; failed: left parked, their own retry refused,
+    /// each then named on a `failed run ID` line).
     Retry {
         /// The queue.
         #[arg(long)]

@@ -168,9 +168,12 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             .await?;
             writeln!(
                 out,
-                "retried={} unmatched={} skipped={}",
-                done.retried, done.unmatched, done.skipped
+                "retried={} unmatched={} skipped={} failed={}",
+                done.retried, done.unmatched, done.skipped, done.failed
             )?;
+            for run in &done.failed_runs {
+                writeln!(out, "failed run {run}")?;
+            }
         }
         Command::Runs {
             action: None,

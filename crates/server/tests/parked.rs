@@ -196,7 +196,7 @@ fn cli_case(db: &str) {
         ],
         &[],
     ));
-    assert_eq!(out, "retried=1 unmatched=1 skipped=0\n");
+    assert_eq!(out, "retried=1 unmatched=1 skipped=0 failed=0\n");
     assert!(ok(&cairn(db, &["run", "show", &ids[2]], &[])).contains("state queued\n"));
     // Only parked runs can be retried in bulk: any other state is a usage error.
     let usage = cairn(
@@ -286,6 +286,24 @@ impl Server {
         (status, serde_json::from_str(&body).unwrap_or(Value::Null))
     }
 
+    /// A POST of a JSON body; the status and the JSON answer.
+    fn post_json(&self, path: &str, token: &str, body: &Value) -> (u16, Value) {
+        let req = ureq::http::Request::builder()
+            .method("POST")
+            .uri(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {token}"))
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .unwrap();
+        let mut resp = self
+            .agent
+            .run(req)
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"));
+        let status = resp.status().as_u16();
+        let body = resp.body_mut().read_to_string().unwrap_or_default();
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
     fn spool_check(&self) -> (u16, Value) {
         let (status, report) = self.call("GET", "/v1/doctor", Some(READ));
         let spool = report["checks"]
@@ -347,6 +365,18 @@ fn http_case(db: &str) {
         (409, &json!("invalid_transition")),
         "{body}"
     );
+    // The spool's event ids are not a producer's: refused, nothing written.
+    let append = format!("/v1/runs/{}/events", ids[0]);
+    for id in ["cairn:retry:2", "cairn:retry:1"] {
+        let (s, body) = server.post_json(&append, FULL, &json!({"event_id": id, "payload": "x"}));
+        assert_eq!(
+            (s, &body["error"]["code"]),
+            (400, &json!("reserved")),
+            "{id}: {body}"
+        );
+    }
+    let (s, body) = server.post_json(&append, FULL, &json!({"event_id": "p1", "payload": "x"}));
+    assert_eq!((s, &body["seq"]), (201, &json!(2)), "{body}");
     let (s, body) = server.call(
         "POST",
         "/v1/runs/00000000000000000000000000000001/discard",
@@ -364,7 +394,10 @@ fn http_case(db: &str) {
         Some(FULL),
     );
     assert_eq!(s, 200, "{body}");
-    assert_eq!(body, json!({"retried": 1, "unmatched": 1, "skipped": 0}));
+    assert_eq!(
+        body,
+        json!({"retried": 1, "unmatched": 1, "skipped": 0, "failed": 0, "failed_runs": []})
+    );
     let (s, body) = server.call("POST", &format!("/v1/runs/{}/discard", ids[1]), Some(FULL));
     assert_eq!(s, 200, "{body}");
     assert_eq!(

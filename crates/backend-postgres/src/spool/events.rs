@@ -5,8 +5,9 @@
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    check_append, check_limit, check_payload, CloseOutcome, EventAppended, EventStream, FactName,
-    FactOutcome, RunEvent, RunEventId, RunId, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    check_append, check_limit, check_payload, check_producer_event_id, CloseOutcome, EventAppended,
+    EventStream, FactName, FactOutcome, RunEvent, RunEventId, RunId, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -35,6 +36,7 @@ pub(super) async fn append_event_tx(
     event_id: &RunEventId,
     payload: Vec<u8>,
 ) -> Result<EventAppended> {
+    check_producer_event_id(event_id)?;
     check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
     let now = s.now();
     for _ in 0..CAS_ROUNDS {

@@ -45,13 +45,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_import, check_lease, check_limit, check_payload, check_release_delay, Action,
-    CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued,
-    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
-    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
-    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
-    SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_import, check_lease, check_limit, check_payload, check_producer_event_id,
+    check_release_delay, Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
+    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
+    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
+    RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup,
+    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -342,6 +342,7 @@ impl Spool for SqliteSpool {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
+        check_producer_event_id(event_id)?;
         check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
         let now = self.now();
         let event_id = event_id.clone();

@@ -85,7 +85,9 @@ text_name!(
 );
 
 /// The caller-chosen id of a run event; re-appending an id the run still holds is a no-op.
-/// Non-empty bytes, at most [`MAX_RUN_EVENT_ID`].
+/// Non-empty bytes, at most [`MAX_RUN_EVENT_ID`]. Ids starting with `cairn:`
+/// ([`OPERATOR_EVENT_PREFIX`](super::OPERATOR_EVENT_PREFIX)) are the spool's own: a
+/// producer's [`Spool::append_event`](super::Spool::append_event) refuses them.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct RunEventId(Vec<u8>);
 

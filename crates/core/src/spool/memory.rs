@@ -13,7 +13,7 @@ use super::backoff::jitter_seed;
 use super::clock::{Clock, SystemClock, Timestamp};
 use super::dedup::{DedupKey, SupersedeGroup};
 use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
-use super::operator::{check_operator, operator_event};
+use super::operator::{check_operator, check_producer_event_id, operator_event};
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunMeta,
@@ -574,6 +574,7 @@ impl Spool for MemorySpool {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
+        check_producer_event_id(event_id)?;
         check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
         let now = self.now();
         let mut st = self.lock();

@@ -102,8 +102,8 @@ pub use ids::{
 };
 pub use memory::MemorySpool;
 pub use operator::{
-    check_operator, operator_event, retry_parked_runs, BulkRetry, BULK_RETRY_PAGE,
-    MAX_OPERATOR_LEN, OPERATOR_EVENT_PREFIX,
+    check_operator, check_producer_event_id, operator_event, retry_parked_runs, BulkRetry,
+    BULK_RETRY_PAGE, MAX_FAILED_RUNS_LISTED, MAX_OPERATOR_LEN, OPERATOR_EVENT_PREFIX,
 };
 pub use retention::{
     plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
@@ -309,8 +309,11 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - A new event is accepted only while the run is live (`queued` or `claimed`) and not
     ///   closed ([`check_append`]), decided in the same transaction as the insert: an event is
     ///   refused, never accepted and then left undelivered.
+    /// - Ids starting with [`OPERATOR_EVENT_PREFIX`] (`cairn:`) are the spool's own
+    ///   ([`operator_event`]): refused before anything is read ([`check_producer_event_id`]).
     ///
     /// # Errors
+    /// [`crate::Error::Reserved`] for an id starting with `cairn:` (nothing is written);
     /// [`crate::Error::UnknownRun`]; [`crate::Error::RunClosed`] for a new event id on a closed
     /// or finished run (nothing is written); [`crate::Error::InvalidInput`] for a payload over
     /// [`MAX_RUN_EVENT_PAYLOAD`].

@@ -5,16 +5,37 @@
 use serde::Serialize;
 
 use super::clock::Timestamp;
-use super::ids::{QueueName, RunEventId};
+use super::ids::{QueueName, RunEventId, RunId};
 use super::transition::Action;
 use super::types::{RunFilter, RunState};
 use super::Spool;
 use crate::error::{Error, Result};
 
-/// The prefix of the ids of the events the spool itself writes ([`operator_event`]). Producers
-/// should not use it: an id a run still holds is not written twice, so a producer's event
-/// under the exact id an action would take makes that action fail with nothing written.
+/// The prefix of the ids of the events the spool itself writes ([`operator_event`]): reserved.
+/// [`Spool::append_event`] refuses a producer's event id that starts with it
+/// ([`check_producer_event_id`]), so no producer can forge an operator's event or take the id
+/// an operator's action would record with. (Events imported with [`Spool::import_runs`] keep
+/// their ids as stored.)
 pub const OPERATOR_EVENT_PREFIX: &str = "cairn:";
+
+/// Refuses a producer's event id in the spool's reserved space: one that starts with
+/// [`OPERATOR_EVENT_PREFIX`]. Every backend's [`Spool::append_event`] calls it before it
+/// reads or writes anything.
+///
+/// # Errors
+/// [`Error::Reserved`] for such an id.
+pub fn check_producer_event_id(event_id: &RunEventId) -> Result<()> {
+    if event_id
+        .as_bytes()
+        .starts_with(OPERATOR_EVENT_PREFIX.as_bytes())
+    {
+        return Err(Error::Reserved {
+            what: "run event id",
+            name: String::from_utf8_lossy(event_id.as_bytes()).into_owned(),
+        });
+    }
+    Ok(())
+}
 
 /// Longest "who asked" text an operator's action records, in bytes.
 pub const MAX_OPERATOR_LEN: usize = 256;
@@ -89,8 +110,11 @@ pub fn operator_event(
 /// Runs [`retry_parked_runs`] reads per page.
 pub const BULK_RETRY_PAGE: usize = 100;
 
+/// At most this many run ids [`BulkRetry::failed_runs`] lists.
+pub const MAX_FAILED_RUNS_LISTED: usize = BULK_RETRY_PAGE;
+
 /// What [`retry_parked_runs`] did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BulkRetry {
     /// Parked runs retried (each with its own event).
     pub retried: u64,
@@ -99,6 +123,12 @@ pub struct BulkRetry {
     /// Runs listed as parked that were no longer parked (or no longer there) when retried:
     /// another operator or retention got there first.
     pub skipped: u64,
+    /// Parked runs whose retry was refused for a reason of their own ([`Error::Conflict`]: the
+    /// run holds an event under the id the retry would record with, as an event imported from
+    /// an older store may): left parked, the pass went on.
+    pub failed: u64,
+    /// The first [`MAX_FAILED_RUNS_LISTED`] of the [`BulkRetry::failed`] runs, in run id order.
+    pub failed_runs: Vec<RunId>,
 }
 
 /// Retries every parked run of `queue` whose reason contains `reason_like` (every parked run
@@ -106,12 +136,14 @@ pub struct BulkRetry {
 /// queue's subscribers.
 ///
 /// Reads the queue's parked runs in pages of [`BULK_RETRY_PAGE`] in run id order, so memory
-/// stays bounded whatever the count. Each retry is atomic on its own, not the whole pass: on
-/// an error, the runs retried before it stay retried (running it again retries the rest).
+/// stays bounded whatever the count. A run whose retry is refused for a reason of its own is
+/// counted ([`BulkRetry::skipped`], [`BulkRetry::failed`]) and the pass goes on. Each retry is
+/// atomic on its own, not the whole pass: on an error, the runs retried before it stay retried
+/// (running it again retries the rest).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a `by` that [`check_operator`] refuses; the first error of a
-/// listing or a retry other than a run that was no longer parked.
+/// listing, or of a retry that is not the run's own (the store busy or unavailable).
 pub async fn retry_parked_runs(
     spool: &dyn Spool,
     queue: &QueueName,
@@ -141,6 +173,12 @@ pub async fn retry_parked_runs(
                 Ok(_) => done.retried += 1,
                 Err(Error::InvalidTransition { .. } | Error::UnknownRun { .. }) => {
                     done.skipped += 1;
+                }
+                Err(Error::Conflict { .. }) => {
+                    done.failed += 1;
+                    if done.failed_runs.len() < MAX_FAILED_RUNS_LISTED {
+                        done.failed_runs.push(run.run_id);
+                    }
                 }
                 Err(e) => return Err(e),
             }
@@ -181,5 +219,26 @@ mod tests {
         assert!(check_operator("").is_err());
         assert!(check_operator("a\nb").is_err());
         assert!(check_operator(&"x".repeat(MAX_OPERATOR_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn producers_cannot_use_the_spools_event_ids() {
+        for id in ["cairn:retry:2", "cairn:discard:1", "cairn:"] {
+            let e = check_producer_event_id(&RunEventId::new(id).unwrap()).unwrap_err();
+            assert!(
+                matches!(&e, Error::Reserved { what: "run event id", name } if name == id),
+                "{id}: {e:?}"
+            );
+        }
+        for id in ["p1", "cairn", "Cairn:retry:2", "x-cairn:retry:2"] {
+            assert!(
+                check_producer_event_id(&RunEventId::new(id).unwrap()).is_ok(),
+                "{id}"
+            );
+        }
+        // The spool's own ids are still built: the check is the producers' only.
+        let at = Timestamp::from_unix_micros(0);
+        let (id, _) = operator_event(Action::Requeue, 2, "cli", at, None, 0).unwrap();
+        assert!(check_producer_event_id(&id).is_err());
     }
 }

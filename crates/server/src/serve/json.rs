@@ -431,7 +431,7 @@ impl From<&RunInfo> for RunOut {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RunEventIn {
     /// The caller's event id, as text, 1 to 256 bytes (re-appending an id the run holds is a
-    /// no-op).
+    /// no-op); ids starting with `cairn:` are the spool's own, refused (400 `reserved`).
     #[schema(min_length = 1)]
     pub(crate) event_id: Option<String>,
     /// The caller's event id, base64 (1 to 256 bytes decoded).

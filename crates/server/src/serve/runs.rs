@@ -527,6 +527,11 @@ pub(crate) struct BulkRetryResponse {
     pub(crate) unmatched: u64,
     /// Runs no longer parked when reached (another operator or retention got there first).
     pub(crate) skipped: u64,
+    /// Parked runs left parked because their own retry was refused (a conflict: the run holds
+    /// an event under the id the retry records with); the pass went on past them.
+    pub(crate) failed: u64,
+    /// The first 100 of the `failed` runs' ids.
+    pub(crate) failed_runs: Vec<String>,
 }
 
 /// Retries the queue's parked runs (those whose reason contains `reason_like`, or all), each
@@ -561,5 +566,7 @@ pub(crate) async fn retry_parked(
         retried: done.retried,
         unmatched: done.unmatched,
         skipped: done.skipped,
+        failed: done.failed,
+        failed_runs: done.failed_runs.iter().map(ToString::to_string).collect(),
     }))
 }

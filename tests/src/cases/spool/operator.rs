@@ -4,12 +4,15 @@
 //! transaction, although the parked run refuses producers' events. A run that is not parked is
 //! refused with its state, and nothing is written.
 
+use std::collections::BTreeMap;
+
 use cairn_core::spool::{
-    operator_event, retry_parked_runs, Action, BulkRetry, EventStream, NackKind, RunState,
+    operator_event, retry_parked_runs, Action, BulkRetry, EventStream, ImportSource, ImportedEvent,
+    ImportedRun, NackKind, RunImportOutcome, RunState,
 };
 use cairn_core::{Clock, EnqueueOptions, Error, RunEventId, RunId, Spool};
 
-use super::{assert_err, consumer, enqueue_with, info, open_spool, within, LEASE};
+use super::{assert_err, consumer, enqueue_with, info, key, open_spool, within, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// Who asks, in every action of this case.
@@ -183,7 +186,9 @@ pub async fn s17_bulk_retry_of_parked_runs_by_reason<H: SpoolHarness>(h: &H) {
         BulkRetry {
             retried: 2,
             unmatched: 1,
-            skipped: 0
+            skipped: 0,
+            failed: 0,
+            failed_runs: Vec::new(),
         }
     );
     for (run, want) in runs
@@ -240,4 +245,146 @@ pub async fn s17_racing_operators_apply_once<H: SpoolHarness>(h: &H) {
         let i = info(a.as_ref(), run).await;
         assert_eq!((i.state, i.events), (applied[0].state, 1), "round {round}");
     }
+}
+
+/// S17: the `cairn:` event ids are the spool's own. A producer's append of one (the id a retry
+/// would take next, or any other) is refused as reserved with nothing written, so no producer
+/// can forge an operator's event or make the run's retry fail; the retry then records its
+/// event under that id.
+pub async fn s17_producers_cannot_take_the_spools_event_ids<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let q = random_queue("s17p");
+    let run = enqueue_with(s, &q, "p", EnqueueOptions::default()).await;
+    let first = s
+        .append_event(run, &RunEventId::new("p1").unwrap(), b"1".to_vec())
+        .await
+        .unwrap();
+    assert_eq!((first.seq, first.created), (1, true));
+    let refused = |id: &str, r: cairn_core::Result<cairn_core::spool::EventAppended>| match r {
+        Err(Error::Reserved { what, name }) => {
+            assert_eq!((what, name.as_str()), ("run event id", id));
+        }
+        other => panic!("a producer's {id}: expected Reserved, got {other:?}"),
+    };
+    for id in ["cairn:retry:2", "cairn:discard:2", "cairn:mine"] {
+        let r = s
+            .append_event(run, &RunEventId::new(id).unwrap(), b"forged".to_vec())
+            .await;
+        refused(id, r);
+    }
+    // Refused before the run is looked up.
+    let r = s
+        .append_event(
+            RunId([9; 16]),
+            &RunEventId::new("cairn:x").unwrap(),
+            Vec::new(),
+        )
+        .await;
+    refused("cairn:x", r);
+    assert_eq!(info(s, run).await.events, 1, "a refused id writes nothing");
+
+    park(s, &q, run, "the collector said 403").await;
+    let retried = s.retry_parked(run, BY).await.unwrap();
+    assert_eq!((retried.state, retried.event_seq), (RunState::Queued, 2));
+    let events = s.events(run, 0, 10).await.unwrap();
+    let ids: Vec<&[u8]> = events.iter().map(|e| e.event_id.as_bytes()).collect();
+    assert_eq!(ids, [b"p1".as_slice(), b"cairn:retry:2".as_slice()]);
+    // The spool's own event is not the producer's to re-append either.
+    let r = s
+        .append_event(run, &RunEventId::new("cairn:retry:2").unwrap(), Vec::new())
+        .await;
+    refused("cairn:retry:2", r);
+    assert_eq!(info(s, run).await.events, 2);
+}
+
+/// S17: the bulk retry goes on past a parked run whose own retry is refused (here: an event
+/// imported from an older store holds the id the retry would record with, a conflict), counts
+/// and names it, leaves it parked with nothing written, and retries the runs after it.
+pub async fn s17_bulk_retry_goes_on_past_a_run_it_cannot_retry<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let q = random_queue("s17f");
+    let now = h.clock().now();
+    let base = RunId::generate(now);
+    // Three ids in run id order (the bulk retry's order); the middle one cannot be retried.
+    let ids: Vec<RunId> = (0..3u8)
+        .map(|i| {
+            let mut b = base.0;
+            b[15] = i;
+            RunId(b)
+        })
+        .collect();
+    let runs = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| ImportedRun {
+            run_id: *id,
+            queue: q.clone(),
+            dedup_key: key(&["s17f", &i.to_string()]),
+            supersede_group: None,
+            payload: b"{}".to_vec(),
+            state: RunState::Parked,
+            attempts: 1,
+            max_attempts: 1,
+            priority: 0,
+            enqueued_at: now,
+            due_at: None,
+            finished_at: Some(now),
+            reason: Some("HTTP 403".into()),
+            facts: BTreeMap::new(),
+            // Seq 1 under the id a retry takes at seq 2.
+            events: if i == 1 {
+                vec![ImportedEvent {
+                    event_id: RunEventId::new("cairn:retry:2").unwrap(),
+                    payload: b"stored".to_vec(),
+                    created_at: now,
+                }]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    let source = ImportSource {
+        fingerprint: *blake3::hash(base.as_bytes()).as_bytes(),
+        description: "s17 bulk retry past a failing run".into(),
+    };
+    let outcome = s.import_runs(&source, runs).await.unwrap();
+    assert!(
+        matches!(outcome, RunImportOutcome::Imported { .. }),
+        "{outcome:?}"
+    );
+    assert_err(
+        s.retry_parked(ids[1], BY).await,
+        "Conflict",
+        "a retry whose event id the run holds",
+    );
+    let stuck = info(s, ids[1]).await;
+
+    let want = BulkRetry {
+        retried: 2,
+        unmatched: 0,
+        skipped: 0,
+        failed: 1,
+        failed_runs: vec![ids[1]],
+    };
+    assert_eq!(retry_parked_runs(s, &q, None, BY).await.unwrap(), want);
+    for (id, state) in ids
+        .iter()
+        .zip([RunState::Queued, RunState::Parked, RunState::Queued])
+    {
+        assert_eq!(info(s, *id).await.state, state);
+    }
+    assert_eq!(info(s, ids[1]).await, stuck, "the failed run is untouched");
+    let again = retry_parked_runs(s, &q, None, BY).await.unwrap();
+    assert_eq!(
+        again,
+        BulkRetry {
+            retried: 0,
+            failed: 1,
+            failed_runs: vec![ids[1]],
+            ..BulkRetry::default()
+        },
+        "a second pass fails it again and writes nothing"
+    );
 }
