@@ -97,6 +97,16 @@ impl Migrations {
         })
     }
 
+    /// The migration state of an open `store`, read through the store's own handle: on
+    /// Postgres its looks take a connection of the store's pool instead of opening one (what a
+    /// running server's doctor asks, however often). The lock stays unexposed, as with
+    /// [`Migrations::at`].
+    pub fn of(store: &crate::Store) -> Self {
+        Self {
+            backend: store.migrator(),
+        }
+    }
+
     /// The SQL dialect the store's revisions run in (its lineage holds that dialect's
     /// checksums).
     pub fn dialect(&self) -> Dialect {

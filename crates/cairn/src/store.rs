@@ -124,6 +124,12 @@ impl Store {
         self.backend.diagnostics()
     }
 
+    /// The store's migration backend, sharing the store's connections (for
+    /// [`crate::migrate::Migrations::of`]).
+    pub(crate) fn migrator(&self) -> Arc<dyn cairn_migrate::MigrationBackend> {
+        self.backend.migrator()
+    }
+
     /// The name of the engine the store runs on (`"sqlite"`, `"postgres"`, or a third-party
     /// backend's own, [`cairn_migrate::Backend::engine`]).
     pub fn engine(&self) -> &str {

@@ -9,7 +9,7 @@
 use std::io::Write;
 
 use cairn::backfill::probe;
-use cairn::migrate::{Classification, MigrationSet};
+use cairn::migrate::{Classification, MigrationSet, Migrations};
 use cairn::migrate::{Diagnostics, Integrity};
 use cairn::{Backend, DatabaseUrl, RunState};
 use serde::Serialize;
@@ -102,6 +102,9 @@ pub(crate) struct Serving<'a> {
     pub(crate) diagnostics: &'a dyn cairn::EpochDiagnostics,
     /// The store's own diagnostics (integrity, scratch leftovers), on its connections.
     pub(crate) store: &'a dyn Diagnostics,
+    /// The store's migration state, on its own connections (no connection of its own per
+    /// request).
+    pub(crate) migrations: &'a Migrations,
 }
 
 /// What the configuration says is too much.
@@ -133,7 +136,8 @@ pub(crate) async fn report(
         let mut sets = vec![cairn::migrate::cairn_set()];
         sets.extend(app);
         for (i, set) in sets.into_iter().enumerate() {
-            let (check, serves) = migrations(target, set).await;
+            let served = serving.as_ref().map(|s| s.migrations);
+            let (check, serves) = migrations(target, served, set).await;
             if i == 0 {
                 openable = serves;
             }
@@ -332,12 +336,21 @@ async fn scratch(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
 
 /// The set's stamp, lineage and classification, read without the lock. Returns the check and
 /// whether this build serves the store as it is (at head or ahead: opening writes nothing).
-async fn migrations(target: &DatabaseUrl, set: MigrationSet) -> (Check, bool) {
+/// `served`: a running server's store's own migration state (its pool's connections), used
+/// instead of connecting to `target` again.
+async fn migrations(
+    target: &DatabaseUrl,
+    served: Option<&Migrations>,
+    set: MigrationSet,
+) -> (Check, bool) {
     let set = &set;
     let name = format!("migrations:{}", set.name());
-    let m = match crate::open::migrations(target, IfMissing::Refuse) {
-        Ok(m) => m,
-        Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
+    let m = match served {
+        Some(m) => m.clone(),
+        None => match crate::open::migrations(target, IfMissing::Refuse) {
+            Ok(m) => m,
+            Err(e) => return (Check::problem(name, one(&e.to_string()), None), false),
+        },
     };
     let state = match m.state(set.name()).await {
         Ok(s) => s,

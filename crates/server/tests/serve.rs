@@ -1679,3 +1679,74 @@ fn a_nul_in_a_kind_is_refused_and_in_a_reason_replaced_on_sqlite() {
 fn a_nul_in_a_kind_is_refused_and_in_a_reason_replaced_on_postgres() {
     common::on_postgres("cairn_serve_nul", nul_in_text_fields);
 }
+
+/// Concurrent `GET /v1/doctor` requests on a Postgres-backed server read the store through the
+/// server's own pool: the store's connections (client backends carrying the `application_name`
+/// its URL sets, counted in `pg_stat_activity`; parallel workers share their leader's name and
+/// are not connections) never exceed the pool (10 by default) plus the one listening
+/// connection, however many clients ask at once. (Before, each request's migration check
+/// connected on its own: 40 clients pushed the count past 30.)
+#[test]
+fn doctor_requests_stay_within_the_servers_pool_on_postgres() {
+    const MOST: i64 = 10 + 1;
+    const CLIENTS: usize = 40;
+    const ROUNDS: usize = 5;
+    let app = cairn::testkit::scratch_name("doctor_conns");
+    common::on_postgres("doctor_conns", |url| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let pg = rt
+            .block_on(cairn::testkit::postgres::testkit::test_server_url())
+            .unwrap_or_else(|msg| panic!("{msg}"));
+        let server = Arc::new(Server::start(&format!("{url}&application_name={app}"), &[]));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watcher = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                rt.block_on(async {
+                    use sqlx::Connection;
+                    let mut admin = sqlx::PgConnection::connect(&pg).await.unwrap();
+                    let mut most = 0;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                        let n: i64 = sqlx::query_scalar(
+                            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+                             WHERE application_name = $1 AND backend_type = 'client backend'",
+                        )
+                        .bind(&app)
+                        .fetch_one(&mut admin)
+                        .await
+                        .expect("pg_stat_activity is readable");
+                        most = most.max(n);
+                    }
+                    most
+                })
+            })
+        };
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|_| {
+                let server = server.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..ROUNDS {
+                        let (s, report) = server.call("GET", "/v1/doctor", Some(READ), None);
+                        assert_eq!(s, 200, "{report}");
+                    }
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().expect("every doctor request answers 200");
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let most = watcher.join().unwrap();
+        assert!(most > 0, "the store's connections were not found");
+        assert!(
+            most <= MOST,
+            "the server held {most} connections; its pool and listener are {MOST}"
+        );
+        let server = Arc::into_inner(server).expect("the clients are done");
+        let (status, stderr) = server.stop();
+        assert!(status.success(), "{stderr}");
+    });
+}

@@ -20,6 +20,8 @@ pub(crate) struct Target {
     pub(crate) parked_threshold: Option<u64>,
     /// The open store's own diagnostics (integrity, scratch leftovers).
     pub(crate) store: std::sync::Arc<dyn cairn::migrate::Diagnostics>,
+    /// The open store's migration state, read through its own connections.
+    pub(crate) migrations: cairn::migrate::Migrations,
 }
 
 /// One check of the report.
@@ -74,6 +76,7 @@ pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<D
             spool: state.spool.as_ref(),
             diagnostics: state.diagnostics.as_ref(),
             store: state.doctor.store.as_ref(),
+            migrations: &state.doctor.migrations,
         }),
     )
     .await;

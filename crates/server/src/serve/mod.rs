@@ -434,6 +434,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             retention_max_bytes: settings.retention_max_bytes,
             parked_threshold: settings.parked_threshold,
             store: store.store_diagnostics(),
+            migrations: cairn::migrate::Migrations::of(&store),
         }),
     };
     let app = routes::router(state, Arc::new(settings.tokens), settings.limits);
