@@ -111,16 +111,24 @@ impl PgDiagnostics {
             Source::Options(opts) => opts,
         };
         let options = opts.connect_options().map_err(NoConnection::Options)?;
-        let mut conn = PgConnection::connect_with(&options)
-            .await
-            .map_err(|e| NoConnection::Server(map(e)))?;
-        sqlx::query(SESSION_SETUP)
-            .bind(self.schema.as_str())
-            .bind(opts.lock_timeout.as_millis().max(1).to_string())
-            .execute(&mut conn)
-            .await
-            .map_err(|e| NoConnection::Server(map(e)))?;
-        Ok(Conn::Own(conn))
+        // Bounded by the acquire timeout: a server that accepts the connection but never
+        // answers is unreachable, not a check that hangs.
+        let connected = tokio::time::timeout(opts.acquire_timeout, async {
+            let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
+            sqlx::query(SESSION_SETUP)
+                .bind(self.schema.as_str())
+                .bind(opts.lock_timeout.as_millis().max(1).to_string())
+                .execute(&mut conn)
+                .await
+                .map_err(map)?;
+            Ok(conn)
+        })
+        .await;
+        match connected {
+            Ok(Ok(conn)) => Ok(Conn::Own(conn)),
+            Ok(Err(e)) => Err(NoConnection::Server(e)),
+            Err(_) => Err(NoConnection::Server(crate::error::connect_timed_out())),
+        }
     }
 
     /// The schema's tables and the store's stamp of cairn's set (none without one).

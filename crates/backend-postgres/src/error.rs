@@ -16,6 +16,12 @@ use cairn_core::Error;
 
 const BACKEND: &str = "postgres";
 
+/// A connection of its own that the server did not complete within the acquire timeout (it
+/// accepted the TCP connection but never answered, or answered too slowly).
+pub(crate) fn connect_timed_out() -> Error {
+    Error::unavailable("timed out connecting to the Postgres server")
+}
+
 /// Classifies a driver error, keeping it as the source when its text holds no secret or value.
 pub(crate) fn map(e: sqlx::Error) -> Error {
     let mapped = match &e {

@@ -146,16 +146,20 @@ impl PgMigrator {
 
     async fn connection(&self) -> Result<PgConnection> {
         let options = self.opts.connect_options()?;
-        let mut conn = PgConnection::connect_with(&options)
-            .await
-            .map_err(map)?;
-        sqlx::query(SESSION_SETUP)
-            .bind(self.schema.as_str())
-            .bind(self.opts.lock_timeout.as_millis().max(1).to_string())
-            .execute(&mut conn)
-            .await
-            .map_err(map)?;
-        Ok(conn)
+        // Bounded by the acquire timeout: a server that accepts the connection but never
+        // answers fails the look with `Error::Unavailable` instead of hanging it.
+        tokio::time::timeout(self.opts.acquire_timeout, async {
+            let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
+            sqlx::query(SESSION_SETUP)
+                .bind(self.schema.as_str())
+                .bind(self.opts.lock_timeout.as_millis().max(1).to_string())
+                .execute(&mut conn)
+                .await
+                .map_err(map)?;
+            Ok(conn)
+        })
+        .await
+        .unwrap_or_else(|_| Err(crate::error::connect_timed_out()))
     }
 
     /// A connection for one look: the store's pooled one, or a new one.

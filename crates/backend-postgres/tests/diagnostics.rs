@@ -100,6 +100,56 @@ async fn an_unreachable_server_is_reported_as_such() {
     assert!(diagnostics.scratch_leftovers().await.is_err());
 }
 
+/// A server that accepts the TCP connection but never answers (a wedged server, a port held by
+/// something else) is unreachable within the acquire timeout: the checks and a migrator's look
+/// end with `Unreachable` / `Error::Unavailable` instead of hanging.
+#[tokio::test]
+async fn a_server_that_never_answers_is_unreachable_within_the_acquire_timeout() {
+    use cairn_migrate::MigrationBackend;
+    use std::time::{Duration, Instant};
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepts and holds every connection without writing a byte.
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            conns.push(conn);
+        }
+    });
+    let timeout = Duration::from_millis(500);
+    let deadline = Duration::from_secs(10);
+    let opts = PgOptions::new(format!("postgres://postgres@127.0.0.1:{port}/postgres"))
+        .acquire_timeout(timeout);
+    let diagnostics = PgDiagnostics::new(opts.clone()).unwrap();
+    let started = Instant::now();
+    let found = tokio::time::timeout(deadline, diagnostics.integrity())
+        .await
+        .expect("integrity gives up within the acquire timeout");
+    assert_eq!(found, Integrity::Unreachable);
+    let listed = tokio::time::timeout(deadline, diagnostics.scratch_leftovers())
+        .await
+        .expect("the scratch listing gives up within the acquire timeout");
+    assert!(
+        matches!(listed, Err(cairn_core::Error::Unavailable { .. })),
+        "{listed:?}"
+    );
+    let migrator = cairn_postgres::PgMigrator::new(opts).unwrap();
+    let state = tokio::time::timeout(deadline, migrator.read_state("cairn"))
+        .await
+        .expect("the migrator's look gives up within the acquire timeout");
+    assert!(
+        matches!(
+            state,
+            Err(cairn_migrate::MigrateError::Store(
+                cairn_core::Error::Unavailable { .. }
+            ))
+        ),
+        "{state:?}"
+    );
+    assert!(started.elapsed() >= timeout, "each waited for the timeout");
+    held.abort();
+}
+
 /// A database of its own: the scratch listing covers every schema of the database, and other
 /// tests' additivity checks make theirs in the shared one. Dropped when the test ends.
 struct Database {

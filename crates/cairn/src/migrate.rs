@@ -272,8 +272,14 @@ pub async fn location_exists(url: &DatabaseUrl) -> Result<bool> {
                 }
                 // The driver's errors can name the host: none is passed on.
                 let unreachable = |_| Error::unavailable("cannot query the Postgres server");
-                let mut conn = sqlx::PgConnection::connect_with(&url.postgres_connect_options()?)
+                // Bounded (as the store's own connections are by their default acquire
+                // timeout): a server that accepts the connection but never answers is
+                // unreachable, not a command that hangs.
+                let options = url.postgres_connect_options()?;
+                let connect = sqlx::PgConnection::connect_with(&options);
+                let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, connect)
                     .await
+                    .map_err(|_| Error::unavailable("timed out connecting to the Postgres server"))?
                     .map_err(unreachable)?;
                 let exists: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
@@ -293,6 +299,10 @@ pub async fn location_exists(url: &DatabaseUrl) -> Result<bool> {
         }
     }
 }
+
+/// How long [`location_exists`] waits for a Postgres server to accept and answer a connection.
+#[cfg(feature = "postgres")]
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Read-only [`Diagnostics`] of the store at `url` (its integrity, the additivity check's
 /// leftovers where its engine makes them), built from the location alone: it works on a
