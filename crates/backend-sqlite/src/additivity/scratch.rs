@@ -88,7 +88,7 @@ impl Scratch {
                 // A sweep took the new lock file for a leftover: start again.
                 continue;
             }
-            sweep(base, &held);
+            sweep(base);
             match files::create_private_dir(&dir) {
                 Ok(()) => {
                     return Ok(Self {
@@ -125,38 +125,30 @@ impl Drop for Scratch {
 }
 
 /// Removes from `base` every scratch directory and lock file of a check that no longer runs
-/// (see [`walk_dead`]). Only entries of this user (`ours`, an open file this user created) are
-/// touched. Best effort: an entry that cannot be read or removed is left for a later check.
-fn sweep(base: &Path, ours: &File) {
-    let owner = ours.metadata().ok();
-    walk_dead(
-        base,
-        |meta| same_owner(meta, owner.as_ref()),
-        |dir, lock| {
-            let _ = std::fs::remove_dir_all(dir);
-            if let Some(lock) = lock {
-                let _ = std::fs::remove_file(lock);
-            }
-        },
-    );
+/// (see [`walk_dead`]). Only entries of this user ([`ours`]) are touched. Best effort: an entry
+/// that cannot be read or removed is left for a later check.
+fn sweep(base: &Path) {
+    walk_dead(base, ours, |dir, lock| {
+        let _ = std::fs::remove_dir_all(dir);
+        if let Some(lock) = lock {
+            let _ = std::fs::remove_file(lock);
+        }
+    });
 }
 
 /// The scratch directories in `base` that no running check owns, by name, sorted: what
-/// [`sweep`] would remove (whatever their owner), listed without removing or creating anything.
-/// `cairn doctor` reports them (through the SQLite backend's diagnostics). A lock file left
-/// without its directory is not listed: it holds no store.
+/// [`sweep`] would remove — this user's only ([`ours`]): another user's leftovers in a shared
+/// temporary directory are theirs to remove, and this user's check cannot — listed without
+/// removing or creating anything. `cairn doctor` reports them (through the SQLite backend's
+/// diagnostics). A lock file left without its directory is not listed: it holds no store.
 pub(crate) fn leftovers(base: &Path) -> Vec<String> {
     let mut found = Vec::new();
-    walk_dead(
-        base,
-        |_| true,
-        |dir, _| {
-            let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
-            if let (true, Some(name)) = (is_dir, dir.file_name().and_then(|n| n.to_str())) {
-                found.push(name.to_owned());
-            }
-        },
-    );
+    walk_dead(base, ours, |dir, _| {
+        let is_dir = std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir());
+        if let (true, Some(name)) = (is_dir, dir.file_name().and_then(|n| n.to_str())) {
+            found.push(name.to_owned());
+        }
+    });
     found.sort();
     found
 }
@@ -212,15 +204,17 @@ fn walk_dead(
     }
 }
 
+/// Whether the entry belongs to this process's effective user (who owns what its checks
+/// create): the only entries [`sweep`] removes and [`leftovers`] lists.
 #[cfg(unix)]
-fn same_owner(meta: &std::fs::Metadata, ours: Option<&std::fs::Metadata>) -> bool {
+fn ours(meta: &std::fs::Metadata) -> bool {
     use std::os::unix::fs::MetadataExt;
-    ours.is_some_and(|o| o.uid() == meta.uid())
+    meta.uid() == rustix::process::geteuid().as_raw()
 }
 
 /// Elsewhere the temporary directory is the user's own.
 #[cfg(not(unix))]
-fn same_owner(_meta: &std::fs::Metadata, _ours: Option<&std::fs::Metadata>) -> bool {
+fn ours(_meta: &std::fs::Metadata) -> bool {
     true
 }
 
@@ -316,6 +310,37 @@ mod tests {
             leftovers(&base.path().join("no_such_directory")),
             Vec::<String>::new()
         );
+    }
+
+    /// Another user's leftovers in a shared temporary directory are neither listed nor swept:
+    /// this user's check could not remove them. As root, a leftover handed to another uid shows
+    /// it end to end; otherwise the rule itself is checked on `/` (root's, not this user's).
+    #[cfg(unix)]
+    #[test]
+    fn another_users_leftovers_are_neither_listed_nor_swept() {
+        use std::os::unix::fs::MetadataExt;
+        let base = tempfile::tempdir().unwrap();
+        let (mine, _) = leftover(base.path());
+        let (theirs, their_lock) = leftover(base.path());
+        let other = 4242;
+        match std::os::unix::fs::chown(&theirs, Some(other), None) {
+            Ok(()) => {
+                std::os::unix::fs::chown(&their_lock, Some(other), None).unwrap();
+                let name = |p: &Path| p.file_name().unwrap().to_str().unwrap().to_owned();
+                assert_eq!(leftovers(base.path()), vec![name(&mine)]);
+                let _scratch = Scratch::new_in(base.path()).unwrap();
+                assert!(!mine.exists(), "this user's leftover is swept");
+                assert!(theirs.join("check.db").exists(), "theirs is left alone");
+                assert!(their_lock.exists());
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::PermissionDenied, "{e}");
+                let root = std::fs::metadata("/").unwrap();
+                assert_ne!(root.uid(), rustix::process::geteuid().as_raw());
+                assert!(!ours(&root));
+                assert!(ours(&std::fs::metadata(&mine).unwrap()));
+            }
+        }
     }
 
     #[cfg(unix)]
