@@ -368,9 +368,7 @@ impl MigrationBackend for PgMigrator {
     ) -> Result<(), MigrateError> {
         let mut look = self.look().await?;
         let done = async {
-            let mut tx = sqlx::Connection::begin(look.conn())
-                .await
-                .map_err(map)?;
+            let mut tx = sqlx::Connection::begin(look.conn()).await.map_err(map)?;
             match register(&mut tx, entry, prune_before).await {
                 Ok(()) => tx.commit().await.map_err(map),
                 // Rolled back before the connection goes back to the pool.

@@ -156,7 +156,10 @@ mod tests {
         let lock = std::fs::File::create(base.path().join(format!("{live}.lock"))).unwrap();
         fs4::FileExt::try_lock(&lock).unwrap();
         std::fs::create_dir(base.path().join(&live)).unwrap();
-        assert_eq!(diagnostics.scratch_leftovers().await.unwrap(), [dead.as_str()]);
+        assert_eq!(
+            diagnostics.scratch_leftovers().await.unwrap(),
+            [dead.as_str()]
+        );
         assert!(base.path().join(&dead).is_dir(), "listing removes nothing");
         drop(lock);
         let mut both = vec![dead, live];

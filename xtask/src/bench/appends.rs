@@ -238,10 +238,9 @@ pub(crate) async fn floor_rate(
         Backend::Postgres => {
             let url = pg_url.ok_or("no Postgres server")?;
             let schema = format!("cairn_bench_floor_{}", random_tag());
-            let store =
-                PgStore::open_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
-                    .await
-                    .map_err(store_err)?;
+            let store = PgStore::open_with(PgOptions::new(url.to_owned()).schema(schema.clone()))
+                .await
+                .map_err(store_err)?;
             store.close().await;
             let pool = sqlx::postgres::PgPoolOptions::new()
                 .max_connections(1)

@@ -69,9 +69,7 @@ impl Owner {
     /// Claims `schema` (before it exists) on a session of its own.
     pub(super) async fn claim(url: &str, schema: &SchemaName) -> Result<Self, Error> {
         let options = crate::config::connect_options_from_url(url)?;
-        let mut conn = PgConnection::connect_with(&options)
-            .await
-            .map_err(map)?;
+        let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
         let key = claim_key(schema);
         sqlx::query(sql::CLAIM)
             .bind(key)
