@@ -26,10 +26,12 @@ const ENQUEUERS: usize = 6;
 const APPENDERS: usize = 8;
 const APPENDS: usize = 20;
 
-/// The server connections whose `application_name` is `app`.
+/// The server connections whose `application_name` is `app` (client backends only: a parallel
+/// query's workers carry their leader's `application_name` but are not connections).
 async fn connections_of(admin: &mut sqlx::PgConnection, app: &str) -> i64 {
     sqlx::query_scalar(
-        "SELECT count(*) FROM pg_catalog.pg_stat_activity WHERE application_name = $1",
+        "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+         WHERE application_name = $1 AND backend_type = 'client backend'",
     )
     .bind(app)
     .fetch_one(admin)
