@@ -614,17 +614,19 @@ async fn claims_are_coalesced_so_one_claim_fills_several_slots() {
     assert!(consumer.shutdown().await.is_clean());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_single_free_slot_is_filled_once_the_coalescing_window_ends() {
-    let (_clock, spool, q) = setup();
-    for i in 0..3 {
-        enqueue(&spool, &q, &format!("blocked{i}")).await;
-    }
+/// A consumer with 4 slots and claim coalescing `window` whose handler finishes runs at once,
+/// except runs whose payload starts with `blocked`: those hold their slot until the returned
+/// gate gets a permit each.
+async fn gated_consumer(
+    spool: &Arc<dyn Spool>,
+    q: &QueueName,
+    window: Duration,
+) -> (Consumer, Arc<Semaphore>) {
     let gate = Arc::new(Semaphore::new(0));
     let g = gate.clone();
-    let consumer = builder(&spool, &q)
+    let consumer = builder(spool, q)
         .concurrency(4)
-        .claim_coalesce(Duration::from_millis(50))
+        .claim_coalesce(window)
         .spawn(move |job: Job| {
             let g = g.clone();
             async move {
@@ -636,6 +638,16 @@ async fn a_single_free_slot_is_filled_once_the_coalescing_window_ends() {
         })
         .await
         .unwrap();
+    (consumer, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_single_free_slot_is_filled_once_the_coalescing_window_ends() {
+    let (_clock, spool, q) = setup();
+    for i in 0..3 {
+        enqueue(&spool, &q, &format!("blocked{i}")).await;
+    }
+    let (consumer, gate) = gated_consumer(&spool, &q, Duration::from_millis(50)).await;
     eventually("three handlers hold their slots", || async {
         consumer.in_flight() == 3
     })
@@ -1116,24 +1128,9 @@ async fn half_the_batch_free_claims_at_once() {
     let (_clock, spool, q) = setup();
     enqueue(&spool, &q, "blocked0").await;
     enqueue(&spool, &q, "blocked1").await;
-    let gate = Arc::new(Semaphore::new(0));
-    let g = gate.clone();
     // Two of four slots free is half the batch: no coalescing wait, even with a window far
     // longer than the test.
-    let consumer = builder(&spool, &q)
-        .concurrency(4)
-        .claim_coalesce(Duration::from_secs(3600))
-        .spawn(move |job: Job| {
-            let g = g.clone();
-            async move {
-                if job.payload().starts_with(b"blocked") {
-                    g.acquire().await.unwrap().forget();
-                }
-                Outcome::Done
-            }
-        })
-        .await
-        .unwrap();
+    let (consumer, gate) = gated_consumer(&spool, &q, Duration::from_secs(3600)).await;
     eventually("two handlers hold their slots", || async {
         consumer.in_flight() == 2
     })
