@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::spool::Spool;
-use cairn_core::{EpochDiagnostics, Result};
+use cairn_core::{EpochDiagnostics, Result, Transaction};
 use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
 
 use crate::config::PgOptions;
@@ -13,6 +13,7 @@ use crate::diagnostics::PgDiagnostics;
 use crate::migrate::PgMigrator;
 use crate::spool::PgSpool;
 use crate::store::PgStore;
+use crate::tx::PgTransaction;
 
 /// One open Postgres store: the epoch log, the spool and the migrator of one schema, and the
 /// [`Session`] its open ran (application sets, fleet registration, heartbeat). What
@@ -48,6 +49,15 @@ impl fmt::Debug for PgBackend {
 }
 
 impl PgBackend {
+    /// Begins a READ COMMITTED [`PgTransaction`] on a connection of the store's pool: cairn's
+    /// writes and the application's statements ([`PgTransaction::connection`]) commit together.
+    ///
+    /// # Errors
+    /// The pool's errors (no connection within the acquire timeout).
+    pub async fn transaction(&self) -> Result<PgTransaction> {
+        PgTransaction::begin(&self.store, &self.spool).await
+    }
+
     /// Opens the store `pg` names ([`PgStore::open_with`]: the schema, cairn's own migration
     /// set, the pool), the spool and the migrator on the store's pool
     /// ([`PgSpool::from_store`] on `opts`' clock and spool config, [`PgMigrator::from_store`]),
@@ -123,6 +133,11 @@ impl Backend for PgBackend {
     /// [`PgDiagnostics`] on a connection of the store's pool per check.
     fn diagnostics(&self) -> Arc<dyn Diagnostics> {
         Arc::new(PgDiagnostics::from_store(&self.store))
+    }
+
+    /// A [`PgTransaction`]: READ COMMITTED, on a connection of the store's pool.
+    async fn begin(&self) -> Result<Box<dyn Transaction>> {
+        Ok(Box::new(self.transaction().await?))
     }
 
     /// Stops the heartbeat and removes the registry entry, then closes the connections,

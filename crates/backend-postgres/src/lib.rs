@@ -31,6 +31,7 @@ mod sql;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod tx;
 
 pub use additivity::PgAdditivity;
 pub use backend::PgBackend;
@@ -39,3 +40,4 @@ pub use diagnostics::PgDiagnostics;
 pub use migrate::PgMigrator;
 pub use spool::PgSpool;
 pub use store::PgStore;
+pub use tx::PgTransaction;

@@ -40,6 +40,16 @@ pub(crate) const SESSION_SETUP: &str = "SELECT pg_catalog.set_config('search_pat
 pub(crate) const SET_LOCAL_SEARCH_PATH: &str =
     "SELECT pg_catalog.set_config('search_path', $1, true)";
 
+/// Sets the transaction's `search_path` to `$1` until it ends, returning the one it had (the
+/// subquery is evaluated first: `OFFSET 0` keeps it from being flattened into the outer
+/// select list).
+pub(crate) const ENTER_SCHEMA: &str =
+    "SELECT o.path, pg_catalog.set_config('search_path', $1, true) \
+     FROM (SELECT pg_catalog.current_setting('search_path') AS path OFFSET 0) o";
+
+/// A statement that fails in an aborted transaction and does nothing otherwise.
+pub(crate) const TRANSACTION_ALIVE: &str = "SELECT 1";
+
 /// Whether schema `$1` exists.
 pub(crate) const SCHEMA_EXISTS: &str =
     "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = $1)";

@@ -540,7 +540,23 @@ impl PgStore {
         event_ids: &[EventId],
         cols: EventColumns,
     ) -> Result<Appended> {
-        let mut db = Db::new(&mut tx, self.statements());
+        let appended = self
+            .append_under_lock(&mut tx, space, event_ids, cols)
+            .await?;
+        self.commit(tx).await?;
+        Ok(appended)
+    }
+
+    /// An append's probe and write on `conn`, inside a transaction that holds the space's
+    /// lock.
+    async fn append_under_lock(
+        &self,
+        conn: &mut PgConnection,
+        space: &SpaceId,
+        event_ids: &[EventId],
+        cols: EventColumns,
+    ) -> Result<Appended> {
+        let mut db = Db::new(conn, self.statements());
         let probe = probe(&mut db, space).await?;
         let seq = probe.next();
         let parents: Vec<EpochId> = working_heads(&mut db, space, &probe)
@@ -553,8 +569,25 @@ impl PgStore {
             before_rows: probe.cached.len(),
         };
         insert_epoch(&mut db, space, &id, seq, &parents, cols, cache).await?;
-        self.commit(tx).await?;
         Ok(Appended { id, seq, parents })
+    }
+
+    /// [`EpochStore::append`] inside a transaction on `conn` (the caller's, or one cairn
+    /// opened): the space's write lock is taken on `conn` and held until that transaction ends,
+    /// so the seq is the commit order of the space's appends; other writers of the space wait
+    /// for it (up to their `lock_timeout`).
+    pub(crate) async fn append_on(
+        &self,
+        conn: &mut PgConnection,
+        space: &SpaceId,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let event_ids: Vec<EventId> = events.iter().map(Event::id).collect();
+        let cols = EventColumns::new(events, &event_ids);
+        let mut db = Db::new(conn, self.statements());
+        lock_spaces(&mut db, self.schema(), &[space]).await?;
+        self.append_under_lock(conn, space, &event_ids, cols).await
     }
 
     /// Commits (one counted statement).

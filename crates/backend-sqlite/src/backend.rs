@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::spool::Spool;
-use cairn_core::{EpochDiagnostics, Result};
+use cairn_core::{EpochDiagnostics, Result, Transaction};
 use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
 
 use crate::config::SqliteOptions;
@@ -80,6 +80,11 @@ impl SqliteBackend {
         })
     }
 
+    /// The spool, as its concrete type.
+    pub fn sqlite_spool(&self) -> &SqliteSpool {
+        &self.spool
+    }
+
     /// The epoch log, as its concrete type (for what only SQLite offers, e.g. its path).
     pub fn store(&self) -> &SqliteStore {
         &self.store
@@ -112,6 +117,11 @@ impl Backend for SqliteBackend {
     /// connection of its own, as for a store that is not open.
     fn diagnostics(&self) -> Arc<dyn Diagnostics> {
         Arc::new(SqliteDiagnostics::new(self.store.path()))
+    }
+
+    /// A [`crate::SqliteTransaction`] on the store's writer.
+    async fn begin(&self) -> Result<Box<dyn Transaction>> {
+        Ok(Box::new(self.begin_transaction().await?))
     }
 
     /// Stops the heartbeat and removes the registry entry. Every write was already durable

@@ -53,6 +53,7 @@ mod sql;
 mod store;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod tx;
 
 pub use additivity::SqliteAdditivity;
 pub use backend::SqliteBackend;
@@ -63,3 +64,4 @@ pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 pub use spool::testkit as spool_testkit;
 pub use spool::{SqliteSpool, DEFAULT_WAKE_POLL};
 pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET, IDENTITY_WATCH_INTERVAL};
+pub use tx::{SqliteTransaction, SqliteTx};

@@ -347,7 +347,7 @@ fn event_ids(events: &[Event]) -> Vec<EventId> {
     events.iter().map(Event::id).collect()
 }
 
-fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended> {
+pub(crate) fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended> {
     let ids = event_ids(events);
     db.write_tx(|db| {
         let probe = probe(db, space)?;
@@ -768,7 +768,7 @@ impl SqliteStore {
     /// The in-process writer guard, waited for at most the busy timeout. A panic inside a
     /// write leaves no transaction behind that matters: `Db::begin` rolls back whatever the
     /// connection still has open.
-    async fn writer_guard(&self) -> Result<tokio::sync::OwnedMutexGuard<Connection>> {
+    pub(crate) async fn writer_guard(&self) -> Result<tokio::sync::OwnedMutexGuard<Connection>> {
         let timeout = self.inner.opts.busy_timeout;
         tokio::time::timeout(timeout, self.inner.writer.clone().lock_owned())
             .await
@@ -779,6 +779,17 @@ impl SqliteStore {
                     timeout.as_millis()
                 ))
             })
+    }
+
+    /// Refuses a write on `conn` (the writer) when the store's files are no longer the ones
+    /// this instance opened (see `check_files`).
+    pub(crate) fn check_writer(&self, conn: &Connection) -> Result<()> {
+        check_files(&self.inner, conn)
+    }
+
+    /// The statement counter, for a [`Db`] over the writer.
+    pub(crate) fn statements(&self) -> &AtomicU64 {
+        &self.inner.statements
     }
 
     /// Runs `f` on a read connection of its own (waiting, without holding a thread, while all

@@ -98,6 +98,7 @@ pub mod legacy;
 pub mod migrate;
 pub mod spool;
 mod store;
+mod tx;
 mod url;
 
 /// The paced head-cache backfill (one pass over every space; the completion marker).
@@ -115,6 +116,18 @@ pub use cairn_core::{
 };
 pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
 pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};
+pub use tx::Transaction;
+
+/// The SQLite driver the `sqlite` feature builds on, for the application's own statements in a
+/// [`Transaction::sqlite`] (the same version cairn links).
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use rusqlite;
+/// The Postgres driver the `postgres` feature builds on (the same version cairn links), for
+/// the application's transactions that [`Store::enqueue_in`] joins.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use sqlx;
 pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
 
 /// For backend authors (feature `backend`): what a third party's engine, or a wrapper around
@@ -128,6 +141,8 @@ pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
 #[cfg(feature = "backend")]
 #[cfg_attr(docsrs, doc(cfg(feature = "backend")))]
 pub mod backend {
+    /// What [`Backend::begin`] returns: the engine's transaction.
+    pub use cairn_core::Transaction;
     pub use cairn_migrate::{
         cairn_set, Backend, Diagnostics, Integrity, LockedMigration, MigrationBackend, OpenOptions,
         Opened, Runner, Session,

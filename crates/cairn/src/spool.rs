@@ -67,10 +67,10 @@ pub use cairn_core::spool::{Clock, ManualClock, SystemClock, Timestamp};
 
 // What goes in and comes out of the trait's methods.
 pub use cairn_core::spool::{
-    Action, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued, EventAppended,
-    EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedEvent,
-    ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome, RunInfo,
-    RunState, SpoolStats, Unparked,
+    Action, CancelOutcome, Claimed, CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued,
+    EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource,
+    ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
+    RunInfo, RunState, SpoolStats, Unparked,
 };
 
 // The operator's way out of `parked`: one run ([`Spool::retry_parked`], [`Spool::discard`]),
@@ -97,8 +97,9 @@ pub use cairn_core::spool::MemorySpool;
 
 // Limits, and the checks a front end runs on its input before calling the spool.
 pub use cairn_core::spool::{
-    check_lease, check_limit, check_payload, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT,
-    MAX_BATCH, MAX_CONSUMER_LEN, MAX_DEDUP_KEY, MAX_FACT_NAME, MAX_FACT_VALUE,
-    MAX_IMPORT_DESCRIPTION, MAX_LEASE, MAX_QUEUE_LEN, MAX_REASON_LEN, MAX_RUN_EVENT_ID,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MAX_SUPERSEDE_GROUP, MIN_LEASE,
+    check_enqueue_batch, check_lease, check_limit, check_payload, DEFAULT_MAX_ATTEMPTS,
+    MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_CONSUMER_LEN, MAX_DEDUP_KEY, MAX_ENQUEUE_BATCH,
+    MAX_ENQUEUE_BATCH_BYTES, MAX_FACT_NAME, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
+    MAX_QUEUE_LEN, MAX_REASON_LEN, MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    MAX_SUPERSEDE_GROUP, MIN_LEASE,
 };

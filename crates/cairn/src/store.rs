@@ -35,6 +35,10 @@ use crate::url::{Backend, DatabaseUrl};
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<dyn Handle>,
+    /// The same handle as its concrete type, when the store was opened from a Postgres URL
+    /// or pool (a caller's transaction needs the engine's own API).
+    #[cfg(feature = "postgres")]
+    pg: Option<Arc<cairn_postgres::PgBackend>>,
 }
 
 impl fmt::Debug for Store {
@@ -97,7 +101,22 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn from_backend(backend: Arc<dyn Handle>) -> Self {
-        Self { backend }
+        Self {
+            backend,
+            #[cfg(feature = "postgres")]
+            pg: None,
+        }
+    }
+
+    /// The backend handle.
+    pub(crate) fn handle(&self) -> &Arc<dyn Handle> {
+        &self.backend
+    }
+
+    /// The Postgres handle, when the store was opened from a Postgres URL or pool.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn pg_backend(&self) -> Option<&cairn_postgres::PgBackend> {
+        self.pg.as_deref()
     }
 
     /// The epoch log.
@@ -455,8 +474,11 @@ impl StoreBuilder {
             opts = opts.lock_timeout(t);
         }
         opts = opts.create_if_missing(self.create_if_missing);
-        let backend = cairn_postgres::PgBackend::open(opts, self.open).await?;
-        Ok(Store::from_backend(Arc::new(backend)))
+        let backend = Arc::new(cairn_postgres::PgBackend::open(opts, self.open).await?);
+        Ok(Store {
+            backend: backend.clone(),
+            pg: Some(backend),
+        })
     }
 }
 

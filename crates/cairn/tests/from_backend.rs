@@ -40,6 +40,9 @@ impl Backend for Wrapped {
     fn diagnostics(&self) -> Arc<dyn Diagnostics> {
         self.inner.diagnostics()
     }
+    async fn begin(&self) -> cairn::Result<Box<dyn cairn::backend::Transaction>> {
+        self.inner.begin().await
+    }
     async fn close(&self) -> cairn::Result<()> {
         self.closes.fetch_add(1, Ordering::SeqCst);
         self.inner.close().await

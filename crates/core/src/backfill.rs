@@ -244,6 +244,7 @@ impl BackfillObserver for Quiet {}
 pub fn error_code(err: &Error) -> &'static str {
     match err {
         Error::InvalidInput { .. } => "invalid_input",
+        Error::InvalidBatchItem { .. } => "invalid_batch_item",
         Error::NotFound { .. } => "not_found",
         Error::BadCursor { .. } => "bad_cursor",
         Error::HashMismatch { .. } => "hash_mismatch",

@@ -26,6 +26,15 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
+    /// One item of a batch (a bulk enqueue, an HTTP batch) was rejected before anything of
+    /// the batch was written.
+    #[error("batch item {index}: {error}")]
+    InvalidBatchItem {
+        /// The item's position in the batch, from 0.
+        index: usize,
+        /// Why it was rejected (an [`Error::InvalidInput`] or [`Error::Reserved`]).
+        error: Box<Error>,
+    },
     /// Input was rejected before anything was written (empty epoch, oversized payload, …).
     #[error("invalid {what}: {reason}")]
     InvalidInput {

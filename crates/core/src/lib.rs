@@ -30,6 +30,7 @@ pub mod schema;
 mod seq;
 pub mod spool;
 mod store;
+mod tx;
 mod types;
 
 pub use encoding::{epoch_id, event_id, verify_epoch};
@@ -43,6 +44,7 @@ pub use spool::{
     RunState, Spool, SupersedeGroup, SystemClock, Timestamp, Wakeup,
 };
 pub use store::{EpochDiagnostics, EpochStore};
+pub use tx::{failed_transaction, Transaction};
 pub use types::{
     Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
     ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN,

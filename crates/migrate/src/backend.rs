@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use cairn_core::spool::Spool;
-use cairn_core::{EpochDiagnostics, Result};
+use cairn_core::{EpochDiagnostics, Result, Transaction};
 
 use crate::diagnostics::Diagnostics;
 use crate::open::Session;
@@ -72,6 +72,15 @@ pub trait Backend: Send + Sync {
     /// on the store's own connections where the engine keeps a pool: what a running server's
     /// `/v1/doctor` asks. See [`Diagnostics`] for the contract.
     fn diagnostics(&self) -> Arc<dyn Diagnostics>;
+
+    /// Begins a transaction on the store ([`Transaction`] states its contract): cairn's writes
+    /// made through it, and the application's own through the engine's transaction type,
+    /// commit together or not at all.
+    ///
+    /// # Errors
+    /// The engine's errors (no connection, the writer busy past its timeout:
+    /// [`cairn_core::Error::Retryable`]).
+    async fn begin(&self) -> Result<Box<dyn Transaction>>;
 
     /// Shuts the store down in order: first [`Session::close`] (the heartbeat stops, the
     /// registry entry is removed), then the backend's connections, waiting for those in use.

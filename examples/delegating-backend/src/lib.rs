@@ -89,13 +89,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cairn::backend::{Backend, Diagnostics, MigrationBackend, Session};
+use cairn::backend::{Backend, Diagnostics, MigrationBackend, Session, Transaction};
 use cairn::spool::{
-    CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueOptions, Enqueued,
-    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
-    NackKind, Nacked, QueueName, RetentionBudget, RetentionPolicy, RetentionReport, RunEvent,
-    RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp,
-    Unparked, Wakeup,
+    CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions,
+    Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
+    LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPolicy, RetentionReport,
+    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
+    Timestamp, Unparked, Wakeup,
 };
 use cairn::{
     Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, Event, FeedCursor, FeedPage,
@@ -277,6 +277,15 @@ impl Spool for DelegatingSpool {
     ) -> Result<Enqueued> {
         self.calls.note("Spool::enqueue");
         self.inner.enqueue(queue, key, payload, options).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        self.calls.note("Spool::enqueue_many");
+        self.inner.enqueue_many(queue, items).await
     }
 
     async fn claim(
@@ -478,6 +487,12 @@ impl Backend for DelegatingBackend {
     fn diagnostics(&self) -> Arc<dyn Diagnostics> {
         self.calls.note("Backend::diagnostics");
         self.inner.diagnostics()
+    }
+
+    /// The inner handle's transaction (its operations are the engine's own, not counted).
+    async fn begin(&self) -> Result<Box<dyn Transaction>> {
+        self.calls.note("Backend::begin");
+        self.inner.begin().await
     }
 
     /// Closes the inner handle: its session deregisters, then its connections close (SQLite's

@@ -20,10 +20,11 @@
 use std::collections::HashMap;
 
 use cairn_core::spool::{
-    check_payload, transition, Action, DedupKey, EnqueueOptions, Enqueued, QueueName, RunId,
-    RunState, Timestamp, MAX_RUN_PAYLOAD,
+    check_enqueue_batch, check_payload, transition, Action, DedupKey, EnqueueItem, EnqueueOptions,
+    Enqueued, QueueName, RunId, RunState, SupersedeGroup, Timestamp, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
+use sqlx::{PgConnection, PgExecutor};
 
 use super::lane::{answer, Lane, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
@@ -150,9 +151,44 @@ fn new_run_id(_: &PgSpool, now: Timestamp) -> RunId {
     RunId::generate(now)
 }
 
-/// One run of [`sql::ENQUEUE`]: the id of the run that holds the key (`id` when it was
-/// created), or `None` when the statement must run again (see there).
+/// One run of [`sql::ENQUEUE`] on the pool: the id of the run that holds the key (`id` when
+/// it was created), or `None` when the statement must run again (see there).
 async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option<RunId>> {
+    match &new.options.supersede_group {
+        None => enqueue_statement(s, id, new, s.pool()).await,
+        Some(group) => {
+            let mut tx = s.pool().begin().await.map_err(map)?;
+            let row = enqueue_in_group(s, &mut tx, id, new, group).await?;
+            tx.commit().await.map_err(map)?;
+            Ok(row)
+        }
+    }
+}
+
+/// [`sql::ENQUEUE`] after the supersede group's lock, on `conn` (inside a transaction, which
+/// holds the lock until it ends).
+async fn enqueue_in_group(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    id: RunId,
+    new: &NewRun<'_>,
+    group: &SupersedeGroup,
+) -> Result<Option<RunId>> {
+    sqlx::query(sql::LOCK_GROUP)
+        .bind(group_lock_key(&s.inner.schema, new.queue, group))
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    enqueue_statement(s, id, new, &mut *conn).await
+}
+
+/// [`sql::ENQUEUE`] once, on `on`.
+async fn enqueue_statement<'e>(
+    s: &PgSpool,
+    id: RunId,
+    new: &NewRun<'_>,
+    on: impl PgExecutor<'e>,
+) -> Result<Option<RunId>> {
     let NewRun {
         queue,
         key,
@@ -178,20 +214,7 @@ async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option
         .bind(superseded.as_str())
         .bind(wake_channel(&s.inner.schema, queue))
         .bind(claim_jitter(queue, key, 0));
-    let row = match &options.supersede_group {
-        None => query.fetch_optional(s.pool()).await.map_err(map)?,
-        Some(group) => {
-            let mut tx = s.pool().begin().await.map_err(map)?;
-            sqlx::query(sql::LOCK_GROUP)
-                .bind(group_lock_key(&s.inner.schema, queue, group))
-                .execute(&mut *tx)
-                .await
-                .map_err(map)?;
-            let row = query.fetch_optional(&mut *tx).await.map_err(map)?;
-            tx.commit().await.map_err(map)?;
-            row
-        }
-    };
+    let row = query.fetch_optional(on).await.map_err(map)?;
     row.map(|row| run_id(&get::<Vec<u8>>(&row, 0)?)).transpose()
 }
 
@@ -216,59 +239,12 @@ async fn drain_enqueues(s: &PgSpool) {
 /// to its caller for the unbatched path.
 async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>) {
     let lane = &s.inner.enqueues;
-    let mut ids = Vec::with_capacity(batch.len());
-    let mut queues = Vec::with_capacity(batch.len());
-    let mut keys = Vec::with_capacity(batch.len());
-    let mut attempts = Vec::with_capacity(batch.len());
-    let mut priorities = Vec::with_capacity(batch.len());
-    let mut nows = Vec::with_capacity(batch.len());
-    let mut dues = Vec::with_capacity(batch.len());
-    let mut lens = Vec::with_capacity(batch.len());
-    let mut payloads = Vec::with_capacity(batch.len());
-    let mut channels = Vec::with_capacity(batch.len());
-    let mut jitters = Vec::with_capacity(batch.len());
-    for (e, _) in &batch {
-        ids.push(e.id.as_bytes().to_vec());
-        queues.push(e.queue.as_str().to_owned());
-        keys.push(e.key.as_bytes().to_vec());
-        attempts.push(e.max_attempts);
-        priorities.push(e.priority);
-        nows.push(e.now);
-        dues.push(e.due);
-        lens.push(bytes_len(e.payload.len()));
-        payloads.push(e.payload.clone());
-        channels.push(wake_channel(&s.inner.schema, &e.queue));
-        jitters.push(claim_jitter(&e.queue, &e.key, 0));
-    }
-    let rows = if lane.injected_failure() {
+    let stored = if lane.injected_failure() {
         Err(Error::backend("postgres", "an injected batch failure"))
     } else {
-        sqlx::query(sql::ENQUEUE_MANY)
-            .bind(ids)
-            .bind(queues)
-            .bind(keys)
-            .bind(attempts)
-            .bind(priorities)
-            .bind(nows)
-            .bind(dues)
-            .bind(lens)
-            .bind(payloads)
-            .bind(channels)
-            .bind(jitters)
-            .fetch_all(s.pool())
-            .await
-            .map_err(map)
+        let pending: Vec<&PendingEnqueue> = batch.iter().map(|(e, _)| e).collect();
+        enqueue_many_statement(s, s.pool(), &pending).await
     };
-    let stored = rows.and_then(|rows| {
-        let mut by_key = HashMap::new();
-        for row in &rows {
-            let id = run_id(&get::<Vec<u8>>(row, 0)?)?;
-            let queue: String = get(row, 1)?;
-            let key: Vec<u8> = get(row, 2)?;
-            by_key.insert((queue, key), id);
-        }
-        Ok(by_key)
-    });
     match stored {
         Ok(by_key) => {
             lane.committed();
@@ -288,4 +264,269 @@ async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>
         // Nothing of the statement was written: each caller runs its enqueue alone.
         Err(_) => lane.fall_back(batch),
     }
+}
+
+/// [`enqueue_tx`] inside a transaction on `conn` (the caller's, or one cairn opened): the
+/// unbatched statement, whose `NOTIFY` is delivered when that transaction commits and never if
+/// it rolls back. A key another open transaction inserted makes the statement wait for that
+/// transaction (up to the connection's `lock_timeout`); under READ COMMITTED a key committed
+/// after the statement's snapshot is read again on a new one, under REPEATABLE READ and
+/// SERIALIZABLE it fails with a serialization error ([`Error::Retryable`]: retry the whole
+/// transaction). An id collision (a unique violation, which aborts the transaction) is
+/// returned, not retried.
+pub(crate) async fn enqueue_on(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    queue: &QueueName,
+    key: &DedupKey,
+    payload: Vec<u8>,
+    options: EnqueueOptions,
+) -> Result<Enqueued> {
+    check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
+    let max_attempts = options.effective_max_attempts()?;
+    let now = s.now();
+    let new = NewRun {
+        queue,
+        key,
+        payload: &payload,
+        options: &options,
+        max_attempts,
+        now,
+    };
+    for _ in 0..ENQUEUE_RACES {
+        let id = new_run_id(s, now);
+        let stored = match &options.supersede_group {
+            None => enqueue_statement(s, id, &new, &mut *conn).await?,
+            Some(group) => enqueue_in_group(s, conn, id, &new, group).await?,
+        };
+        if let Some(stored) = stored {
+            return Ok(Enqueued {
+                run_id: stored,
+                created: stored == id,
+            });
+        }
+    }
+    Err(Error::retryable(
+        "the dedup key's run kept changing while enqueue read it; try again",
+    ))
+}
+
+/// Items one [`sql::ENQUEUE_MANY`] statement of a bulk enqueue binds at most.
+const BULK_CHUNK: usize = 1000;
+
+/// A bulk enqueue ([`cairn_core::Spool::enqueue_many`]) inside a transaction on `conn`: each
+/// key's first item is written — the items without a supersede group by [`sql::ENQUEUE_MANY`]
+/// in chunks of [`BULK_CHUNK`], the others one by one in input order after every group's lock
+/// (taken up front in key order, so concurrent batches cannot deadlock on them) — then the keys
+/// that were already stored are read in one statement. Later items of a key answer its first
+/// item's run. Wake-ups are `NOTIFY`s, delivered on commit.
+pub(crate) async fn enqueue_many_on(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    queue: &QueueName,
+    items: Vec<EnqueueItem>,
+) -> Result<Vec<Enqueued>> {
+    let attempts = check_enqueue_batch(&items)?;
+    let now = s.now();
+    // The first item of each key, by index; the others answer from it.
+    let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(items.len());
+    let mut source = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        source.push(*first.entry(item.key.as_bytes()).or_insert(i));
+    }
+    let mut results: Vec<Option<Enqueued>> = vec![None; items.len()];
+    let mut locks: Vec<i64> = items
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| source[*i] == *i)
+        .filter_map(|(_, item)| item.options.supersede_group.as_ref())
+        .map(|g| group_lock_key(&s.inner.schema, queue, g))
+        .collect();
+    locks.sort_unstable();
+    locks.dedup();
+    for key in locks {
+        sqlx::query(sql::LOCK_GROUP)
+            .bind(key)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    let plain: Vec<usize> = (0..items.len())
+        .filter(|&i| source[i] == i && items[i].options.supersede_group.is_none())
+        .collect();
+    for chunk in plain.chunks(BULK_CHUNK) {
+        let batch: Vec<PendingEnqueue> = chunk
+            .iter()
+            .map(|&i| {
+                let item = &items[i];
+                Ok(PendingEnqueue {
+                    id: new_run_id(s, now),
+                    queue: queue.clone(),
+                    key: item.key.clone(),
+                    max_attempts: i32::try_from(attempts[i])
+                        .map_err(|_| Error::invalid("max attempts", "is too large"))?,
+                    priority: item.options.priority,
+                    now: micros(now),
+                    due: micros(item.options.not_before.unwrap_or(now)),
+                    payload: item.payload.clone(),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let refs: Vec<&PendingEnqueue> = batch.iter().collect();
+        let created = enqueue_many_statement(s, &mut *conn, &refs).await?;
+        for (&i, e) in chunk.iter().zip(&batch) {
+            let found = created.get(&(queue.as_str().to_owned(), e.key.as_bytes().to_vec()));
+            if let Some(&run_id) = found {
+                results[i] = Some(Enqueued {
+                    run_id,
+                    created: run_id == e.id,
+                });
+            }
+        }
+    }
+    for i in 0..items.len() {
+        let item = &items[i];
+        let Some(group) = item.options.supersede_group.as_ref() else {
+            continue;
+        };
+        if source[i] != i {
+            continue;
+        }
+        let new = NewRun {
+            queue,
+            key: &item.key,
+            payload: &item.payload,
+            options: &item.options,
+            max_attempts: attempts[i],
+            now,
+        };
+        let id = new_run_id(s, now);
+        // The group's lock is held already (taken up front).
+        let _ = group;
+        if let Some(stored) = enqueue_statement(s, id, &new, &mut *conn).await? {
+            results[i] = Some(Enqueued {
+                run_id: stored,
+                created: stored == id,
+            });
+        }
+    }
+    // The first items whose key was stored already (committed before, or by a transaction
+    // the insert waited for): one read, on a snapshot taken after the inserts.
+    let missing: Vec<Vec<u8>> = (0..items.len())
+        .filter(|&i| source[i] == i && results[i].is_none())
+        .map(|i| items[i].key.as_bytes().to_vec())
+        .collect();
+    if !missing.is_empty() {
+        let rows = sqlx::query(sql::RUN_IDS_BY_KEYS)
+            .bind(queue.as_str())
+            .bind(&missing)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        let mut stored = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            stored.insert(get::<Vec<u8>>(row, 1)?, run_id(&get::<Vec<u8>>(row, 0)?)?);
+        }
+        for i in 0..items.len() {
+            if source[i] == i && results[i].is_none() {
+                let run_id = *stored.get(items[i].key.as_bytes()).ok_or_else(|| {
+                    Error::retryable(
+                        "a dedup key's run was removed while the bulk enqueue read it; try again",
+                    )
+                })?;
+                results[i] = Some(Enqueued {
+                    run_id,
+                    created: false,
+                });
+            }
+        }
+    }
+    (0..items.len())
+        .map(|i| {
+            let first = results[source[i]].ok_or_else(|| {
+                Error::backend("postgres", "a bulk enqueue item was left without an answer")
+            })?;
+            Ok(Enqueued {
+                run_id: first.run_id,
+                created: first.created && source[i] == i,
+            })
+        })
+        .collect()
+}
+
+/// The runs one [`sql::ENQUEUE_MANY`] created, by queue and dedup key.
+type CreatedRuns = HashMap<(String, Vec<u8>), RunId>;
+
+/// One [`sql::ENQUEUE_MANY`] of `batch` on `on`: the runs it created.
+async fn enqueue_many_statement<'e>(
+    s: &PgSpool,
+    on: impl PgExecutor<'e>,
+    batch: &[&PendingEnqueue],
+) -> Result<CreatedRuns> {
+    let mut ids = Vec::with_capacity(batch.len());
+    let mut queues = Vec::with_capacity(batch.len());
+    let mut keys = Vec::with_capacity(batch.len());
+    let mut attempts = Vec::with_capacity(batch.len());
+    let mut priorities = Vec::with_capacity(batch.len());
+    let mut nows = Vec::with_capacity(batch.len());
+    let mut dues = Vec::with_capacity(batch.len());
+    let mut lens = Vec::with_capacity(batch.len());
+    let mut payloads = Vec::with_capacity(batch.len());
+    let mut channels = Vec::with_capacity(batch.len());
+    let mut jitters = Vec::with_capacity(batch.len());
+    for e in batch {
+        ids.push(e.id.as_bytes().to_vec());
+        queues.push(e.queue.as_str().to_owned());
+        keys.push(e.key.as_bytes().to_vec());
+        attempts.push(e.max_attempts);
+        priorities.push(e.priority);
+        nows.push(e.now);
+        dues.push(e.due);
+        lens.push(bytes_len(e.payload.len()));
+        payloads.push(e.payload.clone());
+        channels.push(wake_channel(&s.inner.schema, &e.queue));
+        jitters.push(claim_jitter(&e.queue, &e.key, 0));
+    }
+    let rows = sqlx::query(sql::ENQUEUE_MANY)
+        .bind(ids)
+        .bind(queues)
+        .bind(keys)
+        .bind(attempts)
+        .bind(priorities)
+        .bind(nows)
+        .bind(dues)
+        .bind(lens)
+        .bind(payloads)
+        .bind(channels)
+        .bind(jitters)
+        .fetch_all(on)
+        .await
+        .map_err(map)?;
+    let mut created = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let id = run_id(&get::<Vec<u8>>(row, 0)?)?;
+        created.insert((get::<String>(row, 1)?, get::<Vec<u8>>(row, 2)?), id);
+    }
+    Ok(created)
+}
+
+/// [`cairn_core::Spool::enqueue_many`] on the pool: [`enqueue_many_on`] in one READ COMMITTED
+/// transaction of its own.
+pub(super) async fn enqueue_many_tx(
+    s: &PgSpool,
+    queue: &QueueName,
+    items: Vec<EnqueueItem>,
+) -> Result<Vec<Enqueued>> {
+    check_enqueue_batch(&items)?;
+    if items.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut tx = s
+        .pool()
+        .begin_with(crate::sql::BEGIN_READ_COMMITTED)
+        .await
+        .map_err(map)?;
+    let done = enqueue_many_on(s, &mut tx, queue, items).await?;
+    tx.commit().await.map_err(map)?;
+    Ok(done)
 }

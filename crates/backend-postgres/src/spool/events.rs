@@ -11,6 +11,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
+use sqlx::PgConnection;
 
 use super::row::{bytes_len, count, get, micros, state, ts};
 use super::{changed_too_often, sql, PgSpool, CAS_ROUNDS};
@@ -38,6 +39,19 @@ pub(super) async fn append_event_tx(
 ) -> Result<EventAppended> {
     check_producer_event_id(event_id)?;
     check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
+    let mut conn = s.pool().acquire().await.map_err(map)?;
+    append_event_on(s, &mut conn, run, event_id, payload).await
+}
+
+/// [`append_event_tx`] on `conn` (checked already): on a pooled connection in autocommit, or
+/// inside a transaction (the caller's), which then holds the run row's lock until it ends.
+pub(crate) async fn append_event_on(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    run: RunId,
+    event_id: &RunEventId,
+    payload: Vec<u8>,
+) -> Result<EventAppended> {
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let row = sqlx::query(sql::APPEND_EVENT)
@@ -46,7 +60,7 @@ pub(super) async fn append_event_tx(
             .bind(micros(now))
             .bind(bytes_len(payload.len()))
             .bind(payload.as_slice())
-            .fetch_one(s.pool())
+            .fetch_one(&mut *conn)
             .await
             .map_err(map);
         let row = match row {

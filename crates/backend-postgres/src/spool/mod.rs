@@ -52,14 +52,14 @@
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
 mod claim;
-mod enqueue;
-mod events;
+pub(crate) mod enqueue;
+pub(crate) mod events;
 mod import;
 mod lane;
 mod read;
 mod retention;
 mod row;
-mod settle;
+pub(crate) mod settle;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -76,11 +76,11 @@ use async_trait::async_trait;
 use cairn_core::spool::SystemClock;
 use cairn_core::spool::{
     jitter_seed, Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
-    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
-    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
-    RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup, Timestamp, Unparked,
-    Wakeup,
+    EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat,
+    ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
+    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
+    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup,
+    Timestamp, Unparked, Wakeup,
 };
 use cairn_core::{key64, Error, Result};
 use sqlx::PgPool;
@@ -254,7 +254,12 @@ impl PgSpool {
         &self.inner.pool
     }
 
-    fn now(&self) -> Timestamp {
+    /// The store's schema, which the spool's tables live in.
+    pub(crate) fn schema(&self) -> &SchemaName {
+        &self.inner.schema
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
         self.inner.clock.now()
     }
 
@@ -281,6 +286,14 @@ impl Spool for PgSpool {
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
         enqueue::enqueue_tx(self, queue, key, payload, options).await
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        enqueue::enqueue_many_tx(self, queue, items).await
     }
 
     async fn claim(

@@ -33,6 +33,7 @@ use cairn_core::spool::{
     Timestamp, Unparked,
 };
 use cairn_core::{Error, Result};
+use sqlx::{PgConnection, PgExecutor};
 
 use super::lane::{answer, Lane, Reply};
 use super::row::{
@@ -68,21 +69,22 @@ fn enter(r: &mut RunRow, to: RunState, now: Timestamp) {
     }
 }
 
-async fn read_run(s: &PgSpool, run: RunId) -> Result<Option<RunRow>> {
+async fn read_run<'e>(on: impl PgExecutor<'e>, run: RunId) -> Result<Option<RunRow>> {
     let row = sqlx::query(sql::READ_RUN)
         .bind(run.as_bytes().as_slice())
-        .fetch_optional(s.pool())
+        .fetch_optional(on)
         .await
         .map_err(map)?;
     row.as_ref().map(RunRow::from_row).transpose()
 }
 
-async fn read_existing(s: &PgSpool, run: RunId) -> Result<RunRow> {
-    read_run(s, run).await?.ok_or(Error::UnknownRun { run })
+async fn read_existing<'e>(on: impl PgExecutor<'e>, run: RunId) -> Result<RunRow> {
+    read_run(on, run).await?.ok_or(Error::UnknownRun { run })
 }
 
-async fn write_run(
+async fn write_run<'e>(
     s: &PgSpool,
+    on: impl PgExecutor<'e>,
     before: &RunRow,
     after: &RunRow,
     wake: bool,
@@ -111,7 +113,7 @@ async fn write_run(
                 .then(|| claim_jitter(&after.queue, &after.dedup_key, after.attempts))
                 .flatten(),
         )
-        .fetch_optional(s.pool())
+        .fetch_optional(on)
         .await
         .map_err(map)?;
     row.map(|r| get::<bool>(&r, 0)).transpose()
@@ -126,7 +128,7 @@ pub(super) async fn heartbeat_tx(
     check_lease(lease)?;
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
-        let before = read_existing(s, run).await?;
+        let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
         let to = transition(before.state, Action::Heartbeat)?;
         let expires_at = now.saturating_add(lease);
@@ -135,7 +137,7 @@ pub(super) async fn heartbeat_tx(
         after.state = to;
         after.lease_expires_at = Some(expires_at);
         after.due_at = Some(expires_at.saturating_add(delay));
-        if let Some(cancel_requested) = write_run(s, &before, &after, false).await? {
+        if let Some(cancel_requested) = write_run(s, s.pool(), &before, &after, false).await? {
             return Ok(Heartbeat {
                 expires_at,
                 cancel_requested,
@@ -169,7 +171,7 @@ pub(super) async fn ack_tx(s: &PgSpool, run: RunId, token: LeaseToken) -> Result
         if done == 1 {
             return Ok(());
         }
-        let before = read_existing(s, run).await?;
+        let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
         let to = transition(before.state, Action::Ack)?;
         if before.state == to {
@@ -189,7 +191,7 @@ pub(super) async fn nack_tx(
 ) -> Result<Nacked> {
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
-        let before = read_existing(s, run).await?;
+        let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
         let action = nack_action(
             kind,
@@ -221,7 +223,10 @@ pub(super) async fn nack_tx(
             enter(&mut after, to, now);
         }
         let wake = to == RunState::Queued;
-        if write_run(s, &before, &after, wake).await?.is_some() {
+        if write_run(s, s.pool(), &before, &after, wake)
+            .await?
+            .is_some()
+        {
             return Ok(Nacked {
                 state: to,
                 retry_at,
@@ -240,13 +245,16 @@ pub(super) async fn release_tx(
     check_release_delay(delay)?;
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
-        let before = read_existing(s, run).await?;
+        let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
         let to = transition(before.state, release_action(before.cancel_requested))?;
         if to != RunState::Queued {
             let mut after = before.clone();
             enter(&mut after, to, now);
-            if write_run(s, &before, &after, false).await?.is_some() {
+            if write_run(s, s.pool(), &before, &after, false)
+                .await?
+                .is_some()
+            {
                 return Ok(Nacked {
                     state: to,
                     retry_at: None,
@@ -281,9 +289,20 @@ pub(super) async fn release_tx(
 }
 
 pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> {
+    let mut conn = s.pool().acquire().await.map_err(map)?;
+    cancel_on(s, &mut conn, run).await
+}
+
+/// [`cancel_tx`] on `conn`: on a pooled connection in autocommit, or inside a transaction
+/// (the caller's), where the run row's write lock is then held until it ends.
+pub(crate) async fn cancel_on(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    run: RunId,
+) -> Result<CancelOutcome> {
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
-        let before = read_existing(s, run).await?;
+        let before = read_existing(&mut *conn, run).await?;
         let to = transition(before.state, Action::Cancel)?;
         let mut after = before.clone();
         let outcome = if to == RunState::Claimed {
@@ -293,7 +312,10 @@ pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> 
             enter(&mut after, to, now);
             CancelOutcome::Canceled
         };
-        if write_run(s, &before, &after, false).await?.is_some() {
+        if write_run(s, &mut *conn, &before, &after, false)
+            .await?
+            .is_some()
+        {
             return Ok(outcome);
         }
     }

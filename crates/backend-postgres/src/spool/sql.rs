@@ -95,6 +95,12 @@ WITH input AS ( \
 ) \
 SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
 
+/// The runs of queue `$1` holding the dedup keys `$2`: `(run_id, dedup_key)` (a bulk
+/// enqueue's keys that were stored already).
+pub(super) const RUN_IDS_BY_KEYS: &str = "\
+SELECT r.run_id, r.dedup_key FROM spool_run r \
+WHERE r.queue = $1 AND r.dedup_key = ANY($2::bytea[])";
+
 /// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
 /// group), so each sees the runs the previous one created.
 pub(super) const LOCK_GROUP: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";

@@ -6,8 +6,8 @@
 //! nothing, costs no fsync and wakes no subscriber.
 
 use cairn_core::spool::{
-    transition, Action, DedupKey, EnqueueOptions, Enqueued, QueueName, RunId, RunState,
-    SupersedeGroup, Timestamp,
+    transition, Action, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, QueueName, RunId,
+    RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::Result;
 use rusqlite::params;
@@ -35,7 +35,65 @@ pub(super) fn existing_run_q(
 
 /// Inserts a new run of `(queue, key)` (superseding its group's older queued runs), or
 /// answers the run that holds the key already.
-pub(super) fn enqueue_tx(
+pub(crate) fn enqueue_tx(
+    db: &Db<'_>,
+    queue: &QueueName,
+    key: &DedupKey,
+    payload: &[u8],
+    options: &EnqueueOptions,
+    max_attempts: u32,
+    now: Timestamp,
+) -> Result<Enqueued> {
+    db.write_tx(|db| {
+        let done = enqueue_row(db, queue, key, payload, options, max_attempts, now)?;
+        // A duplicate wrote nothing: roll back, so no commit touches the file.
+        let end = if done.created {
+            End::Commit
+        } else {
+            End::Rollback
+        };
+        Ok((done, end))
+    })
+}
+
+/// Every item of a bulk enqueue, in input order, inside one write transaction (or one
+/// savepoint of a group commit): a key's first item inserts its run or finds the stored one,
+/// its later items find that run. Nothing is written when no item created a run.
+pub(crate) fn enqueue_many_tx(
+    db: &Db<'_>,
+    queue: &QueueName,
+    items: &[EnqueueItem],
+    max_attempts: &[u32],
+    now: Timestamp,
+) -> Result<Vec<Enqueued>> {
+    db.write_tx(|db| {
+        let done = items
+            .iter()
+            .zip(max_attempts)
+            .map(|(item, &attempts)| {
+                enqueue_row(
+                    db,
+                    queue,
+                    &item.key,
+                    &item.payload,
+                    &item.options,
+                    attempts,
+                    now,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let end = if done.iter().any(|e| e.created) {
+            End::Commit
+        } else {
+            End::Rollback
+        };
+        Ok((done, end))
+    })
+}
+
+/// The statements of one enqueue, inside the caller's transaction: the insert (and its
+/// supersede) or the read of the run that holds the key.
+pub(crate) fn enqueue_row(
     db: &Db<'_>,
     queue: &QueueName,
     key: &DedupKey,
@@ -50,56 +108,52 @@ pub(super) fn enqueue_tx(
         .supersede_group
         .as_ref()
         .map(SupersedeGroup::as_bytes);
-    db.write_tx(|db| {
-        let inserted: Vec<Vec<u8>> = db.rows(
-            sql::ENQUEUE,
-            params![
-                id.as_bytes(),
-                queue.as_str(),
-                key.as_bytes(),
-                group,
-                RunState::Queued.as_str(),
-                max_attempts,
-                options.priority,
-                micros(now),
-                micros(due),
-                len_i64(payload),
-                payload
-            ],
+    let inserted: Vec<Vec<u8>> = db.rows(
+        sql::ENQUEUE,
+        params![
+            id.as_bytes(),
+            queue.as_str(),
+            key.as_bytes(),
+            group,
+            RunState::Queued.as_str(),
+            max_attempts,
+            options.priority,
+            micros(now),
+            micros(due),
+            len_i64(payload),
+            payload
+        ],
+        |r| r.get(0),
+    )?;
+    if inserted.is_empty() {
+        let existing: Vec<Vec<u8>> = db.rows(
+            sql::RUN_ID_BY_KEY,
+            params![queue.as_str(), key.as_bytes()],
             |r| r.get(0),
         )?;
-        if inserted.is_empty() {
-            let existing: Vec<Vec<u8>> = db.rows(
-                sql::RUN_ID_BY_KEY,
-                params![queue.as_str(), key.as_bytes()],
-                |r| r.get(0),
-            )?;
-            let existing = existing
-                .first()
-                .ok_or_else(|| corrupt("an enqueue conflicted with a run that is not there"))?;
-            let found = Enqueued {
-                run_id: run_id(existing)?,
-                created: false,
-            };
-            return Ok((found, End::Rollback));
-        }
-        if let Some(group) = group {
-            let to = transition(RunState::Queued, Action::Supersede)?;
-            db.exec(
-                sql::SUPERSEDE,
-                params![
-                    queue.as_str(),
-                    group,
-                    id.as_bytes(),
-                    to.as_str(),
-                    micros(now)
-                ],
-            )?;
-        }
-        let created = Enqueued {
-            run_id: id,
-            created: true,
-        };
-        Ok((created, End::Commit))
+        let existing = existing
+            .first()
+            .ok_or_else(|| corrupt("an enqueue conflicted with a run that is not there"))?;
+        return Ok(Enqueued {
+            run_id: run_id(existing)?,
+            created: false,
+        });
+    }
+    if let Some(group) = group {
+        let to = transition(RunState::Queued, Action::Supersede)?;
+        db.exec(
+            sql::SUPERSEDE,
+            params![
+                queue.as_str(),
+                group,
+                id.as_bytes(),
+                to.as_str(),
+                micros(now)
+            ],
+        )?;
+    }
+    Ok(Enqueued {
+        run_id: id,
+        created: true,
     })
 }

@@ -16,7 +16,7 @@ use super::sql;
 use crate::db::{Db, End};
 use crate::error::corrupt;
 
-pub(super) fn append_event_tx(
+pub(crate) fn append_event_tx(
     db: &Db<'_>,
     run: RunId,
     event_id: &RunEventId,

@@ -23,13 +23,13 @@
 //! [`cairn_core::spool::backoff`], which SQL cannot call).
 
 mod claim;
-mod enqueue;
-mod events;
+pub(crate) mod enqueue;
+pub(crate) mod events;
 mod import;
 mod read;
 mod retention;
 mod row;
-mod settle;
+pub(crate) mod settle;
 mod sql;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -45,13 +45,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_import, check_lease, check_limit, check_payload, check_producer_event_id,
-    check_release_delay, Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
-    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
-    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
-    RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup,
-    MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
+    check_producer_event_id, check_release_delay, Action, CancelOutcome, Claimed, Clock,
+    CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
+    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
+    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig,
+    SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    MAX_RUN_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -170,7 +171,12 @@ impl SqliteSpool {
         &self.store
     }
 
-    fn now(&self) -> Timestamp {
+    /// Wakes `queue`'s subscribers of this instance (after a commit that created a run).
+    pub(crate) fn notify(&self, queue: &QueueName) {
+        self.wake.notify(queue);
+    }
+
+    pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
     }
 
@@ -228,6 +234,27 @@ impl Spool for SqliteSpool {
             self.wake.notify(queue);
         }
         Ok(enqueued)
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        let attempts = check_enqueue_batch(&items)?;
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let q = queue.clone();
+        let done = self
+            .store
+            .with_writer_grouped(move |db| enqueue::enqueue_many_tx(db, &q, &items, &attempts, now))
+            .await?;
+        if done.iter().any(|e| e.created) {
+            self.wake.notify(queue);
+        }
+        Ok(done)
     }
 
     async fn claim(

@@ -219,7 +219,7 @@ pub(super) fn release_tx(
 
 /// Cancels `run`: a queued run is canceled at once, a claimed one gets a cancel request its
 /// consumer sees (a second request writes nothing).
-pub(super) fn cancel_tx(db: &Db<'_>, run: RunId, now: Timestamp) -> Result<CancelOutcome> {
+pub(crate) fn cancel_tx(db: &Db<'_>, run: RunId, now: Timestamp) -> Result<CancelOutcome> {
     db.write_tx(|db| {
         let row = lease_row(db, run)?;
         let to = transition(row.state, Action::Cancel)?;

@@ -23,12 +23,12 @@ use super::transition::{
     release_action, transition, Action,
 };
 use super::types::{
-    check_append, check_import, check_lease, check_limit, check_payload, check_release_delay,
-    clip_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued, EventAppended,
-    EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedRun,
-    LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState,
-    SpoolConfig, SpoolStats, Unparked, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
-    MAX_RUN_PAYLOAD,
+    check_append, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
+    check_release_delay, clip_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueItem,
+    EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat,
+    ImportMarker, ImportSource, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter,
+    RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, Unparked, MAX_ACK_IDS,
+    MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
@@ -136,6 +136,76 @@ struct State {
 impl State {
     fn run_mut(&mut self, run: RunId) -> Result<&mut Run> {
         self.runs.get_mut(&run).ok_or(Error::UnknownRun { run })
+    }
+
+    /// Inserts the run of `(queue, key)` or finds the one there (the caller wakes the queue).
+    fn enqueue(
+        &mut self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+        max_attempts: u32,
+        now: Timestamp,
+    ) -> Enqueued {
+        if let Some(id) = self.by_key.get(&(queue.clone(), key.clone())) {
+            return Enqueued {
+                run_id: *id,
+                created: false,
+            };
+        }
+        let mut id = RunId::generate(now);
+        while self.runs.contains_key(&id) {
+            id = RunId::generate(now);
+        }
+        if let Some(group) = &options.supersede_group {
+            for r in self.runs.values_mut() {
+                if r.state == RunState::Queued
+                    && r.queue == *queue
+                    && r.group.as_ref() == Some(group)
+                {
+                    // Queued -> superseded is a transition of the table; it cannot fail.
+                    if let Ok(to) = transition(r.state, Action::Supersede) {
+                        r.enter(to, now);
+                    }
+                }
+            }
+        }
+        let serial = self.next_run_serial;
+        self.next_run_serial += 1;
+        self.runs.insert(
+            id,
+            Run {
+                id,
+                serial,
+                queue: queue.clone(),
+                key: key.clone(),
+                group: options.supersede_group,
+                payload,
+                state: RunState::Queued,
+                attempts: 0,
+                max_attempts,
+                priority: options.priority,
+                enqueued_at: now,
+                updated_at: now,
+                due_at: Some(options.not_before.unwrap_or(now)),
+                finished_at: None,
+                lease: None,
+                token: None,
+                cancel_requested: false,
+                reason: None,
+                facts: BTreeMap::new(),
+                events: BTreeMap::new(),
+                event_ids: HashMap::new(),
+                last_event_seq: 0,
+                stream: EventStream::Open,
+            },
+        );
+        self.by_key.insert((queue.clone(), key.clone()), id);
+        Enqueued {
+            run_id: id,
+            created: true,
+        }
     }
 
     fn notify(&self, queue: &QueueName) {
@@ -311,63 +381,43 @@ impl Spool for MemorySpool {
         let max_attempts = options.effective_max_attempts()?;
         let now = self.now();
         let mut st = self.lock();
-        if let Some(id) = st.by_key.get(&(queue.clone(), key.clone())) {
-            return Ok(Enqueued {
-                run_id: *id,
-                created: false,
-            });
+        let done = st.enqueue(queue, key, payload, options, max_attempts, now);
+        if done.created {
+            st.notify(queue);
         }
-        let mut id = RunId::generate(now);
-        while st.runs.contains_key(&id) {
-            id = RunId::generate(now);
+        Ok(done)
+    }
+
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        let attempts = check_enqueue_batch(&items)?;
+        let now = self.now();
+        // One lock for the whole batch: nothing else sees a part of it.
+        let mut st = self.lock();
+        let mut created = false;
+        let done: Vec<Enqueued> = items
+            .into_iter()
+            .zip(attempts)
+            .map(|(item, max_attempts)| {
+                let e = st.enqueue(
+                    queue,
+                    &item.key,
+                    item.payload,
+                    item.options,
+                    max_attempts,
+                    now,
+                );
+                created |= e.created;
+                e
+            })
+            .collect();
+        if created {
+            st.notify(queue);
         }
-        if let Some(group) = &options.supersede_group {
-            for r in st.runs.values_mut() {
-                if r.state == RunState::Queued
-                    && r.queue == *queue
-                    && r.group.as_ref() == Some(group)
-                {
-                    let to = transition(r.state, Action::Supersede)?;
-                    r.enter(to, now);
-                }
-            }
-        }
-        let serial = st.next_run_serial;
-        st.next_run_serial += 1;
-        st.runs.insert(
-            id,
-            Run {
-                id,
-                serial,
-                queue: queue.clone(),
-                key: key.clone(),
-                group: options.supersede_group,
-                payload,
-                state: RunState::Queued,
-                attempts: 0,
-                max_attempts,
-                priority: options.priority,
-                enqueued_at: now,
-                updated_at: now,
-                due_at: Some(options.not_before.unwrap_or(now)),
-                finished_at: None,
-                lease: None,
-                token: None,
-                cancel_requested: false,
-                reason: None,
-                facts: BTreeMap::new(),
-                events: BTreeMap::new(),
-                event_ids: HashMap::new(),
-                last_event_seq: 0,
-                stream: EventStream::Open,
-            },
-        );
-        st.by_key.insert((queue.clone(), key.clone()), id);
-        st.notify(queue);
-        Ok(Enqueued {
-            run_id: id,
-            created: true,
-        })
+        Ok(done)
     }
 
     async fn claim(

@@ -114,13 +114,14 @@ pub use transition::{
     release_action, transition, Action,
 };
 pub use types::{
-    check_append, check_import, check_lease, check_limit, check_payload, check_release_delay,
-    clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueOptions, Enqueued,
-    EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource,
-    ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
-    RunInfo, RunState, SpoolConfig, SpoolStats, Unparked, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS,
-    MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE,
-    MAX_REASON_LEN, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
+    check_append, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
+    check_release_delay, clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome,
+    EnqueueItem, EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun, FactOutcome,
+    Heartbeat, ImportMarker, ImportSource, ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked,
+    RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, Unparked,
+    DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
+    MAX_ENQUEUE_BATCH_BYTES, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE, MAX_REASON_LEN,
+    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
 
 /// A handle that resolves when new work may exist in one queue; see [`Spool::subscribe`].
@@ -187,6 +188,30 @@ pub trait Spool: Send + Sync + Debug + 'static {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued>;
+
+    /// Submits every item of `items` to `queue` in one transaction and one durable commit:
+    /// each as [`Spool::enqueue`] would, in input order.
+    ///
+    /// # Contract
+    /// - One result per item, in input order.
+    /// - Atomic: on error nothing of the batch was written (and nobody was woken).
+    /// - A key repeated inside the batch is one run: its first item creates it (or finds the
+    ///   stored run), later items answer the same id with `created: false` and their payload
+    ///   and options are ignored. A key already stored answers its run's id, `created: false`.
+    /// - Items with a supersede group supersede as [`Spool::enqueue`] does, in input order (an
+    ///   item supersedes the queued runs of its group that earlier items created).
+    /// - Each queue that got a run wakes its subscribers once, after the commit.
+    /// - An empty batch writes nothing and returns an empty list.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a batch over [`MAX_ENQUEUE_BATCH`] items or
+    /// [`MAX_ENQUEUE_BATCH_BYTES`] bytes, [`crate::Error::InvalidBatchItem`] (with the item's
+    /// index) for an invalid item; nothing is written.
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>>;
 
     /// Hands up to `limit` due runs of `queue` to `consumer`, each under a new lease of
     /// length `lease`.

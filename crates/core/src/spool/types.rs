@@ -31,6 +31,11 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 pub const MAX_ATTEMPTS_LIMIT: u32 = 1000;
 /// `max_attempts` when an enqueue names none.
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 10;
+/// Most items one [`Spool::enqueue_many`](super::Spool::enqueue_many) takes.
+pub const MAX_ENQUEUE_BATCH: usize = 10_000;
+/// Most payload bytes one [`Spool::enqueue_many`](super::Spool::enqueue_many) takes, all its
+/// items together (64 MiB).
+pub const MAX_ENQUEUE_BATCH_BYTES: usize = 64 * 1024 * 1024;
 
 /// Where a run is in its life. `Queued` and `Claimed` are live; the rest are terminal.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -175,6 +180,76 @@ impl EnqueueOptions {
             )),
         }
     }
+}
+
+/// One run of a bulk enqueue ([`Spool::enqueue_many`](super::Spool::enqueue_many)): what
+/// [`Spool::enqueue`](super::Spool::enqueue) takes, less the queue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnqueueItem {
+    /// The run's dedup key within the batch's queue.
+    pub key: DedupKey,
+    /// The run's payload (at most [`MAX_RUN_PAYLOAD`] bytes).
+    pub payload: Vec<u8>,
+    /// The run's options.
+    pub options: EnqueueOptions,
+}
+
+impl EnqueueItem {
+    /// An item with default options.
+    pub fn new(key: DedupKey, payload: impl Into<Vec<u8>>) -> Self {
+        Self {
+            key,
+            payload: payload.into(),
+            options: EnqueueOptions::default(),
+        }
+    }
+
+    /// Sets the item's options.
+    pub fn with_options(mut self, options: EnqueueOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+/// Checks a bulk enqueue before anything is written, as every backend must: at most
+/// [`MAX_ENQUEUE_BATCH`] items and [`MAX_ENQUEUE_BATCH_BYTES`] payload bytes in all, each
+/// item's payload and options valid. Returns each item's effective `max_attempts`.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for the batch as a whole; [`Error::InvalidBatchItem`] naming the
+/// first invalid item's index (from 0) and its reason.
+pub fn check_enqueue_batch(items: &[EnqueueItem]) -> Result<Vec<u32>> {
+    if items.len() > MAX_ENQUEUE_BATCH {
+        return Err(Error::invalid(
+            "enqueue batch",
+            format!(
+                "holds {} items; the limit is {MAX_ENQUEUE_BATCH}",
+                items.len()
+            ),
+        ));
+    }
+    let bytes = items
+        .iter()
+        .map(|i| i.payload.len())
+        .fold(0usize, usize::saturating_add);
+    if bytes > MAX_ENQUEUE_BATCH_BYTES {
+        return Err(Error::invalid(
+            "enqueue batch",
+            format!("holds {bytes} payload bytes; the limit is {MAX_ENQUEUE_BATCH_BYTES}"),
+        ));
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            check_payload("run payload", MAX_RUN_PAYLOAD, &item.payload)
+                .and_then(|()| item.options.effective_max_attempts())
+                .map_err(|e| Error::InvalidBatchItem {
+                    index,
+                    error: Box::new(e),
+                })
+        })
+        .collect()
 }
 
 /// What [`Spool::enqueue`](super::Spool::enqueue) did.

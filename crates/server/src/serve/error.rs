@@ -59,6 +59,7 @@ impl From<cairn::Error> for ApiError {
         use cairn::Error as E;
         let (status, code) = match &e {
             E::InvalidInput { .. } => (StatusCode::BAD_REQUEST, "invalid_input"),
+            E::InvalidBatchItem { .. } => (StatusCode::BAD_REQUEST, "invalid_batch_item"),
             E::BadCursor { .. } => (StatusCode::BAD_REQUEST, "bad_cursor"),
             E::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             E::UnknownRun { .. } => (StatusCode::NOT_FOUND, "unknown_run"),

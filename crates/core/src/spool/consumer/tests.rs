@@ -417,6 +417,13 @@ async fn next_due_default_body_agrees_with_the_model() {
         ) -> Result<crate::spool::Enqueued> {
             self.0.enqueue(queue, key, payload, options).await
         }
+        async fn enqueue_many(
+            &self,
+            queue: &QueueName,
+            items: Vec<crate::spool::EnqueueItem>,
+        ) -> Result<Vec<crate::spool::Enqueued>> {
+            self.0.enqueue_many(queue, items).await
+        }
         async fn claim(
             &self,
             queue: &QueueName,
@@ -731,6 +738,13 @@ impl Spool for Faulty {
         options: EnqueueOptions,
     ) -> Result<crate::spool::Enqueued> {
         self.inner.enqueue(queue, key, payload, options).await
+    }
+    async fn enqueue_many(
+        &self,
+        queue: &QueueName,
+        items: Vec<crate::spool::EnqueueItem>,
+    ) -> Result<Vec<crate::spool::Enqueued>> {
+        self.inner.enqueue_many(queue, items).await
     }
     async fn claim(
         &self,

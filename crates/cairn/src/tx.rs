@@ -1,0 +1,359 @@
+//! [`Transaction`]: cairn's writes and the application's in one database transaction, on
+//! either engine ([`Store::begin`], [`Store::transaction`]); and, on Postgres, cairn's writes
+//! inside a transaction of the application's own pool ([`Store::enqueue_in`] and its siblings).
+
+use std::fmt;
+
+use cairn_core::spool::{
+    CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName,
+    RunEventId, RunId,
+};
+use cairn_core::{Appended, Error, Event, Result, SpaceId};
+
+use crate::Store;
+
+/// An open transaction of a [`Store`]: cairn's writes made through it — enqueues, bulk
+/// enqueues, cancels, run events, epoch appends — and the application's own statements
+/// ([`Transaction::postgres`], [`Transaction::sqlite`]) commit together or not at all.
+///
+/// - **Dropped = rolled back**, as are an explicit [`Transaction::rollback`] and a process
+///   killed before [`Transaction::commit`] returned.
+/// - **Wake-ups on commit.** Subscribers of a queue are woken after the commit that created
+///   its runs, never by a transaction that rolled back.
+/// - **The dedup answer is the committed one.** An enqueue of a key another open transaction
+///   holds waits for it (and answers its run if it commits), up to the store's busy/lock
+///   timeout, then fails with [`Error::Retryable`]; a key enqueued twice in one transaction
+///   is one run.
+/// - **A failed operation fails the transaction**: after an error, [`Transaction::commit`]
+///   rolls back and returns [`Error::Conflict`].
+///
+/// **Postgres**: a READ COMMITTED transaction on a connection of the store's pool, whose
+/// `search_path` is the store's schema (name your tables with their schema, `public.orders`,
+/// unless they live there). Other claims, enqueues of other keys and appends to other spaces
+/// go on while it is open. **SQLite**: one `BEGIN IMMEDIATE` transaction on the store's writer
+/// connection, which it holds until it ends: the store's other writes (this process's and
+/// others') wait for it and fail with [`Error::Retryable`] after the busy timeout; reads go on.
+/// Keep it short on both.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> cairn::Result<()> {
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let url = format!("sqlite://{}", dir.path().join("store.db").display());
+/// let store = cairn::Store::open(&url).await?;
+/// let queue = cairn::QueueName::new("mail")?;
+/// let mut tx = store.begin().await?;
+/// let key = cairn::DedupKey::from_parts(["receipt", "42"])?;
+/// let run = tx.enqueue(&queue, &key, b"42".to_vec(), Default::default()).await?;
+/// tx.rollback().await?; // or drop it: nothing of it remains
+/// assert!(store.spool().run(run.run_id).await?.is_none());
+/// # Ok(()) }
+/// ```
+pub struct Transaction {
+    inner: Box<dyn cairn_core::Transaction>,
+}
+
+impl fmt::Debug for Transaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("inner", &self.inner)
+            .finish()
+    }
+}
+
+impl Transaction {
+    /// The engine the transaction runs on (`"sqlite"`, `"postgres"`, …).
+    pub fn engine(&self) -> &str {
+        self.inner.engine()
+    }
+
+    /// [`crate::Spool::enqueue`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`crate::Spool::enqueue`].
+    pub async fn enqueue(
+        &mut self,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        self.inner.enqueue(queue, key, payload, options).await
+    }
+
+    /// [`crate::Spool::enqueue_many`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`crate::Spool::enqueue_many`].
+    pub async fn enqueue_many(
+        &mut self,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        self.inner.enqueue_many(queue, items).await
+    }
+
+    /// [`crate::Spool::cancel`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`crate::Spool::cancel`].
+    pub async fn cancel(&mut self, run: RunId) -> Result<CancelOutcome> {
+        self.inner.cancel(run).await
+    }
+
+    /// [`crate::Spool::append_event`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`crate::Spool::append_event`].
+    pub async fn append_event(
+        &mut self,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        self.inner.append_event(run, event_id, payload).await
+    }
+
+    /// [`crate::EpochStore::append`] inside the transaction (the space's write lock is held
+    /// until it ends).
+    ///
+    /// # Errors
+    /// As [`crate::EpochStore::append`].
+    pub async fn append(&mut self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
+        self.inner.append(space, events).await
+    }
+
+    /// Commits everything, then wakes the subscribers of each queue that got a run.
+    ///
+    /// # Errors
+    /// [`Error::Conflict`] when an operation (or, on Postgres, one of the application's
+    /// statements) had failed: the transaction was rolled back instead. The engine's commit
+    /// errors: nothing was committed.
+    pub async fn commit(self) -> Result<()> {
+        self.inner.commit().await
+    }
+
+    /// Rolls everything back.
+    ///
+    /// # Errors
+    /// The engine's errors; the transaction is gone either way.
+    pub async fn rollback(self) -> Result<()> {
+        self.inner.rollback().await
+    }
+
+    /// The transaction's Postgres connection, for the application's own statements (`sqlx`),
+    /// or `None` on another engine. Its `search_path` is the store's schema.
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub fn postgres(&mut self) -> Option<&mut sqlx::PgConnection> {
+        self.inner
+            .as_any_mut()
+            .downcast_mut::<cairn_postgres::PgTransaction>()
+            .map(cairn_postgres::PgTransaction::connection)
+    }
+
+    /// Runs the application's own statements (`rusqlite`) on the SQLite store's writer,
+    /// inside the transaction, on a blocking thread. The tables should come from an
+    /// application migration set ([`crate::StoreBuilder::migrations`]). Do not `COMMIT`,
+    /// `ROLLBACK` or `BEGIN` there.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] on another engine; `f`'s error (which fails the transaction).
+    #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+    pub async fn sqlite<T, F>(&mut self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let engine = self.engine().to_owned();
+        match self
+            .inner
+            .as_any_mut()
+            .downcast_mut::<cairn_sqlite::SqliteTransaction>()
+        {
+            Some(tx) => tx.with_connection(f).await,
+            None => Err(Error::invalid(
+                "transaction",
+                format!("runs on {engine}, not sqlite"),
+            )),
+        }
+    }
+}
+
+impl Store {
+    /// Begins a [`Transaction`] on the store.
+    ///
+    /// # Errors
+    /// The engine's errors: no connection within the pool's acquire timeout (Postgres), the
+    /// writer busy past the busy timeout (SQLite, [`Error::Retryable`]).
+    pub async fn begin(&self) -> Result<Transaction> {
+        Ok(Transaction {
+            inner: self.handle().begin().await?,
+        })
+    }
+
+    /// Runs `f` in a [`Transaction`]: commits when it returns `Ok`, rolls back (and returns
+    /// the error) when it returns `Err`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> cairn::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    /// let store = cairn::Store::open(&url).await?;
+    /// let queue = cairn::QueueName::new("mail")?;
+    /// let runs = store
+    ///     .transaction(async |tx| {
+    ///         let items = (0..3)
+    ///             .map(|i| cairn::spool::EnqueueItem::new(
+    ///                 cairn::DedupKey::from_parts(["receipt", &i.to_string()]).unwrap(),
+    ///                 b"{}".to_vec(),
+    ///             ))
+    ///             .collect();
+    ///         tx.enqueue_many(&queue, items).await
+    ///     })
+    ///     .await?;
+    /// assert_eq!(runs.len(), 3);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Store::begin`]; `f`'s error; [`Transaction::commit`]'s.
+    pub async fn transaction<T, F>(&self, f: F) -> Result<T>
+    where
+        F: AsyncFnOnce(&mut Transaction) -> Result<T>,
+    {
+        let mut tx = self.begin().await?;
+        match f(&mut tx).await {
+            Ok(value) => {
+                tx.commit().await?;
+                Ok(value)
+            }
+            Err(e) => {
+                // The closure's error is the one to report; a failed rollback leaves nothing
+                // committed either.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// cairn's writes inside a transaction of the application's own Postgres pool (River's
+/// `InsertTx` model): `conn` is `&mut *tx` of a `sqlx` transaction on the store's database.
+/// Each call does what the same method of [`Transaction`] does, and commits or rolls back with
+/// the application's transaction. Isolation: READ COMMITTED is the level cairn is built for;
+/// under REPEATABLE READ or SERIALIZABLE, an enqueue of a key whose run committed after the
+/// transaction's snapshot fails with [`Error::Retryable`] (retry the transaction). Each call
+/// points the transaction's `search_path` at the store's schema for its own statements and puts
+/// the application's back before it returns.
+///
+/// These need a store opened from a `postgres://` URL (or [`Store::builder_from_pg_pool`]);
+/// on another engine, or a store over a third party's backend, they fail with
+/// [`Error::InvalidInput`].
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+impl Store {
+    fn pg(&self) -> Result<&cairn_postgres::PgBackend> {
+        self.pg_backend().ok_or_else(|| {
+            Error::invalid(
+                "store",
+                format!(
+                    "runs on {}: a caller's Postgres transaction needs a store opened from a \
+                     postgres:// URL",
+                    self.engine()
+                ),
+            )
+        })
+    }
+
+    /// [`crate::Spool::enqueue`] inside the application's transaction `conn`.
+    ///
+    /// ```no_run
+    /// # async fn demo(store: cairn::Store, app: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut tx = app.begin().await?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES (42)").execute(&mut *tx).await?;
+    /// let queue = cairn::QueueName::new("receipts")?;
+    /// let key = cairn::DedupKey::from_parts(["order", "42"])?;
+    /// store.enqueue_in(&mut tx, &queue, &key, b"42".to_vec(), Default::default()).await?;
+    /// tx.commit().await?; // the order and its receipt job, or neither
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`crate::Spool::enqueue`]; [`Error::InvalidInput`] when `conn` is not inside a
+    /// transaction or the store is not a Postgres one.
+    pub async fn enqueue_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        queue: &QueueName,
+        key: &DedupKey,
+        payload: Vec<u8>,
+        options: EnqueueOptions,
+    ) -> Result<Enqueued> {
+        self.pg()?
+            .pg_spool()
+            .enqueue_in(conn, queue, key, payload, options)
+            .await
+    }
+
+    /// [`crate::Spool::enqueue_many`] inside the application's transaction `conn`.
+    ///
+    /// # Errors
+    /// As [`Store::enqueue_in`] and [`crate::Spool::enqueue_many`].
+    pub async fn enqueue_many_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        queue: &QueueName,
+        items: Vec<EnqueueItem>,
+    ) -> Result<Vec<Enqueued>> {
+        self.pg()?
+            .pg_spool()
+            .enqueue_many_in(conn, queue, items)
+            .await
+    }
+
+    /// [`crate::Spool::cancel`] inside the application's transaction `conn`.
+    ///
+    /// # Errors
+    /// As [`Store::enqueue_in`] and [`crate::Spool::cancel`].
+    pub async fn cancel_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        run: RunId,
+    ) -> Result<CancelOutcome> {
+        self.pg()?.pg_spool().cancel_in(conn, run).await
+    }
+
+    /// [`crate::Spool::append_event`] inside the application's transaction `conn`.
+    ///
+    /// # Errors
+    /// As [`Store::enqueue_in`] and [`crate::Spool::append_event`].
+    pub async fn append_event_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        run: RunId,
+        event_id: &RunEventId,
+        payload: Vec<u8>,
+    ) -> Result<EventAppended> {
+        self.pg()?
+            .pg_spool()
+            .append_event_in(conn, run, event_id, payload)
+            .await
+    }
+
+    /// [`crate::EpochStore::append`] inside the application's transaction `conn` (the
+    /// space's write lock is held until it ends).
+    ///
+    /// # Errors
+    /// As [`Store::enqueue_in`] and [`crate::EpochStore::append`].
+    pub async fn append_in(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        space: &SpaceId,
+        events: Vec<Event>,
+    ) -> Result<Appended> {
+        self.pg()?.store().append_in(conn, space, events).await
+    }
+}
