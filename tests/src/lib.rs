@@ -293,6 +293,41 @@ pub trait SpoolHarness: Harness {
     async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>>;
 }
 
+/// What the transaction cases (T…) need on top of [`SpoolHarness`]: store handles whose
+/// transactions ([`cairn_migrate::Backend::begin`]) can hold an application row beside cairn's
+/// writes.
+///
+/// Every handle [`TxHarness::open_tx`] opens is a separate instance over the harness's
+/// location (its own connections), whose open applied an application migration set creating
+/// the table `app_order (id TEXT PRIMARY KEY)`, with fleet registration off and its spool's
+/// fallback wake-up poll set to an hour, so that a subscription on it returns only for a real
+/// notification.
+#[async_trait]
+pub trait TxHarness: SpoolHarness {
+    /// Opens a new store instance as described above.
+    async fn open_tx(&self) -> Result<Arc<dyn cairn_migrate::Backend>>;
+
+    /// Inserts the application's row `id` into `app_order` inside `tx` (the transaction of a
+    /// handle [`TxHarness::open_tx`] opened), on the transaction's own connection.
+    async fn insert_order(&self, tx: &mut dyn cairn_core::Transaction, id: &str) -> Result<()>;
+
+    /// Whether `app_order` holds a committed row `id`, read on a connection of its own.
+    async fn order_exists(&self, id: &str) -> Result<bool>;
+
+    /// Opens a spool instance over the harness's location whose waits for a lock another
+    /// connection holds give up after about 200 ms (SQLite's busy timeout, Postgres'
+    /// `lock_timeout`), with [`cairn_core::Error::Retryable`].
+    async fn open_impatient_spool(&self) -> Result<Arc<dyn Spool>>;
+
+    /// Whether an open transaction holds the store's only writer (SQLite: every other write
+    /// waits for it), rather than row locks (Postgres: claims of other runs go on).
+    fn exclusive_writer(&self) -> bool;
+
+    /// Makes every later insert of a run with dedup key `key` (any queue) fail inside the
+    /// database (a trigger), so that a bulk enqueue fails in the middle of its writes.
+    async fn fail_inserts_of_key(&self, key: &cairn_core::DedupKey) -> Result<()>;
+}
+
 /// The in-memory reference backend's harness, and the worked example of a [`Harness`] and a
 /// [`SpoolHarness`].
 #[derive(Debug, Clone)]
@@ -526,6 +561,28 @@ macro_rules! spool_suite {
             s17_bulk_retry_goes_on_past_a_run_it_cannot_retry,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
+            t4_bulk_dedups_repeated_keys_in_input_order,
+            t4_bulk_answers_stored_keys_and_supersedes_in_order,
+            t4_bulk_bad_input_refuses_the_whole_batch,
+        );
+    };
+}
+
+/// Expands the transaction cases (T1–T5) for a [`TxHarness`] expression, as
+/// [`spool_suite!`] does for the spool cases.
+#[macro_export]
+macro_rules! tx_suite {
+    ($harness:expr) => {
+        $crate::__cases!($harness;
+            t1_app_row_and_enqueue_commit_together,
+            t1_rolled_back_dropped_or_failed_leave_nothing,
+            t1_epoch_append_and_run_events_commit_with_the_transaction,
+            t2_subscriber_is_woken_by_the_commit_only,
+            t3_a_key_inside_and_outside_an_open_transaction_is_one_run,
+            t3_an_outside_enqueue_after_a_rollback_creates_the_run,
+            t4_bulk_failure_in_the_middle_changes_nothing,
+            t4_bulk_inside_a_transaction_commits_with_it,
+            t5_an_open_transaction_is_bounded_for_other_writers,
         );
     };
 }

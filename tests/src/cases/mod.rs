@@ -19,6 +19,7 @@ mod migrations;
 mod model;
 mod multi_node;
 mod spool;
+mod tx;
 
 pub use additivity::*;
 pub use backfill::*;
@@ -29,6 +30,7 @@ pub use migrations::*;
 pub use model::*;
 pub use multi_node::*;
 pub use spool::*;
+pub use tx::*;
 
 /// Opens a store, panicking with the backend's message when it cannot.
 pub(crate) async fn open<H: Harness>(h: &H) -> Arc<dyn EpochDiagnostics> {

@@ -12,6 +12,7 @@ use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, QueueName, RunId, 
 use crate::SpoolHarness;
 
 mod bad_input;
+mod bulk;
 mod close;
 mod events;
 mod identity;
@@ -24,6 +25,7 @@ mod shutdown;
 mod versions;
 
 pub use bad_input::*;
+pub use bulk::*;
 pub use close::*;
 pub use events::*;
 pub use identity::*;

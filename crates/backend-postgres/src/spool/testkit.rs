@@ -350,3 +350,95 @@ impl PgSpool {
         Ok(rows.join("\n"))
     }
 }
+
+/// The application migration set of the transaction cases: the table `app_order`.
+fn app_orders() -> cairn_migrate::MigrationSet {
+    cairn_migrate::MigrationSet::from_files(
+        "app",
+        [(
+            "0001_orders.sql",
+            "CREATE TABLE app_order (id TEXT PRIMARY KEY)",
+        )],
+    )
+    .expect("a valid application set")
+}
+
+#[async_trait]
+impl cairn_conformance::TxHarness for PgSpoolHarness {
+    async fn open_tx(&self) -> Result<Arc<dyn cairn_migrate::Backend>> {
+        let open = cairn_migrate::OpenOptions::default()
+            .clock(Arc::new(self.clock.clone()))
+            .migrations(app_orders())
+            .register_in_fleet(false);
+        let backend = crate::PgBackend::open(self.options(), open).await?;
+        backend
+            .pg_spool()
+            .set_wake_poll(std::time::Duration::from_secs(3600));
+        Ok(Arc::new(backend))
+    }
+
+    async fn insert_order(&self, tx: &mut dyn cairn_core::Transaction, id: &str) -> Result<()> {
+        let tx = tx
+            .as_any_mut()
+            .downcast_mut::<crate::PgTransaction>()
+            .ok_or_else(|| cairn_core::Error::invalid("transaction", "is not a PgTransaction"))?;
+        sqlx::query("INSERT INTO app_order (id) VALUES ($1)")
+            .bind(id)
+            .execute(tx.connection())
+            .await
+            .map_err(crate::error::map)?;
+        Ok(())
+    }
+
+    async fn order_exists(&self, id: &str) -> Result<bool> {
+        let mut conn = self.pg.connection().await?;
+        let row: (bool,) = sqlx::query_as("SELECT EXISTS (SELECT 1 FROM app_order WHERE id = $1)")
+            .bind(id)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(crate::error::map)?;
+        Ok(row.0)
+    }
+
+    async fn open_impatient_spool(&self) -> Result<Arc<dyn Spool>> {
+        let opts = self
+            .options()
+            .lock_timeout(std::time::Duration::from_millis(200));
+        Ok(Arc::new(self.spool_with(opts).await?))
+    }
+
+    fn exclusive_writer(&self) -> bool {
+        false
+    }
+
+    async fn fail_inserts_of_key(&self, key: &cairn_core::DedupKey) -> Result<()> {
+        let hex: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        let conn = self.pg.connection().await?;
+        poison(conn, hex).await
+    }
+}
+
+/// Installs the failing trigger of [`cairn_conformance::TxHarness::fail_inserts_of_key`].
+async fn poison(mut conn: sqlx::PgConnection, hex: String) -> Result<()> {
+    let function = format!(
+        "CREATE OR REPLACE FUNCTION cairn_test_poison() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN IF NEW.dedup_key = '\\x{hex}'::bytea THEN \
+         RAISE EXCEPTION 'a poisoned dedup key'; END IF; RETURN NEW; END $$"
+    );
+    sqlx::query(&function)
+        .execute(&mut conn)
+        .await
+        .map_err(crate::error::map)?;
+    sqlx::query("DROP TRIGGER IF EXISTS cairn_test_poison ON spool_run")
+        .execute(&mut conn)
+        .await
+        .map_err(crate::error::map)?;
+    sqlx::query(
+        "CREATE TRIGGER cairn_test_poison BEFORE INSERT ON spool_run FOR EACH ROW \
+         EXECUTE FUNCTION cairn_test_poison()",
+    )
+    .execute(&mut conn)
+    .await
+    .map_err(crate::error::map)?;
+    Ok(())
+}

@@ -284,7 +284,7 @@ impl PgHarness {
 
     /// A new connection with the store's session settings (its schema as the `search_path`,
     /// a 10 s lock timeout), as a store's writer has.
-    async fn connection(&self) -> Result<PgConnection> {
+    pub(crate) async fn connection(&self) -> Result<PgConnection> {
         let opts = PgConnectOptions::from_str(&self.url).map_err(map)?;
         let mut conn = PgConnection::connect_with(&opts).await.map_err(map)?;
         sqlx::query(sql::SESSION_SETUP)

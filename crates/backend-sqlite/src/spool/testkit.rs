@@ -159,3 +159,92 @@ impl SqliteSpool {
             .await
     }
 }
+
+/// The application migration set of the transaction cases: the table `app_order`.
+fn app_orders() -> cairn_migrate::MigrationSet {
+    cairn_migrate::MigrationSet::from_files(
+        "app",
+        [(
+            "0001_orders.sql",
+            "CREATE TABLE app_order (id TEXT PRIMARY KEY)",
+        )],
+    )
+    .expect("a valid application set")
+}
+
+impl SqliteSpoolHarness {
+    /// A plain connection to the store file (test support: reads and DDL beside cairn's).
+    async fn side_connection<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let path = self.path().to_path_buf();
+        crate::db::blocking(move || {
+            let conn = rusqlite::Connection::open(&path).map_err(map)?;
+            conn.busy_timeout(std::time::Duration::from_secs(10))
+                .map_err(map)?;
+            f(&conn).map_err(map)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl cairn_conformance::TxHarness for SqliteSpoolHarness {
+    async fn open_tx(&self) -> Result<Arc<dyn cairn_migrate::Backend>> {
+        let open = cairn_migrate::OpenOptions::default()
+            .clock(Arc::new(self.clock.clone()))
+            .migrations(app_orders())
+            .register_in_fleet(false);
+        let backend =
+            crate::SqliteBackend::open(self.path(), SqliteOptions::default(), open).await?;
+        backend
+            .sqlite_spool()
+            .set_wake_poll(std::time::Duration::from_secs(3600));
+        Ok(Arc::new(backend))
+    }
+
+    async fn insert_order(&self, tx: &mut dyn cairn_core::Transaction, id: &str) -> Result<()> {
+        let tx = tx
+            .as_any_mut()
+            .downcast_mut::<crate::SqliteTransaction>()
+            .ok_or_else(|| Error::invalid("transaction", "is not a SqliteTransaction"))?;
+        let id = id.to_owned();
+        tx.with_connection(move |c| c.execute("INSERT INTO app_order (id) VALUES (?1)", [id]))
+            .await?;
+        Ok(())
+    }
+
+    async fn order_exists(&self, id: &str) -> Result<bool> {
+        let id = id.to_owned();
+        self.side_connection(move |c| {
+            c.query_row(
+                "SELECT EXISTS (SELECT 1 FROM app_order WHERE id = ?1)",
+                [id],
+                |r| r.get(0),
+            )
+        })
+        .await
+    }
+
+    async fn open_impatient_spool(&self) -> Result<Arc<dyn Spool>> {
+        let opts = SqliteOptions::default().busy_timeout(std::time::Duration::from_millis(200));
+        Ok(Arc::new(self.open_with(opts).await?))
+    }
+
+    fn exclusive_writer(&self) -> bool {
+        true
+    }
+
+    async fn fail_inserts_of_key(&self, key: &cairn_core::DedupKey) -> Result<()> {
+        let hex: String = key.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+        self.side_connection(move |c| {
+            c.execute_batch(&format!(
+                "CREATE TRIGGER IF NOT EXISTS cairn_test_poison BEFORE INSERT ON spool_run \
+                 WHEN NEW.dedup_key = X'{hex}' BEGIN SELECT RAISE(ABORT, 'a poisoned dedup key'); END"
+            ))
+        })
+        .await
+    }
+}

@@ -1,0 +1,306 @@
+//! Transactions on PostgreSQL: the conformance transaction cases (T1–T5), and cairn's writes
+//! inside a transaction of the application's own pool (`PgSpool::enqueue_in` and its
+//! siblings) at each isolation level.
+
+cairn_conformance::tx_suite!(cairn_postgres::spool::testkit::spool_harness());
+
+use std::time::Duration;
+
+use cairn_core::spool::{CancelOutcome, EnqueueItem, RunEventId, Spool};
+use cairn_core::{DedupKey, EnqueueOptions, EpochStore, Error, Event, QueueName, SpaceId};
+use cairn_postgres::spool::testkit::{spool_harness, PgSpoolHarness};
+use cairn_postgres::{PgSpool, PgStore};
+use sqlx::{Connection, PgConnection, PgPool};
+
+/// The application's own pool on the test server, and a table of its own in `public`-less
+/// terms: `app_tx_order` in the harness's schema, named with the schema.
+async fn app(h: &PgSpoolHarness) -> (PgPool, String) {
+    let url = cairn_postgres::testkit::test_server_url().await.unwrap();
+    let pool = PgPool::connect(&url).await.unwrap();
+    let schema = h.pg().schema().to_owned();
+    // The store's schema exists once a store was opened over it.
+    drop(h.spool().await.unwrap());
+    let table = format!("\"{schema}\".app_tx_order");
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE IF NOT EXISTS {table} (id TEXT PRIMARY KEY)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    (pool, table)
+}
+
+async fn stores(h: &PgSpoolHarness) -> (PgStore, PgSpool) {
+    let store = PgStore::open_with(h.options()).await.unwrap();
+    let spool = PgSpool::from_store(
+        &store,
+        std::sync::Arc::new(cairn_core::SystemClock),
+        Default::default(),
+    )
+    .unwrap();
+    (store, spool)
+}
+
+fn key(k: &str) -> DedupKey {
+    DedupKey::from_parts(["order", k]).unwrap()
+}
+
+async fn search_path(conn: &mut PgConnection) -> String {
+    sqlx::query_scalar("SELECT pg_catalog.current_setting('search_path')")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+async fn rows(pool: &PgPool, table: &str, id: &str) -> i64 {
+    sqlx::query_scalar(&format!("SELECT count(*) FROM {table} WHERE id = $1"))
+        .bind(id)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
+/// River's model: the application's transaction holds its row and cairn's enqueue, bulk
+/// enqueue, cancel, run event and epoch append; all commit with it, or none does; the
+/// application's `search_path` is what it was after each call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_inside_the_applications_transaction_commit_or_roll_back_with_it() {
+    let h = spool_harness().await;
+    let (pool, table) = app(&h).await;
+    let (store, spool) = stores(&h).await;
+    let q = QueueName::new("receipts").unwrap();
+    let space = SpaceId::new("orders").unwrap();
+    let standing = spool
+        .enqueue(
+            &q,
+            &key("standing"),
+            b"s".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+
+    for commit in [false, true] {
+        let id = if commit { "kept" } else { "dropped" };
+        let mut tx = pool.begin().await.unwrap();
+        let before = search_path(&mut tx).await;
+        sqlx::query(&format!("INSERT INTO {table} (id) VALUES ($1)"))
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        let run = spool
+            .enqueue_in(
+                &mut tx,
+                &q,
+                &key(id),
+                id.as_bytes().to_vec(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap();
+        assert!(run.created);
+        let many = spool
+            .enqueue_many_in(
+                &mut tx,
+                &q,
+                vec![
+                    EnqueueItem::new(key(id), "same"),
+                    EnqueueItem::new(key(&format!("{id}-2")), "two"),
+                ],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            many[0].run_id, run.run_id,
+            "the transaction sees its own run"
+        );
+        assert!(!many[0].created && many[1].created);
+        let event = RunEventId::new(format!("e-{id}")).unwrap();
+        spool
+            .append_event_in(&mut tx, standing.run_id, &event, b"e".to_vec())
+            .await
+            .unwrap();
+        assert_eq!(
+            spool.cancel_in(&mut tx, many[1].run_id).await.unwrap(),
+            CancelOutcome::Canceled
+        );
+        store
+            .append_in(&mut tx, &space, vec![Event::new("order", id)])
+            .await
+            .unwrap();
+        assert_eq!(
+            search_path(&mut tx).await,
+            before,
+            "the application's search_path is back"
+        );
+        // Nothing is visible outside yet.
+        assert!(spool.run(run.run_id).await.unwrap().is_none());
+        if commit {
+            tx.commit().await.unwrap();
+        } else {
+            tx.rollback().await.unwrap();
+        }
+        assert_eq!(rows(&pool, &table, id).await, i64::from(commit));
+        assert_eq!(
+            spool.run(run.run_id).await.unwrap().is_some(),
+            commit,
+            "{id}: the run"
+        );
+        assert_eq!(spool.run(many[1].run_id).await.unwrap().is_some(), commit);
+        let events = spool.events(standing.run_id, 0, 10).await.unwrap();
+        assert_eq!(
+            events.iter().any(|e| e.event_id == event),
+            commit,
+            "{id}: the run event"
+        );
+    }
+    let heads = store.heads(&space).await.unwrap();
+    assert_eq!(heads.len(), 1, "one committed epoch");
+}
+
+/// A connection outside a transaction is refused before anything runs: cairn's statements
+/// would commit on their own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_outside_a_transaction_is_refused() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let mut conn = pool.acquire().await.unwrap();
+    let r = spool
+        .enqueue_in(
+            &mut conn,
+            &QueueName::new("q").unwrap(),
+            &key("none"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::InvalidInput { .. })), "{r:?}");
+    let all = spool.runs(&Default::default(), 10).await.unwrap();
+    assert!(all.is_empty(), "nothing was written");
+}
+
+/// REPEATABLE READ and SERIALIZABLE: a key committed by another transaction after this one's
+/// snapshot makes the enqueue fail with `Retryable` (a serialization failure), never answer
+/// an id the transaction cannot see nor create a second run; a key committed before the
+/// snapshot is answered as usual; READ COMMITTED answers the committed id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_levels_answer_the_committed_id_or_a_retryable_error() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let q = QueueName::new("iso").unwrap();
+    for level in ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"] {
+        let before = key(&format!("{level}-before"));
+        let after = key(&format!("{level}-after"));
+        let committed_before = spool
+            .enqueue(&q, &before, Vec::new(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        let mut tx = conn
+            .begin_with(format!("BEGIN ISOLATION LEVEL {level}"))
+            .await
+            .unwrap();
+        // Take the snapshot.
+        sqlx::query("SELECT 1").execute(&mut *tx).await.unwrap();
+        let seen = spool
+            .enqueue_in(&mut tx, &q, &before, Vec::new(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(
+            seen.run_id, committed_before.run_id,
+            "{level}: a key from before"
+        );
+        assert!(!seen.created);
+        let outside = spool
+            .enqueue(&q, &after, Vec::new(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        let inside = spool
+            .enqueue_in(&mut tx, &q, &after, Vec::new(), EnqueueOptions::default())
+            .await;
+        match (level, inside) {
+            ("READ COMMITTED", Ok(e)) => {
+                assert_eq!(e.run_id, outside.run_id, "{level}: the committed id");
+                assert!(!e.created);
+                tx.commit().await.unwrap();
+            }
+            ("READ COMMITTED", Err(e)) => panic!("{level}: {e}"),
+            (_, Err(e)) => {
+                assert!(e.is_retryable(), "{level}: a serialization failure: {e}");
+                tx.rollback().await.unwrap();
+            }
+            (_, Ok(e)) => panic!("{level}: answered {e:?} for a key it cannot see"),
+        }
+        let runs = spool
+            .runs(
+                &cairn_core::spool::RunFilter {
+                    queue: Some(q.clone()),
+                    ..Default::default()
+                },
+                100,
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            runs.iter().filter(|r| r.dedup_key == after).count(),
+            1,
+            "{level}: one run for the key"
+        );
+    }
+}
+
+/// The outside enqueue of a key an application transaction holds waits for it; after the
+/// application commits it answers the committed id (T3 across pools).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outside_enqueue_waits_for_the_applications_commit() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let q = QueueName::new("wait").unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let inside = spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("w"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let (s, q2) = (spool.clone(), q.clone());
+    let outside = tokio::spawn(async move {
+        s.enqueue(&q2, &key("w"), Vec::new(), EnqueueOptions::default())
+            .await
+    });
+    // Wait until the outside enqueue is blocked on the application's transaction.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the outside enqueue never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tx.commit().await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), outside)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.run_id, inside.run_id);
+    assert!(!answer.created);
+}
