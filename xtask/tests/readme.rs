@@ -224,3 +224,45 @@ fn profiles(manifest: &str) -> String {
     );
     out
 }
+
+/// The README's outbox example (`place_order`) is, to the character, the one the facade's
+/// doc test runs on SQLite and on Postgres (`crates/cairn/src/tx.rs`): the README builds, the
+/// doc test runs the same code.
+#[test]
+fn the_readme_outbox_is_the_code_the_doc_test_runs() {
+    let root = workspace();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let example = blocks(section(&readme, SECTION), "rust")
+        .into_iter()
+        .find(|b| b.contains("async fn place_order"))
+        .expect("the README's outbox example (place_order)");
+    // From the first line to the end of `place_order` (its closing brace alone on a line).
+    let mut code = String::new();
+    let mut inside = false;
+    for line in example.lines() {
+        code.push_str(line);
+        code.push('\n');
+        inside |= line.starts_with("async fn place_order");
+        if inside && line == "}" {
+            break;
+        }
+    }
+    assert!(
+        inside,
+        "place_order ends with a closing brace alone on a line"
+    );
+    let tx = std::fs::read_to_string(root.join("crates/cairn/src/tx.rs")).unwrap();
+    let doc: String = tx
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .map(|l| l.strip_prefix(' ').unwrap_or(l))
+        .fold(String::new(), |mut s, l| {
+            s.push_str(l);
+            s.push('\n');
+            s
+        });
+    assert!(
+        doc.contains(&code),
+        "crates/cairn/src/tx.rs's doc test does not run the README's place_order:\n{code}"
+    );
+}

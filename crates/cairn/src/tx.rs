@@ -1,6 +1,77 @@
 //! [`Transaction`]: cairn's writes and the application's in one database transaction, on
 //! either engine ([`Store::begin`], [`Store::transaction`]); and, on Postgres, cairn's writes
 //! inside a transaction of the application's own pool ([`Store::enqueue_in`] and its siblings).
+//!
+//! The outbox: an application row and the job it needs in one transaction, on either engine
+//! (the README's example, run here on SQLite and on the test Postgres server):
+//!
+//! ```
+//! use cairn::{DedupKey, Error, QueueName, Store};
+//!
+//! /// Saves order `id` and the job that emails its receipt in one transaction: both or neither.
+//! async fn place_order(store: &Store, id: i64) -> cairn::Result<()> {
+//!     let receipts = QueueName::new("receipts")?;
+//!     let key = DedupKey::from_parts(["receipt", &id.to_string()])?;
+//!     store
+//!         .transaction(async |tx| {
+//!             // Your own statement, with the engine's driver, on the transaction's connection.
+//!             if let Some(conn) = tx.postgres() {
+//!                 cairn::sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+//!                     .bind(id)
+//!                     .execute(conn)
+//!                     .await
+//!                     .map_err(|e| Error::backend("app", e.to_string()))?;
+//!             } else {
+//!                 tx.sqlite(move |conn| conn.execute("INSERT INTO orders (id) VALUES (?1)", [id]))
+//!                     .await?;
+//!             }
+//!             // cairn's write, in the same transaction; subscribers wake after the commit.
+//!             tx.enqueue(&receipts, &key, id.to_string().into_bytes(), Default::default())
+//!                 .await?;
+//!             Ok(())
+//!         })
+//!         .await
+//! }
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> cairn::Result<()> {
+//! #     let shop = || {
+//! #         cairn::MigrationSet::from_files(
+//! #             "shop",
+//! #             [("0001_orders.sql", "CREATE TABLE orders (id BIGINT PRIMARY KEY)")],
+//! #         )
+//! #     };
+//! #     let dir = tempfile::tempdir().unwrap();
+//! #     let sqlite = format!("sqlite://{}", dir.path().join("shop.db").display());
+//! #     let server = cairn::testkit::postgres::testkit::test_server_url()
+//! #         .await
+//! #         .unwrap_or_else(|why| panic!("no Postgres server for the outbox example: {why}"));
+//! #     let schema = cairn::testkit::scratch_name("cairn_outbox");
+//! #     let sep = if server.contains('?') { '&' } else { '?' };
+//! #     let postgres = format!("{server}{sep}cairn_schema={schema}");
+//! #     for url in [sqlite, postgres] {
+//! #         let store = Store::builder(url).migrations(shop()?).open().await?;
+//! #         place_order(&store, 42).await?;
+//! #         // The same order again: its row exists, so the transaction fails and nothing of
+//! #         // it commits (the first one's run stays the only one).
+//! #         assert!(place_order(&store, 42).await.is_err());
+//! #         let receipts = QueueName::new("receipts")?;
+//! #         let runs = store.spool().runs(&cairn::spool::RunFilter {
+//! #             queue: Some(receipts),
+//! #             ..Default::default()
+//! #         }, 10).await?;
+//! #         assert_eq!(runs.len(), 1, "{}: one receipt job", store.engine());
+//! #         store.close().await?;
+//! #     }
+//! #     let mut admin = <cairn::sqlx::PgConnection as cairn::sqlx::Connection>::connect(&server)
+//! #         .await
+//! #         .unwrap();
+//! #     cairn::sqlx::raw_sql(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+//! #         .execute(&mut admin)
+//! #         .await
+//! #         .unwrap();
+//! #     Ok(())
+//! # }
+//! ```
 
 use std::fmt;
 
