@@ -113,14 +113,14 @@ pub fn decode_body(route: &str, body: &[u8]) -> Option<Result<Decoded, Refusal>>
     use serve::json;
     let decoded = match route {
         "append" => serve::decode_body::<json::AppendRequest>(body)
-            .and_then(|r| json::events_in(r.events))
+            .and_then(|r| Ok(json::events_in(r.events)?))
             .map(Decoded::Append),
         "import" => serve::decode_body::<json::ImportRequest>(body).and_then(|r| {
             let space = cairn::SpaceId::new(IMPORT_SPACE.to_owned())?;
             r.into_epoch(space).map(Decoded::Import)
         }),
         "enqueue" => serve::decode_body::<json::EnqueueRequest>(body)
-            .and_then(json::EnqueueRequest::into_enqueue)
+            .and_then(|r| Ok(r.into_enqueue()?))
             .map(|e| Decoded::Enqueue {
                 key: e.key,
                 payload: e.payload,
@@ -134,7 +134,7 @@ pub fn decode_body(route: &str, body: &[u8]) -> Option<Result<Decoded, Refusal>>
                 limit,
             }),
         "append_event" => serve::decode_body::<json::RunEventIn>(body)
-            .and_then(json::RunEventIn::into_event)
+            .and_then(|r| Ok(r.into_event()?))
             .map(|(event_id, payload)| Decoded::RunEvent { event_id, payload }),
         "set_fact" => serve::decode_body::<json::FactIn>(body)
             .and_then(json::FactIn::into_value)

@@ -17,6 +17,8 @@ pub(crate) struct ApiError {
     pub(crate) status: StatusCode,
     pub(crate) code: &'static str,
     pub(crate) message: String,
+    /// The position of the batch item the error is about, from 0.
+    pub(crate) index: Option<usize>,
 }
 
 impl ApiError {
@@ -25,6 +27,20 @@ impl ApiError {
             status,
             code,
             message: one_line(&message.into()),
+            index: None,
+        }
+    }
+
+    /// The store's refusal of op `index` of a batch, which was rolled back: the error's own
+    /// status and code, the message naming the op and saying that nothing was written.
+    pub(crate) fn in_op(self, index: usize) -> Self {
+        Self {
+            message: format!(
+                "op {index}: {}; the batch was rolled back, nothing of it was written",
+                self.message
+            ),
+            index: Some(index),
+            ..self
         }
     }
 
@@ -76,8 +92,15 @@ impl From<cairn::Error> for ApiError {
             _ if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "retryable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
+        let index = match &e {
+            E::InvalidBatchItem { index, .. } => Some(*index),
+            _ => None,
+        };
         // With its causes (an OS error, a failed revision's store error), as the CLI prints it.
-        Self::new(status, code, e.report().to_string())
+        Self {
+            index,
+            ..Self::new(status, code, e.report().to_string())
+        }
     }
 }
 
@@ -88,6 +111,7 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 code: self.code.to_owned(),
                 message: self.message,
+                index: self.index,
             },
         };
         let mut response = (self.status, axum::Json(body)).into_response();
@@ -226,6 +250,26 @@ mod tests {
         ] {
             let e = ApiError::from(err);
             assert_eq!((e.status.as_u16(), e.code), (status, code));
+            assert_eq!(e.index, None);
         }
+        let item = ApiError::from(cairn::Error::InvalidBatchItem {
+            index: 3,
+            error: Box::new(cairn::Error::invalid("run payload", "too large")),
+        });
+        assert_eq!(
+            (item.status.as_u16(), item.code, item.index),
+            (400, "invalid_batch_item", Some(3))
+        );
+        assert!(
+            item.message.starts_with("batch item 3: "),
+            "{}",
+            item.message
+        );
+        let op = ApiError::from(cairn::Error::UnknownRun { run }).in_op(2);
+        assert_eq!(
+            (op.status.as_u16(), op.code, op.index),
+            (404, "unknown_run", Some(2))
+        );
+        assert!(op.message.starts_with("op 2: "), "{}", op.message);
     }
 }

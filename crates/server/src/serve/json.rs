@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use cairn::spool::{self, LeaseInfo, RunEvent};
+use cairn::spool::{self, EnqueueItem, LeaseInfo, RunEvent};
 use cairn::{
     ConsumerId, DedupKey, EnqueueOptions, EpochId, Event, FeedEvent, ForeignEpoch, Head,
     LeaseToken, NackKind, RunEventId, RunInfo, SpaceId, SupersedeGroup, Timestamp,
@@ -23,17 +23,17 @@ pub(crate) fn bytes_in(
     what: &'static str,
     text: Option<String>,
     b64: Option<String>,
-) -> Result<Vec<u8>, ApiError> {
+) -> cairn::Result<Vec<u8>> {
     match (text, b64) {
         (Some(t), None) => Ok(t.into_bytes()),
         (None, Some(b)) => base64::engine::general_purpose::STANDARD
             .decode(b.as_bytes())
-            .map_err(|_| ApiError::invalid(what, "the `_b64` form is not valid base64")),
-        (None, None) => Err(ApiError::invalid(
+            .map_err(|_| cairn::Error::invalid(what, "the `_b64` form is not valid base64")),
+        (None, None) => Err(cairn::Error::invalid(
             what,
             "is missing: give it as text or as `_b64` base64",
         )),
-        (Some(_), Some(_)) => Err(ApiError::invalid(
+        (Some(_), Some(_)) => Err(cairn::Error::invalid(
             what,
             "is given twice: give either the text form or the `_b64` form",
         )),
@@ -45,7 +45,7 @@ pub(crate) fn opt_bytes_in(
     what: &'static str,
     text: Option<String>,
     b64: Option<String>,
-) -> Result<Option<Vec<u8>>, ApiError> {
+) -> cairn::Result<Option<Vec<u8>>> {
     if text.is_none() && b64.is_none() {
         return Ok(None);
     }
@@ -696,14 +696,18 @@ pub(crate) struct ErrorBody {
 /// What went wrong.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct ErrorDetail {
-    /// A stable, machine-readable code (`invalid_input`, `bad_cursor`, `reserved`,
-    /// `unauthorized`, `forbidden`, `not_found`, `unknown_run`, `conflict`, `lease_lost`,
-    /// `fact_conflict`, `invalid_transition`, `body_too_large`, `hash_mismatch`,
-    /// `unknown_parent`, `retryable`, `unavailable`, `store_replaced`, `timeout`,
-    /// `method_not_allowed`, `internal`).
+    /// A stable, machine-readable code (`invalid_input`, `invalid_batch_item`, `bad_cursor`,
+    /// `reserved`, `unauthorized`, `forbidden`, `not_found`, `unknown_run`, `conflict`,
+    /// `lease_lost`, `fact_conflict`, `invalid_transition`, `run_closed`, `body_too_large`,
+    /// `hash_mismatch`, `unknown_parent`, `retryable`, `unavailable`, `store_replaced`,
+    /// `timeout`, `method_not_allowed`, `internal`).
     pub(crate) code: String,
     /// What happened and what to do, for people.
     pub(crate) message: String,
+    /// For an error about one item of a batch (`invalid_batch_item`, or an op of
+    /// `POST /v1/batch` the store refused): the item's position in the batch, from 0.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) index: Option<usize>,
 }
 
 // What the request bodies become: the handlers call these, after decoding, to turn a body into
@@ -725,7 +729,7 @@ pub(crate) fn lease_token(s: &str) -> Result<LeaseToken, ApiError> {
 }
 
 /// An epoch's events, each byte field read by the bytes rule, checked as a batch.
-pub(crate) fn events_in(events: Vec<EventIn>) -> Result<Vec<Event>, ApiError> {
+pub(crate) fn events_in(events: Vec<EventIn>) -> cairn::Result<Vec<Event>> {
     let events = events
         .into_iter()
         .map(|e| {
@@ -735,7 +739,7 @@ pub(crate) fn events_in(events: Vec<EventIn>) -> Result<Vec<Event>, ApiError> {
                 payload: bytes_in("event payload", e.payload, e.payload_b64)?,
             })
         })
-        .collect::<Result<Vec<_>, ApiError>>()?;
+        .collect::<cairn::Result<Vec<_>>>()?;
     Event::validate_batch(&events)?;
     Ok(events)
 }
@@ -763,25 +767,24 @@ impl ImportRequest {
     }
 }
 
-/// An enqueue body in core types.
-#[derive(Debug)]
-pub(crate) struct Enqueue {
-    /// The dedup key.
-    pub(crate) key: DedupKey,
-    /// The payload (within the spool's limit).
-    pub(crate) payload: Vec<u8>,
-    /// Supersede group, due time, attempts, priority (attempts checked).
-    pub(crate) options: EnqueueOptions,
-}
-
 impl EnqueueRequest {
-    /// The key, payload and options to enqueue.
-    pub(crate) fn into_enqueue(self) -> Result<Enqueue, ApiError> {
+    /// Reads one enqueue item given as a JSON value: an item of
+    /// `POST /v1/queues/{queue}/runs/batch`, an enqueue op of `POST /v1/batch` (less its `op`
+    /// and `queue`) or a line of `cairn enqueue --from-file`. The same shape as the body of
+    /// `POST /v1/queues/{queue}/runs`, read by the same rules.
+    pub(crate) fn from_value(value: serde_json::Value) -> cairn::Result<Self> {
+        serde_json::from_value(value)
+            .map_err(|e| cairn::Error::invalid("enqueue item", e.to_string()))
+    }
+
+    /// The key, payload and options to enqueue, checked as the spool checks them (payload
+    /// size, attempts).
+    pub(crate) fn into_enqueue(self) -> cairn::Result<EnqueueItem> {
         let key = match (self.key_parts, self.key) {
             (Some(parts), None) => DedupKey::from_parts(parts)?,
             (None, Some(key)) => DedupKey::from_parts([key])?,
             _ => {
-                return Err(ApiError::invalid(
+                return Err(cairn::Error::invalid(
                     "dedup key",
                     "give exactly one of `key_parts` and `key`",
                 ))
@@ -799,7 +802,7 @@ impl EnqueueRequest {
             priority: self.priority.unwrap_or(0),
         };
         options.effective_max_attempts()?;
-        Ok(Enqueue {
+        Ok(EnqueueItem {
             key,
             payload,
             options,
@@ -809,7 +812,7 @@ impl EnqueueRequest {
 
 impl RunEventIn {
     /// The event id and payload (within the spool's limit).
-    pub(crate) fn into_event(self) -> Result<(RunEventId, Vec<u8>), ApiError> {
+    pub(crate) fn into_event(self) -> cairn::Result<(RunEventId, Vec<u8>)> {
         let event_id =
             RunEventId::new(bytes_in("run event id", self.event_id, self.event_id_b64)?)?;
         let payload = bytes_in("run event payload", self.payload, self.payload_b64)?;

@@ -22,6 +22,7 @@
 
 mod auth;
 mod backfill;
+mod batch;
 mod connections;
 mod delivery;
 mod doctor;
@@ -425,6 +426,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
     }
     tracing::info!(target: "cairn::serve", %addr, "listening");
     let state = routes::AppState {
+        store: store.clone(),
         epochs: store.epochs(),
         spool: store.spool(),
         diagnostics: store.diagnostics(),

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{doctor, epochs, json, metrics, routes, runs};
+use super::{batch, doctor, epochs, json, metrics, routes, runs};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -25,7 +25,10 @@ use super::{doctor, epochs, json, metrics, routes, runs};
                        `Authorization: Bearer <token>`; read-only tokens may only GET (they \
                        suffice for /metrics and /v1/doctor). Every rule the server checks is \
                        stated here: a request valid under this document is never answered 400 \
-                       `invalid_input`. Text limits are in bytes of UTF-8: `maxLength` (which \
+                       `invalid_input` or `invalid_batch_item` (but for the total payload \
+                       bytes of a batch enqueue, stated in words). Batches are all or nothing: \
+                       an error names the refused item's `index`, and nothing of the batch is \
+                       written. Text limits are in bytes of UTF-8: `maxLength` (which \
                        counts characters) is the byte limit, exact for ASCII, and `x-max-bytes` \
                        states the limit in bytes (for a `_b64` field: of the decoded bytes). \
                        Dedup keys and supersede groups are limited encoded \
@@ -43,6 +46,8 @@ use super::{doctor, epochs, json, metrics, routes, runs};
         epochs::feed,
         epochs::import,
         runs::enqueue,
+        batch::enqueue_batch,
+        batch::batch,
         runs::run,
         runs::append_event,
         runs::events,
@@ -86,8 +91,64 @@ pub(crate) fn served() -> &'static Value {
     DOC.get_or_init(|| {
         let mut doc = serde_json::to_value(spec()).expect("the OpenAPI document serializes");
         rules(&mut doc);
+        batch_ops(&mut doc);
         doc
     })
+}
+
+/// The ops of `POST /v1/batch` (`BatchOp`), one object schema per op, made from what the
+/// document already states (after [`rules`]): each op is the body of its own route — the
+/// enqueue item, the epoch append, the run event; nothing for a cancel — with `op` and the
+/// route's path parameter (`queue`, `space`, `run_id`) as required fields under the path
+/// parameter's own rules. The handler reads an op exactly so (`batch::Op::from_value`).
+fn batch_ops(doc: &mut Value) {
+    let param = |path: &str, name: &str| -> Value {
+        doc["paths"][path]["post"]["parameters"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .map(|p| p["schema"].clone())
+            .unwrap_or_else(|| panic!("POST {path} has the parameter {name}"))
+    };
+    let queue = param("/v1/queues/{queue}/runs", "queue");
+    let space = param("/v1/spaces/{space}/epochs", "space");
+    let run_id = param("/v1/runs/{id}/cancel", "id");
+    let body = |name: &str| -> Value {
+        let s = doc["components"]["schemas"][name].clone();
+        assert!(s.is_object(), "{name} is in the document");
+        s
+    };
+    let op = |name: &str, mut schema: Value, field: &str, field_schema: Value, about: &str| {
+        schema["description"] = json!(about);
+        schema["properties"]["op"] = json!({"type": "string", "enum": [name]});
+        schema["properties"][field] = field_schema;
+        let mut required = schema["required"].as_array().cloned().unwrap_or_default();
+        required.extend([json!("op"), json!(field)]);
+        schema["required"] = Value::Array(required);
+        schema
+    };
+    let ops = json!({
+        "description": "One op of `POST /v1/batch`, by its `op`.",
+        "oneOf": [
+            op("enqueue", body("EnqueueRequest"), "queue", queue,
+               "`POST /v1/queues/{queue}/runs` inside the batch: the queue, then the fields of \
+                an enqueue body."),
+            op("append", body("AppendRequest"), "space", space,
+               "`POST /v1/spaces/{space}/epochs` inside the batch: the space, then the epoch's \
+                events (the space's write lock is held until the batch commits)."),
+            op("append_event", body("RunEventIn"), "run_id", run_id.clone(),
+               "`POST /v1/runs/{id}/events` inside the batch: the run, then the fields of a run \
+                event body."),
+            op("cancel",
+               json!({"type": "object", "additionalProperties": false, "properties": {}}),
+               "run_id", run_id,
+               "`POST /v1/runs/{id}/cancel` inside the batch: the run only."),
+        ],
+    });
+    let schemas = &mut doc["components"]["schemas"];
+    schemas["BatchOp"] = ops;
+    let items = &mut schemas["BatchRequest"]["properties"]["ops"]["items"];
+    assert!(items.is_object(), "BatchRequest.ops is in the document");
+    *items = json!({"$ref": "#/components/schemas/BatchOp"});
 }
 
 /// The longest single part whose netstring encoding (`<digits>:<bytes>,`) fits `max` bytes.
@@ -310,6 +371,32 @@ mod tests {
             n(&schema("EventIn")["kind"]["x-max-bytes"]),
             cairn::MAX_KIND_LEN as u64
         );
+        assert_eq!(
+            n(&schema("EnqueueBatchRequest")["items"]["maxItems"]),
+            cairn::spool::MAX_ENQUEUE_BATCH as u64
+        );
+        assert_eq!(
+            n(&schema("BatchRequest")["ops"]["maxItems"]),
+            super::super::batch::MAX_BATCH_OPS as u64
+        );
+        let ops = doc["components"]["schemas"]["BatchOp"]["oneOf"]
+            .as_array()
+            .unwrap();
+        let names: Vec<&Value> = ops
+            .iter()
+            .map(|o| &o["properties"]["op"]["enum"][0])
+            .collect();
+        assert_eq!(names, ["enqueue", "append", "append_event", "cancel"]);
+        // An op keeps its route's rules: the enqueue op's payload limit, the queue's.
+        assert_eq!(
+            n(&ops[0]["properties"]["payload"]["x-max-bytes"]),
+            super::MAX_RUN_PAYLOAD as u64
+        );
+        assert_eq!(
+            n(&ops[0]["properties"]["queue"]["x-max-bytes"]),
+            super::MAX_QUEUE_LEN as u64
+        );
+        assert!(ops[1]["properties"]["space"]["not"]["pattern"].is_string());
         assert_eq!(super::longest_part(1024), 1018);
         assert_eq!(super::b64_len(256), 344);
         let query_limit = |path: &str| {
@@ -334,6 +421,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 23, "{paths:?}");
+        assert_eq!(paths.len(), 25, "{paths:?}");
     }
 }

@@ -16,11 +16,13 @@ use super::auth::{require_token, Tokens};
 use super::error::ApiError;
 use super::json::{ErrorBody, Health};
 use super::metrics::{self, Metrics};
-use super::{doctor, epochs, openapi, runs};
+use super::{batch, doctor, epochs, openapi, runs};
 
-/// What every handler reads: the store's capabilities, the metrics and what doctor needs.
+/// What every handler reads: the store (for transactions) and its capabilities, the metrics
+/// and what doctor needs.
 #[derive(Clone)]
 pub(crate) struct AppState {
+    pub(crate) store: cairn::Store,
     pub(crate) epochs: Arc<dyn EpochStore>,
     pub(crate) spool: Arc<dyn Spool>,
     pub(crate) diagnostics: Arc<dyn EpochDiagnostics>,
@@ -51,6 +53,8 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/spaces/{space}/events", get(epochs::feed))
         .route("/v1/spaces/{space}/import", post(epochs::import))
         .route("/v1/queues/{queue}/runs", post(runs::enqueue))
+        .route("/v1/queues/{queue}/runs/batch", post(batch::enqueue_batch))
+        .route("/v1/batch", post(batch::batch))
         .route("/v1/queues/{queue}/claim", post(runs::claim))
         .route("/v1/runs/{id}", get(runs::run))
         .route(

@@ -9,7 +9,7 @@ use cairn::{FactName, QueueName, RunId, RunState};
 
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
-    lease_token, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, Enqueue, EnqueueRequest,
+    lease_token, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, EnqueueRequest,
     EnqueueResponse, ErrorBody, FactIn, FactOut, FactPath, FactSet, FactsResponse,
     HeartbeatRequest, HeartbeatResponse, Nack, NackRequest, QueuePath, RunEventAppended,
     RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
@@ -45,7 +45,7 @@ pub(crate) async fn enqueue(
     Body(req): Body<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<EnqueueResponse>), ApiError> {
     let queue = QueueName::new(queue)?;
-    let Enqueue {
+    let spool::EnqueueItem {
         key,
         payload,
         options,

@@ -1,0 +1,502 @@
+//! Batches of writes: `POST /v1/queues/{queue}/runs/batch` (many runs of one queue in one
+//! `Spool::enqueue_many`) and `POST /v1/batch` (enqueues, epoch appends, run events and
+//! cancels in one store transaction).
+//!
+//! Both are all or nothing, and both read every item into core types before the store is
+//! touched: an item that does not read (a bad key, a payload over its limit, a bad name, an
+//! unknown op, a field of the wrong type) refuses the whole batch with 400
+//! `invalid_batch_item` naming the item's `index` (from 0), and nothing is written. Items
+//! arrive as JSON values and are read one at a time, so an item of the wrong shape is named by
+//! its index, not by a line and column of the body. An op the store refuses inside the
+//! transaction (an unknown run, a closed event stream) rolls the whole batch back and answers
+//! its own status and code, with the op's `index`.
+//!
+//! An item is read by the function the single route uses (`EnqueueRequest::into_enqueue`,
+//! `events_in`, `RunEventIn::into_event`), so a batch item and a single request are one
+//! shape under one set of rules. The tests are `crates/server/tests/batch.rs`.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use cairn::spool::{self, CancelOutcome, EnqueueItem, Enqueued};
+use cairn::{Error, Event, QueueName, RunEventId, RunId, RunState, SpaceId, Transaction};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use super::error::{ApiError, Body, PathArgs};
+use super::json::{events_in, AppendRequest, EnqueueRequest, ErrorBody, QueuePath, RunEventIn};
+use super::routes::AppState;
+
+/// Most ops one `POST /v1/batch` takes. The whole batch holds the store's writer on SQLite
+/// (and its rows' locks on Postgres) until it commits, so it is kept to what commits quickly;
+/// its bytes are bounded by the server's body limit as well.
+pub(crate) const MAX_BATCH_OPS: usize = 1000;
+
+/// `POST /v1/queues/{queue}/runs/batch`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EnqueueBatchRequest {
+    /// The runs to enqueue, in order, each as `POST /v1/queues/{queue}/runs` takes its body:
+    /// at most 10000 items, their payloads at most 64 MiB together. A key repeated in the
+    /// batch is one run (its later items answer `created: false`; their payload and options
+    /// are ignored).
+    #[schema(value_type = Vec<EnqueueRequest>, max_items = 10000)]
+    pub(crate) items: Vec<Value>,
+}
+
+/// One item's result of a batch enqueue.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EnqueuedOut {
+    /// The run's id: new, or the run the key already named (stored, or created by an earlier
+    /// item of the batch).
+    pub(crate) run_id: String,
+    /// Whether this item created the run.
+    pub(crate) created: bool,
+    /// What `POST /v1/queues/{queue}/runs` answers for such an item: 201 created, 200
+    /// existing.
+    pub(crate) status: u16,
+}
+
+impl From<&Enqueued> for EnqueuedOut {
+    fn from(e: &Enqueued) -> Self {
+        Self {
+            run_id: e.run_id.to_string(),
+            created: e.created,
+            status: created_status(e.created),
+        }
+    }
+}
+
+/// What a batch enqueue did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct EnqueueBatchResponse {
+    /// One result per item, in the items' order.
+    pub(crate) results: Vec<EnqueuedOut>,
+}
+
+/// `POST /v1/batch`.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BatchRequest {
+    /// The ops, run in order in one transaction (at most 1000), each an object whose `op` is
+    /// `enqueue`, `append`, `append_event` or `cancel` (see `BatchOp`).
+    #[schema(value_type = Vec<Object>, max_items = 1000)]
+    pub(crate) ops: Vec<Value>,
+}
+
+/// One op's result of `POST /v1/batch`, tagged by its `op`.
+#[derive(Serialize, ToSchema)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(crate) enum OpOut {
+    /// A run enqueued, or found under its key.
+    Enqueue {
+        /// The run's id.
+        run_id: String,
+        /// Whether this op created the run.
+        created: bool,
+        /// What `POST /v1/queues/{queue}/runs` answers for it: 201 created, 200 existing.
+        status: u16,
+    },
+    /// An epoch appended.
+    Append {
+        /// Its seq in the space.
+        seq: u64,
+        /// Its id (64 hex digits).
+        id: String,
+        /// Its parents' ids.
+        parents: Vec<String>,
+    },
+    /// A run event appended, or found under its id.
+    AppendEvent {
+        /// The event's seq in the run.
+        seq: u64,
+        /// False when the run already held this event id.
+        created: bool,
+        /// What `POST /v1/runs/{id}/events` answers for it: 201 appended, 200 existing.
+        status: u16,
+    },
+    /// A run canceled, or its cancel requested.
+    Cancel {
+        /// The run.
+        run_id: String,
+        /// Its state now: `canceled`, or `claimed` when a cancel was only requested.
+        state: String,
+        /// Whether a cancel is requested (the run was claimed).
+        cancel_requested: bool,
+    },
+}
+
+/// What a batch did.
+#[derive(Serialize, ToSchema)]
+pub(crate) struct BatchResponse {
+    /// One result per op, in the ops' order.
+    pub(crate) results: Vec<OpOut>,
+}
+
+fn created_status(created: bool) -> u16 {
+    if created {
+        StatusCode::CREATED.as_u16()
+    } else {
+        StatusCode::OK.as_u16()
+    }
+}
+
+/// Refuses a batch of more than `max` items, before any item is read.
+fn check_count(what: &'static str, n: usize, max: usize) -> cairn::Result<()> {
+    if n > max {
+        return Err(Error::invalid(
+            what,
+            format!("holds {n} items; the limit is {max}: split it into several batches"),
+        ));
+    }
+    Ok(())
+}
+
+/// Names item `index` in its error.
+fn item(index: usize) -> impl Fn(Error) -> Error {
+    move |e| Error::InvalidBatchItem {
+        index,
+        error: Box::new(e),
+    }
+}
+
+/// Enqueues many runs of a queue at once, atomically.
+#[utoipa::path(
+    post, path = "/v1/queues/{queue}/runs/batch", tag = "spool",
+    params(QueuePath),
+    request_body = EnqueueBatchRequest,
+    responses(
+        (status = 200, description = "Every item enqueued or found, in one transaction; one result per item, in order", body = EnqueueBatchResponse),
+        (status = 400, description = "Invalid input: too many items or payload bytes (`invalid_input`), or an item that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; nothing was written, retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn enqueue_batch(
+    State(state): State<AppState>,
+    PathArgs(queue): PathArgs<String>,
+    Body(req): Body<EnqueueBatchRequest>,
+) -> Result<Json<EnqueueBatchResponse>, ApiError> {
+    let queue = QueueName::new(queue)?;
+    check_count("enqueue batch", req.items.len(), spool::MAX_ENQUEUE_BATCH)?;
+    let items = req
+        .items
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| {
+            EnqueueRequest::from_value(v)
+                .and_then(EnqueueRequest::into_enqueue)
+                .map_err(item(index))
+        })
+        .collect::<cairn::Result<Vec<EnqueueItem>>>()?;
+    spool::check_enqueue_batch(&items)?;
+    let enqueued = state.spool.enqueue_many(&queue, items).await?;
+    for e in &enqueued {
+        state
+            .metrics
+            .enqueues
+            .with_label_values(&[outcome(e.created)])
+            .inc();
+    }
+    Ok(Json(EnqueueBatchResponse {
+        results: enqueued.iter().map(EnqueuedOut::from).collect(),
+    }))
+}
+
+/// The enqueue metric's label.
+fn outcome(created: bool) -> &'static str {
+    if created {
+        "created"
+    } else {
+        "existing"
+    }
+}
+
+/// An op of `POST /v1/batch` in core types.
+#[derive(Debug)]
+enum Op {
+    Enqueue {
+        queue: QueueName,
+        item: EnqueueItem,
+    },
+    Append {
+        space: SpaceId,
+        events: Vec<Event>,
+    },
+    AppendEvent {
+        run: RunId,
+        event_id: RunEventId,
+        payload: Vec<u8>,
+    },
+    Cancel {
+        run: RunId,
+    },
+}
+
+/// Removes the text field `name` of an op.
+fn take_text(fields: &mut Map<String, Value>, name: &'static str) -> cairn::Result<String> {
+    match fields.remove(name) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(Error::invalid(
+            "batch op",
+            format!("`{name}` is not a string"),
+        )),
+        None => Err(Error::invalid("batch op", format!("has no `{name}`"))),
+    }
+}
+
+/// The rest of an op's fields as the body of the op's own route.
+fn rest_as<T: serde::de::DeserializeOwned>(
+    what: &'static str,
+    fields: Map<String, Value>,
+) -> cairn::Result<T> {
+    serde_json::from_value(Value::Object(fields)).map_err(|e| Error::invalid(what, e.to_string()))
+}
+
+impl Op {
+    /// Reads one op: `op` names it, the field its route takes from the path (`queue`,
+    /// `space`, `run_id`) sits beside the fields of the route's body, read as that route
+    /// reads them.
+    fn from_value(value: Value) -> cairn::Result<Self> {
+        let Value::Object(mut fields) = value else {
+            return Err(Error::invalid("batch op", "is not a JSON object"));
+        };
+        let op = take_text(&mut fields, "op")?;
+        match op.as_str() {
+            "enqueue" => {
+                let queue = QueueName::new(take_text(&mut fields, "queue")?)?;
+                let item = EnqueueRequest::from_value(Value::Object(fields))?.into_enqueue()?;
+                Ok(Self::Enqueue { queue, item })
+            }
+            "append" => {
+                let space = SpaceId::new(take_text(&mut fields, "space")?)?;
+                let body: AppendRequest = rest_as("append op", fields)?;
+                Ok(Self::Append {
+                    space,
+                    events: events_in(body.events)?,
+                })
+            }
+            "append_event" => {
+                let run = RunId::parse(&take_text(&mut fields, "run_id")?)?;
+                let body: RunEventIn = rest_as("append_event op", fields)?;
+                let (event_id, payload) = body.into_event()?;
+                // The spool refuses it too, but inside the transaction; here it is refused
+                // with the op's index before anything is opened.
+                spool::check_producer_event_id(&event_id)?;
+                Ok(Self::AppendEvent {
+                    run,
+                    event_id,
+                    payload,
+                })
+            }
+            "cancel" => {
+                let run = RunId::parse(&take_text(&mut fields, "run_id")?)?;
+                if let Some(field) = fields.keys().next() {
+                    return Err(Error::invalid(
+                        "cancel op",
+                        format!("unknown field `{field}`: a cancel takes `op` and `run_id` only"),
+                    ));
+                }
+                Ok(Self::Cancel { run })
+            }
+            _ => Err(Error::invalid(
+                "batch op",
+                "`op` names no op: expected one of enqueue, append, append_event, cancel",
+            )),
+        }
+    }
+
+    /// Runs the op inside `tx`.
+    async fn run(self, tx: &mut Transaction) -> cairn::Result<OpOut> {
+        Ok(match self {
+            Self::Enqueue { queue, item } => {
+                let e = tx
+                    .enqueue(&queue, &item.key, item.payload, item.options)
+                    .await?;
+                OpOut::Enqueue {
+                    run_id: e.run_id.to_string(),
+                    created: e.created,
+                    status: created_status(e.created),
+                }
+            }
+            Self::Append { space, events } => {
+                let a = tx.append(&space, events).await?;
+                OpOut::Append {
+                    seq: a.seq.0,
+                    id: a.id.to_string(),
+                    parents: a.parents.iter().map(ToString::to_string).collect(),
+                }
+            }
+            Self::AppendEvent {
+                run,
+                event_id,
+                payload,
+            } => {
+                let a = tx.append_event(run, &event_id, payload).await?;
+                OpOut::AppendEvent {
+                    seq: a.seq,
+                    created: a.created,
+                    status: created_status(a.created),
+                }
+            }
+            Self::Cancel { run } => {
+                let (state, cancel_requested) = match tx.cancel(run).await? {
+                    CancelOutcome::Canceled => (RunState::Canceled, false),
+                    CancelOutcome::Requested => (RunState::Claimed, true),
+                };
+                OpOut::Cancel {
+                    run_id: run.to_string(),
+                    state: state.to_string(),
+                    cancel_requested,
+                }
+            }
+        })
+    }
+}
+
+/// Runs enqueues, epoch appends, run events and cancels in one transaction: every op's write
+/// commits together, or none does. Ops run in order (a later op sees an earlier one's writes:
+/// two appends to one space chain, a key enqueued twice is one run). Wakes the consumers of
+/// each queue that got a run, after the commit.
+#[utoipa::path(
+    post, path = "/v1/batch", tag = "batch",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "Every op done, committed together; one result per op, in order", body = BatchResponse),
+        (status = 400, description = "Invalid input: too many ops (`invalid_input`), or an op that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
+        (status = 401, description = "No valid token", body = ErrorBody),
+        (status = 403, description = "Read-only token", body = ErrorBody),
+        (status = 404, description = "An op names a run that does not exist (`unknown_run`, with the op's `index`); the batch was rolled back, nothing was written", body = ErrorBody),
+        (status = 409, description = "The store refused an op (`run_closed`: an event for a closed or finished run; `invalid_transition`: a cancel of a run that ended), with the op's `index`; the batch was rolled back, nothing was written", body = ErrorBody),
+        (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; nothing was written, retry", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn batch(
+    State(state): State<AppState>,
+    Body(req): Body<BatchRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    check_count("batch", req.ops.len(), MAX_BATCH_OPS)?;
+    let ops = req
+        .ops
+        .into_iter()
+        .enumerate()
+        .map(|(index, v)| Op::from_value(v).map_err(item(index)))
+        .collect::<cairn::Result<Vec<Op>>>()?;
+    if ops.is_empty() {
+        return Ok(Json(BatchResponse {
+            results: Vec::new(),
+        }));
+    }
+    let mut tx = state.store.begin().await?;
+    let mut results = Vec::with_capacity(ops.len());
+    for (index, op) in ops.into_iter().enumerate() {
+        match op.run(&mut tx).await {
+            Ok(out) => results.push(out),
+            Err(e) => {
+                // The transaction can only roll back now; doing it here frees the connection
+                // (and SQLite's writer) before the answer goes out. A failed rollback leaves
+                // nothing committed either.
+                let _ = tx.rollback().await;
+                return Err(ApiError::from(e).in_op(index));
+            }
+        }
+    }
+    tx.commit().await?;
+    for out in &results {
+        match out {
+            OpOut::Enqueue { created, .. } => {
+                state
+                    .metrics
+                    .enqueues
+                    .with_label_values(&[outcome(*created)])
+                    .inc();
+            }
+            OpOut::Append { .. } => state.metrics.appends.inc(),
+            OpOut::AppendEvent { .. } | OpOut::Cancel { .. } => {}
+        }
+    }
+    Ok(Json(BatchResponse { results }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn refusal(v: Value) -> String {
+        Op::from_value(v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn ops_read_as_their_routes_read_their_bodies() {
+        let run = "0190a5c0-0000-7000-8000-000000000001";
+        assert!(matches!(
+            Op::from_value(json!({"op": "enqueue", "queue": "q", "key": "k", "payload": "p"})),
+            Ok(Op::Enqueue { .. })
+        ));
+        assert!(matches!(
+            Op::from_value(json!({"op": "append", "space": "s",
+                                  "events": [{"kind": "k", "payload": "p"}]})),
+            Ok(Op::Append { .. })
+        ));
+        assert!(matches!(
+            Op::from_value(json!({"op": "append_event", "run_id": run,
+                                  "event_id": "e", "payload_b64": "/wA="})),
+            Ok(Op::AppendEvent { .. })
+        ));
+        assert!(matches!(
+            Op::from_value(json!({"op": "cancel", "run_id": run})),
+            Ok(Op::Cancel { .. })
+        ));
+        for (bad, says) in [
+            (json!([]), "not a JSON object"),
+            (json!({"queue": "q"}), "has no `op`"),
+            (json!({"op": 1}), "`op` is not a string"),
+            (json!({"op": "frobnicate"}), "names no op"),
+            (
+                json!({"op": "enqueue", "key": "k", "payload": "p"}),
+                "has no `queue`",
+            ),
+            (
+                json!({"op": "enqueue", "queue": "q", "key": "k", "payload": 5}),
+                "invalid type",
+            ),
+            (
+                json!({"op": "enqueue", "queue": "q", "key": "k", "payload": "p", "x": 1}),
+                "unknown field `x`",
+            ),
+            (
+                json!({"op": "append", "space": "s", "events": []}),
+                "at least one event",
+            ),
+            (
+                json!({"op": "append_event", "run_id": run, "event_id": "cairn:x",
+                       "payload": "p"}),
+                "reserved",
+            ),
+            (
+                json!({"op": "cancel", "run_id": run, "reason": "r"}),
+                "unknown field `reason`",
+            ),
+            (json!({"op": "cancel", "run_id": "nope"}), "run id"),
+        ] {
+            let msg = refusal(bad.clone());
+            assert!(msg.contains(says), "{bad}: {msg}");
+        }
+    }
+
+    #[test]
+    fn batches_over_their_count_are_refused_before_any_item_is_read() {
+        assert!(check_count("batch", MAX_BATCH_OPS, MAX_BATCH_OPS).is_ok());
+        let e = check_count("batch", MAX_BATCH_OPS + 1, MAX_BATCH_OPS).unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+        let e = item(7)(Error::invalid("x", "y"));
+        assert!(matches!(e, Error::InvalidBatchItem { index: 7, .. }), "{e}");
+    }
+}
