@@ -315,10 +315,10 @@ pub(crate) async fn enqueue_on(
 const BULK_CHUNK: usize = 1000;
 
 /// A bulk enqueue ([`cairn_core::Spool::enqueue_many`]) inside a transaction on `conn`: each
-/// key's first item is written — the items without a supersede group by [`sql::ENQUEUE_MANY`]
-/// in chunks of [`BULK_CHUNK`], the others one by one in input order after every group's lock
-/// (taken up front in key order, so concurrent batches cannot deadlock on them) — then the keys
-/// that were already stored are read in one statement. Later items of a key answer its first
+/// key's first item is written in input order — runs of consecutive items without a supersede
+/// group by one [`sql::ENQUEUE_MANY`] each (at most [`BULK_CHUNK`]), an item with one alone,
+/// after every group's lock (taken up front in key order, so concurrent batches cannot
+/// deadlock on them) — then the keys that were already stored are read in one statement. Later items of a key answer its first
 /// item's run. Wake-ups are `NOTIFY`s, delivered on commit.
 pub(crate) async fn enqueue_many_on(
     s: &PgSpool,
@@ -351,47 +351,21 @@ pub(crate) async fn enqueue_many_on(
             .await
             .map_err(map)?;
     }
-    let plain: Vec<usize> = (0..items.len())
-        .filter(|&i| source[i] == i && items[i].options.supersede_group.is_none())
-        .collect();
-    for chunk in plain.chunks(BULK_CHUNK) {
-        let batch: Vec<PendingEnqueue> = chunk
-            .iter()
-            .map(|&i| {
-                let item = &items[i];
-                Ok(PendingEnqueue {
-                    id: new_run_id(s, now),
-                    queue: queue.clone(),
-                    key: item.key.clone(),
-                    max_attempts: i32::try_from(attempts[i])
-                        .map_err(|_| Error::invalid("max attempts", "is too large"))?,
-                    priority: item.options.priority,
-                    now: micros(now),
-                    due: micros(item.options.not_before.unwrap_or(now)),
-                    payload: item.payload.clone(),
-                })
-            })
-            .collect::<Result<_>>()?;
-        let refs: Vec<&PendingEnqueue> = batch.iter().collect();
-        let created = enqueue_many_statement(s, &mut *conn, &refs).await?;
-        for (&i, e) in chunk.iter().zip(&batch) {
-            let found = created.get(&(queue.as_str().to_owned(), e.key.as_bytes().to_vec()));
-            if let Some(&run_id) = found {
-                results[i] = Some(Enqueued {
-                    run_id,
-                    created: run_id == e.id,
-                });
-            }
-        }
-    }
-    for i in 0..items.len() {
+    // Runs are written in input order (their serials are the claim order's last tie-break):
+    // consecutive plain items share one statement, a supersede-group item runs alone.
+    let mut plain: Vec<usize> = Vec::with_capacity(BULK_CHUNK.min(items.len()));
+    for i in (0..items.len()).filter(|&i| source[i] == i) {
         let item = &items[i];
-        let Some(group) = item.options.supersede_group.as_ref() else {
-            continue;
-        };
-        if source[i] != i {
+        if item.options.supersede_group.is_none() {
+            plain.push(i);
+            if plain.len() == BULK_CHUNK {
+                write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
+                plain.clear();
+            }
             continue;
         }
+        write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
+        plain.clear();
         let new = NewRun {
             queue,
             key: &item.key,
@@ -402,7 +376,6 @@ pub(crate) async fn enqueue_many_on(
         };
         let id = new_run_id(s, now);
         // The group's lock is held already (taken up front).
-        let _ = group;
         if let Some(stored) = enqueue_statement(s, id, &new, &mut *conn).await? {
             results[i] = Some(Enqueued {
                 run_id: stored,
@@ -410,6 +383,7 @@ pub(crate) async fn enqueue_many_on(
             });
         }
     }
+    write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
     // The first items whose key was stored already (committed before, or by a transaction
     // the insert waited for): one read, on a snapshot taken after the inserts.
     let missing: Vec<Vec<u8>> = (0..items.len())
@@ -452,6 +426,53 @@ pub(crate) async fn enqueue_many_on(
             })
         })
         .collect()
+}
+
+/// Writes the plain items `plain` (indices into `items`) of a bulk enqueue in one
+/// [`sql::ENQUEUE_MANY`] and records each created run in `results`.
+#[allow(clippy::too_many_arguments)]
+async fn write_plain(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    queue: &QueueName,
+    items: &[EnqueueItem],
+    attempts: &[u32],
+    plain: &[usize],
+    now: Timestamp,
+    results: &mut [Option<Enqueued>],
+) -> Result<()> {
+    if plain.is_empty() {
+        return Ok(());
+    }
+    let batch: Vec<PendingEnqueue> = plain
+        .iter()
+        .map(|&i| {
+            let item = &items[i];
+            Ok(PendingEnqueue {
+                id: new_run_id(s, now),
+                queue: queue.clone(),
+                key: item.key.clone(),
+                max_attempts: i32::try_from(attempts[i])
+                    .map_err(|_| Error::invalid("max attempts", "is too large"))?,
+                priority: item.options.priority,
+                now: micros(now),
+                due: micros(item.options.not_before.unwrap_or(now)),
+                payload: item.payload.clone(),
+            })
+        })
+        .collect::<Result<_>>()?;
+    let refs: Vec<&PendingEnqueue> = batch.iter().collect();
+    let created = enqueue_many_statement(s, &mut *conn, &refs).await?;
+    for (&i, e) in plain.iter().zip(&batch) {
+        let found = created.get(&(queue.as_str().to_owned(), e.key.as_bytes().to_vec()));
+        if let Some(&run_id) = found {
+            results[i] = Some(Enqueued {
+                run_id,
+                created: run_id == e.id,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The runs one [`sql::ENQUEUE_MANY`] created, by queue and dedup key.

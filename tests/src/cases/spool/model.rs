@@ -7,7 +7,9 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::spool::{RetentionBudget, RetentionPolicy, RunFilter, RunInfo, MAX_BATCH};
+use cairn_core::spool::{
+    EnqueueItem, RetentionBudget, RetentionPolicy, RunFilter, RunInfo, MAX_BATCH,
+};
 use cairn_core::{
     DedupKey, EnqueueOptions, Error, FactName, LeaseToken, MemorySpool, NackKind, QueueName,
     RunEventId, RunId, Spool, SupersedeGroup,
@@ -29,6 +31,10 @@ enum Op {
         delay_secs: Option<u8>,
         max_attempts: u8,
         priority: i8,
+    },
+    /// A bulk enqueue: `(key, group)` per item, keys repeating inside the batch.
+    EnqueueMany {
+        items: Vec<(u8, Option<u8>)>,
     },
     Claim {
         limit: usize,
@@ -98,6 +104,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(key, group, delay_secs, max_attempts, priority)| Op::Enqueue {
                 key, group, delay_secs, max_attempts, priority
             }),
+        1 => prop::collection::vec((key.clone(), prop::option::of(0u8..2)), 0..5)
+            .prop_map(|items| Op::EnqueueMany { items }),
         3 => (1usize..4, 1u8..60).prop_map(|(limit, lease_secs)| Op::Claim { limit, lease_secs }),
         1 => (any::<usize>(), 1u8..60).prop_map(|(lease, lease_secs)| Op::Heartbeat { lease, lease_secs }),
         2 => any::<usize>().prop_map(|lease| Op::Ack { lease }),
@@ -232,6 +240,43 @@ impl Pair {
                             &Some((r.run_id, m.run_id)),
                             &self.runs.get(key).copied(),
                         )?;
+                    }
+                }
+            }
+            Op::EnqueueMany { items } => {
+                let batch: Vec<EnqueueItem> = items
+                    .iter()
+                    .map(|(key, group)| {
+                        let mut options = EnqueueOptions::default();
+                        if let Some(g) = group {
+                            options = options.supersede(
+                                SupersedeGroup::from_parts([[*g]]).expect("valid group"),
+                            );
+                        }
+                        EnqueueItem::new(dedup(*key), vec![*key; 3]).with_options(options)
+                    })
+                    .collect();
+                let r = outcome(real.enqueue_many(&self.queue, batch.clone()).await);
+                let m = outcome(model.enqueue_many(&self.queue, batch).await);
+                let created = |x: &Outcome<Vec<cairn_core::Enqueued>>| {
+                    x.as_ref()
+                        .map(|v| v.iter().map(|e| e.created).collect::<Vec<_>>())
+                        .map_err(Clone::clone)
+                };
+                check(step, op, "created per item", &created(&r), &created(&m))?;
+                if let (Ok(r), Ok(m)) = (r, m) {
+                    for (((key, _), r), m) in items.iter().zip(&r).zip(&m) {
+                        if r.created {
+                            self.runs.insert(*key, (r.run_id, m.run_id));
+                        } else {
+                            check(
+                                step,
+                                op,
+                                "existing run ids",
+                                &Some((r.run_id, m.run_id)),
+                                &self.runs.get(key).copied(),
+                            )?;
+                        }
                     }
                 }
             }
