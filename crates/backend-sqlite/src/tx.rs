@@ -33,22 +33,46 @@ use crate::{sql, SqliteBackend, SqliteSpool};
 
 /// The writer, held by a transaction. Dropped while its transaction is still open (a panic in
 /// the application's closure, a canceled operation, a dropped handle), it rolls back first, so
-/// the next holder finds nothing of it.
-struct Held(OwnedMutexGuard<Connection>);
+/// the next holder finds nothing of it: on tokio's blocking pool when dropped inside a runtime
+/// (the writer stays held until the rollback is done), else right here.
+struct Held(Option<OwnedMutexGuard<Connection>>);
+
+impl Held {
+    fn new(guard: OwnedMutexGuard<Connection>) -> Self {
+        Self(Some(guard))
+    }
+}
 
 impl Deref for Held {
     type Target = Connection;
 
     fn deref(&self) -> &Connection {
-        &self.0
+        // Only `drop` takes the guard out.
+        self.0.as_ref().expect("a held writer")
+    }
+}
+
+/// Rolls back whatever transaction `conn` has open; nothing to report to (the next write's
+/// `BEGIN` rolls back whatever is left).
+fn roll_back_open(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch(sql::ROLLBACK);
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if !self.0.is_autocommit() {
-            // Nothing to report to: the next write's `BEGIN` rolls back whatever is left.
-            let _ = self.0.execute_batch(sql::ROLLBACK);
+        let Some(guard) = self.0.take() else {
+            return;
+        };
+        if guard.is_autocommit() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn_blocking(move || roll_back_open(&guard));
+            }
+            Err(_) => roll_back_open(&guard),
         }
     }
 }
@@ -179,7 +203,7 @@ fn ended_early() -> Error {
 
 /// Takes the writer and begins `BEGIN IMMEDIATE` on it.
 async fn begin_on(spool: &SqliteSpool) -> Result<Held> {
-    let conn = Held(spool.store().writer_guard().await?);
+    let conn = Held::new(spool.store().writer_guard().await?);
     let spool = spool.clone();
     blocking(move || {
         spool.store().check_writer(&conn)?;
