@@ -419,7 +419,7 @@ fn every_route_in_the_openapi_document_answers_a_documented_status() {
         &json!({"events": [{"kind": "k", "payload": "p"}]}),
     );
     let routes = documented_routes(&server, str_of(&run, "run_id"));
-    assert_eq!(routes.len(), 24, "{routes:?}");
+    assert_eq!(routes.len(), 26, "{routes:?}");
     for (method, path, documented) in routes {
         let body = (method != "GET").then_some(b"{}".as_slice());
         let (s, answer) = server.call(&method, &path, Some(FULL), body);
