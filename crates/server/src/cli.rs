@@ -65,21 +65,35 @@ pub(crate) enum Command {
         space: String,
     },
     /// Enqueue a run on the spool; prints `<run id> created`, or `<run id> existing` when the
-    /// queue already holds a run with this dedup key (from any process).
+    /// queue already holds a run with this dedup key (from any process). With `--from-file`,
+    /// many runs at once, atomically: one such line per item, then
+    /// `items=N created=N existing=N`.
     Enqueue {
         /// The queue, e.g. `gate`.
         #[arg(long)]
         queue: String,
         /// The dedup key's first part (e.g. `gate`); the key is built from this part and every
         /// `--key-part`, each length-prefixed, so no two part lists collide.
-        #[arg(long)]
-        key: String,
+        #[arg(long, required_unless_present = "from_file")]
+        key: Option<String>,
         /// Further parts of the dedup key, in order (e.g. a git ref, then an input hash).
         #[arg(long = "key-part", value_name = "PART")]
         key_parts: Vec<String>,
         /// The run's payload, stored as the argument's UTF-8 bytes.
-        #[arg(long)]
-        payload: String,
+        #[arg(long, required_unless_present = "from_file")]
+        payload: Option<String>,
+        /// Enqueue every item of FILE (`-`: stdin) instead, in one atomic batch: JSON lines,
+        /// one item a line in the shape of the HTTP enqueue body (`key_parts` or `key`,
+        /// `payload` or `payload_b64`, `supersede_group`, `priority`, `max_attempts`,
+        /// `not_before_us`); blank lines are skipped. At most 10000 items, 64 MiB of payloads
+        /// and 8 MiB a line; a line that does not read refuses the whole file (`line N: …`)
+        /// and nothing is written.
+        #[arg(
+            long,
+            value_name = "FILE",
+            conflicts_with_all = ["key", "key_parts", "payload", "supersede", "priority", "max_attempts"]
+        )]
+        from_file: Option<std::path::PathBuf>,
         /// Supersede group: older queued runs of the group become `superseded`.
         #[arg(long, value_name = "GROUP")]
         supersede: Option<String>,

@@ -84,6 +84,15 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Enqueue {
             queue,
+            from_file: Some(file),
+            url,
+            ..
+        } => {
+            let queue = QueueName::new(queue)?;
+            crate::enqueue_file::run(&target, named, &queue, &file, url, &mut out).await?;
+        }
+        Command::Enqueue {
+            queue,
             key,
             key_parts,
             payload,
@@ -91,8 +100,15 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             priority,
             max_attempts,
             url,
+            from_file: None,
         } => {
             let queue = QueueName::new(queue)?;
+            // clap requires both without --from-file.
+            let (Some(key), Some(payload)) = (key, payload) else {
+                return Err(
+                    Error::invalid("enqueue", "give --key and --payload, or --from-file").into(),
+                );
+            };
             let (key_text, key_parts_text, supersede_text) =
                 (key.clone(), key_parts.clone(), supersede.clone());
             let key = DedupKey::from_parts(std::iter::once(key).chain(key_parts))?;

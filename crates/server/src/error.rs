@@ -9,6 +9,9 @@ pub(crate) enum CliError {
     Store(cairn::Error),
     /// The configuration (database URL, data directory) is unusable.
     Config(String),
+    /// A file the command reads (`cairn enqueue --from-file`) is not what it takes: the
+    /// message names the line and says that nothing was written.
+    Input(String),
     /// A command that needs an existing store found none: no SQLite file, or (`cairn migrate
     /// status`) no Postgres schema. Holds where it looked (`at PATH`, `in schema NAME`).
     NoStore(String),
@@ -24,7 +27,7 @@ impl fmt::Display for CliError {
         match self {
             // The error with its causes (a failed revision's store error, an OS error).
             Self::Store(e) => write!(f, "{}", e.report()),
-            Self::Config(msg) => f.write_str(msg),
+            Self::Config(msg) | Self::Input(msg) => f.write_str(msg),
             Self::NoStore(place) => write!(
                 f,
                 "no cairn store {place}; the first `cairn append` creates it"

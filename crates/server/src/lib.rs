@@ -19,6 +19,7 @@ mod cli;
 mod commands;
 mod config;
 mod doctor;
+mod enqueue_file;
 mod error;
 mod import;
 mod logging;

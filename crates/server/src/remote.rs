@@ -1,4 +1,5 @@
-//! `cairn enqueue --url`: the server path of the offline hook.
+//! `cairn enqueue --url`: the server path of the offline hook (one run, or a whole
+//! `--from-file` batch through `POST /v1/queues/{queue}/runs/batch`).
 //!
 //! The run goes through a running `cairn serve` when one answers at the URL, and straight to
 //! the store otherwise — but only to a store named explicitly (`--database` or
@@ -24,6 +25,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most bytes of an answer read.
 const MAX_ANSWER: usize = 64 * 1024;
+/// Most bytes of a batch enqueue's answer read: a result of at most 100 bytes per item.
+const MAX_BATCH_ANSWER: usize = 100 * cairn::spool::MAX_ENQUEUE_BATCH + MAX_ANSWER;
 
 /// Whether a connect error means nothing accepted the connection (refused, unreachable, timed
 /// out, a name that does not resolve) — the only case the direct path may be taken. Something
@@ -74,6 +77,17 @@ struct Answer {
     created: bool,
 }
 
+/// A batch enqueue as `POST /v1/queues/{queue}/runs/batch` takes it.
+#[derive(Serialize)]
+struct BatchBody<'a> {
+    items: &'a [serde_json::Value],
+}
+
+#[derive(Deserialize)]
+struct BatchAnswer {
+    results: Vec<Answer>,
+}
+
 #[derive(Deserialize)]
 struct ErrorAnswer {
     error: ErrorBody,
@@ -95,6 +109,67 @@ pub(crate) async fn enqueue(
     queue: &str,
     body: &EnqueueBody,
 ) -> Result<Option<(String, bool)>, CliError> {
+    let body = serde_json::to_vec(body)
+        .map_err(|e| CliError::Config(format!("cannot encode the enqueue: {e}")))?;
+    let Some(bytes) = post(url, &["v1", "queues", queue, "runs"], body, MAX_ANSWER).await? else {
+        return Ok(None);
+    };
+    let answer: Answer = serde_json::from_slice(&bytes).map_err(|_| not_a_result())?;
+    Ok(Some((answer.run_id, answer.created)))
+}
+
+/// Enqueues `items` (each an item of `POST /v1/queues/{queue}/runs/batch`) through the server
+/// at `url`, in one batch. `Ok(None)`: no server answered (take the direct path);
+/// `Ok(Some(results))`: one `(run id, created)` per item, in order.
+///
+/// # Errors
+/// As [`enqueue`]; an answer without one result per item.
+pub(crate) async fn enqueue_batch(
+    url: &str,
+    queue: &str,
+    items: &[serde_json::Value],
+) -> Result<Option<Vec<(String, bool)>>, CliError> {
+    let body = serde_json::to_vec(&BatchBody { items })
+        .map_err(|e| CliError::Config(format!("cannot encode the enqueue: {e}")))?;
+    let path = ["v1", "queues", queue, "runs", "batch"];
+    let Some(bytes) = post(url, &path, body, MAX_BATCH_ANSWER).await? else {
+        return Ok(None);
+    };
+    let answer: BatchAnswer = serde_json::from_slice(&bytes).map_err(|_| not_a_result())?;
+    if answer.results.len() != items.len() {
+        return Err(CliError::Config(format!(
+            "the server answered {} results for {} items; is --url a cairn server?",
+            answer.results.len(),
+            items.len()
+        )));
+    }
+    Ok(Some(
+        answer
+            .results
+            .into_iter()
+            .map(|a| (a.run_id, a.created))
+            .collect(),
+    ))
+}
+
+fn not_a_result() -> CliError {
+    CliError::Config(
+        "the server answered with a body that is not an enqueue result; is --url a cairn server?"
+            .into(),
+    )
+}
+
+/// POSTs the JSON `body` to `path` under the server at `url`. `Ok(None)`: no server answered;
+/// `Ok(Some(bytes))`: a 2xx answer's body, read up to `max_answer` bytes.
+///
+/// # Errors
+/// A URL that is not http(s); a server that answered with an error (its code and message).
+async fn post(
+    url: &str,
+    path: &[&str],
+    body: Vec<u8>,
+    max_answer: usize,
+) -> Result<Option<Vec<u8>>, CliError> {
     let base = reqwest::Url::parse(url)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
@@ -109,7 +184,7 @@ pub(crate) async fn enqueue(
         .path_segments_mut()
         .map_err(|()| CliError::Config("--url (or CAIRN_URL) cannot take a path".into()))?
         .pop_if_empty()
-        .extend(["v1", "queues", queue, "runs"]);
+        .extend(path);
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(CONNECT_TIMEOUT)
@@ -122,8 +197,6 @@ pub(crate) async fn enqueue(
                 e.without_url()
             ))
         })?;
-    let body = serde_json::to_vec(body)
-        .map_err(|e| CliError::Config(format!("cannot encode the enqueue: {e}")))?;
     let mut request = client
         .post(endpoint)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
@@ -146,8 +219,8 @@ pub(crate) async fn enqueue(
         }
         Err(e) => {
             return Err(CliError::Config(format!(
-                "the server did not answer the enqueue ({}); the run may or may not be \
-                 stored: repeat the same command, which returns the same run id",
+                "the server did not answer the enqueue ({}); it may or may not be stored: \
+                 repeat the same command, whose keys give the same run ids",
                 if e.is_timeout() {
                     "timed out"
                 } else {
@@ -158,20 +231,14 @@ pub(crate) async fn enqueue(
     };
     let status = response.status().as_u16();
     let mut bytes = Vec::new();
-    while bytes.len() < MAX_ANSWER {
+    while bytes.len() < max_answer {
         match response.chunk().await {
             Ok(Some(chunk)) => bytes.extend_from_slice(&chunk[..]),
             _ => break,
         }
     }
     if (200..300).contains(&status) {
-        let answer: Answer = serde_json::from_slice(&bytes).map_err(|_| {
-            CliError::Config(format!(
-                "the server answered {status} with a body that is not an enqueue result; is \
-                 --url a cairn server?"
-            ))
-        })?;
-        return Ok(Some((answer.run_id, answer.created)));
+        return Ok(Some(bytes));
     }
     Err(CliError::Config(
         match serde_json::from_slice::<ErrorAnswer>(&bytes) {
