@@ -25,8 +25,10 @@ use super::{batch, doctor, epochs, json, metrics, routes, runs};
                        `Authorization: Bearer <token>`; read-only tokens may only GET (they \
                        suffice for /metrics and /v1/doctor). Every rule the server checks is \
                        stated here: a request valid under this document is never answered 400 \
-                       `invalid_input` or `invalid_batch_item` (but for the total payload \
-                       bytes of a batch enqueue, stated in words). Batches are all or nothing: \
+                       `invalid_input` or `invalid_batch_item` (but for what is stated in \
+                       words: the payload bytes of a batch enqueue together, and run event ids \
+                       starting with `cairn:`, which a batch refuses as `invalid_batch_item`). \
+                       Batches are all or nothing: \
                        an error names the refused item's `index`, and nothing of the batch is \
                        written. Text limits are in bytes of UTF-8: `maxLength` (which \
                        counts characters) is the byte limit, exact for ASCII, and `x-max-bytes` \
