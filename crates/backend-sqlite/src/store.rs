@@ -168,6 +168,9 @@ fn copy_error(e: &Error) -> Error {
             path: path.clone(),
             source: std::io::Error::new(source.kind(), source.to_string()),
         },
+        // The writer busy past the timeout: each waiting caller gets the same retryable
+        // error, its detail once (not the first error's whole message wrapped again).
+        Error::Retryable { detail, .. } => Error::retryable(detail.clone()),
         other => Error::backend("sqlite", other.to_string()),
     }
 }
@@ -697,9 +700,8 @@ impl SqliteStore {
             Ok(conn) => conn,
             Err(e) => {
                 let ops = std::mem::take(&mut *lock(&self.inner.pending));
-                let msg = e.to_string();
                 for op in ops {
-                    op.fail(Error::retryable(msg.clone()));
+                    op.fail(copy_error(&e));
                 }
                 return;
             }

@@ -167,3 +167,48 @@ async fn ending_the_transaction_from_the_application_fails_it() {
     );
     assert_eq!(count_orders(&b, "x"), 0);
 }
+
+/// A write queued for a group commit while a transaction holds the writer past the busy
+/// timeout fails with `Retryable`, its message saying so once (a group's callers used to get
+/// the first error's whole message wrapped in a second "store busy (…)").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_behind_an_open_transaction_is_retryable_with_one_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = SqliteBackend::open(
+        dir.path().join("store.db"),
+        SqliteOptions::default().busy_timeout(Duration::from_millis(100)),
+        OpenOptions::default().register_in_fleet(false),
+    )
+    .await
+    .unwrap();
+    let tx = b.begin_transaction().await.unwrap();
+    let q = QueueName::new("busy").unwrap();
+    let err = b
+        .spool()
+        .enqueue(
+            &q,
+            &DedupKey::from_parts(["busy"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_retryable(), "{err}");
+    let text = err.to_string();
+    assert_eq!(text.matches("store busy").count(), 1, "{text}");
+    drop(tx);
+    let after = b
+        .spool()
+        .enqueue(
+            &q,
+            &DedupKey::from_parts(["busy"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        after.created,
+        "the dropped transaction gave the writer back"
+    );
+}
