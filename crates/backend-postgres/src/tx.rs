@@ -126,7 +126,7 @@ impl PgSpool {
         items: Vec<EnqueueItem>,
     ) -> Result<Vec<Enqueued>> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = enqueue::enqueue_many_on(self, conn, queue, items).await;
+        let r = enqueue::enqueue_many_on(self, conn, queue, &items).await;
         leave_schema(conn, old, r).await
     }
 
@@ -261,7 +261,7 @@ impl Transaction for PgTransaction {
         queue: &QueueName,
         items: Vec<EnqueueItem>,
     ) -> Result<Vec<Enqueued>> {
-        let r = enqueue::enqueue_many_on(&self.spool, &mut self.tx, queue, items).await;
+        let r = enqueue::enqueue_many_on(&self.spool, &mut self.tx, queue, &items).await;
         self.track(r)
     }
 

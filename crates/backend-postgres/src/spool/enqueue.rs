@@ -243,7 +243,7 @@ async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>
         Err(Error::backend("postgres", "an injected batch failure"))
     } else {
         let pending: Vec<&PendingEnqueue> = batch.iter().map(|(e, _)| e).collect();
-        enqueue_many_statement(s, s.pool(), &pending).await
+        enqueue_many_statement(s, s.pool(), &pending, None).await
     };
     match stored {
         Ok(by_key) => {
@@ -324,9 +324,9 @@ pub(crate) async fn enqueue_many_on(
     s: &PgSpool,
     conn: &mut PgConnection,
     queue: &QueueName,
-    items: Vec<EnqueueItem>,
+    items: &[EnqueueItem],
 ) -> Result<Vec<Enqueued>> {
-    let attempts = check_enqueue_batch(&items)?;
+    let attempts = check_enqueue_batch(items)?;
     let now = s.now();
     // The first item of each key, by index; the others answer from it.
     let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(items.len());
@@ -351,39 +351,83 @@ pub(crate) async fn enqueue_many_on(
             .await
             .map_err(map)?;
     }
-    // Runs are written in input order (their serials are the claim order's last tie-break):
-    // consecutive plain items share one statement, a supersede-group item runs alone.
-    let mut plain: Vec<usize> = Vec::with_capacity(BULK_CHUNK.min(items.len()));
-    for i in (0..items.len()).filter(|&i| source[i] == i) {
-        let item = &items[i];
-        if item.options.supersede_group.is_none() {
-            plain.push(i);
-            if plain.len() == BULK_CHUNK {
-                write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
-                plain.clear();
+    let firsts: Vec<usize> = (0..items.len()).filter(|&i| source[i] == i).collect();
+    if firsts
+        .iter()
+        .all(|&i| items[i].options.supersede_group.is_none())
+    {
+        // No supersede group: the rows go in dedup-key order (concurrent batches of
+        // overlapping keys then take their key locks in one order and cannot deadlock), each
+        // with the `run_no` of its place in the input (the claim order's last tie-break).
+        let count = i64::try_from(firsts.len())
+            .map_err(|_| Error::invalid("enqueue batch", "is too large"))?;
+        let numbers: Vec<i64> = sqlx::query_scalar(sql::RUN_NOS)
+            .bind(count)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        let mut numbered: Vec<(usize, i64)> = firsts.iter().copied().zip(numbers).collect();
+        numbered.sort_by(|a, b| items[a.0].key.as_bytes().cmp(items[b.0].key.as_bytes()));
+        for chunk in numbered.chunks(BULK_CHUNK) {
+            let plain: Vec<usize> = chunk.iter().map(|&(i, _)| i).collect();
+            let run_nos: Vec<i64> = chunk.iter().map(|&(_, n)| n).collect();
+            let rows = Plain {
+                items,
+                attempts: &attempts,
+                indices: &plain,
+                run_nos: Some(&run_nos),
+            };
+            write_plain(s, conn, queue, &rows, now, &mut results).await?;
+        }
+    } else {
+        // Runs are written in input order (their `run_no`s are the claim order's last
+        // tie-break): consecutive plain items share one statement, a supersede-group item runs
+        // alone.
+        let mut plain: Vec<usize> = Vec::with_capacity(BULK_CHUNK.min(items.len()));
+        for &i in &firsts {
+            let item = &items[i];
+            if item.options.supersede_group.is_none() {
+                plain.push(i);
+                if plain.len() < BULK_CHUNK {
+                    continue;
+                }
             }
-            continue;
+            let rows = Plain {
+                items,
+                attempts: &attempts,
+                indices: &plain,
+                run_nos: None,
+            };
+            write_plain(s, conn, queue, &rows, now, &mut results).await?;
+            plain.clear();
+            if item.options.supersede_group.is_none() {
+                continue;
+            }
+            let new = NewRun {
+                queue,
+                key: &item.key,
+                payload: &item.payload,
+                options: &item.options,
+                max_attempts: attempts[i],
+                now,
+            };
+            let id = new_run_id(s, now);
+            // The group's lock is held already (taken up front).
+            if let Some(stored) = enqueue_statement(s, id, &new, &mut *conn).await? {
+                results[i] = Some(Enqueued {
+                    run_id: stored,
+                    created: stored == id,
+                });
+            }
         }
-        write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
-        plain.clear();
-        let new = NewRun {
-            queue,
-            key: &item.key,
-            payload: &item.payload,
-            options: &item.options,
-            max_attempts: attempts[i],
-            now,
+        let rows = Plain {
+            items,
+            attempts: &attempts,
+            indices: &plain,
+            run_nos: None,
         };
-        let id = new_run_id(s, now);
-        // The group's lock is held already (taken up front).
-        if let Some(stored) = enqueue_statement(s, id, &new, &mut *conn).await? {
-            results[i] = Some(Enqueued {
-                run_id: stored,
-                created: stored == id,
-            });
-        }
+        write_plain(s, conn, queue, &rows, now, &mut results).await?;
     }
-    write_plain(s, conn, queue, &items, &attempts, &plain, now, &mut results).await?;
     // The first items whose key was stored already (committed before, or by a transaction
     // the insert waited for): one read, on a snapshot taken after the inserts.
     let missing: Vec<Vec<u8>> = (0..items.len())
@@ -428,31 +472,38 @@ pub(crate) async fn enqueue_many_on(
         .collect()
 }
 
-/// Writes the plain items `plain` (indices into `items`) of a bulk enqueue in one
-/// [`sql::ENQUEUE_MANY`] and records each created run in `results`.
-#[allow(clippy::too_many_arguments)]
+/// Items of a bulk enqueue without a supersede group, for one [`sql::ENQUEUE_MANY`]: their
+/// indices into `items` in write order, and (for the key-ordered path) each one's `run_no`.
+struct Plain<'a> {
+    items: &'a [EnqueueItem],
+    attempts: &'a [u32],
+    indices: &'a [usize],
+    run_nos: Option<&'a [i64]>,
+}
+
+/// Writes `rows` in one [`sql::ENQUEUE_MANY`] (or [`sql::ENQUEUE_MANY_NUMBERED`]) and records
+/// each created run in `results`.
 async fn write_plain(
     s: &PgSpool,
     conn: &mut PgConnection,
     queue: &QueueName,
-    items: &[EnqueueItem],
-    attempts: &[u32],
-    plain: &[usize],
+    rows: &Plain<'_>,
     now: Timestamp,
     results: &mut [Option<Enqueued>],
 ) -> Result<()> {
-    if plain.is_empty() {
+    if rows.indices.is_empty() {
         return Ok(());
     }
-    let batch: Vec<PendingEnqueue> = plain
+    let batch: Vec<PendingEnqueue> = rows
+        .indices
         .iter()
         .map(|&i| {
-            let item = &items[i];
+            let item = &rows.items[i];
             Ok(PendingEnqueue {
                 id: new_run_id(s, now),
                 queue: queue.clone(),
                 key: item.key.clone(),
-                max_attempts: i32::try_from(attempts[i])
+                max_attempts: i32::try_from(rows.attempts[i])
                     .map_err(|_| Error::invalid("max attempts", "is too large"))?,
                 priority: item.options.priority,
                 now: micros(now),
@@ -462,8 +513,8 @@ async fn write_plain(
         })
         .collect::<Result<_>>()?;
     let refs: Vec<&PendingEnqueue> = batch.iter().collect();
-    let created = enqueue_many_statement(s, &mut *conn, &refs).await?;
-    for (&i, e) in plain.iter().zip(&batch) {
+    let created = enqueue_many_statement(s, &mut *conn, &refs, rows.run_nos).await?;
+    for (&i, e) in rows.indices.iter().zip(&batch) {
         let found = created.get(&(queue.as_str().to_owned(), e.key.as_bytes().to_vec()));
         if let Some(&run_id) = found {
             results[i] = Some(Enqueued {
@@ -478,11 +529,13 @@ async fn write_plain(
 /// The runs one [`sql::ENQUEUE_MANY`] created, by queue and dedup key.
 type CreatedRuns = HashMap<(String, Vec<u8>), RunId>;
 
-/// One [`sql::ENQUEUE_MANY`] of `batch` on `on`: the runs it created.
+/// One [`sql::ENQUEUE_MANY`] of `batch` on `on` (with `run_nos`, one per row:
+/// [`sql::ENQUEUE_MANY_NUMBERED`]): the runs it created.
 async fn enqueue_many_statement<'e>(
     s: &PgSpool,
     on: impl PgExecutor<'e>,
     batch: &[&PendingEnqueue],
+    run_nos: Option<&[i64]>,
 ) -> Result<CreatedRuns> {
     let mut ids = Vec::with_capacity(batch.len());
     let mut queues = Vec::with_capacity(batch.len());
@@ -508,7 +561,11 @@ async fn enqueue_many_statement<'e>(
         channels.push(wake_channel(&s.inner.schema, &e.queue));
         jitters.push(claim_jitter(&e.queue, &e.key, 0));
     }
-    let rows = sqlx::query(sql::ENQUEUE_MANY)
+    let statement = match run_nos {
+        None => sql::ENQUEUE_MANY,
+        Some(_) => sql::ENQUEUE_MANY_NUMBERED,
+    };
+    let mut query = sqlx::query(statement)
         .bind(ids)
         .bind(queues)
         .bind(keys)
@@ -519,10 +576,11 @@ async fn enqueue_many_statement<'e>(
         .bind(lens)
         .bind(payloads)
         .bind(channels)
-        .bind(jitters)
-        .fetch_all(on)
-        .await
-        .map_err(map)?;
+        .bind(jitters);
+    if let Some(run_nos) = run_nos {
+        query = query.bind(run_nos.to_vec());
+    }
+    let rows = query.fetch_all(on).await.map_err(map)?;
     let mut created = HashMap::with_capacity(rows.len());
     for row in &rows {
         let id = run_id(&get::<Vec<u8>>(row, 0)?)?;
@@ -532,7 +590,9 @@ async fn enqueue_many_statement<'e>(
 }
 
 /// [`cairn_core::Spool::enqueue_many`] on the pool: [`enqueue_many_on`] in one READ COMMITTED
-/// transaction of its own.
+/// transaction of its own, run again (at most [`BULK_DEADLOCK_ROUNDS`] times in all) when the
+/// server chose it as a deadlock's victim — possible only for batches with supersede groups,
+/// whose rows go in input order — since nothing of it was written then.
 pub(super) async fn enqueue_many_tx(
     s: &PgSpool,
     queue: &QueueName,
@@ -542,12 +602,31 @@ pub(super) async fn enqueue_many_tx(
     if items.is_empty() {
         return Ok(Vec::new());
     }
-    let mut tx = s
-        .pool()
-        .begin_with(crate::sql::BEGIN_READ_COMMITTED)
-        .await
-        .map_err(map)?;
-    let done = enqueue_many_on(s, &mut tx, queue, items).await?;
-    tx.commit().await.map_err(map)?;
-    Ok(done)
+    let mut round = 1;
+    loop {
+        let mut tx = s
+            .pool()
+            .begin_with(crate::sql::BEGIN_READ_COMMITTED)
+            .await
+            .map_err(map)?;
+        let done = match enqueue_many_on(s, &mut tx, queue, &items).await {
+            Ok(done) => done,
+            Err(e) if round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e) => {
+                drop(tx);
+                round += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        tx.commit().await.map_err(map)?;
+        return Ok(done);
+    }
+}
+
+/// How often [`enqueue_many_tx`] runs a batch the server broke a deadlock with.
+const BULK_DEADLOCK_ROUNDS: usize = 3;
+
+/// Whether `e` is a deadlock the server broke by aborting this transaction (SQLSTATE 40P01).
+fn is_deadlock(e: &Error) -> bool {
+    matches!(e, Error::Retryable { detail, .. } if detail.contains("40P01"))
 }

@@ -95,6 +95,41 @@ WITH input AS ( \
 ) \
 SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
 
+/// [`ENQUEUE_MANY`] with each row's `run_no` given (`$12`, taken from the column's identity
+/// sequence by [`RUN_NOS`] in the batch's input order): a bulk enqueue inserts its rows in
+/// dedup-key order, so that two batches of overlapping keys take their key locks in one
+/// order and cannot deadlock, while the claim order's last tie-break (`run_no`) stays the
+/// input order.
+pub(super) const ENQUEUE_MANY_NUMBERED: &str = "\
+WITH input AS ( \
+    SELECT * FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[]), \
+        pg_catalog.unnest($3::bytea[]), pg_catalog.unnest($4::int4[]), \
+        pg_catalog.unnest($5::int4[]), pg_catalog.unnest($6::int8[]), \
+        pg_catalog.unnest($7::int8[]), pg_catalog.unnest($8::int8[]), \
+        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[]), \
+        pg_catalog.unnest($11::int8[]), pg_catalog.unnest($12::int8[])) \
+        WITH ORDINALITY AS t(run_id, queue, dedup_key, max_attempts, priority, now, due_at, \
+            payload_bytes, payload, channel, jitter, run_no, ord) \
+), ins AS ( \
+    INSERT INTO spool_run (run_no, run_id, queue, dedup_key, supersede_group, state, \
+        max_attempts, priority, enqueued_at, updated_at, due_at, payload_bytes, payload, \
+        claim_attempt, claim_jitter, closed) \
+    OVERRIDING SYSTEM VALUE \
+    SELECT run_no, run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, \
+        due_at, payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
+    ON CONFLICT (queue, dedup_key) DO NOTHING \
+    RETURNING run_id, queue, dedup_key \
+), wake AS ( \
+    SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
+        SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
+) \
+SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
+
+/// `$1` new values of `spool_run.run_no`'s identity sequence, in increasing order.
+pub(super) const RUN_NOS: &str = "\
+SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('spool_run', 'run_no')) \
+FROM pg_catalog.generate_series(1, $1) ORDER BY 1";
+
 /// The runs of queue `$1` holding the dedup keys `$2`: `(run_id, dedup_key)` (a bulk
 /// enqueue's keys that were stored already).
 pub(super) const RUN_IDS_BY_KEYS: &str = "\
