@@ -2,8 +2,8 @@
 //! `Spool::enqueue_many` (or one `POST /v1/queues/{queue}/runs/batch` with `--url`).
 //!
 //! Each non-blank line is one item in the shape of the HTTP enqueue body, read by the server's
-//! own item parser (`EnqueueRequest::from_value` and `into_enqueue`), so a line the CLI takes
-//! is an item the server takes. The whole file is read and checked before any store or server
+//! own item parser (`EnqueueRequest::from_json` and `into_enqueue`) from the line's text, so a
+//! line the CLI takes is an item the server takes (a field written twice refused alike). The whole file is read and checked before any store or server
 //! is reached: a line that does not read ends the command with `line N: reason` and nothing
 //! written. Reading is bounded: at most [`MAX_LINE`] bytes a line, [`MAX_ENQUEUE_BATCH`]
 //! items and [`MAX_ENQUEUE_BATCH_BYTES`] of payloads, each checked as the file is read, so a
@@ -14,6 +14,7 @@ use std::path::Path;
 
 use cairn::spool::{self, EnqueueItem, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES};
 use cairn::{DatabaseUrl, Error, QueueName};
+use serde_json::value::RawValue;
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
@@ -30,7 +31,7 @@ struct Batch {
     /// The line each item came from (from 1).
     lines: Vec<usize>,
     /// The items as read, for the server (kept only with `--url`).
-    values: Vec<serde_json::Value>,
+    values: Vec<Box<RawValue>>,
 }
 
 fn at_line(line: usize, reason: impl std::fmt::Display) -> CliError {
@@ -75,10 +76,9 @@ fn read_items(mut reader: impl BufRead, keep_values: bool) -> Result<Batch, CliE
                 ),
             ));
         }
-        let value: serde_json::Value = serde_json::from_slice(text)
+        let value: Box<RawValue> = serde_json::from_slice(text)
             .map_err(|e| at_line(line, format!("not a JSON value: {e}")))?;
-        let kept = keep_values.then(|| value.clone());
-        let item = EnqueueRequest::from_value(value)
+        let item = EnqueueRequest::from_json(value.get())
             .and_then(EnqueueRequest::into_enqueue)
             .map_err(|e| at_line(line, e.report()))?;
         payload_bytes = payload_bytes.saturating_add(item.payload.len());
@@ -91,7 +91,9 @@ fn read_items(mut reader: impl BufRead, keep_values: bool) -> Result<Batch, CliE
                 ),
             ));
         }
-        batch.values.extend(kept);
+        if keep_values {
+            batch.values.push(value);
+        }
         batch.items.push(item);
         batch.lines.push(line);
     }
@@ -211,6 +213,10 @@ mod tests {
                 "attempts",
             ),
             ("{\"key_parts\":[],\"payload\":\"p\"}", "dedup key"),
+            (
+                "{\"key\":\"a\",\"key\":\"b\",\"payload\":\"p\"}",
+                "duplicate field `key`",
+            ),
             (
                 "{\"key\":\"a\",\"payload\":\"p\",\"nope\":1}",
                 "unknown field `nope`",

@@ -80,7 +80,7 @@ struct Answer {
 /// A batch enqueue as `POST /v1/queues/{queue}/runs/batch` takes it.
 #[derive(Serialize)]
 struct BatchBody<'a> {
-    items: &'a [serde_json::Value],
+    items: &'a [Box<serde_json::value::RawValue>],
 }
 
 #[derive(Deserialize)]
@@ -127,7 +127,7 @@ pub(crate) async fn enqueue(
 pub(crate) async fn enqueue_batch(
     url: &str,
     queue: &str,
-    items: &[serde_json::Value],
+    items: &[Box<serde_json::value::RawValue>],
 ) -> Result<Option<Vec<(String, bool)>>, CliError> {
     let body = serde_json::to_vec(&BatchBody { items })
         .map_err(|e| CliError::Config(format!("cannot encode the enqueue: {e}")))?;

@@ -85,8 +85,13 @@ impl Drop for Server {
 
 impl Server {
     fn start(db: &str) -> Self {
+        Self::start_with(db, &[])
+    }
+
+    fn start_with(db: &str, env: &[(&str, &str)]) -> Self {
         let mut cmd = common::cairn(db);
         cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .env("CAIRN_AUTH__TOKENS", FULL)
             .env("CAIRN_AUTH__READ_TOKENS", READ)
             .env("CAIRN_BACKFILL__ENABLED", "false");
@@ -115,6 +120,18 @@ impl Server {
         token: Option<&str>,
         body: Option<&Value>,
     ) -> (u16, Value) {
+        let body = body.map(Value::to_string).unwrap_or_default();
+        self.send_text(method, path, token, body)
+    }
+
+    /// Sends `body` as it is written (a JSON value cannot hold a key twice).
+    fn send_text(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: String,
+    ) -> (u16, Value) {
         let mut req = ureq::http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -122,7 +139,6 @@ impl Server {
         if let Some(t) = token {
             req = req.header("Authorization", format!("Bearer {t}"));
         }
-        let body = body.map(Value::to_string).unwrap_or_default();
         let mut resp = self
             .agent
             .run(req.body(body).unwrap())
@@ -134,6 +150,10 @@ impl Server {
 
     fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.send("POST", path, Some(FULL), Some(body))
+    }
+
+    fn post_text(&self, path: &str, body: &str) -> (u16, Value) {
+        self.send_text("POST", path, Some(FULL), body.to_owned())
     }
 
     fn get(&self, path: &str) -> (u16, Value) {
@@ -677,4 +697,154 @@ fn cli_enqueue_from_file_on_sqlite() {
 #[test]
 fn cli_enqueue_from_file_on_postgres() {
     common::on_postgres("cairn_batch_cli", cli_case);
+}
+
+/// A key written twice in a batch item, an op or a `--from-file` line is refused as the single
+/// route refuses it in its body (never "the last one wins"), and nothing is written.
+fn duplicate_keys_case(db: &str) {
+    let server = Server::start(db);
+    let (_, run) = server.enqueue("dup-runs", "r");
+    let single = server.post_text(
+        "/v1/queues/dq/runs",
+        r#"{"key":"s2","key":"s3","payload":"x"}"#,
+    );
+    assert!(
+        refused(&single, 400, "invalid_input", None).contains("duplicate field `key`"),
+        "{single:?}"
+    );
+    let answer = server.post_text(
+        "/v1/queues/dq/runs/batch",
+        r#"{"items":[{"key":"d1","payload":"x"},{"key":"d2","key":"d3","payload":"x"}]}"#,
+    );
+    let msg = refused(&answer, 400, "invalid_batch_item", Some(1));
+    assert!(msg.starts_with("batch item 1: "), "{msg}");
+    assert!(msg.contains("duplicate field `key`"), "{msg}");
+    let good = r#"{"op":"enqueue","queue":"dq","key":"d0","payload":"x"}"#;
+    for (bad, field) in [
+        (
+            r#"{"op":"cancel","op":"enqueue","queue":"dq","key":"d4","payload":"x"}"#.to_owned(),
+            "op",
+        ),
+        (
+            r#"{"op":"enqueue","queue":"dq","queue":"dq2","key":"d5","payload":"x"}"#.to_owned(),
+            "queue",
+        ),
+        (
+            r#"{"op":"enqueue","queue":"dq","key":"d6","payload":"x","payload":"y"}"#.to_owned(),
+            "payload",
+        ),
+        (
+            format!(
+                r#"{{"op":"append_event","run_id":"{run}","event_id":"cairn:zz","event_id":"ok2","payload":"p"}}"#
+            ),
+            "event_id",
+        ),
+        (
+            format!(r#"{{"op":"cancel","run_id":"{run}","run_id":"{run}"}}"#),
+            "run_id",
+        ),
+        (
+            r#"{"op":"append","space":"dup-space","events":[{"kind":"k","kind":"j","payload":"p"}]}"#
+                .to_owned(),
+            "kind",
+        ),
+    ] {
+        let body = format!(r#"{{"ops":[{good},{bad}]}}"#);
+        let answer = server.post_text("/v1/batch", &body);
+        let msg = refused(&answer, 400, "invalid_batch_item", Some(1));
+        assert!(msg.starts_with("batch item 1: "), "{bad}: {msg}");
+        assert!(msg.contains(&format!("duplicate field `{field}`")), "{bad}: {msg}");
+    }
+    assert_eq!(runs(db, "dq"), Vec::<String>::new(), "nothing was written");
+    assert_eq!(runs(db, "dq2"), Vec::<String>::new(), "nothing was written");
+    let (s, body) = server.get("/v1/spaces/dup-space/heads");
+    assert_eq!(s, 404, "{body}");
+    let (_, events) = server.get(&format!("/v1/runs/{run}/events"));
+    assert_eq!(events["events"], json!([]), "{events}");
+    let (_, shown) = server.get(&format!("/v1/runs/{run}"));
+    assert_eq!(shown["state"], "queued", "{shown}");
+
+    // A `--from-file` line: the same item, the same refusal, straight or through --url.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dup.jsonl");
+    std::fs::write(
+        &file,
+        "{\"key\":\"h1\",\"payload\":\"a\"}\n{\"key\":\"h2\",\"key\":\"h3\",\"payload\":\"a\"}\n",
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    for url in [None, Some(server.base.as_str())] {
+        let mut args = vec!["enqueue", "--queue", "dq", "--from-file", f];
+        args.extend(url.iter().flat_map(|u| ["--url", *u]));
+        let msg = fails(&cairn(db, &args, &[("CAIRN_TOKEN", FULL)]));
+        assert!(msg.starts_with("line 2: "), "{msg}");
+        assert!(msg.contains("duplicate field `key`"), "{msg}");
+    }
+    assert_eq!(runs(db, "dq"), Vec::<String>::new(), "nothing was written");
+}
+
+#[test]
+fn duplicate_keys_in_batches_are_refused_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    duplicate_keys_case(dir.path().join("s.db").to_str().unwrap());
+}
+
+#[test]
+fn duplicate_keys_in_batches_are_refused_on_postgres() {
+    common::on_postgres("cairn_batch_dup", duplicate_keys_case);
+}
+
+/// `POST /v1/batch` bounds its ops' payloads together (enqueue payloads, run event payloads,
+/// epoch event payloads, decoded) by `MAX_ENQUEUE_BATCH_BYTES`, whatever the body limit.
+fn batch_payload_cap_case(db: &str) {
+    let server = Server::start_with(db, &[("CAIRN_LIMITS__MAX_BODY_BYTES", "209715200")]);
+    let (_, run) = server.enqueue("cap-runs", "r");
+    let mib = cairn::spool::MAX_RUN_PAYLOAD;
+    let epoch = "x".repeat(cairn::MAX_EVENT_PAYLOAD);
+    let one = "x".repeat(mib);
+    // 3 × 16 MiB of epoch events, 1 MiB of run event (base64, counted decoded), 15 × 1 MiB
+    // of enqueues: 64 MiB, then one byte more.
+    let b64 = "eHh4".repeat(mib / 3) + "eA==";
+    assert_eq!(mib / 3 * 3 + 1, mib);
+    let mut ops = vec![format!(
+        r#"{{"op":"append_event","run_id":"{run}","event_id":"e","payload_b64":"{b64}"}}"#
+    )];
+    for _ in 0..3 {
+        ops.push(format!(
+            r#"{{"op":"append","space":"cap","events":[{{"kind":"k","payload":"{epoch}"}}]}}"#
+        ));
+    }
+    for i in 0..15 {
+        ops.push(format!(
+            r#"{{"op":"enqueue","queue":"cap","key":"k{i}","payload":"{one}"}}"#
+        ));
+    }
+    let at_limit = ops.join(",");
+    let over = format!(r#"{at_limit},{{"op":"enqueue","queue":"cap","key":"last","payload":"x"}}"#);
+    let answer = server.post_text("/v1/batch", &format!(r#"{{"ops":[{over}]}}"#));
+    let msg = refused(&answer, 400, "invalid_input", None);
+    assert!(
+        msg.contains(&cairn::spool::MAX_ENQUEUE_BATCH_BYTES.to_string()),
+        "{msg}"
+    );
+    assert_eq!(runs(db, "cap"), Vec::<String>::new(), "nothing was written");
+    let (s, body) = server.get("/v1/spaces/cap/heads");
+    assert_eq!(s, 404, "{body}");
+    let (_, events) = server.get(&format!("/v1/runs/{run}/events"));
+    assert_eq!(events["events"], json!([]), "{events}");
+    // At the limit exactly, the batch commits.
+    let (s, body) = server.post_text("/v1/batch", &format!(r#"{{"ops":[{at_limit}]}}"#));
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(runs(db, "cap").len(), 15);
+}
+
+#[test]
+fn batch_payloads_are_capped_together_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    batch_payload_cap_case(dir.path().join("s.db").to_str().unwrap());
+}
+
+#[test]
+fn batch_payloads_are_capped_together_on_postgres() {
+    common::on_postgres("cairn_batch_cap", batch_payload_cap_case);
 }

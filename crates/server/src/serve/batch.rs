@@ -6,8 +6,12 @@
 //! touched: an item that does not read (a bad key, a payload over its limit, a bad name, an
 //! unknown op, a field of the wrong type) refuses the whole batch with 400
 //! `invalid_batch_item` naming the item's `index` (from 0), and nothing is written. Items
-//! arrive as JSON values and are read one at a time, so an item of the wrong shape is named by
-//! its index, not by a line and column of the body. An op the store refuses inside the
+//! arrive as their raw JSON text (`RawValue`) and are read one at a time from it, so an item of
+//! the wrong shape is named by its index, not by a line and column of the body, and a field
+//! written twice is refused as the single route refuses it (a `serde_json::Value` would keep
+//! the last one, and would cost many times the body's bytes). The ops of `POST /v1/batch`
+//! carry at most [`spool::MAX_ENQUEUE_BATCH_BYTES`] of payloads together, decoded, checked as
+//! they are read. An op the store refuses inside the
 //! transaction (an unknown run, a closed event stream) rolls the whole batch back and answers
 //! its own status and code, with the op's `index`.
 //!
@@ -20,8 +24,9 @@ use axum::http::StatusCode;
 use axum::Json;
 use cairn::spool::{self, CancelOutcome, EnqueueItem, Enqueued};
 use cairn::{Error, Event, QueueName, RunEventId, RunId, RunState, SpaceId, Transaction};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Body, PathArgs};
@@ -30,7 +35,8 @@ use super::routes::AppState;
 
 /// Most ops one `POST /v1/batch` takes. The whole batch holds the store's writer on SQLite
 /// (and its rows' locks on Postgres) until it commits, so it is kept to what commits quickly;
-/// its bytes are bounded by the server's body limit as well.
+/// its bytes are bounded by the server's body limit as well, and its ops' payloads together
+/// by [`spool::MAX_ENQUEUE_BATCH_BYTES`] (see [`Op::payload_bytes`]).
 pub(crate) const MAX_BATCH_OPS: usize = 1000;
 
 /// `POST /v1/queues/{queue}/runs/batch`.
@@ -42,7 +48,7 @@ pub(crate) struct EnqueueBatchRequest {
     /// batch is one run (its later items answer `created: false`; their payload and options
     /// are ignored).
     #[schema(value_type = Vec<EnqueueRequest>, max_items = 10000)]
-    pub(crate) items: Vec<Value>,
+    pub(crate) items: Vec<Box<RawValue>>,
 }
 
 /// One item's result of a batch enqueue.
@@ -79,10 +85,11 @@ pub(crate) struct EnqueueBatchResponse {
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct BatchRequest {
-    /// The ops, run in order in one transaction (at most 1000), each an object whose `op` is
-    /// `enqueue`, `append`, `append_event` or `cancel` (see `BatchOp`).
+    /// The ops, run in order in one transaction (at most 1000, their payloads at most 64 MiB
+    /// together: enqueue payloads, run event payloads and epoch event payloads, decoded), each
+    /// an object whose `op` is `enqueue`, `append`, `append_event` or `cancel` (see `BatchOp`).
     #[schema(value_type = Vec<Object>, max_items = 1000)]
-    pub(crate) ops: Vec<Value>,
+    pub(crate) ops: Vec<Box<RawValue>>,
 }
 
 /// One op's result of `POST /v1/batch`, tagged by its `op`.
@@ -153,6 +160,23 @@ fn check_count(what: &'static str, n: usize, max: usize) -> cairn::Result<()> {
     Ok(())
 }
 
+/// Refuses a batch whose ops' payloads, read so far, exceed
+/// [`spool::MAX_ENQUEUE_BATCH_BYTES`] together, before the transaction opens.
+fn check_payload_bytes(bytes: usize) -> cairn::Result<()> {
+    let max = spool::MAX_ENQUEUE_BATCH_BYTES;
+    if bytes > max {
+        return Err(Error::invalid(
+            "batch",
+            format!(
+                "its ops' payloads exceed {max} bytes together (enqueue payloads, run event \
+                 payloads and epoch event payloads, decoded); the limit is {max}: split it into \
+                 several batches"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Names item `index` in its error.
 fn item(index: usize) -> impl Fn(Error) -> Error {
     move |e| Error::InvalidBatchItem {
@@ -187,8 +211,8 @@ pub(crate) async fn enqueue_batch(
         .items
         .into_iter()
         .enumerate()
-        .map(|(index, v)| {
-            EnqueueRequest::from_value(v)
+        .map(|(index, raw)| {
+            EnqueueRequest::from_json(raw.get())
                 .and_then(EnqueueRequest::into_enqueue)
                 .map_err(item(index))
         })
@@ -237,52 +261,102 @@ enum Op {
     },
 }
 
-/// Removes the text field `name` of an op.
-fn take_text(fields: &mut Map<String, Value>, name: &'static str) -> cairn::Result<String> {
-    match fields.remove(name) {
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(Error::invalid(
-            "batch op",
-            format!("`{name}` is not a string"),
-        )),
-        None => Err(Error::invalid("batch op", format!("has no `{name}`"))),
+/// An op's fields in the order written, each value as its raw JSON text. A field written twice
+/// is refused (`duplicate field`), as the derived readers of the routes' bodies refuse it.
+struct Fields(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FieldsVisitor;
+        impl<'de> Visitor<'de> for FieldsVisitor {
+            type Value = Fields;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+                let mut names = std::collections::HashSet::new();
+                let mut fields = Vec::new();
+                while let Some(name) = map.next_key::<String>()? {
+                    if !names.insert(name.clone()) {
+                        return Err(de::Error::custom(format_args!("duplicate field `{name}`")));
+                    }
+                    fields.push((name, map.next_value::<Box<RawValue>>()?));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        d.deserialize_map(FieldsVisitor)
     }
 }
 
-/// The rest of an op's fields as the body of the op's own route.
-fn rest_as<T: serde::de::DeserializeOwned>(
-    what: &'static str,
-    fields: Map<String, Value>,
-) -> cairn::Result<T> {
-    serde_json::from_value(Value::Object(fields)).map_err(|e| Error::invalid(what, e.to_string()))
+impl Fields {
+    /// Removes the text field `name` of an op.
+    fn take_text(&mut self, name: &'static str) -> cairn::Result<String> {
+        let Some(at) = self.0.iter().position(|(n, _)| n == name) else {
+            return Err(Error::invalid("batch op", format!("has no `{name}`")));
+        };
+        let (_, raw) = self.0.remove(at);
+        serde_json::from_str(raw.get())
+            .map_err(|_| Error::invalid("batch op", format!("`{name}` is not a string")))
+    }
+
+    /// The rest of the fields as JSON text: the body of the op's own route.
+    fn into_text(self) -> cairn::Result<String> {
+        let len: usize = self
+            .0
+            .iter()
+            .map(|(n, v)| n.len() + v.get().len() + 4)
+            .sum();
+        let mut text = String::with_capacity(len + 2);
+        text.push('{');
+        for (i, (name, raw)) in self.0.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            let name = serde_json::to_string(name)
+                .map_err(|e| Error::invalid("batch op", e.to_string()))?;
+            text.push_str(&name);
+            text.push(':');
+            text.push_str(raw.get());
+        }
+        text.push('}');
+        Ok(text)
+    }
+
+    /// The rest of the fields as the body of the op's own route.
+    fn rest_as<T: serde::de::DeserializeOwned>(self, what: &'static str) -> cairn::Result<T> {
+        serde_json::from_str(&self.into_text()?).map_err(|e| Error::invalid(what, e.to_string()))
+    }
 }
 
 impl Op {
     /// Reads one op: `op` names it, the field its route takes from the path (`queue`,
     /// `space`, `run_id`) sits beside the fields of the route's body, read as that route
-    /// reads them.
-    fn from_value(value: Value) -> cairn::Result<Self> {
-        let Value::Object(mut fields) = value else {
+    /// reads them, from the op's JSON text (a field written twice is refused, `op` included).
+    fn from_json(text: &str) -> cairn::Result<Self> {
+        if !text.trim_start().starts_with('{') {
             return Err(Error::invalid("batch op", "is not a JSON object"));
-        };
-        let op = take_text(&mut fields, "op")?;
+        }
+        let mut fields: Fields =
+            serde_json::from_str(text).map_err(|e| Error::invalid("batch op", e.to_string()))?;
+        let op = fields.take_text("op")?;
         match op.as_str() {
             "enqueue" => {
-                let queue = QueueName::new(take_text(&mut fields, "queue")?)?;
-                let item = EnqueueRequest::from_value(Value::Object(fields))?.into_enqueue()?;
+                let queue = QueueName::new(fields.take_text("queue")?)?;
+                let item = EnqueueRequest::from_json(&fields.into_text()?)?.into_enqueue()?;
                 Ok(Self::Enqueue { queue, item })
             }
             "append" => {
-                let space = SpaceId::new(take_text(&mut fields, "space")?)?;
-                let body: AppendRequest = rest_as("append op", fields)?;
+                let space = SpaceId::new(fields.take_text("space")?)?;
+                let body: AppendRequest = fields.rest_as("append op")?;
                 Ok(Self::Append {
                     space,
                     events: events_in(body.events)?,
                 })
             }
             "append_event" => {
-                let run = RunId::parse(&take_text(&mut fields, "run_id")?)?;
-                let body: RunEventIn = rest_as("append_event op", fields)?;
+                let run = RunId::parse(&fields.take_text("run_id")?)?;
+                let body: RunEventIn = fields.rest_as("append_event op")?;
                 let (event_id, payload) = body.into_event()?;
                 // The spool refuses it too, but inside the transaction; here it is refused
                 // with the op's index before anything is opened.
@@ -294,8 +368,8 @@ impl Op {
                 })
             }
             "cancel" => {
-                let run = RunId::parse(&take_text(&mut fields, "run_id")?)?;
-                if let Some(field) = fields.keys().next() {
+                let run = RunId::parse(&fields.take_text("run_id")?)?;
+                if let Some((field, _)) = fields.0.first() {
                     return Err(Error::invalid(
                         "cancel op",
                         format!("unknown field `{field}`: a cancel takes `op` and `run_id` only"),
@@ -307,6 +381,21 @@ impl Op {
                 "batch op",
                 "`op` names no op: expected one of enqueue, append, append_event, cancel",
             )),
+        }
+    }
+
+    /// The payload bytes the op writes, decoded: an enqueue's payload, a run event's payload,
+    /// the payloads of an append's events. A batch's ops carry at most
+    /// [`spool::MAX_ENQUEUE_BATCH_BYTES`] of them together.
+    fn payload_bytes(&self) -> usize {
+        match self {
+            Self::Enqueue { item, .. } => item.payload.len(),
+            Self::Append { events, .. } => events
+                .iter()
+                .map(|e| e.payload.len())
+                .fold(0, usize::saturating_add),
+            Self::AppendEvent { payload, .. } => payload.len(),
+            Self::Cancel { .. } => 0,
         }
     }
 
@@ -367,7 +456,7 @@ impl Op {
     request_body = BatchRequest,
     responses(
         (status = 200, description = "Every op done, committed together; one result per op, in order", body = BatchResponse),
-        (status = 400, description = "Invalid input: too many ops (`invalid_input`), or an op that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
+        (status = 400, description = "Invalid input: too many ops or payload bytes (`invalid_input`: more than 1000 ops, or more than 64 MiB of payloads together, decoded: enqueue payloads, run event payloads and epoch event payloads), or an op that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "An op names a run that does not exist (`unknown_run`, with the op's `index`); the batch was rolled back, nothing was written", body = ErrorBody),
@@ -382,12 +471,15 @@ pub(crate) async fn batch(
     Body(req): Body<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     check_count("batch", req.ops.len(), MAX_BATCH_OPS)?;
-    let ops = req
-        .ops
-        .into_iter()
-        .enumerate()
-        .map(|(index, v)| Op::from_value(v).map_err(item(index)))
-        .collect::<cairn::Result<Vec<Op>>>()?;
+    let mut ops = Vec::with_capacity(req.ops.len());
+    let mut payload_bytes = 0usize;
+    for (index, raw) in req.ops.into_iter().enumerate() {
+        let op = Op::from_json(raw.get()).map_err(item(index))?;
+        drop(raw);
+        payload_bytes = payload_bytes.saturating_add(op.payload_bytes());
+        check_payload_bytes(payload_bytes)?;
+        ops.push(op);
+    }
     if ops.is_empty() {
         return Ok(Json(BatchResponse {
             results: Vec::new(),
@@ -427,31 +519,35 @@ pub(crate) async fn batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn read(v: Value) -> cairn::Result<Op> {
+        Op::from_json(&v.to_string())
+    }
 
     fn refusal(v: Value) -> String {
-        Op::from_value(v).unwrap_err().to_string()
+        read(v).unwrap_err().to_string()
     }
 
     #[test]
     fn ops_read_as_their_routes_read_their_bodies() {
         let run = "0190a5c0-0000-7000-8000-000000000001";
         assert!(matches!(
-            Op::from_value(json!({"op": "enqueue", "queue": "q", "key": "k", "payload": "p"})),
+            read(json!({"op": "enqueue", "queue": "q", "key": "k", "payload": "p"})),
             Ok(Op::Enqueue { .. })
         ));
         assert!(matches!(
-            Op::from_value(json!({"op": "append", "space": "s",
+            read(json!({"op": "append", "space": "s",
                                   "events": [{"kind": "k", "payload": "p"}]})),
             Ok(Op::Append { .. })
         ));
         assert!(matches!(
-            Op::from_value(json!({"op": "append_event", "run_id": run,
+            read(json!({"op": "append_event", "run_id": run,
                                   "event_id": "e", "payload_b64": "/wA="})),
             Ok(Op::AppendEvent { .. })
         ));
         assert!(matches!(
-            Op::from_value(json!({"op": "cancel", "run_id": run})),
+            read(json!({"op": "cancel", "run_id": run})),
             Ok(Op::Cancel { .. })
         ));
         for (bad, says) in [
@@ -492,9 +588,36 @@ mod tests {
     }
 
     #[test]
+    fn a_field_written_twice_is_refused() {
+        for (text, field) in [
+            (
+                r#"{"op":"cancel","op":"enqueue","queue":"q","key":"k","payload":"p"}"#,
+                "op",
+            ),
+            (
+                r#"{"op":"enqueue","queue":"q","key":"a","key":"b","payload":"p"}"#,
+                "key",
+            ),
+            (
+                r#"{"op":"append","space":"s","space":"t","events":[]}"#,
+                "space",
+            ),
+        ] {
+            let msg = Op::from_json(text).unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("duplicate field `{field}`")),
+                "{text}: {msg}"
+            );
+        }
+    }
+
+    #[test]
     fn batches_over_their_count_are_refused_before_any_item_is_read() {
         assert!(check_count("batch", MAX_BATCH_OPS, MAX_BATCH_OPS).is_ok());
         let e = check_count("batch", MAX_BATCH_OPS + 1, MAX_BATCH_OPS).unwrap_err();
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+        assert!(check_payload_bytes(spool::MAX_ENQUEUE_BATCH_BYTES).is_ok());
+        let e = check_payload_bytes(spool::MAX_ENQUEUE_BATCH_BYTES + 1).unwrap_err();
         assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
         let e = item(7)(Error::invalid("x", "y"));
         assert!(matches!(e, Error::InvalidBatchItem { index: 7, .. }), "{e}");

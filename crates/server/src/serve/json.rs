@@ -768,13 +768,14 @@ impl ImportRequest {
 }
 
 impl EnqueueRequest {
-    /// Reads one enqueue item given as a JSON value: an item of
+    /// Reads one enqueue item from its JSON text: an item of
     /// `POST /v1/queues/{queue}/runs/batch`, an enqueue op of `POST /v1/batch` (less its `op`
     /// and `queue`) or a line of `cairn enqueue --from-file`. The same shape as the body of
-    /// `POST /v1/queues/{queue}/runs`, read by the same rules.
-    pub(crate) fn from_value(value: serde_json::Value) -> cairn::Result<Self> {
-        serde_json::from_value(value)
-            .map_err(|e| cairn::Error::invalid("enqueue item", e.to_string()))
+    /// `POST /v1/queues/{queue}/runs`, read by the same rules from the text itself (never
+    /// through a `serde_json::Value`, whose map would keep the last of a key written twice),
+    /// so a duplicate field is refused as the single route refuses it.
+    pub(crate) fn from_json(text: &str) -> cairn::Result<Self> {
+        serde_json::from_str(text).map_err(|e| cairn::Error::invalid("enqueue item", e.to_string()))
     }
 
     /// The key, payload and options to enqueue, checked as the spool checks them (payload

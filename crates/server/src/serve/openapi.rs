@@ -102,7 +102,7 @@ pub(crate) fn served() -> &'static Value {
 /// document already states (after [`rules`]): each op is the body of its own route — the
 /// enqueue item, the epoch append, the run event; nothing for a cancel — with `op` and the
 /// route's path parameter (`queue`, `space`, `run_id`) as required fields under the path
-/// parameter's own rules. The handler reads an op exactly so (`batch::Op::from_value`).
+/// parameter's own rules. The handler reads an op exactly so (`batch::Op::from_json`).
 fn batch_ops(doc: &mut Value) {
     let param = |path: &str, name: &str| -> Value {
         doc["paths"][path]["post"]["parameters"]
