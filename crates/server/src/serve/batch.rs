@@ -241,7 +241,7 @@ fn outcome(created: bool) -> &'static str {
 }
 
 /// An op of `POST /v1/batch` in core types.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 enum Op {
     Enqueue {
         queue: QueueName,
@@ -485,21 +485,26 @@ pub(crate) async fn batch(
             results: Vec::new(),
         }));
     }
-    let mut tx = state.store.begin().await?;
-    let mut results = Vec::with_capacity(ops.len());
-    for (index, op) in ops.into_iter().enumerate() {
-        match op.run(&mut tx).await {
-            Ok(out) => results.push(out),
-            Err(e) => {
-                // The transaction can only roll back now; doing it here frees the connection
-                // (and SQLite's writer) before the answer goes out. A failed rollback leaves
-                // nothing committed either.
-                let _ = tx.rollback().await;
-                return Err(ApiError::from(e).in_op(index));
+    let mut round = 1;
+    let results = loop {
+        match run_batch(&state, &ops).await {
+            // The server broke a deadlock with another transaction by aborting this one
+            // (Postgres' SQLSTATE 40P01): nothing of it was written; run it again once the
+            // other has had time to finish (a prompt rerun meets it again, in the same order).
+            Err((_, e)) if round < DEADLOCK_ROUNDS && is_deadlock(&e) => {
+                tokio::time::sleep(deadlock_pause(round)).await;
+                round += 1;
             }
+            Err((index, e)) => {
+                let e = ApiError::from(e);
+                return Err(match index {
+                    Some(index) => e.in_op(index),
+                    None => e,
+                });
+            }
+            Ok(results) => break results,
         }
-    }
-    tx.commit().await?;
+    };
     for out in &results {
         match out {
             OpOut::Enqueue { created, .. } => {
@@ -514,6 +519,50 @@ pub(crate) async fn batch(
         }
     }
     Ok(Json(BatchResponse { results }))
+}
+
+/// How often `POST /v1/batch` runs a batch the store aborted to break a deadlock.
+const DEADLOCK_ROUNDS: u32 = 5;
+
+/// The pause before rerunning a batch after its `round`th deadlock: 100 ms times the round,
+/// plus up to 100 ms of jitter so that two victims do not rerun in step.
+fn deadlock_pause(round: u32) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    std::time::Duration::from_millis(
+        100 * u64::from(round) + u64::from(nanos % 100_000_000) / 1_000_000,
+    )
+}
+
+/// Whether `e` says the store aborted the transaction to break a deadlock (Postgres' SQLSTATE
+/// 40P01): running it again is safe, nothing of it was written.
+fn is_deadlock(e: &cairn::Error) -> bool {
+    matches!(e, cairn::Error::Retryable { detail, .. } if detail.contains("40P01"))
+}
+
+/// Runs `ops` in one transaction and commits it; on error, the index of the op that failed (if
+/// an op did) and the error, with the transaction rolled back.
+async fn run_batch(
+    state: &AppState,
+    ops: &[Op],
+) -> Result<Vec<OpOut>, (Option<usize>, cairn::Error)> {
+    let mut tx = state.store.begin().await.map_err(|e| (None, e))?;
+    let mut results = Vec::with_capacity(ops.len());
+    for (index, op) in ops.iter().enumerate() {
+        match op.clone().run(&mut tx).await {
+            Ok(out) => results.push(out),
+            Err(e) => {
+                // The transaction can only roll back now; doing it here frees the connection
+                // (and SQLite's writer) before the answer goes out. A failed rollback leaves
+                // nothing committed either.
+                let _ = tx.rollback().await;
+                return Err((Some(index), e));
+            }
+        }
+    }
+    tx.commit().await.map_err(|e| (None, e))?;
+    Ok(results)
 }
 
 #[cfg(test)]
