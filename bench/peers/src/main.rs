@@ -2,7 +2,13 @@
 //! the same rows as cairn's bench, printing one JSON document on stdout.
 //!
 //! Usage: `cairn-bench-peers --backend sqlite|postgres [--url POSTGRES_ADMIN_URL] [--runs 3]
-//! [--enqueue 5000] [--duplicates 1000] [--claims 5000] [--workers 10] [--producers 8]`.
+//! [--enqueue 5000] [--duplicates 1000] [--claims 5000] [--workers 10] [--producers 8]
+//! [--bulk 10000] [--bulk-batch 1000] [--rows 1,2,3,4,6]`.
+//!
+//! Rows (numbered as in `cargo xtask bench spool`): 1 and 2 enqueue and duplicates, 3 claim +
+//! complete, 4 producers, 6 bulk enqueue (`--bulk` distinct keys in batches of `--bulk-batch`,
+//! each batch one call of the peer's bulk API). A row left out of `--rows` is absent from the
+//! JSON.
 //!
 //! Durability is matched with cairn's: every SQLite connection runs `synchronous=FULL` in WAL
 //! mode (apalis' own setup switches its connection to `synchronous=OFF`, so its pool is closed
@@ -45,6 +51,15 @@ struct Args {
     claims: usize,
     workers: usize,
     producers: usize,
+    bulk: usize,
+    bulk_batch: usize,
+    rows: Vec<u32>,
+}
+
+impl Args {
+    fn row(&self, n: u32) -> bool {
+        self.rows.contains(&n)
+    }
 }
 
 fn parse_args() -> Res<Args> {
@@ -57,6 +72,9 @@ fn parse_args() -> Res<Args> {
         claims: 5000,
         workers: 10,
         producers: 8,
+        bulk: 10_000,
+        bulk_batch: 1000,
+        rows: vec![1, 2, 3, 4, 6],
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -77,6 +95,14 @@ fn parse_args() -> Res<Args> {
             "--claims" => a.claims = num()?,
             "--workers" => a.workers = num()?,
             "--producers" => a.producers = num()?,
+            "--bulk" => a.bulk = num()?,
+            "--bulk-batch" => a.bulk_batch = num()?.max(1),
+            "--rows" => {
+                a.rows = value
+                    .split(',')
+                    .map(|r| r.trim().parse::<u32>().map_err(|e| format!("--rows: {e}")))
+                    .collect::<Result<_, _>>()?
+            }
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -190,15 +216,25 @@ impl Fresh {
     }
 }
 
-/// What one run of one system measured (operations per second) and saw.
+/// What one run of one system measured (operations per second) and saw; a row that was not
+/// run is left out.
 #[derive(Default, Serialize)]
 struct RunResult {
-    enqueue: f64,
-    duplicate: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enqueue: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate: Option<f64>,
+    #[serde(skip_serializing_if = "String::is_empty")]
     duplicate_returns: String,
-    claim_complete: f64,
-    producers_1: f64,
-    producers_n: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim_complete: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    producers_1: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    producers_n: Option<f64>,
+    /// Row 6: jobs per second of the bulk insert.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bulk_enqueue: Option<f64>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,93 +307,123 @@ mod river {
     pub(super) async fn run(a: &Args) -> Res<RunResult> {
         let mut out = RunResult::default();
 
-        // Row 1: enqueue, one at a time.
-        let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-        let (c, pool) = client(&fresh, 10).await?;
-        let t = Instant::now();
-        let mut ids = Vec::with_capacity(a.enqueue);
-        for i in 0..a.enqueue {
-            ids.push(insert(&c, key(i)).await?.0);
-        }
-        out.enqueue = rate(a.enqueue, t.elapsed());
-        out.producers_1 = out.enqueue;
-
-        // Row 2: duplicates of existing keys, on the same store.
-        let t = Instant::now();
-        let mut same = 0;
-        for (i, id) in ids.iter().enumerate().take(a.duplicates) {
-            let (got, skipped) = insert(&c, key(i)).await?;
-            if skipped && got == *id {
-                same += 1;
+        if a.row(1) || a.row(2) {
+            // Row 1: enqueue, one at a time.
+            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
+            let (c, pool) = client(&fresh, 10).await?;
+            let t = Instant::now();
+            let mut ids = Vec::with_capacity(a.enqueue);
+            for i in 0..a.enqueue {
+                ids.push(insert(&c, key(i)).await?.0);
             }
-        }
-        out.duplicate = rate(a.duplicates, t.elapsed());
-        out.duplicate_returns = if same == a.duplicates {
-            "the existing id (unique_skipped_as_duplicate)".to_owned()
-        } else {
-            format!("the existing id for {same} of {} keys", a.duplicates)
-        };
-        pool.close().await;
-        fresh.drop_store().await?;
+            out.enqueue = Some(rate(a.enqueue, t.elapsed()));
+            out.producers_1 = out.enqueue;
 
-        // Row 4: N producers.
-        let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-        let (c, pool) = client(&fresh, a.producers as u32 + 2).await?;
-        let per = a.enqueue / a.producers;
-        let t = Instant::now();
-        let mut tasks = Vec::new();
-        for p in 0..a.producers {
-            let c = c.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in 0..per {
-                    insert(&c, key(p * per + i)).await?;
+            // Row 2: duplicates of existing keys, on the same store.
+            let t = Instant::now();
+            let mut same = 0;
+            for (i, id) in ids.iter().enumerate().take(a.duplicates) {
+                let (got, skipped) = insert(&c, key(i)).await?;
+                if skipped && got == *id {
+                    same += 1;
                 }
-                Ok::<_, BoxError>(())
-            }));
+            }
+            out.duplicate = Some(rate(a.duplicates, t.elapsed()));
+            out.duplicate_returns = if same == a.duplicates {
+                "the existing id (unique_skipped_as_duplicate)".to_owned()
+            } else {
+                format!("the existing id for {same} of {} keys", a.duplicates)
+            };
+            pool.close().await;
+            fresh.drop_store().await?;
         }
-        for t in tasks {
-            t.await??;
-        }
-        out.producers_n = rate(per * a.producers, t.elapsed());
-        pool.close().await;
-        fresh.drop_store().await?;
 
-        // Row 3: claim + complete, no-op handler.
-        let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-        let (c, pool) = client(&fresh, a.workers as u32 + 4).await?;
-        let jobs: Vec<BenchJob> = (0..a.claims).map(|i| BenchJob { key: key(i) }).collect();
-        for chunk in jobs.chunks(500) {
-            c.insert_many(chunk.to_vec()).await?;
+        if a.row(4) {
+            // Row 4: N producers.
+            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
+            let (c, pool) = client(&fresh, a.producers as u32 + 2).await?;
+            let per = a.enqueue / a.producers;
+            let t = Instant::now();
+            let mut tasks = Vec::new();
+            for p in 0..a.producers {
+                let c = c.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..per {
+                        insert(&c, key(p * per + i)).await?;
+                    }
+                    Ok::<_, BoxError>(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+            out.producers_n = Some(rate(per * a.producers, t.elapsed()));
+            pool.close().await;
+            fresh.drop_store().await?;
         }
-        drop(c);
-        let done = Arc::new(AtomicUsize::new(0));
-        let mut workers = Workers::new();
-        {
-            let done = done.clone();
-            workers.add_fn(move |_ctx: WorkContext, _job: Job<BenchJob>| {
+
+        if a.row(6) {
+            // Row 6: bulk enqueue. `Client::insert_many` is the crate's bulk API: one
+            // transaction and one commit per call, unique by args as in row 1.
+            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
+            let (c, pool) = client(&fresh, 10).await?;
+            let jobs: Vec<BenchJob> = (0..a.bulk).map(|i| BenchJob { key: key(i) }).collect();
+            let t = Instant::now();
+            let mut inserted = 0;
+            for chunk in jobs.chunks(a.bulk_batch) {
+                let items = chunk.iter().cloned().map(|j| (j, unique()));
+                let results = c.insert_many(items).await?;
+                inserted += results
+                    .iter()
+                    .filter(|r| !r.unique_skipped_as_duplicate)
+                    .count();
+            }
+            out.bulk_enqueue = Some(rate(a.bulk, t.elapsed()));
+            if inserted != a.bulk {
+                return Err(format!("insert_many created {inserted} of {} jobs", a.bulk).into());
+            }
+            pool.close().await;
+            fresh.drop_store().await?;
+        }
+
+        if a.row(3) {
+            // Row 3: claim + complete, no-op handler.
+            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
+            let (c, pool) = client(&fresh, a.workers as u32 + 4).await?;
+            let jobs: Vec<BenchJob> = (0..a.claims).map(|i| BenchJob { key: key(i) }).collect();
+            for chunk in jobs.chunks(500) {
+                c.insert_many(chunk.to_vec()).await?;
+            }
+            drop(c);
+            let done = Arc::new(AtomicUsize::new(0));
+            let mut workers = Workers::new();
+            {
                 let done = done.clone();
-                async move {
-                    done.fetch_add(1, Ordering::Relaxed);
-                    Ok::<_, BoxError>(WorkOutcome::Complete)
-                }
-            })?;
+                workers.add_fn(move |_ctx: WorkContext, _job: Job<BenchJob>| {
+                    let done = done.clone();
+                    async move {
+                        done.fetch_add(1, Ordering::Relaxed);
+                        Ok::<_, BoxError>(WorkOutcome::Complete)
+                    }
+                })?;
+            }
+            let builder = match &pool {
+                Pool::Sqlite(p) => Client::builder(p.clone()),
+                Pool::Pg(p) => Client::builder(p.clone()),
+            };
+            let worker_client = builder
+                .workers(workers)
+                .fetch_cooldown(RIVER_FETCH_COOLDOWN)
+                .queue("default", QueueConfig::new(a.workers))
+                .build()?;
+            let t = Instant::now();
+            let mut handle = worker_client.start()?;
+            wait_until(|| async { Ok(pool.completed().await? >= a.claims as i64) }).await?;
+            out.claim_complete = Some(rate(a.claims, t.elapsed()));
+            handle.stop_and_cancel().await?;
+            pool.close().await;
+            fresh.drop_store().await?;
         }
-        let builder = match &pool {
-            Pool::Sqlite(p) => Client::builder(p.clone()),
-            Pool::Pg(p) => Client::builder(p.clone()),
-        };
-        let worker_client = builder
-            .workers(workers)
-            .fetch_cooldown(RIVER_FETCH_COOLDOWN)
-            .queue("default", QueueConfig::new(a.workers))
-            .build()?;
-        let t = Instant::now();
-        let mut handle = worker_client.start()?;
-        wait_until(|| async { Ok(pool.completed().await? >= a.claims as i64) }).await?;
-        out.claim_complete = rate(a.claims, t.elapsed());
-        handle.stop_and_cancel().await?;
-        pool.close().await;
-        fresh.drop_store().await?;
         Ok(out)
     }
 }
@@ -397,6 +463,35 @@ mod apalis_peer {
                 Self::Sqlite(_, p) => p.close().await,
                 Self::Pg(_, p) => p.close().await,
             }
+        }
+
+        /// All tasks of the store, whatever their status.
+        async fn count(&self) -> Res<i64> {
+            Ok(match self {
+                Self::Sqlite(_, p) => {
+                    sqlx::query_scalar("SELECT count(*) FROM Jobs")
+                        .fetch_one(p)
+                        .await?
+                }
+                Self::Pg(_, p) => {
+                    sqlx::query_scalar("SELECT count(*) FROM apalis.jobs")
+                        .fetch_one(p)
+                        .await?
+                }
+            })
+        }
+
+        /// Pushes the tasks `ns` (each with `key(n)` as its idempotency key) in one call of
+        /// apalis' `push_all`; `Ok(Err(..))` is the error apalis answered with.
+        async fn push_all(&mut self, ns: std::ops::Range<usize>) -> Res<Result<(), String>> {
+            let tasks: Vec<_> = ns
+                .map(|n| TaskBuilder::new(n).idempotency_key(key(n)).build())
+                .collect();
+            let tasks = futures::stream::iter(tasks);
+            Ok(match self {
+                Self::Sqlite(s, _) => s.push_all(tasks).await.map_err(|e| e.to_string()),
+                Self::Pg(s, _) => s.push_all(tasks).await.map_err(|e| e.to_string()),
+            })
         }
 
         /// Pushes one task with `k` as its idempotency key through apalis' own sink;
@@ -442,53 +537,83 @@ mod apalis_peer {
     pub(super) async fn run(a: &Args) -> Res<RunResult> {
         let mut out = RunResult::default();
 
-        let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-        let mut pool = open(&fresh, 10).await?;
-        let t = Instant::now();
-        for i in 0..a.enqueue {
-            pool.push(key(i), i).await?.map_err(BoxError::from)?;
-        }
-        out.enqueue = rate(a.enqueue, t.elapsed());
-        out.producers_1 = out.enqueue;
-
-        let t = Instant::now();
-        let mut errors = 0;
-        let mut first_error = None;
-        for i in 0..a.duplicates {
-            if let Err(e) = pool.push(key(i), i).await? {
-                errors += 1;
-                first_error.get_or_insert(e);
+        if a.row(1) || a.row(2) {
+            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
+            let mut pool = open(&fresh, 10).await?;
+            let t = Instant::now();
+            for i in 0..a.enqueue {
+                pool.push(key(i), i).await?.map_err(BoxError::from)?;
             }
-        }
-        out.duplicate = rate(a.duplicates, t.elapsed());
-        out.duplicate_returns = match first_error {
-            None => "nothing (Ok(()), no id; the row is left as it was)".to_owned(),
-            Some(e) => format!("an error for {errors} of {}: {e}", a.duplicates),
-        };
-        pool.close().await;
-        fresh.drop_store().await?;
+            out.enqueue = Some(rate(a.enqueue, t.elapsed()));
+            out.producers_1 = out.enqueue;
 
-        let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-        let pool = open(&fresh, a.producers as u32 + 2).await?;
-        let per = a.enqueue / a.producers;
-        let t = Instant::now();
-        let mut tasks = Vec::new();
-        for p in 0..a.producers {
-            let mut pool = pool.clone();
-            tasks.push(tokio::spawn(async move {
-                for i in 0..per {
-                    let n = p * per + i;
-                    pool.push(key(n), n).await?.map_err(BoxError::from)?;
+            let t = Instant::now();
+            let mut errors = 0;
+            let mut first_error = None;
+            for i in 0..a.duplicates {
+                if let Err(e) = pool.push(key(i), i).await? {
+                    errors += 1;
+                    first_error.get_or_insert(e);
                 }
-                Ok::<_, BoxError>(())
-            }));
+            }
+            out.duplicate = Some(rate(a.duplicates, t.elapsed()));
+            out.duplicate_returns = match first_error {
+                None => "nothing (Ok(()), no id; the row is left as it was)".to_owned(),
+                Some(e) => format!("an error for {errors} of {}: {e}", a.duplicates),
+            };
+            pool.close().await;
+            fresh.drop_store().await?;
         }
-        for t in tasks {
-            t.await??;
+
+        if a.row(4) {
+            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
+            let pool = open(&fresh, a.producers as u32 + 2).await?;
+            let per = a.enqueue / a.producers;
+            let t = Instant::now();
+            let mut tasks = Vec::new();
+            for p in 0..a.producers {
+                let mut pool = pool.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..per {
+                        let n = p * per + i;
+                        pool.push(key(n), n).await?.map_err(BoxError::from)?;
+                    }
+                    Ok::<_, BoxError>(())
+                }));
+            }
+            for t in tasks {
+                t.await??;
+            }
+            out.producers_n = Some(rate(per * a.producers, t.elapsed()));
+            pool.close().await;
+            fresh.drop_store().await?;
         }
-        out.producers_n = rate(per * a.producers, t.elapsed());
-        pool.close().await;
-        fresh.drop_store().await?;
+
+        if a.row(6) {
+            // Row 6: bulk enqueue through apalis' `TaskSink::push_all`: the sink buffers the
+            // batch's tasks and flushes them in one transaction (Postgres: one multi-row
+            // `INSERT … SELECT unnest(…)`), each with its idempotency key as in row 1.
+            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
+            let mut pool = open(&fresh, 10).await?;
+            let t = Instant::now();
+            let mut start = 0;
+            while start < a.bulk {
+                let end = (start + a.bulk_batch).min(a.bulk);
+                pool.push_all(start..end).await?.map_err(BoxError::from)?;
+                start = end;
+            }
+            out.bulk_enqueue = Some(rate(a.bulk, t.elapsed()));
+            let stored = pool.count().await?;
+            if stored != a.bulk as i64 {
+                return Err(format!("push_all stored {stored} of {} tasks", a.bulk).into());
+            }
+            pool.close().await;
+            fresh.drop_store().await?;
+        }
+
+        if !a.row(3) {
+            return Ok(out);
+        }
 
         // Row 3: claim + complete, no-op handler.
         let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
@@ -519,7 +644,7 @@ mod apalis_peer {
             }
         };
         let waited = wait_until(|| async { Ok(pool.done().await? >= a.claims as i64) }).await;
-        out.claim_complete = rate(a.claims, t.elapsed());
+        out.claim_complete = Some(rate(a.claims, t.elapsed()));
         worker.abort();
         waited?;
         pool.close().await;
@@ -594,15 +719,19 @@ async fn main() {
     }
     let river_settings = format!(
         "riverqueue {RIVER_VERSION} ({backend}, {durability}); unique by args; fetch_cooldown {} ms; \
-         QueueConfig::new({})",
+         QueueConfig::new({}); bulk: Client::insert_many of {} jobs per call (one transaction, \
+         one INSERT per job: the crate has no multi-row or COPY insert)",
         RIVER_FETCH_COOLDOWN.as_millis(),
-        a.workers
+        a.workers,
+        a.bulk_batch
     );
     let apalis_settings = format!(
         "apalis {APALIS_VERSION} + apalis-{backend} {APALIS_VERSION} ({durability}); idempotency_key; \
-         batch_size {APALIS_BATCH}; poll interval {} ms; concurrency {}",
+         batch_size {APALIS_BATCH}; poll interval {} ms; concurrency {}; bulk: TaskSink::push_all \
+         of {} tasks per call (one transaction)",
         APALIS_POLL.as_millis(),
-        a.workers
+        a.workers,
+        a.bulk_batch
     );
     let doc = json!({
         "backend": backend,
@@ -611,6 +740,9 @@ async fn main() {
         "claims": a.claims,
         "workers": a.workers,
         "producers": a.producers,
+        "bulk": a.bulk,
+        "bulk_batch": a.bulk_batch,
+        "rows": a.rows,
         "systems": [
             system("riverqueue", RIVER_VERSION, &river_settings, &a, river_runs).await,
             system("apalis", APALIS_VERSION, &apalis_settings, &a, apalis_runs).await,

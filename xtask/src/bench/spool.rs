@@ -4,11 +4,16 @@
 //! Rows: (1) enqueue N distinct keys one at a time; (2) enqueue 1,000 existing keys again, and
 //! what each system returns; (3) claim + complete with a no-op handler, 10 workers; (4) 8
 //! concurrent producers ÷ 1; (5) cross-process wake latency (cairn only): an enqueue in this
-//! process until a consumer waiting in another OS process holds the run.
+//! process until a consumer waiting in another OS process holds the run; (6) bulk enqueue:
+//! 10,000 distinct keys in batches of 1,000, one bulk call per batch ([`bulk`]); (7) an
+//! enqueue inside the application's own transaction next to one application row, against
+//! the same transaction with a bare insert of a row as wide as the queue's ([`in_tx`]).
+//! `--rows` picks the rows to run.
 //!
 //! The peers live in `bench/peers/`, a cargo project outside the workspace (they link another
 //! sqlx and libsqlite3-sys than cairn's rusqlite); `--peers` builds it in release and runs it,
-//! and it prints JSON.
+//! and it prints JSON. Row 6's graphile-worker peer is a Node script in `bench/peers/graphile/`,
+//! installed there with `npm ci` when `node` is on the PATH.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -25,6 +30,9 @@ use cairn::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState, Spool, Sy
 use super::chart::{self, Bar};
 use super::cpu::{CpuMeter, CpuUse};
 use super::{printable_command, random_tag, store_err, thousands, Backend};
+
+mod bulk;
+mod in_tx;
 
 /// Options of `bench spool`.
 #[derive(clap::Args)]
@@ -56,9 +64,33 @@ pub(crate) struct SpoolArgs {
     /// Wake-latency samples (row 5).
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..))]
     wake_samples: u64,
-    /// Where to write the SVG chart (default: `docs/bench-spool.svg` in the checkout).
+    /// Distinct keys of the bulk enqueue (row 6).
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    bulk: u64,
+    /// Items per bulk call (row 6).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    bulk_batch: u64,
+    /// Transactions per variant of row 7 (one client, one after the other).
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
+    transactions: u64,
+    /// The rows to run, e.g. `--rows 6,7` (default: all, 1–7).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=7))]
+    rows: Vec<u32>,
+    /// Where to write the SVG chart (default: `docs/bench-spool.svg` in the checkout, written
+    /// only when every row ran).
     #[arg(long, value_name = "FILE")]
     chart: Option<PathBuf>,
+}
+
+impl SpoolArgs {
+    /// Whether row `n` runs.
+    pub(crate) fn row(&self, n: u32) -> bool {
+        self.rows.is_empty() || self.rows.contains(&n)
+    }
+
+    fn all_rows(&self) -> bool {
+        (1..=7).all(|n| self.row(n))
+    }
 }
 
 /// `--backend` of the throughput benches: one backend or both.
@@ -104,9 +136,21 @@ struct Runs {
     claim_complete: Vec<f64>,
     producers_1: Vec<f64>,
     producers_n: Vec<f64>,
+    /// Row 6: jobs per second of the bulk enqueue.
+    bulk: Vec<f64>,
     /// CPU use while each row ran (cairn only: the peers run in another process), in the order
-    /// of [`rows`] (1, 2, 3, 4 with N producers).
-    cpu: [Vec<CpuUse>; 4],
+    /// of [`rows`] (1, 2, 3, 4 with N producers), then row 6.
+    cpu: [Vec<CpuUse>; 5],
+}
+
+impl Runs {
+    fn is_empty(&self) -> bool {
+        self.enqueue.is_empty()
+            && self.duplicate.is_empty()
+            && self.claim_complete.is_empty()
+            && self.producers_n.is_empty()
+            && self.bulk.is_empty()
+    }
 }
 
 /// A system as the table shows it.
@@ -126,8 +170,13 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
     } else {
         None
     };
-    let peers_bin = if args.peers {
+    let peers_bin = if args.peers && [1, 2, 3, 4, 6].iter().any(|&n| args.row(n)) {
         Some(build_peers())
+    } else {
+        None
+    };
+    let graphile = if args.peers && args.row(6) && backends.contains(&Backend::Postgres) {
+        Some(bulk::prepare_graphile())
     } else {
         None
     };
@@ -148,6 +197,7 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             runs: Runs::default(),
             failed: None,
         }];
+        let mut in_tx = in_tx::Runs::default();
         for run in 0..args.runs {
             eprintln!("{}: run {} of {}…", backend.name(), run + 1, args.runs);
             fsync.push(
@@ -156,17 +206,52 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
                     .0,
             );
             measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs).await?;
+            if args.row(6) {
+                bulk::measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs)
+                    .await?;
+            }
             if let Some(bin) = &peers_bin {
                 merge(
                     &mut systems,
                     run_peers(bin, backend, pg_url.as_deref(), &args),
                 );
             }
+            if let (Some(graphile), Backend::Postgres) = (&graphile, backend) {
+                merge(
+                    &mut systems,
+                    vec![bulk::run_graphile(graphile, pg_url.as_deref(), &args)],
+                );
+            }
+            if args.row(7) {
+                in_tx::measure(backend, pg_url.as_deref(), &args, &mut in_tx).await?;
+            }
         }
-        let wake = wake_latency(backend, pg_url.as_deref(), args.wake_samples).await;
+        let wake = if args.row(5) {
+            wake_latency(backend, pg_url.as_deref(), args.wake_samples).await
+        } else {
+            Err("not run (--rows)".into())
+        };
         let fsync = median(&fsync).unwrap_or(0.0);
-        print_table(backend, &args, &systems, &wake, fsync);
-        charts.push((backend, systems));
+        if (1..=5).any(|n| args.row(n)) {
+            print_table(backend, &args, &systems, &wake, fsync);
+        } else {
+            println!(
+                "\nRaw durable single-row commit rate of {} in the same run (the fsync bound): {} commits/s",
+                backend.name(),
+                thousands(fsync.round() as u64)
+            );
+        }
+        if args.row(6) {
+            bulk::print_table(backend, &args, &systems);
+        }
+        if args.row(7) {
+            in_tx::print_table(backend, &args, &in_tx);
+        }
+        charts.push((backend, systems, in_tx));
+    }
+    if args.chart.is_none() && !args.all_rows() {
+        println!("\nNo chart written: not every row ran (pass --chart FILE to write one anyway).");
+        return Ok(());
     }
     let path = args
         .chart
@@ -174,7 +259,13 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         .unwrap_or_else(|| workspace_root().join("docs").join("bench-spool.svg"));
     let groups: Vec<(String, Vec<Bar>)> = charts
         .iter()
-        .flat_map(|(backend, systems)| chart_rows(*backend, systems))
+        .flat_map(|(backend, systems, in_tx)| {
+            let mut groups = chart_rows(*backend, systems);
+            groups.extend(bulk::chart_rows(*backend, systems));
+            groups.extend(in_tx::chart_rows(*backend, in_tx));
+            groups
+        })
+        .filter(|(_, bars)| !bars.is_empty())
         .collect();
     std::fs::write(
         &path,
@@ -287,13 +378,14 @@ fn merge(systems: &mut Vec<System>, new: Vec<System>) {
                 s.runs.claim_complete.extend(n.runs.claim_complete);
                 s.runs.producers_1.extend(n.runs.producers_1);
                 s.runs.producers_n.extend(n.runs.producers_n);
+                s.runs.bulk.extend(n.runs.bulk);
                 if s.runs.duplicate_returns.is_empty() {
                     s.runs.duplicate_returns = n.runs.duplicate_returns;
                 }
                 if s.settings.is_empty() {
                     s.settings = n.settings;
                 }
-                if s.failed.is_none() && s.runs.enqueue.is_empty() {
+                if s.failed.is_none() && s.runs.is_empty() {
                     s.failed = n.failed;
                 } else if n.failed.is_none() {
                     s.failed = None;
@@ -325,7 +417,7 @@ async fn measure_cairn(
     runs: &mut Runs,
 ) -> Result<(), String> {
     let q = queue();
-    {
+    if args.row(1) || args.row(2) {
         // Rows 1 and 2 on one store.
         let fresh = Fresh::open(backend, pg_url).await?;
         let t = Instant::now();
@@ -363,7 +455,8 @@ async fn measure_cairn(
             format!("the existing id for {same} of {} keys", args.duplicates)
         };
         fresh.close().await?;
-
+    }
+    if args.row(4) {
         // Row 4: producers.
         let fresh = Fresh::open(backend, pg_url).await?;
         let per = args.enqueue / args.producers;
@@ -394,7 +487,8 @@ async fn measure_cairn(
             .push(rate(per * args.producers, t.elapsed()));
         runs.cpu[3].push(cpu.stop(per * args.producers));
         fresh.close().await?;
-
+    }
+    if args.row(3) {
         // Row 3: claim + complete.
         let fresh = Fresh::open(backend, pg_url).await?;
         seed(&fresh.spool, &q, args.claims).await?;
@@ -645,7 +739,7 @@ fn run_peers(
     args: &SpoolArgs,
 ) -> Vec<System> {
     let failed = |why: String| {
-        ["riverqueue", "apalis"]
+        PEERS
             .iter()
             .map(|n| System {
                 name: (*n).into(),
@@ -666,7 +760,15 @@ fn run_peers(
         .args(["--duplicates", &args.duplicates.to_string()])
         .args(["--claims", &args.claims.to_string()])
         .args(["--workers", &args.workers.to_string()])
-        .args(["--producers", &args.producers.to_string()]);
+        .args(["--producers", &args.producers.to_string()])
+        .args(["--bulk", &args.bulk.to_string()])
+        .args(["--bulk-batch", &args.bulk_batch.to_string()]);
+    let rows: Vec<String> = [1, 2, 3, 4, 6]
+        .into_iter()
+        .filter(|&n| args.row(n))
+        .map(|n: u32| n.to_string())
+        .collect();
+    cmd.args(["--rows", &rows.join(",")]);
     if let Some(url) = pg_url {
         cmd.args(["--url", url]);
     }
@@ -681,6 +783,14 @@ fn run_peers(
         Ok(doc) => doc,
         Err(e) => return failed(format!("the peers printed no JSON: {e}")),
     };
+    parse_systems(&doc)
+}
+
+/// The Rust peers of `bench/peers`, in the order of the tables.
+const PEERS: [&str; 2] = ["riverqueue", "apalis"];
+
+/// The systems of one JSON document the peers printed (`bench/peers` or the graphile script).
+fn parse_systems(doc: &serde_json::Value) -> Vec<System> {
     let systems = doc["systems"].as_array().cloned().unwrap_or_default();
     systems
         .iter()
@@ -709,9 +819,10 @@ fn run_peers(
                 claim_complete: nums("claim_complete"),
                 producers_1: nums("producers_1"),
                 producers_n: nums("producers_n"),
+                bulk: nums("bulk_enqueue"),
                 cpu: Default::default(),
             };
-            let failed = if runs.enqueue.is_empty() {
+            let failed = if runs.is_empty() {
                 Some(
                     errors
                         .first()
@@ -767,6 +878,11 @@ fn rows() -> [Row; 4] {
 
 fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wake, fsync: f64) {
     let cairn = &systems[0];
+    // Row 6's extra peer (graphile-worker) has a table of its own.
+    let systems: Vec<&System> = systems
+        .iter()
+        .filter(|s| s.name == "cairn" || PEERS.contains(&s.name.as_str()))
+        .collect();
     let peers = &systems[1..];
     println!(
         "\n### {} — ops/s, median of {} runs\n",
@@ -833,7 +949,7 @@ fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wa
         "\nCPU while cairn's rows ran (medians; busy = the whole machine, engine server included):"
     );
     let names = rows();
-    for (i, cpu) in cairn.runs.cpu.iter().enumerate() {
+    for (i, cpu) in cairn.runs.cpu.iter().take(4).enumerate() {
         if let Some(c) = CpuUse::median(cpu) {
             let name = if i == 3 {
                 format!("4. enqueue, {} producers", args.producers)
@@ -848,13 +964,13 @@ fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wa
         }
     }
     println!("\nDuplicate enqueue returns:");
-    for s in systems {
+    for s in &systems {
         if s.failed.is_none() {
             println!("- {}: {}", s.name, s.runs.duplicate_returns);
         }
     }
     println!("\nSettings:");
-    for s in systems {
+    for s in &systems {
         match &s.failed {
             None => println!("- {}: {}", s.name, s.settings),
             Some(why) => println!("- {}: NOT MEASURED — {why}", s.name),
