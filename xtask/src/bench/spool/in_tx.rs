@@ -21,8 +21,10 @@
 //!   `Transaction::postgres`); (a2) `Store::enqueue_in` on a transaction of the application's
 //!   own `sqlx` pool (two more round trips: the `search_path` in and out); (b) the
 //!   application's pool, bare insert; (b, in cairn's transaction) the bare insert in a
-//!   `PgTransaction`. The application's pool keeps one connection and does not ping it on
-//!   acquire (cairn's own pool does not ping a connection used in the last 500 ms either).
+//!   `PgTransaction`. The application's pool has 4 connections (one client, but a released
+//!   connection goes back to the pool in a task of its own, so with one the next `begin` waits
+//!   for it) and does not ping them on acquire (cairn's own pool does not ping a connection
+//!   used in the last 500 ms either). The target is checked against the faster (b).
 //!
 //! Durability is the engines' default for cairn: SQLite WAL with `synchronous=FULL` on every
 //! connection, Postgres `synchronous_commit=on`.
@@ -380,11 +382,21 @@ impl LiteSubject {
                 "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; \
                  PRAGMA busy_timeout=5000;",
             )?;
-            Ok::<_, rusqlite::Error>(conn)
+            // The durability compared must be cairn's: WAL, and a sync on every commit.
+            let mode: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0))?;
+            let sync: i64 = conn.query_row("PRAGMA synchronous", [], |r| r.get(0))?;
+            Ok::<_, rusqlite::Error>((conn, mode, sync))
         })
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("the application's connection: {e}"))?;
+        let (app, mode, sync) = app;
+        if !mode.eq_ignore_ascii_case("wal") || sync != 2 {
+            return Err(format!(
+                "the application's connection runs journal_mode={mode}, synchronous={sync}; \
+                 the comparison needs WAL and FULL (2)"
+            ));
+        }
         Ok(Self {
             backend,
             store,
@@ -517,7 +529,7 @@ impl Subject for LiteSubject {
 
 struct PgSubject {
     store: Store,
-    /// The application's own pool (one connection, no ping on acquire).
+    /// The application's own pool (4 connections, no ping on acquire).
     app: sqlx::PgPool,
     admin: sqlx::PgPool,
     store_schema: String,
