@@ -241,9 +241,12 @@ impl SqliteBackend {
         F: FnOnce(&mut SqliteTx<'_>) -> Result<T> + Send + 'static,
     {
         let spool = self.sqlite_spool().clone();
-        let conn = begin_on(&spool).await?;
+        let conn = Held::new(spool.store().writer_guard().await?);
         let worker = spool.clone();
+        // One trip to the blocking pool for the whole transaction: begin, `f`, commit.
         let (value, woken) = blocking(move || {
+            worker.store().check_writer(&conn)?;
+            Db::grouped(&conn, worker.store().statements()).begin_group()?;
             let mut tx = SqliteTx::new(&conn, &worker);
             let value = f(&mut tx)?;
             let woken = std::mem::take(&mut tx.woken);
