@@ -293,6 +293,20 @@ pub trait SpoolHarness: Harness {
     async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>>;
 }
 
+/// The application migration set the transaction cases' stores open with
+/// ([`TxHarness::open_tx`]): the table `app_order (id TEXT PRIMARY KEY)`, the same SQL on
+/// every engine.
+pub fn app_order_set() -> cairn_migrate::MigrationSet {
+    cairn_migrate::MigrationSet::from_files(
+        "app",
+        [(
+            "0001_orders.sql",
+            "CREATE TABLE app_order (id TEXT PRIMARY KEY)",
+        )],
+    )
+    .expect("a valid application set")
+}
+
 /// What the transaction cases (T…) need on top of [`SpoolHarness`]: store handles whose
 /// transactions ([`cairn_migrate::Backend::begin`]) can hold an application row beside cairn's
 /// writes.

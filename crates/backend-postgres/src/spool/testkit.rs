@@ -351,24 +351,12 @@ impl PgSpool {
     }
 }
 
-/// The application migration set of the transaction cases: the table `app_order`.
-fn app_orders() -> cairn_migrate::MigrationSet {
-    cairn_migrate::MigrationSet::from_files(
-        "app",
-        [(
-            "0001_orders.sql",
-            "CREATE TABLE app_order (id TEXT PRIMARY KEY)",
-        )],
-    )
-    .expect("a valid application set")
-}
-
 #[async_trait]
 impl cairn_conformance::TxHarness for PgSpoolHarness {
     async fn open_tx(&self) -> Result<Arc<dyn cairn_migrate::Backend>> {
         let open = cairn_migrate::OpenOptions::default()
             .clock(Arc::new(self.clock.clone()))
-            .migrations(app_orders())
+            .migrations(cairn_conformance::app_order_set())
             .register_in_fleet(false);
         let backend = crate::PgBackend::open(self.options(), open).await?;
         backend

@@ -160,18 +160,6 @@ impl SqliteSpool {
     }
 }
 
-/// The application migration set of the transaction cases: the table `app_order`.
-fn app_orders() -> cairn_migrate::MigrationSet {
-    cairn_migrate::MigrationSet::from_files(
-        "app",
-        [(
-            "0001_orders.sql",
-            "CREATE TABLE app_order (id TEXT PRIMARY KEY)",
-        )],
-    )
-    .expect("a valid application set")
-}
-
 impl SqliteSpoolHarness {
     /// A plain connection to the store file (test support: reads and DDL beside cairn's).
     async fn side_connection<T, F>(&self, f: F) -> Result<T>
@@ -195,7 +183,7 @@ impl cairn_conformance::TxHarness for SqliteSpoolHarness {
     async fn open_tx(&self) -> Result<Arc<dyn cairn_migrate::Backend>> {
         let open = cairn_migrate::OpenOptions::default()
             .clock(Arc::new(self.clock.clone()))
-            .migrations(app_orders())
+            .migrations(cairn_conformance::app_order_set())
             .register_in_fleet(false);
         let backend =
             crate::SqliteBackend::open(self.path(), SqliteOptions::default(), open).await?;
