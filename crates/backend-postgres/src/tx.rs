@@ -25,8 +25,8 @@ use std::fmt;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_payload, check_producer_event_id, CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions,
-    Enqueued, EventAppended, QueueName, RunEventId, RunId, MAX_RUN_EVENT_PAYLOAD,
+    CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName,
+    RunEventId, RunId,
 };
 use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Transaction};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -153,8 +153,6 @@ impl PgSpool {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
-        check_producer_event_id(event_id)?;
-        check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
         let old = enter_schema(conn, self.schema()).await?;
         let r = events::append_event_on(self, conn, run, event_id, payload).await;
         leave_schema(conn, old, r).await
@@ -276,14 +274,7 @@ impl Transaction for PgTransaction {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
-        let checked = check_producer_event_id(event_id)
-            .and_then(|()| check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload));
-        let r = match checked {
-            Ok(()) => {
-                events::append_event_on(&self.spool, &mut self.tx, run, event_id, payload).await
-            }
-            Err(e) => Err(e),
-        };
+        let r = events::append_event_on(&self.spool, &mut self.tx, run, event_id, payload).await;
         self.track(r)
     }
 

@@ -37,14 +37,13 @@ pub(super) async fn append_event_tx(
     event_id: &RunEventId,
     payload: Vec<u8>,
 ) -> Result<EventAppended> {
-    check_producer_event_id(event_id)?;
-    check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
     let mut conn = s.pool().acquire().await.map_err(map)?;
     append_event_on(s, &mut conn, run, event_id, payload).await
 }
 
-/// [`append_event_tx`] on `conn` (checked already): on a pooled connection in autocommit, or
-/// inside a transaction (the caller's), which then holds the run row's lock until it ends.
+/// [`append_event_tx`] on `conn` (its input checked first, before any statement): on a pooled
+/// connection in autocommit, or inside a transaction (the caller's), which then holds the run
+/// row's lock until it ends.
 pub(crate) async fn append_event_on(
     s: &PgSpool,
     conn: &mut PgConnection,
@@ -52,6 +51,8 @@ pub(crate) async fn append_event_on(
     event_id: &RunEventId,
     payload: Vec<u8>,
 ) -> Result<EventAppended> {
+    check_producer_event_id(event_id)?;
+    check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let row = sqlx::query(sql::APPEND_EVENT)
