@@ -6,6 +6,8 @@ use crate::open::DATABASE_ENV;
 
 /// Default number of events per feed page.
 pub(crate) const DEFAULT_FEED_LIMIT: usize = 100;
+/// Default number of epochs `cairn graph` draws.
+pub(crate) const DEFAULT_GRAPH_LAST: usize = 50;
 
 /// cairn: an epoch log (causal event histories per space), a spool of runs for many workers and
 /// lineage-aware schema migrations, on SQLite or PostgreSQL.
@@ -57,6 +59,26 @@ pub(crate) enum Command {
         /// Most events to print (whole epochs only; at least one epoch when one is available).
         #[arg(long, default_value_t = DEFAULT_FEED_LIMIT)]
         limit: usize,
+    },
+    /// Draw a window of the space's epoch DAG: its newest epochs (or those before `--before`),
+    /// one row each, newest at the top, with an edge from each epoch to each parent. Heads are
+    /// marked on the newest page; a parent older than the window is a short dashed stub. Prints
+    /// a standalone SVG (the dashboard's picture) or Graphviz DOT (`| dot -Tpng`) on stdout.
+    /// To page back, pass the seq of the oldest epoch shown as the next `--before` (the SVG's
+    /// `data-older` attribute holds it).
+    Graph {
+        /// The space.
+        #[arg(long)]
+        space: String,
+        /// What to print.
+        #[arg(long, value_enum, default_value_t = GraphFormat::Svg)]
+        format: GraphFormat,
+        /// Most epochs to draw, 1 to 1000.
+        #[arg(long, value_name = "N", default_value_t = DEFAULT_GRAPH_LAST)]
+        last: usize,
+        /// Only epochs with a seq below this one (default: the newest).
+        #[arg(long, value_name = "SEQ")]
+        before: Option<u64>,
     },
     /// Recompute the space's head cache from its history; writes nothing when it is exact.
     Repair {
@@ -318,6 +340,15 @@ pub(crate) enum MigrateAction {
         #[arg(long, value_name = "FILE")]
         with_revision: Option<std::path::PathBuf>,
     },
+}
+
+/// What `cairn graph` prints.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum GraphFormat {
+    /// A standalone SVG document.
+    Svg,
+    /// Graphviz DOT.
+    Dot,
 }
 
 /// Which additivity engines `cairn migrate check` runs.

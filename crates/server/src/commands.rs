@@ -5,10 +5,10 @@ use std::io::Write;
 use cairn::spool::{self, RunFilter};
 use cairn::{
     DedupKey, EnqueueOptions, Error, Event, FeedCursor, FeedEvent, Head, QueueName, RepairOutcome,
-    RunId, RunInfo, RunState, SpaceId, SupersedeGroup,
+    RunId, RunInfo, RunState, Seq, SpaceId, SupersedeGroup,
 };
 
-use crate::cli::{Cli, Command, RunAction, RunsAction};
+use crate::cli::{Cli, Command, GraphFormat, RunAction, RunsAction};
 use crate::error::CliError;
 use crate::open::{open, target, IfMissing};
 
@@ -65,6 +65,36 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 print_event(&mut out, event)?;
             }
             writeln!(out, "next {}", page.next)?;
+        }
+        Command::Graph {
+            space,
+            format,
+            last,
+            before,
+        } => {
+            let space = SpaceId::new(space)?;
+            if !(1..=crate::graph::MAX_LAST).contains(&last) {
+                return Err(Error::invalid(
+                    "graph --last",
+                    format!(
+                        "is {last}; it must be between 1 and {}",
+                        crate::graph::MAX_LAST
+                    ),
+                )
+                .into());
+            }
+            if before == Some(0) {
+                return Err(Error::invalid("graph --before", "must be at least 1").into());
+            }
+            let store = open(&target, IfMissing::Refuse).await?;
+            let dag =
+                crate::graph::load(store.diagnostics().as_ref(), &space, before.map(Seq), last)
+                    .await?;
+            let text = match format {
+                GraphFormat::Svg => crate::graph::svg(&dag),
+                GraphFormat::Dot => crate::graph::dot(&dag),
+            };
+            out.write_all(text.as_bytes())?;
         }
         Command::Repair { space } => {
             let space = SpaceId::new(space)?;

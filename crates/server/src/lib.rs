@@ -21,6 +21,7 @@ mod config;
 mod doctor;
 mod enqueue_file;
 mod error;
+pub(crate) mod graph;
 mod import;
 mod logging;
 mod migrate;
