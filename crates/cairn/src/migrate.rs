@@ -50,7 +50,9 @@ use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
 pub use cairn_migrate::escape_control;
-pub use cairn_migrate::fleet::{Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL};
+pub use cairn_migrate::fleet::{
+    contract_blockers, Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL,
+};
 pub use cairn_migrate::{
     cairn_set, classify, split_statements, Checksum, Classification, Inconsistency, LineageEntry,
     LineageVerdict, MigrateError, MigrationSet, Opened, Refusal, Repaired, Revision, SplitError,

@@ -21,8 +21,8 @@ pub(crate) const CONFIG_ENV: &str = "CAIRN_CONFIG";
 const ENV_PREFIX: &str = "CAIRN_";
 /// The top-level keys; other `CAIRN_…` variables (`CAIRN_URL`, `CAIRN_TOKEN`, …) belong to
 /// other commands and are not configuration.
-const SECTIONS: [&str; 9] = [
-    "database", "listen", "auth", "delivery", "backfill", "spool", "limits", "log", "doctor",
+const SECTIONS: [&str; 10] = [
+    "database", "listen", "auth", "delivery", "backfill", "spool", "limits", "log", "doctor", "ui",
 ];
 /// Keys whose environment value is taken as raw text, never parsed.
 const RAW_ENV: [(&str, &str); 3] = [
@@ -206,6 +206,30 @@ pub(crate) struct DoctorSection {
     pub(crate) parked_threshold: Option<u64>,
 }
 
+/// `[ui]`: the operator dashboard `cairn serve` serves at `/ui`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct UiSection {
+    /// Whether `/ui` is served (default true).
+    pub(crate) enabled: bool,
+    /// Whether the sign-in cookie carries `Secure`. cairn serves plain HTTP, so set it when a
+    /// TLS-terminating proxy is in front (browsers then send the cookie over HTTPS only).
+    pub(crate) secure_cookie: bool,
+    /// How long a sign-in lasts, in seconds (default 8 hours); idle sessions end after an
+    /// hour.
+    pub(crate) session_secs: u64,
+}
+
+impl Default for UiSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            secure_cookie: false,
+            session_secs: 8 * 3600,
+        }
+    }
+}
+
 /// `[limits]`.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
@@ -289,6 +313,8 @@ pub(crate) struct Config {
     pub(crate) log: Log,
     /// `[doctor]`.
     pub(crate) doctor: DoctorSection,
+    /// `[ui]`.
+    pub(crate) ui: UiSection,
 }
 
 /// Flag values that override the file and the environment, as `(dotted key, value)`.
@@ -421,6 +447,7 @@ impl Config {
         read!(limits, "limits");
         read!(log, "log");
         read!(doctor, "doctor");
+        read!(ui, "ui");
         if let Ok(top) =
             figment.extract::<std::collections::BTreeMap<String, figment::value::Value>>()
         {

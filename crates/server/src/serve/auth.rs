@@ -22,8 +22,10 @@ pub(crate) const READ_TOKENS_ENV: &str = "CAIRN_AUTH__READ_TOKENS";
 
 /// What a request's token allows.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Access {
+pub(crate) enum Access {
+    /// May do everything.
     Full,
+    /// May read only.
     Read,
 }
 
@@ -104,6 +106,16 @@ impl Tokens {
         (self.full.len(), self.read.len())
     }
 
+    /// Tokens for unit tests, unchecked.
+    #[cfg(test)]
+    pub(crate) fn for_tests(full: &[&str], read: &[&str]) -> Self {
+        let bytes = |l: &[&str]| l.iter().map(|t| t.as_bytes().to_vec()).collect();
+        Self {
+            full: bytes(full),
+            read: bytes(read),
+        }
+    }
+
     /// Whether no token of either class is configured.
     pub(crate) fn is_empty(&self) -> bool {
         self.full.is_empty() && self.read.is_empty()
@@ -111,7 +123,7 @@ impl Tokens {
 
     /// Every configured token is compared, so the time taken does not tell which (or whether
     /// an early one) matched.
-    fn access(&self, presented: &[u8]) -> Option<Access> {
+    pub(crate) fn access(&self, presented: &[u8]) -> Option<Access> {
         let matches = |set: &[Vec<u8>]| {
             set.iter()
                 .fold(subtle::Choice::from(0), |acc, t| acc | t.ct_eq(presented))

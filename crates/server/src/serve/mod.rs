@@ -34,6 +34,7 @@ mod openapi;
 mod retention;
 mod routes;
 mod runs;
+mod ui;
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -156,6 +157,10 @@ pub(crate) struct ServeArgs {
     /// (`delivery.poll_ms`; 1000).
     #[arg(long, value_name = "MS")]
     delivery_poll_ms: Option<u64>,
+    /// Whether the operator dashboard is served at `/ui` (`ui.enabled`; default true). Its
+    /// sign-in takes the same tokens as the API; see docs/OPERATIONS.md.
+    #[arg(long = "ui", value_name = "BOOL", action = clap::ArgAction::Set)]
+    ui: Option<bool>,
     /// Log level or tracing filter directive (`log.level`; default info).
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<String>,
@@ -206,6 +211,7 @@ impl ServeArgs {
         o.set("delivery.retry_base_ms", self.delivery_retry_base_ms);
         o.set("delivery.retry_cap_ms", self.delivery_retry_cap_ms);
         o.set("delivery.poll_ms", self.delivery_poll_ms);
+        o.set("ui.enabled", self.ui);
         o.set("log.level", self.log_level.clone());
         o.set("log.format", self.log_format);
         o
@@ -225,6 +231,7 @@ pub(crate) struct Settings {
     retention_max_bytes: u64,
     parked_threshold: Option<u64>,
     retention: retention::RetentionSettings,
+    ui: ui::UiSettings,
     log_filter: tracing_subscriber::EnvFilter,
     log_format: LogFormat,
 }
@@ -354,6 +361,10 @@ pub(crate) fn check(
             ));
         }
     }
+    // A sign-in lasts from a minute to 30 days.
+    if !(60..=30 * 86_400).contains(&config.ui.session_secs) {
+        problems.push("ui.session_secs: from 60 to 2592000 (30 days)".to_owned());
+    }
     // tokio's semaphore holds at most `Semaphore::MAX_PERMITS` permits.
     if l.max_connections > tokio::sync::Semaphore::MAX_PERMITS {
         problems.push(format!(
@@ -388,6 +399,11 @@ pub(crate) fn check(
                         max_bytes: sp.retention_max_bytes,
                     },
                     interval: Duration::from_secs(sp.retention_interval_secs),
+                },
+                ui: ui::UiSettings {
+                    enabled: config.ui.enabled,
+                    secure_cookie: config.ui.secure_cookie,
+                    session: Duration::from_secs(config.ui.session_secs),
                 },
                 log_filter,
                 log_format: config.log.format,
@@ -425,6 +441,8 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         out.flush()?;
     }
     tracing::info!(target: "cairn::serve", %addr, "listening");
+    let tokens = Arc::new(settings.tokens);
+    let rates = Arc::new(ui::Rates::default());
     let state = routes::AppState {
         store: store.clone(),
         epochs: store.epochs(),
@@ -438,8 +456,13 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             store: store.store_diagnostics(),
             migrations: cairn::migrate::Migrations::of(&store),
         }),
+        ui: settings
+            .ui
+            .enabled
+            .then(|| Arc::new(ui::Ui::new(tokens.clone(), &settings.ui, rates.clone()))),
     };
-    let app = routes::router(state, Arc::new(settings.tokens), settings.limits);
+    let ui_enabled = state.ui.is_some();
+    let app = routes::router(state, tokens, settings.limits);
     let conn_limits = settings.connections;
     let drain = settings.drain;
     let worker = match settings.delivery {
@@ -453,6 +476,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         metrics.clone(),
         stopping.clone(),
     );
+    let sampler = ui_enabled.then(|| rates.spawn(metrics.clone(), stopping.clone()));
     let retention = retention::spawn(
         store.spool(),
         settings.retention,
@@ -493,6 +517,9 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
     };
     if let Some(worker) = worker {
         let _ = worker.await;
+    }
+    if let Some(sampler) = sampler {
+        let _ = sampler.await;
     }
     if let Some(retention) = retention {
         // It stops after the pass in flight, whose batches start within a short budget.

@@ -28,6 +28,8 @@ pub(crate) struct AppState {
     pub(crate) diagnostics: Arc<dyn EpochDiagnostics>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) doctor: Arc<doctor::Target>,
+    /// The dashboard's sessions and rates, when `/ui` is served.
+    pub(crate) ui: Option<Arc<super::ui::Ui>>,
 }
 
 /// Limits the router enforces.
@@ -40,10 +42,15 @@ pub(crate) struct Limits {
 }
 
 /// The whole API. `/healthz` and `/readyz` need no token; everything else does (`/metrics`
-/// and `/v1/doctor` included; a read-only token suffices for them). Every request, refused
+/// and `/v1/doctor` included; a read-only token suffices for them). The dashboard's `/ui`
+/// routes, when served, take a session cookie instead of a bearer header ([`super::ui`]). Every request, refused
 /// ones included, is counted, timed and logged by [`metrics::observe`].
 pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Router {
     let meter = state.metrics.clone();
+    let ui = match state.ui {
+        Some(_) => super::ui::router(state.clone()),
+        None => Router::new(),
+    };
     let api = Router::new()
         .route("/metrics", get(metrics::scrape))
         .route("/v1/doctor", get(doctor::doctor))
@@ -76,6 +83,7 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .merge(api)
+        .merge(ui)
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(limits, time_limit))

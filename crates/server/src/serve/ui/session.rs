@@ -1,0 +1,435 @@
+//! The dashboard's sign-in: a form takes a bearer token once and answers a session cookie.
+//!
+//! - The cookie (`cairn_ui`) holds 32 random bytes, never the token; the server keeps, per
+//!   session, the BLAKE3 hash of that value, the token's access class (full or read-only), a
+//!   CSRF token and the token's fingerprint (who acted, in what the store records). A session
+//!   ends at sign-out, after `ui.session_secs`, after an hour unused, or when the server
+//!   restarts (sessions live in memory only, so a rotated token list ends every sign-in).
+//! - Cookies are `HttpOnly`, `SameSite=Strict`, `Path=/ui`, and `Secure` when
+//!   `ui.secure_cookie` is set (cairn serves plain HTTP; set it behind a TLS proxy).
+//! - Every mutating form carries the session's CSRF token, compared in constant time; the
+//!   sign-in form, before any session exists, carries a one-time value that must equal its own
+//!   short-lived cookie (a double submit), so another site cannot sign a browser in under its
+//!   own token. Requests that a browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
+//!   `Origin` that is not this server's) are refused before any of this.
+//! - At most [`MAX_SESSIONS`] sessions are kept; past that the least recently used one ends.
+//!   Failed sign-ins are limited to [`MAX_FAILURES`] per [`FAILURE_WINDOW`] server-wide.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use base64::Engine as _;
+use rand::RngCore as _;
+use subtle::ConstantTimeEq;
+
+use crate::serve::auth::{Access, Tokens};
+
+/// The session cookie's name.
+pub(crate) const SESSION_COOKIE: &str = "cairn_ui";
+/// The sign-in form's one-time cookie.
+pub(crate) const LOGIN_COOKIE: &str = "cairn_ui_login";
+/// Most sessions kept at once.
+pub(crate) const MAX_SESSIONS: usize = 10_000;
+/// How long an unused session lasts.
+pub(crate) const IDLE: Duration = Duration::from_secs(3600);
+/// Most failed sign-ins per [`FAILURE_WINDOW`], over all clients.
+pub(crate) const MAX_FAILURES: u32 = 20;
+/// The window [`MAX_FAILURES`] counts over.
+pub(crate) const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+/// How long the sign-in form's one-time value is accepted.
+const LOGIN_TTL: Duration = Duration::from_secs(600);
+
+/// Who is looking at a page: their access and the session's CSRF token.
+#[derive(Clone, Debug)]
+pub(crate) struct Viewer {
+    /// Full access or read-only.
+    pub(crate) access: Access,
+    /// The token every mutating form must carry.
+    pub(crate) csrf: String,
+    /// Who acts, as recorded with an operator's action (`ui:token-1a2b3c4d`).
+    pub(crate) who: String,
+}
+
+impl Viewer {
+    /// Whether this viewer may change the store.
+    pub(crate) fn can_write(&self) -> bool {
+        self.access == Access::Full
+    }
+}
+
+struct Session {
+    viewer: Viewer,
+    created: Instant,
+    seen: Instant,
+}
+
+struct Inner {
+    sessions: HashMap<[u8; 32], Session>,
+    failures: (Instant, u32),
+}
+
+/// Every live session, and the settings cookies are made with.
+pub(crate) struct Sessions {
+    tokens: Arc<Tokens>,
+    inner: Mutex<Inner>,
+    lifetime: Duration,
+    secure: bool,
+}
+
+impl std::fmt::Debug for Sessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sessions")
+    }
+}
+
+/// Why a sign-in failed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum SignInError {
+    /// The token is not one the server knows.
+    UnknownToken,
+    /// Too many failed sign-ins lately.
+    TooManyFailures,
+}
+
+/// 32 random bytes as URL-safe base64 (43 characters).
+pub(crate) fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Whether two secrets are equal, in time that does not depend on where they differ.
+pub(crate) fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// The value of cookie `name` in the request's `Cookie` headers, if it has the shape the
+/// server issues (43 URL-safe base64 characters); anything else is ignored.
+pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v.trim())
+        .filter(|v| {
+            v.len() == 43
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+impl Sessions {
+    /// A store of sessions checked against `tokens`, each lasting at most `lifetime`.
+    pub(crate) fn new(tokens: Arc<Tokens>, lifetime: Duration, secure: bool) -> Self {
+        Self {
+            tokens,
+            inner: Mutex::new(Inner {
+                sessions: HashMap::new(),
+                failures: (Instant::now(), 0),
+            }),
+            lifetime,
+            secure,
+        }
+    }
+
+    /// Whether the server runs without tokens (`--insecure-no-auth`): every browser gets a
+    /// full-access session without signing in.
+    pub(crate) fn open(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The viewer of the session whose cookie `headers` carry, when it is live; its last use
+    /// is now.
+    pub(crate) fn viewer(&self, headers: &HeaderMap) -> Option<Viewer> {
+        let id = cookie(headers, SESSION_COOKIE)?;
+        let key = *blake3::hash(id.as_bytes()).as_bytes();
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let live = inner.sessions.get(&key).is_some_and(|s| {
+            now.duration_since(s.created) < self.lifetime && now.duration_since(s.seen) < IDLE
+        });
+        if !live {
+            inner.sessions.remove(&key);
+            return None;
+        }
+        let s = inner.sessions.get_mut(&key)?;
+        s.seen = now;
+        Some(s.viewer.clone())
+    }
+
+    /// Signs in with `token`: a new session and the `Set-Cookie` value that carries it.
+    pub(crate) fn sign_in(&self, token: &str) -> Result<HeaderValue, SignInError> {
+        let now = Instant::now();
+        {
+            let mut inner = self.lock();
+            if now.duration_since(inner.failures.0) >= FAILURE_WINDOW {
+                inner.failures = (now, 0);
+            }
+            if inner.failures.1 >= MAX_FAILURES {
+                return Err(SignInError::TooManyFailures);
+            }
+        }
+        let access = match self.tokens.access(token.trim().as_bytes()) {
+            Some(a) => a,
+            None => {
+                self.lock().failures.1 += 1;
+                return Err(SignInError::UnknownToken);
+            }
+        };
+        let fingerprint = blake3::hash(token.trim().as_bytes()).to_hex();
+        Ok(self.create(Viewer {
+            access,
+            csrf: random_token(),
+            who: format!("ui:token-{}", &fingerprint[..8]),
+        }))
+    }
+
+    /// A full-access session for a server without tokens.
+    pub(crate) fn sign_in_open(&self) -> (HeaderValue, Viewer) {
+        let viewer = Viewer {
+            access: Access::Full,
+            csrf: random_token(),
+            who: "ui:no-auth".into(),
+        };
+        (self.create(viewer.clone()), viewer)
+    }
+
+    fn create(&self, viewer: Viewer) -> HeaderValue {
+        let id = random_token();
+        let key = *blake3::hash(id.as_bytes()).as_bytes();
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if inner.sessions.len() >= MAX_SESSIONS {
+            let lifetime = self.lifetime;
+            inner.sessions.retain(|_, s| {
+                now.duration_since(s.created) < lifetime && now.duration_since(s.seen) < IDLE
+            });
+        }
+        if inner.sessions.len() >= MAX_SESSIONS {
+            if let Some(oldest) = inner
+                .sessions
+                .iter()
+                .min_by_key(|(_, s)| s.seen)
+                .map(|(k, _)| *k)
+            {
+                inner.sessions.remove(&oldest);
+            }
+        }
+        inner.sessions.insert(
+            key,
+            Session {
+                viewer,
+                created: now,
+                seen: now,
+            },
+        );
+        self.set_cookie(SESSION_COOKIE, &id, "/ui", self.lifetime)
+    }
+
+    /// Ends the session whose cookie `headers` carry; answers the `Set-Cookie` that clears it.
+    pub(crate) fn sign_out(&self, headers: &HeaderMap) -> HeaderValue {
+        if let Some(id) = cookie(headers, SESSION_COOKIE) {
+            let key = *blake3::hash(id.as_bytes()).as_bytes();
+            self.lock().sessions.remove(&key);
+        }
+        self.set_cookie(SESSION_COOKIE, "", "/ui", Duration::ZERO)
+    }
+
+    /// A fresh one-time value for the sign-in form and the cookie that must come back with it.
+    pub(crate) fn login_nonce(&self) -> (String, HeaderValue) {
+        let nonce = random_token();
+        let cookie = self.set_cookie(LOGIN_COOKIE, &nonce, "/ui/login", LOGIN_TTL);
+        (nonce, cookie)
+    }
+
+    /// The `Set-Cookie` value that clears the sign-in form's cookie.
+    pub(crate) fn clear_login_nonce(&self) -> HeaderValue {
+        self.set_cookie(LOGIN_COOKIE, "", "/ui/login", Duration::ZERO)
+    }
+
+    fn set_cookie(&self, name: &str, value: &str, path: &str, max_age: Duration) -> HeaderValue {
+        let secure = if self.secure { "; Secure" } else { "" };
+        let text = format!(
+            "{name}={value}; Path={path}; Max-Age={}; HttpOnly; SameSite=Strict{secure}",
+            max_age.as_secs()
+        );
+        // Only base64 characters, digits and fixed text: always a valid header value.
+        HeaderValue::from_str(&text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// How many sessions are kept (for tests).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().sessions.len()
+    }
+}
+
+/// Whether a browser tells the request came from another site: `Sec-Fetch-Site: cross-site`
+/// (or `same-site`: another origin on this site), or an `Origin` whose host is not the
+/// request's `Host`.
+pub(crate) fn cross_site(headers: &HeaderMap) -> bool {
+    let fetch_site = headers
+        .get("sec-fetch-site")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_ascii_lowercase);
+    if matches!(fetch_site.as_deref(), Some("cross-site" | "same-site")) {
+        return true;
+    }
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return false;
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    let origin_host = origin
+        .to_str()
+        .ok()
+        .and_then(|o| o.split_once("://"))
+        .map(|(_, h)| h);
+    match (origin_host, host) {
+        (Some(o), Some(h)) => !o.eq_ignore_ascii_case(h),
+        _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> Arc<Tokens> {
+        Arc::new(Tokens::for_tests(
+            &["full-token-0123456789"],
+            &["read-token-0123456789"],
+        ))
+    }
+
+    fn with_cookie(set_cookie: &HeaderValue) -> HeaderMap {
+        let pair = set_cookie.to_str().unwrap().split(';').next().unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_str(pair).unwrap());
+        h
+    }
+
+    #[test]
+    fn a_sign_in_answers_a_cookie_without_the_token_that_finds_its_access() {
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        let full = s.sign_in("full-token-0123456789").unwrap();
+        let text = full.to_str().unwrap();
+        assert!(!text.contains("full-token"), "{text}");
+        for part in ["HttpOnly", "SameSite=Strict", "Path=/ui", "Max-Age=60"] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+        assert!(!text.contains("Secure"), "{text}");
+        let v = s.viewer(&with_cookie(&full)).unwrap();
+        assert!(v.can_write());
+        assert_eq!(v.who.len(), "ui:token-".len() + 8);
+        let read = s.sign_in(" read-token-0123456789 ").unwrap();
+        let v = s.viewer(&with_cookie(&read)).unwrap();
+        assert!(!v.can_write());
+        assert_eq!(
+            s.sign_in("read-token-012345678"),
+            Err(SignInError::UnknownToken)
+        );
+        let secure = Sessions::new(tokens(), Duration::from_secs(60), true);
+        let c = secure.sign_in("full-token-0123456789").unwrap();
+        assert!(c.to_str().unwrap().ends_with("; Secure"));
+    }
+
+    #[test]
+    fn sign_out_expiry_and_forged_cookies_end_nothing_else() {
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        let a = s.sign_in("full-token-0123456789").unwrap();
+        let b = s.sign_in("full-token-0123456789").unwrap();
+        let clear = s.sign_out(&with_cookie(&a));
+        assert!(clear.to_str().unwrap().contains("Max-Age=0"));
+        assert!(s.viewer(&with_cookie(&a)).is_none());
+        assert!(s.viewer(&with_cookie(&b)).is_some());
+        let mut forged = HeaderMap::new();
+        forged.insert(
+            header::COOKIE,
+            HeaderValue::from_static("cairn_ui=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+        );
+        assert!(s.viewer(&forged).is_none());
+        forged.insert(
+            header::COOKIE,
+            HeaderValue::from_static("cairn_ui=<script>"),
+        );
+        assert!(s.viewer(&forged).is_none());
+        let expired = Sessions::new(tokens(), Duration::ZERO, false);
+        let c = expired.sign_in("full-token-0123456789").unwrap();
+        assert!(expired.viewer(&with_cookie(&c)).is_none());
+        assert_eq!(expired.len(), 0, "an expired session is dropped when seen");
+    }
+
+    #[test]
+    fn failed_sign_ins_are_limited_and_sessions_are_capped() {
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        for _ in 0..MAX_FAILURES {
+            assert_eq!(
+                s.sign_in("wrong-token-0123456789"),
+                Err(SignInError::UnknownToken)
+            );
+        }
+        assert_eq!(
+            s.sign_in("full-token-0123456789"),
+            Err(SignInError::TooManyFailures)
+        );
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        let first = s.sign_in("full-token-0123456789").unwrap();
+        for _ in 1..MAX_SESSIONS {
+            s.sign_in("read-token-0123456789").unwrap();
+        }
+        assert!(s.viewer(&with_cookie(&first)).is_some());
+        s.sign_in("read-token-0123456789").unwrap();
+        assert_eq!(s.len(), MAX_SESSIONS);
+    }
+
+    #[test]
+    fn cookies_are_read_by_name_and_shape_only() {
+        let mut h = HeaderMap::new();
+        let v = "B".repeat(43);
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("other=1; cairn_ui={v}; x=y")).unwrap(),
+        );
+        assert_eq!(cookie(&h, SESSION_COOKIE), Some(v.as_str()));
+        assert_eq!(cookie(&h, LOGIN_COOKIE), None);
+        assert!(same_secret("abc", "abc") && !same_secret("abc", "abd") && !same_secret("a", "ab"));
+    }
+
+    #[test]
+    fn cross_site_requests_are_recognised() {
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:7878"));
+        assert!(!cross_site(&h), "no Origin: a same-origin form or a client");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        assert!(!cross_site(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert!(cross_site(&h));
+        h.insert(header::ORIGIN, HeaderValue::from_static("null"));
+        assert!(cross_site(&h));
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:7878"),
+        );
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(cross_site(&h));
+        h.insert("sec-fetch-site", HeaderValue::from_static("same-origin"));
+        assert!(!cross_site(&h));
+    }
+}
