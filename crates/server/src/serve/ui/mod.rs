@@ -303,12 +303,6 @@ async fn login(
                 StatusCode::UNAUTHORIZED,
             )
         }
-        Err(session::SignInError::TooManyFailures) => login_page(
-            &ui,
-            &next,
-            Some("Too many failed sign-ins just now; wait a few seconds and try again."),
-            StatusCode::TOO_MANY_REQUESTS,
-        ),
     }
 }
 

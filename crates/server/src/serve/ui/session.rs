@@ -13,7 +13,10 @@
 //!   own token. Requests that a browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
 //!   `Origin` that is not this server's) are refused before any of this.
 //! - At most [`MAX_SESSIONS`] sessions are kept; past that the least recently used one ends.
-//!   Failed sign-ins are limited to [`MAX_FAILURES`] per [`FAILURE_WINDOW`] server-wide.
+//!   Failed sign-ins are not throttled, as the API's bearer checks are not: tokens are at least
+//!   16 characters (make them long and random) and compared in constant time, and a
+//!   server-wide limit would let anyone without a token lock operators out. Each failure is
+//!   logged as a warning.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -34,10 +37,6 @@ pub(crate) const LOGIN_COOKIE: &str = "cairn_ui_login";
 pub(crate) const MAX_SESSIONS: usize = 10_000;
 /// How long an unused session lasts.
 pub(crate) const IDLE: Duration = Duration::from_secs(3600);
-/// Most failed sign-ins per [`FAILURE_WINDOW`], over all clients.
-pub(crate) const MAX_FAILURES: u32 = 20;
-/// The window [`MAX_FAILURES`] counts over.
-pub(crate) const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 /// How long the sign-in form's one-time value is accepted.
 const LOGIN_TTL: Duration = Duration::from_secs(600);
 
@@ -67,7 +66,6 @@ struct Session {
 
 struct Inner {
     sessions: HashMap<[u8; 32], Session>,
-    failures: (Instant, u32),
 }
 
 /// Every live session, and the settings cookies are made with.
@@ -89,8 +87,6 @@ impl std::fmt::Debug for Sessions {
 pub(crate) enum SignInError {
     /// The token is not one the server knows.
     UnknownToken,
-    /// Too many failed sign-ins lately.
-    TooManyFailures,
 }
 
 /// 32 random bytes as URL-safe base64 (43 characters).
@@ -130,7 +126,6 @@ impl Sessions {
             tokens,
             inner: Mutex::new(Inner {
                 sessions: HashMap::new(),
-                failures: (Instant::now(), 0),
             }),
             lifetime,
             secure,
@@ -170,23 +165,10 @@ impl Sessions {
 
     /// Signs in with `token`: a new session and the `Set-Cookie` value that carries it.
     pub(crate) fn sign_in(&self, token: &str) -> Result<HeaderValue, SignInError> {
-        let now = Instant::now();
-        {
-            let mut inner = self.lock();
-            if now.duration_since(inner.failures.0) >= FAILURE_WINDOW {
-                inner.failures = (now, 0);
-            }
-            if inner.failures.1 >= MAX_FAILURES {
-                return Err(SignInError::TooManyFailures);
-            }
-        }
-        let access = match self.tokens.access(token.trim().as_bytes()) {
-            Some(a) => a,
-            None => {
-                self.lock().failures.1 += 1;
-                return Err(SignInError::UnknownToken);
-            }
-        };
+        let access = self
+            .tokens
+            .access(token.trim().as_bytes())
+            .ok_or(SignInError::UnknownToken)?;
         let fingerprint = blake3::hash(token.trim().as_bytes()).to_hex();
         Ok(self.create(Viewer {
             access,
@@ -371,18 +353,15 @@ mod tests {
     }
 
     #[test]
-    fn failed_sign_ins_are_limited_and_sessions_are_capped() {
+    fn failed_sign_ins_lock_no_one_out_and_sessions_are_capped() {
         let s = Sessions::new(tokens(), Duration::from_secs(60), false);
-        for _ in 0..MAX_FAILURES {
+        for _ in 0..1000 {
             assert_eq!(
                 s.sign_in("wrong-token-0123456789"),
                 Err(SignInError::UnknownToken)
             );
         }
-        assert_eq!(
-            s.sign_in("full-token-0123456789"),
-            Err(SignInError::TooManyFailures)
-        );
+        assert!(s.sign_in("full-token-0123456789").is_ok());
         let s = Sessions::new(tokens(), Duration::from_secs(60), false);
         let first = s.sign_in("full-token-0123456789").unwrap();
         for _ in 1..MAX_SESSIONS {
