@@ -573,6 +573,7 @@ macro_rules! spool_suite {
             s17_racing_operators_apply_once,
             s17_producers_cannot_take_the_spools_event_ids,
             s17_bulk_retry_goes_on_past_a_run_it_cannot_retry,
+            s18_stats_count_each_queues_runs,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
             t4_bulk_dedups_repeated_keys_in_input_order,

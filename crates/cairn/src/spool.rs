@@ -69,8 +69,8 @@ pub use cairn_core::spool::{Clock, ManualClock, SystemClock, Timestamp};
 pub use cairn_core::spool::{
     Action, CancelOutcome, Claimed, CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued,
     EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat, ImportMarker, ImportSource,
-    ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunImportOutcome,
-    RunInfo, RunState, SpoolStats, Unparked,
+    ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked, QueueStats, RunEvent, RunFilter,
+    RunImportOutcome, RunInfo, RunState, SpoolStats, Unparked,
 };
 
 // The operator's way out of `parked`: one run ([`Spool::retry_parked`], [`Spool::discard`]),

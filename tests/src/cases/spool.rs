@@ -1,4 +1,4 @@
-//! Spool cases (S1–S17, in-process parts) and the spool model property test. Cases are
+//! Spool cases (S1–S18, in-process parts) and the spool model property test. Cases are
 //! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
 //! case advances the harness's [`cairn_core::ManualClock`].
 
@@ -22,6 +22,7 @@ mod lifecycle;
 mod model;
 mod operator;
 mod shutdown;
+mod stats;
 mod versions;
 
 pub use bad_input::*;
@@ -35,6 +36,7 @@ pub use lifecycle::*;
 pub use model::*;
 pub use operator::*;
 pub use shutdown::*;
+pub use stats::*;
 pub use versions::*;
 
 /// The lease the cases claim with.

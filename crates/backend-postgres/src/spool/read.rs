@@ -3,7 +3,7 @@
 use cairn_core::spool::{check_limit, QueueName, RunFilter, RunId, RunInfo, SpoolStats, Timestamp};
 use cairn_core::Result;
 
-use super::row::{count, get, opt_ts, run_info, state};
+use super::row::{corrupt, count, get, opt_ts, run_info, state};
 use super::{sql, PgSpool};
 use crate::error::map;
 
@@ -36,14 +36,21 @@ pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
         .map_err(map)?;
     let mut stats = SpoolStats::default();
     for row in &rows {
-        if let Some(name) = get::<Option<String>>(row, 0)? {
-            let n: Option<i64> = get(row, 1)?;
-            stats.runs.insert(state(&name)?, count(n.unwrap_or(0))?);
+        let queue: Option<String> = get(row, 0)?;
+        let name: Option<String> = get(row, 1)?;
+        if let (Some(queue), Some(name)) = (queue, name) {
+            let queue = QueueName::new(queue).map_err(|_| corrupt("an invalid queue name"))?;
+            let n: Option<i64> = get(row, 2)?;
+            stats.add_runs(
+                queue,
+                state(&name)?,
+                count(n.unwrap_or(0))?,
+                opt_ts(get(row, 3)?),
+            );
         }
-        stats.events = count(get(row, 2)?)?;
-        stats.event_bytes = count(get(row, 3)?)?;
-        stats.oldest_event = opt_ts(get(row, 4)?);
-        stats.oldest_queued = opt_ts(get(row, 5)?);
+        stats.events = count(get(row, 4)?)?;
+        stats.event_bytes = count(get(row, 5)?)?;
+        stats.oldest_event = opt_ts(get(row, 6)?);
     }
     Ok(stats)
 }

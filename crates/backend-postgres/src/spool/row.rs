@@ -15,7 +15,7 @@ use sqlx::Row;
 
 use crate::error::map;
 
-fn corrupt(what: &str) -> Error {
+pub(super) fn corrupt(what: &str) -> Error {
     Error::corrupt(format!("{what} in the spool tables"))
 }
 

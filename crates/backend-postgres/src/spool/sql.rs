@@ -452,15 +452,18 @@ pub(super) const FACTS: &str = "\
 SELECT f.name, f.value FROM spool_run r LEFT JOIN spool_fact f ON f.run_id = r.run_id \
 WHERE r.run_id = $1";
 
-/// Counts: one row per state with runs (state NULL when there are none), each carrying the
-/// event count, their payload bytes, the oldest event's time and the oldest queued run's
-/// enqueue time.
+/// Counts, in one statement (one snapshot): one row per queue and state with runs (queue and
+/// state NULL when there are none), each carrying its run count, the enqueue time of the
+/// queue's oldest queued run (on its `queued` row, NULL on the others), and the spool-wide
+/// event count, their payload bytes and the oldest event's time. The spool-wide run counts
+/// are the rows' sums.
 pub(super) const STATS: &str = "\
-SELECT s.state, s.n, ev.n, ev.bytes, ev.oldest, q.oldest \
+SELECT s.queue, s.state, s.n, s.oldest, ev.n, ev.bytes, ev.oldest \
 FROM (SELECT pg_catalog.count(*) AS n, coalesce(pg_catalog.sum(payload_bytes), 0)::bigint AS bytes, \
         pg_catalog.min(created_at) AS oldest FROM spool_event) ev \
-CROSS JOIN (SELECT pg_catalog.min(enqueued_at) AS oldest FROM spool_run WHERE state = 'queued') q \
-LEFT JOIN (SELECT state, pg_catalog.count(*) AS n FROM spool_run GROUP BY state) s ON TRUE";
+LEFT JOIN (SELECT queue, state, pg_catalog.count(*) AS n, \
+        pg_catalog.min(enqueued_at) FILTER (WHERE state = 'queued') AS oldest \
+        FROM spool_run GROUP BY queue, state) s ON TRUE";
 
 /// Retention's event window: the total event payload bytes on every row, plus the oldest `$1`
 /// events in age order (run, seq, created at, bytes; NULL when there are none).

@@ -140,15 +140,20 @@ pub(super) fn runs_tx(db: &Db<'_>, filter: &RunFilter, limit: usize) -> Result<V
 pub(super) fn stats_tx(db: &Db<'_>) -> Result<SpoolStats> {
     db.read_tx(|db| {
         let mut stats = SpoolStats::default();
-        for (st, n) in db.rows(sql::STATE_COUNTS, [], |r| {
-            Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
-        })? {
-            stats
-                .runs
-                .insert(state(&st)?, non_negative(n, "run count")?);
+        let groups: Vec<(String, String, i64, Option<i64>)> =
+            db.rows(sql::QUEUE_STATE_COUNTS, [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        for (queue, st, n, oldest) in groups {
+            let queue =
+                QueueName::new(queue).map_err(|_| corrupt("a stored queue name is invalid"))?;
+            stats.add_runs(
+                queue,
+                state(&st)?,
+                non_negative(n, "run count")?,
+                oldest.map(ts),
+            );
         }
-        let oldest: Vec<Option<i64>> = db.rows(sql::OLDEST_QUEUED, [], |r| r.get(0))?;
-        stats.oldest_queued = oldest.into_iter().flatten().next().map(ts);
         let totals: Vec<(i64, i64, Option<i64>)> = db.rows(sql::EVENT_TOTALS, [], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?;

@@ -124,12 +124,12 @@ LIMIT ?4"
 /// Whether a run exists.
 pub(super) const RUN_EXISTS: &str = "SELECT run_no FROM spool_run WHERE run_id = ?1";
 
-/// Run counts per state.
-pub(super) const STATE_COUNTS: &str = "SELECT state, count(*) FROM spool_run GROUP BY state";
-
-/// Enqueue time of the oldest queued run.
-pub(super) const OLDEST_QUEUED: &str =
-    "SELECT min(enqueued_at) FROM spool_run WHERE state = 'queued'";
+/// Run counts per queue and state, with the enqueue time of each queue's oldest queued run on
+/// its `queued` row (NULL on the others). The spool-wide counts are their sums.
+pub(super) const QUEUE_STATE_COUNTS: &str = "\
+SELECT queue, state, count(*), min(CASE WHEN state = 'queued' THEN enqueued_at END)
+FROM spool_run
+GROUP BY queue, state";
 
 /// Stored events: count, payload bytes, oldest append time.
 pub(super) const EVENT_TOTALS: &str =
@@ -263,8 +263,7 @@ pub(super) const ALL: &[&str] = &[
     RUN_INFO,
     RUNS_PAGE,
     RUN_EXISTS,
-    STATE_COUNTS,
-    OLDEST_QUEUED,
+    QUEUE_STATE_COUNTS,
     EVENT_TOTALS,
     LAST_EVENT_SEQ,
     EVENT_SEQ_BY_ID,

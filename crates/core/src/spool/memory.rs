@@ -606,14 +606,7 @@ impl Spool for MemorySpool {
             ..SpoolStats::default()
         };
         for r in st.runs.values() {
-            *stats.runs.entry(r.state).or_default() += 1;
-            if r.state == RunState::Queued {
-                stats.oldest_queued = Some(
-                    stats
-                        .oldest_queued
-                        .map_or(r.enqueued_at, |t| t.min(r.enqueued_at)),
-                );
-            }
+            stats.add_runs(r.queue.clone(), r.state, 1, Some(r.enqueued_at));
         }
         Ok(stats)
     }

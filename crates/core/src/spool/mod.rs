@@ -118,8 +118,8 @@ pub use types::{
     check_release_delay, clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome,
     EnqueueItem, EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun, FactOutcome,
     Heartbeat, ImportMarker, ImportSource, ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked,
-    RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, Unparked,
-    DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
+    QueueStats, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats,
+    Unparked, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
     MAX_ENQUEUE_BATCH_BYTES, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE, MAX_REASON_LEN,
     MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };

@@ -553,6 +553,46 @@ pub struct SpoolStats {
     pub oldest_queued: Option<Timestamp>,
     /// Append time of the oldest stored event.
     pub oldest_event: Option<Timestamp>,
+    /// The same run counts for each queue that holds at least one stored run (a queue whose
+    /// runs were all removed by retention is absent). Read at the same committed state as the
+    /// totals: per state, the queues' counts add up to [`SpoolStats::runs`], and the earliest
+    /// of their `oldest_queued` is [`SpoolStats::oldest_queued`].
+    pub queues: BTreeMap<QueueName, QueueStats>,
+}
+
+/// One queue's part of [`SpoolStats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// The queue's runs per state (states with no run of the queue are absent).
+    pub runs: BTreeMap<RunState, u64>,
+    /// Enqueue time of the queue's oldest queued run (`None` when none is queued).
+    pub oldest_queued: Option<Timestamp>,
+}
+
+impl SpoolStats {
+    /// Adds `n` runs of `queue` in `state`, the oldest of them (for `Queued`) enqueued at
+    /// `oldest`, to the queue's counts and to the totals. Backends build their stats from
+    /// per-queue, per-state groups with it, so the totals are the sums by construction.
+    pub fn add_runs(
+        &mut self,
+        queue: QueueName,
+        state: RunState,
+        n: u64,
+        oldest: Option<Timestamp>,
+    ) {
+        if n == 0 {
+            return;
+        }
+        let earliest =
+            |a: Option<Timestamp>, b: Option<Timestamp>| [a, b].into_iter().flatten().min();
+        *self.runs.entry(state).or_default() += n;
+        let q = self.queues.entry(queue).or_default();
+        *q.runs.entry(state).or_default() += n;
+        if state == RunState::Queued {
+            q.oldest_queued = earliest(q.oldest_queued, oldest);
+            self.oldest_queued = earliest(self.oldest_queued, oldest);
+        }
+    }
 }
 
 /// Where an import came from: the completion marker [`Spool::import_runs`] records, so that
@@ -797,6 +837,39 @@ pub fn clip_reason(reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_runs_count_in_their_queue_and_in_the_totals() {
+        let (a, b) = (QueueName::new("a").unwrap(), QueueName::new("b").unwrap());
+        let t = Timestamp::from_unix_micros;
+        let mut stats = SpoolStats::default();
+        stats.add_runs(a.clone(), RunState::Queued, 2, Some(t(20)));
+        stats.add_runs(b.clone(), RunState::Queued, 1, Some(t(10)));
+        stats.add_runs(a.clone(), RunState::Queued, 1, Some(t(30)));
+        stats.add_runs(a.clone(), RunState::Succeeded, 3, Some(t(1)));
+        stats.add_runs(b.clone(), RunState::Parked, 0, None);
+        assert_eq!(
+            stats.runs,
+            BTreeMap::from([(RunState::Queued, 4), (RunState::Succeeded, 3)])
+        );
+        assert_eq!(stats.oldest_queued, Some(t(10)));
+        assert_eq!(
+            stats.queues[&a],
+            QueueStats {
+                runs: BTreeMap::from([(RunState::Queued, 3), (RunState::Succeeded, 3)]),
+                oldest_queued: Some(t(20)),
+            },
+            "only queued runs' times count"
+        );
+        assert_eq!(
+            stats.queues[&b],
+            QueueStats {
+                runs: BTreeMap::from([(RunState::Queued, 1)]),
+                oldest_queued: Some(t(10)),
+            },
+            "no zero counts"
+        );
+    }
 
     #[test]
     fn state_names_round_trip() {
