@@ -202,6 +202,23 @@ SELECT e.seq, \
   AS payloads \
 FROM epoch e WHERE e.space = $1 AND e.id = $2";
 
+/// A page of the space's epochs, newest first, in one statement (one snapshot): `max_seq`
+/// (the space's largest seq, NULL for an empty space) on every row; then, for each of at most
+/// `$3` epochs with `seq < $2` (a backward range of the unique `(space, seq)` index), its id,
+/// seq, event count (a range of `epoch_event`'s primary key) and parents in id byte order (the
+/// `(space, child, parent)` primary key). With no epoch in the page, one row whose other
+/// columns are NULL.
+pub(crate) const RECENT_EPOCHS: &str = "\
+SELECT m.max_seq, e.id, e.seq, e.events, e.parents \
+FROM (SELECT pg_catalog.max(seq) AS max_seq FROM epoch WHERE space = $1) AS m \
+LEFT JOIN LATERAL (\
+ SELECT x.id, x.seq, \
+ (SELECT pg_catalog.count(*) FROM epoch_event v WHERE v.space = $1 AND v.seq = x.seq) AS events, \
+ ARRAY(SELECT p.parent FROM epoch_parent p WHERE p.space = $1 AND p.child = x.id ORDER BY p.parent) \
+  AS parents \
+ FROM epoch x WHERE x.space = $1 AND x.seq < $2 ORDER BY x.seq DESC LIMIT $3) AS e ON true \
+ORDER BY e.seq DESC";
+
 /// One feed page: events of whole epochs with seq > `$2`, in `(seq, epoch_seq)` order, stopping
 /// before the epoch that would take the page past `$3` events, but always at least one epoch.
 /// (Each seq is one epoch, so `(seq, epoch_seq)` is the `(seq, epoch, epoch_seq)` order.)

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use cairn_core::{
     epoch_id, key64, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId,
-    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
-    HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    EpochStore, EpochSummary, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch,
+    Head, HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 use sqlx::postgres::{PgArguments, PgPoolOptions, PgRow};
 use sqlx::query::Query;
@@ -804,6 +804,53 @@ impl EpochDiagnostics for PgStore {
         let mut conn = self.inner.pool.acquire().await.map_err(map)?;
         let max = max_seq(&mut Db::new(&mut conn, self.statements()), space).await?;
         Ok(next_seq(max))
+    }
+
+    // One statement (`sql::RECENT_EPOCHS`), so one snapshot: the page, its parents and its
+    // counts at one committed state, and whether the space exists at all.
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        EpochSummary::check_limit(limit)?;
+        // A bound above every storable seq reads from the newest epoch.
+        let before = before.map_or(i64::MAX, |b| i64::try_from(b.0).unwrap_or(i64::MAX));
+        self.tick();
+        let rows = sqlx::query(sql::RECENT_EPOCHS)
+            .bind(space.as_bytes())
+            .bind(before)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&self.inner.pool)
+            .await
+            .map_err(map)?;
+        let exists = match rows.first() {
+            Some(row) => row.try_get::<Option<i64>, _>(0).map_err(map)?.is_some(),
+            None => false,
+        };
+        if !exists {
+            return Err(Error::space_not_found(space));
+        }
+        let mut page = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let Some(id) = row.try_get::<Option<Vec<u8>>, _>(1).map_err(map)? else {
+                continue;
+            };
+            let seq: i64 = row.try_get(2).map_err(map)?;
+            let events: i64 = row.try_get(3).map_err(map)?;
+            let parents: Vec<Vec<u8>> = row.try_get(4).map_err(map)?;
+            page.push(EpochSummary {
+                id: epoch_id_from(&id)?,
+                seq: Seq::from_i64(seq)?,
+                parents: parents
+                    .iter()
+                    .map(|p| epoch_id_from(p))
+                    .collect::<Result<_>>()?,
+                events: u64::try_from(events).map_err(|_| corrupt("a negative event count"))?,
+            });
+        }
+        Ok(page)
     }
 
     fn statements_executed(&self) -> u64 {

@@ -81,6 +81,25 @@ pub(crate) const EPOCH_PARENTS: &str =
 pub(crate) const EPOCH_EVENTS: &str = "\
 SELECT kind, key, payload FROM epoch_event WHERE space = ?1 AND seq = ?2 ORDER BY epoch_seq";
 
+/// A page of the space's epochs, newest first, in one statement: `max_seq` (the space's
+/// largest seq, NULL for an empty space) on every row; then, for each of at most `?3` epochs
+/// with `seq < ?2` (a walk backwards down the unique `(space, seq)` index), its id, seq and
+/// event count (a range of `epoch_event`'s primary key), one row per parent in id byte order
+/// (the `(space, child, parent)` primary key), or one row with a NULL parent for a root. With
+/// no epoch in the page, one row whose other columns are NULL.
+pub(crate) const RECENT_EPOCHS: &str = "\
+SELECT m.max_seq, e.id, e.seq, e.events, p.parent
+FROM (SELECT (SELECT seq FROM epoch WHERE space = ?1 ORDER BY seq DESC LIMIT 1) AS max_seq) AS m
+LEFT JOIN (SELECT x.id, x.seq,
+                  (SELECT count(*) FROM epoch_event AS v WHERE v.space = ?1 AND v.seq = x.seq)
+                      AS events
+           FROM epoch AS x
+           WHERE x.space = ?1 AND x.seq < ?2
+           ORDER BY x.seq DESC
+           LIMIT ?3) AS e ON 1
+LEFT JOIN epoch_parent AS p ON p.space = ?1 AND p.child = e.id
+ORDER BY e.seq DESC, p.parent";
+
 /// The feed: events after a seq, in `(seq, epoch_seq)` order (the primary key's order; a seq
 /// names exactly one epoch). Read lazily, so a page stops reading where it ends.
 pub(crate) const EVENTS_AFTER: &str = "\
@@ -131,6 +150,7 @@ mod tests {
             EPOCH_PARENTS,
             EPOCH_EVENTS,
             EVENTS_AFTER,
+            RECENT_EPOCHS,
             SPACES_AFTER,
         ] {
             conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -160,5 +180,19 @@ mod tests {
         assert!(!probe.contains("SCAN epoch "), "{probe}");
         let anti = plan(&conn, ANTI_JOIN_HEADS);
         assert!(anti.contains(cairn_core::schema::PARENT_INDEX), "{anti}");
+    }
+
+    #[test]
+    fn recent_epochs_walks_the_seq_index_and_the_primary_keys() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+        let recent = plan(&conn, RECENT_EPOCHS);
+        assert!(recent.contains("epoch_space_seq"), "{recent}");
+        assert!(recent.contains("epoch_parent"), "{recent}");
+        for scan in ["SCAN epoch ", "SCAN x", "SCAN v", "SCAN p"] {
+            assert!(!recent.contains(scan), "{scan}: {recent}");
+        }
     }
 }

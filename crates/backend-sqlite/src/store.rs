@@ -25,8 +25,8 @@ use std::sync::{Arc, Weak};
 use async_trait::async_trait;
 use cairn_core::{
     epoch_id, heads_after_import, next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics,
-    EpochId, EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch,
-    Head, HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    EpochId, EpochStore, EpochSummary, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage,
+    ForeignEpoch, Head, HeadProbe, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 use rusqlite::{params, Connection};
 use std::time::Duration;
@@ -521,6 +521,54 @@ fn epoch_tx(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>>
     })
 }
 
+type RecentRow = (
+    Option<i64>,
+    Option<Vec<u8>>,
+    Option<i64>,
+    Option<i64>,
+    Option<Vec<u8>>,
+);
+
+/// One statement ([`sql::RECENT_EPOCHS`]), so one snapshot: the page, its parents and its
+/// counts at one committed state, and whether the space exists at all.
+fn recent_epochs_q(
+    db: &Db<'_>,
+    space: &SpaceId,
+    before: Option<Seq>,
+    limit: usize,
+) -> Result<Vec<EpochSummary>> {
+    // A bound above every storable seq reads from the newest epoch.
+    let before = before.map_or(i64::MAX, |b| i64::try_from(b.0).unwrap_or(i64::MAX));
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows: Vec<RecentRow> = db.rows(
+        sql::RECENT_EPOCHS,
+        params![space.as_bytes(), before, limit],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+    )?;
+    if rows.first().is_none_or(|r| r.0.is_none()) {
+        return Err(Error::space_not_found(space));
+    }
+    let mut page: Vec<EpochSummary> = Vec::new();
+    for (_, id, seq, events, parent) in rows {
+        let (Some(id), Some(seq), Some(events)) = (id, seq, events) else {
+            continue;
+        };
+        let seq = Seq::from_i64(seq)?;
+        if page.last().is_none_or(|e| e.seq != seq) {
+            page.push(EpochSummary {
+                id: epoch_id_from(&id)?,
+                seq,
+                parents: Vec::new(),
+                events: u64::try_from(events).map_err(|_| corrupt("a negative event count"))?,
+            });
+        }
+        if let (Some(parent), Some(e)) = (parent, page.last_mut()) {
+            e.parents.push(epoch_id_from(&parent)?);
+        }
+    }
+    Ok(page)
+}
+
 fn list_spaces_q(db: &Db<'_>, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
     let start: &[u8] = after.map_or(&[], SpaceId::as_bytes);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -887,6 +935,18 @@ impl EpochDiagnostics for SqliteStore {
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
         let space = space.clone();
         self.with_reader(move |db| max_seq(db, &space).map(next_seq))
+            .await
+    }
+
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        EpochSummary::check_limit(limit)?;
+        let space = space.clone();
+        self.with_reader(move |db| recent_epochs_q(db, &space, before, limit))
             .await
     }
 

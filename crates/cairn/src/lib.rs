@@ -110,9 +110,10 @@ pub use cairn_core::spool::{
 };
 pub use cairn_core::{
     epoch_id, event_id, verify_epoch, Appended, BoxError, Epoch, EpochDiagnostics, EpochId,
-    EpochStore, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
-    ImportOutcome, MemoryStore, RepairOutcome, Result, Seq, SpaceId, MAX_EPOCH_EVENTS,
-    MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN, RESERVED_SPACE_PREFIX,
+    EpochStore, EpochSummary, Error, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch,
+    Head, ImportOutcome, MemoryStore, RepairOutcome, Result, Seq, SpaceId, MAX_EPOCH_EVENTS,
+    MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_RECENT_EPOCHS, MAX_SPACE_LEN,
+    RESERVED_SPACE_PREFIX,
 };
 pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
 pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};

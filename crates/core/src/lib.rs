@@ -46,7 +46,8 @@ pub use spool::{
 pub use store::{EpochDiagnostics, EpochStore};
 pub use tx::{failed_transaction, Transaction};
 pub use types::{
-    Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
-    ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN,
-    MAX_KIND_LEN, MAX_SPACE_LEN, RESERVED_SPACE_PREFIX,
+    Appended, Epoch, EpochId, EpochSummary, Event, EventId, FeedCursor, FeedEvent, FeedPage,
+    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS,
+    MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_RECENT_EPOCHS, MAX_SPACE_LEN,
+    RESERVED_SPACE_PREFIX,
 };

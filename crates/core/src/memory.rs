@@ -1,6 +1,7 @@
 //! The in-memory reference backend: the model the conformance suite checks real stores against.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -10,8 +11,8 @@ use crate::error::{Error, Result};
 use crate::seq::{next_seq, HeadProbe};
 use crate::store::{EpochDiagnostics, EpochStore};
 use crate::types::{
-    Appended, Epoch, EpochId, Event, EventId, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
-    ImportOutcome, RepairOutcome, Seq, SpaceId,
+    Appended, Epoch, EpochId, EpochSummary, Event, EventId, FeedCursor, FeedEvent, FeedPage,
+    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Seq, SpaceId,
 };
 
 #[derive(Debug, Default)]
@@ -283,6 +284,33 @@ impl EpochDiagnostics for MemoryStore {
 
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
         Ok(self.lock().get(space).map_or(Seq::FIRST, Space::next))
+    }
+
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        EpochSummary::check_limit(limit)?;
+        let spaces = self.lock();
+        let sp = spaces
+            .get(space)
+            .filter(|s| !s.epochs.is_empty())
+            .ok_or_else(|| Error::space_not_found(space))?;
+        let below = before.map_or(Bound::Unbounded, Bound::Excluded);
+        Ok(sp
+            .epochs
+            .range((Bound::Unbounded, below))
+            .rev()
+            .take(limit)
+            .map(|(seq, e)| EpochSummary {
+                id: e.id,
+                seq: *seq,
+                parents: e.parents.clone(),
+                events: e.events.len() as u64,
+            })
+            .collect())
     }
 
     fn statements_executed(&self) -> u64 {

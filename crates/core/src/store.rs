@@ -6,8 +6,8 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::types::{
-    Appended, Epoch, EpochId, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome,
-    RepairOutcome, Seq, SpaceId,
+    Appended, Epoch, EpochId, EpochSummary, Event, FeedCursor, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Seq, SpaceId,
 };
 
 /// A store of per-space epoch DAGs with a maintained, self-validating head cache.
@@ -126,6 +126,28 @@ pub trait EpochDiagnostics: EpochStore {
     /// # Errors
     /// Backend errors only.
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq>;
+
+    /// The space's epochs with `seq < before` (all when `None`), newest (highest seq) first, at
+    /// most `limit`; each with its parents and its event count, without the events.
+    ///
+    /// # Contract
+    /// One committed state: every epoch, its parents and its count are read at once. Paging
+    /// with `before` = the last returned seq concatenates to the whole history, newest first,
+    /// with no gap or repeat. A page shorter than `limit` is the last one; `before` at or
+    /// below [`Seq::FIRST`] yields an empty page for an existing space. Backends read it with
+    /// one indexed query (descending `(space, seq)`), so a page costs O(`limit` + its parents
+    /// and events), not O(history).
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] when `limit` is 0 or above [`crate::MAX_RECENT_EPOCHS`]
+    /// ([`EpochSummary::check_limit`]), checked before reading;
+    /// [`crate::Error::NotFound`] when the space has no epoch (as [`EpochStore::heads`]).
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>>;
 
     /// How many SQL statements (round trips, including BEGIN and COMMIT) this store instance
     /// has sent since it was opened. The memory backend counts 0.

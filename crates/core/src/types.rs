@@ -321,6 +321,41 @@ impl Epoch {
     }
 }
 
+/// Most epochs one [`crate::EpochDiagnostics::recent_epochs`] call returns.
+pub const MAX_RECENT_EPOCHS: usize = 1000;
+
+/// One epoch without its events: what [`crate::EpochDiagnostics::recent_epochs`] returns, to
+/// draw a space's DAG.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct EpochSummary {
+    /// Its content address.
+    pub id: EpochId,
+    /// Its position in the space.
+    pub seq: Seq,
+    /// Its parents, sorted by id bytes (as [`Epoch::parents`]).
+    pub parents: Vec<EpochId>,
+    /// How many events it holds.
+    pub events: u64,
+}
+
+impl EpochSummary {
+    /// Checks the `limit` of a [`crate::EpochDiagnostics::recent_epochs`] call, as every
+    /// backend must before reading.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] when `limit` is 0 or above [`MAX_RECENT_EPOCHS`].
+    pub fn check_limit(limit: usize) -> Result<()> {
+        if (1..=MAX_RECENT_EPOCHS).contains(&limit) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                "recent epochs limit",
+                format!("is {limit}; it must be between 1 and {MAX_RECENT_EPOCHS}"),
+            ))
+        }
+    }
+}
+
 /// What [`crate::EpochStore::append`] returns.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Appended {
@@ -544,6 +579,17 @@ mod tests {
             assert!(!id.is_reserved());
         }
         assert!(SpaceId::from_stored(Vec::new()).is_err());
+    }
+
+    #[test]
+    fn recent_epochs_limits_are_one_to_the_maximum() {
+        for ok in [1, 2, MAX_RECENT_EPOCHS] {
+            EpochSummary::check_limit(ok).unwrap();
+        }
+        for bad in [0, MAX_RECENT_EPOCHS + 1, usize::MAX] {
+            let err = EpochSummary::check_limit(bad).unwrap_err();
+            assert!(matches!(err, Error::InvalidInput { .. }), "{bad}: {err:?}");
+        }
     }
 
     #[test]

@@ -98,8 +98,8 @@ use cairn::spool::{
     Timestamp, Unparked, Wakeup,
 };
 use cairn::{
-    Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, Event, FeedCursor, FeedPage,
-    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary, Event, FeedCursor,
+    FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 
 /// How many calls a [`DelegatingBackend`] and the capabilities it handed out delegated to the
@@ -224,6 +224,16 @@ impl EpochDiagnostics for DelegatingEpochs {
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
         self.calls.note("EpochDiagnostics::next_seq");
         self.inner.next_seq(space).await
+    }
+
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        self.calls.note("EpochDiagnostics::recent_epochs");
+        self.inner.recent_epochs(space, before, limit).await
     }
 
     /// The inner store's count: the wrapper runs no statements of its own, which the suite's

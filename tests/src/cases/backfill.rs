@@ -11,8 +11,8 @@ use cairn_core::backfill::{
     BackfillProgress, Quiet, SimulatedPacer,
 };
 use cairn_core::{
-    Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, Error, Event, FeedCursor, FeedPage,
-    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
+    Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary, Error, Event, FeedCursor,
+    FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 
 use super::{ev, open};
@@ -110,6 +110,14 @@ impl EpochDiagnostics for FailingRepair {
     }
     async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
         self.inner.next_seq(space).await
+    }
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        self.inner.recent_epochs(space, before, limit).await
     }
     fn statements_executed(&self) -> u64 {
         self.inner.statements_executed()
