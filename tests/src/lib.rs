@@ -465,6 +465,7 @@ macro_rules! suite {
             e9_import_fork_merge_and_refusals,
             e10_feed_order_paging_and_cursor_refusals,
             e11_append_statement_budget_is_fixed,
+            e13_recent_epochs_newest_first_with_parents_and_counts,
             bad_input_is_refused_without_writes,
             reopen_keeps_history_and_cache,
             list_spaces_pages_in_id_order,

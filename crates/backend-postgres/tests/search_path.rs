@@ -81,6 +81,9 @@ async fn functions_planted_in_the_stores_schema_never_run() {
     store.repair_heads(&space).await.unwrap();
     store.append(&space, ev("merge")).await.unwrap();
     assert!(store.epoch(&space, &a.id).await.unwrap().is_some());
+    let recent = store.recent_epochs(&space, None, 10).await.unwrap();
+    assert_eq!(recent.len(), 4);
+    assert_eq!(recent[0].parents.len(), 2, "the merge names both heads");
     assert_eq!(
         store.list_spaces(None, 10).await.unwrap(),
         vec![space.clone()]

@@ -286,6 +286,7 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "EpochDiagnostics::cached_heads",
     "EpochDiagnostics::computed_heads",
     "EpochDiagnostics::next_seq",
+    "EpochDiagnostics::recent_epochs",
     "EpochDiagnostics::statements_executed",
     "Spool::enqueue",
     "Spool::claim",
@@ -325,6 +326,7 @@ async fn the_suite_goes_through_the_wrapper() {
     cases::e7_repair_fills_once_and_fork_collapses(&h).await;
     cases::e11_append_statement_budget_is_fixed(&h).await;
     cases::list_spaces_pages_in_id_order(&h).await;
+    cases::e13_recent_epochs_newest_first_with_parents_and_counts(&h).await;
     let s = DelegatingSpoolHarness::new(
         cairn::testkit::sqlite::spool_testkit::spool_harness(),
         calls.clone(),

@@ -18,6 +18,7 @@ mod fleet;
 mod migrations;
 mod model;
 mod multi_node;
+mod recent_epochs;
 mod spool;
 mod tx;
 
@@ -29,6 +30,7 @@ pub use fleet::*;
 pub use migrations::*;
 pub use model::*;
 pub use multi_node::*;
+pub use recent_epochs::*;
 pub use spool::*;
 pub use tx::*;
 
