@@ -575,6 +575,7 @@ macro_rules! spool_suite {
             s17_producers_cannot_take_the_spools_event_ids,
             s17_bulk_retry_goes_on_past_a_run_it_cannot_retry,
             s18_stats_count_each_queues_runs,
+            s19_payload_reads_back_the_enqueued_bytes,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
             t4_bulk_dedups_repeated_keys_in_input_order,

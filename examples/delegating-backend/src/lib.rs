@@ -340,6 +340,11 @@ impl Spool for DelegatingSpool {
         self.inner.run(run).await
     }
 
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+        self.calls.note("Spool::payload");
+        self.inner.payload(run).await
+    }
+
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         self.calls.note("Spool::runs");
         self.inner.runs(filter, limit).await

@@ -295,6 +295,7 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "Spool::nack",
     "Spool::cancel",
     "Spool::run",
+    "Spool::payload",
     "Spool::runs",
     "Spool::stats",
     "Spool::append_event",
@@ -336,6 +337,7 @@ async fn the_suite_goes_through_the_wrapper() {
     cases::s13_legacy_import_once_keeps_ids_keys_events_and_facts(&s).await;
     cases::s3_subscriber_wakes_for_another_instances_enqueue(&s).await;
     cases::s17_operator_retries_or_discards_a_parked_run(&s).await;
+    cases::s19_payload_reads_back_the_enqueued_bytes(&s).await;
     let missed: Vec<&str> = CALLED_BY_THE_SUITE
         .iter()
         .copied()

@@ -348,6 +348,10 @@ impl Spool for PgSpool {
         read::run_tx(self, run).await
     }
 
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+        read::payload_tx(self, run).await
+    }
+
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         read::runs_tx(self, filter, limit).await
     }

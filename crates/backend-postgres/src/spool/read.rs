@@ -16,6 +16,14 @@ pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {
     row.as_ref().map(run_info).transpose()
 }
 
+pub(super) async fn payload_tx(s: &PgSpool, run: RunId) -> Result<Option<Vec<u8>>> {
+    sqlx::query_scalar(sql::RUN_PAYLOAD)
+        .bind(run.as_bytes().as_slice())
+        .fetch_optional(s.pool())
+        .await
+        .map_err(map)
+}
+
 pub(super) async fn runs_tx(s: &PgSpool, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
     check_limit(limit)?;
     let rows = sqlx::query(sql::RUN_LIST)

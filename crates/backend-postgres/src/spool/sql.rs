@@ -271,6 +271,9 @@ pub(super) const READ_RUN: &str = concat!(
     " FROM spool_run r WHERE r.run_id = $1"
 );
 
+/// One run's payload: `$1` run id.
+pub(super) const RUN_PAYLOAD: &str = "SELECT payload FROM spool_run WHERE run_id = $1";
+
 /// One run with its event count and facts (names and values, in name order).
 pub(super) const RUN_INFO: &str = concat!(
     "SELECT ",

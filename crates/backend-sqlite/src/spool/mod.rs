@@ -351,6 +351,12 @@ impl Spool for SqliteSpool {
             .await
     }
 
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+        self.store
+            .with_reader(move |db| read::payload_tx(db, run))
+            .await
+    }
+
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         check_limit(limit)?;
         let filter = filter.clone();

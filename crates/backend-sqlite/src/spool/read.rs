@@ -166,6 +166,11 @@ pub(super) fn stats_tx(db: &Db<'_>) -> Result<SpoolStats> {
     })
 }
 
+pub(super) fn payload_tx(db: &Db<'_>, run: RunId) -> Result<Option<Vec<u8>>> {
+    let found: Vec<Vec<u8>> = db.rows(sql::RUN_PAYLOAD, params![run.as_bytes()], |r| r.get(0))?;
+    Ok(found.into_iter().next())
+}
+
 pub(super) fn require_run(db: &Db<'_>, run: RunId) -> Result<()> {
     let found: Vec<i64> = db.rows(sql::RUN_EXISTS, params![run.as_bytes()], |r| r.get(0))?;
     if found.is_empty() {

@@ -124,6 +124,9 @@ LIMIT ?4"
 /// Whether a run exists.
 pub(super) const RUN_EXISTS: &str = "SELECT run_no FROM spool_run WHERE run_id = ?1";
 
+/// One run's payload: `?1` run id.
+pub(super) const RUN_PAYLOAD: &str = "SELECT payload FROM spool_run WHERE run_id = ?1";
+
 /// Run counts per queue and state, with the enqueue time of each queue's oldest queued run on
 /// its `queued` row (NULL on the others). The spool-wide counts are their sums.
 pub(super) const QUEUE_STATE_COUNTS: &str = "\
@@ -263,6 +266,7 @@ pub(super) const ALL: &[&str] = &[
     RUN_INFO,
     RUNS_PAGE,
     RUN_EXISTS,
+    RUN_PAYLOAD,
     QUEUE_STATE_COUNTS,
     EVENT_TOTALS,
     LAST_EVENT_SEQ,

@@ -582,6 +582,10 @@ impl Spool for MemorySpool {
         Ok(self.lock().runs.get(&run).map(Run::info))
     }
 
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+        Ok(self.lock().runs.get(&run).map(|r| r.payload.clone()))
+    }
+
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         check_limit(limit)?;
         let st = self.lock();

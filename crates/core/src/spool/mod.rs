@@ -310,6 +310,14 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// Backend errors only.
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>>;
 
+    /// The run's payload as it was enqueued, or `None` when there is no such run (never
+    /// enqueued, or removed by retention). A read: it writes nothing and needs no lease
+    /// (operators' tools show it; consumers get the payload with their claim).
+    ///
+    /// # Errors
+    /// Backend errors only.
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>>;
+
     /// Runs matching `filter`, in run id byte order, strictly after `filter.after`, at most
     /// `limit`.
     ///

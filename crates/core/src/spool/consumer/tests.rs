@@ -476,6 +476,9 @@ async fn next_due_default_body_agrees_with_the_model() {
         async fn run(&self, run: RunId) -> Result<Option<crate::spool::RunInfo>> {
             self.0.run(run).await
         }
+        async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+            self.0.payload(run).await
+        }
         async fn runs(
             &self,
             filter: &crate::spool::RunFilter,
@@ -810,6 +813,9 @@ impl Spool for Faulty {
     }
     async fn run(&self, run: RunId) -> Result<Option<crate::spool::RunInfo>> {
         self.inner.run(run).await
+    }
+    async fn payload(&self, run: RunId) -> Result<Option<Vec<u8>>> {
+        self.inner.payload(run).await
     }
     async fn runs(
         &self,
