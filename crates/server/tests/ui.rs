@@ -309,6 +309,19 @@ fn without_a_session_the_dashboard_asks_for_a_token_and_the_cookie_holds_none() 
     );
     assert_eq!(a.status, 403);
     assert!(a.set_cookies.iter().all(|c| !c.starts_with("cairn_ui=")));
+    // A value the server did not issue, even with a matching cookie.
+    let made_up = "A".repeat(43);
+    let a = s.send(
+        "POST",
+        "/ui/login",
+        Some(&format!("cairn_ui_login={made_up}")),
+        &[],
+        Some(&[("csrf", &made_up), ("token", FULL)]),
+    );
+    assert_eq!(a.status, 403);
+    // A second form (another tab) carries the same value, so both work.
+    let second = s.send("GET", "/ui/login", Some(&nonce), &[], None);
+    assert_eq!(hidden(&second.body, "csrf"), csrf);
     // A wrong token.
     let a = s.send(
         "POST",
@@ -397,6 +410,41 @@ fn the_cookie_is_secure_when_configured_and_the_dashboard_can_be_off() {
 }
 
 #[test]
+fn without_tokens_only_loopback_host_names_are_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("ui.db").display().to_string();
+    let mut cmd = common::cairn(&db);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"])
+        .env("CAIRN_BACKFILL__ENABLED", "false");
+    let serving = common::serve(&mut cmd, DEADLINE);
+    let s = Server {
+        child: serving.child,
+        base: format!("http://{}", serving.addr),
+        agent: ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_redirects(0)
+            .build()
+            .into(),
+    };
+    // A page of another site whose name resolves to 127.0.0.1 (DNS rebinding) sends its own
+    // name as Host: refused, on the dashboard and the API alike.
+    let port = serving.addr.rsplit(':').next().unwrap().to_owned();
+    let rebound = format!("rebind.evil.example:{port}");
+    for path in ["/ui", "/v1/doctor", "/healthz"] {
+        let a = s.send("GET", path, None, &[("Host", &rebound)], None);
+        assert_eq!(a.status, 421, "{path}: {}", a.body);
+        assert!(a.set_cookies.is_empty(), "{path}: no session for it");
+    }
+    // Loopback names get the dashboard with a full-access session and no sign-in.
+    for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
+        let a = s.send("GET", "/ui", None, &[("Host", &host)], None);
+        assert_eq!(a.status, 200, "{host}: {}", a.body);
+        assert!(a.body.contains("full access"));
+        assert!(a.set_cookies.iter().any(|c| c.starts_with("cairn_ui=")));
+    }
+}
+
+#[test]
 fn a_read_only_session_sees_every_page_and_no_button_and_any_post_is_refused() {
     on_both(|db| {
         let (ids, _live) = seed(db, "mail", &["park-1", "queued-1"]);
@@ -423,6 +471,22 @@ fn a_read_only_session_sees_every_page_and_no_button_and_any_post_is_refused() {
         }
         let run = s.get(&format!("/ui/runs/{}", ids[0]), &session);
         assert!(run.body.contains("id=\"run-state\">parked<"), "unchanged");
+        // The payload shows, as text or hex.
+        assert!(run.body.contains("&lt;script&gt;alert"), "{}", run.body);
+        // The sign-in form shows to a signed-in browser (to switch tokens), and a read-only
+        // session may sign itself out.
+        let form = s.get("/ui/login", &session);
+        assert_eq!(form.status, 200);
+        assert!(form.body.contains("signed in read-only"));
+        let out = s.send(
+            "POST",
+            "/ui/logout",
+            Some(&session),
+            &[],
+            Some(&[("csrf", &csrf)]),
+        );
+        assert_eq!(out.status, 303, "{}", out.body);
+        assert_eq!(s.get("/ui", &session).status, 303, "signed out");
         // A signed-in full session sees the buttons on the same run.
         let full = s.sign_in(FULL);
         let run = s.get(&format!("/ui/runs/{}", ids[0]), &full);

@@ -47,6 +47,7 @@ pub(crate) struct Limits {
 /// ones included, is counted, timed and logged by [`metrics::observe`].
 pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Router {
     let meter = state.metrics.clone();
+    let open = tokens.is_empty();
     let ui = match state.ui {
         Some(_) => super::ui::router(state.clone()),
         None => Router::new(),
@@ -88,8 +89,47 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(open, require_loopback_host))
         .layer(middleware::from_fn_with_state(meter, metrics::observe))
         .with_state(state)
+}
+
+/// Whether a `Host` header names this machine's loopback interface: `localhost`, an IPv4
+/// loopback address or `[::1]`, with or without a port.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((inside, port)) if port.is_empty() || port.starts_with(':') => inside,
+            _ => return false,
+        },
+        None => host.split_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Without tokens (`--insecure-no-auth`, loopback only) the server answers only requests whose
+/// `Host` is a loopback name: a web page whose own name an attacker points at 127.0.0.1 (DNS
+/// rebinding) sends its name as `Host` and is refused with 421, so a site a developer visits
+/// cannot drive the unauthenticated server from the browser.
+async fn require_loopback_host(State(open): State<bool>, req: Request, next: Next) -> Response {
+    if open {
+        let host = req
+            .headers()
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if !host.is_some_and(is_loopback_host) {
+            return ApiError::new(
+                StatusCode::MISDIRECTED_REQUEST,
+                "misdirected",
+                "a server without tokens answers requests for localhost, 127.0.0.1 or [::1] only",
+            )
+            .into_response();
+        }
+    }
+    next.run(req).await
 }
 
 /// Runs the handler in its own task, so that a panic answers 500 `internal` instead of
@@ -183,6 +223,32 @@ mod tests {
 
     async fn panicking() -> &'static str {
         panic!("a handler bug")
+    }
+
+    #[test]
+    fn loopback_hosts_are_recognised() {
+        for ok in [
+            "localhost",
+            "LOCALHOST:7878",
+            "127.0.0.1",
+            "127.0.0.1:7878",
+            "127.1.2.3:80",
+            "[::1]",
+            "[::1]:7878",
+        ] {
+            assert!(is_loopback_host(ok), "{ok}");
+        }
+        for bad in [
+            "rebind.evil.example:7878",
+            "localhost.evil.example",
+            "10.0.0.1:7878",
+            "[::2]:7878",
+            "[::1]x",
+            "",
+            "0.0.0.0:7878",
+        ] {
+            assert!(!is_loopback_host(bad), "{bad}");
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

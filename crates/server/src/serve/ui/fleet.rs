@@ -10,7 +10,7 @@ use cairn::migrate::{cairn_set, contract_blockers, Classification, DEFAULT_EXPIR
 use maud::{html, Markup};
 
 use super::session::Viewer;
-use super::{age, layout, when, Nav, UiError};
+use super::{age, layout, printable, read_permit, when, Nav, UiError};
 use crate::doctor::Level;
 use crate::serve::routes::AppState;
 
@@ -19,6 +19,7 @@ pub(crate) async fn fleet(
     State(state): State<AppState>,
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, UiError> {
+    let _permit = read_permit(&state).await?;
     let m = &state.doctor.migrations;
     let now = state.spool.clock().now();
     let live = m.fleet(now, DEFAULT_EXPIRY).await?;
@@ -71,10 +72,10 @@ pub(crate) async fn fleet(
                 tbody {
                     @for e in &live {
                         tr {
-                            td.mono { (e.build) }
-                            td { (e.host) }
+                            td.mono { (printable(&e.build)) }
+                            td { (printable(&e.host)) }
                             td.num { (e.pid) }
-                            td { @for (set, rev) in &e.heads { span.rev { (set) "@" (rev) } " " } }
+                            td { @for (set, rev) in &e.heads { span.rev { (printable(set)) "@" (printable(rev)) } " " } }
                             td { (when(e.started_at)) }
                             td { (age(now.duration_since(e.last_seen))) " ago" }
                         }

@@ -49,11 +49,30 @@ pub(crate) struct UiSettings {
     pub(crate) session: Duration,
 }
 
-/// What the dashboard's handlers share: the sessions and the rate samples.
+/// What the dashboard's handlers share: the sessions, the rate samples, and the one permit
+/// its page reads take turns on.
 #[derive(Debug)]
 pub(crate) struct Ui {
     pub(crate) sessions: Sessions,
     pub(crate) rates: Arc<Rates>,
+    /// One page's store reads at a time: a filter over a large store can read many rows (and
+    /// the fleet page runs doctor), so however many pages browsers ask for at once, the
+    /// dashboard keeps at most one core busy and the API's writes their share.
+    reads: tokio::sync::Semaphore,
+}
+
+/// Waits for the dashboard's read permit.
+pub(crate) async fn read_permit(
+    state: &AppState,
+) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, UiError> {
+    match &state.ui {
+        Some(ui) => {
+            ui.reads.acquire().await.map(Some).map_err(|_| {
+                UiError::new(StatusCode::SERVICE_UNAVAILABLE, "The server is stopping.")
+            })
+        }
+        None => Ok(None),
+    }
 }
 
 impl Ui {
@@ -66,6 +85,7 @@ impl Ui {
         Self {
             sessions: Sessions::new(tokens, settings.session, settings.secure_cookie),
             rates,
+            reads: tokio::sync::Semaphore::new(1),
         }
     }
 }
@@ -165,7 +185,8 @@ async fn gate(State(state): State<AppState>, mut req: Request, next: Next) -> Re
             return Redirect::to(&to).into_response();
         }
     };
-    if mutating && !viewer.can_write() {
+    // Signing out changes nothing in the store: a read-only session may end itself.
+    if mutating && !viewer.can_write() && req.uri().path() != "/ui/logout" {
         return UiError::new(
             StatusCode::FORBIDDEN,
             "You are signed in with a read-only token; changing the store needs a full-access token.",
@@ -224,19 +245,34 @@ async fn login_form(
         return UiError::not_found().into_response();
     };
     let next = safe_next(q.next.as_deref());
-    if ui.sessions.open() || ui.sessions.viewer(&headers).is_some() {
+    if ui.sessions.open() {
         return Redirect::to(&next).into_response();
     }
-    login_page(&ui, &next, None, StatusCode::OK)
+    // Shown to a signed-in browser too: signing in with another token replaces the session
+    // (a read-only viewer switching to a full-access token, say).
+    let current = ui.sessions.viewer(&headers);
+    login_page(&ui, &headers, current.as_ref(), &next, None, StatusCode::OK)
 }
 
-fn login_page(ui: &Ui, next: &str, problem: Option<&str>, status: StatusCode) -> Response {
-    let (nonce, cookie) = ui.sessions.login_nonce();
+fn login_page(
+    ui: &Ui,
+    headers: &axum::http::HeaderMap,
+    current: Option<&Viewer>,
+    next: &str,
+    problem: Option<&str>,
+    status: StatusCode,
+) -> Response {
+    let (nonce, cookie) = ui.sessions.login_nonce(headers);
     let body = html! {
         section.signin {
             h1 { "Sign in to cairn" }
             p { "Paste a bearer token this server accepts (" code { "auth.tokens" } " for full access, "
                 code { "auth.read_tokens" } " to look only). The browser keeps a session cookie; the token itself is not stored in it." }
+            @if let Some(v) = current {
+                p.note { "This browser is signed in "
+                    @if v.can_write() { "with full access" } @else { "read-only" }
+                    "; signing in again replaces that session. " a href="/ui" { "Back to the dashboard" } }
+            }
             @if let Some(p) = problem { p.problem role="alert" { (p) } }
             form method="post" action="/ui/login" {
                 input type="hidden" name="csrf" value=(nonce);
@@ -248,7 +284,9 @@ fn login_page(ui: &Ui, next: &str, problem: Option<&str>, status: StatusCode) ->
         }
     };
     let mut res = (status, layout(None, "Sign in", Nav::None, body)).into_response();
-    res.headers_mut().append(header::SET_COOKIE, cookie);
+    if let Some(cookie) = cookie {
+        res.headers_mut().append(header::SET_COOKIE, cookie);
+    }
     res
 }
 
@@ -275,11 +313,11 @@ async fn login(
             .into_response();
     };
     let next = safe_next(form.next.as_deref());
-    let nonce_ok = session::cookie(&headers, session::LOGIN_COOKIE)
-        .is_some_and(|c| session::same_secret(c, &form.csrf));
-    if !nonce_ok {
+    if !ui.sessions.login_nonce_ok(&headers, &form.csrf) {
         return login_page(
             &ui,
+            &headers,
+            None,
             &next,
             Some("The sign-in form expired or was not sent from this page; try again."),
             StatusCode::FORBIDDEN,
@@ -288,6 +326,8 @@ async fn login(
     match ui.sessions.sign_in(&form.token) {
         Ok(cookie) => {
             tracing::info!(target: "cairn::ui", "signed in");
+            // The browser's previous session, if any, ends here.
+            ui.sessions.sign_out(&headers);
             let mut res = Redirect::to(&next).into_response();
             res.headers_mut().append(header::SET_COOKIE, cookie);
             res.headers_mut()
@@ -298,6 +338,8 @@ async fn login(
             tracing::warn!(target: "cairn::ui", "a sign-in with an unknown token was refused");
             login_page(
                 &ui,
+                &headers,
+                None,
                 &next,
                 Some("That token is not one this server accepts."),
                 StatusCode::UNAUTHORIZED,
@@ -474,13 +516,42 @@ pub(crate) fn age(d: Duration) -> String {
     }
 }
 
+/// Characters that change how text around them is displayed (bidirectional overrides,
+/// isolates and marks): a name holding them could show as another name.
+fn reorders(c: char) -> bool {
+    matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// A name or id as text anyone can read: control and bidirectional-formatting characters are
+/// shown as `\u{…}` escapes (maud then escapes the markup).
+pub(crate) fn printable(s: &str) -> String {
+    if !s.chars().any(|c| c.is_control() || reorders(c)) {
+        return s.to_owned();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() || reorders(c) {
+                format!("\\u{{{:x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Bytes as [`printable`] text (invalid UTF-8 as U+FFFD).
+pub(crate) fn printable_bytes(b: &[u8]) -> String {
+    printable(&String::from_utf8_lossy(b))
+}
+
 /// Bytes shown as text when they are printable UTF-8, else as hex; at most `cap` bytes.
 pub(crate) fn shown(bytes: &[u8], cap: usize) -> Markup {
     let cut = &bytes[..bytes.len().min(cap)];
     let more = bytes.len() > cap;
-    let text = std::str::from_utf8(cut)
-        .ok()
-        .filter(|t| t.chars().all(|c| !c.is_control() || c == '\n' || c == '\t'));
+    let text = std::str::from_utf8(cut).ok().filter(|t| {
+        t.chars()
+            .all(|c| (!c.is_control() || c == '\n' || c == '\t') && !reorders(c))
+    });
     html! {
         @if let Some(t) = text {
             pre.payload { (t) }
@@ -536,6 +607,11 @@ mod tests {
             "{bin}"
         );
         assert_eq!(encode_query("/ui/runs?a=b&c"), "/ui/runs%3Fa%3Db%26c");
+        assert_eq!(printable("a\u{202e}b\0c"), "a\\u{202e}b\\u{0}c");
+        assert_eq!(printable("plain"), "plain");
+        assert!(shown("evil\u{202e}txt".as_bytes(), 100)
+            .into_string()
+            .contains("hex"));
         assert_eq!(age(Duration::from_secs(4 * 60 + 10)), "4m 10s");
         assert_eq!(
             when(cairn::spool::Timestamp::from_unix_micros(0)),

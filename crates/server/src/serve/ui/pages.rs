@@ -11,7 +11,10 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::session::Viewer;
-use super::{age, check_csrf, encode_query, layout, shown, when, CsrfForm, Nav, UiError};
+use super::{
+    age, check_csrf, encode_query, layout, printable, printable_bytes, read_permit, shown, when,
+    CsrfForm, Nav, UiError,
+};
 use crate::serve::routes::AppState;
 
 /// Runs per page of the run list.
@@ -22,6 +25,10 @@ const SCAN: usize = 5_000;
 pub(crate) const SHOW_BYTES: usize = 4096;
 /// Most events a run's page lists.
 const EVENTS: usize = 100;
+/// Most facts a run's page lists.
+const FACTS: usize = 100;
+/// Most queues the overview lists.
+const QUEUES: usize = 200;
 
 fn state_class(s: RunState) -> &'static str {
     s.as_str()
@@ -32,7 +39,9 @@ pub(crate) async fn overview(
     State(state): State<AppState>,
     Extension(viewer): Extension<Viewer>,
 ) -> Result<Markup, UiError> {
+    let permit = read_permit(&state).await?;
     let stats = state.spool.stats().await?;
+    drop(permit);
     let now = state.spool.clock().now();
     let chart = state.ui.as_ref().map(|ui| ui.rates.chart());
     let parked_total = stats.runs.get(&RunState::Parked).copied().unwrap_or(0);
@@ -71,9 +80,9 @@ pub(crate) async fn overview(
                     th.num { "oldest queued" }
                 } }
                 tbody {
-                    @for (q, qs) in &stats.queues {
+                    @for (q, qs) in stats.queues.iter().take(QUEUES) {
                         tr {
-                            td { a href={"/ui/runs?queue=" (encode_query(q.as_str()))} { (q.as_str()) } }
+                            td { a href={"/ui/runs?queue=" (encode_query(q.as_str()))} { (printable(q.as_str())) } }
                             @for s in RunState::ALL {
                                 @let n = qs.runs.get(&s).copied().unwrap_or(0);
                                 td.num.alert[s == RunState::Parked && n > 0] {
@@ -87,6 +96,9 @@ pub(crate) async fn overview(
                     }
                 }
             }
+        }
+        @if stats.queues.len() > QUEUES {
+            p.note { "The first " (QUEUES) " of " (stats.queues.len()) " queues, in name order; the run list filters by any queue." }
         }
         p.note { "Read at " (when(now)) ". " a href="/ui" { "Refresh" } }
     };
@@ -208,6 +220,7 @@ pub(crate) async fn runs(
         return Err(UiError::bad_request("The filters could not be read."));
     };
     let f = q.check()?;
+    let _permit = read_permit(&state).await?;
     let now = state.spool.clock().now();
     let post_filter = f.key.is_some() || f.since.is_some() || f.until.is_some();
     let mut shown_runs = Vec::new();
@@ -278,8 +291,8 @@ pub(crate) async fn runs(
                     @for r in &shown_runs {
                         tr {
                             td.mono { a href={"/ui/runs/" (r.run_id)} { (r.run_id) } }
-                            td { (r.queue.as_str()) }
-                            td.key { (String::from_utf8_lossy(r.dedup_key.as_bytes())) }
+                            td { (printable(r.queue.as_str())) }
+                            td.key { (printable_bytes(r.dedup_key.as_bytes())) }
                             td { span.state.(state_class(r.state)) { (r.state.as_str()) } }
                             td.num { (r.attempts) "/" (r.max_attempts) }
                             td title=(when(r.enqueued_at)) { (age(now.duration_since(r.enqueued_at))) " ago" }
@@ -316,10 +329,13 @@ pub(crate) async fn run(
     Query(q): Query<RunQuery>,
 ) -> Result<Markup, UiError> {
     let id = parse_run(&id)?;
+    let permit = read_permit(&state).await?;
     let Some(r) = state.spool.run(id).await? else {
         return Err(UiError::new(StatusCode::NOT_FOUND, "No run has that id."));
     };
     let events = state.spool.events(id, 0, EVENTS).await?;
+    let payload = state.spool.payload(id).await?;
+    drop(permit);
     let now = state.spool.clock().now();
     let done = match q.done.as_deref() {
         Some("cancel") => Some("Cancel requested."),
@@ -345,9 +361,9 @@ pub(crate) async fn run(
             }
         }
         dl.facts {
-            dt { "queue" } dd { a href={"/ui/runs?queue=" (encode_query(r.queue.as_str()))} { (r.queue.as_str()) } }
+            dt { "queue" } dd { a href={"/ui/runs?queue=" (encode_query(r.queue.as_str()))} { (printable(r.queue.as_str())) } }
             dt { "dedup key" } dd { (shown(r.dedup_key.as_bytes(), SHOW_BYTES)) }
-            @if let Some(g) = &r.supersede_group { dt { "supersede group" } dd { (String::from_utf8_lossy(g.as_bytes())) } }
+            @if let Some(g) = &r.supersede_group { dt { "supersede group" } dd { (printable_bytes(g.as_bytes())) } }
             dt { "attempts" } dd { (r.attempts) " of " (r.max_attempts) }
             dt { "priority" } dd { (r.priority) }
             dt { "enqueued" } dd { (when(r.enqueued_at)) " (" (age(now.duration_since(r.enqueued_at))) " ago)" }
@@ -355,21 +371,25 @@ pub(crate) async fn run(
             @if let Some(due) = r.due_at { dt { "due" } dd { (when(due)) @if due > now { " (in " (age(due.duration_since(now))) ")" } @else { " (now)" } } }
             @if let Some(f) = r.finished_at { dt { "finished" } dd { (when(f)) } }
             @if let Some(l) = &r.lease {
-                dt { "lease holder" } dd.mono { (l.consumer.as_str()) }
+                dt { "lease holder" } dd.mono { (printable(l.consumer.as_str())) }
                 dt { "lease expires" } dd { (when(l.expires_at))
                     @if l.expires_at < now { " (expired " (age(now.duration_since(l.expires_at))) " ago)" }
                     @else { " (in " (age(l.expires_at.duration_since(now))) ")" } }
             }
             @if let Some(reason) = &r.reason { dt { "reason" } dd { pre.reason { (reason) } } }
-            dt { "payload" } dd { (r.payload_bytes) " bytes" }
+            dt { "payload" } dd {
+                (r.payload_bytes) " bytes"
+                @if let Some(p) = &payload { @if !p.is_empty() { (shown(p, SHOW_BYTES)) } }
+            }
             dt { "event stream" } dd { (format!("{:?}", r.stream).to_lowercase()) ", " (r.events) " stored" }
         }
         h2 { "Facts" }
         @if r.facts.is_empty() { p.empty { "No facts." } }
         @else {
             table.facts { tbody {
-                @for (name, value) in &r.facts { tr { th { (name.as_str()) } td { (shown(value, SHOW_BYTES)) } } }
+                @for (name, value) in r.facts.iter().take(FACTS) { tr { th { (printable(name.as_str())) } td { (shown(value, 512)) } } }
             } }
+            @if r.facts.len() > FACTS { p.note { "The first " (FACTS) " of " (r.facts.len()) " facts, in name order." } }
         }
         h2 { "History" }
         ol.timeline {
@@ -386,7 +406,7 @@ pub(crate) async fn run(
                     @for e in &events {
                         tr {
                             td.num { (e.seq) }
-                            td.mono { (String::from_utf8_lossy(e.event_id.as_bytes())) }
+                            td.mono { (printable_bytes(e.event_id.as_bytes())) }
                             td { (when(e.created_at)) }
                             td { "pending" }
                             td { (shown(&e.payload, 512)) }
@@ -421,16 +441,20 @@ fn action_form(viewer: &Viewer, r: &RunInfo, action: &str, label: &str) -> Marku
 
 /// What the store records of a run's life, oldest first.
 fn timeline(r: &RunInfo, events: &[cairn::spool::RunEvent]) -> Vec<(Timestamp, String)> {
-    let mut t = vec![(r.enqueued_at, format!("enqueued on {}", r.queue.as_str()))];
+    let mut t = vec![(
+        r.enqueued_at,
+        format!("enqueued on {}", printable(r.queue.as_str())),
+    )];
     for e in events {
         // The spool's own events (an operator's retry or discard) are the ids producers may not use.
         if cairn::spool::check_producer_event_id(&e.event_id).is_err() {
             let v: serde_json::Value = serde_json::from_slice(&e.payload).unwrap_or_default();
             let action = v.get("cairn").and_then(|a| a.as_str()).unwrap_or("action");
-            let by = v
-                .get("by")
-                .and_then(|b| b.as_str())
-                .unwrap_or("an operator");
+            let by = printable(
+                v.get("by")
+                    .and_then(|b| b.as_str())
+                    .unwrap_or("an operator"),
+            );
             let spent = v.get("attempts").and_then(serde_json::Value::as_u64);
             t.push((
                 e.created_at,

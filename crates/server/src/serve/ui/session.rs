@@ -2,17 +2,20 @@
 //!
 //! - The cookie (`cairn_ui`) holds 32 random bytes, never the token; the server keeps, per
 //!   session, the BLAKE3 hash of that value, the token's access class (full or read-only), a
-//!   CSRF token and the token's fingerprint (who acted, in what the store records). A session
+//!   CSRF token and the token's position in the configuration (who acted, as the store
+//!   records it: `ui:token-2`; nothing derived from the token itself). A session
 //!   ends at sign-out, after `ui.session_secs`, after an hour unused, or when the server
 //!   restarts (sessions live in memory only, so a rotated token list ends every sign-in).
 //! - Cookies are `HttpOnly`, `SameSite=Strict`, `Path=/ui`, and `Secure` when
 //!   `ui.secure_cookie` is set (cairn serves plain HTTP; set it behind a TLS proxy).
 //! - Every mutating form carries the session's CSRF token, compared in constant time; the
-//!   sign-in form, before any session exists, carries a one-time value that must equal its own
-//!   short-lived cookie (a double submit), so another site cannot sign a browser in under its
-//!   own token. Requests that a browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
+//!   sign-in form, before any session exists, carries a value the server issued (a timestamp
+//!   and its keyed BLAKE3 MAC under a per-process key, valid for ten minutes) that must also
+//!   equal the form's own cookie, so another site cannot sign a browser in under its own token. Requests that a browser marks as cross-site (`Sec-Fetch-Site: cross-site`, or an
 //!   `Origin` that is not this server's) are refused before any of this.
-//! - At most [`MAX_SESSIONS`] sessions are kept; past that the least recently used one ends.
+//! - At most [`MAX_SESSIONS_PER_TOKEN`] sessions per token (past that the token's least
+//!   recently used one ends) and [`MAX_SESSIONS`] in all (past that the least recently used
+//!   read-only session ends first), so a holder of one token cannot sign others out.
 //!   Failed sign-ins are not throttled, as the API's bearer checks are not: tokens are at least
 //!   16 characters (make them long and random) and compared in constant time, and a
 //!   server-wide limit would let anyone without a token lock operators out. Each failure is
@@ -35,6 +38,8 @@ pub(crate) const SESSION_COOKIE: &str = "cairn_ui";
 pub(crate) const LOGIN_COOKIE: &str = "cairn_ui_login";
 /// Most sessions kept at once.
 pub(crate) const MAX_SESSIONS: usize = 10_000;
+/// Most sessions of one token.
+pub(crate) const MAX_SESSIONS_PER_TOKEN: usize = 50;
 /// How long an unused session lasts.
 pub(crate) const IDLE: Duration = Duration::from_secs(3600);
 /// How long the sign-in form's one-time value is accepted.
@@ -47,7 +52,8 @@ pub(crate) struct Viewer {
     pub(crate) access: Access,
     /// The token every mutating form must carry.
     pub(crate) csrf: String,
-    /// Who acts, as recorded with an operator's action (`ui:token-1a2b3c4d`).
+    /// Who acts, as recorded with an operator's action: `ui:token-N` for the Nth full-access
+    /// token of the configuration (`ui:read-token-N` for read-only ones).
     pub(crate) who: String,
 }
 
@@ -74,6 +80,10 @@ pub(crate) struct Sessions {
     inner: Mutex<Inner>,
     lifetime: Duration,
     secure: bool,
+    /// The key of the sign-in form's values (random per process).
+    key: [u8; 32],
+    /// When this process started: sign-in values carry their age from it.
+    epoch: Instant,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -101,16 +111,21 @@ pub(crate) fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
-/// The value of cookie `name` in the request's `Cookie` headers, if it has the shape the
-/// server issues (43 URL-safe base64 characters); anything else is ignored.
-pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+/// Every value of cookie `name` in the request's `Cookie` headers that has the shape the
+/// server issues (43 URL-safe base64 characters); anything else is ignored. Several may come
+/// (another service on the host can set a cookie of the same name with another path), so
+/// callers try each.
+pub(crate) fn cookies<'h>(
+    headers: &'h HeaderMap,
+    name: &'h str,
+) -> impl Iterator<Item = &'h str> + 'h {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(k, _)| *k == name)
+        .filter(move |(k, _)| *k == name)
         .map(|(_, v)| v.trim())
         .filter(|v| {
             v.len() == 43
@@ -129,6 +144,12 @@ impl Sessions {
             }),
             lifetime,
             secure,
+            key: {
+                let mut k = [0u8; 32];
+                rand::rng().fill_bytes(&mut k);
+                k
+            },
+            epoch: Instant::now(),
         }
     }
 
@@ -147,7 +168,10 @@ impl Sessions {
     /// The viewer of the session whose cookie `headers` carry, when it is live; its last use
     /// is now.
     pub(crate) fn viewer(&self, headers: &HeaderMap) -> Option<Viewer> {
-        let id = cookie(headers, SESSION_COOKIE)?;
+        cookies(headers, SESSION_COOKIE).find_map(|id| self.viewer_of(id))
+    }
+
+    fn viewer_of(&self, id: &str) -> Option<Viewer> {
         let key = *blake3::hash(id.as_bytes()).as_bytes();
         let now = Instant::now();
         let mut inner = self.lock();
@@ -165,15 +189,18 @@ impl Sessions {
 
     /// Signs in with `token`: a new session and the `Set-Cookie` value that carries it.
     pub(crate) fn sign_in(&self, token: &str) -> Result<HeaderValue, SignInError> {
-        let access = self
+        let (access, position) = self
             .tokens
-            .access(token.trim().as_bytes())
+            .identify(token.trim().as_bytes())
             .ok_or(SignInError::UnknownToken)?;
-        let fingerprint = blake3::hash(token.trim().as_bytes()).to_hex();
+        let class = match access {
+            Access::Full => "token",
+            Access::Read => "read-token",
+        };
         Ok(self.create(Viewer {
             access,
             csrf: random_token(),
-            who: format!("ui:token-{}", &fingerprint[..8]),
+            who: format!("ui:{class}-{position}"),
         }))
     }
 
@@ -192,20 +219,32 @@ impl Sessions {
         let key = *blake3::hash(id.as_bytes()).as_bytes();
         let now = Instant::now();
         let mut inner = self.lock();
-        if inner.sessions.len() >= MAX_SESSIONS {
-            let lifetime = self.lifetime;
+        let lifetime = self.lifetime;
+        let mine = |s: &Session| s.viewer.who == viewer.who;
+        let count = |inner: &Inner| inner.sessions.values().filter(|s| mine(s)).count();
+        if count(&inner) >= MAX_SESSIONS_PER_TOKEN || inner.sessions.len() >= MAX_SESSIONS {
             inner.sessions.retain(|_, s| {
                 now.duration_since(s.created) < lifetime && now.duration_since(s.seen) < IDLE
             });
         }
-        if inner.sessions.len() >= MAX_SESSIONS {
-            if let Some(oldest) = inner
+        // The token's own least recently used session; past the global cap, the least recently
+        // used session, read-only ones before full-access ones.
+        let evict = |inner: &Inner, only_mine: bool| {
+            inner
                 .sessions
                 .iter()
-                .min_by_key(|(_, s)| s.seen)
+                .filter(|(_, s)| !only_mine || mine(s))
+                .min_by_key(|(_, s)| (s.viewer.access == Access::Full, s.seen))
                 .map(|(k, _)| *k)
-            {
-                inner.sessions.remove(&oldest);
+        };
+        if count(&inner) >= MAX_SESSIONS_PER_TOKEN {
+            if let Some(k) = evict(&inner, true) {
+                inner.sessions.remove(&k);
+            }
+        }
+        if inner.sessions.len() >= MAX_SESSIONS {
+            if let Some(k) = evict(&inner, false) {
+                inner.sessions.remove(&k);
             }
         }
         inner.sessions.insert(
@@ -221,18 +260,51 @@ impl Sessions {
 
     /// Ends the session whose cookie `headers` carry; answers the `Set-Cookie` that clears it.
     pub(crate) fn sign_out(&self, headers: &HeaderMap) -> HeaderValue {
-        if let Some(id) = cookie(headers, SESSION_COOKIE) {
+        for id in cookies(headers, SESSION_COOKIE) {
             let key = *blake3::hash(id.as_bytes()).as_bytes();
             self.lock().sessions.remove(&key);
         }
         self.set_cookie(SESSION_COOKIE, "", "/ui", Duration::ZERO)
     }
 
-    /// A fresh one-time value for the sign-in form and the cookie that must come back with it.
-    pub(crate) fn login_nonce(&self) -> (String, HeaderValue) {
-        let nonce = random_token();
+    /// The sign-in form's value and the cookie that must come back with it: the browser's
+    /// current one while it is still valid (so two tabs' forms both work), else a new one.
+    pub(crate) fn login_nonce(&self, headers: &HeaderMap) -> (String, Option<HeaderValue>) {
+        if let Some(v) = cookies(headers, LOGIN_COOKIE).find(|v| self.nonce_valid(v)) {
+            return (v.to_owned(), None);
+        }
+        let age = self.epoch.elapsed().as_secs().to_le_bytes();
+        let mac = blake3::keyed_hash(&self.key, &age);
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&age);
+        bytes[8..].copy_from_slice(&mac.as_bytes()[..24]);
+        let nonce = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
         let cookie = self.set_cookie(LOGIN_COOKIE, &nonce, "/ui/login", LOGIN_TTL);
-        (nonce, cookie)
+        (nonce, Some(cookie))
+    }
+
+    /// Whether `nonce` is a sign-in value this process issued less than ten minutes ago.
+    pub(crate) fn nonce_valid(&self, nonce: &str) -> bool {
+        let Ok(bytes) = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(nonce) else {
+            return false;
+        };
+        let Ok(bytes) = <[u8; 32]>::try_from(bytes.as_slice()) else {
+            return false;
+        };
+        let mut age = [0u8; 8];
+        age.copy_from_slice(&bytes[..8]);
+        let mac = blake3::keyed_hash(&self.key, &age);
+        let issued = u64::from_le_bytes(age);
+        let now = self.epoch.elapsed().as_secs();
+        bool::from(mac.as_bytes()[..24].ct_eq(&bytes[8..]))
+            && issued <= now
+            && now - issued < LOGIN_TTL.as_secs()
+    }
+
+    /// Whether a sign-in form's value is good: issued by this process, fresh, and equal to one
+    /// of the request's sign-in cookies.
+    pub(crate) fn login_nonce_ok(&self, headers: &HeaderMap, form: &str) -> bool {
+        self.nonce_valid(form) && cookies(headers, LOGIN_COOKIE).any(|c| same_secret(c, form))
     }
 
     /// The `Set-Cookie` value that clears the sign-in form's cookie.
@@ -313,7 +385,7 @@ mod tests {
         assert!(!text.contains("Secure"), "{text}");
         let v = s.viewer(&with_cookie(&full)).unwrap();
         assert!(v.can_write());
-        assert_eq!(v.who.len(), "ui:token-".len() + 8);
+        assert_eq!(v.who, "ui:token-1");
         let read = s.sign_in(" read-token-0123456789 ").unwrap();
         let v = s.viewer(&with_cookie(&read)).unwrap();
         assert!(!v.can_write());
@@ -361,15 +433,65 @@ mod tests {
                 Err(SignInError::UnknownToken)
             );
         }
-        assert!(s.sign_in("full-token-0123456789").is_ok());
-        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
         let first = s.sign_in("full-token-0123456789").unwrap();
-        for _ in 1..MAX_SESSIONS {
-            s.sign_in("read-token-0123456789").unwrap();
-        }
+        // One token's sign-ins end that token's own oldest sessions, nobody else's.
+        let reads: Vec<_> = (0..MAX_SESSIONS_PER_TOKEN + 20)
+            .map(|_| s.sign_in("read-token-0123456789").unwrap())
+            .collect();
+        assert_eq!(s.len(), MAX_SESSIONS_PER_TOKEN + 1);
         assert!(s.viewer(&with_cookie(&first)).is_some());
-        s.sign_in("read-token-0123456789").unwrap();
-        assert_eq!(s.len(), MAX_SESSIONS);
+        assert!(
+            s.viewer(&with_cookie(&reads[0])).is_none(),
+            "the token's oldest ended"
+        );
+        assert!(s.viewer(&with_cookie(reads.last().unwrap())).is_some());
+        // Past the global cap, read-only sessions end before full-access ones.
+        let names: Vec<String> = (0..MAX_SESSIONS / MAX_SESSIONS_PER_TOKEN + 5)
+            .map(|i| format!("read-token-{i:012}"))
+            .collect();
+        let read: Vec<&str> = names.iter().map(String::as_str).collect();
+        let many = Sessions::new(
+            Arc::new(Tokens::for_tests(&["full-token-0123456789"], &read)),
+            Duration::from_secs(60),
+            false,
+        );
+        let admin = many.sign_in("full-token-0123456789").unwrap();
+        for t in &read {
+            for _ in 0..MAX_SESSIONS_PER_TOKEN {
+                many.sign_in(t).unwrap();
+            }
+        }
+        assert_eq!(many.len(), MAX_SESSIONS);
+        assert!(
+            many.viewer(&with_cookie(&admin)).is_some(),
+            "the admin stays signed in"
+        );
+    }
+
+    #[test]
+    fn the_sign_in_value_is_the_servers_own_and_fresh() {
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        let (nonce, cookie) = s.login_nonce(&HeaderMap::new());
+        let cookie = cookie.unwrap();
+        assert!(cookie.to_str().unwrap().contains("Path=/ui/login"));
+        assert!(s.nonce_valid(&nonce));
+        let h = with_cookie(&cookie);
+        assert!(s.login_nonce_ok(&h, &nonce));
+        // A second form (another tab) reuses the browser's value, so both forms work.
+        let (again, set) = s.login_nonce(&h);
+        assert_eq!((again.as_str(), set.is_none()), (nonce.as_str(), true));
+        // A value the attacker made up, even with the matching cookie, is refused.
+        let made_up = "A".repeat(43);
+        let mut forged = HeaderMap::new();
+        forged.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("{LOGIN_COOKIE}={made_up}")).unwrap(),
+        );
+        assert!(!s.login_nonce_ok(&forged, &made_up));
+        // Another process's value (another key) is refused; so is a form without the cookie.
+        let other = Sessions::new(tokens(), Duration::from_secs(60), false);
+        assert!(!other.nonce_valid(&nonce));
+        assert!(!s.login_nonce_ok(&HeaderMap::new(), &nonce));
     }
 
     #[test]
@@ -380,8 +502,17 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_str(&format!("other=1; cairn_ui={v}; x=y")).unwrap(),
         );
-        assert_eq!(cookie(&h, SESSION_COOKIE), Some(v.as_str()));
-        assert_eq!(cookie(&h, LOGIN_COOKIE), None);
+        assert_eq!(cookies(&h, SESSION_COOKIE).next(), Some(v.as_str()));
+        let mut two = HeaderMap::new();
+        two.insert(
+            header::COOKIE,
+            HeaderValue::from_str(&format!("cairn_ui=bad; cairn_ui={v}")).unwrap(),
+        );
+        assert_eq!(
+            cookies(&two, SESSION_COOKIE).collect::<Vec<_>>(),
+            [v.as_str()]
+        );
+        assert_eq!(cookies(&h, LOGIN_COOKIE).next(), None);
         assert!(same_secret("abc", "abc") && !same_secret("abc", "abd") && !same_secret("a", "ab"));
     }
 

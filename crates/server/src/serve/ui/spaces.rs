@@ -10,7 +10,7 @@ use maud::{html, Markup};
 use serde::Deserialize;
 
 use super::session::Viewer;
-use super::{layout, trusted, Nav, UiError};
+use super::{layout, printable, read_permit, trusted, Nav, UiError};
 use crate::serve::routes::AppState;
 
 /// Spaces per page of the list.
@@ -50,6 +50,7 @@ pub(crate) async fn list(
         .then(|| parse_space(&q.after))
         .transpose()
         .map_err(|_| UiError::bad_request("after: not a space id"))?;
+    let permit = read_permit(&state).await?;
     let spaces = state.epochs.list_spaces(after.as_ref(), PAGE + 1).await?;
     let more = spaces.len() > PAGE;
     let mut rows = Vec::new();
@@ -62,6 +63,7 @@ pub(crate) async fn list(
         let next = state.diagnostics.next_seq(&s).await?;
         rows.push((s, heads, next.0.saturating_sub(1)));
     }
+    drop(permit);
     let body = html! {
         h1 { "Spaces" }
         @if rows.is_empty() { p.empty { "No space holds an epoch." } }
@@ -71,7 +73,7 @@ pub(crate) async fn list(
                 tbody {
                     @for (s, heads, epochs) in &rows {
                         tr {
-                            td { a href=(space_path(s)) { (s.to_string()) }
+                            td { a href=(space_path(s)) { (printable(&s.to_string())) }
                                 @if s.is_reserved() { " " span.badge { "cairn's own" } } }
                             td.num.alert[*heads > 1] { (heads) @if *heads > 1 { " (forked)" } }
                             td.num { (epochs) }
@@ -115,13 +117,15 @@ pub(crate) async fn space(
         return Err(UiError::bad_request("before: expected a seq number"));
     };
     let space = parse_space(&id)?;
+    let permit = read_permit(&state).await?;
     let heads = state.epochs.heads(&space).await?;
     let next = state.diagnostics.next_seq(&space).await?;
     let dag = dag(&state, &space, &q).await?;
+    drop(permit);
     let svg = crate::graph::svg(&dag);
     let path = space_path(&space);
     let body = html! {
-        h1 { "Space " span.space { (space.to_string()) } }
+        h1 { "Space " span.space { (printable(&space.to_string())) } }
         p { (next.0.saturating_sub(1)) " epochs, " (heads.len()) " head" @if heads.len() != 1 { "s" }
             @if heads.len() > 1 { " — forked: the next append merges them" } "." }
         table.heads {
@@ -150,7 +154,9 @@ pub(crate) async fn graph_svg(
         return Err(UiError::bad_request("before: expected a seq number"));
     };
     let space = parse_space(&id)?;
+    let permit = read_permit(&state).await?;
     let dag = dag(&state, &space, &q).await?;
+    drop(permit);
     Ok((
         [(header::CONTENT_TYPE, "image/svg+xml; charset=utf-8")],
         crate::graph::svg(&dag),
