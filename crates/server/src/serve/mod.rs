@@ -8,7 +8,8 @@
 //!
 //! Auth choice: with no token configured the server refuses to start, unless
 //! `--insecure-no-auth` is given *and* the listen address is a loopback address, so an
-//! unauthenticated server is never reachable from another machine by accident. `/metrics` and
+//! unauthenticated server is never reachable from another machine by accident (and it answers
+//! loopback `Host` names only, against DNS rebinding). `/metrics` and
 //! `/v1/doctor` need a token like the API (a read-only token suffices); only `/healthz` and
 //! `/readyz` are open.
 //!
