@@ -580,7 +580,7 @@ async fn main_loop(
             let since = *partly_free_since.get_or_insert_with(tokio::time::Instant::now);
             let until = since + ctx.claim_coalesce;
             if tokio::time::Instant::now() < until {
-                let _ = tokio::time::timeout_at(until, ctx.notify.notified()).await;
+                wait_for_change(&ctx, &mut tasks, until).await;
                 continue;
             }
         }
@@ -614,7 +614,7 @@ async fn main_loop(
                 Err(e) => ctx.error(&e),
             }
         }
-        let _ = tokio::time::timeout(wait, ctx.notify.notified()).await;
+        wait_for_change(&ctx, &mut tasks, tokio::time::Instant::now() + wait).await;
     }
 
     // Shutdown: no more claims. Tell every handler, then give them until the deadline.
@@ -629,6 +629,23 @@ async fn main_loop(
     if drained.is_err() {
         // Abort the rest; their entries stay in `running`, which is what the report lists.
         tasks.shutdown().await;
+    }
+}
+
+/// Waits until `deadline`, a poke of `notify` (a wake-up, a stop) or, while runs are going, the
+/// end of one of them. A run's task pokes `notify` as its last step, so the loop can wake while
+/// that task still counts as running (on another worker thread it has not returned yet), take
+/// the permit, count one slot too few and wait again; waiting on the task set as well means a
+/// run's end is never missed (it cost up to the coalescing window or the poll interval).
+async fn wait_for_change(ctx: &Ctx, tasks: &mut JoinSet<()>, deadline: tokio::time::Instant) {
+    if tasks.is_empty() {
+        let _ = tokio::time::timeout_at(deadline, ctx.notify.notified()).await;
+        return;
+    }
+    tokio::select! {
+        () = tokio::time::sleep_until(deadline) => {}
+        () = ctx.notify.notified() => {}
+        _ = tasks.join_next() => {}
     }
 }
 
