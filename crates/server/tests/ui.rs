@@ -42,6 +42,11 @@ impl Server {
             .env("CAIRN_AUTH__TOKENS", FULL)
             .env("CAIRN_AUTH__READ_TOKENS", READ)
             .env("CAIRN_BACKFILL__ENABLED", "false");
+        Self::launch(cmd)
+    }
+
+    /// Starts `cmd` (a `cairn … serve --listen 127.0.0.1:0 …`) and waits for `/healthz`.
+    fn launch(mut cmd: std::process::Command) -> Self {
         let serving = common::serve(&mut cmd, DEADLINE);
         let server = Self {
             child: serving.child,
@@ -386,16 +391,7 @@ fn the_cookie_is_secure_when_configured_and_the_dashboard_can_be_off() {
             .env("CAIRN_AUTH__TOKENS", FULL)
             .env("CAIRN_UI__SECURE_COOKIE", "true")
             .env("CAIRN_BACKFILL__ENABLED", "false");
-        let serving = common::serve(&mut cmd, DEADLINE);
-        Server {
-            child: serving.child,
-            base: format!("http://{}", serving.addr),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .max_redirects(0)
-                .build()
-                .into(),
-        }
+        Server::launch(cmd)
     };
     let form = s.send("GET", "/ui/login", None, &[], None);
     assert!(form.set_cookies.iter().all(|c| c.ends_with("; Secure")));
@@ -416,19 +412,10 @@ fn without_tokens_only_loopback_host_names_are_answered() {
     let mut cmd = common::cairn(&db);
     cmd.args(["serve", "--listen", "127.0.0.1:0", "--insecure-no-auth"])
         .env("CAIRN_BACKFILL__ENABLED", "false");
-    let serving = common::serve(&mut cmd, DEADLINE);
-    let s = Server {
-        child: serving.child,
-        base: format!("http://{}", serving.addr),
-        agent: ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .build()
-            .into(),
-    };
+    let s = Server::launch(cmd);
     // A page of another site whose name resolves to 127.0.0.1 (DNS rebinding) sends its own
     // name as Host: refused, on the dashboard and the API alike.
-    let port = serving.addr.rsplit(':').next().unwrap().to_owned();
+    let port = s.base.rsplit(':').next().unwrap().to_owned();
     let rebound = format!("rebind.evil.example:{port}");
     for path in ["/ui", "/v1/doctor", "/healthz"] {
         let a = s.send("GET", path, None, &[("Host", &rebound)], None);

@@ -65,21 +65,7 @@ pub(crate) struct DoctorReport {
     security(("bearer" = []))
 )]
 pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<DoctorReport>) {
-    let report = crate::doctor::report(
-        &state.doctor.url,
-        None,
-        crate::doctor::Limits {
-            retention_cap: state.doctor.retention_max_bytes,
-            parked_threshold: state.doctor.parked_threshold,
-        },
-        Some(crate::doctor::Serving {
-            spool: state.spool.as_ref(),
-            diagnostics: state.diagnostics.as_ref(),
-            store: state.doctor.store.as_ref(),
-            migrations: &state.doctor.migrations,
-        }),
-    )
-    .await;
+    let report = report(&state).await;
     let status = if report.healthy {
         StatusCode::OK
     } else {
@@ -100,4 +86,24 @@ pub(crate) async fn doctor(State(state): State<AppState>) -> (StatusCode, Json<D
             .collect(),
     };
     (status, Json(body))
+}
+
+/// Doctor's report on the store the server serves, through the server's own handles (for
+/// `/v1/doctor` and the dashboard's fleet page).
+pub(crate) async fn report(state: &AppState) -> crate::doctor::Report {
+    crate::doctor::report(
+        &state.doctor.url,
+        None,
+        crate::doctor::Limits {
+            retention_cap: state.doctor.retention_max_bytes,
+            parked_threshold: state.doctor.parked_threshold,
+        },
+        Some(crate::doctor::Serving {
+            spool: state.spool.as_ref(),
+            diagnostics: state.diagnostics.as_ref(),
+            store: state.doctor.store.as_ref(),
+            migrations: &state.doctor.migrations,
+        }),
+    )
+    .await
 }

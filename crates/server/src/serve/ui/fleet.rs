@@ -47,21 +47,7 @@ pub(crate) async fn fleet(
         };
         rows.push((name.clone(), stored, verdict));
     }
-    let report = crate::doctor::report(
-        &state.doctor.url,
-        None,
-        crate::doctor::Limits {
-            retention_cap: state.doctor.retention_max_bytes,
-            parked_threshold: state.doctor.parked_threshold,
-        },
-        Some(crate::doctor::Serving {
-            spool: state.spool.as_ref(),
-            diagnostics: state.diagnostics.as_ref(),
-            store: state.doctor.store.as_ref(),
-            migrations: m,
-        }),
-    )
-    .await;
+    let report = crate::serve::doctor::report(&state).await;
     let body = html! {
         h1 { "Fleet & migrations" }
         h2 { "Live builds" }
