@@ -22,6 +22,18 @@ pub(crate) fn connect_timed_out() -> Error {
     Error::unavailable("timed out connecting to the Postgres server")
 }
 
+/// Rolls `tx` back now and answers `e`: the error path of a transaction that may hold locks.
+/// sqlx rolls a dropped transaction back only when its connection returns to the pool, from a
+/// spawned task, so a lock taken by a failed operation (a row's `FOR UPDATE`, a space's or a
+/// supersede group's advisory lock) could outlive the call: a claim right after an operator's
+/// refused retry ran on another connection and `SKIP LOCKED` skipped the still-locked row.
+pub(crate) async fn rolled_back(tx: sqlx::Transaction<'_, sqlx::Postgres>, e: Error) -> Error {
+    // A failed ROLLBACK leaves the connection broken; sqlx closes it on return, which also
+    // releases the locks.
+    let _ = tx.rollback().await;
+    e
+}
+
 /// Classifies a driver error, keeping it as the source when its text holds no secret or value.
 pub(crate) fn map(e: sqlx::Error) -> Error {
     let mapped = match &e {

@@ -24,7 +24,7 @@ use sqlx::{Connection, PgConnection, PgPool, Postgres, Row, Transaction};
 use cairn_migrate::{cairn_set, MigrationBackend, Opened, Runner};
 
 use crate::config::{PgOptions, SchemaName};
-use crate::error::map;
+use crate::error::{map, rolled_back};
 use crate::migrate::PgMigrator;
 use crate::sql;
 
@@ -638,44 +638,63 @@ impl EpochStore for PgStore {
 
     async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome> {
         let mut tx = self.begin().await?;
-        let mut db = Db::new(&mut tx, self.statements());
-        lock_spaces(&mut db, self.schema(), &[space]).await?;
-        let before = cached_heads(&mut db, space).await?;
-        let after = anti_join(&mut db, space).await?;
-        if after.is_empty() {
-            return Err(Error::space_not_found(space));
+        // The space's lock is held from the first statement: an error rolls back at once.
+        let done = async {
+            let mut db = Db::new(&mut tx, self.statements());
+            lock_spaces(&mut db, self.schema(), &[space]).await?;
+            let before = cached_heads(&mut db, space).await?;
+            let after = anti_join(&mut db, space).await?;
+            if after.is_empty() {
+                return Err(Error::space_not_found(space));
+            }
+            if before == after {
+                return Ok(RepairOutcome::Unchanged);
+            }
+            cache_exact(&mut db, space, &after).await?;
+            Ok(RepairOutcome::Rewritten { before, after })
         }
-        if before == after {
-            self.commit(tx).await?;
-            return Ok(RepairOutcome::Unchanged);
+        .await;
+        match done {
+            Ok(outcome) => {
+                self.commit(tx).await?;
+                Ok(outcome)
+            }
+            Err(e) => Err(rolled_back(tx, e).await),
         }
-        cache_exact(&mut db, space, &after).await?;
-        self.commit(tx).await?;
-        Ok(RepairOutcome::Rewritten { before, after })
     }
 
     async fn import(&self, epoch: ForeignEpoch) -> Result<ImportOutcome> {
         verify_epoch(&epoch)?;
         let space = &epoch.space;
         let mut tx = self.begin().await?;
-        let mut db = Db::new(&mut tx, self.statements());
-        lock_spaces(&mut db, self.schema(), &[space]).await?;
-        if let Some(seq) = epoch_seq(&mut db, space, &epoch.id).await? {
-            self.commit(tx).await?;
-            return Ok(ImportOutcome::AlreadyPresent(seq));
+        // The space's lock is held from the first statement: an error (an unknown parent, say)
+        // rolls back at once, so the next append to the space does not wait for it.
+        let done = async {
+            let mut db = Db::new(&mut tx, self.statements());
+            lock_spaces(&mut db, self.schema(), &[space]).await?;
+            if let Some(seq) = epoch_seq(&mut db, space, &epoch.id).await? {
+                return Ok(ImportOutcome::AlreadyPresent(seq));
+            }
+            check_parents(&mut db, space, &epoch.parents).await?;
+            let probe = probe(&mut db, space).await?;
+            let seq = probe.next();
+            let before = working_heads(&mut db, space, &probe).await?;
+            let heads =
+                cairn_core::heads_after_import(&before, &epoch.parents, Head { id: epoch.id, seq });
+            let event_ids: Vec<EventId> = epoch.events.iter().map(Event::id).collect();
+            let cols = EventColumns::new(epoch.events, &event_ids);
+            let cache = CacheWrite::Exact(&heads);
+            insert_epoch(&mut db, space, &epoch.id, seq, &epoch.parents, cols, cache).await?;
+            Ok(ImportOutcome::Imported(seq))
         }
-        check_parents(&mut db, space, &epoch.parents).await?;
-        let probe = probe(&mut db, space).await?;
-        let seq = probe.next();
-        let before = working_heads(&mut db, space, &probe).await?;
-        let heads =
-            cairn_core::heads_after_import(&before, &epoch.parents, Head { id: epoch.id, seq });
-        let event_ids: Vec<EventId> = epoch.events.iter().map(Event::id).collect();
-        let cols = EventColumns::new(epoch.events, &event_ids);
-        let cache = CacheWrite::Exact(&heads);
-        insert_epoch(&mut db, space, &epoch.id, seq, &epoch.parents, cols, cache).await?;
-        self.commit(tx).await?;
-        Ok(ImportOutcome::Imported(seq))
+        .await;
+        match done {
+            Ok(outcome) => {
+                self.commit(tx).await?;
+                Ok(outcome)
+            }
+            Err(e) => Err(rolled_back(tx, e).await),
+        }
     }
 
     async fn events_since(

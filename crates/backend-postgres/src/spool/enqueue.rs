@@ -29,7 +29,7 @@ use sqlx::{PgConnection, PgExecutor};
 use super::lane::{answer, Lane, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
 use super::{group_lock_key, sql, wake_channel, PgSpool};
-use crate::error::map;
+use crate::error::{map, rolled_back};
 
 /// Enqueues one batch takes at most (the statement binds 11 arrays of this length).
 const MAX_BATCH: usize = 256;
@@ -158,9 +158,14 @@ async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option
         None => enqueue_statement(s, id, new, s.pool()).await,
         Some(group) => {
             let mut tx = s.pool().begin().await.map_err(map)?;
-            let row = enqueue_in_group(s, &mut tx, id, new, group).await?;
-            tx.commit().await.map_err(map)?;
-            Ok(row)
+            // The group's lock is held: an error rolls back at once.
+            match enqueue_in_group(s, &mut tx, id, new, group).await {
+                Ok(row) => {
+                    tx.commit().await.map_err(map)?;
+                    Ok(row)
+                }
+                Err(e) => Err(rolled_back(tx, e).await),
+            }
         }
     }
 }

@@ -40,7 +40,7 @@ use super::row::{
     bytes_len, claim_jitter, count, get, micros, next_attempt, run_id, state, u32_of, RunRow,
 };
 use super::{changed_too_often, sql, wake_channel, PgSpool, CAS_ROUNDS};
-use crate::error::map;
+use crate::error::{map, rolled_back};
 
 /// Acks one batch takes at most.
 const MAX_ACKS: usize = 256;
@@ -334,57 +334,67 @@ pub(super) async fn unpark_tx(
     check_operator(by)?;
     let now = s.now();
     let mut tx = s.pool().begin().await.map_err(map)?;
-    let row = sqlx::query(sql::UNPARK_ROW)
-        .bind(run.as_bytes().as_slice())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map)?
-        .ok_or(Error::UnknownRun { run })?;
-    let queue = QueueName::new(get::<String>(&row, 0)?)
-        .map_err(|_| Error::corrupt("an invalid queue name in the spool tables"))?;
-    let key = DedupKey::from_bytes(get::<Vec<u8>>(&row, 1)?)
-        .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
-    let to = transition(state(&get::<String>(&row, 2)?)?, action)?;
-    let attempts = u32_of(get(&row, 3)?)?;
-    let reason: Option<String> = get(&row, 4)?;
-    let seq = get::<i64>(&row, 5)?
-        .checked_add(1)
-        .ok_or_else(|| Error::corrupt("a run's event counter is exhausted"))?;
-    let (event_id, payload) =
-        operator_event(action, count(seq)?, by, now, reason.as_deref(), attempts)?;
-    let update = if to == RunState::Queued {
-        sqlx::query(sql::REQUEUE_PARKED)
+    // The row is locked (FOR UPDATE) from the first statement: a refusal rolls back before it
+    // answers (see `crate::error::rolled_back`).
+    let done: Result<(RunState, Option<String>, i64)> = async {
+        let row = sqlx::query(sql::UNPARK_ROW)
             .bind(run.as_bytes().as_slice())
-            .bind(to.as_str())
-            .bind(micros(now))
-            .bind(seq)
-            .bind(next_attempt(0))
-            .bind(claim_jitter(&queue, &key, 0))
-    } else {
-        sqlx::query(sql::DISCARD_PARKED)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map)?
+            .ok_or(Error::UnknownRun { run })?;
+        let queue = QueueName::new(get::<String>(&row, 0)?)
+            .map_err(|_| Error::corrupt("an invalid queue name in the spool tables"))?;
+        let key = DedupKey::from_bytes(get::<Vec<u8>>(&row, 1)?)
+            .map_err(|_| Error::corrupt("an invalid dedup key in the spool tables"))?;
+        let to = transition(state(&get::<String>(&row, 2)?)?, action)?;
+        let attempts = u32_of(get(&row, 3)?)?;
+        let reason: Option<String> = get(&row, 4)?;
+        let seq = get::<i64>(&row, 5)?
+            .checked_add(1)
+            .ok_or_else(|| Error::corrupt("a run's event counter is exhausted"))?;
+        let (event_id, payload) =
+            operator_event(action, count(seq)?, by, now, reason.as_deref(), attempts)?;
+        let update = if to == RunState::Queued {
+            sqlx::query(sql::REQUEUE_PARKED)
+                .bind(run.as_bytes().as_slice())
+                .bind(to.as_str())
+                .bind(micros(now))
+                .bind(seq)
+                .bind(next_attempt(0))
+                .bind(claim_jitter(&queue, &key, 0))
+        } else {
+            sqlx::query(sql::DISCARD_PARKED)
+                .bind(run.as_bytes().as_slice())
+                .bind(to.as_str())
+                .bind(micros(now))
+                .bind(seq)
+        };
+        update.execute(&mut *tx).await.map_err(map)?;
+        sqlx::query(sql::INSERT_OPERATOR_EVENT)
             .bind(run.as_bytes().as_slice())
-            .bind(to.as_str())
-            .bind(micros(now))
             .bind(seq)
-    };
-    update.execute(&mut *tx).await.map_err(map)?;
-    sqlx::query(sql::INSERT_OPERATOR_EVENT)
-        .bind(run.as_bytes().as_slice())
-        .bind(seq)
-        .bind(event_id.as_bytes())
-        .bind(micros(now))
-        .bind(bytes_len(payload.len()))
-        .bind(payload.as_slice())
-        .execute(&mut *tx)
-        .await
-        .map_err(map)?;
-    if to == RunState::Queued {
-        sqlx::query(sql::NOTIFY)
-            .bind(wake_channel(&s.inner.schema, &queue))
+            .bind(event_id.as_bytes())
+            .bind(micros(now))
+            .bind(bytes_len(payload.len()))
+            .bind(payload.as_slice())
             .execute(&mut *tx)
             .await
             .map_err(map)?;
+        if to == RunState::Queued {
+            sqlx::query(sql::NOTIFY)
+                .bind(wake_channel(&s.inner.schema, &queue))
+                .execute(&mut *tx)
+                .await
+                .map_err(map)?;
+        }
+        Ok((to, reason, seq))
     }
+    .await;
+    let (to, reason, seq) = match done {
+        Ok(d) => d,
+        Err(e) => return Err(rolled_back(tx, e).await),
+    };
     tx.commit().await.map_err(map)?;
     Ok(Unparked {
         state: to,

@@ -394,3 +394,40 @@ async fn a_claim_reads_the_claim_index_in_order_whatever_the_statistics() {
         "the planner's choice this test guards against:\n{unguarded}"
     );
 }
+
+/// An operator's retry or discard refused for a run's state leaves no lock behind: the refusal
+/// rolls back its transaction before it answers. (sqlx rolls a dropped transaction back only
+/// when its connection goes back to the pool, from a spawned task, so a claim right after the
+/// refusal ran on another connection while the row was still locked, and `SKIP LOCKED` skipped
+/// it: the model test saw a claim answer nothing with a due run queued.)
+#[tokio::test]
+async fn a_refused_operator_action_leaves_no_row_lock_for_the_next_claim() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("unpark-lock");
+    for round in 0..20 {
+        enqueue(&spool, &q, round).await;
+        let run = spool
+            .runs(
+                &cairn_core::spool::RunFilter {
+                    queue: Some(q.clone()),
+                    state: Some(RunState::Queued),
+                    after: None,
+                },
+                1,
+            )
+            .await
+            .unwrap()[0]
+            .run_id;
+        // Queued, not parked: both refused, after the row was locked.
+        assert!(spool.retry_parked(run, "test").await.is_err());
+        assert!(spool.discard(run, "test").await.is_err());
+        let claimed = spool.claim(&q, &me(), LEASE, 1).await.unwrap();
+        assert_eq!(
+            claimed.iter().map(|c| c.run_id).collect::<Vec<_>>(),
+            [run],
+            "round {round}: the due run is claimed right after the refusals"
+        );
+        spool.ack(run, claimed[0].token).await.unwrap();
+    }
+}
