@@ -118,18 +118,21 @@ impl Server {
         self.send("GET", path, Some(session), &[], None)
     }
 
+    /// A form POST with `cookie` and no other header.
+    fn post(&self, path: &str, cookie: Option<&str>, fields: &[(&str, &str)]) -> Answer {
+        self.send("POST", path, cookie, &[], Some(fields))
+    }
+
     /// Signs in with `token` through the form; returns the `cairn_ui=…` cookie pair.
     fn sign_in(&self, token: &str) -> String {
         let form = self.send("GET", "/ui/login", None, &[], None);
         assert_eq!(form.status, 200, "{}", form.body);
         let nonce_cookie = pair(&form.set_cookies, "cairn_ui_login");
         let csrf = hidden(&form.body, "csrf");
-        let a = self.send(
-            "POST",
+        let a = self.post(
             "/ui/login",
             Some(&nonce_cookie),
-            &[],
-            Some(&[("csrf", &csrf), ("token", token), ("next", "/ui")]),
+            &[("csrf", &csrf), ("token", token), ("next", "/ui")],
         );
         assert_eq!(a.status, 303, "{}", a.body);
         pair(&a.set_cookies, "cairn_ui")
@@ -305,35 +308,25 @@ fn without_a_session_the_dashboard_asks_for_a_token_and_the_cookie_holds_none() 
     let nonce = pair(&form.set_cookies, "cairn_ui_login");
     let csrf = hidden(&form.body, "csrf");
     // Without the form's own cookie (a sign-in forged from elsewhere): refused.
-    let a = s.send(
-        "POST",
-        "/ui/login",
-        None,
-        &[],
-        Some(&[("csrf", &csrf), ("token", FULL)]),
-    );
+    let a = s.post("/ui/login", None, &[("csrf", &csrf), ("token", FULL)]);
     assert_eq!(a.status, 403);
     assert!(a.set_cookies.iter().all(|c| !c.starts_with("cairn_ui=")));
     // A value the server did not issue, even with a matching cookie.
     let made_up = "A".repeat(43);
-    let a = s.send(
-        "POST",
+    let a = s.post(
         "/ui/login",
         Some(&format!("cairn_ui_login={made_up}")),
-        &[],
-        Some(&[("csrf", &made_up), ("token", FULL)]),
+        &[("csrf", &made_up), ("token", FULL)],
     );
     assert_eq!(a.status, 403);
     // A second form (another tab) carries the same value, so both work.
     let second = s.send("GET", "/ui/login", Some(&nonce), &[], None);
     assert_eq!(hidden(&second.body, "csrf"), csrf);
     // A wrong token.
-    let a = s.send(
-        "POST",
+    let a = s.post(
         "/ui/login",
         Some(&nonce),
-        &[],
-        Some(&[("csrf", &csrf), ("token", "not-a-token-0123456789")]),
+        &[("csrf", &csrf), ("token", "not-a-token-0123456789")],
     );
     assert_eq!(a.status, 401);
     assert!(a.body.contains("not one this server accepts"));
@@ -370,13 +363,7 @@ fn without_a_session_the_dashboard_asks_for_a_token_and_the_cookie_holds_none() 
     assert!(page.body.contains("full access"));
     // Sign-out ends the session.
     let csrf = hidden(&page.body, "csrf");
-    let out = s.send(
-        "POST",
-        "/ui/logout",
-        Some(&session),
-        &[],
-        Some(&[("csrf", &csrf)]),
-    );
+    let out = s.post("/ui/logout", Some(&session), &[("csrf", &csrf)]);
     assert_eq!(out.status, 303);
     assert_eq!(s.get("/ui", &session).status, 303);
 }
@@ -446,12 +433,10 @@ fn a_read_only_session_sees_every_page_and_no_button_and_any_post_is_refused() {
         }
         let csrf = s.csrf(&session);
         for action in ["cancel", "retry", "discard"] {
-            let a = s.send(
-                "POST",
+            let a = s.post(
                 &format!("/ui/runs/{}/{action}", ids[0]),
                 Some(&session),
-                &[],
-                Some(&[("csrf", &csrf)]),
+                &[("csrf", &csrf)],
             );
             assert_eq!(a.status, 403, "{action}: {}", a.body);
             assert!(a.body.contains("read-only"));
@@ -465,13 +450,7 @@ fn a_read_only_session_sees_every_page_and_no_button_and_any_post_is_refused() {
         let form = s.get("/ui/login", &session);
         assert_eq!(form.status, 200);
         assert!(form.body.contains("signed in read-only"));
-        let out = s.send(
-            "POST",
-            "/ui/logout",
-            Some(&session),
-            &[],
-            Some(&[("csrf", &csrf)]),
-        );
+        let out = s.post("/ui/logout", Some(&session), &[("csrf", &csrf)]);
         assert_eq!(out.status, 303, "{}", out.body);
         assert_eq!(s.get("/ui", &session).status, 303, "signed out");
         // A signed-in full session sees the buttons on the same run.
@@ -541,32 +520,26 @@ fn every_mutating_form_needs_the_sessions_csrf_token_and_a_same_site_origin() {
         );
         assert!(after.body.contains("Cancel requested."));
         // Retry and discard of parked runs, each recorded with who asked.
-        let a = s.send(
-            "POST",
+        let a = s.post(
             &format!("/ui/runs/{}/retry", ids[0]),
             Some(&session),
-            &[],
-            Some(&[("csrf", &csrf)]),
+            &[("csrf", &csrf)],
         );
         assert_eq!(a.status, 303, "{}", a.body);
         let page = s.get(&format!("/ui/runs/{}", ids[0]), &session);
         assert!(page.body.contains("id=\"run-state\">queued<"));
         assert!(page.body.contains("retry by ui:token-"), "{}", page.body);
         // An action the run's state refuses is an error page, not a change.
-        let a = s.send(
-            "POST",
+        let a = s.post(
             &format!("/ui/runs/{}/discard", ids[2]),
             Some(&session),
-            &[],
-            Some(&[("csrf", &csrf)]),
+            &[("csrf", &csrf)],
         );
         assert_eq!(a.status, 409, "{}", a.body);
-        let a = s.send(
-            "POST",
+        let a = s.post(
             &format!("/ui/runs/{}/explode", ids[2]),
             Some(&session),
-            &[],
-            Some(&[("csrf", &csrf)]),
+            &[("csrf", &csrf)],
         );
         assert_eq!(a.status, 404);
     });
