@@ -1,10 +1,29 @@
 //! The consumer loop: the library's worker over any [`Spool`].
 //!
-//! A [`Consumer`] claims up to `concurrency` runs of one queue at a time, calls a [`Handler`]
-//! per run on its own task, heartbeats each lease every `lease / 3` while the handler runs,
-//! and acks or nacks from the handler's [`Outcome`]. It claims again when a run finishes, when
-//! [`Spool::subscribe`] says work may have arrived, when the earliest due time of the queue
-//! ([`Spool::next_due`]) passes, and at least every `poll_interval`.
+//! A [`Consumer`] runs up to `concurrency` handlers of one queue at a time, calls a
+//! [`Handler`] per run on its own task, heartbeats each lease every `lease / 3` while the
+//! handler runs, and acks or nacks from the handler's [`Outcome`]. It claims again when a
+//! handler returns, when [`Spool::subscribe`] says work may have arrived, when the earliest due
+//! time of the queue ([`Spool::next_due`]) passes, and at least every `poll_interval`.
+//!
+//! Slots and leases (the invariants `consumer/tests.rs` holds the loop to):
+//! - **At most `concurrency` handlers run at once.** A handler's slot frees when the handler
+//!   returns; its ack or nack then completes on the run's task while the slot takes the next
+//!   run, so a slot never waits for a commit. A run counts as settled
+//!   ([`ConsumerStats::settled`]) only once the spool answered its ack or nack, i.e. after its
+//!   commit.
+//! - **Runs held but not running are bounded.** At most `prefetch` claimed runs wait in the
+//!   consumer for a slot ([`ConsumerBuilder::prefetch`], default 0), and no claim goes out
+//!   while `concurrency + prefetch` runs are still being settled, so the runs this consumer
+//!   holds a lease on never exceed `2 × (concurrency + prefetch)`.
+//! - **A waiting run's lease is checked before its handler starts.** A prefetched run whose
+//!   first heartbeat came due while it waited (a third of its lease since the claim) is
+//!   heartbeaten before its handler starts; if its lease is gone the handler never runs
+//!   ([`ConsumerStats::lease_lost`]).
+//! - **Shutdown gives prefetched runs back.** A run that never started is released to its
+//!   queue ([`Spool::release`], its attempt given back) before the consumer waits for its
+//!   handlers; one it could not release by the deadline is listed in
+//!   [`ShutdownReport::abandoned`].
 //!
 //! Time: lease and heartbeat times are read from the spool's [`Clock`]; waiting is done on the
 //! runtime's timer in slices of at most `poll_interval`, so a spool on a [`ManualClock`] is
@@ -18,9 +37,10 @@
 //! [`ManualClock`]: super::ManualClock
 //! [`Clock`]: super::Clock
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,6 +52,7 @@ use tokio::time::Instant;
 use super::dedup::DedupKey;
 use super::ids::{ConsumerId, QueueName, RunId};
 use super::types::{check_lease, Claimed, NackKind, RunState, MAX_BATCH};
+use super::Timestamp;
 use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
 
@@ -197,6 +218,8 @@ pub struct ConsumerStats {
     pub lease_lost: u64,
     /// Handlers that panicked (their runs were nacked as retryable).
     pub panics: u64,
+    /// Prefetched runs given back to the queue unstarted at shutdown ([`Spool::release`]).
+    pub released: u64,
     /// Spool calls that failed for another reason (the loop carries on).
     pub errors: u64,
     /// The latest such error's message.
@@ -208,9 +231,10 @@ pub struct ConsumerStats {
 pub struct ShutdownReport {
     /// The consumer's counters at the end.
     pub stats: ConsumerStats,
-    /// Runs whose handler (or whose ack or nack) had not finished by the deadline. They were
-    /// dropped without a word to the spool: each stays claimed until its lease expires and is
-    /// then claimable again (or was settled by a write that raced the deadline).
+    /// Runs whose handler (or whose ack or nack) had not finished by the deadline, and
+    /// prefetched runs that could not be released by then. They were dropped without a word
+    /// to the spool: each stays claimed until its lease expires and is then claimable again
+    /// (or was settled by a write that raced the deadline).
     pub abandoned: Vec<RunId>,
 }
 
@@ -261,6 +285,7 @@ pub struct ConsumerBuilder {
     queue: QueueName,
     consumer: ConsumerId,
     concurrency: usize,
+    prefetch: usize,
     claim_batch: Option<usize>,
     lease: Duration,
     poll_interval: Duration,
@@ -278,6 +303,7 @@ impl ConsumerBuilder {
             queue,
             consumer,
             concurrency: 1,
+            prefetch: 0,
             claim_batch: None,
             lease: DEFAULT_CONSUMER_LEASE,
             poll_interval: DEFAULT_POLL_INTERVAL,
@@ -292,8 +318,22 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Most runs one claim takes (default: as many as there are free slots; at most the
-    /// concurrency).
+    /// Most claimed runs that wait in the consumer for a free slot (default 0: a claim takes
+    /// only as many runs as there are free slots). With a prefetch, one claim can take up to
+    /// `concurrency + prefetch` runs and a slot that frees starts the next waiting run without
+    /// a round trip to the spool: for many short runs, fewer and larger claims. A waiting run
+    /// holds its lease without a heartbeat; one whose first heartbeat came due while it waited
+    /// is heartbeaten before its handler starts, and one whose lease was lost meanwhile never
+    /// starts. Prefetched runs are released to the queue at shutdown. `concurrency + prefetch`
+    /// is at most [`MAX_BATCH`]. Keep it small for long runs: a waiting run is one no other
+    /// consumer can take.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n;
+        self
+    }
+
+    /// Most runs one claim takes (default: as many as there are free slots plus room in the
+    /// prefetch; at most `concurrency + prefetch`).
     pub fn claim_batch(mut self, n: usize) -> Self {
         self.claim_batch = Some(n);
         self
@@ -340,13 +380,22 @@ impl ConsumerBuilder {
                 ),
             ));
         }
-        let batch = self.claim_batch.unwrap_or(self.concurrency);
-        if !(1..=self.concurrency).contains(&batch) {
+        let held = self.concurrency.saturating_add(self.prefetch);
+        if held > MAX_BATCH {
+            return Err(Error::invalid(
+                "consumer prefetch",
+                format!(
+                    "is {}; with the concurrency ({}) it must be at most {MAX_BATCH}",
+                    self.prefetch, self.concurrency
+                ),
+            ));
+        }
+        let batch = self.claim_batch.unwrap_or(held);
+        if !(1..=held).contains(&batch) {
             return Err(Error::invalid(
                 "consumer claim batch",
                 format!(
-                    "is {batch}; it must be between 1 and the concurrency ({})",
-                    self.concurrency
+                    "is {batch}; it must be between 1 and the concurrency plus the prefetch ({held})"
                 ),
             ));
         }
@@ -377,11 +426,13 @@ impl ConsumerBuilder {
             queue: self.queue,
             consumer: self.consumer,
             concurrency: self.concurrency,
+            prefetch: self.prefetch,
             batch,
             lease: self.lease,
             poll_interval: self.poll_interval,
             claim_coalesce: self.claim_coalesce,
             notify: Notify::new(),
+            handling: AtomicUsize::new(0),
             shared: Mutex::new(Shared::default()),
         });
         let (stop_tx, stop_rx) = watch::channel(None);
@@ -398,9 +449,10 @@ impl ConsumerBuilder {
 
 /// A running consumer loop, started by [`ConsumerBuilder::spawn`].
 ///
-/// It claims up to `concurrency` runs of one queue at a time, calls the [`Handler`] per run on
-/// its own task, heartbeats each lease every `lease / 3` while the handler runs, and acks or
-/// nacks from the handler's [`Outcome`]. It claims again when a run finishes, when
+/// It runs up to `concurrency` handlers of one queue at a time, calls the [`Handler`] per run
+/// on its own task, heartbeats each lease every `lease / 3` while the handler runs, and acks or
+/// nacks from the handler's [`Outcome`] (the slot takes the next run while the ack completes;
+/// see the [module](self) for the invariants). It claims again when a handler returns, when
 /// [`Spool::subscribe`] says work may have arrived, when the earliest due time of the queue
 /// ([`Spool::next_due`]) passes, and at least every `poll_interval`.
 ///
@@ -428,7 +480,8 @@ impl Consumer {
         self.ctx.shared().stats.clone()
     }
 
-    /// How many handlers are running.
+    /// How many claimed runs have started and not yet been settled (handlers running, and
+    /// runs whose ack or nack is on its way).
     pub fn in_flight(&self) -> usize {
         self.ctx.shared().running.len()
     }
@@ -454,7 +507,7 @@ impl Consumer {
             let _ = tokio::time::timeout_at(deadline + slack, &mut main.0).await;
         }
         let sh = self.ctx.shared();
-        let mut abandoned: Vec<RunId> = sh.running.keys().copied().collect();
+        let mut abandoned: Vec<RunId> = sh.running.keys().chain(&sh.held).copied().collect();
         abandoned.sort();
         ShutdownReport {
             stats: sh.stats.clone(),
@@ -485,6 +538,8 @@ struct Shared {
     stats: ConsumerStats,
     /// Runs whose task has not finished, with the sender of their stop signal.
     running: HashMap<RunId, watch::Sender<Option<StopReason>>>,
+    /// Prefetched runs not started (nor released) yet.
+    held: HashSet<RunId>,
 }
 
 #[derive(Debug)]
@@ -493,6 +548,7 @@ struct Ctx {
     queue: QueueName,
     consumer: ConsumerId,
     concurrency: usize,
+    prefetch: usize,
     batch: usize,
     lease: Duration,
     poll_interval: Duration,
@@ -500,10 +556,17 @@ struct Ctx {
     /// Poked by the wake-up listener, by finished runs and by shutdown. One stored permit
     /// keeps a poke that arrives while the loop is busy.
     notify: Notify,
+    /// Handlers running (a slot each): incremented when a run starts, decremented (before the
+    /// poke of `notify`) when its handler returns or it is skipped.
+    handling: AtomicUsize,
     shared: Mutex<Shared>,
 }
 
 impl Ctx {
+    fn handling(&self) -> usize {
+        self.handling.load(Ordering::Acquire)
+    }
+
     fn shared(&self) -> MutexGuard<'_, Shared> {
         // Every update under this lock is a plain counter or map change: a panic elsewhere
         // cannot leave it half done.
@@ -559,6 +622,12 @@ async fn listen(ctx: Arc<Ctx>, mut wakeup: Box<dyn Wakeup>) {
     }
 }
 
+/// A claimed run waiting in the prefetch for a slot, with the spool-clock time of its claim.
+struct Held {
+    claimed: Claimed,
+    at: Timestamp,
+}
+
 async fn main_loop(
     ctx: Arc<Ctx>,
     handler: Arc<dyn Handler>,
@@ -566,28 +635,32 @@ async fn main_loop(
     _listener: AbortOnDrop<()>,
 ) {
     let mut tasks: JoinSet<()> = JoinSet::new();
-    // When the consumer first had free slots, but too few to claim for (claim coalescing).
+    let mut held: VecDeque<Held> = VecDeque::new();
+    // When the consumer first had room to claim for, but too little (claim coalescing).
     let mut partly_free_since: Option<tokio::time::Instant> = None;
     loop {
         if stop.borrow().is_some() {
             break;
         }
         while tasks.try_join_next().is_some() {}
-        let free = ctx.concurrency.saturating_sub(tasks.len());
-        if free > 0 && free < ctx.batch.div_ceil(2) && !ctx.claim_coalesce.is_zero() {
-            // Runs are still going: give them the window to free more slots, so one claim
-            // takes several runs (a finished run or a wake-up pokes `notify`).
-            let since = *partly_free_since.get_or_insert_with(tokio::time::Instant::now);
-            let until = since + ctx.claim_coalesce;
-            if tokio::time::Instant::now() < until {
-                wait_for_change(&ctx, &mut tasks, until).await;
-                continue;
-            }
-        }
-        partly_free_since = None;
+        let free = fill(&ctx, &handler, &mut tasks, &mut held);
+        // Runs whose handler returned and whose ack or nack is still on its way.
+        let settling = tasks.len().saturating_sub(ctx.handling());
+        let room = (free + ctx.prefetch).saturating_sub(held.len());
         let mut wait = ctx.poll_interval;
-        if free > 0 {
-            let want = free.min(ctx.batch);
+        if room > 0 && settling < ctx.concurrency + ctx.prefetch {
+            if room < ctx.batch.div_ceil(2) && !ctx.claim_coalesce.is_zero() {
+                // Runs are still going: give them the window to free more slots, so one claim
+                // takes several runs (a returning handler or a wake-up pokes `notify`).
+                let since = *partly_free_since.get_or_insert_with(tokio::time::Instant::now);
+                let until = since + ctx.claim_coalesce;
+                if tokio::time::Instant::now() < until {
+                    wait_for_change(&ctx, &mut tasks, until).await;
+                    continue;
+                }
+            }
+            partly_free_since = None;
+            let want = room.min(ctx.batch);
             ctx.shared().stats.claims += 1;
             match ctx
                 .spool
@@ -596,9 +669,14 @@ async fn main_loop(
             {
                 Ok(runs) => {
                     let got = runs.len();
-                    for claimed in runs {
-                        start_run(&ctx, &handler, &mut tasks, claimed);
+                    let at = ctx.spool.clock().now();
+                    {
+                        let mut sh = ctx.shared();
+                        sh.stats.claimed += got as u64;
+                        sh.held.extend(runs.iter().map(|c| c.run_id));
                     }
+                    held.extend(runs.into_iter().map(|claimed| Held { claimed, at }));
+                    fill(&ctx, &handler, &mut tasks, &mut held);
                     if got == want {
                         // The queue may hold more due runs: claim again without waiting.
                         continue;
@@ -617,8 +695,10 @@ async fn main_loop(
         wait_for_change(&ctx, &mut tasks, tokio::time::Instant::now() + wait).await;
     }
 
-    // Shutdown: no more claims. Tell every handler, then give them until the deadline.
+    // Shutdown: no more claims. Give the prefetched runs back, tell every handler, then give
+    // them until the deadline.
     let deadline = (*stop.borrow()).unwrap_or_else(Instant::now);
+    let _ = tokio::time::timeout_at(deadline, release_held(&ctx, &mut held)).await;
     for tx in ctx.shared().running.values() {
         raise(tx, StopReason::Shutdown);
     }
@@ -629,6 +709,45 @@ async fn main_loop(
     if drained.is_err() {
         // Abort the rest; their entries stay in `running`, which is what the report lists.
         tasks.shutdown().await;
+    }
+}
+
+/// Starts prefetched runs in the free slots, oldest claim first; returns the slots still free.
+fn fill(
+    ctx: &Arc<Ctx>,
+    handler: &Arc<dyn Handler>,
+    tasks: &mut JoinSet<()>,
+    held: &mut VecDeque<Held>,
+) -> usize {
+    let mut free = ctx.concurrency.saturating_sub(ctx.handling());
+    while free > 0 {
+        let Some(next) = held.pop_front() else { break };
+        start_run(ctx, handler, tasks, next);
+        free -= 1;
+    }
+    free
+}
+
+/// Releases every prefetched run that never started (its attempt is given back); a run that
+/// cannot be released stays in `held` (the report lists it) and its lease runs out.
+async fn release_held(ctx: &Ctx, held: &mut VecDeque<Held>) {
+    while let Some(h) = held.front() {
+        let run = h.claimed.run_id;
+        match ctx
+            .spool
+            .release(run, h.claimed.token, Duration::ZERO)
+            .await
+        {
+            Ok(_) => ctx.shared().stats.released += 1,
+            Err(e) if lease_gone(&e) => ctx.shared().stats.lease_lost += 1,
+            Err(e) => {
+                ctx.error(&e);
+                held.pop_front();
+                continue;
+            }
+        }
+        ctx.shared().held.remove(&run);
+        held.pop_front();
     }
 }
 
@@ -661,79 +780,118 @@ fn raise(tx: &watch::Sender<Option<StopReason>>, reason: StopReason) {
     });
 }
 
-fn start_run(
-    ctx: &Arc<Ctx>,
-    handler: &Arc<dyn Handler>,
-    tasks: &mut JoinSet<()>,
-    claimed: Claimed,
-) {
+fn start_run(ctx: &Arc<Ctx>, handler: &Arc<dyn Handler>, tasks: &mut JoinSet<()>, held: Held) {
     let (stop_tx, stop_rx) = watch::channel(None);
     {
         let mut sh = ctx.shared();
-        sh.stats.claimed += 1;
-        sh.running.insert(claimed.run_id, stop_tx);
+        sh.held.remove(&held.claimed.run_id);
+        sh.running.insert(held.claimed.run_id, stop_tx);
     }
     let job = Job {
         queue: ctx.queue.clone(),
-        claimed,
+        claimed: held.claimed,
         spool: ctx.spool.clone(),
         stop: StopSignal { rx: stop_rx },
     };
-    tasks.spawn(run_one(ctx.clone(), handler.clone(), job));
+    let slot = Slot::take(ctx.clone());
+    tasks.spawn(run_one(ctx.clone(), handler.clone(), job, held.at, slot));
 }
 
-/// Runs one handler with heartbeats, then settles the run.
-async fn run_one(ctx: Arc<Ctx>, handler: Arc<dyn Handler>, job: Job) {
+/// A handler's slot: counted in [`Ctx::handling`] from the run's start until the handler
+/// returns (or the run's task is dropped); giving it back pokes the loop.
+struct Slot(Arc<Ctx>);
+
+impl Slot {
+    fn take(ctx: Arc<Ctx>) -> Self {
+        ctx.handling.fetch_add(1, Ordering::AcqRel);
+        Self(ctx)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.handling.fetch_sub(1, Ordering::AcqRel);
+        self.0.notify.notify_one();
+    }
+}
+
+/// Runs one handler with heartbeats (the first a third of the lease after the claim, before
+/// the handler starts if the run waited that long in the prefetch), gives its slot back, then
+/// settles the run.
+async fn run_one(
+    ctx: Arc<Ctx>,
+    handler: Arc<dyn Handler>,
+    job: Job,
+    claimed_at: Timestamp,
+    slot: Slot,
+) {
     let run = job.claimed.run_id;
     let token = job.claimed.token;
     let spool = ctx.spool.clone();
     let clock = spool.clock();
     let every = ctx.lease / 3;
-    let mut next_beat = clock.now().saturating_add(every);
-    // The handler runs on its own task so that a panic is caught; dropping this run's task
-    // (shutdown deadline) aborts it.
-    let mut work = AbortOnDrop(tokio::spawn(async move { handler.handle(job).await }));
+    let mut next_beat = claimed_at.saturating_add(every);
     let mut lost = false;
-    let outcome = loop {
-        let now = clock.now();
-        if !lost && now >= next_beat {
-            match ctx.spool.heartbeat(run, token, ctx.lease).await {
-                Ok(hb) => {
-                    ctx.shared().stats.heartbeats += 1;
-                    if hb.cancel_requested {
-                        signal(&ctx, run, StopReason::CancelRequested);
-                    }
-                }
-                Err(e) if lease_gone(&e) => {
-                    lost = true;
-                    signal(&ctx, run, StopReason::LeaseLost);
-                }
-                // Tried again at the next beat; a lease outlives two missed beats.
-                Err(e) => ctx.error(&e),
-            }
-            next_beat = clock.now().saturating_add(every);
-        }
-        let wait = idle_wait(clock.now(), Some(next_beat), ctx.poll_interval);
-        match tokio::time::timeout(wait, &mut work.0).await {
-            Ok(Ok(outcome)) => break outcome,
-            Ok(Err(join)) => {
-                ctx.shared().stats.panics += 1;
-                break Outcome::Retry(if join.is_panic() {
-                    "the handler panicked".to_owned()
-                } else {
-                    "the handler was aborted".to_owned()
-                });
-            }
-            Err(_elapsed) => {}
-        }
-    };
-    if lost {
-        ctx.shared().stats.lease_lost += 1;
+    if clock.now() >= next_beat {
+        lost = beat(&ctx, run, token).await;
+        next_beat = clock.now().saturating_add(every);
+    }
+    let outcome = if lost {
+        None
     } else {
-        settle(&ctx, run, token, outcome).await;
+        // The handler runs on its own task so that a panic is caught; dropping this run's
+        // task (shutdown deadline) aborts it.
+        let mut work = AbortOnDrop(tokio::spawn(async move { handler.handle(job).await }));
+        Some(loop {
+            if !lost && clock.now() >= next_beat {
+                lost = beat(&ctx, run, token).await;
+                next_beat = clock.now().saturating_add(every);
+            }
+            let wait = idle_wait(clock.now(), Some(next_beat), ctx.poll_interval);
+            match tokio::time::timeout(wait, &mut work.0).await {
+                Ok(Ok(outcome)) => break outcome,
+                Ok(Err(join)) => {
+                    ctx.shared().stats.panics += 1;
+                    break Outcome::Retry(if join.is_panic() {
+                        "the handler panicked".to_owned()
+                    } else {
+                        "the handler was aborted".to_owned()
+                    });
+                }
+                Err(_elapsed) => {}
+            }
+        })
+    };
+    // The slot takes its next run while this one's ack or nack is on its way.
+    drop(slot);
+    match outcome {
+        Some(outcome) if !lost => settle(&ctx, run, token, outcome).await,
+        _ => ctx.shared().stats.lease_lost += 1,
     }
     ctx.shared().running.remove(&run);
     ctx.notify.notify_one();
+}
+
+/// One heartbeat of a running (or about to start) run; `true` when its lease is gone.
+async fn beat(ctx: &Ctx, run: RunId, token: super::LeaseToken) -> bool {
+    match ctx.spool.heartbeat(run, token, ctx.lease).await {
+        Ok(hb) => {
+            ctx.shared().stats.heartbeats += 1;
+            if hb.cancel_requested {
+                signal(ctx, run, StopReason::CancelRequested);
+            }
+            false
+        }
+        Err(e) if lease_gone(&e) => {
+            signal(ctx, run, StopReason::LeaseLost);
+            true
+        }
+        // Tried again at the next beat; a lease outlives two missed beats.
+        Err(e) => {
+            ctx.error(&e);
+            false
+        }
+    }
 }
 
 fn signal(ctx: &Ctx, run: RunId, reason: StopReason) {

@@ -696,6 +696,8 @@ struct Script {
     settle_calls: Vec<Instant>,
     /// Heartbeats tried.
     heartbeat_calls: usize,
+    /// Acks that reached the spool (before waiting at [`Faulty::acks`]).
+    ack_calls: usize,
     /// Claims that have returned.
     claims_returned: u64,
     /// Looks at the earliest due time that have returned.
@@ -707,6 +709,8 @@ struct Script {
 struct Faulty {
     inner: MemorySpool,
     script: Mutex<Script>,
+    /// Every ack waits for a read guard: a test holding the write guard holds the acks back.
+    acks: tokio::sync::RwLock<()>,
 }
 
 impl Faulty {
@@ -714,6 +718,7 @@ impl Faulty {
         Arc::new(Self {
             inner: MemorySpool::new(Arc::new(clock.clone())),
             script: Mutex::new(Script::default()),
+            acks: tokio::sync::RwLock::new(()),
         })
     }
 
@@ -777,6 +782,8 @@ impl Spool for Faulty {
         }
     }
     async fn ack(&self, run: RunId, token: crate::spool::LeaseToken) -> Result<()> {
+        self.script().ack_calls += 1;
+        let _open = self.acks.read().await;
         self.settle_fault()?;
         self.inner.ack(run, token).await
     }
@@ -1493,4 +1500,380 @@ async fn an_enqueue_after_the_consumer_went_idle_wakes_it() {
     })
     .await;
     assert!(consumer.shutdown().await.is_clean());
+}
+
+/// A handler that records how many handlers run at once and waits for a permit of `gate`.
+fn counting_handler(
+    gate: &Arc<Semaphore>,
+    running: &Arc<AtomicUsize>,
+    most: &Arc<AtomicUsize>,
+    started: &Arc<AtomicUsize>,
+) -> impl Fn(Job) -> std::pin::Pin<Box<dyn Future<Output = Outcome> + Send>> + Send + Sync + 'static
+{
+    let (gate, running, most, started) =
+        (gate.clone(), running.clone(), most.clone(), started.clone());
+    move |_job: Job| {
+        let (gate, running, most, started) =
+            (gate.clone(), running.clone(), most.clone(), started.clone());
+        Box::pin(async move {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            started.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            running.fetch_sub(1, Ordering::SeqCst);
+            Outcome::Done
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetch_is_claimed_with_the_slots_and_fills_them_without_another_claim() {
+    let (_clock, spool, q) = setup();
+    for i in 0..12 {
+        enqueue(&spool, &q, &format!("prefetched-{i}")).await;
+    }
+    let gate = Arc::new(Semaphore::new(0));
+    let (running, most, started) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    // A coalescing window of an hour: once the first claim is in, only a slot freeing with
+    // at least half a batch of room (3) could claim again.
+    let consumer = builder(&spool, &q)
+        .concurrency(2)
+        .prefetch(4)
+        .claim_coalesce(Duration::from_secs(3600))
+        .spawn(counting_handler(&gate, &running, &most, &started))
+        .await
+        .unwrap();
+    eventually("two handlers run", || async {
+        started.load(Ordering::SeqCst) == 2
+    })
+    .await;
+    let stats = consumer.stats();
+    assert_eq!(
+        (stats.claims, stats.claimed),
+        (1, 6),
+        "one claim for 2 slots + 4 prefetched"
+    );
+    // Two handlers return: their slots take two prefetched runs, with no claim in between.
+    gate.add_permits(2);
+    eventually("four handlers have started", || async {
+        started.load(Ordering::SeqCst) == 4
+    })
+    .await;
+    assert_eq!(
+        consumer.stats().claims,
+        1,
+        "the slots were filled from the prefetch"
+    );
+    gate.add_permits(100);
+    eventually("every run acked", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&12)
+    })
+    .await;
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        2,
+        "never more handlers than the concurrency"
+    );
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_takes_its_next_run_while_the_previous_ack_is_on_its_way() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    let first = enqueue(&spool, &q, "first").await;
+    let second = enqueue(&spool, &q, "second").await;
+    let held_back = faulty.acks.write().await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let s = starts.clone();
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(1)
+        .spawn(move |job: Job| {
+            let s = s.clone();
+            async move {
+                s.lock().unwrap().push(job.run_id());
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("both handlers ran, both acks wait", || async {
+        faulty.script().ack_calls == 2
+    })
+    .await;
+    assert_eq!(*starts.lock().unwrap(), vec![first, second]);
+    assert!(
+        consumer.stats().settled.is_empty(),
+        "a run counts as settled only once its ack returned"
+    );
+    drop(held_back);
+    eventually("both acked", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&2)
+    })
+    .await;
+    assert_eq!(state(&spool, first).await, RunState::Succeeded);
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+// Paused time: the runtime moves its clock only when every task waits, so "an hour of polls
+// passed" is reached deterministically, with no real sleep.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn no_claim_goes_out_while_the_acks_of_a_whole_batch_are_on_their_way() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    for i in 0..10 {
+        enqueue(&spool, &q, &format!("held-{i}")).await;
+    }
+    let held_back = faulty.acks.write().await;
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(1)
+        .spawn(|_job: Job| async { Outcome::Done })
+        .await
+        .unwrap();
+    // An hour of 2 ms polls.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    let stats = consumer.stats();
+    // The first claim takes 2 (slot + prefetch); the slot's first handler returning leaves one
+    // run settling, under the bound of 2, so one more is claimed; then two settle and the
+    // loop claims nothing more until an ack returns.
+    assert_eq!(stats.claimed, 3, "{stats:?}");
+    assert_eq!(faulty.script().ack_calls, 3);
+    assert!(stats.claimed <= 2 * (1 + 1));
+    drop(held_back);
+    for _ in 0..100 {
+        if consumer.stats().settled.get(&RunState::Succeeded) == Some(&10) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        consumer.stats().settled.get(&RunState::Succeeded),
+        Some(&10)
+    );
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_run_whose_lease_was_lost_while_it_waited_never_starts() {
+    let (clock, faulty, spool, q) = faulty_setup();
+    let slow = enqueue(&spool, &q, "slow").await;
+    let waiting = enqueue(&spool, &q, "waiting").await;
+    let gate = Arc::new(Semaphore::new(0));
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let (g, r) = (gate.clone(), ran.clone());
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(1)
+        .spawn(move |job: Job| {
+            let (g, r) = (g.clone(), r.clone());
+            async move {
+                r.lock().unwrap().push(job.run_id());
+                if job.run_id() == slow {
+                    g.acquire().await.unwrap().forget();
+                }
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("the slow run holds the slot", || async {
+        consumer.stats().claimed == 2 && ran.lock().unwrap().len() == 1
+    })
+    .await;
+    // The waiting run's lease runs out (and its backoff) and another consumer takes it. The
+    // slow run keeps its own lease by a heartbeat every third of it.
+    let mut passed = Duration::ZERO;
+    while passed <= LEASE + max_backoff_for_tests(1) {
+        let beats = faulty.script().heartbeat_calls;
+        clock.advance(LEASE / 3);
+        passed += LEASE / 3;
+        eventually("the slow run's beat", || async {
+            faulty.script().heartbeat_calls > beats
+        })
+        .await;
+    }
+    let other = ConsumerId::new("c2").unwrap();
+    let taken = loop {
+        let got = spool.claim(&q, &other, LEASE, 1).await.unwrap();
+        if let Some(c) = got.into_iter().next() {
+            break c;
+        }
+        tokio::task::yield_now().await;
+    };
+    assert_eq!(taken.run_id, waiting);
+    gate.add_permits(1);
+    eventually("the slow run is acked", || async {
+        state(&spool, slow).await == RunState::Succeeded
+    })
+    .await;
+    eventually("the waiting run is counted lost", || async {
+        consumer.stats().lease_lost == 1
+    })
+    .await;
+    assert_eq!(
+        *ran.lock().unwrap(),
+        vec![slow],
+        "the lost run's handler never ran"
+    );
+    assert_eq!(
+        state(&spool, waiting).await,
+        RunState::Claimed,
+        "still the other consumer's"
+    );
+    spool.ack(waiting, taken.token).await.unwrap();
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_run_that_waited_a_third_of_its_lease_is_heartbeaten_before_it_starts() {
+    let (clock, faulty, spool, q) = faulty_setup();
+    let slow = enqueue(&spool, &q, "slow").await;
+    let waiting = enqueue(&spool, &q, "waiting").await;
+    let gate = Arc::new(Semaphore::new(0));
+    let beats_at_start = Arc::new(Mutex::new(None));
+    let (g, b, f) = (gate.clone(), beats_at_start.clone(), faulty.clone());
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(1)
+        .spawn(move |job: Job| {
+            let (g, b, f) = (g.clone(), b.clone(), f.clone());
+            async move {
+                if job.run_id() == slow {
+                    g.acquire().await.unwrap().forget();
+                } else {
+                    *b.lock().unwrap() = Some(f.script().heartbeat_calls);
+                }
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("both claimed", || async { consumer.stats().claimed == 2 }).await;
+    // A third of the lease (and a bit): the slow run's own beat is due too.
+    clock.advance(LEASE / 3 + Duration::from_secs(1));
+    eventually("the slow run's beat", || async {
+        faulty.script().heartbeat_calls >= 1
+    })
+    .await;
+    let before = faulty.script().heartbeat_calls;
+    gate.add_permits(1);
+    eventually("both acked", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&2)
+    })
+    .await;
+    let at_start = beats_at_start.lock().unwrap().expect("the waiting run ran");
+    assert!(
+        at_start > before,
+        "the waiting run was heartbeaten before its handler ({at_start} beats at its start, {before} before)"
+    );
+    assert_eq!(state(&spool, waiting).await, RunState::Succeeded);
+    assert!(consumer.shutdown().await.is_clean());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_the_prefetched_runs_with_their_attempts() {
+    let (_clock, spool, q) = setup();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(enqueue(&spool, &q, &format!("r{i}")).await);
+    }
+    let gate = Arc::new(Semaphore::new(0));
+    let (running, most, started) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(3)
+        .spawn(counting_handler(&gate, &running, &most, &started))
+        .await
+        .unwrap();
+    eventually("one running, three prefetched", || async {
+        consumer.stats().claimed == 4 && started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The running handler holds its slot until the prefetched runs are back in the queue
+    // (shutdown releases them before it waits for the handlers; a slot freeing earlier would
+    // start one of them).
+    let stopping = tokio::spawn(consumer.shutdown());
+    eventually("three released", || async {
+        let mut queued = 0;
+        for id in &ids {
+            if state(&spool, *id).await == RunState::Queued {
+                queued += 1;
+            }
+        }
+        queued == 4
+    })
+    .await;
+    gate.add_permits(1);
+    let report = stopping.await.unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.stats.released, 3);
+    assert_eq!(report.stats.settled.get(&RunState::Succeeded), Some(&1));
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "no prefetched run started"
+    );
+    let mut queued = 0;
+    for id in &ids {
+        let info = spool.run(*id).await.unwrap().unwrap();
+        match info.state {
+            RunState::Queued => {
+                queued += 1;
+                assert_eq!(info.attempts, 0, "the release gave the attempt back");
+            }
+            RunState::Succeeded => {}
+            other => panic!("{id:?} is {other:?}"),
+        }
+    }
+    assert_eq!(queued, 4, "three released, one never claimed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    for i in 0..3 {
+        enqueue(&spool, &q, &format!("r{i}")).await;
+    }
+    let gate = Arc::new(Semaphore::new(0));
+    let (running, most, started) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(2)
+        .spawn(counting_handler(&gate, &running, &most, &started))
+        .await
+        .unwrap();
+    eventually("one running, two prefetched", || async {
+        consumer.stats().claimed == 3 && started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The first release fails for good; the second goes through. The handler holds its slot
+    // until both were tried (shutdown releases before it waits for the handlers).
+    faulty
+        .script()
+        .settle
+        .push_back(Error::invalid("release", "refused by the test"));
+    let stopping = tokio::spawn(consumer.shutdown());
+    eventually("both releases tried", || async {
+        faulty.script().settle_calls.len() == 2
+    })
+    .await;
+    gate.add_permits(1);
+    let report = stopping.await.unwrap();
+    assert_eq!(report.stats.released, 1);
+    assert_eq!(report.abandoned.len(), 1, "{report:?}");
+    assert_eq!(report.stats.errors, 1);
+    let info = spool.run(report.abandoned[0]).await.unwrap().unwrap();
+    assert_eq!(info.state, RunState::Claimed, "left to its lease");
 }
