@@ -43,6 +43,9 @@ pub(crate) enum Bench {
     /// Row 5's consumer process (started by `bench spool`).
     #[command(hide = true)]
     WakeConsumer(spool::WakeConsumerArgs),
+    /// Row 9's consumer process (started by `bench spool`).
+    #[command(hide = true)]
+    LatencyConsumer(spool::LatencyConsumerArgs),
 }
 
 /// Options of `bench heads`.
@@ -102,6 +105,7 @@ pub(crate) fn run(bench: Bench) -> Result<(), String> {
         Bench::Spool(args) => runtime.block_on(spool::run(args)),
         Bench::Appends(args) => runtime.block_on(appends::run(args)),
         Bench::WakeConsumer(args) => runtime.block_on(spool::wake_consumer(args)),
+        Bench::LatencyConsumer(args) => runtime.block_on(spool::latency_consumer(args)),
     }
 }
 

@@ -32,7 +32,10 @@ use super::cpu::{CpuMeter, CpuUse};
 use super::{printable_command, random_tag, store_err, thousands, Backend};
 
 mod bulk;
+mod drain;
 mod in_tx;
+
+pub(crate) use drain::latency_consumer;
 
 /// Options of `bench spool`.
 #[derive(clap::Args)]
@@ -73,8 +76,23 @@ pub(crate) struct SpoolArgs {
     /// Transactions per variant of row 7 (one client, one after the other).
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u64).range(1..))]
     transactions: u64,
-    /// The rows to run, e.g. `--rows 6,7` (default: all, 1–7).
-    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=7))]
+    /// Runs queued before row 8's drain.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    drain: u64,
+    /// The concurrencies of row 8's drain, each a drain of its own.
+    #[arg(long, value_delimiter = ',', default_values_t = [10u64, 24], value_parser = clap::value_parser!(u64).range(1..=100))]
+    drain_concurrency: Vec<u64>,
+    /// cairn's consumer prefetch in row 8 (graphile-worker's documented local queue: 500).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(0..=900))]
+    drain_prefetch: u64,
+    /// Row 9's steady enqueue rate (runs per second).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    latency_rate: u64,
+    /// Row 9's samples (after 20 warm-up runs).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    latency_samples: u64,
+    /// The rows to run, e.g. `--rows 6,7` (default: all, 1–10).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=10))]
     rows: Vec<u32>,
     /// Where to write the SVG chart (default: `docs/bench-spool.svg` in the checkout, written
     /// only when every row ran).
@@ -89,7 +107,12 @@ impl SpoolArgs {
     }
 
     fn all_rows(&self) -> bool {
-        (1..=7).all(|n| self.row(n))
+        (1..=10).all(|n| self.row(n))
+    }
+
+    /// Whether row 8's drain runs (row 10 is its CPU figures).
+    fn drains(&self) -> bool {
+        self.row(8) || self.row(10)
     }
 }
 
@@ -109,6 +132,22 @@ impl BackendChoice {
             Self::All => vec![Backend::Sqlite, Backend::Postgres],
         }
     }
+}
+
+/// Options of the hidden `bench latency-consumer` (row 9's other process).
+#[derive(clap::Args)]
+pub(crate) struct LatencyConsumerArgs {
+    #[arg(long, value_enum)]
+    backend: Backend,
+    /// SQLite: the store file. Postgres: the server URL.
+    #[arg(long)]
+    target: String,
+    /// Postgres: the store's schema.
+    #[arg(long, default_value = "public")]
+    schema: String,
+    /// The queue to consume.
+    #[arg(long)]
+    queue: String,
 }
 
 /// Options of the hidden `bench wake-consumer` (row 5's other process).
@@ -138,6 +177,10 @@ struct Runs {
     producers_n: Vec<f64>,
     /// Row 6: jobs per second of the bulk enqueue.
     bulk: Vec<f64>,
+    /// Row 8 (and its CPU, row 10): every drain, at every concurrency.
+    drain: Vec<drain::DrainRun>,
+    /// Row 9: end-to-end latency.
+    latency: Vec<drain::LatencyRun>,
     /// CPU use while each row ran (cairn only: the peers run in another process), in the order
     /// of [`rows`] (1, 2, 3, 4 with N producers), then row 6.
     cpu: [Vec<CpuUse>; 5],
@@ -150,6 +193,8 @@ impl Runs {
             && self.claim_complete.is_empty()
             && self.producers_n.is_empty()
             && self.bulk.is_empty()
+            && self.drain.is_empty()
+            && self.latency.is_empty()
     }
 }
 
@@ -170,12 +215,15 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
     } else {
         None
     };
-    let peers_bin = if args.peers && [1, 2, 3, 4, 6].iter().any(|&n| args.row(n)) {
+    let peers_bin = if args.peers && [1, 2, 3, 4, 6, 8, 9, 10].iter().any(|&n| args.row(n)) {
         Some(build_peers())
     } else {
         None
     };
-    let graphile = if args.peers && args.row(6) && backends.contains(&Backend::Postgres) {
+    let graphile = if args.peers
+        && [3, 6, 8, 9, 10].iter().any(|&n| args.row(n))
+        && backends.contains(&Backend::Postgres)
+    {
         Some(bulk::prepare_graphile())
     } else {
         None
@@ -209,6 +257,19 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             if args.row(6) {
                 bulk::measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs)
                     .await?;
+            }
+            if args.drains() {
+                drain::measure_cairn(backend, pg_url.as_deref(), &args, &mut systems[0].runs)
+                    .await?;
+            }
+            if args.row(9) {
+                drain::measure_cairn_latency(
+                    backend,
+                    pg_url.as_deref(),
+                    &args,
+                    &mut systems[0].runs,
+                )
+                .await?;
             }
             if let Some(bin) = &peers_bin {
                 merge(
@@ -247,6 +308,15 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         if args.row(7) {
             in_tx::print_table(backend, &args, &in_tx);
         }
+        if args.drains() {
+            drain::print_drain(backend, &args, &systems);
+        }
+        if args.row(9) {
+            drain::print_latency(backend, &args, &systems);
+        }
+        if args.drains() || args.row(9) {
+            drain::print_settings(backend, &args, &systems);
+        }
         charts.push((backend, systems, in_tx));
     }
     if args.chart.is_none() && !args.all_rows() {
@@ -263,6 +333,7 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             let mut groups = chart_rows(*backend, systems);
             groups.extend(bulk::chart_rows(*backend, systems));
             groups.extend(in_tx::chart_rows(*backend, in_tx));
+            groups.extend(drain::chart_rows(*backend, &args, systems));
             groups
         })
         .filter(|(_, bars)| !bars.is_empty())
@@ -379,6 +450,8 @@ fn merge(systems: &mut Vec<System>, new: Vec<System>) {
                 s.runs.producers_1.extend(n.runs.producers_1);
                 s.runs.producers_n.extend(n.runs.producers_n);
                 s.runs.bulk.extend(n.runs.bulk);
+                s.runs.drain.extend(n.runs.drain);
+                s.runs.latency.extend(n.runs.latency);
                 if s.runs.duplicate_returns.is_empty() {
                     s.runs.duplicate_returns = n.runs.duplicate_returns;
                 }
@@ -666,26 +739,7 @@ fn now_micros() -> u64 {
 /// The other process of row 5: waits on `subscribe()`, claims, prints
 /// `claimed <payload> <unix µs>` the moment it holds a run, acks, and waits again.
 pub(crate) async fn wake_consumer(args: WakeConsumerArgs) -> Result<(), String> {
-    let spool: Arc<dyn Spool> = match args.backend {
-        Backend::Sqlite => Arc::new(
-            SqliteSpool::open(
-                &args.target,
-                SqliteOptions::default(),
-                Arc::new(SystemClock),
-            )
-            .await
-            .map_err(store_err)?,
-        ),
-        Backend::Postgres => {
-            let store = PgStore::open_with(PgOptions::new(args.target.clone()).schema(args.schema))
-                .await
-                .map_err(store_err)?;
-            Arc::new(
-                PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default())
-                    .map_err(store_err)?,
-            )
-        }
-    };
+    let spool = open_spool(args.backend, &args.target, &args.schema).await?;
     let q = QueueName::new(args.queue).map_err(store_err)?;
     let me = ConsumerId::new(format!("wake-consumer-{}", std::process::id())).map_err(store_err)?;
     let mut wake = spool.subscribe(&q).await.map_err(store_err)?;
@@ -705,6 +759,30 @@ pub(crate) async fn wake_consumer(args: WakeConsumerArgs) -> Result<(), String> 
         }
         wake.wait().await.map_err(store_err)?;
     }
+}
+
+/// The spool another process of the bench opened (`Fresh::target`, `Fresh::schema`).
+async fn open_spool(
+    backend: Backend,
+    target: &str,
+    schema: &str,
+) -> Result<Arc<dyn Spool>, String> {
+    Ok(match backend {
+        Backend::Sqlite => Arc::new(
+            SqliteSpool::open(target, SqliteOptions::default(), Arc::new(SystemClock))
+                .await
+                .map_err(store_err)?,
+        ),
+        Backend::Postgres => {
+            let store = PgStore::open_with(PgOptions::new(target.to_owned()).schema(schema))
+                .await
+                .map_err(store_err)?;
+            Arc::new(
+                PgSpool::from_store(&store, Arc::new(SystemClock), SpoolConfig::default())
+                    .map_err(store_err)?,
+            )
+        }
+    })
 }
 
 /// Builds the peers project in release (its own target directory) and returns its binary.
@@ -741,6 +819,7 @@ fn run_peers(
     let failed = |why: String| {
         PEERS
             .iter()
+            .filter(|n| drain::peers_of(backend).contains(n))
             .map(|n| System {
                 name: (*n).into(),
                 settings: String::new(),
@@ -762,10 +841,11 @@ fn run_peers(
         .args(["--workers", &args.workers.to_string()])
         .args(["--producers", &args.producers.to_string()])
         .args(["--bulk", &args.bulk.to_string()])
-        .args(["--bulk-batch", &args.bulk_batch.to_string()]);
-    let rows: Vec<String> = [1, 2, 3, 4, 6]
+        .args(["--bulk-batch", &args.bulk_batch.to_string()])
+        .args(drain_flags(args));
+    let rows: Vec<String> = [1, 2, 3, 4, 6, 8, 9]
         .into_iter()
-        .filter(|&n| args.row(n))
+        .filter(|&n| args.row(n) || (n == 8 && args.drains()))
         .map(|n: u32| n.to_string())
         .collect();
     cmd.args(["--rows", &rows.join(",")]);
@@ -786,8 +866,23 @@ fn run_peers(
     parse_systems(&doc)
 }
 
+/// The flags of rows 8 and 9, the same for every peer.
+fn drain_flags(args: &SpoolArgs) -> Vec<String> {
+    let concurrency: Vec<String> = args.drain_concurrency.iter().map(u64::to_string).collect();
+    vec![
+        "--drain".into(),
+        args.drain.to_string(),
+        "--drain-concurrency".into(),
+        concurrency.join(","),
+        "--latency-rate".into(),
+        args.latency_rate.to_string(),
+        "--latency-samples".into(),
+        args.latency_samples.to_string(),
+    ]
+}
+
 /// The Rust peers of `bench/peers`, in the order of the tables.
-const PEERS: [&str; 2] = ["riverqueue", "apalis"];
+const PEERS: [&str; 3] = ["riverqueue", "apalis", "graphile_worker"];
 
 /// The systems of one JSON document the peers printed (`bench/peers` or the graphile script).
 fn parse_systems(doc: &serde_json::Value) -> Vec<System> {
@@ -820,6 +915,14 @@ fn parse_systems(doc: &serde_json::Value) -> Vec<System> {
                 producers_1: nums("producers_1"),
                 producers_n: nums("producers_n"),
                 bulk: nums("bulk_enqueue"),
+                drain: s["runs"]
+                    .as_array()
+                    .map(|rs| rs.iter().flat_map(drain::parse_drains).collect())
+                    .unwrap_or_default(),
+                latency: s["runs"]
+                    .as_array()
+                    .map(|rs| rs.iter().filter_map(drain::parse_latency).collect())
+                    .unwrap_or_default(),
                 cpu: Default::default(),
             };
             let failed = if runs.is_empty() {
@@ -878,11 +981,13 @@ fn rows() -> [Row; 4] {
 
 fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wake, fsync: f64) {
     let cairn = &systems[0];
-    // Row 6's extra peer (graphile-worker) has a table of its own.
-    let systems: Vec<&System> = systems
-        .iter()
-        .filter(|s| s.name == "cairn" || PEERS.contains(&s.name.as_str()))
-        .collect();
+    let all = systems;
+    let mut systems: Vec<&System> = vec![cairn];
+    systems.extend(
+        drain::peers_of(backend)
+            .iter()
+            .filter_map(|n| all.iter().find(|s| s.name == *n)),
+    );
     let peers = &systems[1..];
     println!(
         "\n### {} — ops/s, median of {} runs\n",
@@ -892,7 +997,7 @@ fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wa
     let mut header = "| row | cairn |".to_owned();
     let mut rule = "|---|---:|".to_owned();
     for p in peers {
-        header.push_str(&format!(" {} |", p.name));
+        header.push_str(&format!(" {} |", drain::display(&p.name)));
         rule.push_str("---:|");
     }
     header.push_str(" cairn ÷ best peer |");
@@ -965,15 +1070,19 @@ fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System], wake: &Wa
     }
     println!("\nDuplicate enqueue returns:");
     for s in &systems {
-        if s.failed.is_none() {
-            println!("- {}: {}", s.name, s.runs.duplicate_returns);
+        if s.failed.is_none() && !s.runs.duplicate.is_empty() {
+            println!(
+                "- {}: {}",
+                drain::display(&s.name),
+                s.runs.duplicate_returns
+            );
         }
     }
     println!("\nSettings:");
     for s in &systems {
         match &s.failed {
-            None => println!("- {}: {}", s.name, s.settings),
-            Some(why) => println!("- {}: NOT MEASURED — {why}", s.name),
+            None => println!("- {}: {}", drain::display(&s.name), s.settings),
+            Some(why) => println!("- {}: NOT MEASURED — {why}", drain::display(&s.name)),
         }
     }
 }

@@ -143,11 +143,20 @@ pub(super) fn run_graphile(
     let Some(url) = pg_url else {
         return failed("no Postgres server".into());
     };
+    let rows: Vec<String> = [3, 6, 8, 9]
+        .into_iter()
+        .filter(|&n| args.row(n) || (n == 8 && args.drains()))
+        .map(|n: u32| n.to_string())
+        .collect();
     let out = Command::new("node")
         .arg(dir.join("bench.js"))
         .args(["--url", url])
         .args(["--jobs", &args.bulk.to_string()])
         .args(["--batch", &args.bulk_batch.to_string()])
+        .args(["--claims", &args.claims.to_string()])
+        .args(["--workers", &args.workers.to_string()])
+        .args(super::drain_flags(args))
+        .args(["--rows", &rows.join(",")])
         .args(["--runs", "1"])
         .current_dir(dir)
         .stderr(Stdio::inherit())
@@ -172,7 +181,7 @@ pub(super) fn run_graphile(
 fn peers_of(backend: Backend) -> &'static [&'static str] {
     match backend {
         Backend::Sqlite => &["riverqueue", "apalis"],
-        Backend::Postgres => &["riverqueue", "apalis", "graphile-worker"],
+        Backend::Postgres => &["riverqueue", "apalis", "graphile_worker", "graphile-worker"],
     }
 }
 
