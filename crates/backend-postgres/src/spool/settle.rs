@@ -437,7 +437,11 @@ async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
         Err(Error::backend("postgres", "an injected batch failure"))
     } else {
         match transition(RunState::Claimed, Action::Ack) {
+            // Planned for these arrays each time (the unnamed statement), not on the generic
+            // plan: there, with the arrays' sizes unknown, the join of the runs with the acks
+            // became a nested loop over both lists (a batch of n acks read n² rows; sql.rs).
             Ok(succeeded) => sqlx::query(sql::ACK_MANY)
+                .persistent(false)
                 .bind(runs)
                 .bind(tokens)
                 .bind(nows)
