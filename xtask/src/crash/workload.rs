@@ -382,11 +382,35 @@ async fn ack(
     known: &mut Known,
     side: &mut SideLog,
 ) -> Result<(), Step> {
-    let Some((run, token)) = take_lease(rng, known) else {
-        return Ok(());
+    // Half the time 2–4 acks go out at once: one spool instance batches concurrent acks (on
+    // Postgres one `ACK_MANY` statement on the ack lane, on SQLite one write group), so kills
+    // land inside a batch too. Each ack is logged once its own call returned `Ok`.
+    let n = if rng.below(0..2) == 0 {
+        1
+    } else {
+        rng.below(2..5)
     };
-    store.spool().ack(run, token).await?;
-    logged(side, &Entry::Ack { run })
+    let leases: Vec<(RunId, LeaseToken)> = (0..n).filter_map(|_| take_lease(rng, known)).collect();
+    let spool = store.spool();
+    let mut acks = tokio::task::JoinSet::new();
+    for (run, token) in leases {
+        let spool = spool.clone();
+        acks.spawn(async move { (run, spool.ack(run, token).await) });
+    }
+    // Of several refusals, an unexpected one is what the step reports.
+    let mut refused: Option<Error> = None;
+    while let Some(done) = acks.join_next().await {
+        let (run, result) = done.map_err(|e| Step::Log(format!("an ack task failed: {e}")))?;
+        match result {
+            Ok(()) => logged(side, &Entry::Ack { run })?,
+            Err(e) => {
+                if refused.as_ref().is_none_or(expected) {
+                    refused = Some(e);
+                }
+            }
+        }
+    }
+    refused.map_or(Ok(()), |e| Err(Step::Store(e)))
 }
 
 async fn nack(
