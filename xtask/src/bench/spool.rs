@@ -61,6 +61,10 @@ pub(crate) struct SpoolArgs {
     /// Concurrent workers of row 3.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=100))]
     workers: u64,
+    /// cairn's consumer prefetch in row 3 (claimed runs waiting for a free slot; graphile-worker
+    /// runs its local queue of concurrency + 1 there).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=900))]
+    prefetch: u64,
     /// Concurrent producers of row 4.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(2..=64))]
     producers: u64,
@@ -241,7 +245,7 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         let mut fsync = Vec::new();
         let mut systems = vec![System {
             name: "cairn".into(),
-            settings: cairn_settings(backend).into(),
+            settings: cairn_settings(backend, &args),
             runs: Runs::default(),
             failed: None,
         }];
@@ -468,18 +472,22 @@ fn merge(systems: &mut Vec<System>, new: Vec<System>) {
     }
 }
 
-fn cairn_settings(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Sqlite => {
-            "cairn (SQLite WAL, synchronous=FULL, group commit); Consumer concurrency 10, \
-             claim batch 10, claim coalescing 2 ms (the default)"
-        }
+fn cairn_settings(backend: Backend, args: &SpoolArgs) -> String {
+    let engine = match backend {
+        Backend::Sqlite => "cairn (SQLite WAL, synchronous=FULL, group commit)",
         Backend::Postgres => {
             "cairn (Postgres synchronous_commit=on, 10 pooled connections, batched enqueues \
-             and acks); Consumer concurrency 10, claim batch 10, claim coalescing 2 ms (the \
-             default)"
+             and acks)"
         }
-    }
+    };
+    format!(
+        "{engine}; row 3: Consumer concurrency {w}, prefetch {p} (a claim takes up to {b} runs: \
+         the free slots and room in the prefetch), claim coalescing 2 ms (the default), a slot \
+         takes its next run while the previous ack is on its way",
+        w = args.workers,
+        p = args.prefetch,
+        b = args.workers + args.prefetch
+    )
 }
 
 /// One run of cairn's rows 1–4, each on a fresh store, added to `runs`.
@@ -575,6 +583,7 @@ async fn measure_cairn(
             ConsumerId::new("bench-consumer").map_err(store_err)?,
         )
         .concurrency(args.workers as usize)
+        .prefetch(usize::try_from(args.prefetch).map_err(|e| e.to_string())?)
         .spawn(move |_job: Job| {
             let counter = counter.clone();
             async move {
