@@ -40,7 +40,8 @@
 //      local queue fetches again as soon as it hands out its last job, so the interval only
 //      matters for future-dated jobs), noHandleSignals (this script handles the signals).
 //
-//   8  drain with batching -> run.drain = [{ concurrency, jobs, rate, secs, busy_cpu_s }].
+//   8  drain with batching -> run.drain = [{ concurrency, jobs, rate, secs, busy_cpu_s,
+//      wal_bytes }] (wal_bytes: the server's WAL written over the drain, pg_current_wal_lsn).
 //      For each C of `--drain-concurrency`: `--drain` jobs added as in row 3 before the clock,
 //      then graphile's documented performance preset (worker.graphile.org/docs/performance:
 //      concurrentJobs 24, maxPoolSize 25, localQueue { size: 500 }, completeJobBatchDelay 0,
@@ -425,17 +426,36 @@ async function drainRow(a) {
   for (const c of a.drainConcurrency) {
     const one = await withFreshSchema(a, async (utils, schema) => {
       await seed(utils, schema, a.drain);
+      // The server's WAL position around the drain: the bytes of WAL it wrote per job (the
+      // whole server's, so on an otherwise idle server this drain's).
+      const lsn = async () =>
+        (await utils.withPgClient((cl) => cl.query("select pg_current_wal_lsn()::text as l"))).rows[0].l;
+      const lsn0 = await lsn();
       const { secs, startup, ticks } = await drainSeeded(a, utils, schema, a.drain, {
         concurrency: c,
         localQueueSize: 500,
       });
+      const wal = Number(
+        (
+          await utils.withPgClient((cl) =>
+            cl.query("select pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::float8 as d", [lsn0]),
+          )
+        ).rows[0].d,
+      );
       const busy = ticks === null ? null : ticks / 100;
       log(
         `row 8, concurrency ${c}: ${a.drain} jobs in ${secs.toFixed(3)} s (${Math.round(a.drain / secs)}/s; ` +
           `first job ${(startup * 1000).toFixed(0)} ms after run()), ` +
           `machine busy CPU ${busy === null ? "n/a (no /proc/stat)" : `${busy.toFixed(2)} s`}`,
       );
-      return { concurrency: c, jobs: a.drain, rate: a.drain / Math.max(secs, 1e-9), secs, busy_cpu_s: busy };
+      return {
+        concurrency: c,
+        jobs: a.drain,
+        rate: a.drain / Math.max(secs, 1e-9),
+        secs,
+        busy_cpu_s: busy,
+        wal_bytes: wal,
+      };
     });
     drain.push(one);
   }

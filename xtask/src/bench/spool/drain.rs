@@ -58,6 +58,29 @@ pub(super) struct DrainRun {
     pub(super) busy_cpu_s: Option<f64>,
     /// The measuring process's own CPU-seconds over the drain (cairn only).
     pub(super) own_cpu_s: Option<f64>,
+    /// Postgres: the WAL the server wrote over the drain, in bytes (`pg_current_wal_lsn`).
+    pub(super) wal_bytes: Option<f64>,
+}
+
+/// The server's WAL position (Postgres), for the WAL written over a measurement.
+async fn wal_lsn(fresh: &Fresh) -> Option<String> {
+    let admin = fresh.admin.as_ref()?;
+    sqlx::query_scalar::<_, String>("SELECT pg_catalog.pg_current_wal_lsn()::text")
+        .fetch_one(admin)
+        .await
+        .ok()
+}
+
+/// Bytes of WAL since `from` (Postgres).
+async fn wal_since(fresh: &Fresh, from: Option<String>) -> Option<f64> {
+    let (admin, from) = (fresh.admin.as_ref()?, from?);
+    sqlx::query_scalar::<_, f64>(
+        "SELECT pg_catalog.pg_wal_lsn_diff(pg_catalog.pg_current_wal_lsn(), $1::pg_lsn)::float8",
+    )
+    .bind(from)
+    .fetch_one(admin)
+    .await
+    .ok()
 }
 
 /// One run of row 9.
@@ -83,6 +106,7 @@ pub(super) fn parse_drains(run: &serde_json::Value) -> Vec<DrainRun> {
                         rate: d["rate"].as_f64()?,
                         busy_cpu_s: d["busy_cpu_s"].as_f64(),
                         own_cpu_s: None,
+                        wal_bytes: d["wal_bytes"].as_f64(),
                     })
                 })
                 .collect()
@@ -127,6 +151,7 @@ pub(super) async fn measure_cairn(
                 .await
                 .map_err(store_err)?;
         }
+        let lsn = wal_lsn(&fresh).await;
         let t = Instant::now();
         let cpu = CpuMeter::start();
         let consumer = ConsumerBuilder::new(
@@ -160,6 +185,7 @@ pub(super) async fn measure_cairn(
         }
         let took = t.elapsed();
         let used = cpu.stop(args.drain);
+        let wal_bytes = wal_since(&fresh, lsn).await;
         let report = consumer.shutdown().await;
         if !report.is_clean() || report.stats.errors > 0 {
             return Err(format!(
@@ -175,6 +201,7 @@ pub(super) async fn measure_cairn(
             own_cpu_s: used
                 .process_per_op
                 .map(|d| d.as_secs_f64() * args.drain as f64),
+            wal_bytes,
         });
         fresh.close().await?;
     }
@@ -350,6 +377,18 @@ pub(super) fn display(name: &str) -> String {
     }
 }
 
+/// The median WAL bytes per job of a system's drains at `c`.
+fn wal_per_job(runs: &Runs, c: u64) -> Option<f64> {
+    median(
+        &runs
+            .drain
+            .iter()
+            .filter(|d| d.concurrency == c)
+            .filter_map(|d| d.wal_bytes.map(|w| w / d.jobs.max(1) as f64))
+            .collect::<Vec<_>>(),
+    )
+}
+
 /// The median rate, busy CPU-seconds and own CPU-seconds of a system's drains at `c`.
 fn drain_at(runs: &Runs, c: u64) -> (Option<f64>, Option<f64>, Option<f64>, u64) {
     let at: Vec<&DrainRun> = runs.drain.iter().filter(|d| d.concurrency == c).collect();
@@ -460,6 +499,30 @@ pub(super) fn print_drain(backend: Backend, args: &SpoolArgs, systems: &[System]
             _ => ("n/a".into(), "n/a".into()),
         };
         println!("{line} {ratio} | {verdict} |");
+    }
+    if backend != Backend::Postgres {
+        return;
+    }
+    println!(
+        "\nWAL the server wrote per job over the drain (bytes, median; `n/a`: the system does not report it):\n"
+    );
+    let mut header = "| row | cairn |".to_owned();
+    let mut rule = "|---|---:|".to_owned();
+    for p in &peers {
+        header.push_str(&format!(" {} |", display(&p.name)));
+        rule.push_str("---:|");
+    }
+    println!("{header}\n{rule}");
+    let cell = |x: Option<f64>| x.map_or_else(|| "n/a".to_owned(), |x| thousands(x.round() as u64));
+    for &c in &args.drain_concurrency {
+        let mut line = format!(
+            "| 10. WAL per job, concurrency {c} | {} |",
+            cell(wal_per_job(&cairn.runs, c))
+        );
+        for p in &peers {
+            line.push_str(&format!(" {} |", cell(wal_per_job(&p.runs, c))));
+        }
+        println!("{line}");
     }
 }
 
@@ -619,7 +682,7 @@ mod tests {
     fn peer_documents_parse_into_drains_and_latency() {
         let run = serde_json::json!({
             "drain": [
-                {"concurrency": 10, "jobs": 20000, "rate": 5000.0, "secs": 4.0, "busy_cpu_s": 7.5},
+                {"concurrency": 10, "jobs": 20000, "rate": 5000.0, "secs": 4.0, "busy_cpu_s": 7.5, "wal_bytes": 1.0e7},
                 {"concurrency": 24, "jobs": 20000, "rate": 6000.0, "secs": 3.3},
                 {"concurrency": "x"}
             ],
@@ -633,6 +696,7 @@ mod tests {
         );
         assert_eq!(d[0].busy_cpu_s, Some(7.5));
         assert_eq!(d[1].busy_cpu_s, None);
+        assert_eq!((d[0].wal_bytes, d[1].wal_bytes), (Some(1.0e7), None));
         let l = parse_latency(&run).expect("a latency");
         assert_eq!((l.samples, l.p50_ms, l.p99_ms), (1_000, 2.0, 5.5));
         assert!(parse_latency(&serde_json::json!({})).is_none());
@@ -643,5 +707,7 @@ mod tests {
         let (rate, busy, own, jobs) = drain_at(&runs, 10);
         assert_eq!((rate, jobs, own), (Some(5_000.0), 20_000, None));
         assert!((busy.expect("busy") - 0.375).abs() < 1e-12);
+        assert_eq!(wal_per_job(&runs, 10), Some(500.0));
+        assert_eq!(wal_per_job(&runs, 24), None);
     }
 }
