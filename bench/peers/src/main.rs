@@ -1,21 +1,72 @@
-//! The peers of `cargo xtask bench spool`: riverqueue and apalis, measured on fresh stores with
-//! the same rows as cairn's bench, printing one JSON document on stdout.
+//! The peers of `cargo xtask bench spool`: riverqueue, apalis and graphile_worker (Rust),
+//! measured on fresh stores with the same rows as cairn's bench, printing one JSON document on
+//! stdout.
 //!
 //! Usage: `cairn-bench-peers --backend sqlite|postgres [--url POSTGRES_ADMIN_URL] [--runs 3]
 //! [--enqueue 5000] [--duplicates 1000] [--claims 5000] [--workers 10] [--producers 8]
-//! [--bulk 10000] [--bulk-batch 1000] [--rows 1,2,3,4,6]`.
+//! [--bulk 10000] [--bulk-batch 1000] [--drain 20000] [--drain-concurrency 10,24]
+//! [--latency-rate 200] [--latency-samples 1000] [--rows 1,2,3,4,6]` (rows 8 and 9 are run only
+//! when `--rows` names them).
 //!
-//! Rows (numbered as in `cargo xtask bench spool`): 1 and 2 enqueue and duplicates, 3 claim +
-//! complete, 4 producers, 6 bulk enqueue (`--bulk` distinct keys in batches of `--bulk-batch`,
-//! each batch one call of the peer's bulk API). A row left out of `--rows` is absent from the
-//! JSON.
+//! Systems: `riverqueue` and `apalis` on both engines; `graphile_worker` (every row) is Postgres
+//! only and is absent from `systems` on `--backend sqlite`.
+//!
+//! Rows (numbered as in `cargo xtask bench spool`):
+//! - 1 and 2: enqueue one job per call with the system's dedup key, then enqueue `--duplicates`
+//!   of those keys again (what a duplicate returns is reported in `duplicate_returns`);
+//! - 3: claim + complete: `--claims` jobs seeded before the clock, a worker of `--workers`
+//!   concurrency with a no-op handler, timed from starting the worker until every job is
+//!   completed in the store;
+//! - 4: `--producers` concurrent producers, one job per call;
+//! - 6: bulk enqueue: `--bulk` distinct keys in batches of `--bulk-batch`, each batch one call of
+//!   the system's bulk API;
+//! - 8: drain with batching allowed: for each concurrency C of `--drain-concurrency`, `--drain`
+//!   jobs seeded before the clock (bulk insert), drained with the system's batch fetch and
+//!   batched completion at its fastest documented settings; the rate, the wall time and the
+//!   whole machine's busy CPU (from the first line of `/proc/stat`: user+nice+system+irq+
+//!   softirq+steal ticks at 100 per second; iowait and idle excluded) over exactly that window;
+//! - 9: end-to-end latency, enqueue in one OS process → handler start in another: this binary
+//!   spawns itself as the worker process (hidden flags `--latency-worker SYSTEM --target
+//!   SQLITE_FILE|POSTGRES_URL`), waits for its `ready` line and for one probe job to come back,
+//!   then enqueues one job at a time at a steady `--latency-rate` per second (job i at
+//!   t0 + i/rate; when behind it sends at once and never shifts the schedule), each payload
+//!   carrying the wall clock (µs since the Unix epoch) taken just before the insert call. The
+//!   worker's handler prints its wall clock at handler start minus that time. 20 warm-up jobs are
+//!   discarded, then `--latency-samples` are reported (p = the value at rank ceil(n·q) of the
+//!   sorted samples).
+//!
+//! A row left out of `--rows` is absent from the JSON. Rows 3 and 8 wait for their end without
+//! polling while the handlers run (the handlers count themselves and wake the waiter), then poll
+//! the store's count every 2 ms until it agrees, so the measurement's own queries stay out of the
+//! drain.
+//!
+//! Settings, chosen as each system's fastest documented configuration for the row (each
+//! system's `settings` string in the JSON states every setting each row used):
+//! - riverqueue: `fetch_cooldown` 1 ms (its minimum; the default 100 ms paces fetches and insert
+//!   notifications), `QueueConfig::new(workers)`. Its batching has no knobs: a fetch claims up to
+//!   the queue's free worker slots in one statement and the completer coalesces results for
+//!   10 ms and writes up to 5000 per statement. Row 9: Postgres `LISTEN/NOTIFY` (the inserting
+//!   client also runs `fetch_cooldown` 1 ms, which paces its notifications); on SQLite the fetch
+//!   poll interval is its 1 ms minimum, River's notification outbox being polled every 100 ms.
+//! - apalis: concurrency = workers, poll interval 1 ms, `batch_size` 10 (its default) for rows 3
+//!   and 9 and 2000 for row 8 ([`APALIS_DRAIN_BATCH`]: measured, apalis waits about the same per
+//!   fetched batch whatever its size, so larger is faster); completions are written together by
+//!   apalis' event flush (all waiting acks in one transaction, no knob). Row 9 shows a stall of
+//!   apalis-core 1.0.0: its `IntervalStrategy` re-arms its timer without polling it, so when the
+//!   fetch in flight comes back empty in that same poll the worker parks with no timer armed
+//!   and sleeps until its next heartbeat (`heartbeat_interval`, 30 s by default).
+//! - graphile_worker: rows 3 and 8 use its documented throughput options: `local_queue` (size
+//!   concurrency+1 for row 3, 500 for row 8 as in graphile-worker's performance preset),
+//!   `complete_job_batch_delay` 0 and `fail_job_batch_delay` 0, a pool of concurrency+1; row 9
+//!   its defaults (`LISTEN/NOTIFY`, no local queue, no batching) with concurrency = workers.
 //!
 //! Durability is matched with cairn's: every SQLite connection runs `synchronous=FULL` in WAL
 //! mode (apalis' own setup switches its connection to `synchronous=OFF`, so its pool is closed
 //! after setup and reopened with FULL); Postgres keeps the server's `synchronous_commit=on`.
-//! Each row of each run gets a fresh store: a new SQLite file, or a new Postgres database.
+//! Each row of each run (and each concurrency of row 8) gets a fresh store, a new SQLite file
+//! or a new Postgres database, dropped afterwards whether the row succeeded or not.
 
-use std::str::FromStr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,23 +74,46 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+mod apalis_peer;
+mod graphile;
+mod latency;
+mod river;
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Res<T> = Result<T, BoxError>;
 
-const RIVER_VERSION: &str = "0.5.0";
-const APALIS_VERSION: &str = "1.0.0";
-/// River's fetch cooldown for the claim row (its minimum; the default is 100 ms).
-const RIVER_FETCH_COOLDOWN: Duration = Duration::from_millis(1);
-/// apalis' fetch batch size and poll interval for the claim row.
-const APALIS_BATCH: usize = 10;
-const APALIS_POLL: Duration = Duration::from_millis(1);
-/// How long the claim row may take before it is declared stuck.
-const CLAIM_DEADLINE: Duration = Duration::from_secs(600);
+/// How long a row may wait for its end (or a latency worker for its jobs) before it is declared
+/// stuck.
+const DEADLINE: Duration = Duration::from_secs(600);
+/// Jobs per bulk insert call when rows 3 and 8 seed their store.
+const SEED_BATCH: usize = 1000;
+/// apalis' fetch batch size in row 8. apalis spends a roughly fixed wait per fetched batch
+/// (measured here on Postgres, 20000 jobs, C=10: batch_size 10 → about 3k jobs/s, 500 → 7.4k,
+/// 1000 → 13.6k, 2000 → 15k to 19k, 5000 → 20k; on SQLite about 200/s whatever the size), so
+/// larger is faster; 2000 is where the gain flattens while one worker's claimed-ahead tasks
+/// stay a tenth of the default drain.
+const APALIS_DRAIN_BATCH: usize = 2000;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Engine {
     Sqlite,
     Postgres,
+}
+
+impl Engine {
+    fn name(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
+        }
+    }
+
+    fn durability(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "WAL, synchronous=FULL",
+            Engine::Postgres => "synchronous_commit=on",
+        }
+    }
 }
 
 struct Args {
@@ -53,7 +127,15 @@ struct Args {
     producers: usize,
     bulk: usize,
     bulk_batch: usize,
+    drain: usize,
+    drain_concurrency: Vec<usize>,
+    latency_rate: f64,
+    latency_samples: usize,
     rows: Vec<u32>,
+    /// Set in the worker process of row 9: the system it runs.
+    latency_worker: Option<String>,
+    /// The worker process' store: a SQLite file or a Postgres URL.
+    target: Option<String>,
 }
 
 impl Args {
@@ -74,12 +156,22 @@ fn parse_args() -> Res<Args> {
         producers: 8,
         bulk: 10_000,
         bulk_batch: 1000,
+        drain: 20_000,
+        drain_concurrency: vec![10, 24],
+        latency_rate: 200.0,
+        latency_samples: 1000,
         rows: vec![1, 2, 3, 4, 6],
+        latency_worker: None,
+        target: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let num = || value.parse::<usize>().map_err(|e| format!("{flag}: {e}"));
+        let positive = || match num()? {
+            0 => Err(format!("{flag} must be at least 1")),
+            n => Ok(n),
+        };
         match flag.as_str() {
             "--backend" => {
                 a.backend = match value.as_str() {
@@ -92,17 +184,38 @@ fn parse_args() -> Res<Args> {
             "--runs" => a.runs = num()?,
             "--enqueue" => a.enqueue = num()?,
             "--duplicates" => a.duplicates = num()?,
-            "--claims" => a.claims = num()?,
-            "--workers" => a.workers = num()?,
-            "--producers" => a.producers = num()?,
+            "--claims" => a.claims = positive()?,
+            "--workers" => a.workers = positive()?,
+            "--producers" => a.producers = positive()?,
             "--bulk" => a.bulk = num()?,
             "--bulk-batch" => a.bulk_batch = num()?.max(1),
+            "--drain" => a.drain = positive()?,
+            "--drain-concurrency" => {
+                a.drain_concurrency = value
+                    .split(',')
+                    .map(|c| match c.trim().parse::<usize>() {
+                        Ok(0) => Err(format!("{flag}: a concurrency must be at least 1")),
+                        Ok(n) => Ok(n),
+                        Err(e) => Err(format!("{flag}: {e}")),
+                    })
+                    .collect::<Result<_, _>>()?
+            }
+            "--latency-rate" => {
+                a.latency_rate = match value.parse::<f64>() {
+                    Ok(r) if r.is_finite() && r > 0.0 => r,
+                    Ok(_) => return Err(format!("{flag} must be a positive number").into()),
+                    Err(e) => return Err(format!("{flag}: {e}").into()),
+                }
+            }
+            "--latency-samples" => a.latency_samples = positive()?,
             "--rows" => {
                 a.rows = value
                     .split(',')
                     .map(|r| r.trim().parse::<u32>().map_err(|e| format!("--rows: {e}")))
                     .collect::<Result<_, _>>()?
             }
+            "--latency-worker" => a.latency_worker = Some(value),
+            "--target" => a.target = Some(value),
             other => return Err(format!("unknown flag {other}").into()),
         }
     }
@@ -117,11 +230,35 @@ fn rate(ops: usize, took: Duration) -> f64 {
     ops as f64 / took.as_secs_f64()
 }
 
+fn sqlite_options_at(path: &Path) -> sqlx::sqlite::SqliteConnectOptions {
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(Duration::from_secs(30))
+}
+
+async fn sqlite_pool_at(path: &Path, max: u32) -> Res<sqlx::SqlitePool> {
+    Ok(sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(max)
+        .connect_with(sqlite_options_at(path))
+        .await?)
+}
+
+async fn pg_pool_at(url: &str, max: u32) -> Res<sqlx::PgPool> {
+    Ok(sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max)
+        .connect(url)
+        .await?)
+}
+
 /// A fresh store for one row: a SQLite file in a new directory, or a new Postgres database.
 struct Fresh {
     backend: Engine,
     admin_url: String,
-    dir: Option<std::path::PathBuf>,
+    dir: Option<PathBuf>,
     db_name: Option<String>,
 }
 
@@ -158,27 +295,16 @@ impl Fresh {
         }
     }
 
-    fn sqlite_options(&self) -> Res<sqlx::sqlite::SqliteConnectOptions> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
-        let path = self
+    fn sqlite_path(&self) -> Res<PathBuf> {
+        Ok(self
             .dir
             .as_ref()
             .ok_or("not a sqlite store")?
-            .join("peer.db");
-        Ok(
-            SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-                .create_if_missing(true)
-                .journal_mode(SqliteJournalMode::Wal)
-                .synchronous(SqliteSynchronous::Full)
-                .busy_timeout(Duration::from_secs(30)),
-        )
+            .join("peer.db"))
     }
 
     async fn sqlite_pool(&self, max: u32) -> Res<sqlx::SqlitePool> {
-        Ok(sqlx::sqlite::SqlitePoolOptions::new()
-            .max_connections(max)
-            .connect_with(self.sqlite_options()?)
-            .await?)
+        sqlite_pool_at(&self.sqlite_path()?, max).await
     }
 
     fn pg_url(&self) -> Res<String> {
@@ -192,10 +318,19 @@ impl Fresh {
     }
 
     async fn pg_pool(&self, max: u32) -> Res<sqlx::PgPool> {
-        Ok(sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .connect(&self.pg_url()?)
-            .await?)
+        pg_pool_at(&self.pg_url()?, max).await
+    }
+
+    /// What the worker process of row 9 opens: the SQLite file or the database's URL.
+    fn target(&self) -> Res<String> {
+        match self.backend {
+            Engine::Sqlite => Ok(self
+                .sqlite_path()?
+                .to_str()
+                .ok_or("the SQLite path is not UTF-8")?
+                .to_owned()),
+            Engine::Postgres => self.pg_url(),
+        }
     }
 
     async fn drop_store(self) -> Res<()> {
@@ -211,13 +346,22 @@ impl Fresh {
             .await?;
             admin.close().await;
         }
-        let _ = self.backend;
         Ok(())
     }
 }
 
-/// What one run of one system measured (operations per second) and saw; a row that was not
-/// run is left out.
+/// Runs `row` on a fresh store and drops the store afterwards, whether the row succeeded or not.
+async fn with_fresh<T>(a: &Args, tag: &str, row: impl AsyncFnOnce(&Fresh) -> Res<T>) -> Res<T> {
+    let fresh = Fresh::new(a.backend, &a.url, tag).await?;
+    let result = row(&fresh).await;
+    let dropped = fresh.drop_store().await;
+    let value = result?;
+    dropped?;
+    Ok(value)
+}
+
+/// What one run of one system measured (operations per second unless said otherwise) and saw;
+/// a row that was not run is left out.
 #[derive(Default, Serialize)]
 struct RunResult {
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -235,447 +379,150 @@ struct RunResult {
     /// Row 6: jobs per second of the bulk insert.
     #[serde(skip_serializing_if = "Option::is_none")]
     bulk_enqueue: Option<f64>,
+    /// Row 8: one entry per `--drain-concurrency`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    drain: Option<Vec<DrainRun>>,
+    /// Row 9.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency: Option<latency::Latency>,
 }
 
-// ---------------------------------------------------------------------------------------------
-// River
+/// Row 8 at one concurrency.
+#[derive(Serialize)]
+struct DrainRun {
+    concurrency: usize,
+    jobs: usize,
+    /// Jobs per second.
+    rate: f64,
+    /// Wall seconds from starting the worker until every job was completed in the store.
+    secs: f64,
+    /// The whole machine's busy CPU seconds over that window.
+    busy_cpu_s: f64,
+}
 
-mod river {
-    use super::*;
-    use riverqueue::{
-        Client, InsertOpts, Job, JobArgs, QueueConfig, UniqueOpts, WorkContext, WorkOutcome,
-        Workers,
-    };
+/// The whole machine's busy CPU ticks so far: user+nice+system+irq+softirq+steal of the first
+/// line of `/proc/stat` (iowait and idle excluded).
+fn busy_ticks() -> Res<u64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let line = stat.lines().next().ok_or("/proc/stat is empty")?;
+    let mut fields = line.split_whitespace();
+    if fields.next() != Some("cpu") {
+        return Err(format!("unexpected first line of /proc/stat: {line}").into());
+    }
+    let v = fields
+        .take(8)
+        .map(|f| f.parse::<u64>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("/proc/stat: {e}"))?;
+    if v.len() < 8 {
+        return Err(format!("/proc/stat's cpu line has {} fields, not 8", v.len()).into());
+    }
+    Ok(v[0] + v[1] + v[2] + v[5] + v[6] + v[7])
+}
 
-    #[derive(Clone, Debug, Deserialize, JobArgs, Serialize)]
-    #[river(kind = "bench")]
-    pub(super) struct BenchJob {
-        key: String,
+/// The measured window of row 8: wall clock and the machine's busy CPU ticks.
+struct Window {
+    started: Instant,
+    ticks: u64,
+}
+
+impl Window {
+    fn start() -> Res<Self> {
+        let ticks = busy_ticks()?;
+        Ok(Self {
+            started: Instant::now(),
+            ticks,
+        })
     }
 
-    fn unique() -> InsertOpts {
-        InsertOpts::default().with_unique(UniqueOpts::new().with_by_args(true))
+    fn finish(self, concurrency: usize, jobs: usize) -> Res<DrainRun> {
+        let took = self.started.elapsed();
+        let ticks = busy_ticks()?.saturating_sub(self.ticks);
+        Ok(DrainRun {
+            concurrency,
+            jobs,
+            rate: rate(jobs, took),
+            secs: took.as_secs_f64(),
+            busy_cpu_s: ticks as f64 / 100.0,
+        })
+    }
+}
+
+/// Counts handler runs and wakes the waiter once `target` were counted.
+#[derive(Debug)]
+struct Progress {
+    runs: AtomicUsize,
+    target: usize,
+    reached: tokio::sync::Notify,
+}
+
+impl Progress {
+    fn new(target: usize) -> Arc<Self> {
+        Arc::new(Self {
+            runs: AtomicUsize::new(0),
+            target,
+            reached: tokio::sync::Notify::new(),
+        })
     }
 
-    /// A River client (insert-only unless `workers` is given) on a fresh store.
-    async fn client(fresh: &Fresh, conns: u32) -> Res<(Client, Pool)> {
-        match fresh.backend {
-            Engine::Sqlite => {
-                let pool = fresh.sqlite_pool(conns).await?;
-                riverqueue::migrate::SqliteMigrator::new(pool.clone())
-                    .migrate_up()
-                    .await?;
-                Ok((Client::builder(pool.clone()).build()?, Pool::Sqlite(pool)))
-            }
-            Engine::Postgres => {
-                let pool = fresh.pg_pool(conns).await?;
-                riverqueue::migrate::PostgresMigrator::new(pool.clone())
-                    .migrate_up()
-                    .await?;
-                Ok((Client::builder(pool.clone()).build()?, Pool::Pg(pool)))
-            }
+    /// Called by a handler.
+    fn hit(&self) {
+        if self.runs.fetch_add(1, Ordering::SeqCst) + 1 == self.target {
+            self.reached.notify_waiters();
         }
     }
 
-    pub(super) enum Pool {
-        Sqlite(sqlx::SqlitePool),
-        Pg(sqlx::PgPool),
-    }
-
-    impl Pool {
-        async fn completed(&self) -> Res<i64> {
-            const Q: &str = "SELECT count(*) FROM river_job WHERE state = 'completed'";
-            Ok(match self {
-                Self::Sqlite(p) => sqlx::query_scalar(Q).fetch_one(p).await?,
-                Self::Pg(p) => sqlx::query_scalar(Q).fetch_one(p).await?,
-            })
-        }
-
-        async fn close(&self) {
-            match self {
-                Self::Sqlite(p) => p.close().await,
-                Self::Pg(p) => p.close().await,
+    /// Waits (without polling) until `target` handler runs were counted.
+    async fn wait(&self, deadline: Instant) -> Res<()> {
+        loop {
+            let notified = self.reached.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.runs.load(Ordering::SeqCst) >= self.target {
+                return Ok(());
             }
-        }
-    }
-
-    async fn insert(client: &Client, k: String) -> Res<(i64, bool)> {
-        let r = client.insert(BenchJob { key: k }).opts(unique()).await?;
-        Ok((r.id(), r.unique_skipped_as_duplicate))
-    }
-
-    pub(super) async fn run(a: &Args) -> Res<RunResult> {
-        let mut out = RunResult::default();
-
-        if a.row(1) || a.row(2) {
-            // Row 1: enqueue, one at a time.
-            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-            let (c, pool) = client(&fresh, 10).await?;
-            let t = Instant::now();
-            let mut ids = Vec::with_capacity(a.enqueue);
-            for i in 0..a.enqueue {
-                ids.push(insert(&c, key(i)).await?.0);
-            }
-            out.enqueue = Some(rate(a.enqueue, t.elapsed()));
-            out.producers_1 = out.enqueue;
-
-            // Row 2: duplicates of existing keys, on the same store.
-            let t = Instant::now();
-            let mut same = 0;
-            for (i, id) in ids.iter().enumerate().take(a.duplicates) {
-                let (got, skipped) = insert(&c, key(i)).await?;
-                if skipped && got == *id {
-                    same += 1;
-                }
-            }
-            out.duplicate = Some(rate(a.duplicates, t.elapsed()));
-            out.duplicate_returns = if same == a.duplicates {
-                "the existing id (unique_skipped_as_duplicate)".to_owned()
-            } else {
-                format!("the existing id for {same} of {} keys", a.duplicates)
-            };
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if a.row(4) {
-            // Row 4: N producers.
-            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-            let (c, pool) = client(&fresh, a.producers as u32 + 2).await?;
-            let per = a.enqueue / a.producers;
-            let t = Instant::now();
-            let mut tasks = Vec::new();
-            for p in 0..a.producers {
-                let c = c.clone();
-                tasks.push(tokio::spawn(async move {
-                    for i in 0..per {
-                        insert(&c, key(p * per + i)).await?;
-                    }
-                    Ok::<_, BoxError>(())
-                }));
-            }
-            for t in tasks {
-                t.await??;
-            }
-            out.producers_n = Some(rate(per * a.producers, t.elapsed()));
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if a.row(6) {
-            // Row 6: bulk enqueue. `Client::insert_many` is the crate's bulk API: one
-            // transaction and one commit per call, unique by args as in row 1.
-            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-            let (c, pool) = client(&fresh, 10).await?;
-            let jobs: Vec<BenchJob> = (0..a.bulk).map(|i| BenchJob { key: key(i) }).collect();
-            let t = Instant::now();
-            let mut inserted = 0;
-            for chunk in jobs.chunks(a.bulk_batch) {
-                let items = chunk.iter().cloned().map(|j| (j, unique()));
-                let results = c.insert_many(items).await?;
-                inserted += results
-                    .iter()
-                    .filter(|r| !r.unique_skipped_as_duplicate)
-                    .count();
-            }
-            out.bulk_enqueue = Some(rate(a.bulk, t.elapsed()));
-            if inserted != a.bulk {
-                return Err(format!("insert_many created {inserted} of {} jobs", a.bulk).into());
-            }
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if a.row(3) {
-            // Row 3: claim + complete, no-op handler.
-            let fresh = Fresh::new(a.backend, &a.url, "river").await?;
-            let (c, pool) = client(&fresh, a.workers as u32 + 4).await?;
-            let jobs: Vec<BenchJob> = (0..a.claims).map(|i| BenchJob { key: key(i) }).collect();
-            for chunk in jobs.chunks(500) {
-                c.insert_many(chunk.to_vec()).await?;
-            }
-            drop(c);
-            let done = Arc::new(AtomicUsize::new(0));
-            let mut workers = Workers::new();
-            {
-                let done = done.clone();
-                workers.add_fn(move |_ctx: WorkContext, _job: Job<BenchJob>| {
-                    let done = done.clone();
-                    async move {
-                        done.fetch_add(1, Ordering::Relaxed);
-                        Ok::<_, BoxError>(WorkOutcome::Complete)
-                    }
+            tokio::time::timeout_at(deadline.into(), notified)
+                .await
+                .map_err(|_| {
+                    format!(
+                        "{} of {} handler runs before the deadline",
+                        self.runs.load(Ordering::SeqCst),
+                        self.target
+                    )
                 })?;
-            }
-            let builder = match &pool {
-                Pool::Sqlite(p) => Client::builder(p.clone()),
-                Pool::Pg(p) => Client::builder(p.clone()),
-            };
-            let worker_client = builder
-                .workers(workers)
-                .fetch_cooldown(RIVER_FETCH_COOLDOWN)
-                .queue("default", QueueConfig::new(a.workers))
-                .build()?;
-            let t = Instant::now();
-            let mut handle = worker_client.start()?;
-            wait_until(|| async { Ok(pool.completed().await? >= a.claims as i64) }).await?;
-            out.claim_complete = Some(rate(a.claims, t.elapsed()));
-            handle.stop_and_cancel().await?;
-            pool.close().await;
-            fresh.drop_store().await?;
         }
-        Ok(out)
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// apalis
-
-mod apalis_peer {
-    use super::*;
-    use apalis::prelude::*;
-
-    /// An apalis storage of `usize` tasks on queue [`QUEUE`] and its pool.
-    #[derive(Clone)]
-    enum Pool {
-        Sqlite(apalis_sqlite::SqliteStorage<usize>, sqlx::SqlitePool),
-        Pg(apalis_postgres::PostgresStorage<usize>, sqlx::PgPool),
-    }
-
-    impl Pool {
-        async fn done(&self) -> Res<i64> {
-            Ok(match self {
-                Self::Sqlite(_, p) => {
-                    sqlx::query_scalar("SELECT count(*) FROM Jobs WHERE status = 'Done'")
-                        .fetch_one(p)
-                        .await?
-                }
-                Self::Pg(_, p) => {
-                    sqlx::query_scalar("SELECT count(*) FROM apalis.jobs WHERE status = 'Done'")
-                        .fetch_one(p)
-                        .await?
-                }
-            })
-        }
-
-        async fn close(&self) {
-            match self {
-                Self::Sqlite(_, p) => p.close().await,
-                Self::Pg(_, p) => p.close().await,
-            }
-        }
-
-        /// All tasks of the store, whatever their status.
-        async fn count(&self) -> Res<i64> {
-            Ok(match self {
-                Self::Sqlite(_, p) => {
-                    sqlx::query_scalar("SELECT count(*) FROM Jobs")
-                        .fetch_one(p)
-                        .await?
-                }
-                Self::Pg(_, p) => {
-                    sqlx::query_scalar("SELECT count(*) FROM apalis.jobs")
-                        .fetch_one(p)
-                        .await?
-                }
-            })
-        }
-
-        /// Pushes the tasks `ns` (each with `key(n)` as its idempotency key) in one call of
-        /// apalis' `push_all`; `Ok(Err(..))` is the error apalis answered with.
-        async fn push_all(&mut self, ns: std::ops::Range<usize>) -> Res<Result<(), String>> {
-            let tasks: Vec<_> = ns
-                .map(|n| TaskBuilder::new(n).idempotency_key(key(n)).build())
-                .collect();
-            let tasks = futures::stream::iter(tasks);
-            Ok(match self {
-                Self::Sqlite(s, _) => s.push_all(tasks).await.map_err(|e| e.to_string()),
-                Self::Pg(s, _) => s.push_all(tasks).await.map_err(|e| e.to_string()),
-            })
-        }
-
-        /// Pushes one task with `k` as its idempotency key through apalis' own sink;
-        /// `Ok(Err(..))` is the error apalis answered with.
-        async fn push(&mut self, k: String, n: usize) -> Res<Result<(), String>> {
-            let task = TaskBuilder::new(n).idempotency_key(k).build();
-            Ok(match self {
-                Self::Sqlite(s, _) => s.push_task(task).await.map_err(|e| e.to_string()),
-                Self::Pg(s, _) => s.push_task(task).await.map_err(|e| e.to_string()),
-            })
-        }
-    }
-
-    const QUEUE: &str = "bench";
-
-    async fn open(fresh: &Fresh, conns: u32) -> Res<Pool> {
-        match fresh.backend {
-            Engine::Sqlite => {
-                let setup = fresh.sqlite_pool(1).await?;
-                apalis_sqlite::SqliteStorage::setup(&setup).await?;
-                // setup switched its connection to synchronous=OFF: start over with FULL.
-                setup.close().await;
-                let pool = fresh.sqlite_pool(conns).await?;
-                let config = apalis_sqlite::Config::default()
-                    .queue(QUEUE)
-                    .batch_size(APALIS_BATCH);
-                let storage = apalis_sqlite::SqliteStorage::<usize>::new(&pool).with_config(config);
-                Ok(Pool::Sqlite(storage, pool))
-            }
-            Engine::Postgres => {
-                let pool = fresh.pg_pool(conns).await?;
-                apalis_postgres::PostgresStorage::setup(&pool).await?;
-                let config = apalis_postgres::Config::default()
-                    .queue(QUEUE)
-                    .batch_size(APALIS_BATCH);
-                let storage =
-                    apalis_postgres::PostgresStorage::<usize>::new(&pool).with_config(config);
-                Ok(Pool::Pg(storage, pool))
-            }
-        }
-    }
-
-    pub(super) async fn run(a: &Args) -> Res<RunResult> {
-        let mut out = RunResult::default();
-
-        if a.row(1) || a.row(2) {
-            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-            let mut pool = open(&fresh, 10).await?;
-            let t = Instant::now();
-            for i in 0..a.enqueue {
-                pool.push(key(i), i).await?.map_err(BoxError::from)?;
-            }
-            out.enqueue = Some(rate(a.enqueue, t.elapsed()));
-            out.producers_1 = out.enqueue;
-
-            let t = Instant::now();
-            let mut errors = 0;
-            let mut first_error = None;
-            for i in 0..a.duplicates {
-                if let Err(e) = pool.push(key(i), i).await? {
-                    errors += 1;
-                    first_error.get_or_insert(e);
-                }
-            }
-            out.duplicate = Some(rate(a.duplicates, t.elapsed()));
-            out.duplicate_returns = match first_error {
-                None => "nothing (Ok(()), no id; the row is left as it was)".to_owned(),
-                Some(e) => format!("an error for {errors} of {}: {e}", a.duplicates),
-            };
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if a.row(4) {
-            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-            let pool = open(&fresh, a.producers as u32 + 2).await?;
-            let per = a.enqueue / a.producers;
-            let t = Instant::now();
-            let mut tasks = Vec::new();
-            for p in 0..a.producers {
-                let mut pool = pool.clone();
-                tasks.push(tokio::spawn(async move {
-                    for i in 0..per {
-                        let n = p * per + i;
-                        pool.push(key(n), n).await?.map_err(BoxError::from)?;
-                    }
-                    Ok::<_, BoxError>(())
-                }));
-            }
-            for t in tasks {
-                t.await??;
-            }
-            out.producers_n = Some(rate(per * a.producers, t.elapsed()));
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if a.row(6) {
-            // Row 6: bulk enqueue through apalis' `TaskSink::push_all`: the sink buffers the
-            // batch's tasks and flushes them in one transaction (Postgres: one multi-row
-            // `INSERT … SELECT unnest(…)`), each with its idempotency key as in row 1.
-            let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-            let mut pool = open(&fresh, 10).await?;
-            let t = Instant::now();
-            let mut start = 0;
-            while start < a.bulk {
-                let end = (start + a.bulk_batch).min(a.bulk);
-                pool.push_all(start..end).await?.map_err(BoxError::from)?;
-                start = end;
-            }
-            out.bulk_enqueue = Some(rate(a.bulk, t.elapsed()));
-            let stored = pool.count().await?;
-            if stored != a.bulk as i64 {
-                return Err(format!("push_all stored {stored} of {} tasks", a.bulk).into());
-            }
-            pool.close().await;
-            fresh.drop_store().await?;
-        }
-
-        if !a.row(3) {
-            return Ok(out);
-        }
-
-        // Row 3: claim + complete, no-op handler.
-        let fresh = Fresh::new(a.backend, &a.url, "apalis").await?;
-        let mut pool = open(&fresh, a.workers as u32 + 4).await?;
-        for i in 0..a.claims {
-            pool.push(key(i), i).await?.map_err(BoxError::from)?;
-        }
-        async fn noop(_n: usize) -> Result<(), BoxDynError> {
-            Ok(())
-        }
-        let t = Instant::now();
-        let worker = match &pool {
-            Pool::Sqlite(s, _) => {
-                let backend = s.clone().poll_with_interval(APALIS_POLL);
-                let w = WorkerBuilder::new("bench-worker")
-                    .backend(backend)
-                    .concurrency(a.workers)
-                    .build(noop);
-                tokio::spawn(async move { w.run().await.map_err(|e| e.to_string()) })
-            }
-            Pool::Pg(s, _) => {
-                let backend = s.clone().poll_with_interval(APALIS_POLL);
-                let w = WorkerBuilder::new("bench-worker")
-                    .backend(backend)
-                    .concurrency(a.workers)
-                    .build(noop);
-                tokio::spawn(async move { w.run().await.map_err(|e| e.to_string()) })
-            }
-        };
-        let waited = wait_until(|| async { Ok(pool.done().await? >= a.claims as i64) }).await;
-        out.claim_complete = Some(rate(a.claims, t.elapsed()));
-        worker.abort();
-        waited?;
-        pool.close().await;
-        fresh.drop_store().await?;
-        Ok(out)
-    }
-}
-
-/// Polls `check` every 2 ms until it holds, failing after [`CLAIM_DEADLINE`].
-async fn wait_until<F, Fut>(mut check: F) -> Res<()>
+/// Polls `check` every 2 ms until it holds, failing after `deadline`.
+async fn wait_until<F, Fut>(deadline: Instant, mut check: F) -> Res<()>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Res<bool>>,
 {
-    let deadline = Instant::now() + CLAIM_DEADLINE;
     while !check().await? {
         if Instant::now() > deadline {
-            return Err("the claim row did not finish before its deadline".into());
+            return Err("the row did not finish before its deadline".into());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     Ok(())
 }
 
-async fn system(
-    name: &str,
-    version: &str,
-    settings: &str,
-    a: &Args,
-    runs: Vec<Res<RunResult>>,
-) -> Value {
+/// The end of rows 3 and 8: every handler ran (counted by `progress`, no polling), then the
+/// store agrees that every job is completed (`completed` polled every 2 ms).
+async fn wait_completed<F, Fut>(progress: &Progress, completed: F) -> Res<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Res<bool>>,
+{
+    let deadline = Instant::now() + DEADLINE;
+    progress.wait(deadline).await?;
+    wait_until(deadline, completed).await
+}
+
+/// One system's entry of `systems`.
+fn system(name: &str, version: &str, settings: &str, runs: Vec<Res<RunResult>>) -> Value {
     let mut ok = Vec::new();
     let mut errors = Vec::new();
     for r in runs {
@@ -684,7 +531,6 @@ async fn system(
             Err(e) => errors.push(e.to_string()),
         }
     }
-    let _ = a;
     json!({
         "name": name,
         "version": version,
@@ -692,6 +538,27 @@ async fn system(
         "runs": ok,
         "errors": errors,
     })
+}
+
+/// Joins the settings of the rows that were run, each prefixed with its row numbers.
+fn settings(head: String, a: &Args, rows: &[(&[u32], String)]) -> String {
+    let mut out = head;
+    for (numbers, text) in rows {
+        if numbers.iter().any(|n| a.row(*n)) {
+            let names: Vec<String> = numbers.iter().map(|n| n.to_string()).collect();
+            let label = if numbers.len() == 1 { "row" } else { "rows" };
+            out.push_str(&format!("; {label} {}: {text}", names.join(",")));
+        }
+    }
+    out
+}
+
+fn list(values: &[usize]) -> String {
+    values
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -703,38 +570,47 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let backend = match a.backend {
-        Engine::Sqlite => "sqlite",
-        Engine::Postgres => "postgres",
-    };
-    let durability = match a.backend {
-        Engine::Sqlite => "WAL, synchronous=FULL",
-        Engine::Postgres => "synchronous_commit=on",
-    };
+    if a.latency_worker.is_some() {
+        if let Err(e) = latency::worker_process(&a).await {
+            eprintln!("cairn-bench-peers latency worker: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut river_runs = Vec::new();
     let mut apalis_runs = Vec::new();
+    let mut graphile_runs = Vec::new();
     for _ in 0..a.runs {
         river_runs.push(river::run(&a).await);
         apalis_runs.push(apalis_peer::run(&a).await);
+        if a.backend == Engine::Postgres {
+            graphile_runs.push(graphile::run(&a).await);
+        }
     }
-    let river_settings = format!(
-        "riverqueue {RIVER_VERSION} ({backend}, {durability}); unique by args; fetch_cooldown {} ms; \
-         QueueConfig::new({}); bulk: Client::insert_many of {} jobs per call (one transaction, \
-         one INSERT per job: the crate has no multi-row or COPY insert)",
-        RIVER_FETCH_COOLDOWN.as_millis(),
-        a.workers,
-        a.bulk_batch
-    );
-    let apalis_settings = format!(
-        "apalis {APALIS_VERSION} + apalis-{backend} {APALIS_VERSION} ({durability}); idempotency_key; \
-         batch_size {APALIS_BATCH}; poll interval {} ms; concurrency {}; bulk: TaskSink::push_all \
-         of {} tasks per call (one transaction)",
-        APALIS_POLL.as_millis(),
-        a.workers,
-        a.bulk_batch
-    );
+    let mut systems = vec![
+        system(
+            "riverqueue",
+            river::VERSION,
+            &river::settings(&a),
+            river_runs,
+        ),
+        system(
+            "apalis",
+            apalis_peer::VERSION,
+            &apalis_peer::settings(&a),
+            apalis_runs,
+        ),
+    ];
+    if a.backend == Engine::Postgres {
+        systems.push(system(
+            "graphile_worker",
+            graphile::VERSION,
+            &graphile::settings(&a),
+            graphile_runs,
+        ));
+    }
     let doc = json!({
-        "backend": backend,
+        "backend": a.backend.name(),
         "enqueue": a.enqueue,
         "duplicates": a.duplicates,
         "claims": a.claims,
@@ -742,11 +618,12 @@ async fn main() {
         "producers": a.producers,
         "bulk": a.bulk,
         "bulk_batch": a.bulk_batch,
+        "drain": a.drain,
+        "drain_concurrency": a.drain_concurrency,
+        "latency_rate": a.latency_rate,
+        "latency_samples": a.latency_samples,
         "rows": a.rows,
-        "systems": [
-            system("riverqueue", RIVER_VERSION, &river_settings, &a, river_runs).await,
-            system("apalis", APALIS_VERSION, &apalis_settings, &a, apalis_runs).await,
-        ],
+        "systems": systems,
     });
     println!("{doc}");
 }
