@@ -6,36 +6,8 @@
 //! handler returns, when [`Spool::subscribe`] says work may have arrived, when the earliest due
 //! time of the queue ([`Spool::next_due`]) passes, and at least every `poll_interval`.
 //!
-//! Slots and leases (the invariants `consumer/tests.rs` holds the loop to):
-//! - **At most `concurrency` handlers run at once.** A handler's slot frees when the handler
-//!   returns; its ack or nack then completes on the run's task while the slot takes the next
-//!   run, so a slot never waits for a commit. A run counts as settled
-//!   ([`ConsumerStats::settled`]) only once the spool answered its ack or nack, i.e. after its
-//!   commit.
-//! - **Runs held but not running are bounded.** At most `prefetch` claimed runs wait in the
-//!   consumer for a slot ([`ConsumerBuilder::prefetch`], default 0), and no claim goes out
-//!   while `concurrency + prefetch` runs are still being settled, so the runs this consumer
-//!   holds a lease on never exceed `2 × (concurrency + prefetch)`.
-//! - **A waiting run's lease is checked before its handler starts.** A prefetched run whose
-//!   first heartbeat came due while it waited (a third of its lease since the claim) is
-//!   heartbeaten before its handler starts; if its lease is gone the handler never runs
-//!   ([`ConsumerStats::lease_lost`]).
-//! - **Shutdown gives prefetched runs back.** A run that never started is released to its
-//!   queue ([`Spool::release`], its attempt given back) before the consumer waits for its
-//!   handlers; one it could not release by the deadline is listed in
-//!   [`ShutdownReport::abandoned`].
-//!
-//! Time: lease and heartbeat times are read from the spool's [`Clock`]; waiting is done on the
-//! runtime's timer in slices of at most `poll_interval`, so a spool on a [`ManualClock`] is
-//! driven by advancing that clock (the consumer notices within one slice).
-//!
-//! Shutdown ([`Consumer::shutdown`]) is bounded: the consumer stops claiming, tells every
-//! running handler ([`StopReason::Shutdown`]), lets them finish and settles their runs until
-//! the deadline, then drops what is left. A dropped run is not lost: it stays claimed until its
-//! lease expires and is then claimable again like any run whose consumer died.
-//!
-//! [`ManualClock`]: super::ManualClock
-//! [`Clock`]: super::Clock
+//! The invariants the loop holds are documented on [`Consumer`]; `consumer/tests.rs` holds
+//! the loop to them.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -451,10 +423,28 @@ impl ConsumerBuilder {
 ///
 /// It runs up to `concurrency` handlers of one queue at a time, calls the [`Handler`] per run
 /// on its own task, heartbeats each lease every `lease / 3` while the handler runs, and acks or
-/// nacks from the handler's [`Outcome`] (the slot takes the next run while the ack completes;
-/// see the [module](self) for the invariants). It claims again when a handler returns, when
+/// nacks from the handler's [`Outcome`]. It claims again when a handler returns, when
 /// [`Spool::subscribe`] says work may have arrived, when the earliest due time of the queue
 /// ([`Spool::next_due`]) passes, and at least every `poll_interval`.
+///
+/// Slots and leases:
+/// - **At most `concurrency` handlers run at once.** A handler's slot frees when the handler
+///   returns; its ack or nack then completes on the run's task while the slot takes the next
+///   run, so a slot never waits for a commit. A run counts as settled
+///   ([`ConsumerStats::settled`]) only once the spool answered its ack or nack, i.e. after its
+///   commit.
+/// - **Runs held but not running are bounded.** At most `prefetch` claimed runs wait in the
+///   consumer for a slot ([`ConsumerBuilder::prefetch`], default 0), and no claim goes out
+///   while `concurrency + prefetch` runs are still being settled, so the runs this consumer
+///   holds a lease on never exceed `2 × (concurrency + prefetch)`.
+/// - **A waiting run's lease is checked before its handler starts.** A prefetched run whose
+///   first heartbeat came due while it waited (a third of its lease since the claim) is
+///   heartbeaten before its handler starts; if its lease is gone the handler never runs
+///   ([`ConsumerStats::lease_lost`]).
+/// - **Shutdown gives prefetched runs back.** A run that never started is released to its
+///   queue ([`Spool::release`], its attempt given back) before the consumer waits for its
+///   handlers; one it could not release by the deadline is listed in
+///   [`ShutdownReport::abandoned`].
 ///
 /// Lease and heartbeat times are read from the spool's clock; waiting is done on the Tokio
 /// timer in slices of at most `poll_interval`, so a spool on a
