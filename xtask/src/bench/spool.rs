@@ -656,45 +656,9 @@ type Wake = Result<(Duration, Duration, usize), String>;
 async fn wake_latency(backend: Backend, pg_url: Option<&str>, samples: u64) -> Wake {
     eprintln!("cairn {}: wake latency, {samples} samples…", backend.name());
     let fresh = Fresh::open(backend, pg_url).await?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let mut child = Command::new(exe)
-        .args([
-            "bench",
-            "wake-consumer",
-            "--backend",
-            backend.name(),
-            "--target",
-            &fresh.target,
-            "--schema",
-            if fresh.schema.is_empty() {
-                "public"
-            } else {
-                &fresh.schema
-            },
-            "--queue",
-            queue().as_str(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start the wake consumer: {e}"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or("no stdout from the wake consumer")?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let mut child = ConsumerChild::spawn("wake-consumer", "the wake consumer", backend, &fresh)?;
     let result = async {
-        if next(&mut rx).await? != "ready" {
-            return Err("the wake consumer did not start".to_owned());
-        }
+        child.ready().await?;
         let q = queue();
         let mut lat = Vec::new();
         for i in 0..samples {
@@ -709,7 +673,7 @@ async fn wake_latency(backend: Backend, pg_url: Option<&str>, samples: u64) -> W
                 )
                 .await
                 .map_err(store_err)?;
-            let line = next(&mut rx).await?;
+            let line = child.next().await?;
             let (got, at) = line
                 .strip_prefix("claimed ")
                 .and_then(|l| l.split_once(' '))
@@ -725,18 +689,90 @@ async fn wake_latency(backend: Backend, pg_url: Option<&str>, samples: u64) -> W
         Ok((pick(0.50), pick(0.99), lat.len()))
     }
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     fresh.close().await?;
     result
 }
 
-/// The wake consumer's next line, waited for at most 30 s.
-async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Result<String, String> {
-    tokio::time::timeout(Duration::from_secs(30), rx.recv())
-        .await
-        .map_err(|_| "the wake consumer did not answer within 30 s".to_owned())?
-        .ok_or_else(|| "the wake consumer exited".to_owned())
+/// A consumer in another OS process: this binary started as `bench <subcommand>` against
+/// `fresh`'s store, read line by line from its stdout. Killed and reaped when dropped.
+struct ConsumerChild {
+    child: std::process::Child,
+    lines: tokio::sync::mpsc::UnboundedReceiver<String>,
+    /// What the messages call it ("the wake consumer").
+    name: &'static str,
+}
+
+impl ConsumerChild {
+    fn spawn(
+        subcommand: &str,
+        name: &'static str,
+        backend: Backend,
+        fresh: &Fresh,
+    ) -> Result<Self, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+        let mut child = Command::new(exe)
+            .args([
+                "bench",
+                subcommand,
+                "--backend",
+                backend.name(),
+                "--target",
+                &fresh.target,
+                "--schema",
+                if fresh.schema.is_empty() {
+                    "public"
+                } else {
+                    &fresh.schema
+                },
+                "--queue",
+                queue().as_str(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot start {name}: {e}"))?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("no stdout from {name}"));
+        };
+        let (tx, lines) = tokio::sync::mpsc::unbounded_channel::<String>();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Self { child, lines, name })
+    }
+
+    /// Waits for the child's `ready` line.
+    async fn ready(&mut self) -> Result<(), String> {
+        if self.next().await? == "ready" {
+            Ok(())
+        } else {
+            Err(format!("{} did not start", self.name))
+        }
+    }
+
+    /// The child's next line, waited for at most 30 s.
+    async fn next(&mut self) -> Result<String, String> {
+        let name = self.name;
+        tokio::time::timeout(Duration::from_secs(30), self.lines.recv())
+            .await
+            .map_err(|_| format!("{name} did not answer within 30 s"))?
+            .ok_or_else(|| format!("{name} exited"))
+    }
+}
+
+impl Drop for ConsumerChild {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn now_micros() -> u64 {

@@ -22,8 +22,6 @@
 //!   share of its own process (`/proc/self/stat`) is printed beside it: the rest is the
 //!   database server (Postgres) and the rest of the machine.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use cairn::spool::{ConsumerBuilder, EnqueueItem, Job, Outcome};
@@ -32,8 +30,8 @@ use cairn::{ConsumerId, EnqueueOptions, QueueName, RunState};
 use super::super::chart::Bar;
 use super::super::cpu::CpuMeter;
 use super::{
-    fmt_rate, key, median, next, now_micros, open_spool, queue, rate, store_err, thousands,
-    Backend, Fresh, LatencyConsumerArgs, Runs, SpoolArgs, System,
+    fmt_rate, key, median, now_micros, open_spool, queue, rate, store_err, thousands, Backend,
+    ConsumerChild, Fresh, LatencyConsumerArgs, Runs, SpoolArgs, System,
 };
 
 /// Rows 8 (drain) and 3's target: cairn at least this many times the best peer.
@@ -222,45 +220,10 @@ pub(super) async fn measure_cairn_latency(
         args.latency_samples
     );
     let fresh = Fresh::open(backend, pg_url).await?;
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let mut child = Command::new(exe)
-        .args([
-            "bench",
-            "latency-consumer",
-            "--backend",
-            backend.name(),
-            "--target",
-            &fresh.target,
-            "--schema",
-            if fresh.schema.is_empty() {
-                "public"
-            } else {
-                &fresh.schema
-            },
-            "--queue",
-            queue().as_str(),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start the latency consumer: {e}"))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or("no stdout from the latency consumer")?;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let result = async {
-        if next(&mut rx).await? != "ready" {
-            return Err("the latency consumer did not start".to_owned());
-        }
+    let mut child =
+        ConsumerChild::spawn("latency-consumer", "the latency consumer", backend, &fresh)?;
+    let result: Result<LatencyRun, String> = async {
+        child.ready().await?;
         let q = queue();
         let total = args.latency_samples + WARM_UP;
         let every = Duration::from_secs_f64(1.0 / args.latency_rate as f64);
@@ -282,7 +245,7 @@ pub(super) async fn measure_cairn_latency(
         }
         let mut lat = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
         while (lat.len() as u64) < total {
-            let line = next(&mut rx).await?;
+            let line = child.next().await?;
             let (i, micros) = line
                 .strip_prefix("lat ")
                 .and_then(|l| l.split_once(' '))
@@ -301,8 +264,7 @@ pub(super) async fn measure_cairn_latency(
         ))
     }
     .await;
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(child);
     fresh.close().await?;
     runs.latency.push(result?);
     Ok(())
