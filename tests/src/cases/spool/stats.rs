@@ -1,4 +1,4 @@
-//! Spool counts (S18): `stats()` per queue.
+//! Spool counts (S18): `stats()` per queue, and the stored events' totals.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use cairn_core::spool::{
     QueueStats, RetentionBudget, RetentionPolicy, RunState, SpoolStats, MAX_LEASE,
 };
-use cairn_core::{Clock, EnqueueOptions, NackKind, QueueName, Timestamp};
+use cairn_core::{Clock, EnqueueOptions, NackKind, QueueName, RunEventId, Timestamp};
 
 use super::{consumer, enqueue_new, enqueue_with, info};
 use crate::{random_queue, SpoolHarness};
@@ -50,7 +50,9 @@ fn assert_totals_are_the_queues_sums(stats: &SpoolStats, ctx: &str) {
 
 /// S18: `stats()` counts each queue's runs per state exactly, next to totals that are their
 /// sums; a queue's `oldest_queued` is the enqueue time of its earliest queued run (none when
-/// nothing of it is queued); a queue whose runs retention removed is no longer listed.
+/// nothing of it is queued); a queue whose runs retention removed is no longer listed. The
+/// event totals count the stored events, their payload bytes and the append time of the
+/// oldest, and drop to nothing when retention removes them.
 pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
     // A location of its own: the totals are compared with exactly this case's runs.
     let s = h
@@ -104,6 +106,15 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
     // qd: d1 canceled while queued.
     s.cancel(d1).await.unwrap();
 
+    // Two events on the claimed a1, a second apart: the older one's time is `oldest_event`.
+    let t_event = clock.now();
+    for (id, body) in [("s18-first", &b"12345"[..]), ("s18-second", &b"123"[..])] {
+        let ev = RunEventId::new(id).expect("valid event id");
+        let appended = s.append_event(a1, &ev, body.to_vec()).await.unwrap();
+        assert!(appended.created, "S18 setup: {id} appended");
+        clock.advance(second);
+    }
+
     let (t_a2, t_b2) = (info(s, a2).await.enqueued_at, info(s, b2).await.enqueued_at);
     let expected: BTreeMap<QueueName, QueueStats> = [
         (
@@ -143,6 +154,11 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
         "S18: a2 is the oldest queued"
     );
     assert_totals_are_the_queues_sums(&stats, "S18");
+    assert_eq!(
+        (stats.events, stats.event_bytes, stats.oldest_event),
+        (2, 8, Some(t_event)),
+        "S18: two stored events of 5 and 3 bytes, the older appended first"
+    );
 
     // Retention removes the finished runs (none holds an event): qc and qd hold no run any
     // more and are no longer listed; qa and qb keep their live runs.
@@ -176,4 +192,9 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
         "S18: a queue whose runs were all removed is not listed"
     );
     assert_totals_are_the_queues_sums(&stats, "S18 after retention");
+    assert_eq!(
+        (stats.events, stats.event_bytes, stats.oldest_event),
+        (0, 0, None),
+        "S18: retention removed both events (older than max_age)"
+    );
 }
