@@ -1372,6 +1372,47 @@ async fn the_shortest_poll_interval_is_accepted() {
     ));
 }
 
+#[tokio::test]
+async fn concurrency_plus_prefetch_may_reach_the_batch_limit_and_not_pass_it() {
+    let (_clock, spool, q) = setup();
+    let noop = |_job: Job| async { Outcome::Done };
+    for (concurrency, prefetch, batch) in [
+        (MAX_BATCH, 0, None),
+        (10, MAX_BATCH - 10, None),
+        (2, 3, Some(5)),
+        (2, 3, Some(1)),
+    ] {
+        let mut b = builder(&spool, &q)
+            .concurrency(concurrency)
+            .prefetch(prefetch);
+        if let Some(n) = batch {
+            b = b.claim_batch(n);
+        }
+        let consumer = b.spawn(noop).await;
+        assert!(
+            consumer.is_ok(),
+            "concurrency {concurrency} + prefetch {prefetch}, claim batch {batch:?}: accepted"
+        );
+    }
+    for (concurrency, prefetch, batch) in [
+        (10, MAX_BATCH - 9, None),
+        (MAX_BATCH, 1, None),
+        (2, 3, Some(6)),
+        (2, 3, Some(0)),
+    ] {
+        let mut b = builder(&spool, &q)
+            .concurrency(concurrency)
+            .prefetch(prefetch);
+        if let Some(n) = batch {
+            b = b.claim_batch(n);
+        }
+        assert!(
+            matches!(b.spawn(noop).await, Err(Error::InvalidInput { .. })),
+            "concurrency {concurrency} + prefetch {prefetch}, claim batch {batch:?}: refused"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_comes_back_short_waits_instead_of_claiming_again() {
     let (_clock, spool, q) = setup();
@@ -1876,4 +1917,90 @@ async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() 
     assert_eq!(report.stats.errors, 1);
     let info = spool.run(report.abandoned[0]).await.unwrap().unwrap();
     assert_eq!(info.state, RunState::Claimed, "left to its lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_run_whose_lease_is_gone_at_shutdown_is_counted_lost_not_abandoned() {
+    let (_clock, faulty, spool, q) = faulty_setup();
+    for i in 0..3 {
+        enqueue(&spool, &q, &format!("r{i}")).await;
+    }
+    let gate = Arc::new(Semaphore::new(0));
+    let (running, most, started) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let consumer = builder(&spool, &q)
+        .concurrency(1)
+        .prefetch(2)
+        .spawn(counting_handler(&gate, &running, &most, &started))
+        .await
+        .unwrap();
+    eventually("one running, two prefetched", || async {
+        consumer.stats().claimed == 3 && started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The first release finds the lease gone (another consumer has the run now): the run is
+    // no longer this consumer's to give back, so it is neither an error nor abandoned.
+    let first = faulty.script().settle_calls.len();
+    faulty.script().settle.push_back(Error::LeaseLost {
+        run: RunId::generate(spool.clock().now()),
+    });
+    let stopping = tokio::spawn(consumer.shutdown());
+    eventually("both releases tried", || async {
+        faulty.script().settle_calls.len() == first + 2
+    })
+    .await;
+    gate.add_permits(1);
+    let report = stopping.await.unwrap();
+    assert_eq!(report.stats.released, 1);
+    assert_eq!(report.stats.lease_lost, 1, "{report:?}");
+    assert_eq!(report.stats.errors, 0, "{report:?}");
+    assert!(report.abandoned.is_empty(), "{report:?}");
+    assert!(report.is_clean(), "{report:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_returns_after_its_lease_was_lost_is_not_settled() {
+    let (clock, faulty, spool, q) = faulty_setup();
+    let id = enqueue(&spool, &q, "long").await;
+    // The heartbeat says the lease is gone (the spool itself still has the run claimed by
+    // this consumer, so an ack sent anyway would land and be visible).
+    faulty
+        .script()
+        .heartbeat
+        .push_back(Error::LeaseLost { run: id });
+    let seen = Arc::new(Mutex::new(None));
+    let s = seen.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |job: Job| {
+            let s = s.clone();
+            async move {
+                *s.lock().unwrap() = Some(job.stop().stopped().await);
+                Outcome::Done
+            }
+        })
+        .await
+        .unwrap();
+    eventually("claimed", || async { consumer.in_flight() == 1 }).await;
+    clock.advance(LEASE / 3 + Duration::from_millis(1));
+    eventually("the handler is told and returns", || async {
+        consumer.stats().lease_lost == 1 && consumer.in_flight() == 0
+    })
+    .await;
+    assert_eq!(*seen.lock().unwrap(), Some(StopReason::LeaseLost));
+    let report = consumer.shutdown().await;
+    assert_eq!(
+        faulty.script().ack_calls,
+        0,
+        "no ack after the lease was lost"
+    );
+    assert!(report.stats.settled.is_empty(), "{report:?}");
+    assert_eq!(report.stats.lease_lost, 1, "{report:?}");
+    assert_eq!(
+        state(&spool, id).await,
+        RunState::Claimed,
+        "left to its lease"
+    );
 }
