@@ -1877,8 +1877,9 @@ async fn shutdown_releases_the_prefetched_runs_with_their_attempts() {
     assert_eq!(queued, 4, "three released, one never claimed");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() {
+/// A consumer of concurrency 1 and prefetch 2 over a [`Faulty`] spool holding three runs: one
+/// handler running (held at the returned gate), two runs prefetched.
+async fn one_running_two_prefetched() -> (Arc<Faulty>, Arc<dyn Spool>, Consumer, Arc<Semaphore>) {
     let (_clock, faulty, spool, q) = faulty_setup();
     for i in 0..3 {
         enqueue(&spool, &q, &format!("r{i}")).await;
@@ -1899,6 +1900,12 @@ async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() 
         consumer.stats().claimed == 3 && started.load(Ordering::SeqCst) == 1
     })
     .await;
+    (faulty, spool, consumer, gate)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() {
+    let (faulty, spool, consumer, gate) = one_running_two_prefetched().await;
     // The first release fails for good; the second goes through. The handler holds its slot
     // until both were tried (shutdown releases before it waits for the handlers).
     faulty
@@ -1921,26 +1928,7 @@ async fn a_prefetched_run_that_cannot_be_released_by_the_deadline_is_reported() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_prefetched_run_whose_lease_is_gone_at_shutdown_is_counted_lost_not_abandoned() {
-    let (_clock, faulty, spool, q) = faulty_setup();
-    for i in 0..3 {
-        enqueue(&spool, &q, &format!("r{i}")).await;
-    }
-    let gate = Arc::new(Semaphore::new(0));
-    let (running, most, started) = (
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-        Arc::new(AtomicUsize::new(0)),
-    );
-    let consumer = builder(&spool, &q)
-        .concurrency(1)
-        .prefetch(2)
-        .spawn(counting_handler(&gate, &running, &most, &started))
-        .await
-        .unwrap();
-    eventually("one running, two prefetched", || async {
-        consumer.stats().claimed == 3 && started.load(Ordering::SeqCst) == 1
-    })
-    .await;
+    let (faulty, spool, consumer, gate) = one_running_two_prefetched().await;
     // The first release finds the lease gone (another consumer has the run now): the run is
     // no longer this consumer's to give back, so it is neither an error nor abandoned.
     let first = faulty.script().settle_calls.len();
