@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use cairn_core::spool::{ManualClock, Timestamp};
 use cairn_core::Error;
+use cairn_migrate::fleet::FleetEntry;
 use cairn_migrate::{Backend, MigrationBackend, MigrationSet, OpenOptions};
 use cairn_sqlite::{SqliteBackend, SqliteMigrator, SqliteOptions};
 
@@ -147,4 +148,75 @@ async fn a_set_given_twice_is_refused_before_the_file_is_created() {
         .expect_err("the set is given twice");
     assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
     assert!(!path.exists(), "nothing was created");
+}
+
+/// A registry entry of an instance that stopped heartbeating at `last_seen`.
+fn dead(instance: &str, last_seen: Timestamp) -> FleetEntry {
+    FleetEntry {
+        instance: instance.into(),
+        build: format!("svc-{instance}"),
+        heads: [("notes".to_owned(), "0001_notes".to_owned())].into(),
+        host: "host-gone".into(),
+        pid: 1,
+        started_at: last_seen,
+        last_seen,
+    }
+}
+
+/// An open prunes the entries of instances dead for more than a week (`fleet::PRUNE_AFTER`,
+/// stated here in days so a change to it is seen) and keeps the younger dead ones, which
+/// `cairn migrate fleet` still shows as expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_prunes_entries_dead_for_more_than_a_week_and_keeps_younger_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.db");
+    let now = Timestamp::from_unix_micros(1_900_000_000_000_000);
+    let clock = ManualClock::new(now);
+    let opts = || {
+        OpenOptions::default()
+            .clock(Arc::new(clock.clone()))
+            .build_id("svc-v1")
+            .migrations(notes(false))
+    };
+    // The first open creates the registry; its own entry goes when it closes.
+    let first = SqliteBackend::open(&path, SqliteOptions::default(), opts())
+        .await
+        .unwrap();
+    first.close().await.unwrap();
+
+    const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+    const MINUTE: Duration = Duration::from_secs(60);
+    let outside = SqliteMigrator::new(&path, SqliteOptions::default());
+    for e in [
+        dead("past-the-week", now.saturating_sub(WEEK + MINUTE)),
+        dead("within-the-week", now.saturating_sub(WEEK - MINUTE)),
+    ] {
+        outside.register(&e, Timestamp::UNIX_EPOCH).await.unwrap();
+    }
+    assert_eq!(outside.read_fleet().await.unwrap().len(), 2);
+
+    let second = SqliteBackend::open(&path, SqliteOptions::default(), opts())
+        .await
+        .unwrap();
+    let own = second
+        .session()
+        .fleet_entry()
+        .expect("registered")
+        .instance
+        .clone();
+    let mut left: Vec<String> = outside
+        .read_fleet()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.instance)
+        .collect();
+    left.sort();
+    let mut want = vec![own, "within-the-week".to_owned()];
+    want.sort();
+    assert_eq!(
+        left, want,
+        "the entry dead past a week is pruned, the other kept"
+    );
+    second.close().await.unwrap();
 }
