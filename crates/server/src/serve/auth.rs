@@ -231,5 +231,43 @@ mod tests {
         assert_eq!(bearer(b"Bearer "), None);
         assert_eq!(bearer(b"Bear"), None);
         assert!(mutates(&Method::POST) && mutates(&Method::PUT) && !mutates(&Method::GET));
+        assert!(!mutates(&Method::HEAD) && mutates(&Method::DELETE));
+    }
+
+    #[test]
+    fn debug_prints_the_counts_and_nothing_of_the_tokens() {
+        let tokens = Tokens::for_tests(&["full-a-0123456789", "full-b-0123456789"], &[]);
+        assert_eq!(format!("{tokens:?}"), "Tokens { full: 2, read: 0 }");
+    }
+
+    #[test]
+    fn a_token_of_exactly_sixteen_characters_is_long_enough_and_fifteen_is_not() {
+        assert_eq!(check("0123456789abcdef"), Ok(()));
+        assert!(check("0123456789abcde").is_err());
+        assert!(
+            check("0123456789abcdef\u{1}").is_err(),
+            "a control character"
+        );
+        assert!(check("0123456789abcdef\t").is_err(), "a tab");
+    }
+
+    #[test]
+    fn a_token_listed_twice_or_in_both_classes_still_grants_access() {
+        // Listed twice in one class (a token file that repeats `auth.tokens`): the match of the
+        // second copy must not cancel the first's.
+        let twice = Tokens::for_tests(&["full-a-0123456789", "full-a-0123456789"], &[]);
+        assert_eq!(twice.access(b"full-a-0123456789"), Some(Access::Full));
+        let read_twice = Tokens::for_tests(&[], &["read-a-0123456789", "read-a-0123456789"]);
+        assert_eq!(read_twice.access(b"read-a-0123456789"), Some(Access::Read));
+        // In both classes: the larger grant wins.
+        let both = Tokens::for_tests(&["same-0123456789ab"], &["same-0123456789ab"]);
+        assert_eq!(both.identify(b"same-0123456789ab"), Some((Access::Full, 1)));
+    }
+
+    #[test]
+    fn only_no_token_of_either_class_means_no_auth() {
+        assert!(Tokens::for_tests(&[], &[]).is_empty());
+        assert!(!Tokens::for_tests(&["full-a-0123456789"], &[]).is_empty());
+        assert!(!Tokens::for_tests(&[], &["read-a-0123456789"]).is_empty());
     }
 }
