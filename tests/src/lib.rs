@@ -558,6 +558,7 @@ macro_rules! spool_suite {
             s10_claim_order_priority_then_due_time,
             s11_retention_keeps_store_under_cap_in_long_run,
             s11_retention_order_and_batches,
+            s11_retention_limits_are_exact,
             s13_legacy_import_once_keeps_ids_keys_events_and_facts,
             s13_legacy_torn_tail_imported_and_reported,
             s13_legacy_stale_generation_never_replays,

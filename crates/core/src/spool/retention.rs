@@ -319,6 +319,11 @@ mod tests {
             plan_run_batch(Timestamp::from_unix_micros(25), &runs, 2).len(),
             2
         );
+        // A run finished exactly at the cutoff is not older than max_age: kept.
+        assert_eq!(
+            plan_run_batch(Timestamp::from_unix_micros(20), &runs, 10),
+            vec![RunId([0; 16]), RunId([1; 16])]
+        );
     }
 
     #[test]

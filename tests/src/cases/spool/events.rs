@@ -356,6 +356,89 @@ pub async fn s11_retention_order_and_batches<H: SpoolHarness>(h: &H) {
     }
 }
 
+/// S11: the limits are exact. An event or a finished run exactly `max_age` old is kept and one
+/// microsecond older goes; events whose total is exactly `max_bytes` are all kept and one byte
+/// over removes the oldest.
+pub async fn s11_retention_limits_are_exact<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let clock = h.clock();
+    let q = random_queue("s11-exact");
+    let hour = Duration::from_secs(3600);
+    let micro = Duration::from_micros(1);
+    let policy = RetentionPolicy {
+        max_age: hour,
+        max_bytes: 200,
+    };
+    let budget = RetentionBudget::default();
+    let live = enqueue_new(s, &q, "live").await;
+    s.append_event(live, &eid("a1"), vec![1; 100])
+        .await
+        .unwrap();
+    let gone = enqueue_new(s, &q, "gone").await;
+    s.cancel(gone).await.unwrap();
+    clock.advance(micro);
+    s.append_event(live, &eid("a2"), vec![2; 100])
+        .await
+        .unwrap();
+    // a1 and `gone`'s finish are now exactly max_age old, and the events total exactly the cap.
+    clock.advance(hour - micro);
+
+    let r = s.retention_pass(&policy, &budget).await.unwrap();
+    assert_eq!(
+        (
+            r.events_expired,
+            r.events_over_cap,
+            r.runs_removed,
+            r.complete
+        ),
+        (0, 0, 0, true),
+        "S11: exactly max_age old and exactly at the cap, nothing is due"
+    );
+    assert_eq!(s.events(live, 0, 10).await.unwrap().len(), 2);
+    assert!(s.run(gone).await.unwrap().is_some(), "S11: `gone` is kept");
+
+    clock.advance(micro);
+    let r = s.retention_pass(&policy, &budget).await.unwrap();
+    assert_eq!(
+        (
+            r.events_expired,
+            r.events_over_cap,
+            r.bytes_freed,
+            r.runs_removed
+        ),
+        (1, 0, 100, 1),
+        "S11: a microsecond later a1 expires and the finished run goes"
+    );
+    assert!(s.run(gone).await.unwrap().is_none());
+    let left: Vec<u64> = s
+        .events(live, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(left, vec![2], "S11: a2, younger than max_age, is kept");
+
+    s.append_event(live, &eid("a3"), vec![3; 101])
+        .await
+        .unwrap();
+    let r = s.retention_pass(&policy, &budget).await.unwrap();
+    assert_eq!(
+        (r.events_expired, r.events_over_cap, r.bytes_freed),
+        (0, 1, 100),
+        "S11: one byte over the cap removes the oldest event"
+    );
+    let left: Vec<u64> = s
+        .events(live, 0, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(left, vec![3]);
+}
+
 /// S15 (in-process part): tasks on two instances race to set one fact to different values:
 /// exactly one wins, every loser gets `FactConflict` carrying the winner's value, the same
 /// value again is `AlreadySet`, and facts are visible everywhere, in every state.
