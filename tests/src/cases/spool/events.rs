@@ -356,6 +356,12 @@ pub async fn s11_retention_order_and_batches<H: SpoolHarness>(h: &H) {
     }
 }
 
+/// The seqs of `run`'s stored events, in order.
+async fn stored_seqs(s: &dyn cairn_core::spool::Spool, run: RunId) -> Vec<u64> {
+    let events = s.events(run, 0, 100).await.unwrap();
+    events.iter().map(|e| e.seq).collect()
+}
+
 /// S11: the limits are exact. An event or a finished run exactly `max_age` old is kept and one
 /// microsecond older goes; events whose total is exactly `max_bytes` are all kept and one byte
 /// over removes the oldest.
@@ -411,14 +417,11 @@ pub async fn s11_retention_limits_are_exact<H: SpoolHarness>(h: &H) {
         "S11: a microsecond later a1 expires and the finished run goes"
     );
     assert!(s.run(gone).await.unwrap().is_none());
-    let left: Vec<u64> = s
-        .events(live, 0, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(left, vec![2], "S11: a2, younger than max_age, is kept");
+    assert_eq!(
+        stored_seqs(s, live).await,
+        vec![2],
+        "S11: a2, younger than max_age, is kept"
+    );
 
     s.append_event(live, &eid("a3"), vec![3; 101])
         .await
@@ -429,14 +432,7 @@ pub async fn s11_retention_limits_are_exact<H: SpoolHarness>(h: &H) {
         (0, 1, 100),
         "S11: one byte over the cap removes the oldest event"
     );
-    let left: Vec<u64> = s
-        .events(live, 0, 10)
-        .await
-        .unwrap()
-        .iter()
-        .map(|e| e.seq)
-        .collect();
-    assert_eq!(left, vec![3]);
+    assert_eq!(stored_seqs(s, live).await, vec![3]);
 }
 
 /// S15 (in-process part): tasks on two instances race to set one fact to different values:
