@@ -236,6 +236,8 @@ impl Default for UiSection {
 pub(crate) struct Limits {
     /// Largest request body.
     pub(crate) max_body_bytes: usize,
+    /// Largest page a read answers, in bytes of JSON (its first item always goes out).
+    pub(crate) max_page_bytes: usize,
     /// Longest a request may take.
     pub(crate) request_timeout_secs: u64,
     /// How long in-flight requests get on shutdown.
@@ -253,6 +255,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             max_body_bytes: 8 * 1024 * 1024,
+            max_page_bytes: 8 * 1024 * 1024,
             request_timeout_secs: 30,
             drain_timeout_secs: 10,
             header_read_timeout_secs: 10,

@@ -1750,3 +1750,168 @@ fn doctor_requests_stay_within_the_servers_pool_on_postgres() {
         assert!(status.success(), "{stderr}");
     });
 }
+
+/// The byte budget of a read page (`limits.max_page_bytes`) in these tests.
+const PAGE_BYTES: usize = 4096;
+
+/// Bytes of JSON the server wrote for a page's `events` array (the compact form `serde_json`
+/// writes, as the server does; key order does not change the length).
+fn array_bytes(page: &Value) -> usize {
+    serde_json::to_string(&page["events"]).unwrap().len()
+}
+
+/// Feed and run-event pages end at the byte budget: an item larger than the budget goes out
+/// alone, a page of smaller items stays within it, and reading page after page returns every
+/// item once, in order. `limit` still counts events, whole epochs only.
+fn pages_end_at_their_byte_budget(db: &str) {
+    let budget = PAGE_BYTES.to_string();
+    let server = Server::start_with(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_AUTH__READ_TOKENS", READ),
+            ("CAIRN_LIMITS__MAX_PAGE_BYTES", &budget),
+        ],
+        &[],
+    );
+    // A control byte is written as six (`\u0001`): 1000 of them are ~6 KB of JSON.
+    let control = "\u{1}".repeat(1000);
+    let append = |events: Value| {
+        let (s, body) = server.send(
+            "POST",
+            "/v1/spaces/big/epochs",
+            &json!({ "events": events }),
+        );
+        assert_eq!(s, 201, "{body}");
+        body["seq"].as_u64().unwrap()
+    };
+    let mut seqs = vec![append(json!([{"kind": "k", "payload": control}]))];
+    seqs.push(append(json!([{"kind": "k", "payload": "small"}])));
+    for n in 0..30 {
+        // 3 events of ~330 bytes each: about 1 KB of JSON an epoch.
+        let payload = format!("{n:03}{}", "x".repeat(250));
+        seqs.push(append(json!([
+            {"kind": "k", "payload": payload},
+            {"kind": "k", "payload": payload},
+            {"kind": "k", "payload": payload},
+        ])));
+    }
+    let (s, page) = server.get("/v1/spaces/big/events?limit=1000");
+    assert_eq!(s, 200, "{page}");
+    let events = page["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "the oversized first epoch goes out alone");
+    assert_eq!(events[0]["payload"], json!(control));
+    assert!(array_bytes(&page) > PAGE_BYTES);
+    // Page after page: every epoch once, in order, each page within the budget.
+    let mut seen = vec![events[0]["seq"].as_u64().unwrap()];
+    let mut next = str_of(&page, "next").to_owned();
+    let mut pages = 0;
+    loop {
+        let (s, page) = server.get(&format!("/v1/spaces/big/events?limit=1000&cursor={next}"));
+        assert_eq!(s, 200, "{page}");
+        let events = page["events"].as_array().unwrap();
+        if events.is_empty() {
+            assert_eq!(
+                str_of(&page, "next"),
+                next,
+                "an empty page keeps the cursor"
+            );
+            break;
+        }
+        pages += 1;
+        assert!(
+            array_bytes(&page) <= PAGE_BYTES,
+            "page {pages}: {} bytes",
+            array_bytes(&page)
+        );
+        for e in events {
+            let seq = e["seq"].as_u64().unwrap();
+            if seen.last() != Some(&seq) {
+                seen.push(seq);
+            }
+        }
+        next = str_of(&page, "next").to_owned();
+    }
+    assert_eq!(seen, seqs, "every epoch once, in order");
+    assert!(
+        pages >= 8,
+        "~31 KB of small epochs take several 4 KB pages: {pages}"
+    );
+    // `limit` counts events in whole epochs: a 3-event epoch goes out whole for limit 2; with
+    // limit 4, the second 3-event epoch waits for the next page.
+    let (_, first) = server.get("/v1/spaces/big/events?limit=1");
+    let cursor = str_of(&first, "next").to_owned();
+    let (_, second) = server.get(&format!("/v1/spaces/big/events?limit=1&cursor={cursor}"));
+    let cursor = str_of(&second, "next").to_owned();
+    let (_, page) = server.get(&format!("/v1/spaces/big/events?limit=2&cursor={cursor}"));
+    assert_eq!(page["events"].as_array().unwrap().len(), 3, "{page}");
+    let (_, page) = server.get(&format!("/v1/spaces/big/events?limit=4&cursor={cursor}"));
+    assert_eq!(page["events"].as_array().unwrap().len(), 3, "{page}");
+    let (_, page) = server.get(&format!("/v1/spaces/big/events?limit=6&cursor={cursor}"));
+    assert_eq!(page["events"].as_array().unwrap().len(), 6, "{page}");
+
+    // A run's events: the same rule, with `after` the last seq read.
+    let (s, run) = server.send(
+        "POST",
+        "/v1/queues/pages/runs",
+        &json!({"key_parts": ["pages"], "payload": "{}"}),
+    );
+    assert_eq!(s, 201, "{run}");
+    let run_path = format!("/v1/runs/{}", str_of(&run, "run_id"));
+    let mut stored = Vec::new();
+    for n in 0..40 {
+        let payload = if n == 0 {
+            control.clone()
+        } else {
+            format!("{n:03}{}", "y".repeat(300))
+        };
+        let (s, body) = server.send(
+            "POST",
+            &format!("{run_path}/events"),
+            &json!({"event_id": format!("e{n}"), "payload": payload}),
+        );
+        assert_eq!(s, 201, "{body}");
+        stored.push(body["seq"].as_u64().unwrap());
+    }
+    let (s, page) = server.get(&format!("{run_path}/events?limit=1000"));
+    assert_eq!(s, 200, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 1, "alone: {page}");
+    assert!(array_bytes(&page) > PAGE_BYTES);
+    let mut seen = vec![page["events"][0]["seq"].as_u64().unwrap()];
+    let mut pages = 0;
+    loop {
+        let after = seen.last().unwrap();
+        let (s, page) = server.get(&format!("{run_path}/events?limit=1000&after={after}"));
+        assert_eq!(s, 200, "{page}");
+        let events = page["events"].as_array().unwrap();
+        if events.is_empty() {
+            break;
+        }
+        pages += 1;
+        assert!(array_bytes(&page) <= PAGE_BYTES, "page {pages}");
+        seen.extend(events.iter().map(|e| e["seq"].as_u64().unwrap()));
+    }
+    assert_eq!(seen, stored, "every event once, in order");
+    assert!(
+        pages >= 3,
+        "~14 KB of small events take several 4 KB pages: {pages}"
+    );
+    let (_, page) = server.get(&format!("{run_path}/events?limit=5&after=1"));
+    assert_eq!(
+        page["events"].as_array().unwrap().len(),
+        5,
+        "limit still counts"
+    );
+    server.stop();
+}
+
+#[test]
+fn pages_end_at_their_byte_budget_on_sqlite() {
+    let (_dir, db) = sqlite_db();
+    pages_end_at_their_byte_budget(&db);
+}
+
+#[test]
+fn pages_end_at_their_byte_budget_on_postgres() {
+    common::on_postgres("cairn_pages", pages_end_at_their_byte_budget);
+}

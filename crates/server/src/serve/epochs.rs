@@ -3,13 +3,14 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use cairn::{FeedCursor, ImportOutcome, SpaceId};
+use cairn::{FeedCursor, ImportOutcome, Seq, SpaceId};
 
 use super::error::{ApiError, Body, Params, PathArgs};
 use super::json::{
     events_in, AppendRequest, AppendResponse, ErrorBody, FeedEventOut, FeedQuery, FeedResponse,
     HeadOut, HeadsResponse, ImportRequest, ImportResponse, SpacePath,
 };
+use super::page;
 use super::routes::AppState;
 
 /// Default feed page size.
@@ -104,16 +105,46 @@ pub(crate) async fn feed(
         ));
     }
     let cursor = q.cursor.as_deref().map(FeedCursor::parse).transpose()?;
-    if let Some(c) = &cursor {
-        c.resume_after(&space)?;
+    // Where the page ends so far: after its last whole epoch.
+    let mut at = match cursor {
+        Some(c) => {
+            c.resume_after(&space)?;
+            c
+        }
+        None => FeedCursor::new(&space, Seq(0)),
+    };
+    // Whole epochs, read a chunk at a time, until `limit` events (the first epoch goes in
+    // whatever its size, as the store's own page does), the end of the feed, or the byte
+    // budget (`page`).
+    let mut events = page::JsonArray::new(state.page_bytes);
+    let mut taken = 0;
+    let mut chunk = limit.min(page::FIRST_CHUNK);
+    let mut largest = 0;
+    'page: loop {
+        let read = state.epochs.events_since(&space, Some(&at), chunk).await?;
+        if read.events.is_empty() {
+            break;
+        }
+        for epoch in read.events.chunk_by(|a, b| a.seq == b.seq) {
+            if taken > 0 && taken + epoch.len() > limit {
+                break 'page;
+            }
+            let unit = page::unit(epoch.iter().map(FeedEventOut::from))?;
+            if !events.offer(&unit) {
+                break 'page;
+            }
+            largest = largest.max(unit.len().div_ceil(epoch.len()));
+            taken += epoch.len();
+            at = FeedCursor::new(&space, epoch[0].seq);
+        }
+        if taken >= limit {
+            break;
+        }
+        chunk = page::next_chunk(limit - taken, events.room(), largest);
     }
-    let page = state
-        .epochs
-        .events_since(&space, cursor.as_ref(), limit)
-        .await?;
     Ok(Json(FeedResponse {
-        events: page.events.iter().map(FeedEventOut::from).collect(),
-        next: page.next.to_string(),
+        events: events.close()?,
+        next: at.to_string(),
     }))
 }
 

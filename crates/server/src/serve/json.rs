@@ -195,7 +195,10 @@ pub(crate) struct FeedQuery {
     /// absent. Another space's cursor, or a position above 2^63-1, is 400 `bad_cursor`.
     #[param(pattern = r"^c1\.[0-9a-fA-F]{16}\.(?:0|[1-9][0-9]{0,18})$")]
     pub(crate) cursor: Option<String>,
-    /// Most events in the page (1 to 1000, default 100; whole epochs only).
+    /// Most events in the page (1 to 1000, default 100; whole epochs only, and the first epoch
+    /// goes out whatever its size). A page also ends before an epoch that would take it past
+    /// `limits.max_page_bytes` of JSON (default 8 MiB), so a page can be shorter than `limit`
+    /// while more follows: the feed is read to its end when a page is empty.
     #[param(minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<usize>,
 }
@@ -251,8 +254,10 @@ impl From<&FeedEvent> for FeedEventOut {
 /// `GET /v1/spaces/{space}/events`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct FeedResponse {
-    /// The events, whole epochs only; empty when everything committed has been read.
-    pub(crate) events: Vec<FeedEventOut>,
+    /// The events, whole epochs only, at most `limit` events and `limits.max_page_bytes` of
+    /// JSON (its first epoch excepted); empty when everything committed has been read.
+    #[schema(value_type = Vec<FeedEventOut>)]
+    pub(crate) events: Box<serde_json::value::RawValue>,
     /// The cursor to pass for the next page.
     pub(crate) next: String,
 }
@@ -466,7 +471,10 @@ pub(crate) struct RunEventAppended {
 pub(crate) struct RunEventsQuery {
     /// Only events with a greater seq (default 0).
     pub(crate) after: Option<u64>,
-    /// Most events (1 to 1000, default 100).
+    /// Most events (1 to 1000, default 100). A page also ends before an event that would take
+    /// it past `limits.max_page_bytes` of JSON (default 8 MiB; the first event goes out whatever
+    /// its size), so a page can be shorter than `limit` while more follows: the stream is read
+    /// to its end when a page is empty.
     #[param(minimum = 1, maximum = 1000)]
     pub(crate) limit: Option<usize>,
 }
@@ -510,8 +518,10 @@ impl From<&RunEvent> for RunEventOut {
 /// `GET /v1/runs/{id}/events`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct RunEventsResponse {
-    /// The events in seq order.
-    pub(crate) events: Vec<RunEventOut>,
+    /// The events in seq order, at most `limit` of them and `limits.max_page_bytes` of JSON
+    /// (the first event excepted).
+    #[schema(value_type = Vec<RunEventOut>)]
+    pub(crate) events: Box<serde_json::value::RawValue>,
 }
 
 /// `PUT /v1/runs/{id}/facts/{name}`: exactly one of `value` and `value_b64`.

@@ -32,6 +32,7 @@ mod error;
 pub(crate) mod json;
 mod metrics;
 mod openapi;
+mod page;
 mod retention;
 mod routes;
 mod runs;
@@ -230,6 +231,7 @@ pub(crate) struct Settings {
     delivery: Option<delivery::Settings>,
     spool: cairn::spool::SpoolConfig,
     retention_max_bytes: u64,
+    page_bytes: usize,
     parked_threshold: Option<u64>,
     retention: retention::RetentionSettings,
     ui: ui::UiSettings,
@@ -319,6 +321,7 @@ pub(crate) fn check(
     let sp = &config.spool;
     for (key, v) in [
         ("limits.max_body_bytes", l.max_body_bytes as u64),
+        ("limits.max_page_bytes", l.max_page_bytes as u64),
         ("limits.request_timeout_secs", l.request_timeout_secs),
         (
             "limits.header_read_timeout_secs",
@@ -392,6 +395,7 @@ pub(crate) fn check(
                 delivery,
                 spool: delivery::spool_config(&config.delivery),
                 retention_max_bytes: config.spool.retention_max_bytes,
+                page_bytes: l.max_page_bytes,
                 parked_threshold: config.doctor.parked_threshold,
                 retention: retention::RetentionSettings {
                     enabled: sp.retention_enabled,
@@ -461,6 +465,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             .ui
             .enabled
             .then(|| Arc::new(ui::Ui::new(tokens.clone(), &settings.ui, rates.clone()))),
+        page_bytes: settings.page_bytes,
     };
     let ui_enabled = state.ui.is_some();
     let app = routes::router(state, tokens, settings.limits);

@@ -30,6 +30,9 @@ pub(crate) struct AppState {
     pub(crate) doctor: Arc<doctor::Target>,
     /// The dashboard's sessions and rates, when `/ui` is served.
     pub(crate) ui: Option<Arc<super::ui::Ui>>,
+    /// Most bytes of JSON a feed or run-events page holds before it ends early
+    /// (`limits.max_page_bytes`); its first item always goes out.
+    pub(crate) page_bytes: usize,
 }
 
 /// Limits the router enforces.

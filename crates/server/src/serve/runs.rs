@@ -14,6 +14,7 @@ use super::json::{
     HeartbeatRequest, HeartbeatResponse, Nack, NackRequest, QueuePath, RunEventAppended,
     RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
 };
+use super::page;
 use super::routes::AppState;
 
 /// Run events per page when a request names no limit.
@@ -157,9 +158,31 @@ pub(crate) async fn events(
     let id = run_id(&id)?;
     let limit = q.limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
     spool::check_limit(limit)?;
-    let events = state.spool.events(id, q.after.unwrap_or(0), limit).await?;
+    // Read a chunk at a time until `limit` events, the run's last event, or the byte budget
+    // (`page`).
+    let mut events = page::JsonArray::new(state.page_bytes);
+    let mut after = q.after.unwrap_or(0);
+    let mut left = limit;
+    let mut chunk = left.min(page::FIRST_CHUNK);
+    let mut largest = 0;
+    'page: loop {
+        let read = state.spool.events(id, after, chunk).await?;
+        for e in &read {
+            let unit = page::unit([RunEventOut::from(e)])?;
+            if !events.offer(&unit) {
+                break 'page;
+            }
+            largest = largest.max(unit.len());
+            after = e.seq;
+            left -= 1;
+        }
+        if read.len() < chunk || left == 0 {
+            break;
+        }
+        chunk = page::next_chunk(left, events.room(), largest);
+    }
     Ok(Json(RunEventsResponse {
-        events: events.iter().map(RunEventOut::from).collect(),
+        events: events.close()?,
     }))
 }
 
