@@ -48,6 +48,7 @@ pub(crate) struct EnqueueBatchRequest {
     /// batch is one run (its later items answer `created: false`; their payload and options
     /// are ignored).
     #[schema(value_type = Vec<EnqueueRequest>, max_items = 10000)]
+    #[serde(deserialize_with = "enqueue_items")]
     pub(crate) items: Vec<Box<RawValue>>,
 }
 
@@ -89,6 +90,7 @@ pub(crate) struct BatchRequest {
     /// together: enqueue payloads, run event payloads and epoch event payloads, decoded), each
     /// an object whose `op` is `enqueue`, `append`, `append_event` or `cancel` (see `BatchOp`).
     #[schema(value_type = Vec<Object>, max_items = 1000)]
+    #[serde(deserialize_with = "batch_ops")]
     pub(crate) ops: Vec<Box<RawValue>>,
 }
 
@@ -149,15 +151,48 @@ fn created_status(created: bool) -> u16 {
     }
 }
 
-/// Refuses a batch of more than `max` items, before any item is read.
-fn check_count(what: &'static str, n: usize, max: usize) -> cairn::Result<()> {
-    if n > max {
-        return Err(Error::invalid(
-            what,
-            format!("holds {n} items; the limit is {max}: split it into several batches"),
-        ));
+/// Reads a JSON array of raw items, refusing it as soon as it holds more than `max`: a body of
+/// millions of tiny items (`[0,0,0,…]`) is refused after `max + 1` of them, instead of being
+/// read whole into a `Vec` that takes many times the body's bytes before it is counted.
+fn at_most<'de, D: Deserializer<'de>>(
+    d: D,
+    what: &'static str,
+    max: usize,
+) -> Result<Vec<Box<RawValue>>, D::Error> {
+    struct Items {
+        what: &'static str,
+        max: usize,
     }
-    Ok(())
+    impl<'de> Visitor<'de> for Items {
+        type Value = Vec<Box<RawValue>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "an array of at most {} items", self.max)
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(self.max));
+            while let Some(item) = seq.next_element::<Box<RawValue>>()? {
+                if items.len() == self.max {
+                    return Err(de::Error::custom(format!(
+                        "{} holds more than {} items, the limit: split it into several batches",
+                        self.what, self.max
+                    )));
+                }
+                items.push(item);
+            }
+            Ok(items)
+        }
+    }
+    d.deserialize_seq(Items { what, max })
+}
+
+fn enqueue_items<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<RawValue>>, D::Error> {
+    at_most(d, "the enqueue batch", spool::MAX_ENQUEUE_BATCH)
+}
+
+fn batch_ops<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Box<RawValue>>, D::Error> {
+    at_most(d, "the batch", MAX_BATCH_OPS)
 }
 
 /// Refuses a batch whose ops' payloads, read so far, exceed
@@ -206,7 +241,6 @@ pub(crate) async fn enqueue_batch(
     Body(req): Body<EnqueueBatchRequest>,
 ) -> Result<Json<EnqueueBatchResponse>, ApiError> {
     let queue = QueueName::new(queue)?;
-    check_count("enqueue batch", req.items.len(), spool::MAX_ENQUEUE_BATCH)?;
     let items = req
         .items
         .into_iter()
@@ -470,7 +504,6 @@ pub(crate) async fn batch(
     State(state): State<AppState>,
     Body(req): Body<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
-    check_count("batch", req.ops.len(), MAX_BATCH_OPS)?;
     let mut ops = Vec::with_capacity(req.ops.len());
     let mut payload_bytes = 0usize;
     for (index, raw) in req.ops.into_iter().enumerate() {
@@ -661,10 +694,31 @@ mod tests {
     }
 
     #[test]
-    fn batches_over_their_count_are_refused_before_any_item_is_read() {
-        assert!(check_count("batch", MAX_BATCH_OPS, MAX_BATCH_OPS).is_ok());
-        let e = check_count("batch", MAX_BATCH_OPS + 1, MAX_BATCH_OPS).unwrap_err();
-        assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
+    fn batches_over_their_count_are_refused_as_they_are_read() {
+        let ops = |n: usize| format!(r#"{{"ops":[{}]}}"#, vec!["0"; n].join(","));
+        let read = serde_json::from_str::<BatchRequest>(&ops(MAX_BATCH_OPS)).unwrap();
+        assert_eq!(read.ops.len(), MAX_BATCH_OPS, "exactly the limit is read");
+        let e = serde_json::from_str::<BatchRequest>(&ops(MAX_BATCH_OPS + 1))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("the batch holds more than 1000 items"), "{e}");
+        // The refusal comes at item 1001 (column ~2010), not after the body's 200,000 bytes.
+        let e = serde_json::from_str::<BatchRequest>(&ops(MAX_BATCH_OPS * 100))
+            .err()
+            .unwrap();
+        assert!(e.column() < 3 * MAX_BATCH_OPS, "{e}");
+        let items = |n: usize| format!(r#"{{"items":[{}]}}"#, vec!["{}"; n].join(","));
+        let read = serde_json::from_str::<EnqueueBatchRequest>(&items(spool::MAX_ENQUEUE_BATCH));
+        assert_eq!(read.unwrap().items.len(), spool::MAX_ENQUEUE_BATCH);
+        let e = serde_json::from_str::<EnqueueBatchRequest>(&items(spool::MAX_ENQUEUE_BATCH + 1))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("the enqueue batch holds more than 10000 items"),
+            "{e}"
+        );
         assert!(check_payload_bytes(spool::MAX_ENQUEUE_BATCH_BYTES).is_ok());
         let e = check_payload_bytes(spool::MAX_ENQUEUE_BATCH_BYTES + 1).unwrap_err();
         assert!(matches!(e, Error::InvalidInput { .. }), "{e}");
