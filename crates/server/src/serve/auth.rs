@@ -70,7 +70,7 @@ impl Tokens {
             read: list("auth.read_tokens", &auth.read_tokens.0),
         };
         if let Some(path) = &auth.token_file {
-            match std::fs::read_to_string(path) {
+            match read_small_file(path) {
                 Ok(text) => {
                     for (n, line) in text.lines().enumerate() {
                         let line = line.trim();
@@ -200,9 +200,82 @@ pub(crate) async fn require_token(
     }
 }
 
+/// Most bytes a file of tokens may hold.
+pub(crate) const MAX_TOKEN_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Reads a small text file (of tokens): a regular file of at most [`MAX_TOKEN_FILE_BYTES`].
+/// Anything else is refused before it is read, so a path naming a FIFO, a device such as
+/// `/dev/zero` or a huge file neither hangs the server's start nor fills its memory.
+pub(crate) fn read_small_file(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    let not_regular = || Error::new(ErrorKind::InvalidInput, "it is not a regular file");
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = std::fs::File::open(path)?;
+    // The name may have moved on between the two looks; the file opened is what counts.
+    if !file.metadata()?.is_file() {
+        return Err(not_regular());
+    }
+    let mut text = String::new();
+    file.take(MAX_TOKEN_FILE_BYTES + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("it holds more than {MAX_TOKEN_FILE_BYTES} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn from_file(path: &std::path::Path) -> Result<Tokens, Vec<String>> {
+        Tokens::from_config(&crate::config::Auth {
+            token_file: Some(path.to_owned()),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn a_token_file_is_a_small_regular_file_or_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = dir.path().join("tokens");
+        std::fs::write(&ok, "# ops\nfile-token-0123456789\n").unwrap();
+        assert_eq!(from_file(&ok).unwrap().full.len(), 1);
+        // Exactly the limit is read; one byte more is refused.
+        let big = dir.path().join("big");
+        let mut text = "file-token-0123456789\n".to_owned();
+        text.push_str(&"#".repeat(MAX_TOKEN_FILE_BYTES as usize - text.len()));
+        std::fs::write(&big, &text).unwrap();
+        assert_eq!(from_file(&big).unwrap().full.len(), 1);
+        text.push('#');
+        std::fs::write(&big, &text).unwrap();
+        let problems = from_file(&big).unwrap_err();
+        assert!(
+            problems[0].contains("more than 1048576 bytes"),
+            "{problems:?}"
+        );
+        // A device and a FIFO are refused without reading (a FIFO with no writer would block
+        // forever, /dev/zero would never end).
+        let problems = from_file(std::path::Path::new("/dev/zero")).unwrap_err();
+        assert!(problems[0].contains("not a regular file"), "{problems:?}");
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let problems = from_file(&fifo).unwrap_err();
+        assert!(problems[0].contains("not a regular file"), "{problems:?}");
+        assert!(
+            problems[0].starts_with("auth.token_file: cannot read "),
+            "{problems:?}"
+        );
+    }
 
     #[test]
     fn tokens_grant_their_class_only() {
