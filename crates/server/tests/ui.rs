@@ -409,6 +409,28 @@ fn without_tokens_only_loopback_host_names_are_answered() {
         assert_eq!(a.status, 421, "{path}: {}", a.body);
         assert!(a.set_cookies.is_empty(), "{path}: no session for it");
     }
+    // Two Host headers, the first a loopback one: refused too (which one a proxy in front
+    // reads is not the server's to guess).
+    let raw = |hosts: &[&str]| {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(s.base.trim_start_matches("http://")).unwrap();
+        let mut req = "GET /healthz HTTP/1.1\r\n".to_owned();
+        for h in hosts {
+            req.push_str(&format!("Host: {h}\r\n"));
+        }
+        req.push_str("Connection: close\r\n\r\n");
+        c.write_all(req.as_bytes()).unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let loopback = format!("127.0.0.1:{port}");
+    let answer = raw(&[&loopback, &rebound]);
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    let answer = raw(&[&loopback, &loopback]);
+    assert!(answer.starts_with("HTTP/1.1 421"), "{answer}");
+    let answer = raw(&[&loopback]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     // Loopback names get the dashboard with a full-access session and no sign-in.
     for host in [format!("127.0.0.1:{port}"), format!("localhost:{port}")] {
         let a = s.send("GET", "/ui", None, &[("Host", &host)], None);

@@ -116,13 +116,17 @@ fn is_loopback_host(host: &str) -> bool {
 /// Without tokens (`--insecure-no-auth`, loopback only) the server answers only requests whose
 /// `Host` is a loopback name: a web page whose own name an attacker points at 127.0.0.1 (DNS
 /// rebinding) sends its name as `Host` and is refused with 421, so a site a developer visits
-/// cannot drive the unauthenticated server from the browser.
+/// cannot drive the unauthenticated server from the browser. A request with no `Host` or
+/// with two is refused the same way.
 async fn require_loopback_host(State(open): State<bool>, req: Request, next: Next) -> Response {
     if open {
-        let host = req
-            .headers()
-            .get(axum::http::header::HOST)
-            .and_then(|h| h.to_str().ok());
+        // Exactly one `Host`, and a loopback one: with two, which one a proxy or a
+        // framework reads is anyone's guess.
+        let mut hosts = req.headers().get_all(axum::http::header::HOST).iter();
+        let host = match (hosts.next(), hosts.next()) {
+            (Some(h), None) => h.to_str().ok(),
+            _ => None,
+        };
         if !host.is_some_and(is_loopback_host) {
             return ApiError::new(
                 StatusCode::MISDIRECTED_REQUEST,
@@ -157,7 +161,9 @@ async fn time_limit(State(limits): State<Limits>, req: Request, next: Next) -> R
                 "timeout",
                 format!(
                     "the request took longer than {:?}; it may or may not have taken effect, \
-                     read the state or retry (enqueue, run events and facts are idempotent)",
+                     read the state or retry (enqueues and facts are idempotent, and so is a run \
+                     event while the run still holds it: a delivered one is removed, and its \
+                     id then appends anew)",
                     limits.request_timeout
                 ),
             )
