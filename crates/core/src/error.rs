@@ -225,11 +225,12 @@ pub enum Error {
     },
 
     /// The lease token is not the run's current one: the lease expired and another claim took
-    /// the run, so the presenter no longer holds it. Stop working on the run; its new holder
-    /// owns it.
+    /// the run (or the run is no longer claimed), or the token was never this run's, so the
+    /// presenter does not hold it. Stop working on the run; its holder, if any, owns it.
     #[error(
-        "the lease on run {run} is lost (it expired and the run was claimed again); stop \
-         working on it and leave it to its new holder"
+        "the lease token presented for run {run} is not its current one (the lease expired \
+         and the run was claimed again or given back, or the token is another run's); stop \
+         working on it and leave it to its holder"
     )]
     LeaseLost {
         /// The run.

@@ -100,14 +100,16 @@ pub(crate) async fn run(
     Ok(Json(RunOut::from(&run)))
 }
 
-/// Appends an event to a run's stream.
+/// Appends an event to a run's stream. An event id the run still holds is not appended again
+/// (200, its first seq and payload kept, whatever this payload is); once the event has been
+/// delivered and removed, or removed by retention, its id is new again and appends a new event.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/events", tag = "spool",
     params(RunPath),
     request_body = RunEventIn,
     responses(
         (status = 201, description = "Appended", body = RunEventAppended),
-        (status = 200, description = "The run already holds this event id", body = RunEventAppended),
+        (status = 200, description = "The run still holds this event id: nothing appended, its first seq and payload kept", body = RunEventAppended),
         (status = 400, description = "Invalid input", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
