@@ -402,6 +402,24 @@ impl Config {
             let top = k.split('.').next().unwrap_or_default();
             SECTIONS.contains(&top) && !RAW_ENV.iter().any(|(_, key)| *key == k)
         }));
+        // `CAIRN_<SECTION>__<KEY>` names a setting; one whose section does not exist is a
+        // mistake (a typo of a section, say), not someone else's variable.
+        for (var, _) in std::env::vars_os() {
+            let Some(var) = var.to_str() else { continue };
+            if let Some((section, _)) = var
+                .strip_prefix(ENV_PREFIX)
+                .and_then(|rest| rest.split_once("__"))
+            {
+                let section = section.to_ascii_lowercase();
+                if !SECTIONS.contains(&section.as_str()) {
+                    problems.push(format!(
+                        "{var}: `{section}` is not a section (the sections are {}); nothing was \
+                         read from it",
+                        SECTIONS.join(", ")
+                    ));
+                }
+            }
+        }
         for (var, key) in RAW_ENV {
             if let Some(v) = std::env::var_os(var) {
                 match v.into_string() {

@@ -1322,6 +1322,20 @@ fn an_unknown_key_in_a_section_is_named_once_and_hides_nothing() {
         "the section's other problem is still reported: {err}"
     );
     assert!(!std::path::Path::new(db).exists(), "nothing opened");
+    // A setting's variable whose section does not exist is named too (not silently dropped).
+    let err = refused_config(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("CAIRN_LIMIT__MAX_BODY_BYTES", "10"),
+        ],
+        &["--config", config.to_str().unwrap()],
+    );
+    assert!(
+        err.lines().any(|l| l
+            .starts_with("cairn: config: CAIRN_LIMIT__MAX_BODY_BYTES: `limit` is not a section")),
+        "{err}"
+    );
 }
 
 /// A config file with several mistakes: every one is reported on its own line naming its key,
