@@ -32,6 +32,8 @@ struct Seen {
     path: String,
     auth: Option<String>,
     body: Value,
+    /// When the collector read it.
+    at: Instant,
 }
 
 /// A loopback HTTP/1.1 collector that records requests and answers from per-run scripts.
@@ -98,6 +100,7 @@ impl Collector {
                 path,
                 auth: auth.clone(),
                 body,
+                at: Instant::now(),
             });
             let n = {
                 let mut a = self.answered.lock().unwrap();
@@ -137,6 +140,14 @@ impl Collector {
                     let mut sink = [0u8; 64];
                     while matches!(reader.read(&mut sink), Ok(n) if n > 0) {}
                     return;
+                }
+                // 404 with a body in two chunks, `ab` then `cdefgh`.
+                "chunked404" => {
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 404 Not Found\r\ntransfer-encoding: chunked\r\n\r\n\
+                         2\r\nab\r\n6\r\ncdefgh\r\n0\r\n\r\n"
+                    );
                 }
                 "redirect" => {
                     let _ = write!(
@@ -230,8 +241,10 @@ impl Server {
                 "100",
             ]);
         }
+        if !extra.contains(&"--delivery-max-response-bytes") {
+            cmd.args(["--delivery-max-response-bytes", "1024"]);
+        }
         cmd.args(["--delivery-poll-ms", "100"])
-            .args(["--delivery-max-response-bytes", "1024"])
             .args(extra)
             .env("CAIRN_AUTH__TOKENS", FULL)
             .envs(env.iter().copied());
@@ -316,16 +329,57 @@ impl Server {
         }
     }
 
-    fn stop(mut self) -> String {
-        let _ = Command::new("kill")
+    fn metrics(&self) -> String {
+        self.agent
+            .get(format!("{}/metrics", self.base))
+            .header("Authorization", format!("Bearer {FULL}"))
+            .call()
+            .unwrap()
+            .body_mut()
+            .read_to_string()
+            .unwrap()
+    }
+
+    /// How many deliveries ended with `outcome` so far.
+    fn outcomes(&self, outcome: &str) -> u64 {
+        let prefix = format!("cairn_delivery_outcomes_total{{outcome=\"{outcome}\"}} ");
+        self.metrics()
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Sends SIGTERM: the server begins its drain.
+    fn terminate(&self) {
+        let status = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
-            .status();
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn stop(self) -> String {
+        self.terminate();
+        self.wait_exit()
+    }
+
+    /// Waits for the server to exit; its stderr.
+    fn wait_exit(mut self) -> String {
         let deadline = Instant::now() + DEADLINE;
         while self.child.try_wait().unwrap().is_none() {
             assert!(Instant::now() < deadline, "the server stops in time");
             std::thread::sleep(Duration::from_millis(10));
         }
-        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+        // The thread draining the server's stderr holds the other reference until it reads the
+        // end of the pipe: then every line the server wrote is here.
+        wait_until("the server's stderr is read to its end", || {
+            Arc::strong_count(&self.stderr) == 1
+        });
+        self.stderr()
     }
 }
 
@@ -544,15 +598,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
 
     // Each outcome is counted once per run attempt (an outcome is recorded before the spool
     // settles the run, so every run's final state above implies its count).
-    let metrics = server
-        .agent
-        .get(format!("{}/metrics", server.base))
-        .header("Authorization", format!("Bearer {FULL}"))
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
+    let metrics = server.metrics();
     for (outcome, n) in [
         ("ack", 8),
         ("retry", 4),
@@ -588,11 +634,15 @@ fn shutdown_drains_within_the_bound_and_leaves_an_unfinished_run_claimable() {
         !collector.for_run(&run).is_empty()
     });
     let started = Instant::now();
-    server.stop();
+    let stderr = server.stop();
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "the server stopped after {:?}",
         started.elapsed()
+    );
+    assert!(
+        stderr.contains("delivery did not finish within the drain timeout"),
+        "the abandoned run is logged: {stderr}"
     );
     let out = cairn(&db).args(["run", "show", &run]).output().unwrap();
     assert!(
@@ -746,6 +796,12 @@ fn a_refused_token_never_parks_a_run(db: &str) {
         assert_eq!(v["attempts"], 1, "no attempt was spent: {v}");
         let posts = collector.for_run(run);
         assert!(
+            posts
+                .iter()
+                .all(|p| p.auth.as_deref() == Some(&format!("Bearer {OLD_TOKEN}"))),
+            "the token of CAIRN_DELIVERY__TOKEN is sent: {posts:?}"
+        );
+        assert!(
             posts.len() >= 7,
             "six refusals, then delivered: {}",
             posts.len()
@@ -850,4 +906,293 @@ fn a_refused_run_is_given_back_and_survives_a_crash_on_sqlite() {
 #[test]
 fn a_refused_run_is_given_back_and_survives_a_crash_on_postgres() {
     on_postgres(a_refused_run_is_given_back_and_survives_a_crash);
+}
+
+/// The event ids of each POST the collector received for `run`, in order.
+fn batches(collector: &Collector, run: &str) -> Vec<Vec<String>> {
+    collector
+        .for_run(run)
+        .iter()
+        .map(|s| {
+            s.body["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e["event_id"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
+/// A gate run whose POST the collector holds until `collector.release`, so that the runs a
+/// test sets up are stored (and closed) before the worker takes them.
+fn hold_the_worker(server: &Server, collector: &Collector) -> String {
+    let gate = server.enqueue("gate", "hold");
+    wait_until("the gate run reaches the collector", || {
+        collector.held.lock().unwrap().contains(&gate)
+    });
+    gate
+}
+
+fn let_the_worker_go(server: &Server, collector: &Collector, gate: &str) {
+    server.close(gate);
+    collector.release.store(true, Ordering::SeqCst);
+    server.wait_state(gate, "succeeded");
+}
+
+/// A run its producer has not closed yet is POSTed once with no events when the worker first
+/// takes it (so the collector learns of it), and not again each time the worker takes it to
+/// look for events; once closed with none, it gets one more POST and is finished. Two runs wait
+/// at once, so the worker must remember both as announced.
+#[test]
+fn an_open_run_is_announced_once_while_it_waits_for_its_producer() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (collector, url) = Collector::start();
+    let server = Server::start(&db, &url, &[], &[]);
+    let runs = [
+        server.enqueue("waiting-1", "202"),
+        server.enqueue("waiting-2", "202"),
+    ];
+    // Each take of a waiting run that finds nothing new ends in a release (every 100 ms here):
+    // two for the first takes, then each run taken again twice or more.
+    wait_until("the worker takes the waiting runs again and again", || {
+        server.outcomes("release") >= 6
+    });
+    for run in &runs {
+        assert_eq!(batches(&collector, run), [Vec::<String>::new()], "{run}");
+    }
+    for run in &runs {
+        server.close(run);
+    }
+    for run in &runs {
+        server.wait_state(run, "succeeded");
+        assert_eq!(
+            batches(&collector, run),
+            [Vec::<String>::new(), Vec::new()],
+            "{run}: announced, then once more when closed"
+        );
+    }
+    server.stop();
+}
+
+/// A closed run with more events than `--delivery-batch` is delivered whole, a full batch at a
+/// time and the rest in a short one, before it is finished.
+#[test]
+fn a_closed_run_with_more_events_than_a_batch_is_delivered_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (collector, url) = Collector::start();
+    let server = Server::start(&db, &url, &[], &["--delivery-batch", "2"]);
+    let gate = hold_the_worker(&server, &collector);
+    let run = server.enqueue("five-events", "202");
+    for i in 1..=5 {
+        server.append_event(&run, &format!("e{i}"), "x");
+    }
+    server.close(&run);
+    let_the_worker_go(&server, &collector, &gate);
+    let v = server.wait_state(&run, "succeeded");
+    assert_eq!(v["events"], 0, "every event was acknowledged: {v}");
+    assert_eq!(
+        batches(&collector, &run),
+        [vec!["e1", "e2"], vec!["e3", "e4"], vec!["e5"]]
+    );
+    server.stop();
+}
+
+/// Stopping the server (SIGTERM) while a run's last batch is in flight waits for it within the
+/// drain bound: the collector answers only after the server began to shut down, yet the run is
+/// finished (its events acknowledged, the run acked) before the server exits, and a clean drain
+/// logs no warning.
+#[test]
+fn stopping_the_server_lets_the_delivery_in_flight_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (collector, url) = Collector::start();
+    let server = Server::start(&db, &url, &[], &["--drain-timeout", "20"]);
+    let gate = hold_the_worker(&server, &collector);
+    let run = server.enqueue("in-flight", "holdrun");
+    server.append_event(&run, "e1", "last");
+    server.close(&run);
+    let_the_worker_go(&server, &collector, &gate);
+    wait_until("the run's POST is in flight", || {
+        collector.held.lock().unwrap().contains(&run)
+    });
+    server.terminate();
+    wait_until("the server begins to shut down", || {
+        server.stderr().contains("shutting down")
+    });
+    collector.released_runs.lock().unwrap().push(run.clone());
+    let stderr = server.wait_exit();
+    assert!(
+        !stderr.contains("delivery did not finish within the drain timeout"),
+        "the drain was clean: {stderr}"
+    );
+    let out = cairn(&db).args(["run", "show", &run]).output().unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("state succeeded"), "{shown}; {stderr}");
+    assert!(
+        !shown.contains("event 1 e1"),
+        "its event was acknowledged: {shown}"
+    );
+    assert_eq!(batches(&collector, &run), [vec!["e1"]]);
+}
+
+/// The `wait_ms` of each refusal the server logged (JSON log lines), in order.
+fn refusal_waits(server: &Server) -> Vec<u64> {
+    server
+        .stderr()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("refused the delivery token"))
+        })
+        .map(|l| l["wait_ms"].as_u64().unwrap())
+        .collect()
+}
+
+/// A refusal pauses deliveries of every run, not only the refused one: runs `first` (401, then
+/// 202) and `second` (202) wait behind a gate; the collector refuses `first`, and `second`,
+/// taken during the pause, is given back without a POST: no POST reaches the collector until
+/// the logged wait is over. A delivered batch then ends the refusal streak: a later refusal
+/// waits the first step of the backoff again (`retry_base_ms` at most), not the doubled one.
+#[test]
+fn a_refusal_pauses_every_run_and_a_delivered_batch_ends_the_streak() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (collector, url) = Collector::start();
+    let server = Server::start(
+        &db,
+        &url,
+        &[
+            ("CAIRN_DELIVERY__TOKEN", OLD_TOKEN),
+            ("CAIRN_LOG__FORMAT", "json"),
+        ],
+        &[
+            "--delivery-retry-base-ms",
+            "1000",
+            "--delivery-retry-cap-ms",
+            "8000",
+        ],
+    );
+    let gate = hold_the_worker(&server, &collector);
+    let first = server.enqueue("first", "401,202");
+    let second = server.enqueue("second", "202");
+    for run in [&first, &second] {
+        server.close(run);
+    }
+    let_the_worker_go(&server, &collector, &gate);
+    for run in [&first, &second] {
+        let v = server.wait_state(run, "succeeded");
+        assert_eq!(v["attempts"], 1, "no attempt was spent: {v}");
+    }
+    let waits = refusal_waits(&server);
+    assert_eq!(waits.len(), 1, "{waits:?}");
+    let wait = Duration::from_millis(waits[0]);
+    // The first step of the backoff: 1000 ms with equal jitter.
+    assert!(
+        (500..=1000).contains(&waits[0]),
+        "the first refusal waits {wait:?}"
+    );
+    let refused = collector.for_run(&first)[0].clone();
+    let after: Vec<Seen> = collector
+        .seen()
+        .into_iter()
+        .filter(|s| s.at > refused.at)
+        .collect();
+    assert_eq!(after.len(), 2, "first again and second: {after:?}");
+    for s in &after {
+        assert!(
+            s.at.duration_since(refused.at) >= wait,
+            "a POST {:?} after the refusal, within its wait of {wait:?}: {}",
+            s.at.duration_since(refused.at),
+            s.body["run_id"]
+        );
+    }
+    assert_eq!(collector.for_run(&second).len(), 1, "no POST while paused");
+
+    // The deliveries above ended the streak: the next refusal starts it over.
+    let third = server.enqueue("third", "401,202");
+    server.close(&third);
+    server.wait_state(&third, "succeeded");
+    let waits = refusal_waits(&server);
+    assert_eq!(waits.len(), 2, "{waits:?}");
+    assert!(
+        (500..=1000).contains(&waits[1]),
+        "a refusal after a delivered batch waits the first step again: {waits:?}"
+    );
+    server.stop();
+}
+
+/// At most `--delivery-max-response-bytes` of an answer are read, however it arrives: the
+/// collector answers 404 with a body sent in two chunks (`ab`, then `cdefgh`), and with a cap
+/// of 4 bytes the parked run's reason quotes exactly the first four, `abcd`.
+#[test]
+fn a_parked_runs_reason_quotes_at_most_max_response_bytes_of_the_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    let (_collector, url) = Collector::start();
+    let server = Server::start(&db, &url, &[], &["--delivery-max-response-bytes", "4"]);
+    let run = server.enqueue("cut-answer", "chunked404");
+    let v = server.wait_state(&run, "parked");
+    assert_eq!(v["reason"], "the collector answered 404: abcd", "{v}");
+    server.stop();
+}
+
+/// A transport error is named in the run's reason, in words and without the URL: a run with
+/// one attempt whose request times out is parked with "the collector did not answer in time",
+/// and one whose collector refuses connections with "cannot connect to the collector".
+#[test]
+fn a_transport_error_is_named_in_the_runs_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    // The spool parks the run when its one attempt is spent, quoting the worker's reason.
+    let last_error = |v: &Value| -> String {
+        let reason = v["reason"].as_str().unwrap_or_default();
+        reason
+            .strip_prefix("attempts exhausted after 1; last error: ")
+            .unwrap_or_else(|| panic!("{v}"))
+            .to_owned()
+    };
+    let enqueue_once = |server: &Server, key: &str, script: &str| {
+        let (s, v) = server.call(
+            "POST",
+            "/v1/queues/telemetry/runs",
+            Some(json!({"key": key, "payload": script, "max_attempts": 1})),
+        );
+        assert_eq!(s, 201, "{v}");
+        v["run_id"].as_str().unwrap().to_owned()
+    };
+
+    let (_collector, url) = Collector::start();
+    let db = dir.path().join("timeout.db").display().to_string();
+    let server = Server::start(&db, &url, &[], &["--delivery-timeout-ms", "300"]);
+    let run = enqueue_once(&server, "timeout", "hang");
+    let v = server.wait_state(&run, "parked");
+    let reason = last_error(&v);
+    assert!(
+        reason.starts_with("the collector did not answer in time"),
+        "{v}"
+    );
+    assert!(!reason.contains(&url), "{v}");
+    server.stop();
+
+    // A port nothing listens on any more.
+    let closed = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let db = dir.path().join("refused.db").display().to_string();
+    let server = Server::start(&db, &closed, &[], &[]);
+    let run = enqueue_once(&server, "refused", "202");
+    let v = server.wait_state(&run, "parked");
+    let reason = last_error(&v);
+    assert!(
+        reason.starts_with("cannot connect to the collector: "),
+        "{v}"
+    );
+    assert!(!reason.contains(&closed), "{v}");
+    server.stop();
 }
