@@ -552,6 +552,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         auths,
         vec![format!("Bearer {OLD_TOKEN}"), format!("Bearer {NEW_TOKEN}")]
     );
+    assert_eq!(seen[0].body, seen[1].body, "the same batch, sent again");
     assert_eq!(
         v["attempts"], 1,
         "the refresh retries within the same attempt"
@@ -1195,4 +1196,124 @@ fn a_transport_error_is_named_in_the_runs_reason() {
     );
     assert!(!reason.contains(&closed), "{v}");
     server.stop();
+}
+
+/// The byte budget of a batch's events in the budget tests below.
+const BUDGET: usize = 1000;
+
+/// A run whose events together take several times [`BUDGET`] bytes of JSON — most small (a
+/// third of each is control bytes, six bytes of JSON apiece), one larger than the budget on its
+/// own — closed before the worker takes it, is delivered in several POSTs: each POST's `events`
+/// array within the budget unless it holds that one event alone, each full (the next event
+/// would not have fitted), every event exactly once and in seq order; then the run is finished.
+/// `batch` is `--delivery-batch`: with 100 one read holds every event, with 4 the POSTs are cut
+/// by count and by bytes in turn.
+fn a_batch_is_cut_at_the_byte_budget(db: &str, batch: &str) {
+    let (collector, url) = Collector::start();
+    let budget = BUDGET.to_string();
+    let server = Server::start(
+        db,
+        &url,
+        &[("CAIRN_DELIVERY_MAX_BATCH_BYTES", &budget)],
+        &["--delivery-batch", batch],
+    );
+    let gate = hold_the_worker(&server, &collector);
+    let run = server.enqueue("big-events", "202");
+    let small = format!("{}{}", "x".repeat(100), "\u{1}".repeat(20));
+    let large = "y".repeat(BUDGET + 500);
+    let ids: Vec<String> = (1..=10).map(|i| format!("e{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        server.append_event(&run, id, if i == 4 { &large } else { &small });
+    }
+    server.close(&run);
+    let_the_worker_go(&server, &collector, &gate);
+    let v = server.wait_state(&run, "succeeded");
+    assert_eq!(v["events"], 0, "every event was acknowledged: {v}");
+
+    let posts = collector.for_run(&run);
+    assert!(posts.len() > 2, "{} POSTs", posts.len());
+    let arrays: Vec<&Vec<Value>> = posts
+        .iter()
+        .map(|p| p.body["events"].as_array().unwrap())
+        .collect();
+    for (i, events) in arrays.iter().enumerate() {
+        let size = serde_json::to_string(events).unwrap().len();
+        assert!(
+            size <= BUDGET || events.len() == 1,
+            "POST {i}: {} events in {size} bytes",
+            events.len()
+        );
+        if let Some(next) = arrays.get(i + 1).map(|a| &a[0]) {
+            let next = serde_json::to_string(next).unwrap().len();
+            assert!(
+                size + 1 + next > BUDGET,
+                "POST {i} ({size} bytes) had room for the next event ({next} bytes)"
+            );
+        }
+    }
+    let alone = arrays
+        .iter()
+        .find(|a| a.iter().any(|e| e["event_id"] == "e5"))
+        .unwrap();
+    assert_eq!(alone.len(), 1, "the large event goes alone");
+    let delivered: Vec<(u64, String)> = delivered_events(&collector, &run);
+    let want: Vec<(u64, String)> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| (i as u64 + 1, id.clone()))
+        .collect();
+    assert_eq!(delivered, want, "every event once, in seq order");
+    let payloads: Vec<&str> = arrays
+        .iter()
+        .flat_map(|a| a.iter())
+        .map(|e| e["payload"].as_str().unwrap())
+        .collect();
+    assert_eq!(payloads[4], large);
+    assert!(payloads
+        .iter()
+        .enumerate()
+        .all(|(i, p)| i == 4 || *p == small));
+    server.stop();
+}
+
+#[test]
+fn a_batch_is_cut_at_the_byte_budget_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_batch_is_cut_at_the_byte_budget(&sqlite_db(&dir), "100");
+}
+
+#[test]
+fn a_batch_is_cut_at_the_byte_budget_and_by_count_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    a_batch_is_cut_at_the_byte_budget(&sqlite_db(&dir), "4");
+}
+
+#[test]
+fn a_batch_is_cut_at_the_byte_budget_on_postgres() {
+    on_postgres(|db| a_batch_is_cut_at_the_byte_budget(db, "100"));
+}
+
+/// A budget that is not a whole number of bytes, at least 1, is refused at start, naming the
+/// variable.
+#[test]
+fn a_bad_batch_byte_budget_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = sqlite_db(&dir);
+    for bad in ["0", "8MiB"] {
+        let out = cairn(&db)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["--delivery-url", "http://127.0.0.1:9/ingest"])
+            .env("CAIRN_AUTH__TOKENS", FULL)
+            .env("CAIRN_DELIVERY_MAX_BATCH_BYTES", bad)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{bad}: {stderr}");
+        assert!(
+            stderr.contains(
+                "CAIRN_DELIVERY_MAX_BATCH_BYTES: expected a whole number of bytes, at least 1"
+            ),
+            "{bad}: {stderr}"
+        );
+    }
 }

@@ -7,7 +7,7 @@
 //! without a restart.
 //!
 //! Per run it POSTs JSON batches (the run and up to `--delivery-batch` of its unacknowledged
-//! events, in seq order) and decides from the answer ([`verdict::classify`]): 2xx acknowledges
+//! events, in seq order; see *Bounds* for their size in bytes) and decides from the answer ([`verdict::classify`]): 2xx acknowledges
 //! the batch's events; 401 and 403 re-read the credentials and try once more, then give the
 //! run back and pause (see below); redirects and the other 4xx except 408/429 park the run
 //! with the reason; 408, 429, 5xx, timeouts and connection errors nack it as retryable, so the
@@ -40,14 +40,18 @@
 //! waits, so a crash during an outage spends no attempt either. The token file is re-read on
 //! each refusal.
 //!
-//! Bounds: connect and request timeouts, at most `--delivery-max-response-bytes` of an answer
-//! are read, redirects are not followed, and on shutdown the worker gets the server's drain
-//! timeout; a run still in flight then stays claimed until its lease expires and is delivered
-//! later.
+//! Bounds: a batch's events take at most [`MAX_BATCH_BYTES`] of JSON (the `events` array; JSON
+//! can write a stored byte as six, `\u0001`), or what [`MAX_BATCH_BYTES_ENV`] sets: an event
+//! that would take the array past it waits for the next POST, and the first event of a batch
+//! always goes however large, so a run always progresses. Connect and request timeouts, at
+//! most `--delivery-max-response-bytes` of an answer are read, redirects are not followed, and
+//! on shutdown the worker gets the server's drain timeout; a run still in flight then stays
+//! claimed until its lease expires and is delivered later.
 
 mod verdict;
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,9 +59,11 @@ use std::time::{Duration, Instant};
 
 use cairn::spool::{
     BackoffPolicy, Consumer, ConsumerBuilder, ConsumerId, EventStream, Job, Outcome, QueueName,
-    RunEvent, RunId, SpoolConfig, MAX_ACK_IDS, MAX_LEASE,
+    RunEvent, RunEventId, RunId, SpoolConfig, MAX_ACK_IDS, MAX_LEASE,
 };
+use hyper::body::Bytes;
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use self::verdict::{classify, excerpt, Verdict};
 use super::json::{bytes_out, RunEventOut};
@@ -66,6 +72,29 @@ use crate::error::CliError;
 
 /// The longest excerpt of a collector's answer kept in a parked run's reason.
 const REASON_EXCERPT: usize = 200;
+
+/// Most bytes of JSON a batch's `events` array takes, its first event aside (see the module
+/// docs, *Bounds*).
+pub(crate) const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+
+/// The variable that sets another byte budget for a batch's events than [`MAX_BATCH_BYTES`]
+/// (read with the `[delivery]` settings; not a `[delivery]` key, so `CAIRN_DELIVERY__…` does
+/// not apply).
+pub(crate) const MAX_BATCH_BYTES_ENV: &str = "CAIRN_DELIVERY_MAX_BATCH_BYTES";
+
+/// The byte budget of a batch's events: [`MAX_BATCH_BYTES`], or the whole number of bytes
+/// (at least 1) that `raw`, the value of [`MAX_BATCH_BYTES_ENV`], gives.
+fn batch_budget(raw: Option<OsString>) -> Result<usize, String> {
+    let Some(raw) = raw else {
+        return Ok(MAX_BATCH_BYTES);
+    };
+    raw.to_str()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| {
+            format!("{MAX_BATCH_BYTES_ENV}: expected a whole number of bytes, at least 1")
+        })
+}
 
 /// The spool config the store is opened with: the delivery retry backoff of `[delivery]`.
 pub(crate) fn spool_config(d: &crate::config::Delivery) -> SpoolConfig {
@@ -120,6 +149,13 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
     if d.retry_cap_ms < d.retry_base_ms {
         problems.push("delivery.retry_cap_ms: must be at least delivery.retry_base_ms".into());
     }
+    let max_batch_bytes = match batch_budget(std::env::var_os(MAX_BATCH_BYTES_ENV)) {
+        Ok(n) => n,
+        Err(e) => {
+            problems.push(e);
+            MAX_BATCH_BYTES
+        }
+    };
     let credentials = match Credentials::load(d.token_file.clone(), d.token.clone()) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -133,6 +169,7 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
             queue,
             credentials,
             batch: d.batch,
+            max_batch_bytes,
             connect_timeout: Duration::from_millis(d.connect_timeout_ms),
             timeout: Duration::from_millis(d.timeout_ms),
             max_response_bytes: d.max_response_bytes,
@@ -149,6 +186,8 @@ pub(crate) struct Settings {
     queue: QueueName,
     credentials: Credentials,
     batch: usize,
+    /// Most bytes of JSON of a batch's events, its first event aside.
+    max_batch_bytes: usize,
     connect_timeout: Duration,
     timeout: Duration,
     max_response_bytes: usize,
@@ -292,7 +331,43 @@ struct Batch<'a> {
     payload: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     payload_b64: Option<String>,
-    events: Vec<RunEventOut>,
+    /// Each a [`RunEventOut`], encoded by [`take_batch`].
+    events: Vec<Box<RawValue>>,
+}
+
+/// The events of one POST, taken from the front of those read.
+#[derive(Debug, Default)]
+struct Slice {
+    /// Their ids, to acknowledge once delivered.
+    ids: Vec<RunEventId>,
+    /// The seq of the last; `None` for a batch with no events.
+    last: Option<u64>,
+    /// Each one's JSON.
+    events: Vec<Box<RawValue>>,
+}
+
+/// Takes events from the front of `pending` for one POST, each encoded as JSON: as many as
+/// keep the `events` array (`[…]`) within `budget` bytes, and always the first however large,
+/// so that a run always progresses. The rest stay in `pending` for the next POST (the first of
+/// them is encoded once more then).
+fn take_batch(pending: &mut VecDeque<RunEvent>, budget: usize) -> serde_json::Result<Slice> {
+    let mut slice = Slice::default();
+    // The brackets.
+    let mut size = 2;
+    while let Some(event) = pending.front() {
+        let json = serde_json::value::to_raw_value(&RunEventOut::from(event))?;
+        let comma = usize::from(!slice.events.is_empty());
+        let grown = size + comma + json.get().len();
+        if !slice.events.is_empty() && grown > budget {
+            break;
+        }
+        size = grown;
+        slice.events.push(json);
+        let event = pending.pop_front().expect("the front event was just read");
+        slice.last = Some(event.seq);
+        slice.ids.push(event.event_id);
+    }
+    Ok(slice)
 }
 
 struct Deliverer {
@@ -387,6 +462,12 @@ impl Deliverer {
         let mut after = 0;
         let mut sent_any = false;
         let mut closed = false;
+        // Events read but not POSTed yet: one read of `batch` events may hold more bytes than
+        // one POST carries.
+        let mut pending: VecDeque<RunEvent> = VecDeque::new();
+        // Whether the read whose events `pending` holds saw the run closed and returned fewer
+        // events than asked: then, once they are delivered, no event is left.
+        let mut last_read = false;
         loop {
             if job.stop().is_stopped() {
                 // Shutdown, a cancel (the spool then ends the run canceled) or a lost lease:
@@ -407,33 +488,47 @@ impl Deliverer {
                     }
                 };
             }
-            let events: Vec<RunEvent> = match spool.events(run, after, self.settings.batch).await {
-                Ok(e) => e,
-                Err(e) => {
-                    return Outcome::Retry(format!("cannot read the run's events: {}", e.report()))
+            if pending.is_empty() {
+                let asked = self.settings.batch;
+                let events = match spool.events(run, after, asked).await {
+                    Ok(e) => e,
+                    Err(e) => {
+                        return Outcome::Retry(format!(
+                            "cannot read the run's events: {}",
+                            e.report()
+                        ))
+                    }
+                };
+                // How many the store returned, not how many one POST carries: a batch cut by
+                // bytes is short, yet events remain.
+                last_read = closed && events.len() < asked;
+                if events.is_empty() {
+                    if closed && sent_any {
+                        return Outcome::Done;
+                    }
+                    if !closed && (sent_any || self.announced(run)) {
+                        // Every event so far is delivered; more may come. Look again later.
+                        return Outcome::Release(self.settings.poll);
+                    }
+                    // Not POSTed yet: the run itself goes out in a batch with no events, so the
+                    // collector learns of it when the worker first takes it.
                 }
-            };
-            if events.is_empty() {
-                if closed && sent_any {
-                    return Outcome::Done;
-                }
-                if !closed && (sent_any || self.announced(run)) {
-                    // Every event so far is delivered; more may come. Look again later.
-                    return Outcome::Release(self.settings.poll);
-                }
-                // Not POSTed yet: the run itself goes out in a batch with no events, so the
-                // collector learns of it when the worker first takes it.
+                pending.extend(events);
             }
+            let slice = match take_batch(&mut pending, self.settings.max_batch_bytes) {
+                Ok(s) => s,
+                Err(e) => return Outcome::Fail(format!("cannot encode the batch: {e}")),
+            };
             let body = Batch {
                 run_id: run.to_string(),
                 queue: job.queue().as_str(),
                 attempt: job.attempt(),
                 payload: payload.clone(),
                 payload_b64: payload_b64.clone(),
-                events: events.iter().map(RunEventOut::from).collect(),
+                events: slice.events,
             };
             let body = match serde_json::to_vec(&body) {
-                Ok(b) => b,
+                Ok(b) => Bytes::from(b),
                 Err(e) => return Outcome::Fail(format!("cannot encode the batch: {e}")),
             };
             match self.post(body).await {
@@ -459,7 +554,7 @@ impl Deliverer {
             }
             sent_any = true;
             self.announce(run);
-            let Some(last) = events.last() else {
+            let Some(last) = slice.last else {
                 // A batch with no events: the run itself is delivered.
                 if closed {
                     self.forget(run);
@@ -468,8 +563,7 @@ impl Deliverer {
                 // Its producer may have closed it (or appended) meanwhile: look again.
                 continue;
             };
-            let ids: Vec<_> = events.iter().map(|e| e.event_id.clone()).collect();
-            if let Err(e) = spool.acknowledge_events(run, &ids).await {
+            if let Err(e) = spool.acknowledge_events(run, &slice.ids).await {
                 // The collector has the batch; it sees it again on the retry (event ids
                 // let it drop the repeat).
                 return Outcome::Retry(format!(
@@ -477,9 +571,10 @@ impl Deliverer {
                     e.report()
                 ));
             }
-            after = last.seq;
-            if closed && events.len() < self.settings.batch {
-                // A short batch of a closed run: no event is left, as the next read would say.
+            after = last;
+            if last_read && pending.is_empty() {
+                // The rest of a short read of a closed run: no event is left, as the next read
+                // would say.
                 self.forget(run);
                 return Outcome::Done;
             }
@@ -487,8 +582,8 @@ impl Deliverer {
     }
 
     /// One POST, with one more try after a 401 or 403 when the credentials changed on
-    /// re-reading.
-    async fn post(&self, body: Vec<u8>) -> Verdict {
+    /// re-reading (the body is shared, not copied).
+    async fn post(&self, body: Bytes) -> Verdict {
         let token = self.settings.credentials.current();
         let first = self.send(body.clone(), token.as_deref()).await;
         if !matches!(first, Verdict::Refused(_))
@@ -502,7 +597,7 @@ impl Deliverer {
         self.send(body, token.as_deref()).await
     }
 
-    async fn send(&self, body: Vec<u8>, token: Option<&str>) -> Verdict {
+    async fn send(&self, body: Bytes, token: Option<&str>) -> Verdict {
         let mut request = self
             .http
             .post(self.settings.url.clone())
@@ -727,6 +822,100 @@ mod tests {
         std::fs::write(&file, "\n  second-token-5678  \n").unwrap();
         assert!(c.refresh(Some("first-token-1234")));
         assert_eq!(c.current().as_deref(), Some("second-token-5678"));
+    }
+
+    #[test]
+    fn the_batch_byte_budget_is_a_whole_number_of_bytes() {
+        assert_eq!(batch_budget(None), Ok(MAX_BATCH_BYTES));
+        assert_eq!(batch_budget(Some("1000".into())), Ok(1000));
+        assert_eq!(batch_budget(Some(" 1 ".into())), Ok(1));
+        for bad in ["0", "-1", "8MiB", "", "1.5"] {
+            let e = batch_budget(Some(bad.into())).expect_err(bad);
+            assert_eq!(
+                e,
+                "CAIRN_DELIVERY_MAX_BATCH_BYTES: expected a whole number of bytes, at least 1"
+            );
+        }
+    }
+
+    fn event(seq: u64, payload: &str) -> RunEvent {
+        RunEvent {
+            seq,
+            event_id: RunEventId::new(format!("e{seq}")).unwrap(),
+            payload: payload.as_bytes().to_vec(),
+            created_at: cairn::spool::Timestamp::from_unix_micros(1),
+        }
+    }
+
+    fn json_len(e: &RunEvent) -> usize {
+        serde_json::to_string(&RunEventOut::from(e)).unwrap().len()
+    }
+
+    /// What `take_batch` took, as the `events` array of the POST.
+    fn array(slice: &Slice) -> String {
+        let parts: Vec<&str> = slice.events.iter().map(|e| e.get()).collect();
+        format!("[{}]", parts.join(","))
+    }
+
+    #[test]
+    fn a_batch_takes_the_events_that_fit_its_byte_budget_in_order() {
+        // A control byte takes six bytes of JSON (`\u0001`).
+        let events: Vec<RunEvent> = (1..=5).map(|n| event(n, "x\u{1}y")).collect();
+        let one = json_len(&events[0]);
+        assert!(one > 6 + 2, "{one}");
+        let two = 2 + one + 1 + one;
+
+        // Exactly two fit: `[a,b]` is the budget.
+        let mut pending: VecDeque<RunEvent> = events.iter().cloned().collect();
+        let slice = take_batch(&mut pending, two).unwrap();
+        assert_eq!(array(&slice).len(), two);
+        assert_eq!(slice.last, Some(2));
+        assert_eq!(
+            slice.ids,
+            [events[0].event_id.clone(), events[1].event_id.clone()]
+        );
+        let want: Vec<String> = events[..2]
+            .iter()
+            .map(|e| serde_json::to_string(&RunEventOut::from(e)).unwrap())
+            .collect();
+        assert_eq!(array(&slice), format!("[{}]", want.join(",")));
+        assert_eq!(pending.front().map(|e| e.seq), Some(3), "the rest wait");
+
+        // A byte less: only one.
+        let slice = take_batch(&mut pending, two - 1).unwrap();
+        assert_eq!((slice.last, slice.ids.len()), (Some(3), 1));
+        // `[a,b,c]` holds two commas: with a byte less than it, two events go.
+        let three = two + 1 + one;
+        for (budget, taken) in [(three, 3), (three - 1, 2)] {
+            let mut pending: VecDeque<RunEvent> = events.iter().cloned().collect();
+            let slice = take_batch(&mut pending, budget).unwrap();
+            assert_eq!(slice.ids.len(), taken, "within {budget} bytes");
+            assert!(array(&slice).len() <= budget);
+        }
+        // The rest, within a large budget, then nothing.
+        let slice = take_batch(&mut pending, MAX_BATCH_BYTES).unwrap();
+        assert_eq!((slice.last, slice.ids.len()), (Some(5), 2));
+        assert!(pending.is_empty());
+        let slice = take_batch(&mut pending, MAX_BATCH_BYTES).unwrap();
+        assert_eq!(
+            (slice.last, slice.ids.len(), slice.events.len()),
+            (None, 0, 0)
+        );
+    }
+
+    #[test]
+    fn the_first_event_of_a_batch_goes_however_large() {
+        let big = "z".repeat(100);
+        let mut pending: VecDeque<RunEvent> = [event(1, &big), event(2, "a"), event(3, "b")]
+            .into_iter()
+            .collect();
+        let slice = take_batch(&mut pending, 10).unwrap();
+        assert_eq!((slice.last, slice.ids.len()), (Some(1), 1));
+        assert!(array(&slice).len() > 100);
+        let slice = take_batch(&mut pending, 1).unwrap();
+        assert_eq!((slice.last, slice.ids.len()), (Some(2), 1));
+        let slice = take_batch(&mut pending, 1).unwrap();
+        assert_eq!((slice.last, slice.ids.len()), (Some(3), 1));
     }
 
     /// A run waiting for its producer is announced once; finished runs leave the memory, so
