@@ -91,6 +91,8 @@ pub(crate) struct Delivery {
     pub(crate) queue: String,
     /// Most events per POST.
     pub(crate) batch: usize,
+    /// Most bytes of JSON a POST's events take (its first event always goes).
+    pub(crate) max_batch_bytes: usize,
     /// Connect timeout.
     pub(crate) connect_timeout_ms: u64,
     /// Whole-request timeout.
@@ -113,6 +115,7 @@ impl Default for Delivery {
             token_file: None,
             queue: "telemetry".into(),
             batch: 100,
+            max_batch_bytes: 8 * 1024 * 1024,
             connect_timeout_ms: 5_000,
             timeout_ms: 10_000,
             max_response_bytes: 64 * 1024,

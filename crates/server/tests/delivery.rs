@@ -1214,7 +1214,7 @@ fn a_batch_is_cut_at_the_byte_budget(db: &str, batch: &str) {
     let server = Server::start(
         db,
         &url,
-        &[("CAIRN_DELIVERY_MAX_BATCH_BYTES", &budget)],
+        &[("CAIRN_DELIVERY__MAX_BATCH_BYTES", &budget)],
         &["--delivery-batch", batch],
     );
     let gate = hold_the_worker(&server, &collector);
@@ -1294,7 +1294,7 @@ fn a_batch_is_cut_at_the_byte_budget_on_postgres() {
 }
 
 /// A budget that is not a whole number of bytes, at least 1, is refused at start, naming the
-/// variable.
+/// key.
 #[test]
 fn a_bad_batch_byte_budget_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
@@ -1304,15 +1304,13 @@ fn a_bad_batch_byte_budget_is_refused_at_start() {
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(["--delivery-url", "http://127.0.0.1:9/ingest"])
             .env("CAIRN_AUTH__TOKENS", FULL)
-            .env("CAIRN_DELIVERY_MAX_BATCH_BYTES", bad)
+            .env("CAIRN_DELIVERY__MAX_BATCH_BYTES", bad)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{bad}: {stderr}");
         assert!(
-            stderr.contains(
-                "CAIRN_DELIVERY_MAX_BATCH_BYTES: expected a whole number of bytes, at least 1"
-            ),
+            stderr.contains("cairn: config: delivery.max_batch_bytes"),
             "{bad}: {stderr}"
         );
     }

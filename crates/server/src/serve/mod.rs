@@ -147,6 +147,10 @@ pub(crate) struct ServeArgs {
     /// Most bytes of a collector's answer that are read (`delivery.max_response_bytes`; 64 KiB).
     #[arg(long, value_name = "BYTES")]
     delivery_max_response_bytes: Option<usize>,
+    /// Most bytes of JSON one POST's events take; the rest of a run's events go in the next
+    /// POST, and a first event larger than this goes alone (`delivery.max_batch_bytes`; 8 MiB).
+    #[arg(long, value_name = "BYTES")]
+    delivery_max_batch_bytes: Option<usize>,
     /// Delay before the first retry, doubling per attempt up to the cap, with jitter: the
     /// spool's backoff for every retryable nack this server records (`delivery.retry_base_ms`;
     /// 1000). Lower it only in tests.
@@ -210,6 +214,7 @@ impl ServeArgs {
             "delivery.max_response_bytes",
             self.delivery_max_response_bytes,
         );
+        o.set("delivery.max_batch_bytes", self.delivery_max_batch_bytes);
         o.set("delivery.retry_base_ms", self.delivery_retry_base_ms);
         o.set("delivery.retry_cap_ms", self.delivery_retry_cap_ms);
         o.set("delivery.poll_ms", self.delivery_poll_ms);

@@ -40,8 +40,8 @@
 //! waits, so a crash during an outage spends no attempt either. The token file is re-read on
 //! each refusal.
 //!
-//! Bounds: a batch's events take at most [`MAX_BATCH_BYTES`] of JSON (the `events` array; JSON
-//! can write a stored byte as six, `\u0001`), or what [`MAX_BATCH_BYTES_ENV`] sets: an event
+//! Bounds: a batch's events take at most `delivery.max_batch_bytes` of JSON (default
+//! 8 MiB; the `events` array; JSON can write a stored byte as six, `\u0001`): an event
 //! that would take the array past it waits for the next POST, and the first event of a batch
 //! always goes however large, so a run always progresses. Connect and request timeouts, at
 //! most `--delivery-max-response-bytes` of an answer are read, redirects are not followed, and
@@ -51,7 +51,6 @@
 mod verdict;
 
 use std::collections::{HashSet, VecDeque};
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,29 +71,6 @@ use crate::error::CliError;
 
 /// The longest excerpt of a collector's answer kept in a parked run's reason.
 const REASON_EXCERPT: usize = 200;
-
-/// Most bytes of JSON a batch's `events` array takes, its first event aside (see the module
-/// docs, *Bounds*).
-pub(crate) const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
-
-/// The variable that sets another byte budget for a batch's events than [`MAX_BATCH_BYTES`]
-/// (read with the `[delivery]` settings; not a `[delivery]` key, so `CAIRN_DELIVERY__…` does
-/// not apply).
-pub(crate) const MAX_BATCH_BYTES_ENV: &str = "CAIRN_DELIVERY_MAX_BATCH_BYTES";
-
-/// The byte budget of a batch's events: [`MAX_BATCH_BYTES`], or the whole number of bytes
-/// (at least 1) that `raw`, the value of [`MAX_BATCH_BYTES_ENV`], gives.
-fn batch_budget(raw: Option<OsString>) -> Result<usize, String> {
-    let Some(raw) = raw else {
-        return Ok(MAX_BATCH_BYTES);
-    };
-    raw.to_str()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            format!("{MAX_BATCH_BYTES_ENV}: expected a whole number of bytes, at least 1")
-        })
-}
 
 /// The spool config the store is opened with: the delivery retry backoff of `[delivery]`.
 pub(crate) fn spool_config(d: &crate::config::Delivery) -> SpoolConfig {
@@ -141,6 +117,7 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
         ("delivery.retry_base_ms", d.retry_base_ms),
         ("delivery.poll_ms", d.poll_ms),
         ("delivery.max_response_bytes", d.max_response_bytes as u64),
+        ("delivery.max_batch_bytes", d.max_batch_bytes as u64),
     ] {
         if v == 0 {
             problems.push(format!("{name}: must be at least 1"));
@@ -149,13 +126,6 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
     if d.retry_cap_ms < d.retry_base_ms {
         problems.push("delivery.retry_cap_ms: must be at least delivery.retry_base_ms".into());
     }
-    let max_batch_bytes = match batch_budget(std::env::var_os(MAX_BATCH_BYTES_ENV)) {
-        Ok(n) => n,
-        Err(e) => {
-            problems.push(e);
-            MAX_BATCH_BYTES
-        }
-    };
     let credentials = match Credentials::load(d.token_file.clone(), d.token.clone()) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -169,7 +139,7 @@ pub(crate) fn settings(d: &crate::config::Delivery) -> Result<Option<Settings>, 
             queue,
             credentials,
             batch: d.batch,
-            max_batch_bytes,
+            max_batch_bytes: d.max_batch_bytes,
             connect_timeout: Duration::from_millis(d.connect_timeout_ms),
             timeout: Duration::from_millis(d.timeout_ms),
             max_response_bytes: d.max_response_bytes,
@@ -824,20 +794,6 @@ mod tests {
         assert_eq!(c.current().as_deref(), Some("second-token-5678"));
     }
 
-    #[test]
-    fn the_batch_byte_budget_is_a_whole_number_of_bytes() {
-        assert_eq!(batch_budget(None), Ok(MAX_BATCH_BYTES));
-        assert_eq!(batch_budget(Some("1000".into())), Ok(1000));
-        assert_eq!(batch_budget(Some(" 1 ".into())), Ok(1));
-        for bad in ["0", "-1", "8MiB", "", "1.5"] {
-            let e = batch_budget(Some(bad.into())).expect_err(bad);
-            assert_eq!(
-                e,
-                "CAIRN_DELIVERY_MAX_BATCH_BYTES: expected a whole number of bytes, at least 1"
-            );
-        }
-    }
-
     fn event(seq: u64, payload: &str) -> RunEvent {
         RunEvent {
             seq,
@@ -893,10 +849,18 @@ mod tests {
             assert!(array(&slice).len() <= budget);
         }
         // The rest, within a large budget, then nothing.
-        let slice = take_batch(&mut pending, MAX_BATCH_BYTES).unwrap();
+        let slice = take_batch(
+            &mut pending,
+            crate::config::Delivery::default().max_batch_bytes,
+        )
+        .unwrap();
         assert_eq!((slice.last, slice.ids.len()), (Some(5), 2));
         assert!(pending.is_empty());
-        let slice = take_batch(&mut pending, MAX_BATCH_BYTES).unwrap();
+        let slice = take_batch(
+            &mut pending,
+            crate::config::Delivery::default().max_batch_bytes,
+        )
+        .unwrap();
         assert_eq!(
             (slice.last, slice.ids.len(), slice.events.len()),
             (None, 0, 0)
