@@ -220,19 +220,25 @@ LEFT JOIN LATERAL (\
 ORDER BY e.seq DESC";
 
 /// One feed page: events of whole epochs with seq > `$2`, in `(seq, epoch_seq)` order, stopping
-/// before the epoch that would take the page past `$3` events, but always at least one epoch.
+/// before the epoch that would take the page past `$3` events or `$4` stored bytes (kind, key
+/// and payload, sized by `octet_length`, which reads no TOASTed payload), but always at least
+/// one epoch.
 /// (Each seq is one epoch, so `(seq, epoch_seq)` is the `(seq, epoch, epoch_seq)` order.)
 pub(crate) const FEED_PAGE: &str = "\
 WITH page AS (\
- SELECT seq, pg_catalog.count(*) AS n FROM epoch_event WHERE space = $1 AND seq > $2 \
+ SELECT seq, pg_catalog.count(*) AS n, \
+ pg_catalog.sum(pg_catalog.octet_length(kind) + COALESCE(pg_catalog.octet_length(key), 0) \
+ + pg_catalog.octet_length(payload)) AS b \
+ FROM epoch_event WHERE space = $1 AND seq > $2 \
  GROUP BY seq ORDER BY seq LIMIT $3), \
 picked AS (\
  SELECT seq, (pg_catalog.sum(n) OVER (ORDER BY seq))::int8 AS upto, \
+ (pg_catalog.sum(b) OVER (ORDER BY seq))::int8 AS bytes, \
  pg_catalog.row_number() OVER (ORDER BY seq) AS rn \
  FROM page) \
 SELECT v.seq, v.epoch, v.epoch_seq, v.event_id, v.kind, v.key, v.payload \
 FROM picked JOIN epoch_event v ON v.space = $1 AND v.seq = picked.seq \
-WHERE picked.upto <= $3 OR picked.rn = 1 \
+WHERE (picked.upto <= $3 AND picked.bytes <= $4) OR picked.rn = 1 \
 ORDER BY v.seq, v.epoch_seq";
 
 /// Whether space `$1` has an epoch.

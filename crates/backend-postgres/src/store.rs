@@ -703,6 +703,17 @@ impl EpochStore for PgStore {
         cursor: Option<&FeedCursor>,
         limit: usize,
     ) -> Result<FeedPage> {
+        self.events_since_within(space, cursor, limit, usize::MAX)
+            .await
+    }
+
+    async fn events_since_within(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<FeedPage> {
         let after = FeedCursor::start_after(space, cursor, limit)?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.tick();
@@ -710,6 +721,7 @@ impl EpochStore for PgStore {
             .bind(space.as_bytes())
             .bind(after.to_i64()?)
             .bind(limit)
+            .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
             .fetch_all(&self.inner.pool)
             .await
             .map_err(map)?;

@@ -440,7 +440,16 @@ fn feed_event(row: FeedRow) -> Result<FeedEvent> {
     })
 }
 
-fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Result<FeedPage> {
+/// The feed page after `after`: whole epochs, at most `limit` events and `max_bytes` of their
+/// stored bytes ([`Event::stored_bytes`]), at least one epoch. Rows are read one at a time, so
+/// an epoch that does not fit is read no further than its first event that does not.
+fn events_since_tx(
+    db: &Db<'_>,
+    space: &SpaceId,
+    after: Seq,
+    limit: usize,
+    max_bytes: usize,
+) -> Result<FeedPage> {
     db.read_tx(|db| {
         if max_seq(db, space)?.is_none() {
             return Err(Error::space_not_found(space));
@@ -453,6 +462,8 @@ fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Re
         let mut page: Vec<FeedEvent> = Vec::new();
         // The epoch being read; it joins the page only once complete and only if it fits.
         let mut current: Vec<FeedEvent> = Vec::new();
+        // Stored bytes of `page` and `current` together.
+        let mut bytes = 0usize;
         let mut last = after;
         loop {
             let Some(row) = rows.next().map_err(map)? else {
@@ -477,9 +488,10 @@ fn events_since_tx(db: &Db<'_>, space: &SpaceId, after: Seq, limit: usize) -> Re
                     page.append(&mut current);
                 }
             }
-            // Stop before an epoch that would take the page past `limit`, unless the page
-            // would otherwise be empty.
-            if !page.is_empty() && page.len() + current.len() + 1 > limit {
+            // Stop before an epoch that would take the page past `limit` events or
+            // `max_bytes`, unless the page would otherwise be empty.
+            bytes = bytes.saturating_add(fe.event.stored_bytes());
+            if !page.is_empty() && (page.len() + current.len() + 1 > limit || bytes > max_bytes) {
                 break;
             }
             current.push(fe);
@@ -901,7 +913,20 @@ impl EpochStore for SqliteStore {
     ) -> Result<FeedPage> {
         let after = FeedCursor::start_after(space, cursor, limit)?;
         let space = space.clone();
-        self.with_reader(move |db| events_since_tx(db, &space, after, limit))
+        self.with_reader(move |db| events_since_tx(db, &space, after, limit, usize::MAX))
+            .await
+    }
+
+    async fn events_since_within(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<FeedPage> {
+        let after = FeedCursor::start_after(space, cursor, limit)?;
+        let space = space.clone();
+        self.with_reader(move |db| events_since_tx(db, &space, after, limit, max_bytes))
             .await
     }
 

@@ -89,6 +89,31 @@ pub trait EpochStore: Send + Sync + Debug + 'static {
         limit: usize,
     ) -> Result<FeedPage>;
 
+    /// As [`EpochStore::events_since`], and the page also stops before the epoch that would
+    /// take its events' stored bytes ([`Event::stored_bytes`](crate::Event::stored_bytes):
+    /// kind, key and payload) past `max_bytes`; its first epoch goes whatever its size. A
+    /// server answering untrusted readers bounds a page's memory with it, not only its count.
+    ///
+    /// # Contract
+    /// The page is the longest prefix of [`EpochStore::events_since`]'s page (same cursor and
+    /// limit) within `max_bytes`, and at least its first epoch; `next` points after its last
+    /// epoch. The default reads that page and cuts it; a backend overrides it to read no more
+    /// than it returns.
+    ///
+    /// # Errors
+    /// As [`EpochStore::events_since`].
+    async fn events_since_within(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<FeedPage> {
+        let mut page = self.events_since(space, cursor, limit).await?;
+        page.keep_within(space, max_bytes);
+        Ok(page)
+    }
+
     /// One stored epoch with its parents and events, or `None`.
     ///
     /// # Errors

@@ -200,6 +200,12 @@ pub struct Event {
 }
 
 impl Event {
+    /// The bytes it stores: its kind, key and payload (what a byte-bounded read counts,
+    /// [`crate::EpochStore::events_since_within`]).
+    pub fn stored_bytes(&self) -> usize {
+        self.kind.len() + self.key.as_ref().map_or(0, Vec::len) + self.payload.len()
+    }
+
     /// An event without a key.
     pub fn new(kind: impl Into<String>, payload: impl Into<Vec<u8>>) -> Self {
         Self {
@@ -547,6 +553,30 @@ pub struct FeedPage {
     /// Where the next page starts. When `events` is empty it equals the cursor passed in (or the
     /// start of the feed).
     pub next: FeedCursor,
+}
+
+impl FeedPage {
+    /// Keeps the longest run of whole epochs from the start whose events' stored bytes
+    /// ([`Event::stored_bytes`]) stay within `max_bytes`, and at least the first epoch; `next`
+    /// then points after the last epoch kept (`space` is the page's space).
+    pub fn keep_within(&mut self, space: &SpaceId, max_bytes: usize) {
+        let mut bytes = 0usize;
+        let mut keep = 0;
+        for epoch in self.events.chunk_by(|a, b| a.seq == b.seq) {
+            let size = epoch.iter().map(|e| e.event.stored_bytes()).sum::<usize>();
+            bytes = bytes.saturating_add(size);
+            if keep > 0 && bytes > max_bytes {
+                break;
+            }
+            keep += epoch.len();
+        }
+        if keep < self.events.len() {
+            self.events.truncate(keep);
+            if let Some(last) = self.events.last() {
+                self.next = FeedCursor::new(space, last.seq);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1470,3 +1470,91 @@ pub async fn list_spaces_pages_in_id_order<H: Harness>(h: &H) {
         assert_eq!(got, want[i + 1..], "list_spaces after {after}");
     }
 }
+
+/// E10b: a page bounded in bytes ([`EpochStore::events_since_within`]) is the longest run of
+/// whole epochs of the unbounded page within both `limit` events and `max_bytes` of stored
+/// bytes (kind, key, payload), at least one epoch; `next` points after its last epoch, and
+/// paging with it reads the whole feed once, in order.
+pub async fn e10_feed_pages_within_bytes<H: Harness>(h: &H) {
+    let store = open(h).await;
+    let space = random_space("e10b");
+    // Epochs of 1 to 3 events, payloads of 0 to 300 bytes, some keyed.
+    let shapes: [&[usize]; 8] = [
+        &[300],
+        &[5, 5],
+        &[0],
+        &[40, 60, 100],
+        &[250],
+        &[1, 2, 3],
+        &[120, 0],
+        &[7],
+    ];
+    for (i, sizes) in shapes.iter().enumerate() {
+        let events: Vec<Event> = sizes
+            .iter()
+            .enumerate()
+            .map(|(j, n)| {
+                let payload = vec![b'p'; *n];
+                if j % 2 == 0 {
+                    Event::new(format!("k{i}"), payload)
+                } else {
+                    Event::with_key("kind", format!("key-{i}-{j}"), payload)
+                }
+            })
+            .collect();
+        store.append(&space, events).await.unwrap();
+    }
+    let full = store
+        .events_since(&space, None, 1_000)
+        .await
+        .unwrap()
+        .events;
+    let expect = |from: usize, limit: usize, max_bytes: usize| -> Vec<FeedEvent> {
+        let mut out: Vec<FeedEvent> = Vec::new();
+        let mut bytes = 0;
+        for epoch in full[from..].chunk_by(|a, b| a.seq == b.seq) {
+            let b: usize = epoch.iter().map(|e| e.event.stored_bytes()).sum();
+            if !out.is_empty() && (out.len() + epoch.len() > limit || bytes + b > max_bytes) {
+                break;
+            }
+            bytes += b;
+            out.extend(epoch.iter().cloned());
+        }
+        out
+    };
+    for limit in [1usize, 2, 3, 4, 7, 1000] {
+        for max_bytes in [0usize, 1, 10, 100, 150, 310, 400, 1000, usize::MAX] {
+            let mut cursor: Option<FeedCursor> = None;
+            let mut from = 0;
+            let mut read = Vec::new();
+            loop {
+                let page = store
+                    .events_since_within(&space, cursor.as_ref(), limit, max_bytes)
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    page.events,
+                    expect(from, limit, max_bytes),
+                    "E10b: page at event {from}, limit {limit}, max_bytes {max_bytes}"
+                );
+                if page.events.is_empty() {
+                    assert_eq!(
+                        page.next.after().0,
+                        full.last().unwrap().seq.0,
+                        "E10b: the last cursor stays put"
+                    );
+                    break;
+                }
+                assert_eq!(
+                    page.next,
+                    FeedCursor::new(&space, page.events.last().unwrap().seq),
+                    "E10b: next points after the page's last epoch"
+                );
+                from += page.events.len();
+                read.extend(page.events);
+                cursor = Some(page.next);
+            }
+            assert_eq!(read, full, "E10b: limit {limit}, max_bytes {max_bytes}");
+        }
+    }
+}

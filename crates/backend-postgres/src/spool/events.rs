@@ -117,12 +117,14 @@ pub(super) async fn events_tx(
     run: RunId,
     after: u64,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Vec<RunEvent>> {
     check_limit(limit)?;
     let rows = sqlx::query(sql::EVENTS)
         .bind(run.as_bytes().as_slice())
         .bind(i64::try_from(after).unwrap_or(i64::MAX))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
         .fetch_all(s.pool())
         .await
         .map_err(map)?;

@@ -370,7 +370,17 @@ impl Spool for PgSpool {
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
-        events::events_tx(self, run, after, limit).await
+        events::events_tx(self, run, after, limit, usize::MAX).await
+    }
+
+    async fn events_within(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<RunEvent>> {
+        events::events_tx(self, run, after, limit, max_bytes).await
     }
 
     async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64> {

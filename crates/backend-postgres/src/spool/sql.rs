@@ -422,13 +422,20 @@ VALUES ($1, $2, $3, $4, $5, $6)";
 /// Wakes channel `$1` when the transaction commits.
 pub(super) const NOTIFY: &str = "SELECT pg_catalog.pg_notify($1, '')";
 
-/// A run's events after seq `$2`, at most `$3`; one row with NULL columns when the run exists
-/// but has none, no row when it does not exist.
+/// A run's events after seq `$2`, at most `$3`, and after the first only while their payloads
+/// total at most `$4` bytes (sized by `octet_length`, which reads no TOASTed payload; only the
+/// payloads returned are fetched); one row with NULL columns when the run exists but has none,
+/// no row when it does not exist.
 pub(super) const EVENTS: &str = "\
 SELECT e.seq, e.event_id, e.payload, e.created_at \
 FROM spool_run r LEFT JOIN LATERAL ( \
-    SELECT seq, event_id, payload, created_at FROM spool_event \
-    WHERE run_id = r.run_id AND seq > $2 ORDER BY seq LIMIT $3 \
+    SELECT v.seq, v.event_id, v.payload, v.created_at FROM ( \
+        SELECT seq, pg_catalog.sum(pg_catalog.octet_length(payload)) OVER (ORDER BY seq) AS upto, \
+            pg_catalog.row_number() OVER (ORDER BY seq) AS rn \
+        FROM (SELECT seq, payload FROM spool_event \
+            WHERE run_id = r.run_id AND seq > $2 ORDER BY seq LIMIT $3) l \
+    ) w JOIN spool_event v ON v.run_id = r.run_id AND v.seq = w.seq \
+    WHERE w.upto <= $4 OR w.rn = 1 \
 ) e ON TRUE \
 WHERE r.run_id = $1 \
 ORDER BY e.seq";

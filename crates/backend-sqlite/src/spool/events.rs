@@ -14,7 +14,7 @@ use super::read::{facts_of, require_run};
 use super::row::{len_i64, micros, non_negative, state, ts};
 use super::sql;
 use crate::db::{Db, End};
-use crate::error::corrupt;
+use crate::error::{corrupt, map};
 
 pub(crate) fn append_event_tx(
     db: &Db<'_>,
@@ -89,39 +89,42 @@ pub(super) fn close_run_tx(db: &Db<'_>, run: RunId) -> Result<CloseOutcome> {
     })
 }
 
+/// The run's events after `after`: at most `limit`, and at most `max_bytes` of payload after
+/// the first. Rows are read one at a time, so an event that does not fit is the last one read.
 pub(super) fn events_tx(
     db: &Db<'_>,
     run: RunId,
     after: u64,
     limit: usize,
+    max_bytes: usize,
 ) -> Result<Vec<RunEvent>> {
     let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let limit_sql = i64::try_from(limit).unwrap_or(i64::MAX);
     db.read_tx(|db| {
         require_run(db, run)?;
-        db.rows(
-            sql::EVENTS_AFTER,
-            params![run.as_bytes(), after, limit],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, Vec<u8>>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                    r.get::<_, i64>(3)?,
-                ))
-            },
-        )?
-        .into_iter()
-        .map(|(seq, id, payload, created_at)| {
-            Ok(RunEvent {
-                seq: non_negative(seq, "event seq")?,
+        db.count();
+        let mut stmt = db.conn().prepare_cached(sql::EVENTS_AFTER).map_err(map)?;
+        let mut rows = stmt
+            .query(params![run.as_bytes(), after, limit_sql])
+            .map_err(map)?;
+        let mut events = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(r) = rows.next().map_err(map)? {
+            let payload: Vec<u8> = r.get(2).map_err(map)?;
+            bytes = bytes.saturating_add(payload.len());
+            if !events.is_empty() && bytes > max_bytes {
+                break;
+            }
+            let id: Vec<u8> = r.get(1).map_err(map)?;
+            events.push(RunEvent {
+                seq: non_negative(r.get(0).map_err(map)?, "event seq")?,
                 event_id: RunEventId::new(id)
                     .map_err(|_| corrupt("a stored event id is out of bounds"))?,
                 payload,
-                created_at: ts(created_at),
-            })
-        })
-        .collect()
+                created_at: ts(r.get(3).map_err(map)?),
+            });
+        }
+        Ok(events)
     })
 }
 

@@ -387,7 +387,20 @@ impl Spool for SqliteSpool {
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
         check_limit(limit)?;
         self.store
-            .with_reader(move |db| events::events_tx(db, run, after, limit))
+            .with_reader(move |db| events::events_tx(db, run, after, limit, usize::MAX))
+            .await
+    }
+
+    async fn events_within(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<RunEvent>> {
+        check_limit(limit)?;
+        self.store
+            .with_reader(move |db| events::events_tx(db, run, after, limit, max_bytes))
             .await
     }
 

@@ -115,13 +115,13 @@ pub use transition::{
 };
 pub use types::{
     check_append, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
-    check_release_delay, clip_reason, closed_reason, CancelOutcome, Claimed, CloseOutcome,
-    EnqueueItem, EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun, FactOutcome,
-    Heartbeat, ImportMarker, ImportSource, ImportedEvent, ImportedRun, LeaseInfo, NackKind, Nacked,
-    QueueStats, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats,
-    Unparked, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
-    MAX_ENQUEUE_BATCH_BYTES, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION, MAX_LEASE, MAX_REASON_LEN,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
+    check_release_delay, clip_reason, closed_reason, keep_events_within, CancelOutcome, Claimed,
+    CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun,
+    FactOutcome, Heartbeat, ImportMarker, ImportSource, ImportedEvent, ImportedRun, LeaseInfo,
+    NackKind, Nacked, QueueStats, RunEvent, RunFilter, RunImportOutcome, RunInfo, RunState,
+    SpoolConfig, SpoolStats, Unparked, DEFAULT_MAX_ATTEMPTS, MAX_ACK_IDS, MAX_ATTEMPTS_LIMIT,
+    MAX_BATCH, MAX_ENQUEUE_BATCH, MAX_ENQUEUE_BATCH_BYTES, MAX_FACT_VALUE, MAX_IMPORT_DESCRIPTION,
+    MAX_LEASE, MAX_REASON_LEN, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MIN_LEASE,
 };
 
 /// A handle that resolves when new work may exist in one queue; see [`Spool::subscribe`].
@@ -434,6 +434,29 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for `limit` outside
     /// 1..=[`MAX_BATCH`].
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>>;
+
+    /// As [`Spool::events`], and stops before the event that would take their payloads' bytes
+    /// past `max_bytes`; the first event goes whatever its size. A server answering untrusted
+    /// readers bounds a page's memory with it, not only its count.
+    ///
+    /// # Contract
+    /// The events are the longest prefix of [`Spool::events`]'s (same `after` and `limit`)
+    /// whose payloads total at most `max_bytes`, and at least the first. The default reads
+    /// those events and cuts them; a backend overrides it to read no more than it returns.
+    ///
+    /// # Errors
+    /// As [`Spool::events`].
+    async fn events_within(
+        &self,
+        run: RunId,
+        after: u64,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<Vec<RunEvent>> {
+        let mut events = self.events(run, after, limit).await?;
+        keep_events_within(&mut events, max_bytes);
+        Ok(events)
+    }
 
     /// Removes delivered events from the run's stream and returns how many were removed.
     ///

@@ -799,6 +799,20 @@ pub fn check_limit(limit: usize) -> Result<()> {
     }
 }
 
+/// Keeps the longest run of `events` from the start whose payloads total at most `max_bytes`,
+/// and at least the first ([`Spool::events_within`](crate::spool::Spool::events_within)).
+pub fn keep_events_within(events: &mut Vec<RunEvent>, max_bytes: usize) {
+    let mut bytes = 0usize;
+    let keep = events
+        .iter()
+        .position(|e| {
+            bytes = bytes.saturating_add(e.payload.len());
+            bytes > max_bytes
+        })
+        .map_or(events.len(), |i| i.max(1));
+    events.truncate(keep);
+}
+
 /// Checks a payload's size against `max`.
 ///
 /// # Errors

@@ -113,34 +113,19 @@ pub(crate) async fn feed(
         }
         None => FeedCursor::new(&space, Seq(0)),
     };
-    // Whole epochs, read a chunk at a time, until `limit` events (the first epoch goes in
-    // whatever its size, as the store's own page does), the end of the feed, or the byte
-    // budget (`page`).
+    // Whole epochs, at most `limit` events (the first epoch goes in whatever its size) and
+    // `limits.max_page_bytes`: the store reads no more than that many stored bytes, and the
+    // JSON, which can be larger (`page`), is cut at the same budget.
+    let read = state
+        .epochs
+        .events_since_within(&space, Some(&at), limit, state.page_bytes)
+        .await?;
     let mut events = page::JsonArray::new(state.page_bytes);
-    let mut taken = 0;
-    let mut chunk = limit.min(page::FIRST_CHUNK);
-    let mut largest = 0;
-    'page: loop {
-        let read = state.epochs.events_since(&space, Some(&at), chunk).await?;
-        if read.events.is_empty() {
+    for epoch in read.events.chunk_by(|a, b| a.seq == b.seq) {
+        if !events.offer(&page::unit(epoch.iter().map(FeedEventOut::from))?) {
             break;
         }
-        for epoch in read.events.chunk_by(|a, b| a.seq == b.seq) {
-            if taken > 0 && taken + epoch.len() > limit {
-                break 'page;
-            }
-            let unit = page::unit(epoch.iter().map(FeedEventOut::from))?;
-            if !events.offer(&unit) {
-                break 'page;
-            }
-            largest = largest.max(unit.len().div_ceil(epoch.len()));
-            taken += epoch.len();
-            at = FeedCursor::new(&space, epoch[0].seq);
-        }
-        if taken >= limit {
-            break;
-        }
-        chunk = page::next_chunk(limit - taken, events.room(), largest);
+        at = FeedCursor::new(&space, epoch[0].seq);
     }
     Ok(Json(FeedResponse {
         events: events.close()?,

@@ -1,25 +1,21 @@
 //! Pages of reads under a byte budget: the feed (`GET /v1/spaces/{space}/events`) and a run's
 //! events (`GET /v1/runs/{id}/events`).
 //!
-//! A request's `limit` counts items (whole epochs, run events), and an item can be large: an
-//! epoch holds up to 10,000 events and a run event up to 1 MiB, and JSON can write a stored byte
-//! as six (`\u0001`). So a page is also bounded in bytes (`limits.max_page_bytes`): it is built
-//! item by item, the first item always goes in (a reader must be able to get past it), and an
+//! A request's `limit` counts events, and an event can be large: an epoch holds up to 10,000
+//! events and a run event up to 1 MiB, and JSON can write a stored byte as six (`\u0001`). So
+//! a page is also bounded in bytes (`limits.max_page_bytes`), twice: the store reads no more
+//! than that many stored bytes ([`cairn::EpochStore::events_since_within`],
+//! [`cairn::spool::Spool::events_within`]), and the JSON is built item by item under the same
+//! budget. In both the first item always goes in (a reader must be able to get past it), and an
 //! item that would take the page past the budget ends it early, with the cursor (or the last
-//! seq) pointing just before that item. The store is read in chunks that start small and grow
-//! only while the items seen so far are small, so a page of large items never sits in memory
-//! whole, stored and serialized at once.
+//! seq) pointing just before that item. A request thus holds at most about twice the budget,
+//! plus its first item.
 
 use axum::http::StatusCode;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::error::ApiError;
-
-/// Items read from the store in a page's first chunk.
-pub(crate) const FIRST_CHUNK: usize = 16;
-/// Most items read from the store in one chunk.
-pub(crate) const MAX_CHUNK: usize = 256;
 
 /// A JSON array built under a byte budget.
 pub(crate) struct JsonArray {
@@ -53,11 +49,6 @@ impl JsonArray {
         true
     }
 
-    /// Bytes left under the budget.
-    pub(crate) fn room(&self) -> usize {
-        self.budget.saturating_sub(self.buf.len())
-    }
-
     /// The array, closed.
     pub(crate) fn close(mut self) -> Result<Box<RawValue>, ApiError> {
         self.buf.push(b']');
@@ -76,13 +67,6 @@ pub(crate) fn unit<T: Serialize>(items: impl IntoIterator<Item = T>) -> Result<V
         serde_json::to_writer(&mut out, &item).map_err(|e| internal(&e))?;
     }
     Ok(out)
-}
-
-/// How many items to read next: the `left` the request still wants, at most [`MAX_CHUNK`], and
-/// no more than `room` holds at the size of the `largest` item read so far.
-pub(crate) fn next_chunk(left: usize, room: usize, largest: usize) -> usize {
-    let fit = room.checked_div(largest).unwrap_or(MAX_CHUNK);
-    fit.clamp(1, MAX_CHUNK).min(left)
 }
 
 fn internal(e: &dyn std::fmt::Display) -> ApiError {
@@ -108,10 +92,8 @@ mod tests {
         let mut a = JsonArray::new(10);
         assert!(a.offer(b"1"));
         assert!(a.offer(b"22"));
-        assert_eq!(a.room(), 5, "`[1,22` holds 5 of 10 bytes");
         assert!(a.offer(b"333"), "`[1,22,333]` is 10 bytes");
         assert!(!a.offer(b"4"), "`[1,22,333,4]` would be 12");
-        assert_eq!(a.room(), 1);
         let text = a.close().unwrap();
         assert_eq!(text.get(), "[1,22,333]");
         assert_eq!(text.get().len(), 10);
@@ -122,20 +104,5 @@ mod tests {
         assert_eq!(unit([1, 2, 3]).unwrap(), b"1,2,3");
         assert_eq!(unit(["a"]).unwrap(), b"\"a\"");
         assert_eq!(unit(Vec::<u8>::new()).unwrap(), b"");
-    }
-
-    #[test]
-    fn chunks_grow_with_small_items_and_shrink_with_large_ones() {
-        assert_eq!(next_chunk(1000, 1 << 20, 0), MAX_CHUNK, "nothing seen yet");
-        assert_eq!(next_chunk(1000, 1 << 20, 100), MAX_CHUNK, "small items");
-        assert_eq!(
-            next_chunk(10, 1 << 20, 100),
-            10,
-            "never more than asked for"
-        );
-        assert_eq!(next_chunk(1000, 1000, 100), 10, "as many as the room holds");
-        assert_eq!(next_chunk(1000, 999, 100), 9);
-        assert_eq!(next_chunk(1000, 50, 100), 1, "always at least one");
-        assert_eq!(next_chunk(1000, 0, 100), 1);
     }
 }

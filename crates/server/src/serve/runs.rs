@@ -160,28 +160,18 @@ pub(crate) async fn events(
     let id = run_id(&id)?;
     let limit = q.limit.unwrap_or(DEFAULT_EVENTS_LIMIT);
     spool::check_limit(limit)?;
-    // Read a chunk at a time until `limit` events, the run's last event, or the byte budget
-    // (`page`).
+    // At most `limit` events and `limits.max_page_bytes` (the first goes in whatever its
+    // size): the store reads no more than that many payload bytes, and the JSON, which can be
+    // larger (`page`), is cut at the same budget.
+    let read = state
+        .spool
+        .events_within(id, q.after.unwrap_or(0), limit, state.page_bytes)
+        .await?;
     let mut events = page::JsonArray::new(state.page_bytes);
-    let mut after = q.after.unwrap_or(0);
-    let mut left = limit;
-    let mut chunk = left.min(page::FIRST_CHUNK);
-    let mut largest = 0;
-    'page: loop {
-        let read = state.spool.events(id, after, chunk).await?;
-        for e in &read {
-            let unit = page::unit([RunEventOut::from(e)])?;
-            if !events.offer(&unit) {
-                break 'page;
-            }
-            largest = largest.max(unit.len());
-            after = e.seq;
-            left -= 1;
-        }
-        if read.len() < chunk || left == 0 {
+    for e in &read {
+        if !events.offer(&page::unit([RunEventOut::from(e)])?) {
             break;
         }
-        chunk = page::next_chunk(left, events.room(), largest);
     }
     Ok(Json(RunEventsResponse {
         events: events.close()?,

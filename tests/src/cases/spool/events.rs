@@ -507,3 +507,55 @@ pub async fn s15_facts_first_writer_wins<H: SpoolHarness>(h: &H) {
         "S15: facts of an unknown run",
     );
 }
+
+/// S7b: events bounded in bytes ([`Spool::events_within`](cairn_core::spool::Spool::events_within))
+/// are the longest run of the unbounded read within `limit` and `max_bytes` of payload, and at
+/// least the first event.
+pub async fn s7_run_events_within_bytes<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let q = random_queue("s7b");
+    let run = enqueue_new(s, &q, "s7b").await;
+    let sizes = [300usize, 5, 0, 60, 100, 250, 1, 2, 120, 7];
+    for (i, n) in sizes.iter().enumerate() {
+        s.append_event(run, &eid(&format!("e{i}")), vec![b'x'; *n])
+            .await
+            .unwrap();
+    }
+    let full = s.events(run, 0, 1000).await.unwrap();
+    assert_eq!(full.len(), sizes.len());
+    for after in [0u64, 1, 3, 9, 10] {
+        for limit in [1usize, 2, 3, 5, 1000] {
+            for max_bytes in [0usize, 1, 6, 100, 160, 305, 1000, usize::MAX] {
+                let got = s.events_within(run, after, limit, max_bytes).await.unwrap();
+                let mut bytes = 0;
+                let want: Vec<_> = full
+                    .iter()
+                    .filter(|e| e.seq > after)
+                    .take(limit)
+                    .enumerate()
+                    .take_while(|(i, e)| {
+                        bytes += e.payload.len();
+                        *i == 0 || bytes <= max_bytes
+                    })
+                    .map(|(_, e)| e.clone())
+                    .collect();
+                assert_eq!(
+                    got, want,
+                    "S7b: after {after}, limit {limit}, max_bytes {max_bytes}"
+                );
+            }
+        }
+    }
+    assert_err(
+        s.events_within(run, 0, 0, 100).await,
+        "InvalidInput",
+        "S7b: limit 0",
+    );
+    let unknown = RunId::parse("00000000-0000-7000-8000-000000000000").unwrap();
+    assert_err(
+        s.events_within(unknown, 0, 10, 100).await,
+        "UnknownRun",
+        "S7b: an unknown run",
+    );
+}
