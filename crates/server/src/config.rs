@@ -409,10 +409,12 @@ impl Config {
         // mistake (a typo of a section, say), not someone else's variable.
         for (var, _) in std::env::vars_os() {
             let Some(var) = var.to_str() else { continue };
-            if let Some((section, _)) = var
-                .strip_prefix(ENV_PREFIX)
-                .and_then(|rest| rest.split_once("__"))
-            {
+            // Matched as figment matches the prefix: in any case (`cairn_limit__…` too).
+            let rest = var
+                .get(..ENV_PREFIX.len())
+                .filter(|p| p.eq_ignore_ascii_case(ENV_PREFIX))
+                .map(|_| &var[ENV_PREFIX.len()..]);
+            if let Some((section, _)) = rest.and_then(|rest| rest.split_once("__")) {
                 let section = section.to_ascii_lowercase();
                 if !SECTIONS.contains(&section.as_str()) {
                     problems.push(format!(

@@ -1336,6 +1336,20 @@ fn an_unknown_key_in_a_section_is_named_once_and_hides_nothing() {
             .starts_with("cairn: config: CAIRN_LIMIT__MAX_BODY_BYTES: `limit` is not a section")),
         "{err}"
     );
+    // In any case, as the variables that are read are matched.
+    let err = refused_config(
+        db,
+        &[
+            ("CAIRN_AUTH__TOKENS", FULL),
+            ("cairn_limit__max_body_bytes", "10"),
+        ],
+        &["--config", config.to_str().unwrap()],
+    );
+    assert!(
+        err.lines().any(|l| l
+            .starts_with("cairn: config: cairn_limit__max_body_bytes: `limit` is not a section")),
+        "{err}"
+    );
 }
 
 /// A config file with several mistakes: every one is reported on its own line naming its key,

@@ -162,6 +162,11 @@ fn check(token: &str) -> Result<(), &'static str> {
     if token.chars().any(|c| c.is_whitespace() || c.is_control()) {
         return Err("holds whitespace or a control character");
     }
+    // A client sends it in a header, as ASCII: a byte-order mark or a zero-width space an
+    // editor left in a file would make a token no client can present.
+    if !token.is_ascii() {
+        return Err("holds a character outside printable ASCII (a byte-order mark?)");
+    }
     Ok(())
 }
 
@@ -275,6 +280,18 @@ mod tests {
             problems[0].starts_with("auth.token_file: cannot read "),
             "{problems:?}"
         );
+        // A byte-order mark, or a zero-width space inside a token, is refused, not kept.
+        for text in [
+            "\u{feff}file-token-0123456789\n",
+            "file-token-\u{200b}0123456789\n",
+        ] {
+            std::fs::write(&ok, text).unwrap();
+            let problems = from_file(&ok).unwrap_err();
+            assert!(
+                problems[0].contains("outside printable ASCII"),
+                "{problems:?}"
+            );
+        }
     }
 
     #[test]
