@@ -1727,15 +1727,27 @@ async fn a_prefetched_run_whose_lease_was_lost_while_it_waited_never_starts() {
     .await;
     // The waiting run's lease runs out (and its backoff) and another consumer takes it. The
     // slow run keeps its own lease by a heartbeat every third of it.
+    // The clock moves in small steps until each beat: the run's task schedules its next beat
+    // a third of the lease after it reads the clock once the previous beat returns, which on a
+    // loaded machine can be after this test's next step, so one step of a third may fall short.
     let mut passed = Duration::ZERO;
+    let step = LEASE / 30;
     while passed <= LEASE + max_backoff_for_tests(1) {
         let beats = faulty.script().heartbeat_calls;
-        clock.advance(LEASE / 3);
-        passed += LEASE / 3;
-        eventually("the slow run's beat", || async {
-            faulty.script().heartbeat_calls > beats
-        })
-        .await;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while faulty.script().heartbeat_calls == beats {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the slow run's beat: not within 10 s"
+            );
+            clock.advance(step);
+            passed += step;
+            // Give the run's task a moment to see the new time before the next step.
+            let settle = std::time::Instant::now() + Duration::from_millis(20);
+            while faulty.script().heartbeat_calls == beats && std::time::Instant::now() < settle {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
     }
     let other = ConsumerId::new("c2").unwrap();
     let taken = loop {
