@@ -1318,3 +1318,125 @@ fn a_quarantine_keeps_each_record_verbatim_beside_a_report() {
     assert_eq!(back_up(&dir, &p).unwrap(), b);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A source whose bytes are `first` until it is rewound to the start (the fingerprint's second
+/// read), then `second`; it counts the read calls of the first pass.
+struct Rewritten {
+    first: std::io::Cursor<Vec<u8>>,
+    second: std::io::Cursor<Vec<u8>>,
+    rewound: bool,
+    first_pass_reads: std::rc::Rc<std::cell::Cell<u64>>,
+}
+
+impl Rewritten {
+    fn new(first: Vec<u8>, second: Vec<u8>) -> Self {
+        Self {
+            first: std::io::Cursor::new(first),
+            second: std::io::Cursor::new(second),
+            rewound: false,
+            first_pass_reads: std::rc::Rc::default(),
+        }
+    }
+}
+
+impl std::io::Read for Rewritten {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.rewound {
+            self.second.read(buf)
+        } else {
+            self.first_pass_reads.set(self.first_pass_reads.get() + 1);
+            self.first.read(buf)
+        }
+    }
+}
+
+impl std::io::Seek for Rewritten {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        if pos == std::io::SeekFrom::Start(0) {
+            self.rewound = true;
+        }
+        if self.rewound {
+            self.second.seek(pos)
+        } else {
+            self.first.seek(pos)
+        }
+    }
+}
+
+fn plan_log(source: Rewritten) -> Result<ImportPlan, LegacyError> {
+    plan_sources(
+        "changing",
+        Path::new("changing"),
+        [None, Some(source), None],
+        &LegacyOptions::default(),
+    )
+}
+
+#[test]
+fn a_file_that_changes_between_the_two_reads_is_refused() {
+    let w = file(&[
+        wal(0, 1, "drain", json!({"through": 0})),
+        wal(0, 2, "drain", json!({"through": 0})),
+    ]);
+    // Read twice, the same bytes: planned.
+    plan_log(Rewritten::new(w.clone(), w.clone())).unwrap();
+    // The same length, one byte different (a writer rewriting a record in place): the
+    // fingerprint would name other bytes than those validated.
+    let mut flipped = w.clone();
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x20;
+    match plan_log(Rewritten::new(w.clone(), flipped)) {
+        Err(LegacyError::Changed { path }) => assert_eq!(path, Path::new("changing/runs.wal")),
+        other => panic!("a byte changed in place must be refused, got {other:?}"),
+    }
+    // Shorter on the second read (truncated meanwhile).
+    assert!(matches!(
+        plan_log(Rewritten::new(w.clone(), w[..w.len() - 1].to_vec())),
+        Err(LegacyError::Changed { .. })
+    ));
+    // Bytes appended after the validated ones are not read again: a torn tail growing is not
+    // a change of what was accepted.
+    let mut grown = w.clone();
+    grown.extend_from_slice(b"{\"op\":");
+    plan_log(Rewritten::new(w, grown)).unwrap();
+}
+
+#[test]
+fn a_legacy_file_is_read_in_large_chunks() {
+    // About 1.5 MiB of log: the planner reads it through a 64 KiB buffer, not a small one
+    // (each read is a system call on a real file).
+    let records: Vec<Value> = (1..=10_000)
+        .map(|seq| wal(0, seq, "drain", json!({"through": 0})))
+        .collect();
+    let w = file(&records);
+    assert!(w.len() > 1024 * 1024, "{} bytes", w.len());
+    let source = Rewritten::new(w.clone(), w.clone());
+    let reads = source.first_pass_reads.clone();
+    let p = plan_log(source).unwrap();
+    assert_eq!(p.report.wal_applied, 10_000);
+    let most = (w.len() / (32 * 1024) + 2) as u64;
+    assert!(
+        reads.get() <= most,
+        "{} read calls for {} bytes; at most {most} expected with a 64 KiB buffer",
+        reads.get(),
+        w.len()
+    );
+}
+
+#[test]
+fn a_directory_that_cannot_be_opened_is_an_error_not_an_empty_import() {
+    // The "directory" is a regular file: opening `<file>/checkpoint` fails (ENOTDIR), which
+    // is an I/O error naming the path, not an absent file (NotLegacy).
+    let root = temp_dir("notdir");
+    let not_dir = root.join("plain");
+    std::fs::write(&not_dir, b"not a directory").unwrap();
+    match read_dir(&not_dir, &LegacyOptions::default()) {
+        Err(LegacyError::Io { path, .. }) => assert_eq!(path, not_dir.join(CHECKPOINT_FILE)),
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    match open_file(&not_dir, WAL_FILE) {
+        Err(LegacyError::Io { path, .. }) => assert_eq!(path, not_dir.join(WAL_FILE)),
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
