@@ -361,3 +361,72 @@ mod platform {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Cursor, ErrorKind, Read};
+
+    use super::same_bytes;
+
+    /// Reads at most `step` bytes a call, after failing once with `fail` (if any).
+    struct Awkward {
+        inner: Cursor<Vec<u8>>,
+        step: usize,
+        fail: Option<ErrorKind>,
+    }
+
+    impl Awkward {
+        fn new(bytes: &[u8], step: usize, fail: Option<ErrorKind>) -> Self {
+            Self {
+                inner: Cursor::new(bytes.to_vec()),
+                step,
+                fail,
+            }
+        }
+    }
+
+    impl Read for Awkward {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if let Some(kind) = self.fail.take() {
+                return Err(kind.into());
+            }
+            let n = buf.len().min(self.step);
+            self.inner.read(&mut buf[..n])
+        }
+    }
+
+    #[test]
+    fn same_bytes_compares_whole_streams() {
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let same = |a: &[u8], b: &[u8]| same_bytes(Cursor::new(a), Cursor::new(b)).unwrap();
+        assert!(same(&big, &big));
+        assert!(same(b"", b""));
+        // One byte different past the first 64 KiB chunk, the lengths equal.
+        let mut late = big.clone();
+        late[150_000] ^= 1;
+        assert!(!same(&big, &late));
+        // One byte different in the first chunk.
+        let mut early = big.clone();
+        early[10] ^= 1;
+        assert!(!same(&big, &early));
+        // A prefix, and a stream one byte longer.
+        assert!(!same(&big, &big[..big.len() - 1]));
+        assert!(!same(&big[..big.len() - 1], &big));
+        assert!(!same(b"", b"x"));
+    }
+
+    #[test]
+    fn same_bytes_reads_past_short_reads_and_interruptions() {
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i % 13) as u8).collect();
+        // Short reads (a pipe, a network file system) are not a difference.
+        let a = Awkward::new(&big, 7, None);
+        assert!(same_bytes(a, Cursor::new(&big)).unwrap());
+        // An interrupted read is retried.
+        let a = Awkward::new(&big, 4096, Some(ErrorKind::Interrupted));
+        assert!(same_bytes(a, Cursor::new(&big)).unwrap());
+        // Any other error is the caller's: never taken for "the same" nor "different".
+        let a = Awkward::new(&big, 4096, Some(ErrorKind::PermissionDenied));
+        let e = same_bytes(a, Cursor::new(&big)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PermissionDenied);
+    }
+}

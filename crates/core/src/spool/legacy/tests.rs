@@ -1440,3 +1440,133 @@ fn a_directory_that_cannot_be_opened_is_an_error_not_an_empty_import() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// The three files of docs/LEGACY_FORMAT.md's complete example.
+fn documented_example() -> LegacyFiles {
+    let doc = include_str!("../../../../../docs/LEGACY_FORMAT.md");
+    let example = &doc[doc.find("## A complete example").unwrap()..];
+    let blocks: Vec<Vec<u8>> = example
+        .split("```")
+        .skip(1)
+        .step_by(2)
+        .map(|b| b.trim_start_matches('\n').as_bytes().to_vec())
+        .collect();
+    files(
+        Some(blocks[0].clone()),
+        Some(blocks[1].clone()),
+        Some(blocks[2].clone()),
+    )
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The fingerprint is the import's completion marker: a directory imported by one build must
+/// be recognised as imported by the next, so its value is pinned, for a whole import and for
+/// a partial one (whose quarantined records are part of it). The input is the documented
+/// example, itself pinned by `the_documented_example_plans_as_documented`.
+#[test]
+fn the_fingerprint_of_a_directory_is_stable_across_builds() {
+    let whole = plan_of(&documented_example()).unwrap();
+    assert!(whole.report.quarantined.is_empty());
+    // Damage the spool's first record (a checksum mismatch): a quarantine leaves it out.
+    let mut damaged = documented_example();
+    let spool = damaged.spool.as_mut().unwrap();
+    let at = spool.iter().position(|b| *b == b':').unwrap() + 2;
+    spool[at] ^= 0x01;
+    let partial = plan(&damaged, &quarantine()).unwrap();
+    assert_eq!(partial.report.quarantined.len(), 1);
+    assert_eq!(
+        (
+            hex(&whole.source.fingerprint),
+            hex(&partial.source.fingerprint)
+        ),
+        (
+            "e35c9e69c440a23ab7a1ae48d867b0a3ea10ffcf9c02016a552100ae9bf6bef3".to_owned(),
+            "5dd2c446c5798a8ee027dc4c73a0fd98a86826ffc2ba8089b18a4c22cf269fcc".to_owned()
+        ),
+        "the marker of a directory an earlier build imported; if this changes, every \
+         directory imported before would be imported again"
+    );
+}
+
+#[test]
+fn the_description_is_bounded_at_a_character_boundary() {
+    let fixed = "legacy directory ".len() + ", checkpoint generation 0".len();
+    // Short: whole.
+    let d = describe("/var/lib/gate", 3, 0);
+    assert_eq!(d, "legacy directory /var/lib/gate, checkpoint generation 3");
+    // Control characters cannot forge lines.
+    assert_eq!(
+        describe("a\nb", 0, 0),
+        "legacy directory a?b, checkpoint generation 0"
+    );
+    // Exactly the limit: kept whole.
+    let exact = "x".repeat(MAX_IMPORT_DESCRIPTION - fixed);
+    let d = describe(&exact, 0, 0);
+    assert_eq!(d.len(), MAX_IMPORT_DESCRIPTION);
+    assert!(d.ends_with("checkpoint generation 0"), "{d}");
+    // Over it, ASCII: cut at the limit.
+    let long = "y".repeat(2 * MAX_IMPORT_DESCRIPTION);
+    let d = describe(&long, 0, 0);
+    assert_eq!(d.len(), MAX_IMPORT_DESCRIPTION);
+    assert!(d.starts_with("legacy directory yyy"), "{d}");
+    assert!(d.chars().skip("legacy directory ".len()).all(|c| c == 'y'));
+    // Over it with a three-byte character across the limit: cut before that character.
+    let prefix = "legacy directory ".len();
+    let mut label = "z".repeat(MAX_IMPORT_DESCRIPTION - prefix - 1);
+    label.push('€');
+    label.push_str(&"z".repeat(100));
+    let d = describe(&label, 0, 0);
+    assert_eq!(d.len(), MAX_IMPORT_DESCRIPTION - 1);
+    assert!(d.ends_with('z'), "{}", &d[d.len() - 10..]);
+    // A partial import says so first, where a long label cannot cut it off.
+    let d = describe(&long, 0, 2);
+    assert!(
+        d.starts_with("partial import, 2 corrupt record(s) quarantined: legacy directory yyy"),
+        "{}",
+        &d[..80]
+    );
+    assert_eq!(d.len(), MAX_IMPORT_DESCRIPTION);
+}
+
+#[test]
+fn reports_print_their_records() {
+    let torn = TornRecord {
+        file: WAL_FILE,
+        line: 7,
+        offset: 1024,
+        bytes: 33,
+    };
+    assert_eq!(
+        torn.to_string(),
+        "runs.wal line 7: a torn final record (33 bytes at offset 1024) was left out"
+    );
+    let q = QuarantinedRecord {
+        file: SPOOL_FILE,
+        line: 2,
+        offset: 10,
+        bytes: 5,
+        problem: RecordProblem::Malformed("unknown field `a\nb`".into()),
+    };
+    // A control character a record quoted is escaped: one report line per record.
+    assert_eq!(
+        q.to_string(),
+        "gate.spool line 2 (5 bytes at offset 10): the record is malformed: unknown field `a\\nb`"
+    );
+}
+
+#[test]
+fn the_backup_sits_beside_the_directory() {
+    let p = plan_of(&documented_example()).unwrap();
+    let fp = hex(&p.source.fingerprint[..8]);
+    assert_eq!(
+        backup_dir(Path::new("/srv/gate/state"), &p),
+        Path::new(&format!("/srv/gate/state.cairn-backup-{fp}"))
+    );
+    assert_eq!(
+        backup_dir(Path::new("state"), &p),
+        Path::new(&format!("./state.cairn-backup-{fp}"))
+    );
+}
