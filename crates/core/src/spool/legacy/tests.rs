@@ -1570,3 +1570,47 @@ fn the_backup_sits_beside_the_directory() {
         Path::new(&format!("./state.cairn-backup-{fp}"))
     );
 }
+
+#[cfg(unix)]
+#[test]
+fn the_backup_refuses_what_is_not_a_directory_or_a_file_and_keeps_its_copies_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = temp_dir("backup-kinds");
+    let dir = root.join("made");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(SPOOL_FILE), file(&[submission(1, "a", json!({}))])).unwrap();
+    let p = read_dir(&dir, &LegacyOptions::default()).unwrap();
+    let target = backup_dir(&dir, &p);
+
+    // A regular file where the backup directory goes: refused, left as it is.
+    std::fs::write(&target, b"not a directory").unwrap();
+    let e = back_up(&dir, &p).unwrap_err();
+    assert!(
+        matches!(&e, LegacyError::UnsafeBackup { path, .. } if *path == target),
+        "{e}"
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"not a directory");
+    std::fs::remove_file(&target).unwrap();
+
+    // A FIFO where a copy goes: refused at once, not waited on for a writer.
+    std::fs::create_dir(&target).unwrap();
+    assert!(std::process::Command::new("mkfifo")
+        .arg(target.join(SPOOL_FILE))
+        .status()
+        .unwrap()
+        .success());
+    let e = back_up(&dir, &p).unwrap_err();
+    assert!(
+        matches!(&e, LegacyError::UnsafeBackup { path, reason }
+            if *path == target.join(SPOOL_FILE) && reason.contains("not a regular file")),
+        "{e}"
+    );
+    std::fs::remove_dir_all(&target).unwrap();
+
+    // The copies are the owner's alone (0600), in a directory of the owner's (0700).
+    let b = back_up(&dir, &p).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&b.dir), 0o700);
+    assert_eq!(mode(&b.dir.join(SPOOL_FILE)), 0o600);
+    std::fs::remove_dir_all(&root).unwrap();
+}
