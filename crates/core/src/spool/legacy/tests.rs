@@ -1614,3 +1614,60 @@ fn the_backup_refuses_what_is_not_a_directory_or_a_file_and_keeps_its_copies_pri
     assert_eq!(mode(&b.dir.join(SPOOL_FILE)), 0o600);
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// A line with the sum member closing `head` (the record without its last `}`), whose sum is
+/// right for the body `head}`: only the frame's shape can refuse it.
+fn framed(head: &str) -> Vec<u8> {
+    let sum = blake3::hash(format!("{head}}}").as_bytes()).to_hex();
+    format!("{head},\"sum\":\"{sum}\"}}").into_bytes()
+}
+
+#[test]
+fn what_seal_record_accepts_opens_again_and_nothing_else_frames() {
+    // The shortest bodies seal accepts, and ordinary ones, open to themselves.
+    for body in ["{ }", "{1}", r#"{"a":1}"#, r#"{"op":"drain","through":0}"#] {
+        let sealed = seal_record(body).unwrap();
+        assert_eq!(frame::open_record(sealed.as_bytes()).unwrap(), body);
+    }
+    // What is not an object's text is never sealed.
+    for body in ["", "{}", "{", "}", "x1}", "{1x", "[1]", "x}}", "{{x"] {
+        assert!(
+            matches!(seal_record(body), Err(RecordProblem::Malformed(_))),
+            "{body:?} was sealed"
+        );
+    }
+    // A line whose checksum is right for its bytes but which does not frame an object
+    // whose body is at least three bytes is not a record.
+    for head in ["xy", "{", "ab"] {
+        assert_eq!(
+            frame::open_record(&framed(head)),
+            Err(RecordProblem::NoChecksum),
+            "{head:?}"
+        );
+    }
+    for short in [&b"{\"}"[..], b"\"}", b"{", b""] {
+        assert_eq!(
+            frame::open_record(short),
+            Err(RecordProblem::NoChecksum),
+            "{short:?}"
+        );
+    }
+}
+
+#[test]
+fn a_record_of_exactly_eight_mebibytes_is_read_and_one_byte_more_is_not() {
+    // docs/LEGACY_FORMAT.md: a record line is at most 8 MiB without its newline.
+    assert_eq!(MAX_LEGACY_LINE, 8 * 1024 * 1024);
+    let overhead = seal_record(r#"{"p":""}"#).unwrap().len();
+    let body = |fill: usize| format!(r#"{{"p":"{}"}}"#, "x".repeat(fill));
+    let exact = seal_record(&body(8 * 1024 * 1024 - overhead)).unwrap();
+    assert_eq!(exact.len(), 8 * 1024 * 1024);
+    assert!(frame::open_record(exact.as_bytes()).is_ok());
+    let over = seal_record(&body(8 * 1024 * 1024 - overhead + 1)).unwrap();
+    assert_eq!(
+        frame::open_record(over.as_bytes()),
+        Err(RecordProblem::TooLong {
+            len: 8 * 1024 * 1024 + 1
+        })
+    );
+}
