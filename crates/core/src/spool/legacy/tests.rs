@@ -1671,3 +1671,66 @@ fn a_record_of_exactly_eight_mebibytes_is_read_and_one_byte_more_is_not() {
         })
     );
 }
+
+/// Fails its first read with `kind`, then reads `inner`.
+struct FailsOnce<R> {
+    inner: R,
+    kind: Option<std::io::ErrorKind>,
+}
+
+impl<R: std::io::Read> std::io::Read for FailsOnce<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.kind.take() {
+            Some(kind) => Err(kind.into()),
+            None => self.inner.read(buf),
+        }
+    }
+}
+
+#[test]
+fn an_interrupted_read_is_retried_and_any_other_error_is_returned() {
+    let data = file(&[wal(0, 1, "drain", json!({"through": 0}))]);
+    let reader = |kind| {
+        frame::LineReader::new(std::io::BufReader::new(FailsOnce {
+            inner: &data[..],
+            kind: Some(kind),
+        }))
+    };
+    let mut r = reader(std::io::ErrorKind::Interrupted);
+    let l = r.next_line(false).unwrap().unwrap();
+    assert_eq!((l.number, l.terminated), (1, true));
+    assert!(r.next_line(false).unwrap().is_none());
+    let mut r = reader(std::io::ErrorKind::PermissionDenied);
+    let e = r.next_line(false).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::PermissionDenied);
+}
+
+#[test]
+fn a_line_buffer_grows_by_doubling_and_never_past_the_limit() {
+    // 1000 bytes arriving 16 at a time: the buffer doubles (16, 32, …, 1024), so copying
+    // stays linear; it is not grown to the exact need at every chunk.
+    let mut data = vec![b'a'; 1000];
+    data.push(b'\n');
+    let mut r = frame::LineReader::new(std::io::BufReader::with_capacity(16, &data[..]));
+    let b = r.next_line(false).unwrap().unwrap().bytes.unwrap();
+    assert_eq!(b.len(), 1000);
+    assert!(
+        (1001..=2000).contains(&b.capacity()),
+        "capacity {}",
+        b.capacity()
+    );
+    // A line of exactly the limit after a 9-byte one, so that its chunks do not start at a
+    // power of two: the buffer is never given more room than the limit.
+    let mut data = b"123456789\n".to_vec();
+    data.extend(std::iter::repeat_n(b'b', MAX_LEGACY_LINE));
+    data.push(b'\n');
+    let mut r = frame::LineReader::new(std::io::BufReader::new(&data[..]));
+    assert_eq!(r.next_line(false).unwrap().unwrap().len, 9);
+    let b = r.next_line(false).unwrap().unwrap().bytes.unwrap();
+    assert_eq!(b.len(), MAX_LEGACY_LINE);
+    assert!(
+        b.capacity() <= MAX_LEGACY_LINE,
+        "capacity {} over the {MAX_LEGACY_LINE}-byte limit",
+        b.capacity()
+    );
+}
