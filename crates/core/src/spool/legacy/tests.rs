@@ -1719,6 +1719,12 @@ fn a_line_buffer_grows_by_doubling_and_never_past_the_limit() {
         "capacity {}",
         b.capacity()
     );
+    // 1024 bytes fill the buffer exactly: it is not doubled again for nothing.
+    let mut data = vec![b'a'; 1024];
+    data.push(b'\n');
+    let mut r = frame::LineReader::new(std::io::BufReader::with_capacity(16, &data[..]));
+    let b = r.next_line(false).unwrap().unwrap().bytes.unwrap();
+    assert_eq!((b.len(), b.capacity()), (1024, 1024));
     // A line of exactly the limit after a 9-byte one, so that its chunks do not start at a
     // power of two: the buffer is never given more room than the limit.
     let mut data = b"123456789\n".to_vec();
