@@ -174,6 +174,14 @@ fn a_directory_becomes_runs_with_ids_keys_events_and_facts() {
     );
     assert_eq!(a.events.len(), 1);
     assert_eq!(a.events[0].event_id.as_bytes(), b"e2");
+    assert_eq!(
+        a.events[0].payload, b"p-e2",
+        "the checkpoint event's payload"
+    );
+    assert_eq!(
+        a.events[0].created_at,
+        Timestamp::from_unix_micros(1_700_000_050_000_000)
+    );
     let facts: Vec<(&str, &[u8])> = a
         .facts
         .iter()
@@ -190,6 +198,12 @@ fn a_directory_becomes_runs_with_ids_keys_events_and_facts() {
     let b = runs[&rid(2)];
     assert_eq!((b.state, b.attempts), (RunState::Queued, 1));
     assert_eq!(b.events.len(), 1, "a re-appended event is a no-op");
+    assert_eq!(
+        (b.events[0].event_id.as_bytes(), &b.events[0].payload[..]),
+        (&b"b1"[..], &b"x"[..]),
+        "the log event's payload"
+    );
+    assert_eq!(b.events[0].created_at, Timestamp::from_unix_micros(1000));
     assert_eq!(
         runs[&rid(3)].state,
         RunState::Superseded,
@@ -1738,5 +1752,76 @@ fn a_line_buffer_grows_by_doubling_and_never_past_the_limit() {
         b.capacity() <= MAX_LEGACY_LINE,
         "capacity {} over the {MAX_LEGACY_LINE}-byte limit",
         b.capacity()
+    );
+}
+
+#[test]
+fn payloads_are_carried_up_to_their_limits_and_refused_past_them() {
+    use crate::spool::{MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD};
+    let event = |len: usize| {
+        file(&[
+            wal(0, 1, "run", json!({"run": run(1, "queued", 0, json!({}))})),
+            wal(
+                0,
+                2,
+                "event",
+                json!({"run_id": id(1), "event_id": "big", "payload": "e".repeat(len), "at_ms": 1}),
+            ),
+        ])
+    };
+    let p = plan_of(&files(None, Some(event(MAX_RUN_EVENT_PAYLOAD)), None)).unwrap();
+    assert_eq!(
+        p.runs[0].events[0].payload,
+        vec![b'e'; MAX_RUN_EVENT_PAYLOAD]
+    );
+    match refused(
+        &files(None, Some(event(MAX_RUN_EVENT_PAYLOAD + 1)), None),
+        WAL_FILE,
+        2,
+    ) {
+        RecordProblem::Field { field, reason } => {
+            assert_eq!(field, "payload");
+            assert!(
+                reason.contains(&format!("{}", MAX_RUN_EVENT_PAYLOAD + 1)),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // A submission's payload: the run's own.
+    let sub = |len: usize| file(&[submission(1, "a", json!({"payload": "s".repeat(len)}))]);
+    let p = plan_of(&files(None, None, Some(sub(MAX_RUN_PAYLOAD)))).unwrap();
+    assert_eq!(p.runs[0].payload, vec![b's'; MAX_RUN_PAYLOAD]);
+    assert!(matches!(
+        refused(
+            &files(None, None, Some(sub(MAX_RUN_PAYLOAD + 1))),
+            SPOOL_FILE,
+            1
+        ),
+        RecordProblem::Field {
+            field: "payload",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_submission_names_its_gate_and_input() {
+    for (gate, sha) in [("", "sha"), ("ci", ""), ("", "")] {
+        let s = file(&[submission(1, sha, json!({"gate": gate}))]);
+        match refused(&files(None, None, Some(s)), SPOOL_FILE, 1) {
+            RecordProblem::Field { field, reason } => {
+                assert_eq!(field, "gate");
+                assert!(reason.contains("must not be empty"), "{reason}");
+            }
+            other => panic!("gate {gate:?}, sha {sha:?}: {other:?}"),
+        }
+    }
+    // The ref may be empty: the key is still (gate, "", sha).
+    let s = file(&[submission(1, "sha", json!({"ref": ""}))]);
+    let p = plan_of(&files(None, None, Some(s))).unwrap();
+    assert_eq!(
+        p.runs[0].dedup_key,
+        DedupKey::from_parts(["ci", "", "sha"]).unwrap()
     );
 }
