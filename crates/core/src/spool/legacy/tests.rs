@@ -1825,3 +1825,35 @@ fn a_submission_names_its_gate_and_input() {
         DedupKey::from_parts(["ci", "", "sha"]).unwrap()
     );
 }
+
+#[test]
+fn a_stage_value_is_carried_up_to_the_fact_limit_and_refused_past_it() {
+    use crate::spool::MAX_FACT_VALUE;
+    let with_stage = |len: usize| {
+        let r = run(
+            1,
+            "succeeded",
+            1,
+            json!({"stages": {"build": "v".repeat(len)}}),
+        );
+        file(&[wal(0, 1, "run", json!({ "run": r }))])
+    };
+    let p = plan_of(&files(None, Some(with_stage(MAX_FACT_VALUE)), None)).unwrap();
+    let (name, value) = p.runs[0].facts.iter().next().unwrap();
+    assert_eq!(name.as_str(), "stage.build");
+    assert_eq!(*value, vec![b'v'; MAX_FACT_VALUE]);
+    match refused(
+        &files(None, Some(with_stage(MAX_FACT_VALUE + 1)), None),
+        WAL_FILE,
+        1,
+    ) {
+        RecordProblem::Field { field, reason } => {
+            assert_eq!(field, "stages");
+            assert!(
+                reason.contains(&format!("{}", MAX_FACT_VALUE + 1)),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}
