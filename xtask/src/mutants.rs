@@ -25,11 +25,14 @@ use serde_json::Value;
 const SCOPES_FILE: &str = "mutants/scopes.toml";
 /// The equivalent mutants, relative to the workspace root.
 const EQUIVALENTS_FILE: &str = "mutants/equivalent.toml";
+/// The merged outcomes of `--iterate` runs, beside a scope's `mutants.out`, in the shape of
+/// cargo-mutants' `outcomes.json`.
+const MERGED_FILE: &str = "xtask-outcomes.json";
 /// How to get cargo-mutants (the version the figures in docs/RELIABILITY.md were measured with).
 const INSTALL_HINT: &str = "cargo install cargo-mutants --locked --version 27.1.0";
 
 /// `cargo xtask mutants` arguments.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Clone, Debug)]
 pub(crate) struct MutantsArgs {
     /// Run only this scope (repeatable); default: every scope in mutants/scopes.toml.
     #[arg(long = "scope", value_name = "NAME")]
@@ -61,6 +64,12 @@ pub(crate) struct MutantsArgs {
     /// (e.g. after adding an entry to mutants/equivalent.toml).
     #[arg(long, conflicts_with = "list")]
     report_only: bool,
+    /// Re-test only the mutants the last run under `--out` did not catch (cargo-mutants
+    /// `--iterate`: caught and unviable ones are skipped), then judge each scope on the merged
+    /// outcomes — this run's fate for the mutants it tested, the earlier run's for the others,
+    /// over the mutants the tree has now. For confirming the tests written for survivors.
+    #[arg(long, conflicts_with_all = ["list", "report_only", "shard"])]
+    iterate: bool,
 }
 
 fn parse_shard(s: &str) -> Result<(u32, u32), String> {
@@ -307,6 +316,110 @@ fn parse_outcomes(json: &str) -> Result<Outcomes, String> {
     Ok(out)
 }
 
+/// The outcomes of an `--iterate` run merged into the earlier ones: over the mutants the tree
+/// has now (`current`, as `--list` names them), this run's fate where it tested the mutant,
+/// else the earlier run's. A mutant neither run tested is an error (the earlier run was not
+/// of this scope or this tree); a mutant the tree no longer has is dropped.
+fn merge(previous: &Outcomes, now: &Outcomes, current: &[String]) -> Result<Outcomes, String> {
+    let fate_in = |o: &Outcomes, name: &str| {
+        o.mutants
+            .iter()
+            .rev()
+            .find(|(n, _)| n == name)
+            .map(|(_, f)| *f)
+    };
+    let mutants = current
+        .iter()
+        .map(|name| {
+            fate_in(now, name)
+                .or_else(|| fate_in(previous, name))
+                .map(|f| (name.clone(), f))
+                .ok_or_else(|| {
+                    format!(
+                        "{name}: tested by neither this run nor the one before; run the scope \
+                         without --iterate"
+                    )
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Outcomes {
+        baseline_ok: now.baseline_ok.or(previous.baseline_ok),
+        complete: previous.complete && now.complete,
+        mutants,
+    })
+}
+
+/// `outcomes` in the shape of cargo-mutants' `outcomes.json` (what [`parse_outcomes`] reads).
+fn outcomes_to_json(outcomes: &Outcomes) -> String {
+    let mut list = Vec::new();
+    if let Some(ok) = outcomes.baseline_ok {
+        list.push(serde_json::json!({
+            "scenario": "Baseline",
+            "summary": if ok { "Success" } else { "Failure" },
+        }));
+    }
+    for (name, fate) in &outcomes.mutants {
+        let summary = match fate {
+            Fate::Caught => "CaughtMutant",
+            Fate::Missed => "MissedMutant",
+            Fate::Timeout => "Timeout",
+            Fate::Unviable => "Unviable",
+        };
+        list.push(serde_json::json!({
+            "scenario": {"Mutant": {"name": name}},
+            "summary": summary,
+        }));
+    }
+    let end = if outcomes.complete {
+        Value::String("merged by cargo xtask mutants --iterate".into())
+    } else {
+        Value::Null
+    };
+    serde_json::to_string_pretty(&serde_json::json!({"end_time": end, "outcomes": list}))
+        .expect("JSON values serialize")
+}
+
+/// The mutants of `scope` as `cargo mutants --list` names them, in `source`.
+fn list_mutants(scope: &Scope, args: &MutantsArgs, source: &Path) -> Result<Vec<String>, String> {
+    let listing = MutantsArgs {
+        list: true,
+        iterate: false,
+        ..args.clone()
+    };
+    let out = Command::new(cargo())
+        .arg("mutants")
+        .args(mutants_args(scope, &listing, Path::new("unused")))
+        .current_dir(source)
+        .output()
+        .map_err(|e| format!("cannot run cargo mutants --list: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "cargo mutants --list for {}: {}: {}",
+            scope.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The outcomes a scope's last run left under `out_dir`: merged ones when the last run was
+/// an `--iterate`, else cargo-mutants' own.
+fn read_outcomes(out_dir: &Path) -> Result<Outcomes, String> {
+    let merged = out_dir.join(MERGED_FILE);
+    let file = if merged.is_file() {
+        merged
+    } else {
+        out_dir.join("mutants.out").join("outcomes.json")
+    };
+    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
+    parse_outcomes(&text)
+}
+
 fn strings(t: &toml::Table, key: &str, what: &str) -> Result<Vec<String>, String> {
     match t.get(key) {
         None => Ok(Vec::new()),
@@ -486,6 +599,9 @@ fn mutants_args(scope: &Scope, args: &MutantsArgs, out_dir: &Path) -> Vec<OsStri
             push("--test-package", p);
         }
         push("--colors", "never");
+        if args.iterate {
+            a.push("--iterate".into());
+        }
         a.push("--output".into());
         a.push(out_dir.into());
     }
@@ -703,6 +819,31 @@ pub(crate) fn run(args: &MutantsArgs) -> Result<ExitCode, String> {
                 std::fs::create_dir_all(&out_dir)
                     .map_err(|e| format!("{}: {e}", out_dir.display()))?;
             }
+            // What an --iterate run merges into: the last run's outcomes. A run without
+            // --iterate starts afresh, so merged outcomes of earlier iterations go.
+            let previous = if args.iterate {
+                let p = read_outcomes(&out_dir).map_err(|e| {
+                    format!(
+                        "scope {}: --iterate needs an earlier run under --out: {e}",
+                        scope.name
+                    )
+                })?;
+                if !p.complete {
+                    return Err(format!(
+                        "scope {}: the earlier run under --out did not finish; run the scope \
+                         without --iterate",
+                        scope.name
+                    ));
+                }
+                Some(p)
+            } else {
+                match std::fs::remove_file(out_dir.join(MERGED_FILE)) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(format!("{}: {e}", out_dir.join(MERGED_FILE).display()))
+                    }
+                    _ => None,
+                }
+            };
             let mut cmd = Command::new(cargo());
             cmd.arg("mutants").args(&cm_args).current_dir(&source);
             if let Some(t) = &args.target_dir {
@@ -721,11 +862,26 @@ pub(crate) fn run(args: &MutantsArgs) -> Result<ExitCode, String> {
             // is ours. Other codes (usage, baseline failure) leave outcomes we still read when
             // they exist.
             eprintln!("xtask: cargo mutants exited with {status}");
+            if let Some(previous) = previous {
+                let file = out_dir.join("mutants.out").join("outcomes.json");
+                let now = std::fs::read_to_string(&file)
+                    .map_err(|e| format!("{}: {e}", file.display()))
+                    .and_then(|t| parse_outcomes(&t))
+                    .map_err(|e| format!("scope {}: {e}", scope.name))?;
+                let current = list_mutants(scope, args, &source)?;
+                let merged = merge(&previous, &now, &current)
+                    .map_err(|e| format!("scope {}: {e}", scope.name))?;
+                eprintln!(
+                    "xtask: {} of {} mutants re-tested; the others keep the earlier run's fate",
+                    now.mutants.len(),
+                    merged.mutants.len()
+                );
+                let path = out_dir.join(MERGED_FILE);
+                std::fs::write(&path, outcomes_to_json(&merged))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+            }
         }
-        let file = out_dir.join("mutants.out").join("outcomes.json");
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("scope {}: {}: {e}", scope.name, file.display()))?;
-        let outcomes = parse_outcomes(&text).map_err(|e| format!("scope {}: {e}", scope.name))?;
+        let outcomes = read_outcomes(&out_dir).map_err(|e| format!("scope {}: {e}", scope.name))?;
         let (rows, v) = render(scope, &outcomes, &equivalents);
         failed |= !matches!(v, Verdict::Pass | Verdict::PassEquivalent);
         table.push_str(&rows);
@@ -806,7 +962,75 @@ mod tests {
             target_dir: None,
             jobs: 1,
             report_only: false,
+            iterate: false,
         }
+    }
+
+    #[test]
+    fn an_iteration_merges_into_the_earlier_run_over_the_mutants_the_tree_has_now() {
+        let (a, b, c, d) = (
+            name(10, "replace f -> bool with true"),
+            name(11, "replace f -> bool with false"),
+            name(12, "replace && with || in f"),
+            name(13, "replace f -> T with Default::default()"),
+        );
+        let gone = name(14, "replace += with -= in g");
+        let moved = name(16, "replace && with || in f");
+        let previous = parse_outcomes(&outcomes_json(
+            "Success",
+            true,
+            &[
+                (&a, "CaughtMutant"),
+                (&b, "MissedMutant"),
+                (&c, "MissedMutant"),
+                (&d, "Unviable"),
+                (&gone, "MissedMutant"),
+            ],
+        ))
+        .unwrap();
+        // The iteration re-tests the survivors still there (b) and a mutant whose line moved.
+        let now = parse_outcomes(&outcomes_json(
+            "Success",
+            true,
+            &[(&b, "CaughtMutant"), (&moved, "Timeout")],
+        ))
+        .unwrap();
+        let current = vec![a.clone(), b.clone(), moved.clone(), d.clone()];
+        let m = merge(&previous, &now, &current).unwrap();
+        assert_eq!(
+            m.mutants,
+            vec![
+                (a.clone(), Fate::Caught),
+                (b.clone(), Fate::Caught),
+                (moved.clone(), Fate::Timeout),
+                (d.clone(), Fate::Unviable),
+            ]
+        );
+        assert_eq!((m.baseline_ok, m.complete), (Some(true), true));
+        // Written and read back as cargo-mutants' own outcomes are.
+        assert_eq!(parse_outcomes(&outcomes_to_json(&m)).unwrap(), m);
+        // An unfinished iteration is an unfinished scope.
+        let cut =
+            parse_outcomes(&outcomes_json("Success", false, &[(&b, "CaughtMutant")])).unwrap();
+        let m = merge(&previous, &cut, &[a.clone(), b.clone()]).unwrap();
+        assert!(!m.complete);
+        assert_eq!(parse_outcomes(&outcomes_to_json(&m)).unwrap(), m);
+        // A mutant neither run tested cannot be judged.
+        let e = merge(&previous, &now, &[c, name(20, "replace x with y in h")]).unwrap_err();
+        assert!(e.contains("replace x with y in h"), "{e}");
+    }
+
+    #[test]
+    fn iterate_passes_the_flag_and_the_output_it_reads() {
+        let s = scope(95.0);
+        let a = MutantsArgs {
+            iterate: true,
+            ..args(false, None)
+        };
+        let v = mutants_args(&s, &a, Path::new("/o/consumer"));
+        let words: Vec<String> = v.iter().map(|w| w.to_string_lossy().into_owned()).collect();
+        let at = words.iter().position(|w| w == "--iterate").unwrap();
+        assert_eq!(words[at + 1..at + 3], ["--output", "/o/consumer"]);
     }
 
     #[test]
