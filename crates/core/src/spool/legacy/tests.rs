@@ -1857,3 +1857,65 @@ fn a_stage_value_is_carried_up_to_the_fact_limit_and_refused_past_it() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn an_event_given_twice_must_carry_the_same_payload() {
+    let ev = |seq, payload: &str| {
+        wal(
+            0,
+            seq,
+            "event",
+            json!({"run_id": id(1), "event_id": "e", "payload": payload, "at_ms": 1}),
+        )
+    };
+    let put = wal(0, 1, "run", json!({"run": run(1, "queued", 0, json!({}))}));
+    // The same payload again: a no-op, as a re-append is in the spool.
+    let same = file(&[put.clone(), ev(2, "one"), ev(3, "one")]);
+    let p = plan_of(&files(None, Some(same), None)).unwrap();
+    assert_eq!(p.runs[0].events.len(), 1);
+    assert_eq!(p.runs[0].events[0].payload, b"one");
+    // Another payload under the same id: which one is the event? Refused at the second.
+    let other = file(&[put, ev(2, "one"), ev(3, "two")]);
+    match refused(&files(None, Some(other), None), WAL_FILE, 3) {
+        RecordProblem::Ambiguous(why) => assert!(why.contains("different payloads"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn checkpoint_records_must_come_in_the_header_order() {
+    let header = |runs: u64, events: u64| {
+        json!({
+            "kind": "checkpoint", "format": 1, "generation": 1, "runs": runs,
+            "events": events, "spool_drained": 0, "written_ms": 1_700_000_300_000i64,
+        })
+    };
+    let r = |n| json!({"kind": "run", "run": run(n, "queued", 0, json!({}))});
+    // One run then one event announced; a second run where the event is due is out of
+    // order, even though the total count matches: refused at its line.
+    let cp = file(&[header(1, 1), r(1), r(2)]);
+    match refused(&files(Some(cp), None, None), CHECKPOINT_FILE, 3) {
+        RecordProblem::Count {
+            runs: 1,
+            events: 1,
+            problem,
+        } => {
+            assert!(problem.contains("record 2 does not fit"), "{problem}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // An event where a run is due: the same.
+    let cp = file(&[header(1, 1), cp_event(1, "e"), r(1)]);
+    assert!(matches!(
+        refused(&files(Some(cp), None, None), CHECKPOINT_FILE, 2),
+        RecordProblem::Count { .. }
+    ));
+    // One event more than announced: refused at that event's line, not only by the total.
+    let cp = file(&[header(1, 1), r(1), cp_event(1, "a"), cp_event(1, "b")]);
+    match refused(&files(Some(cp), None, None), CHECKPOINT_FILE, 4) {
+        RecordProblem::Count { problem, .. } => {
+            assert!(problem.contains("record 3 does not fit"), "{problem}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
