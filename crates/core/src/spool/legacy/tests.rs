@@ -1919,3 +1919,27 @@ fn checkpoint_records_must_come_in_the_header_order() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn log_generations_never_go_back() {
+    let cp = checkpoint(2, &[], &[], 0);
+    let put = |gen, seq, n| {
+        wal(
+            gen,
+            seq,
+            "run",
+            json!({"run": run(n, "queued", 0, json!({}))}),
+        )
+    };
+    // Generation 1 (folded into the checkpoint: stale) then 2: fine.
+    let forward = file(&[put(1, 1, 1), put(2, 1, 2)]);
+    let p = plan_of(&files(Some(cp.clone()), Some(forward), None)).unwrap();
+    assert_eq!((p.report.wal_stale, p.report.wal_applied), (1, 1));
+    // Generation 2 then 1: a log that goes back is refused where it does, even though the
+    // older record alone would only be stale.
+    let back = file(&[put(2, 1, 1), put(1, 1, 2)]);
+    match refused(&files(Some(cp), Some(back), None), WAL_FILE, 2) {
+        RecordProblem::GenerationBack { found, previous } => assert_eq!((found, previous), (1, 2)),
+        other => panic!("{other:?}"),
+    }
+}
