@@ -1943,3 +1943,54 @@ fn log_generations_never_go_back() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn each_finished_legacy_state_keeps_its_meaning() {
+    let states = [
+        ("succeeded", RunState::Succeeded),
+        ("failed", RunState::Failed),
+        ("canceled", RunState::Canceled),
+        ("superseded", RunState::Superseded),
+        ("parked", RunState::Parked),
+    ];
+    let runs: Vec<Value> = states
+        .iter()
+        .zip(1..)
+        .map(|((s, _), n)| run(n, s, 1, json!({})))
+        .collect();
+    let p = plan_of(&files(Some(checkpoint(1, &runs, &[], 0)), None, None)).unwrap();
+    let got = by_id(&p);
+    for ((s, want), n) in states.iter().zip(1..) {
+        let r = got[&rid(n)];
+        assert_eq!(r.state, *want, "legacy {s}");
+        assert_eq!(r.due_at, None, "legacy {s}");
+        assert_eq!(
+            r.finished_at,
+            Some(Timestamp::from_unix_micros(1_700_000_200_000_000)),
+            "legacy {s}: finished when the source says"
+        );
+    }
+}
+
+#[test]
+fn a_drained_submission_whose_run_is_gone_is_counted_not_brought_back() {
+    // The log drained the first submission; its run was removed since (retention), so it
+    // is neither in the checkpoint nor in the log. The second is still pending.
+    let subs = [submission(1, "a", json!({})), submission(2, "b", json!({}))];
+    let first = line(&subs[0]).len() as u64;
+    let w = file(&[wal(0, 1, "drain", json!({"through": first}))]);
+    let p = plan_of(&files(None, Some(w), Some(file(&subs)))).unwrap();
+    assert_eq!(
+        by_id(&p).keys().copied().collect::<Vec<_>>(),
+        vec![rid(2)],
+        "the drained submission is not made a run again"
+    );
+    assert_eq!(
+        (
+            p.report.submissions_drained,
+            p.report.submissions_queued,
+            p.report.aliases.len()
+        ),
+        (1, 1, 0)
+    );
+}
