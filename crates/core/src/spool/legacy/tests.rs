@@ -108,6 +108,14 @@ fn refused(f: &LegacyFiles, want_file: &str, want_line: u64) -> RecordProblem {
     }
 }
 
+/// [`refused`] where the problem must be a `Field` one: its field and reason.
+fn refused_field(f: &LegacyFiles, want_file: &str, want_line: u64) -> (&'static str, String) {
+    match refused(f, want_file, want_line) {
+        RecordProblem::Field { field, reason } => (field, reason),
+        other => panic!("expected a field problem, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_directory_becomes_runs_with_ids_keys_events_and_facts() {
     let cp = checkpoint(
@@ -1774,48 +1782,35 @@ fn payloads_are_carried_up_to_their_limits_and_refused_past_them() {
         p.runs[0].events[0].payload,
         vec![b'e'; MAX_RUN_EVENT_PAYLOAD]
     );
-    match refused(
+    let (field, reason) = refused_field(
         &files(None, Some(event(MAX_RUN_EVENT_PAYLOAD + 1)), None),
         WAL_FILE,
         2,
-    ) {
-        RecordProblem::Field { field, reason } => {
-            assert_eq!(field, "payload");
-            assert!(
-                reason.contains(&format!("{}", MAX_RUN_EVENT_PAYLOAD + 1)),
-                "{reason}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    );
+    assert_eq!(field, "payload");
+    assert!(
+        reason.contains(&format!("{}", MAX_RUN_EVENT_PAYLOAD + 1)),
+        "{reason}"
+    );
     // A submission's payload: the run's own.
     let sub = |len: usize| file(&[submission(1, "a", json!({"payload": "s".repeat(len)}))]);
     let p = plan_of(&files(None, None, Some(sub(MAX_RUN_PAYLOAD)))).unwrap();
     assert_eq!(p.runs[0].payload, vec![b's'; MAX_RUN_PAYLOAD]);
-    assert!(matches!(
-        refused(
-            &files(None, None, Some(sub(MAX_RUN_PAYLOAD + 1))),
-            SPOOL_FILE,
-            1
-        ),
-        RecordProblem::Field {
-            field: "payload",
-            ..
-        }
-    ));
+    let (field, _) = refused_field(
+        &files(None, None, Some(sub(MAX_RUN_PAYLOAD + 1))),
+        SPOOL_FILE,
+        1,
+    );
+    assert_eq!(field, "payload");
 }
 
 #[test]
 fn a_submission_names_its_gate_and_input() {
     for (gate, sha) in [("", "sha"), ("ci", ""), ("", "")] {
         let s = file(&[submission(1, sha, json!({"gate": gate}))]);
-        match refused(&files(None, None, Some(s)), SPOOL_FILE, 1) {
-            RecordProblem::Field { field, reason } => {
-                assert_eq!(field, "gate");
-                assert!(reason.contains("must not be empty"), "{reason}");
-            }
-            other => panic!("gate {gate:?}, sha {sha:?}: {other:?}"),
-        }
+        let (field, reason) = refused_field(&files(None, None, Some(s)), SPOOL_FILE, 1);
+        assert_eq!(field, "gate", "gate {gate:?}, sha {sha:?}");
+        assert!(reason.contains("must not be empty"), "{reason}");
     }
     // The ref may be empty: the key is still (gate, "", sha).
     let s = file(&[submission(1, "sha", json!({"ref": ""}))]);
@@ -1842,20 +1837,16 @@ fn a_stage_value_is_carried_up_to_the_fact_limit_and_refused_past_it() {
     let (name, value) = p.runs[0].facts.iter().next().unwrap();
     assert_eq!(name.as_str(), "stage.build");
     assert_eq!(*value, vec![b'v'; MAX_FACT_VALUE]);
-    match refused(
+    let (field, reason) = refused_field(
         &files(None, Some(with_stage(MAX_FACT_VALUE + 1)), None),
         WAL_FILE,
         1,
-    ) {
-        RecordProblem::Field { field, reason } => {
-            assert_eq!(field, "stages");
-            assert!(
-                reason.contains(&format!("{}", MAX_FACT_VALUE + 1)),
-                "{reason}"
-            );
-        }
-        other => panic!("{other:?}"),
-    }
+    );
+    assert_eq!(field, "stages");
+    assert!(
+        reason.contains(&format!("{}", MAX_FACT_VALUE + 1)),
+        "{reason}"
+    );
 }
 
 #[test]
