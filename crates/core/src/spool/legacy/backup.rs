@@ -423,11 +423,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_copy_being_written_is_not_inherited_by_a_child_process() {
-        let root = std::env::temp_dir().join(format!(
-            "cairn-legacy-cloexec-{}-{}",
-            std::process::id(),
-            rand::random::<u64>()
-        ));
+        let root = crate::spool::legacy::tests::temp_dir("cloexec").join("backup");
         let dir = super::platform::Dir::create(&root).unwrap();
         let mut content = SpawnsAChild {
             bytes: Cursor::new(b"copied".to_vec()),
@@ -446,7 +442,7 @@ mod tests {
             "a child started during the copy holds the backup open: {inherited}"
         );
         assert_eq!(std::fs::read(root.join("copy")).unwrap(), b"copied");
-        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(root.parent().unwrap()).unwrap();
     }
 
     #[test]

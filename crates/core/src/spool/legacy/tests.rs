@@ -912,7 +912,8 @@ impl<R: std::io::Seek> std::io::Seek for Counting<R> {
     }
 }
 
-fn temp_dir(tag: &str) -> std::path::PathBuf {
+/// A new directory under the system temp dir (also used by `backup`'s tests).
+pub(super) fn temp_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "cairn-legacy-{tag}-{}-{}",
         std::process::id(),
