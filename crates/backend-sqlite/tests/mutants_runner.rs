@@ -213,3 +213,99 @@ async fn repair_of_a_healthy_store_takes_no_lock() {
     }
     held.rollback().await.unwrap();
 }
+
+/// Kills `Runner::committed` → `()`. The `after_commit` hook (what the crash tests die in)
+/// runs once after each COMMIT — an upgrade, a repair that wrote, a down — when the work is
+/// already durable: another connection sees it from inside the hook. An open at head and a
+/// repair with nothing to do commit nothing and never call it.
+#[tokio::test]
+async fn the_after_commit_hook_runs_once_per_commit_with_the_work_visible() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    drop(SqliteStore::open(&db).await.unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::<Vec<String>>::new()));
+    let hooks = {
+        let (calls, seen, db) = (calls.clone(), seen.clone(), db.clone());
+        RunnerHooks {
+            after_commit: Some(Arc::new(move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                seen.lock().unwrap().push(tables(&db));
+            })),
+            ..RunnerHooks::default()
+        }
+    };
+    let m = migrator(&db);
+    let set = app(3)
+        .with_down("0003_c", vec!["DROP TABLE mut_c".into()], vec!["x".into()])
+        .unwrap();
+
+    // An upgrade commits: the hook sees its tables from another connection.
+    let opened = Runner::new(set.clone())
+        .with_hooks(hooks.clone())
+        .open(&m)
+        .await
+        .unwrap();
+    assert!(matches!(opened, Opened::Upgraded { .. }), "{opened:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(seen.lock().unwrap()[0].contains(&"mut_c".to_owned()));
+
+    // At head: no lock, no commit, no call. Nor for a repair with nothing to do.
+    Runner::new(set.clone())
+        .with_hooks(hooks.clone())
+        .open(&m)
+        .await
+        .unwrap();
+    let repaired = Runner::new(set.clone())
+        .with_hooks(hooks.clone())
+        .repair(&m)
+        .await
+        .unwrap();
+    assert!(!repaired.changed(), "{repaired:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    // A down commits: the hook sees the table already gone.
+    let done = Runner::new(app(2))
+        .with_hooks(hooks.clone())
+        .down(&m, "0002_b")
+        .await
+        .unwrap();
+    assert_eq!(done.reverted, ["0003_c"]);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(!seen.lock().unwrap()[1].contains(&"mut_c".to_owned()));
+    drop(m);
+
+    // A repair that writes commits: the hook sees the lineage recorded.
+    let (_dir2, db2) = store_without_lineage().await;
+    let m2 = migrator(&db2);
+    let lineage_seen = Arc::new(Mutex::new(None));
+    let hooks = {
+        let (calls, lineage_seen, db2) = (calls.clone(), lineage_seen.clone(), db2.clone());
+        RunnerHooks {
+            after_commit: Some(Arc::new(move || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let conn = rusqlite::Connection::open(&db2).unwrap();
+                let n: i64 = conn
+                    .query_row(
+                        "SELECT count(*) FROM cairn_migration_lineage WHERE set_name = 'mut'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                *lineage_seen.lock().unwrap() = Some(n);
+            })),
+            ..RunnerHooks::default()
+        }
+    };
+    let repaired = Runner::new(app(2))
+        .with_hooks(hooks)
+        .repair(&m2)
+        .await
+        .unwrap();
+    assert!(repaired.lineage_recorded, "{repaired:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    assert!(lineage_seen.lock().unwrap().is_some_and(|n| n > 0));
+}
