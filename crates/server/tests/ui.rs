@@ -302,6 +302,16 @@ fn without_a_session_the_dashboard_asks_for_a_token_and_the_cookie_holds_none() 
         None,
     );
     assert_eq!(a.status, 303);
+    // The sign-in page's stylesheet is served without a session: the embedded file, as CSS.
+    let css = s.send("GET", "/ui/assets/style.css", None, &[], None);
+    assert_eq!(css.status, 200);
+    assert_eq!(
+        css.headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok()),
+        Some("text/css; charset=utf-8")
+    );
+    assert_eq!(css.body, include_str!("../src/serve/ui/style.css"));
     let form = s.send("GET", "/ui/login", None, &[], None);
     assert_eq!(form.status, 200);
     assert!(form.body.contains("type=\"password\""));

@@ -618,4 +618,81 @@ mod tests {
             "1970-01-01 00:00:00 UTC"
         );
     }
+
+    /// The state `cairn serve` builds, over a SQLite store in `dir`, with the dashboard on
+    /// when `ui` is.
+    async fn app_state(dir: &std::path::Path, ui: bool) -> AppState {
+        let url = cairn::DatabaseUrl::Sqlite(dir.join("store.db"));
+        let store = crate::open::open_with(
+            &url,
+            crate::open::IfMissing::Create,
+            cairn::spool::SpoolConfig::default(),
+        )
+        .await
+        .unwrap();
+        let tokens = Arc::new(super::super::auth::Tokens::for_tests(
+            &["full-a-0123456789"],
+            &[],
+        ));
+        let settings = UiSettings {
+            enabled: true,
+            secure_cookie: false,
+            session: Duration::from_secs(3600),
+        };
+        AppState {
+            store: store.clone(),
+            epochs: store.epochs(),
+            spool: store.spool(),
+            diagnostics: store.diagnostics(),
+            metrics: Arc::new(super::super::metrics::Metrics::new().unwrap()),
+            doctor: Arc::new(super::super::doctor::Target {
+                url,
+                retention_max_bytes: 0,
+                parked_threshold: None,
+                store: store.store_diagnostics(),
+                migrations: cairn::migrate::Migrations::of(&store),
+            }),
+            ui: ui.then(|| Arc::new(Ui::new(tokens, &settings, Arc::default()))),
+            page_bytes: 1 << 20,
+        }
+    }
+
+    /// Kills `read_permit` → `Ok(None)`: the dashboard's page reads take turns on one permit.
+    /// While one page holds it the next waits, gets it once it is released, and a stopping
+    /// server (the semaphore closed) answers 503 instead of reading. Without the dashboard
+    /// there is nothing to wait for.
+    #[tokio::test]
+    async fn page_reads_take_turns_on_one_permit() {
+        use std::future::Future as _;
+        use std::task::{Context, Waker};
+
+        let dir = tempfile::tempdir().unwrap();
+        let state = app_state(dir.path(), true).await;
+        let ui = state.ui.clone().unwrap();
+        let first = read_permit(&state).await.unwrap();
+        assert!(first.is_some(), "the dashboard's reads hold a permit");
+        let mut second = Box::pin(read_permit(&state));
+        assert!(
+            second
+                .as_mut()
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending(),
+            "a second page read went ahead while the first held the permit"
+        );
+        drop(first);
+        let second = second.await.unwrap();
+        assert!(second.is_some());
+        drop(second);
+
+        ui.reads.close();
+        let stopping = read_permit(&state).await.unwrap_err();
+        assert_eq!(
+            stopping.into_response().status(),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let without = app_state(dir.path(), false).await;
+        assert!(read_permit(&without).await.unwrap().is_none());
+    }
 }
