@@ -612,7 +612,21 @@ mod tests {
         assert!(shown("evil\u{202e}txt".as_bytes(), 100)
             .into_string()
             .contains("hex"));
-        assert_eq!(age(Duration::from_secs(4 * 60 + 10)), "4m 10s");
+        // Every unit's arm, at both of its edges.
+        for (secs, shown) in [
+            (0, "0s"),
+            (59, "59s"),
+            (60, "1m 0s"),
+            (4 * 60 + 10, "4m 10s"),
+            (3599, "59m 59s"),
+            (3600, "1h 0m"),
+            (2 * 3600 + 5 * 60 + 59, "2h 5m"),
+            (86_399, "23h 59m"),
+            (86_400, "1d 0h"),
+            (3 * 86_400 + 4 * 3600 + 59 * 60, "3d 4h"),
+        ] {
+            assert_eq!(age(Duration::from_secs(secs)), shown, "{secs} s");
+        }
         assert_eq!(
             when(cairn::spool::Timestamp::from_unix_micros(0)),
             "1970-01-01 00:00:00 UTC"
