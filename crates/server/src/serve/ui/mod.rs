@@ -633,6 +633,48 @@ mod tests {
         );
     }
 
+    #[test]
+    fn bytes_are_shown_as_text_or_hex_within_their_cap() {
+        // Keys and ids: lossy UTF-8, control characters escaped.
+        assert_eq!(printable_bytes(b"key-1"), "key-1");
+        assert_eq!(printable_bytes(&[b'a', 0xff, 0]), "a\u{fffd}\\u{0}");
+        // Exactly the cap: all of it, and no note; one byte more: the cap, and the note.
+        let whole = shown(b"abcd", 4).into_string();
+        assert!(
+            whole.contains(">abcd<") && !whole.contains("Showing"),
+            "{whole}"
+        );
+        let cut = shown(b"abcde", 4).into_string();
+        assert!(cut.contains(">abcd<"), "{cut}");
+        assert!(cut.contains("Showing the first 4 of 5 bytes."), "{cut}");
+        // Newlines and tabs are text; any other control character turns it into hex.
+        let text = shown(b"line\nnext\ttab", 100).into_string();
+        assert!(
+            !text.contains("hex") && text.contains("line\nnext\ttab"),
+            "{text}"
+        );
+        let bell = shown(b"bell\x07", 100).into_string();
+        assert!(
+            bell.contains("hex") && bell.contains("62656c6c07"),
+            "{bell}"
+        );
+        // Every reordering character is escaped, in text and in names alike.
+        for c in [
+            '\u{200e}', '\u{200f}', '\u{202a}', '\u{202e}', '\u{2066}', '\u{2069}',
+        ] {
+            let name = format!("a{c}b");
+            assert_eq!(printable(&name), format!("a\\u{{{:x}}}b", c as u32));
+            assert!(
+                shown(name.as_bytes(), 100).into_string().contains("hex"),
+                "{c:?}"
+            );
+        }
+        for fine in ['\u{200d}', '\u{2029}', '\u{206a}', 'é'] {
+            let name = format!("a{fine}b");
+            assert_eq!(printable(&name), name, "{fine:?}");
+        }
+    }
+
     /// The state `cairn serve` builds, over a SQLite store in `dir`, with the dashboard on
     /// when `ui` is.
     async fn app_state(dir: &std::path::Path, ui: bool) -> AppState {
