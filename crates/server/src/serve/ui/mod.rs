@@ -675,6 +675,14 @@ mod tests {
         }
     }
 
+    /// Kills `trusted` → `Default::default()`: the DAG's SVG, already escaped by its renderer,
+    /// goes into the page as markup, whole and not escaped again.
+    #[test]
+    fn trusted_markup_is_kept_as_is() {
+        let svg = r#"<svg xmlns="http://www.w3.org/2000/svg"><text>a &amp; b</text></svg>"#;
+        assert_eq!(trusted(svg.to_owned()).into_string(), svg);
+    }
+
     /// The state `cairn serve` builds, over a SQLite store in `dir`, with the dashboard on
     /// when `ui` is.
     async fn app_state(dir: &std::path::Path, ui: bool) -> AppState {
