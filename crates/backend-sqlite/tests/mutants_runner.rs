@@ -243,36 +243,22 @@ async fn the_after_commit_hook_runs_once_per_commit_with_the_work_visible() {
         .with_down("0003_c", vec!["DROP TABLE mut_c".into()], vec!["x".into()])
         .unwrap();
 
+    let runner = |set: &MigrationSet| Runner::new(set.clone()).with_hooks(hooks.clone());
+
     // An upgrade commits: the hook sees its tables from another connection.
-    let opened = Runner::new(set.clone())
-        .with_hooks(hooks.clone())
-        .open(&m)
-        .await
-        .unwrap();
+    let opened = runner(&set).open(&m).await.unwrap();
     assert!(matches!(opened, Opened::Upgraded { .. }), "{opened:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(seen.lock().unwrap()[0].contains(&"mut_c".to_owned()));
 
     // At head: no lock, no commit, no call. Nor for a repair with nothing to do.
-    Runner::new(set.clone())
-        .with_hooks(hooks.clone())
-        .open(&m)
-        .await
-        .unwrap();
-    let repaired = Runner::new(set.clone())
-        .with_hooks(hooks.clone())
-        .repair(&m)
-        .await
-        .unwrap();
+    runner(&set).open(&m).await.unwrap();
+    let repaired = runner(&set).repair(&m).await.unwrap();
     assert!(!repaired.changed(), "{repaired:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 1);
 
     // A down commits: the hook sees the table already gone.
-    let done = Runner::new(app(2))
-        .with_hooks(hooks.clone())
-        .down(&m, "0002_b")
-        .await
-        .unwrap();
+    let done = runner(&app(2)).down(&m, "0002_b").await.unwrap();
     assert_eq!(done.reverted, ["0003_c"]);
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert!(!seen.lock().unwrap()[1].contains(&"mut_c".to_owned()));
