@@ -628,6 +628,7 @@ macro_rules! __multi_node_cases {
             e1_two_nodes_concurrent_appends_keep_one_head,
             e7_repair_concurrent_with_appends_ends_exact,
             e12_spaces_do_not_block_each_other,
+            e12_repair_and_import_wait_for_the_space_lock,
             e6_upgrade_path_legacy_history_gets_cache_by_repair,
         );
     };

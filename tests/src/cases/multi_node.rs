@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn_core::{Appended, EpochDiagnostics, EpochId, RepairOutcome, Seq, SpaceId};
+use cairn_core::{
+    Appended, EpochDiagnostics, EpochId, Head, ImportOutcome, RepairOutcome, Seq, SpaceId,
+};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 
-use super::{assert_single_head, ev, ids, legacy_fork, open};
+use super::{assert_single_head, ev, foreign, ids, legacy_fork, open};
 use crate::{random_space, Harness};
 
 /// Generous deadline for an operation that must complete (never a fixed sleep: it returns as
@@ -195,6 +197,61 @@ pub async fn e12_spaces_do_not_block_each_other<H: Harness>(h: &H) {
     );
     assert_single_head(store.as_ref(), &a, a1.head()).await;
     assert_single_head(store.as_ref(), &b, b1.head()).await;
+}
+
+/// E12 for the other writers: a repair and an import take the same per-space lock as an
+/// append (they rewrite the space's cache and give out its next seq). While space A's lock is
+/// held elsewhere each stays pending, and each completes once it is released: the import with
+/// the next seq, the repair finding the cache exact.
+pub async fn e12_repair_and_import_wait_for_the_space_lock<H: Harness>(h: &H) {
+    let store = open(h).await;
+    let a = random_space("e12-writers");
+    let a0 = store.append(&a, ev("e12w-a0")).await.unwrap();
+
+    let held = h
+        .hold_space_lock(&a)
+        .await
+        .unwrap_or_else(|e| panic!("E12: cannot hold space A's lock: {e}"));
+    let mut repair = {
+        let (store, a) = (Arc::clone(&store), a.clone());
+        tokio::spawn(async move { store.repair_heads(&a).await })
+    };
+    let epoch = foreign(&a, &[a0.id], ev("e12w-a1"));
+    let mut import = {
+        let (store, epoch) = (Arc::clone(&store), epoch.clone());
+        tokio::spawn(async move { store.import(epoch).await })
+    };
+    assert!(
+        timeout(MUST_WAIT, &mut repair).await.is_err(),
+        "E12: a repair of A completed while A's lock was held"
+    );
+    assert!(
+        timeout(MUST_WAIT, &mut import).await.is_err(),
+        "E12: an import into A completed while A's lock was held"
+    );
+    held.release().await;
+
+    let imported = timeout(DEADLINE, import)
+        .await
+        .expect("E12: the import did not complete after the lock was released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(imported, ImportOutcome::Imported(Seq(2)), "E12: the import");
+    let repaired = timeout(DEADLINE, repair)
+        .await
+        .expect("E12: the repair did not complete after the lock was released")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        repaired,
+        RepairOutcome::Unchanged,
+        "E12: the cache was exact whichever of the two went first"
+    );
+    let head = Head {
+        id: epoch.id,
+        seq: Seq(2),
+    };
+    assert_single_head(store.as_ref(), &a, head).await;
 }
 
 /// E6 upgrade path: a history written by a cache-unaware writer (with a fork) has an empty
