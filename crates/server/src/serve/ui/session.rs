@@ -399,6 +399,15 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_shows_no_session_token_or_key() {
+        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        s.sign_in("full-token-0123456789").unwrap();
+        // What a `{:?}` of the server's state (a log line, a panic message) shows of it with a
+        // session live: the type's name and nothing else, so neither session ids nor the key.
+        assert_eq!(format!("{s:?}"), "Sessions");
+    }
+
+    #[test]
     fn sign_out_expiry_and_forged_cookies_end_nothing_else() {
         let s = Sessions::new(tokens(), Duration::from_secs(60), false);
         let a = s.sign_in("full-token-0123456789").unwrap();
