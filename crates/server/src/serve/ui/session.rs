@@ -84,6 +84,9 @@ pub(crate) struct Sessions {
     key: [u8; 32],
     /// When this process started: sign-in values carry their age from it.
     epoch: Instant,
+    /// Where a session's "now" comes from: `Instant::now`, or a test's clock moved by hand, so
+    /// that the lifetime and idle limits can be checked at their exact edges.
+    clock: Arc<dyn Fn() -> Instant + Send + Sync>,
 }
 
 impl std::fmt::Debug for Sessions {
@@ -150,7 +153,15 @@ impl Sessions {
                 k
             },
             epoch: Instant::now(),
+            clock: Arc::new(Instant::now),
         }
+    }
+
+    /// The same sessions with their time read from `clock`.
+    #[cfg(test)]
+    fn with_clock(mut self, clock: impl Fn() -> Instant + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// Whether the server runs without tokens (`--insecure-no-auth`): every browser gets a
@@ -173,7 +184,7 @@ impl Sessions {
 
     fn viewer_of(&self, id: &str) -> Option<Viewer> {
         let key = *blake3::hash(id.as_bytes()).as_bytes();
-        let now = Instant::now();
+        let now = (self.clock)();
         let mut inner = self.lock();
         let live = inner.sessions.get(&key).is_some_and(|s| {
             now.duration_since(s.created) < self.lifetime && now.duration_since(s.seen) < IDLE
@@ -217,7 +228,7 @@ impl Sessions {
     fn create(&self, viewer: Viewer) -> HeaderValue {
         let id = random_token();
         let key = *blake3::hash(id.as_bytes()).as_bytes();
-        let now = Instant::now();
+        let now = (self.clock)();
         let mut inner = self.lock();
         let lifetime = self.lifetime;
         let mine = |s: &Session| s.viewer.who == viewer.who;
@@ -475,6 +486,94 @@ mod tests {
             many.viewer(&with_cookie(&admin)).is_some(),
             "the admin stays signed in"
         );
+    }
+
+    /// Sessions whose clock stands at the returned instant until a test moves it.
+    fn clocked(tokens: Arc<Tokens>, lifetime: Duration) -> (Sessions, Arc<Mutex<Instant>>) {
+        let now = Arc::new(Mutex::new(Instant::now()));
+        let clock = Arc::clone(&now);
+        let s = Sessions::new(tokens, lifetime, false).with_clock(move || *clock.lock().unwrap());
+        (s, now)
+    }
+
+    fn advance(clock: &Mutex<Instant>, by: Duration) {
+        *clock.lock().unwrap() += by;
+    }
+
+    #[test]
+    fn a_session_ends_exactly_at_its_lifetime_or_after_an_hour_unused() {
+        const NS: Duration = Duration::from_nanos(1);
+        // The lifetime binds first.
+        let (s, clock) = clocked(tokens(), Duration::from_secs(60));
+        let (a, b) = (
+            s.sign_in("full-token-0123456789").unwrap(),
+            s.sign_in("full-token-0123456789").unwrap(),
+        );
+        advance(&clock, Duration::from_secs(60) - NS);
+        assert!(s.viewer(&with_cookie(&a)).is_some(), "a nanosecond short");
+        advance(&clock, NS);
+        assert!(s.viewer(&with_cookie(&b)).is_none(), "at the lifetime");
+        assert!(
+            s.viewer(&with_cookie(&a)).is_none(),
+            "use does not extend it"
+        );
+        // Idleness binds first: use keeps the session, an hour unused ends it.
+        let (s, clock) = clocked(tokens(), 3 * IDLE);
+        let (a, b) = (
+            s.sign_in("full-token-0123456789").unwrap(),
+            s.sign_in("full-token-0123456789").unwrap(),
+        );
+        advance(&clock, IDLE - NS);
+        assert!(s.viewer(&with_cookie(&a)).is_some(), "a nanosecond short");
+        advance(&clock, NS);
+        assert!(s.viewer(&with_cookie(&b)).is_none(), "an hour unused");
+        advance(&clock, IDLE - 2 * NS);
+        assert!(
+            s.viewer(&with_cookie(&a)).is_some(),
+            "used an hour ago less a nanosecond"
+        );
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn at_a_cap_ended_sessions_go_before_any_live_one() {
+        // One token at its cap, every session ended by its lifetime (exactly; one of them used
+        // a second before, so still within the idle limit) or by an hour unused (exactly, well
+        // within the lifetime): the next sign-in drops them all.
+        for (lifetime, wait) in [
+            (Duration::from_secs(60), Duration::from_secs(60)),
+            (3 * IDLE, IDLE),
+        ] {
+            let (s, clock) = clocked(tokens(), lifetime);
+            let old: Vec<_> = (0..MAX_SESSIONS_PER_TOKEN)
+                .map(|_| s.sign_in("read-token-0123456789").unwrap())
+                .collect();
+            advance(&clock, wait - Duration::from_secs(1));
+            if wait == lifetime {
+                assert!(s.viewer(&with_cookie(&old[0])).is_some());
+            }
+            advance(&clock, Duration::from_secs(1));
+            s.sign_in("read-token-0123456789").unwrap();
+            assert_eq!(s.len(), 1, "lifetime {lifetime:?}, waited {wait:?}");
+        }
+        // Every session ended, the store at its global cap, a token far under its own: the
+        // next sign-in drops them all too.
+        let names: Vec<String> = (0..MAX_SESSIONS / MAX_SESSIONS_PER_TOKEN)
+            .map(|i| format!("read-token-{i:012}"))
+            .collect();
+        let read: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tokens = Arc::new(Tokens::for_tests(&["full-token-0123456789"], &read));
+        let (many, clock) = clocked(tokens, Duration::from_secs(60));
+        for t in &read {
+            for _ in 0..MAX_SESSIONS_PER_TOKEN {
+                many.sign_in(t).unwrap();
+            }
+        }
+        assert_eq!(many.len(), MAX_SESSIONS);
+        advance(&clock, Duration::from_secs(60));
+        let admin = many.sign_in("full-token-0123456789").unwrap();
+        assert_eq!(many.len(), 1);
+        assert!(many.viewer(&with_cookie(&admin)).is_some());
     }
 
     #[test]
