@@ -176,3 +176,32 @@ async fn subscriptions_to_every_queue_share_one_listening_connection() {
 
     spool.close().await;
 }
+
+/// `set_wake_poll` sets how often an idle subscription returns without a `NOTIFY`: set to an
+/// hour, a subscription to an idle queue stays pending for twice the default poll (so neither
+/// the default nor a poll rounded to nothing would pass); set to 20 ms, one returns with
+/// nothing enqueued. Kills `millis` -> 0 or 1 and `set_wake_poll` ->
+/// () (mutation testing of `spool/mod.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_poll_is_the_one_set() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("poll");
+
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let mut idle = spool.subscribe(&q).await.unwrap();
+    assert!(
+        tokio::time::timeout(2 * cairn_postgres::spool::WAKE_POLL, idle.wait())
+            .await
+            .is_err(),
+        "an idle subscription returned long before its hour-long poll"
+    );
+
+    spool.set_wake_poll(Duration::from_millis(20));
+    let mut polled = spool.subscribe(&q).await.unwrap();
+    tokio::time::timeout(DEADLINE, polled.wait())
+        .await
+        .expect("a subscription with a 20 ms poll returns with nothing enqueued")
+        .unwrap();
+    spool.close().await;
+}
