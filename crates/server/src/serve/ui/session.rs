@@ -284,7 +284,7 @@ impl Sessions {
         if let Some(v) = cookies(headers, LOGIN_COOKIE).find(|v| self.nonce_valid(v)) {
             return (v.to_owned(), None);
         }
-        let age = self.epoch.elapsed().as_secs().to_le_bytes();
+        let age = self.since_start().to_le_bytes();
         let mac = blake3::keyed_hash(&self.key, &age);
         let mut bytes = [0u8; 32];
         bytes[..8].copy_from_slice(&age);
@@ -306,10 +306,17 @@ impl Sessions {
         age.copy_from_slice(&bytes[..8]);
         let mac = blake3::keyed_hash(&self.key, &age);
         let issued = u64::from_le_bytes(age);
-        let now = self.epoch.elapsed().as_secs();
+        let now = self.since_start();
         bool::from(mac.as_bytes()[..24].ct_eq(&bytes[8..]))
             && issued <= now
             && now - issued < LOGIN_TTL.as_secs()
+    }
+
+    /// Whole seconds since this process started, by the sessions' clock.
+    fn since_start(&self) -> u64 {
+        (self.clock)()
+            .saturating_duration_since(self.epoch)
+            .as_secs()
     }
 
     /// Whether a sign-in form's value is good: issued by this process, fresh, and equal to one
@@ -446,7 +453,9 @@ mod tests {
 
     #[test]
     fn failed_sign_ins_lock_no_one_out_and_sessions_are_capped() {
-        let s = Sessions::new(tokens(), Duration::from_secs(60), false);
+        // A microsecond per reading: each sign-in is younger than the one before, and however
+        // long the 10,000 sign-ins below take, none lives out its minute.
+        let s = ticking(tokens(), Duration::from_secs(60));
         for _ in 0..1000 {
             assert_eq!(
                 s.sign_in("wrong-token-0123456789"),
@@ -470,10 +479,9 @@ mod tests {
             .map(|i| format!("read-token-{i:012}"))
             .collect();
         let read: Vec<&str> = names.iter().map(String::as_str).collect();
-        let many = Sessions::new(
+        let many = ticking(
             Arc::new(Tokens::for_tests(&["full-token-0123456789"], &read)),
             Duration::from_secs(60),
-            false,
         );
         let admin = many.sign_in("full-token-0123456789").unwrap();
         for t in &read {
@@ -488,12 +496,23 @@ mod tests {
         );
     }
 
-    /// Sessions whose clock stands at the returned instant until a test moves it.
+    /// Sessions whose clock stands at their start until a test moves it.
     fn clocked(tokens: Arc<Tokens>, lifetime: Duration) -> (Sessions, Arc<Mutex<Instant>>) {
-        let now = Arc::new(Mutex::new(Instant::now()));
+        let s = Sessions::new(tokens, lifetime, false);
+        let now = Arc::new(Mutex::new(s.epoch));
         let clock = Arc::clone(&now);
-        let s = Sessions::new(tokens, lifetime, false).with_clock(move || *clock.lock().unwrap());
-        (s, now)
+        (s.with_clock(move || *clock.lock().unwrap()), now)
+    }
+
+    /// Sessions whose clock moves on a microsecond each time it is read.
+    fn ticking(tokens: Arc<Tokens>, lifetime: Duration) -> Sessions {
+        let s = Sessions::new(tokens, lifetime, false);
+        let now = Mutex::new(s.epoch);
+        s.with_clock(move || {
+            let mut now = now.lock().unwrap();
+            *now += Duration::from_micros(1);
+            *now
+        })
     }
 
     fn advance(clock: &Mutex<Instant>, by: Duration) {
@@ -574,6 +593,20 @@ mod tests {
         let admin = many.sign_in("full-token-0123456789").unwrap();
         assert_eq!(many.len(), 1);
         assert!(many.viewer(&with_cookie(&admin)).is_some());
+    }
+
+    #[test]
+    fn a_sign_in_value_lasts_ten_minutes_from_its_issue() {
+        let (s, clock) = clocked(tokens(), Duration::from_secs(60));
+        advance(&clock, Duration::from_secs(100));
+        let (nonce, _) = s.login_nonce(&HeaderMap::new());
+        advance(&clock, LOGIN_TTL - Duration::from_secs(1));
+        assert!(
+            s.nonce_valid(&nonce),
+            "issued ten minutes ago less a second"
+        );
+        advance(&clock, Duration::from_secs(1));
+        assert!(!s.nonce_valid(&nonce), "issued ten minutes ago");
     }
 
     #[test]
