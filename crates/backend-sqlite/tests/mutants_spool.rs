@@ -114,3 +114,15 @@ async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
         .expect("the import must wake the queue's subscriber without waiting for a poll")
         .unwrap();
 }
+
+/// Kills `<impl Debug for SqliteSpool>::fmt` -> `Ok(Default::default())`. A spool's `{:?}` (in
+/// a log line or a panic message) says what it is and which file it works on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_debug_names_its_type_and_its_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    let shown = format!("{spool:?}");
+    assert!(shown.starts_with("SqliteSpool {"), "{shown}");
+    let path = format!("{:?}", spool.store().path());
+    assert!(shown.contains(&path), "{shown} lacks {path}");
+}

@@ -516,8 +516,8 @@ async fn s6_crash_while_enqueues_arrive_loses_no_returned_run() {
 
 /// `set_wake_poll` takes effect at once, for a subscription already waiting out a long poll
 /// too, and through any clone of the spool: a commit by another instance of the store (which
-/// notifies nobody in this one) wakes the subscriber once the poll is shortened, not an hour
-/// later.
+/// notifies nobody in this one) leaves the subscriber waiting while the poll is an hour, and
+/// wakes it once the poll is shortened, not an hour later. Kills `set_wake_poll` -> ().
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shortened_wake_poll_applies_to_a_waiting_subscription() {
     let dir = tempfile::tempdir().unwrap();
@@ -532,6 +532,14 @@ async fn a_shortened_wake_poll_applies_to_a_waiting_subscription() {
         .enqueue(&q, &key("poll"), b"x".to_vec(), EnqueueOptions::default())
         .await
         .unwrap();
+    // The hour-long poll holds: the subscriber stays pending well past the default poll
+    // (`DEFAULT_WAKE_POLL`, 5 ms), so the setting was applied.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), wake.wait())
+            .await
+            .is_err(),
+        "the subscriber woke for another instance's commit before the hour-long poll"
+    );
     spool.clone().set_wake_poll(Duration::from_millis(1));
     tokio::time::timeout(Duration::from_secs(30), wake.wait())
         .await
