@@ -143,6 +143,13 @@ pub async fn spool_bad_input_is_refused_without_writes<H: SpoolHarness>(h: &H) {
         "InvalidInput",
         "too many event ids",
     );
+    assert_eq!(
+        s.acknowledge_events(id, &too_many[..MAX_ACK_IDS])
+            .await
+            .unwrap(),
+        0,
+        "exactly the limit of event ids is taken (none of them is stored)"
+    );
     assert_eq!(s.events(id, 0, 10).await.unwrap().len(), 1);
     assert_err(
         s.set_fact(id, &fact, vec![0; MAX_FACT_VALUE + 1]).await,
