@@ -71,6 +71,29 @@ async fn next_due_is_the_queued_runs_not_before() {
     assert_eq!(spool.next_due(&queue).await.unwrap(), Some(later));
 }
 
+/// A run in `state` to import into `queue`, under `key`.
+fn imported(queue: &QueueName, key: &str, state: RunState) -> ImportedRun {
+    let at = Timestamp::from_unix_micros(1_700_000_000_000_000);
+    let finished = state != RunState::Queued;
+    ImportedRun {
+        run_id: RunId::generate(at),
+        queue: queue.clone(),
+        dedup_key: DedupKey::from_parts(["mutants", key]).unwrap(),
+        supersede_group: None,
+        payload: b"x".to_vec(),
+        state,
+        attempts: u32::from(finished),
+        max_attempts: 3,
+        priority: 0,
+        enqueued_at: at,
+        due_at: (!finished).then_some(at),
+        finished_at: finished.then_some(at),
+        reason: None,
+        facts: BTreeMap::new(),
+        events: Vec::new(),
+    }
+}
+
 /// Kills `import_runs_tx`'s `r.state == RunState::Queued` → `!=` and its `delete !` in
 /// `!woken.contains(..)` (`src/spool/import.rs`). An import that gives a queue a queued run
 /// wakes that queue's subscribers of this instance at once, as an enqueue does, not only at the
@@ -82,28 +105,11 @@ async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
     spool.set_wake_poll(Duration::from_secs(3600));
     let queue = QueueName::new("mutants-import").unwrap();
     let mut wake = spool.subscribe(&queue).await.unwrap();
-    let at = Timestamp::from_unix_micros(1_700_000_000_000_000);
-    let run = ImportedRun {
-        run_id: RunId::generate(at),
-        queue: queue.clone(),
-        dedup_key: DedupKey::from_parts(["mutants", "import"]).unwrap(),
-        supersede_group: None,
-        payload: b"x".to_vec(),
-        state: RunState::Queued,
-        attempts: 0,
-        max_attempts: 3,
-        priority: 0,
-        enqueued_at: at,
-        due_at: Some(at),
-        finished_at: None,
-        reason: None,
-        facts: BTreeMap::new(),
-        events: Vec::new(),
-    };
     let source = ImportSource {
         fingerprint: [9; 32],
         description: "mutants".into(),
     };
+    let run = imported(&queue, "import", RunState::Queued);
     let outcome = spool.import_runs(&source, vec![run]).await.unwrap();
     assert!(
         matches!(outcome, RunImportOutcome::Imported { .. }),
@@ -112,6 +118,54 @@ async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
     tokio::time::timeout(Duration::from_secs(10), wake.wait())
         .await
         .expect("the import must wake the queue's subscriber without waiting for a poll")
+        .unwrap();
+}
+
+/// Kills `import_runs_tx`'s `&&` → `||` in `r.state == RunState::Queued &&
+/// !woken.contains(..)` (`src/spool/import.rs`, a sqlite-spool shard 2/4 survivor at
+/// `bb2d9c0`). An import that gives a queue only finished runs leaves nothing to claim, so it
+/// wakes none of that queue's subscribers (each wake costs a worker an empty claim); the same
+/// subscription is then woken by an enqueue, so it was listening.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_of_finished_runs_only_wakes_no_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let queue = QueueName::new("mutants-import-done").unwrap();
+    let mut wake = spool.subscribe(&queue).await.unwrap();
+    let source = ImportSource {
+        fingerprint: [10; 32],
+        description: "mutants".into(),
+    };
+    let runs = vec![
+        imported(&queue, "done", RunState::Succeeded),
+        imported(&queue, "failed", RunState::Failed),
+    ];
+    let outcome = spool.import_runs(&source, runs).await.unwrap();
+    assert!(
+        matches!(&outcome, RunImportOutcome::Imported { created, .. } if created.len() == 2),
+        "{outcome:?}"
+    );
+    // A window for a wake that must not come: the import's own wake is immediate (see the test
+    // above), and the poll for other connections' commits is an hour away.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), wake.wait())
+            .await
+            .is_err(),
+        "an import of finished runs only must not wake the queue's subscribers"
+    );
+    spool
+        .enqueue(
+            &queue,
+            &DedupKey::from_parts(["mutants", "after"]).unwrap(),
+            b"y".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("the subscription is woken by the enqueue that follows")
         .unwrap();
 }
 
