@@ -8,7 +8,7 @@ use std::time::Duration;
 use cairn_core::{
     Appended, EpochDiagnostics, EpochId, Head, ImportOutcome, RepairOutcome, Seq, SpaceId,
 };
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
 use super::{assert_single_head, ev, foreign, ids, legacy_fork, open};
@@ -157,6 +157,24 @@ pub async fn e7_repair_concurrent_with_appends_ends_exact<H: Harness>(h: &H) {
     );
 }
 
+/// Asserts that `task` is still pending after [`MUST_WAIT`]: it waits on a space lock held
+/// elsewhere.
+async fn stays_pending<T>(task: &mut JoinHandle<T>, what: &str) {
+    assert!(
+        timeout(MUST_WAIT, task).await.is_err(),
+        "{what} completed while the space's lock was held"
+    );
+}
+
+/// What `task` returned, once it finished within [`DEADLINE`] after the lock it waited on was
+/// released.
+async fn finishes<T>(task: JoinHandle<T>, what: &str) -> T {
+    timeout(DEADLINE, task)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not complete after the lock was released"))
+        .unwrap_or_else(|e| panic!("{what} panicked: {e}"))
+}
+
 /// E12: spaces are locked independently. While space A's write lock is held in an open
 /// transaction, an append to space B completes, and an append to A stays pending until the
 /// lock is released, then completes with the next seq.
@@ -180,16 +198,9 @@ pub async fn e12_spaces_do_not_block_each_other<H: Harness>(h: &H) {
         let (store, a) = (Arc::clone(&store), a.clone());
         tokio::spawn(async move { store.append(&a, ev("e12-a1")).await })
     };
-    assert!(
-        timeout(MUST_WAIT, &mut pending_a).await.is_err(),
-        "E12: an append to A completed while A's lock was held"
-    );
+    stays_pending(&mut pending_a, "E12: an append to A").await;
     held.release().await;
-    let a1 = timeout(DEADLINE, pending_a)
-        .await
-        .expect("E12: the append to A did not complete after the lock was released")
-        .unwrap()
-        .unwrap();
+    let a1 = finishes(pending_a, "E12: the append to A").await.unwrap();
     assert_eq!(
         (a1.seq, a1.parents.clone()),
         (Seq(2), vec![a0.id]),
@@ -221,27 +232,13 @@ pub async fn e12_repair_and_import_wait_for_the_space_lock<H: Harness>(h: &H) {
         let (store, epoch) = (Arc::clone(&store), epoch.clone());
         tokio::spawn(async move { store.import(epoch).await })
     };
-    assert!(
-        timeout(MUST_WAIT, &mut repair).await.is_err(),
-        "E12: a repair of A completed while A's lock was held"
-    );
-    assert!(
-        timeout(MUST_WAIT, &mut import).await.is_err(),
-        "E12: an import into A completed while A's lock was held"
-    );
+    stays_pending(&mut repair, "E12: a repair of A").await;
+    stays_pending(&mut import, "E12: an import into A").await;
     held.release().await;
 
-    let imported = timeout(DEADLINE, import)
-        .await
-        .expect("E12: the import did not complete after the lock was released")
-        .unwrap()
-        .unwrap();
+    let imported = finishes(import, "E12: the import").await.unwrap();
     assert_eq!(imported, ImportOutcome::Imported(Seq(2)), "E12: the import");
-    let repaired = timeout(DEADLINE, repair)
-        .await
-        .expect("E12: the repair did not complete after the lock was released")
-        .unwrap()
-        .unwrap();
+    let repaired = finishes(repair, "E12: the repair").await.unwrap();
     assert_eq!(
         repaired,
         RepairOutcome::Unchanged,
