@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::spool::{
-    DedupKey, EnqueueOptions, ImportSource, ImportedRun, QueueName, RunImportOutcome, RunState,
-    Spool, SystemClock, Timestamp,
+    ConsumerId, DedupKey, EnqueueOptions, ImportSource, ImportedRun, NackKind, QueueName,
+    RunImportOutcome, RunState, Spool, SystemClock, Timestamp,
 };
 use cairn_core::RunId;
 use cairn_sqlite::{SqliteOptions, SqliteSpool};
@@ -179,4 +179,108 @@ async fn a_spool_debug_names_its_type_and_its_file() {
     assert!(shown.starts_with("SqliteSpool {"), "{shown}");
     let path = format!("{:?}", spool.store().path());
     assert!(shown.contains(&path), "{shown} lacks {path}");
+}
+
+/// Enqueues a run on `queue` and parks it (claimed, then nacked permanently); returns its id.
+async fn parked(spool: &SqliteSpool, queue: &QueueName, key: &str) -> RunId {
+    let run = spool
+        .enqueue(
+            queue,
+            &DedupKey::from_parts(["mutants", key]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap()
+        .run_id;
+    let claimed = spool
+        .claim(
+            queue,
+            &ConsumerId::new("mutants").unwrap(),
+            Duration::from_secs(30),
+            1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "one due run");
+    assert_eq!(claimed[0].run_id, run);
+    let nacked = spool
+        .nack(run, claimed[0].token, NackKind::Permanent, "mutants")
+        .await
+        .unwrap();
+    assert_eq!(nacked.state, RunState::Parked);
+    run
+}
+
+/// Kills `unpark_tx`'s `to == RunState::Queued` → `!=` (`src/spool/settle.rs`, a sqlite-spool
+/// shard 3/4 survivor at `8fad4b3`). As `Spool::discard` and `Spool::retry_parked` promise:
+/// a discard wakes no one (the run is finished), a retry wakes the queue's subscribers of this
+/// instance at once (its run is due), not only at the next poll for other connections' commits
+/// (an hour away here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_parked_run_wakes_its_queue_and_a_discarded_one_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let queue = QueueName::new("mutants-unpark").unwrap();
+    let discarded = parked(&spool, &queue, "discard").await;
+    let retried = parked(&spool, &queue, "retry").await;
+    let mut wake = spool.subscribe(&queue).await.unwrap();
+
+    assert_eq!(
+        spool.discard(discarded, "mutants").await.unwrap().state,
+        RunState::Canceled
+    );
+    // A window for a wake that must not come: an operator's action wakes at once (below), and
+    // the poll for other connections' commits is an hour away.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), wake.wait())
+            .await
+            .is_err(),
+        "a discard must wake no one"
+    );
+    assert_eq!(
+        spool.retry_parked(retried, "mutants").await.unwrap().state,
+        RunState::Queued
+    );
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("a retry of a parked run must wake its queue's subscriber at once")
+        .unwrap();
+}
+
+/// Kills `WakeHub::subscribe_blocking`'s `st.poller.is_none() && probe.is_none()` → `||`
+/// (`src/spool/wake.rs`, a sqlite-spool shard 3/4 survivor at `8fad4b3`). A subscription made
+/// while the instance's poller runs joins that poller: it opens no connection of its own, so
+/// it succeeds even when the store file can no longer be opened by its name (here: renamed
+/// away; the instance's open connections still reach it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_joins_the_running_poller_without_opening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let first = QueueName::new("mutants-first").unwrap();
+    let second = QueueName::new("mutants-second").unwrap();
+    let _running = spool.subscribe(&first).await.unwrap();
+
+    let path = dir.path().join("store.db");
+    let away = dir.path().join("away.db");
+    std::fs::rename(&path, &away).unwrap();
+    let joined = spool.subscribe(&second).await;
+    std::fs::rename(&away, &path).unwrap();
+    let mut wake = joined.expect("a subscription while the poller runs must not open the file");
+
+    spool
+        .enqueue(
+            &second,
+            &DedupKey::from_parts(["mutants", "second"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("the joined subscription is woken by an enqueue on its queue")
+        .unwrap();
 }
