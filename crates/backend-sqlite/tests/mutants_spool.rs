@@ -284,3 +284,85 @@ async fn a_subscription_joins_the_running_poller_without_opening_the_file() {
         .expect("the joined subscription is woken by an enqueue on its queue")
         .unwrap();
 }
+
+/// Kills `poll`'s `tx.receiver_count() > 0` → `>=` (`src/spool/wake.rs`, a sqlite-spool shard
+/// 3/4 survivor at `8fad4b3`). The poller runs only while the instance has subscriptions: once
+/// the last is dropped it stops within a poll round, so a spool whose workers stopped keeps no
+/// thread reading the file. A new subscription starts it again, and is woken by another
+/// instance's commit through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_poller_stops_with_its_last_subscription() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    spool.set_wake_poll(Duration::from_millis(1));
+    let queue = QueueName::new("mutants-poller").unwrap();
+    assert!(!spool.testkit_wake_poller_running(), "no subscription yet");
+    let wake = spool.subscribe(&queue).await.unwrap();
+    assert!(
+        spool.testkit_wake_poller_running(),
+        "a subscription starts the poller"
+    );
+    drop(wake);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while spool.testkit_wake_poller_running() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the poller still runs 10 s after its last subscription was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    let mut wake = spool.subscribe(&queue).await.unwrap();
+    assert!(
+        spool.testkit_wake_poller_running(),
+        "a new subscription starts it again"
+    );
+    let other = open(&dir).await;
+    other
+        .enqueue(
+            &queue,
+            &DedupKey::from_parts(["mutants", "poller"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("the restarted poller wakes the subscriber for another instance's commit")
+        .unwrap();
+}
+
+/// Kills `poll`'s match guard `v == last` → `false` (`src/spool/wake.rs`, a sqlite-spool shard
+/// 3/4 survivor at `8fad4b3`). The poller wakes subscribers only when the store changed: on an
+/// idle store a subscriber stays pending round after round of the default 5-ms poll (each wake
+/// would cost a worker an empty claim), and another instance's commit then wakes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_store_wakes_no_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = open(&dir).await;
+    let other = open(&dir).await;
+    let queue = QueueName::new("mutants-idle").unwrap();
+    let mut wake = spool.subscribe(&queue).await.unwrap();
+    // A window for a wake that must not come: some 60 rounds of the default poll with no
+    // commit anywhere.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), wake.wait())
+            .await
+            .is_err(),
+        "a subscriber was woken although nothing was committed"
+    );
+    other
+        .enqueue(
+            &queue,
+            &DedupKey::from_parts(["mutants", "idle"]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .expect("another instance's commit wakes the subscriber at the next poll")
+        .unwrap();
+}

@@ -135,6 +135,12 @@ impl SpoolHarness for SqliteSpoolHarness {
 }
 
 impl SqliteSpool {
+    /// Test support: whether this instance's wake-up poller runs (it runs only while the
+    /// instance has subscriptions, and stops within a poll interval of the last one's drop).
+    pub fn testkit_wake_poller_running(&self) -> bool {
+        self.wake.testkit_poller_running()
+    }
+
     /// Test support: simulates a full disk for this spool's writes. Caps the database of the
     /// writer connection (shared with its store) at its current size plus `spare_pages`
     /// (`PRAGMA max_page_count`), so a write that needs more pages fails with `SQLITE_FULL`;

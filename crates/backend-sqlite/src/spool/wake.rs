@@ -68,6 +68,12 @@ impl WakeHub {
         }
     }
 
+    /// Test support: whether a poller thread runs for this instance.
+    #[cfg(feature = "testkit")]
+    pub(super) fn testkit_poller_running(&self) -> bool {
+        self.lock().poller.is_some()
+    }
+
     fn interval(&self) -> Duration {
         Duration::from_millis(self.interval_ms.load(Ordering::Relaxed))
     }
