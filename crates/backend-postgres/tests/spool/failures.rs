@@ -41,7 +41,7 @@ pub(crate) async fn admin(h: &PgSpoolHarness) -> PgConnection {
 }
 
 /// Opens a transaction on `conn` holding `spool_run` exclusively: every spool statement waits.
-async fn lock_runs(conn: &mut PgConnection) {
+pub(crate) async fn lock_runs(conn: &mut PgConnection) {
     sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
     sqlx::query("LOCK TABLE spool_run IN ACCESS EXCLUSIVE MODE")
         .execute(&mut *conn)
@@ -49,7 +49,7 @@ async fn lock_runs(conn: &mut PgConnection) {
         .unwrap();
 }
 
-async fn unlock(conn: &mut PgConnection) {
+pub(crate) async fn unlock(conn: &mut PgConnection) {
     sqlx::query("ROLLBACK").execute(&mut *conn).await.unwrap();
 }
 

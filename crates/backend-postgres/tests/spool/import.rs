@@ -1,11 +1,43 @@
 //! Imports on Postgres beyond the S13 cases: concurrent imports of one source.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use cairn_conformance::random_queue;
 use cairn_core::spool::{ImportSource, ImportedRun, RunFilter, RunImportOutcome, RunState};
-use cairn_core::{Clock, DedupKey, RunId, Spool};
+use cairn_core::{Clock, DedupKey, EnqueueOptions, Error, QueueName, RunId, Spool, Timestamp};
 use cairn_postgres::spool::testkit::spool_harness;
+
+use crate::failures::{admin, lock_runs, unlock};
+
+/// A queued run to import into `queue` under `key`, with the id `run_id`.
+fn queued(queue: &QueueName, key: &str, run_id: RunId, now: Timestamp) -> ImportedRun {
+    ImportedRun {
+        run_id,
+        queue: queue.clone(),
+        dedup_key: DedupKey::from_parts([key]).unwrap(),
+        supersede_group: None,
+        payload: Vec::new(),
+        state: RunState::Queued,
+        attempts: 0,
+        max_attempts: 3,
+        priority: 0,
+        enqueued_at: now,
+        due_at: Some(now),
+        finished_at: None,
+        reason: None,
+        facts: BTreeMap::new(),
+        events: Vec::new(),
+    }
+}
+
+/// A source named after `what`.
+fn source(what: &str) -> ImportSource {
+    ImportSource {
+        fingerprint: *blake3::hash(what.as_bytes()).as_bytes(),
+        description: format!("a test source: {what}"),
+    }
+}
 
 /// Two spools (two nodes) import one source at once: its runs are created once, one import
 /// reports them and the other finds the source imported.
@@ -66,4 +98,73 @@ async fn concurrent_imports_of_one_source_create_its_runs_once() {
     assert_eq!(stored.len(), 20, "the runs exist once");
     a.close().await;
     b.close().await;
+}
+
+/// An import carrying a run id stored already under another key is refused as a `Conflict`
+/// that says so (the insert's unique violation, named for what it means to the operator),
+/// and writes nothing; an import whose insert fails otherwise (here a lock timeout) keeps its
+/// own error, `Retryable`, rather than being reported as that conflict. Kills
+/// `import_runs_tx`'s match guard `e.is_conflict()` → `false` and → `true` (postgres-spool
+/// shard 2/4 survivors at `b06aef2`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_refused_by_the_store_says_why() {
+    let h = spool_harness().await;
+    let spool = h
+        .spool_with(h.options().lock_timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let q = random_queue("import-refused");
+    let now = spool.clock().now();
+    let taken = spool
+        .enqueue(
+            &q,
+            &DedupKey::from_parts(["taken"]).unwrap(),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap()
+        .run_id;
+
+    let clash = vec![
+        queued(&q, "fresh", RunId::generate(now), now),
+        queued(&q, "other", taken, now),
+    ];
+    match spool.import_runs(&source(q.as_str()), clash).await {
+        Err(e @ Error::Conflict { .. }) => assert!(
+            e.to_string().contains("stored already under another key"),
+            "the conflict says what clashed: {e}"
+        ),
+        other => panic!("an id stored under another key is a Conflict: {other:?}"),
+    }
+    let stored = spool
+        .runs(
+            &RunFilter {
+                queue: Some(q.clone()),
+                ..RunFilter::default()
+            },
+            10,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        stored.len(),
+        1,
+        "the refused import wrote nothing: {stored:?}"
+    );
+
+    let mut conn = admin(&h).await;
+    lock_runs(&mut conn).await;
+    let blocked = spool
+        .import_runs(
+            &source(&format!("{q}-blocked")),
+            vec![queued(&q, "blocked", RunId::generate(now), now)],
+        )
+        .await;
+    unlock(&mut conn).await;
+    assert!(
+        matches!(blocked, Err(Error::Retryable { .. })),
+        "an import that timed out on a lock is Retryable, not a conflict: {blocked:?}"
+    );
+    spool.close().await;
 }

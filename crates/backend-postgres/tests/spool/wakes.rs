@@ -1,10 +1,13 @@
 //! Wake-ups the spool contract promises besides an enqueue's.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cairn_conformance::random_queue;
-use cairn_core::spool::{NackKind, RunState, SpoolConfig};
-use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, ManualClock, Spool, Wakeup};
+use cairn_core::spool::{
+    ImportSource, ImportedRun, NackKind, RunImportOutcome, RunState, SpoolConfig,
+};
+use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, ManualClock, RunId, Spool, Wakeup};
 use cairn_postgres::spool::testkit::spool_harness;
 use cairn_postgres::testkit::test_server_url;
 use cairn_postgres::{PgOptions, PgSpool, PgStore};
@@ -203,5 +206,64 @@ async fn the_fallback_poll_is_the_one_set() {
         .await
         .expect("a subscription with a 20 ms poll returns with nothing enqueued")
         .unwrap();
+    spool.close().await;
+}
+
+/// An import wakes, by `NOTIFY`, the subscribers of each queue it gave a queued run (with the
+/// fallback poll an hour away, only the import can wake them in time), and none of a queue
+/// that received only finished runs. Kills `import_runs_tx`'s `r.state == RunState::Queued`
+/// → `!=` (postgres-spool shard 2/4 survivor at `b06aef2`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_wakes_the_queues_it_gave_a_queued_run() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let (due, done) = (random_queue("import-due"), random_queue("import-done"));
+    let mut wake_due = spool.subscribe(&due).await.unwrap();
+    let mut wake_done = spool.subscribe(&done).await.unwrap();
+    let now = spool.clock().now();
+    let run = |queue: &cairn_core::QueueName, key: &str, state: RunState| ImportedRun {
+        run_id: RunId::generate(now),
+        queue: queue.clone(),
+        dedup_key: DedupKey::from_parts([key]).unwrap(),
+        supersede_group: None,
+        payload: Vec::new(),
+        state,
+        attempts: u32::from(state != RunState::Queued),
+        max_attempts: 3,
+        priority: 0,
+        enqueued_at: now,
+        due_at: (state == RunState::Queued).then_some(now),
+        finished_at: (state != RunState::Queued).then_some(now),
+        reason: None,
+        facts: BTreeMap::new(),
+        events: Vec::new(),
+    };
+    let source = ImportSource {
+        fingerprint: *blake3::hash(due.as_str().as_bytes()).as_bytes(),
+        description: "a test source".into(),
+    };
+    let runs = vec![
+        run(&done, "succeeded", RunState::Succeeded),
+        run(&due, "queued", RunState::Queued),
+        run(&done, "failed", RunState::Failed),
+    ];
+    let outcome = spool.import_runs(&source, runs).await.unwrap();
+    assert!(
+        matches!(&outcome, RunImportOutcome::Imported { created, .. } if created.len() == 3),
+        "{outcome:?}"
+    );
+    tokio::time::timeout(DEADLINE, wake_due.wait())
+        .await
+        .expect("an import of a queued run must wake its queue's subscriber by NOTIFY")
+        .unwrap();
+    // A window for a wake that must not come: the NOTIFY for `due` has arrived, and the
+    // fallback poll is an hour away.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), wake_done.wait())
+            .await
+            .is_err(),
+        "an import of finished runs only must not wake that queue's subscribers"
+    );
     spool.close().await;
 }
