@@ -351,3 +351,69 @@ async fn concurrent_bulk_enqueues_of_overlapping_keys_do_not_deadlock() {
     let want: Vec<_> = done.iter().map(|e| e.run_id).collect();
     assert_eq!(ids, want, "claimed in the batch's input order");
 }
+
+/// A bulk enqueue with a supersede-group item takes the group's lock before it writes: while
+/// an application's transaction holds an enqueue into that group, the batch waits for it, then
+/// supersedes the committed run, so the group ends with one queued run. Kills
+/// `enqueue_many_on`'s `source[*i] == *i` → `!=` (postgres-spool shard 1/4 survivor at
+/// `b06aef2`): the batch then took no group lock and wrote beside the uncommitted run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let q = QueueName::new("group-lock").unwrap();
+    let grouped = || {
+        EnqueueOptions::default()
+            .supersede(cairn_core::spool::SupersedeGroup::from_parts(["g"]).unwrap())
+    };
+    let mut tx = pool.begin().await.unwrap();
+    let inside = spool
+        .enqueue_in(&mut tx, &q, &key("inside"), Vec::new(), grouped())
+        .await
+        .unwrap();
+    let (s, q2) = (spool.clone(), q.clone());
+    let items = vec![EnqueueItem::new(key("bulk"), "b").with_options(grouped())];
+    let outside = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
+    // Wait until the batch is blocked on the application's transaction.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND datname = current_database()",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        assert!(
+            !outside.is_finished(),
+            "the bulk enqueue finished while the group's enqueue was uncommitted"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the bulk enqueue never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tx.commit().await.unwrap();
+    let bulk = tokio::time::timeout(Duration::from_secs(10), outside)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(bulk[0].created);
+    let state = |id| {
+        let spool = spool.clone();
+        async move { spool.run(id).await.unwrap().unwrap().state }
+    };
+    assert_eq!(
+        state(inside.run_id).await,
+        cairn_core::RunState::Superseded,
+        "the batch superseded the committed run of its group"
+    );
+    assert_eq!(state(bulk[0].run_id).await, cairn_core::RunState::Queued);
+    spool.close().await;
+}
