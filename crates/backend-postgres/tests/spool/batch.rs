@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_conformance::random_queue;
-use cairn_core::spool::{Enqueued, RunState};
+use cairn_core::spool::{EnqueueItem, Enqueued, RunState};
 use cairn_core::{DedupKey, EnqueueOptions, QueueName, Spool};
 use cairn_postgres::spool::testkit::spool_harness;
 use cairn_postgres::PgSpool;
@@ -132,4 +132,51 @@ async fn batch_failure_runs_each_enqueue_alone() {
     for id in ids {
         assert!(other.run(id).await.unwrap().is_some());
     }
+}
+
+/// A bulk enqueue mixing plain items with a supersede-group item writes each run of
+/// consecutive plain items with one statement (the group's item alone, between them), not one
+/// statement per item. Postgres numbers a transaction's commands, and the rows one `INSERT`
+/// wrote share its number (`cmin`). Kills `enqueue_many_on`'s `plain.len() < BULK_CHUNK` →
+/// `==` (postgres-spool shard 1/4 survivor at `b06aef2`), which wrote every item alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_bulk_enqueue_writes_consecutive_plain_items_together() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("mixed-bulk");
+    let grouped = EnqueueOptions::default()
+        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["g"]).unwrap());
+    let item = |k: &str| EnqueueItem::new(DedupKey::from_parts([k]).unwrap(), "x");
+    let items = vec![
+        item("p0"),
+        item("p1"),
+        item("p2"),
+        item("g").with_options(grouped),
+        item("p3"),
+        item("p4"),
+    ];
+    let done = spool.enqueue_many(&q, items).await.unwrap();
+    assert!(done.iter().all(|e| e.created), "{done:?}");
+    let mut conn = crate::failures::admin(&h).await;
+    let mut command = Vec::new();
+    for e in &done {
+        let cmin: i64 =
+            sqlx::query_scalar("SELECT cmin::text::bigint FROM spool_run WHERE run_id = $1")
+                .bind(e.run_id.as_bytes().as_slice())
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+        command.push(cmin);
+    }
+    let [p0, p1, p2, g, p3, p4] = command[..] else {
+        panic!("six rows: {command:?}")
+    };
+    assert!(
+        p0 == p1 && p1 == p2 && p3 == p4,
+        "each run of plain items is one statement: {command:?}"
+    );
+    assert!(
+        p2 < g && g < p3,
+        "the group's item is written alone, in input order: {command:?}"
+    );
 }
