@@ -136,9 +136,10 @@ async fn batch_failure_runs_each_enqueue_alone() {
 
 /// A bulk enqueue mixing plain items with a supersede-group item writes each run of
 /// consecutive plain items with one statement (the group's item alone, between them), not one
-/// statement per item. Postgres numbers a transaction's commands, and the rows one `INSERT`
-/// wrote share its number (`cmin`). Kills `enqueue_many_on`'s `plain.len() < BULK_CHUNK` →
-/// `==` (postgres-spool shard 1/4 survivor at `b06aef2`), which wrote every item alone.
+/// statement per item, and at most 1,000 rows per statement. Postgres numbers a transaction's
+/// commands, and the rows one `INSERT` wrote share its number (`cmin`). Kills
+/// `enqueue_many_on`'s `plain.len() < BULK_CHUNK` → `==` and → `>`, which wrote every item
+/// alone, and → `<=`, which wrote 1,001 (postgres-spool shard 1/4 survivors at `b06aef2`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mixed_bulk_enqueue_writes_consecutive_plain_items_together() {
     let h = spool_harness().await;
@@ -178,5 +179,34 @@ async fn a_mixed_bulk_enqueue_writes_consecutive_plain_items_together() {
     assert!(
         p2 < g && g < p3,
         "the group's item is written alone, in input order: {command:?}"
+    );
+
+    // 1,001 plain items before the group's: 1,000 in one statement, the last in the next.
+    let mut items: Vec<EnqueueItem> = (0..1001).map(|i| item(&format!("n{i:04}"))).collect();
+    items.push(
+        item("g2").with_options(
+            EnqueueOptions::default()
+                .supersede(cairn_core::spool::SupersedeGroup::from_parts(["g2"]).unwrap()),
+        ),
+    );
+    let done = spool.enqueue_many(&q, items).await.unwrap();
+    let ids: Vec<Vec<u8>> = done.iter().map(|e| e.run_id.as_bytes().to_vec()).collect();
+    let rows: Vec<(Vec<u8>, i64)> = sqlx::query_as(
+        "SELECT run_id, cmin::text::bigint FROM spool_run WHERE run_id = ANY($1::bytea[])",
+    )
+    .bind(&ids)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let by_id: std::collections::HashMap<Vec<u8>, i64> = rows.into_iter().collect();
+    let command: Vec<i64> = ids.iter().map(|id| by_id[id]).collect();
+    assert!(
+        command[..1000].iter().all(|&c| c == command[0]),
+        "the first 1,000 plain items are one statement"
+    );
+    assert!(
+        command[0] < command[1000] && command[1000] < command[1001],
+        "the 1,001st is written by the next statement, before the group's item: {:?}",
+        &command[998..]
     );
 }

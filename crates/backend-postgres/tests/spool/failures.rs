@@ -414,3 +414,46 @@ async fn an_enqueue_that_fails_otherwise_is_not_retried() {
     );
     spool.close().await;
 }
+
+/// A new id that keeps colliding is tried three times, no more: the third collision is
+/// returned as the conflict it is, having written nothing, and the next forced id is left
+/// untaken. Kills `enqueue_tx`'s `collisions += 1` → `-=` and → `*=` (postgres-spool shard
+/// 1/8 survivors at `bb2d9c0`), which retried for as long as ids collided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_gives_up_after_three_taken_ids() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("collide-thrice");
+    let taken = spool
+        .enqueue(&q, &key("first"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    spool.testkit_force_next_run_ids([taken; 4]);
+    let r = spool.enqueue(&q, &key("second"), vec![2], grouped()).await;
+    assert!(
+        matches!(r, Err(Error::Conflict { .. })),
+        "three taken ids in a row end as a Conflict: {r:?}"
+    );
+    assert_eq!(
+        spool.testkit_forced_ids_left(),
+        1,
+        "exactly three attempts were made"
+    );
+    assert_eq!(
+        spool
+            .runs(
+                &cairn_core::spool::RunFilter {
+                    queue: Some(q.clone()),
+                    ..Default::default()
+                },
+                10
+            )
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the refused enqueue wrote nothing"
+    );
+    spool.close().await;
+}
