@@ -368,6 +368,7 @@ async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
             .supersede(cairn_core::spool::SupersedeGroup::from_parts(["g"]).unwrap())
     };
     let mut tx = pool.begin().await.unwrap();
+    let app_pid = backend_pid(&mut tx).await;
     let inside = spool
         .enqueue_in(&mut tx, &q, &key("inside"), Vec::new(), grouped())
         .await
@@ -375,29 +376,7 @@ async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
     let (s, q2) = (spool.clone(), q.clone());
     let items = vec![EnqueueItem::new(key("bulk"), "b").with_options(grouped())];
     let outside = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
-    // Wait until the batch is blocked on the application's transaction.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND datname = current_database()",
-        )
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
-            break;
-        }
-        assert!(
-            !outside.is_finished(),
-            "the bulk enqueue finished while the group's enqueue was uncommitted"
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the bulk enqueue never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_blocked_by(&pool, app_pid, "the bulk enqueue").await;
     tx.commit().await.unwrap();
     let bulk = tokio::time::timeout(Duration::from_secs(10), outside)
         .await
@@ -416,4 +395,151 @@ async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
     );
     assert_eq!(state(bulk[0].run_id).await, cairn_core::RunState::Queued);
     spool.close().await;
+}
+
+/// The server process of the application's transaction `tx`.
+async fn backend_pid(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> i32 {
+    sqlx::query_scalar("SELECT pg_catalog.pg_backend_pid()")
+        .fetch_one(&mut **tx)
+        .await
+        .unwrap()
+}
+
+/// Waits (with a deadline) until some server process waits for a lock `holder` holds.
+async fn until_blocked_by(pool: &PgPool, holder: i32, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+             WHERE $1 = ANY(pg_catalog.pg_blocking_pids(pid))",
+        )
+        .bind(holder)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A bulk enqueue the server picks as a deadlock's victim (SQLSTATE 40P01) wrote nothing, so
+/// it runs again and succeeds. Here the application's transaction holds key `a` while the
+/// batch, having written `b` (its supersede-group item, first in input order), waits for `a`;
+/// the application then enqueues `b`, closing the cycle; the batch, waiting longest, is the
+/// victim, runs again once the application rolls back, and creates both. Kills
+/// `enqueue_many_tx`'s retry guard `round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e)` → `false`
+/// and its `<` → `==` (postgres-spool shard 1/4 survivors at `b06aef2`): the caller then got
+/// the deadlock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let q = QueueName::new("deadlock-victim").unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let app_pid = backend_pid(&mut tx).await;
+    spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("a"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let grouped = EnqueueOptions::default()
+        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["victim"]).unwrap());
+    let items = vec![
+        EnqueueItem::new(key("b"), "b").with_options(grouped),
+        EnqueueItem::new(key("a"), "a"),
+    ];
+    let (s, q2) = (spool.clone(), q.clone());
+    let batch = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
+    until_blocked_by(&pool, app_pid, "the batch").await;
+    // Closes the cycle: returns once the server has broken it by aborting the batch.
+    spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("b"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    tx.rollback().await.unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(20), batch)
+        .await
+        .expect("the batch finished after the application rolled back")
+        .unwrap()
+        .expect("a deadlock's victim runs again instead of failing");
+    assert!(done.iter().all(|e| e.created), "{done:?}");
+    spool.close().await;
+}
+
+/// A bulk enqueue that fails otherwise (here a lock timeout) is not run again: its error comes
+/// back after one round, which drew the batch's run numbers from the sequence once. Kills
+/// `enqueue_many_tx`'s `&&` → `||` in its retry guard (postgres-spool shard 1/4 survivor at
+/// `b06aef2`), which ran any failing batch three times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_enqueue_that_fails_otherwise_runs_once() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let store = PgStore::open_with(h.options().lock_timeout(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    let spool = PgSpool::from_store(
+        &store,
+        std::sync::Arc::new(cairn_core::SystemClock),
+        Default::default(),
+    )
+    .unwrap();
+    let q = QueueName::new("fails-once").unwrap();
+    let drawn = || async {
+        sqlx::query_scalar::<_, i64>(&format!(
+            "SELECT last_value FROM \"{}\".spool_run_run_no_seq",
+            h.pg().schema()
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    spool
+        .enqueue(&q, &key("first"), Vec::new(), EnqueueOptions::default())
+        .await
+        .unwrap();
+    let before = drawn().await;
+    let mut tx = pool.begin().await.unwrap();
+    spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("held"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let items: Vec<EnqueueItem> = ["x", "held", "y"]
+        .iter()
+        .map(|k| EnqueueItem::new(key(k), "p"))
+        .collect();
+    let r = spool.enqueue_many(&q, items).await;
+    tx.rollback().await.unwrap();
+    assert!(
+        matches!(&r, Err(Error::Retryable { detail, .. }) if !detail.contains("40P01")),
+        "a lock timeout comes back Retryable: {r:?}"
+    );
+    assert_eq!(
+        drawn().await - before,
+        1 + 3,
+        "the application's enqueue drew 1 number and the batch's one round 3"
+    );
 }
