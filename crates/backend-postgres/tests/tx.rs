@@ -428,22 +428,48 @@ async fn until_blocked_by(pool: &PgPool, holder: i32, what: &str) {
     }
 }
 
+/// A spool on the harness's schema whose connections look for a deadlock only after 2 s of
+/// waiting for a lock (the server's `deadlock_timeout`, 1 s by default), and the
+/// application's transaction `tx` set never to look first (an hour). A test that closes a
+/// lock cycle within those 2 s (under any load) makes the spool's waiting round the one that
+/// finds the cycle, and so the victim: a server aborts the process whose check found it.
+async fn deadlock_victim_spool(
+    h: &PgSpoolHarness,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+) -> PgSpool {
+    sqlx::query("SET LOCAL deadlock_timeout = '1h'")
+        .execute(&mut **tx)
+        .await
+        .unwrap();
+    let url = cairn_postgres::testkit::test_server_url().await.unwrap();
+    let sep = if url.contains('?') { '&' } else { '?' };
+    let opts = cairn_postgres::PgOptions::new(format!("{url}{sep}options[deadlock_timeout]=2s"))
+        .schema(h.pg().schema());
+    let store = PgStore::open_with(opts).await.unwrap();
+    PgSpool::from_store(
+        &store,
+        std::sync::Arc::new(cairn_core::SystemClock),
+        Default::default(),
+    )
+    .unwrap()
+}
+
 /// A bulk enqueue the server picks as a deadlock's victim (SQLSTATE 40P01) wrote nothing, so
 /// it runs again and succeeds. Here the application's transaction holds key `a` while the
 /// batch, having written `b` (its supersede-group item, first in input order), waits for `a`;
-/// the application then enqueues `b`, closing the cycle; the batch, waiting longest, is the
-/// victim, runs again once the application rolls back, and creates both. Kills
-/// `enqueue_many_tx`'s retry guard `round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e)` → `false`
+/// the application then enqueues `b`, closing the cycle; the batch, the only side that looks
+/// for deadlocks in time ([`deadlock_victim_spool`]), is the victim, runs again once the
+/// application rolls back, and creates both. Kills `enqueue_many_tx`'s retry guard `round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e)` → `false`
 /// and its `<` → `==` (postgres-spool shard 1/4 survivors at `b06aef2`): the caller then got
 /// the deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
     let h = spool_harness().await;
     let (pool, _) = app(&h).await;
-    let (_, spool) = stores(&h).await;
     let q = QueueName::new("deadlock-victim").unwrap();
     let mut tx = pool.begin().await.unwrap();
     let app_pid = backend_pid(&mut tx).await;
+    let spool = deadlock_victim_spool(&h, &mut tx).await;
     spool
         .enqueue_in(
             &mut tx,
@@ -464,16 +490,19 @@ async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
     let batch = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
     until_blocked_by(&pool, app_pid, "the batch").await;
     // Closes the cycle: returns once the server has broken it by aborting the batch.
-    spool
-        .enqueue_in(
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        spool.enqueue_in(
             &mut tx,
             &q,
             &key("b"),
             Vec::new(),
             EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
+        ),
+    )
+    .await
+    .expect("the server broke the cycle")
+    .unwrap();
     tx.rollback().await.unwrap();
     let done = tokio::time::timeout(Duration::from_secs(20), batch)
         .await
@@ -542,4 +571,81 @@ async fn a_bulk_enqueue_that_fails_otherwise_runs_once() {
         1 + 3,
         "the application's enqueue drew 1 number and the batch's one round 3"
     );
+}
+
+/// A bulk enqueue runs at most three rounds: chosen as a deadlock's victim three times in a
+/// row, it returns the deadlock (`Retryable`, SQLSTATE 40P01) rather than trying again. The
+/// application's transaction makes each cycle: under a savepoint it holds key `a`, which the
+/// batch waits for after writing `b`; it then enqueues `b` under a second savepoint, and the
+/// batch, the only side that looks for deadlocks in time, is the victim. Rolling back to that
+/// second savepoint frees `b` for the batch's next round, which waits for `a` again. Kills `enqueue_many_tx`'s `round <
+/// BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=` (postgres-spool shard 1/4
+/// survivors at `b06aef2`), which ran a fourth round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let q = QueueName::new("deadlock-thrice").unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let app_pid = backend_pid(&mut tx).await;
+    let spool = deadlock_victim_spool(&h, &mut tx).await;
+    sqlx::query("SAVEPOINT holds_a")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("a"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let grouped = EnqueueOptions::default()
+        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["thrice"]).unwrap());
+    let items = vec![
+        EnqueueItem::new(key("b"), "b").with_options(grouped),
+        EnqueueItem::new(key("a"), "a"),
+    ];
+    let (s, q2) = (spool.clone(), q.clone());
+    let batch = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
+    for round in 1..=3 {
+        // The batch has written `b` and waits for `a`.
+        until_blocked_by(&pool, app_pid, "the batch").await;
+        sqlx::query("SAVEPOINT holds_b")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        // Closes the cycle: returns once the server has aborted the batch's round.
+        tokio::time::timeout(
+            Duration::from_secs(20),
+            spool.enqueue_in(
+                &mut tx,
+                &q,
+                &key("b"),
+                Vec::new(),
+                EnqueueOptions::default(),
+            ),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: the server did not break the cycle"))
+        .unwrap_or_else(|e| panic!("round {round}: the application was the victim: {e}"));
+        sqlx::query("ROLLBACK TO SAVEPOINT holds_b")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+    }
+    // Frees `a` too: a fourth round would now succeed.
+    tx.rollback().await.unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(20), batch)
+        .await
+        .expect("the batch finished")
+        .unwrap();
+    assert!(
+        matches!(&r, Err(Error::Retryable { detail, .. }) if detail.contains("40P01")),
+        "the third deadlock in a row comes back to the caller: {r:?}"
+    );
+    spool.close().await;
 }
