@@ -459,9 +459,9 @@ async fn deadlock_victim_spool(
 /// batch, having written `b` (its supersede-group item, first in input order), waits for `a`;
 /// the application then enqueues `b`, closing the cycle; the batch, the only side that looks
 /// for deadlocks in time ([`deadlock_victim_spool`]), is the victim, runs again once the
-/// application rolls back, and creates both. Kills `enqueue_many_tx`'s retry guard `round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e)` → `false`
-/// and its `<` → `==` (postgres-spool shard 1/4 survivors at `b06aef2`): the caller then got
-/// the deadlock.
+/// application rolls back, and creates both. Kills `enqueue_many_tx`'s retry guard `round <
+/// BULK_DEADLOCK_ROUNDS && is_deadlock(&e)` → `false` and its `<` → `==` (postgres-spool shard
+/// 1/4 survivors at `b06aef2`): the caller then got the deadlock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
     let h = spool_harness().await;
@@ -578,9 +578,9 @@ async fn a_bulk_enqueue_that_fails_otherwise_runs_once() {
 /// application's transaction makes each cycle: under a savepoint it holds key `a`, which the
 /// batch waits for after writing `b`; it then enqueues `b` under a second savepoint, and the
 /// batch, the only side that looks for deadlocks in time, is the victim. Rolling back to that
-/// second savepoint frees `b` for the batch's next round, which waits for `a` again. Kills `enqueue_many_tx`'s `round <
-/// BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=` (postgres-spool shard 1/4
-/// survivors at `b06aef2`), which ran a fourth round.
+/// second savepoint frees `b` for the batch's next round, which waits for `a` again. Kills
+/// `enqueue_many_tx`'s `round < BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=`
+/// (postgres-spool shard 1/4 survivors at `b06aef2`), which ran a fourth round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
     let h = spool_harness().await;
