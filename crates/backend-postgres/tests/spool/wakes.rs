@@ -267,3 +267,62 @@ async fn an_import_wakes_the_queues_it_gave_a_queued_run() {
     );
     spool.close().await;
 }
+
+/// An operator's retry of a parked run wakes its queue's subscribers by `NOTIFY` (its run is
+/// due), and a discard wakes no one (as `Spool::retry_parked` and `Spool::discard` promise).
+/// Kills `unpark_tx`'s `to == RunState::Queued` → `!=` (postgres-spool shard 3/4 survivor at
+/// `b06aef2`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_parked_run_wakes_its_queue_and_a_discarded_one_does_not() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let q = random_queue("unpark-wake");
+    let me = ConsumerId::new("unpark-wake").unwrap();
+    let mut parked = Vec::new();
+    for k in ["discard", "retry"] {
+        let run = spool
+            .enqueue(
+                &q,
+                &DedupKey::from_parts([k]).unwrap(),
+                Vec::new(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap()
+            .run_id;
+        let claimed = spool
+            .claim(&q, &me, Duration::from_secs(30), 1)
+            .await
+            .unwrap();
+        assert_eq!(claimed.len(), 1);
+        let nacked = spool
+            .nack(run, claimed[0].token, NackKind::Permanent, "parked")
+            .await
+            .unwrap();
+        assert_eq!(nacked.state, RunState::Parked);
+        parked.push(run);
+    }
+    let mut wake = spool.subscribe(&q).await.unwrap();
+    assert_eq!(
+        spool.discard(parked[0], "op").await.unwrap().state,
+        RunState::Canceled
+    );
+    // A window for a wake that must not come: a retry's NOTIFY arrives at once (below), and
+    // the fallback poll is an hour away.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), wake.wait())
+            .await
+            .is_err(),
+        "a discard must wake no one"
+    );
+    assert_eq!(
+        spool.retry_parked(parked[1], "op").await.unwrap().state,
+        RunState::Queued
+    );
+    tokio::time::timeout(DEADLINE, wake.wait())
+        .await
+        .expect("a retry of a parked run must wake its queue's subscriber by NOTIFY")
+        .unwrap();
+    spool.close().await;
+}
