@@ -363,18 +363,14 @@ async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
     let (pool, _) = app(&h).await;
     let (_, spool) = stores(&h).await;
     let q = QueueName::new("group-lock").unwrap();
-    let grouped = || {
-        EnqueueOptions::default()
-            .supersede(cairn_core::spool::SupersedeGroup::from_parts(["g"]).unwrap())
-    };
     let mut tx = pool.begin().await.unwrap();
     let app_pid = backend_pid(&mut tx).await;
     let inside = spool
-        .enqueue_in(&mut tx, &q, &key("inside"), Vec::new(), grouped())
+        .enqueue_in(&mut tx, &q, &key("inside"), Vec::new(), grouped("g"))
         .await
         .unwrap();
     let (s, q2) = (spool.clone(), q.clone());
-    let items = vec![EnqueueItem::new(key("bulk"), "b").with_options(grouped())];
+    let items = vec![EnqueueItem::new(key("bulk"), "b").with_options(grouped("g"))];
     let outside = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
     until_blocked_by(&pool, app_pid, "the bulk enqueue").await;
     tx.commit().await.unwrap();
@@ -395,6 +391,127 @@ async fn a_bulk_enqueue_waits_for_its_supersede_groups_lock() {
     );
     assert_eq!(state(bulk[0].run_id).await, cairn_core::RunState::Queued);
     spool.close().await;
+}
+
+/// An enqueue whose key's run keeps changing under its statement gives up after 16 rounds
+/// with a retryable error rather than running again forever. Each round here: the enqueue (in
+/// supersede group `g`) waits for the group's lock, held by an application transaction; the
+/// key's run is deleted and written again, uncommitted, by another application transaction;
+/// the lock is let go, the enqueue's statement takes its snapshot and waits for that run; the
+/// next round's lock is asked for (so it queues ahead of the enqueue's next round); the run
+/// commits — after the statement's snapshot, so the statement returns no row. Kills
+/// `enqueue_tx`'s `races += 1` → `*=` (postgres-spool survivor at `b06aef2`): the enqueue then
+/// ran a 17th round and answered the committed run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_whose_keys_run_keeps_changing_gives_up_after_sixteen_rounds() {
+    /// The spool's bound (`ENQUEUE_RACES`).
+    const ROUNDS: usize = 16;
+    let h = spool_harness().await;
+    let (pool, _) = app(&h).await;
+    let (_, spool) = stores(&h).await;
+    let q = QueueName::new("races").unwrap();
+    let table = format!("\"{}\".spool_run", h.pg().schema());
+    // Asks for the group's lock in a new application transaction: its server process at once,
+    // and the transaction once the lock is held.
+    let hold = |n: usize| {
+        let (pool, spool, q) = (pool.clone(), spool.clone(), q.clone());
+        async move {
+            let mut tx = pool.begin().await.unwrap();
+            let pid = backend_pid(&mut tx).await;
+            let held = tokio::spawn(async move {
+                let k = key(&format!("lock-{n}"));
+                spool
+                    .enqueue_in(&mut tx, &q, &k, Vec::new(), grouped("g"))
+                    .await
+                    .unwrap();
+                tx
+            });
+            (pid, held)
+        }
+    };
+    let (mut lock_pid, held) = hold(0).await;
+    let mut lock = held.await.unwrap();
+    let (s, q2) = (spool.clone(), q.clone());
+    let raced = tokio::spawn(async move {
+        s.enqueue(&q2, &key("raced"), Vec::new(), grouped("g"))
+            .await
+    });
+    until_blocked_by(&pool, lock_pid, "the enqueue, on the group's lock").await;
+    for round in 1..=ROUNDS {
+        sqlx::query(&format!(
+            "DELETE FROM {table} WHERE queue = $1 AND supersede_group IS NULL"
+        ))
+        .bind(q.as_str())
+        .execute(&pool)
+        .await
+        .unwrap();
+        let mut writer = pool.begin().await.unwrap();
+        let writer_pid = backend_pid(&mut writer).await;
+        spool
+            .enqueue_in(
+                &mut writer,
+                &q,
+                &key("raced"),
+                Vec::new(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap();
+        lock.commit().await.unwrap();
+        until_blocked_by(&pool, writer_pid, "the enqueue's statement, on the new run").await;
+        let (next_pid, next) = hold(round).await;
+        until_waiting(&pool, next_pid, "the next round's lock").await;
+        writer.commit().await.unwrap();
+        lock = tokio::time::timeout(Duration::from_secs(10), next)
+            .await
+            .expect("the next round's lock is granted once the enqueue's round ends")
+            .unwrap();
+        lock_pid = next_pid;
+        if round < ROUNDS {
+            until_blocked_by(&pool, lock_pid, "the enqueue's next round").await;
+            assert!(
+                !raced.is_finished(),
+                "round {round}: the enqueue runs again"
+            );
+        }
+    }
+    lock.commit().await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), raced)
+        .await
+        .expect("the enqueue returns")
+        .unwrap();
+    match answer {
+        Err(e) if e.is_retryable() => {}
+        other => panic!("after {ROUNDS} rounds the enqueue gives up (retryable): {other:?}"),
+    }
+    spool.close().await;
+}
+
+/// Options of an enqueue into supersede group `g`.
+fn grouped(g: &str) -> EnqueueOptions {
+    EnqueueOptions::default().supersede(cairn_core::spool::SupersedeGroup::from_parts([g]).unwrap())
+}
+
+/// Waits (with a deadline) until server process `pid` waits for a lock someone holds.
+async fn until_waiting(pool: &PgPool, pid: i32, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT pg_catalog.cardinality(pg_catalog.pg_blocking_pids($1)) > 0",
+        )
+        .bind(pid)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        if waiting {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// The server process of the application's transaction `tx`.
@@ -480,10 +597,8 @@ async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
         )
         .await
         .unwrap();
-    let grouped = EnqueueOptions::default()
-        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["victim"]).unwrap());
     let items = vec![
-        EnqueueItem::new(key("b"), "b").with_options(grouped),
+        EnqueueItem::new(key("b"), "b").with_options(grouped("victim")),
         EnqueueItem::new(key("a"), "a"),
     ];
     let (s, q2) = (spool.clone(), q.clone());
@@ -603,10 +718,8 @@ async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
         )
         .await
         .unwrap();
-    let grouped = EnqueueOptions::default()
-        .supersede(cairn_core::spool::SupersedeGroup::from_parts(["thrice"]).unwrap());
     let items = vec![
-        EnqueueItem::new(key("b"), "b").with_options(grouped),
+        EnqueueItem::new(key("b"), "b").with_options(grouped("thrice")),
         EnqueueItem::new(key("a"), "a"),
     ];
     let (s, q2) = (spool.clone(), q.clone());

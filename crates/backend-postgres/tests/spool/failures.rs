@@ -337,6 +337,42 @@ async fn listener_reconnects_after_its_connection_is_terminated() {
     producer.close().await;
 }
 
+/// Losing the listening connection wakes every subscriber of every queue at once, with no
+/// run enqueued: notifications sent while it was down are gone, so each looks for work itself
+/// rather than sleeping until its fallback poll (an hour here). Kills `Listening::wake_all` →
+/// `()` (postgres-spool shard 3/4 survivor at `b06aef2`): the subscribers then slept on, and
+/// the test above passed only because its enqueue came after the reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_listener_wakes_every_subscriber_without_a_notification() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    spool.set_wake_poll(Duration::from_secs(3600));
+    let (a, b): (QueueName, QueueName) = (random_queue("lost-a"), random_queue("lost-b"));
+    let mut first = spool.subscribe(&a).await.unwrap();
+    let mut second = spool.subscribe(&a).await.unwrap();
+    let mut other = spool.subscribe(&b).await.unwrap();
+    let mut conn = admin(&h).await;
+    // `b` was listened on last, so the listening connection's last statement names it.
+    let pid = listener_pid(&mut conn, &spool.wake_channel(&b)).await;
+    let _: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    woken(
+        &mut first,
+        "a's first subscriber, after the listener was lost",
+    )
+    .await;
+    woken(
+        &mut second,
+        "a's second subscriber, after the listener was lost",
+    )
+    .await;
+    woken(&mut other, "b's subscriber, after the listener was lost").await;
+    spool.close().await;
+}
+
 async fn close_ends_subscriptions(spool: PgSpool, mut wake: Box<dyn cairn_core::Wakeup>) {
     tokio::time::timeout(DEADLINE, spool.close())
         .await
