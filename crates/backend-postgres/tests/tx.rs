@@ -571,6 +571,64 @@ async fn deadlock_victim_spool(
     .unwrap()
 }
 
+/// A deadlock test's start: the application's transaction `tx` (server process `app_pid`)
+/// holding key `a` of queue `deadlock-NAME`, and a bulk enqueue on a spool from
+/// [`deadlock_victim_spool`] of `b` (an item of supersede group NAME, so written first, on its
+/// own) then `a`, spawned: it writes `b`, then waits for `a`.
+struct Deadlock {
+    tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    app_pid: i32,
+    spool: PgSpool,
+    batch: tokio::task::JoinHandle<cairn_core::Result<Vec<cairn_core::spool::Enqueued>>>,
+}
+
+async fn deadlock(h: &PgSpoolHarness, pool: &PgPool, name: &str) -> Deadlock {
+    let q = QueueName::new(format!("deadlock-{name}")).unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    let app_pid = backend_pid(&mut tx).await;
+    let spool = deadlock_victim_spool(h, &mut tx).await;
+    spool
+        .enqueue_in(
+            &mut tx,
+            &q,
+            &key("a"),
+            Vec::new(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap();
+    let items = vec![
+        EnqueueItem::new(key("b"), "b").with_options(grouped(name)),
+        EnqueueItem::new(key("a"), "a"),
+    ];
+    let s = spool.clone();
+    let batch = tokio::spawn(async move { s.enqueue_many(&q, items).await });
+    Deadlock {
+        tx,
+        app_pid,
+        spool,
+        batch,
+    }
+}
+
+/// Closes the cycle of [`deadlock`] `name` (the batch waits for `a`): the application enqueues
+/// `b`, which returns once the server has broken the cycle by aborting the batch's round.
+async fn close_the_cycle(
+    spool: &PgSpool,
+    tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
+    name: &str,
+    round: usize,
+) {
+    let q = QueueName::new(format!("deadlock-{name}")).unwrap();
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        spool.enqueue_in(tx, &q, &key("b"), Vec::new(), EnqueueOptions::default()),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("round {round}: the server did not break the cycle"))
+    .unwrap_or_else(|e| panic!("round {round}: the application was the victim: {e}"));
+}
+
 /// A bulk enqueue the server picks as a deadlock's victim (SQLSTATE 40P01) wrote nothing, so
 /// it runs again and succeeds. Here the application's transaction holds key `a` while the
 /// batch, having written `b` (its supersede-group item, first in input order), waits for `a`;
@@ -583,41 +641,14 @@ async fn deadlock_victim_spool(
 async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
     let h = spool_harness().await;
     let (pool, _) = app(&h).await;
-    let q = QueueName::new("deadlock-victim").unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    let app_pid = backend_pid(&mut tx).await;
-    let spool = deadlock_victim_spool(&h, &mut tx).await;
-    spool
-        .enqueue_in(
-            &mut tx,
-            &q,
-            &key("a"),
-            Vec::new(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    let items = vec![
-        EnqueueItem::new(key("b"), "b").with_options(grouped("victim")),
-        EnqueueItem::new(key("a"), "a"),
-    ];
-    let (s, q2) = (spool.clone(), q.clone());
-    let batch = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
+    let Deadlock {
+        mut tx,
+        app_pid,
+        spool,
+        batch,
+    } = deadlock(&h, &pool, "victim").await;
     until_blocked_by(&pool, app_pid, "the batch").await;
-    // Closes the cycle: returns once the server has broken it by aborting the batch.
-    tokio::time::timeout(
-        Duration::from_secs(20),
-        spool.enqueue_in(
-            &mut tx,
-            &q,
-            &key("b"),
-            Vec::new(),
-            EnqueueOptions::default(),
-        ),
-    )
-    .await
-    .expect("the server broke the cycle")
-    .unwrap();
+    close_the_cycle(&spool, &mut tx, "victim", 1).await;
     tx.rollback().await.unwrap();
     let done = tokio::time::timeout(Duration::from_secs(20), batch)
         .await
@@ -690,40 +721,22 @@ async fn a_bulk_enqueue_that_fails_otherwise_runs_once() {
 
 /// A bulk enqueue runs at most three rounds: chosen as a deadlock's victim three times in a
 /// row, it returns the deadlock (`Retryable`, SQLSTATE 40P01) rather than trying again. The
-/// application's transaction makes each cycle: under a savepoint it holds key `a`, which the
-/// batch waits for after writing `b`; it then enqueues `b` under a second savepoint, and the
-/// batch, the only side that looks for deadlocks in time, is the victim. Rolling back to that
-/// second savepoint frees `b` for the batch's next round, which waits for `a` again. Kills
+/// application's transaction makes each cycle: it holds key `a`, which the batch waits for
+/// after writing `b`; it then enqueues `b` under a savepoint, and the batch, the only side
+/// that looks for deadlocks in time, is the victim. Rolling back to that savepoint frees `b`
+/// for the batch's next round, which waits for `a` again. Kills
 /// `enqueue_many_tx`'s `round < BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=`
 /// (postgres-spool shard 1/4 survivors at `b06aef2`), which ran a fourth round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
     let h = spool_harness().await;
     let (pool, _) = app(&h).await;
-    let q = QueueName::new("deadlock-thrice").unwrap();
-    let mut tx = pool.begin().await.unwrap();
-    let app_pid = backend_pid(&mut tx).await;
-    let spool = deadlock_victim_spool(&h, &mut tx).await;
-    sqlx::query("SAVEPOINT holds_a")
-        .execute(&mut *tx)
-        .await
-        .unwrap();
-    spool
-        .enqueue_in(
-            &mut tx,
-            &q,
-            &key("a"),
-            Vec::new(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    let items = vec![
-        EnqueueItem::new(key("b"), "b").with_options(grouped("thrice")),
-        EnqueueItem::new(key("a"), "a"),
-    ];
-    let (s, q2) = (spool.clone(), q.clone());
-    let batch = tokio::spawn(async move { s.enqueue_many(&q2, items).await });
+    let Deadlock {
+        mut tx,
+        app_pid,
+        spool,
+        batch,
+    } = deadlock(&h, &pool, "thrice").await;
     for round in 1..=3 {
         // The batch has written `b` and waits for `a`.
         until_blocked_by(&pool, app_pid, "the batch").await;
@@ -731,20 +744,7 @@ async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
             .execute(&mut *tx)
             .await
             .unwrap();
-        // Closes the cycle: returns once the server has aborted the batch's round.
-        tokio::time::timeout(
-            Duration::from_secs(20),
-            spool.enqueue_in(
-                &mut tx,
-                &q,
-                &key("b"),
-                Vec::new(),
-                EnqueueOptions::default(),
-            ),
-        )
-        .await
-        .unwrap_or_else(|_| panic!("round {round}: the server did not break the cycle"))
-        .unwrap_or_else(|e| panic!("round {round}: the application was the victim: {e}"));
+        close_the_cycle(&spool, &mut tx, "thrice", round).await;
         sqlx::query("ROLLBACK TO SAVEPOINT holds_b")
             .execute(&mut *tx)
             .await

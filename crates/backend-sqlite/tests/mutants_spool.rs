@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use cairn_core::spool::{
     ConsumerId, DedupKey, EnqueueOptions, ImportSource, ImportedRun, NackKind, QueueName,
-    RunImportOutcome, RunState, Spool, SystemClock, Timestamp,
+    RunImportOutcome, RunState, Spool, SystemClock, Timestamp, Wakeup,
 };
 use cairn_core::RunId;
 use cairn_sqlite::{SqliteOptions, SqliteSpool};
@@ -22,6 +22,40 @@ async fn open(dir: &tempfile::TempDir) -> SqliteSpool {
     )
     .await
     .unwrap()
+}
+
+/// Enqueues a run under key `["mutants", key]` on `queue`; returns its id.
+async fn enqueue(spool: &SqliteSpool, queue: &QueueName, key: &str) -> RunId {
+    spool
+        .enqueue(
+            queue,
+            &DedupKey::from_parts(["mutants", key]).unwrap(),
+            b"x".to_vec(),
+            EnqueueOptions::default(),
+        )
+        .await
+        .unwrap()
+        .run_id
+}
+
+/// Waits (10 s deadline) for a wake-up of `wake`: `what` must wake it.
+async fn woken(wake: &mut Box<dyn Wakeup>, what: &str) {
+    tokio::time::timeout(Duration::from_secs(10), wake.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: no wake-up within 10 s"))
+        .unwrap();
+}
+
+/// A window of 300 ms for a wake-up of `wake` that must not come (`what` must wake no one):
+/// a wake-up of this instance's own writes is immediate, and the tests that use this either
+/// set the poll for other connections' commits an hour away or commit nothing.
+async fn not_woken(wake: &mut Box<dyn Wakeup>, what: &str) {
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), wake.wait())
+            .await
+            .is_err(),
+        "{what} must wake no one"
+    );
 }
 
 /// Kills `existing_run_q` → `Ok(None)`. A duplicate enqueue is answered from a read
@@ -115,10 +149,11 @@ async fn an_import_of_a_queued_run_wakes_the_queues_subscribers_at_once() {
         matches!(outcome, RunImportOutcome::Imported { .. }),
         "{outcome:?}"
     );
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("the import must wake the queue's subscriber without waiting for a poll")
-        .unwrap();
+    woken(
+        &mut wake,
+        "an import of a queued run, without waiting for a poll",
+    )
+    .await;
 }
 
 /// Kills `import_runs_tx`'s `&&` → `||` in `r.state == RunState::Queued &&
@@ -146,27 +181,9 @@ async fn an_import_of_finished_runs_only_wakes_no_subscriber() {
         matches!(&outcome, RunImportOutcome::Imported { created, .. } if created.len() == 2),
         "{outcome:?}"
     );
-    // A window for a wake that must not come: the import's own wake is immediate (see the test
-    // above), and the poll for other connections' commits is an hour away.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), wake.wait())
-            .await
-            .is_err(),
-        "an import of finished runs only must not wake the queue's subscribers"
-    );
-    spool
-        .enqueue(
-            &queue,
-            &DedupKey::from_parts(["mutants", "after"]).unwrap(),
-            b"y".to_vec(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("the subscription is woken by the enqueue that follows")
-        .unwrap();
+    not_woken(&mut wake, "an import of finished runs only").await;
+    enqueue(&spool, &queue, "after").await;
+    woken(&mut wake, "the enqueue that follows").await;
 }
 
 /// Kills `<impl Debug for SqliteSpool>::fmt` -> `Ok(Default::default())`. A spool's `{:?}` (in
@@ -183,16 +200,7 @@ async fn a_spool_debug_names_its_type_and_its_file() {
 
 /// Enqueues a run on `queue` and parks it (claimed, then nacked permanently); returns its id.
 async fn parked(spool: &SqliteSpool, queue: &QueueName, key: &str) -> RunId {
-    let run = spool
-        .enqueue(
-            queue,
-            &DedupKey::from_parts(["mutants", key]).unwrap(),
-            b"x".to_vec(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap()
-        .run_id;
+    let run = enqueue(spool, queue, key).await;
     let claimed = spool
         .claim(
             queue,
@@ -231,22 +239,12 @@ async fn a_retried_parked_run_wakes_its_queue_and_a_discarded_one_does_not() {
         spool.discard(discarded, "mutants").await.unwrap().state,
         RunState::Canceled
     );
-    // A window for a wake that must not come: an operator's action wakes at once (below), and
-    // the poll for other connections' commits is an hour away.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), wake.wait())
-            .await
-            .is_err(),
-        "a discard must wake no one"
-    );
+    not_woken(&mut wake, "a discard").await;
     assert_eq!(
         spool.retry_parked(retried, "mutants").await.unwrap().state,
         RunState::Queued
     );
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("a retry of a parked run must wake its queue's subscriber at once")
-        .unwrap();
+    woken(&mut wake, "a retry of a parked run, at once").await;
 }
 
 /// Kills `WakeHub::subscribe_blocking`'s `st.poller.is_none() && probe.is_none()` → `||`
@@ -270,19 +268,8 @@ async fn a_subscription_joins_the_running_poller_without_opening_the_file() {
     std::fs::rename(&away, &path).unwrap();
     let mut wake = joined.expect("a subscription while the poller runs must not open the file");
 
-    spool
-        .enqueue(
-            &second,
-            &DedupKey::from_parts(["mutants", "second"]).unwrap(),
-            b"x".to_vec(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("the joined subscription is woken by an enqueue on its queue")
-        .unwrap();
+    enqueue(&spool, &second, "second").await;
+    woken(&mut wake, "an enqueue on the joined subscription's queue").await;
 }
 
 /// Kills `poll`'s `tx.receiver_count() > 0` → `>=` (`src/spool/wake.rs`, a sqlite-spool shard
@@ -318,19 +305,12 @@ async fn the_poller_stops_with_its_last_subscription() {
         "a new subscription starts it again"
     );
     let other = open(&dir).await;
-    other
-        .enqueue(
-            &queue,
-            &DedupKey::from_parts(["mutants", "poller"]).unwrap(),
-            b"x".to_vec(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("the restarted poller wakes the subscriber for another instance's commit")
-        .unwrap();
+    enqueue(&other, &queue, "poller").await;
+    woken(
+        &mut wake,
+        "another instance's commit, through the restarted poller",
+    )
+    .await;
 }
 
 /// Kills `poll`'s match guard `v == last` → `false` (`src/spool/wake.rs`, a sqlite-spool shard
@@ -344,25 +324,8 @@ async fn an_idle_store_wakes_no_subscriber() {
     let other = open(&dir).await;
     let queue = QueueName::new("mutants-idle").unwrap();
     let mut wake = spool.subscribe(&queue).await.unwrap();
-    // A window for a wake that must not come: some 60 rounds of the default poll with no
-    // commit anywhere.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(300), wake.wait())
-            .await
-            .is_err(),
-        "a subscriber was woken although nothing was committed"
-    );
-    other
-        .enqueue(
-            &queue,
-            &DedupKey::from_parts(["mutants", "idle"]).unwrap(),
-            b"x".to_vec(),
-            EnqueueOptions::default(),
-        )
-        .await
-        .unwrap();
-    tokio::time::timeout(Duration::from_secs(10), wake.wait())
-        .await
-        .expect("another instance's commit wakes the subscriber at the next poll")
-        .unwrap();
+    // Some 60 rounds of the default poll with no commit anywhere.
+    not_woken(&mut wake, "an idle store").await;
+    enqueue(&other, &queue, "idle").await;
+    woken(&mut wake, "another instance's commit, at the next poll").await;
 }

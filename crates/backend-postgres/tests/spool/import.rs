@@ -10,21 +10,29 @@ use cairn_postgres::spool::testkit::spool_harness;
 
 use crate::failures::{admin, lock_runs, unlock};
 
-/// A queued run to import into `queue` under `key`, with the id `run_id`.
-fn queued(queue: &QueueName, key: &str, run_id: RunId, now: Timestamp) -> ImportedRun {
+/// A run in `state` to import into `queue` under `key`, with the id `run_id`, enqueued (and,
+/// unless queued, finished) at `now`.
+pub(crate) fn imported(
+    queue: &QueueName,
+    key: &str,
+    state: RunState,
+    run_id: RunId,
+    now: Timestamp,
+) -> ImportedRun {
+    let finished = state != RunState::Queued;
     ImportedRun {
         run_id,
         queue: queue.clone(),
         dedup_key: DedupKey::from_parts([key]).unwrap(),
         supersede_group: None,
         payload: Vec::new(),
-        state: RunState::Queued,
-        attempts: 0,
+        state,
+        attempts: u32::from(finished),
         max_attempts: 3,
         priority: 0,
         enqueued_at: now,
-        due_at: Some(now),
-        finished_at: None,
+        due_at: (!finished).then_some(now),
+        finished_at: finished.then_some(now),
         reason: None,
         facts: BTreeMap::new(),
         events: Vec::new(),
@@ -53,21 +61,14 @@ async fn concurrent_imports_of_one_source_create_its_runs_once() {
     };
     let runs: Vec<ImportedRun> = (0..20u8)
         .map(|i| ImportedRun {
-            run_id: RunId::generate(now),
-            queue: q.clone(),
-            dedup_key: DedupKey::from_parts([format!("k{i}")]).unwrap(),
-            supersede_group: None,
             payload: vec![i],
-            state: RunState::Queued,
-            attempts: 0,
-            max_attempts: 3,
-            priority: 0,
-            enqueued_at: now,
-            due_at: Some(now),
-            finished_at: None,
-            reason: None,
-            facts: BTreeMap::new(),
-            events: Vec::new(),
+            ..imported(
+                &q,
+                &format!("k{i}"),
+                RunState::Queued,
+                RunId::generate(now),
+                now,
+            )
         })
         .collect();
     let (ra, rb) = tokio::join!(
@@ -127,8 +128,8 @@ async fn an_import_refused_by_the_store_says_why() {
         .run_id;
 
     let clash = vec![
-        queued(&q, "fresh", RunId::generate(now), now),
-        queued(&q, "other", taken, now),
+        imported(&q, "fresh", RunState::Queued, RunId::generate(now), now),
+        imported(&q, "other", RunState::Queued, taken, now),
     ];
     match spool.import_runs(&source(q.as_str()), clash).await {
         Err(e @ Error::Conflict { .. }) => assert!(
@@ -158,7 +159,13 @@ async fn an_import_refused_by_the_store_says_why() {
     let blocked = spool
         .import_runs(
             &source(&format!("{q}-blocked")),
-            vec![queued(&q, "blocked", RunId::generate(now), now)],
+            vec![imported(
+                &q,
+                "blocked",
+                RunState::Queued,
+                RunId::generate(now),
+                now,
+            )],
         )
         .await;
     unlock(&mut conn).await;

@@ -1,12 +1,9 @@
 //! Wake-ups the spool contract promises besides an enqueue's.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cairn_conformance::random_queue;
-use cairn_core::spool::{
-    ImportSource, ImportedRun, NackKind, RunImportOutcome, RunState, SpoolConfig,
-};
+use cairn_core::spool::{ImportSource, NackKind, RunImportOutcome, RunState, SpoolConfig};
 use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, ManualClock, RunId, Spool, Wakeup};
 use cairn_postgres::spool::testkit::spool_harness;
 use cairn_postgres::testkit::test_server_url;
@@ -222,22 +219,8 @@ async fn an_import_wakes_the_queues_it_gave_a_queued_run() {
     let mut wake_due = spool.subscribe(&due).await.unwrap();
     let mut wake_done = spool.subscribe(&done).await.unwrap();
     let now = spool.clock().now();
-    let run = |queue: &cairn_core::QueueName, key: &str, state: RunState| ImportedRun {
-        run_id: RunId::generate(now),
-        queue: queue.clone(),
-        dedup_key: DedupKey::from_parts([key]).unwrap(),
-        supersede_group: None,
-        payload: Vec::new(),
-        state,
-        attempts: u32::from(state != RunState::Queued),
-        max_attempts: 3,
-        priority: 0,
-        enqueued_at: now,
-        due_at: (state == RunState::Queued).then_some(now),
-        finished_at: (state != RunState::Queued).then_some(now),
-        reason: None,
-        facts: BTreeMap::new(),
-        events: Vec::new(),
+    let run = |queue: &cairn_core::QueueName, key: &str, state: RunState| {
+        crate::import::imported(queue, key, state, RunId::generate(now), now)
     };
     let source = ImportSource {
         fingerprint: *blake3::hash(due.as_str().as_bytes()).as_bytes(),
