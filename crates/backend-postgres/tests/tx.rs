@@ -724,9 +724,9 @@ async fn a_bulk_enqueue_that_fails_otherwise_runs_once() {
 /// application's transaction makes each cycle: it holds key `a`, which the batch waits for
 /// after writing `b`; it then enqueues `b` under a savepoint, and the batch, the only side
 /// that looks for deadlocks in time, is the victim. Rolling back to that savepoint frees `b`
-/// for the batch's next round, which waits for `a` again. Kills
-/// `enqueue_many_tx`'s `round < BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=`
-/// (postgres-spool shard 1/4 survivors at `b06aef2`), which ran a fourth round.
+/// for the batch's next round, which waits for `a` again. Kills `enqueue_many_tx`'s `round <
+/// BULK_DEADLOCK_ROUNDS` → `<=` and `round += 1` → `-=` and → `*=` (postgres-spool shard 1/4
+/// survivors at `b06aef2`), which ran a fourth round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
     let h = spool_harness().await;
