@@ -522,19 +522,24 @@ async fn backend_pid(tx: &mut sqlx::Transaction<'_, sqlx::Postgres>) -> i32 {
         .unwrap()
 }
 
+/// Whether some server process waits for a lock `holder` holds.
+async fn blocked_by(pool: &PgPool, holder: i32) -> bool {
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_catalog.pg_stat_activity \
+         WHERE $1 = ANY(pg_catalog.pg_blocking_pids(pid))",
+    )
+    .bind(holder)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    waiting > 0
+}
+
 /// Waits (with a deadline) until some server process waits for a lock `holder` holds.
 async fn until_blocked_by(pool: &PgPool, holder: i32, what: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_catalog.pg_stat_activity \
-             WHERE $1 = ANY(pg_catalog.pg_blocking_pids(pid))",
-        )
-        .bind(holder)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting > 0 {
+        if blocked_by(pool, holder).await {
             return;
         }
         assert!(
@@ -611,6 +616,32 @@ async fn deadlock(h: &PgSpoolHarness, pool: &PgPool, name: &str) -> Deadlock {
     }
 }
 
+/// Waits (with a deadline) until the batch of [`deadlock`] waits for a lock of the
+/// application's transaction (server process `app_pid`); when the batch has ended instead,
+/// fails with its outcome, so a failure says which of the two it was.
+async fn until_the_batch_waits(
+    pool: &PgPool,
+    app_pid: i32,
+    batch: &mut tokio::task::JoinHandle<cairn_core::Result<Vec<cairn_core::spool::Enqueued>>>,
+    round: usize,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if blocked_by(pool, app_pid).await {
+            return;
+        }
+        if batch.is_finished() {
+            let outcome = (&mut *batch).await;
+            panic!("round {round}: the batch ended before it waited: {outcome:?}");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "round {round}: the batch, still running, did not wait within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Closes the cycle of [`deadlock`] `name` (the batch waits for `a`): the application enqueues
 /// `b`, which returns once the server has broken the cycle by aborting the batch's round.
 async fn close_the_cycle(
@@ -645,9 +676,9 @@ async fn a_bulk_enqueue_chosen_as_a_deadlock_victim_runs_again() {
         mut tx,
         app_pid,
         spool,
-        batch,
+        mut batch,
     } = deadlock(&h, &pool, "victim").await;
-    until_blocked_by(&pool, app_pid, "the batch").await;
+    until_the_batch_waits(&pool, app_pid, &mut batch, 1).await;
     close_the_cycle(&spool, &mut tx, "victim", 1).await;
     tx.rollback().await.unwrap();
     let done = tokio::time::timeout(Duration::from_secs(20), batch)
@@ -735,11 +766,11 @@ async fn a_bulk_enqueue_gives_up_after_three_deadlocks() {
         mut tx,
         app_pid,
         spool,
-        batch,
+        mut batch,
     } = deadlock(&h, &pool, "thrice").await;
     for round in 1..=3 {
         // The batch has written `b` and waits for `a`.
-        until_blocked_by(&pool, app_pid, "the batch").await;
+        until_the_batch_waits(&pool, app_pid, &mut batch, round).await;
         sqlx::query("SAVEPOINT holds_b")
             .execute(&mut *tx)
             .await
