@@ -587,6 +587,7 @@ struct Deadlock {
     batch: tokio::task::JoinHandle<cairn_core::Result<Vec<cairn_core::spool::Enqueued>>>,
 }
 
+/// Starts the [`Deadlock`] test `name`.
 async fn deadlock(h: &PgSpoolHarness, pool: &PgPool, name: &str) -> Deadlock {
     let q = QueueName::new(format!("deadlock-{name}")).unwrap();
     let mut tx = pool.begin().await.unwrap();
