@@ -492,26 +492,28 @@ fn grouped(g: &str) -> EnqueueOptions {
     EnqueueOptions::default().supersede(cairn_core::spool::SupersedeGroup::from_parts([g]).unwrap())
 }
 
-/// Waits (with a deadline) until server process `pid` waits for a lock someone holds.
-async fn until_waiting(pool: &PgPool, pid: i32, what: &str) {
+/// Polls `check` every 10 ms until it holds; fails, saying `what` did not happen, after 10 s.
+async fn poll_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT pg_catalog.cardinality(pg_catalog.pg_blocking_pids($1)) > 0",
-        )
-        .bind(pid)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        if waiting {
-            return;
-        }
+    while !check().await {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "{what} never waited"
+            "{what}: not within 10 s"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits (with a deadline) until server process `pid` waits for a lock someone holds.
+async fn until_waiting(pool: &PgPool, pid: i32, what: &str) {
+    poll_until(&format!("{what} waits for a lock"), async || {
+        sqlx::query_scalar("SELECT pg_catalog.cardinality(pg_catalog.pg_blocking_pids($1)) > 0")
+            .bind(pid)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    })
+    .await;
 }
 
 /// The server process of the application's transaction `tx`.
@@ -537,17 +539,10 @@ async fn blocked_by(pool: &PgPool, holder: i32) -> bool {
 
 /// Waits (with a deadline) until some server process waits for a lock `holder` holds.
 async fn until_blocked_by(pool: &PgPool, holder: i32, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        if blocked_by(pool, holder).await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what} never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    poll_until(&format!("{what} waits for a lock"), async || {
+        blocked_by(pool, holder).await
+    })
+    .await;
 }
 
 /// A spool on the harness's schema whose connections look for a deadlock only after 2 s of
@@ -626,21 +621,18 @@ async fn until_the_batch_waits(
     batch: &mut tokio::task::JoinHandle<cairn_core::Result<Vec<cairn_core::spool::Enqueued>>>,
     round: usize,
 ) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
+    let what = format!("round {round}: the batch, still running, waits for a lock");
+    poll_until(&what, async || {
         if blocked_by(pool, app_pid).await {
-            return;
+            return true;
         }
         if batch.is_finished() {
             let outcome = (&mut *batch).await;
             panic!("round {round}: the batch ended before it waited: {outcome:?}");
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "round {round}: the batch, still running, did not wait within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        false
+    })
+    .await;
 }
 
 /// Closes the cycle of [`deadlock`] `name` (the batch waits for `a`): the application enqueues

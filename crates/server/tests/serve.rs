@@ -1576,16 +1576,28 @@ fn retention_brings_the_store_back_under_its_cap(db: &str) {
     // The newest events stay: the pass removes the oldest first, and no more than needed.
     let ids: Vec<&str> = kept.iter().map(|e| str_of(e, "event_id")).collect();
     assert_eq!(ids, ["e15", "e16", "e17", "e18", "e19"], "{kept:?}");
-    let scraped = scrape(&server, READ);
-    assert_eq!(sample(&scraped, "cairn_retention_enabled", &[]), 1.0);
-    assert_eq!(
+    // The pass commits its deletes before it returns and is counted, so the counters may lag
+    // the events by a moment: wait for them, then hold them to exactly what was removed.
+    let over_cap = |scraped: &[Sample]| {
         sample(
-            &scraped,
+            scraped,
             "cairn_retention_removed_total",
-            &[("kind", "events_over_cap")]
-        ),
-        15.0
-    );
+            &[("kind", "events_over_cap")],
+        )
+    };
+    let scraped = loop {
+        let scraped = scrape(&server, READ);
+        if over_cap(&scraped) >= 15.0 {
+            break scraped;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the retention counters never showed the 15 removed events: {scraped:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(sample(&scraped, "cairn_retention_enabled", &[]), 1.0);
+    assert_eq!(over_cap(&scraped), 15.0);
     assert_eq!(
         sample(&scraped, "cairn_retention_bytes_freed_total", &[]),
         3000.0
