@@ -25,8 +25,8 @@ use std::fmt;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName,
-    RunEventId, RunId,
+    CancelOutcome, CloseOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, QueueName, RunEventId, RunId,
 };
 use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Transaction};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -34,6 +34,7 @@ use sqlx::{Connection, PgConnection, Postgres, Row};
 use crate::config::SchemaName;
 use crate::error::map;
 use crate::spool::{enqueue, events, settle};
+use crate::store::{lock_spaces, Db};
 use crate::{sql, PgSpool, PgStore};
 
 /// Refuses a connection outside a transaction: `set_config(…, true)` would not outlive the
@@ -278,8 +279,33 @@ impl Transaction for PgTransaction {
         self.track(r)
     }
 
+    async fn close_run(&mut self, run: RunId) -> Result<CloseOutcome> {
+        let r = events::close_run_on(&mut self.tx, run).await;
+        self.track(r)
+    }
+
+    async fn set_fact(
+        &mut self,
+        run: RunId,
+        name: &FactName,
+        value: Vec<u8>,
+    ) -> Result<FactOutcome> {
+        let r = events::set_fact_on(&self.spool, &mut self.tx, run, name, value).await;
+        self.track(r)
+    }
+
     async fn append(&mut self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
         let r = self.store.append_on(&mut self.tx, space, events).await;
+        self.track(r)
+    }
+
+    async fn lock_spaces(&mut self, spaces: &[SpaceId]) -> Result<()> {
+        // Transaction-scoped advisory locks, ascending by key (`store::space_lock_keys`), the
+        // order every append of every node takes them in; `append` takes its space's lock
+        // again later, which Postgres counts and releases with the rest at the end.
+        let spaces: Vec<&SpaceId> = spaces.iter().collect();
+        let mut db = Db::new(&mut self.tx, self.store.statements());
+        let r = lock_spaces(&mut db, self.store.schema(), &spaces).await;
         self.track(r)
     }
 

@@ -18,9 +18,9 @@ use std::ops::Deref;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue_batch, check_payload, check_producer_event_id, CancelOutcome, DedupKey,
-    EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName, RunEventId, RunId,
-    MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_enqueue_batch, check_payload, check_producer_event_id, CancelOutcome, CloseOutcome,
+    DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome,
+    QueueName, RunEventId, RunId, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Transaction};
 use rusqlite::Connection;
@@ -179,6 +179,23 @@ impl<'a> SqliteTx<'a> {
         check_producer_event_id(event_id)?;
         check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
         events::append_event_tx(&self.db, run, event_id, &payload, self.spool.now())
+    }
+
+    /// [`cairn_core::Spool::close_run`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`cairn_core::Spool::close_run`].
+    pub fn close_run(&mut self, run: RunId) -> Result<CloseOutcome> {
+        events::close_run_tx(&self.db, run)
+    }
+
+    /// [`cairn_core::Spool::set_fact`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`cairn_core::Spool::set_fact`].
+    pub fn set_fact(&mut self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
+        check_payload("fact value", MAX_FACT_VALUE, &value)?;
+        events::set_fact_tx(&self.db, run, name, &value, self.spool.now())
     }
 
     /// [`cairn_core::EpochStore::append`] inside the transaction.
@@ -402,9 +419,30 @@ impl Transaction for SqliteTransaction {
             .await
     }
 
+    async fn close_run(&mut self, run: RunId) -> Result<CloseOutcome> {
+        self.run(move |tx| tx.close_run(run)).await
+    }
+
+    async fn set_fact(
+        &mut self,
+        run: RunId,
+        name: &FactName,
+        value: Vec<u8>,
+    ) -> Result<FactOutcome> {
+        let name = name.clone();
+        self.run(move |tx| tx.set_fact(run, &name, value)).await
+    }
+
     async fn append(&mut self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
         let space = space.clone();
         self.run(move |tx| tx.append(&space, events)).await
+    }
+
+    async fn lock_spaces(&mut self, _spaces: &[SpaceId]) -> Result<()> {
+        // The transaction holds the store's only writer (and the file's write lock) from its
+        // `BEGIN IMMEDIATE`: every space is locked already, and no other writer waits in
+        // between, so no cycle can form.
+        Ok(())
     }
 
     async fn commit(mut self: Box<Self>) -> Result<()> {

@@ -76,15 +76,15 @@
 use std::fmt;
 
 use cairn_core::spool::{
-    CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName,
-    RunEventId, RunId,
+    CancelOutcome, CloseOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, QueueName, RunEventId, RunId,
 };
 use cairn_core::{Appended, Error, Event, Result, SpaceId};
 
 use crate::Store;
 
 /// An open transaction of a [`Store`]: cairn's writes made through it — enqueues, bulk
-/// enqueues, cancels, run events, epoch appends — and the application's own statements
+/// enqueues, cancels, run events, run closes, facts, epoch appends — and the application's own statements
 /// ([`Transaction::postgres`], [`Transaction::sqlite`]) commit together or not at all.
 ///
 /// - **Dropped = rolled back**, as are an explicit [`Transaction::rollback`] and a process
@@ -185,6 +185,28 @@ impl Transaction {
         self.inner.append_event(run, event_id, payload).await
     }
 
+    /// [`crate::Spool::close_run`] inside the transaction (the run row's lock is held until it
+    /// ends).
+    ///
+    /// # Errors
+    /// As [`crate::Spool::close_run`].
+    pub async fn close_run(&mut self, run: RunId) -> Result<CloseOutcome> {
+        self.inner.close_run(run).await
+    }
+
+    /// [`crate::Spool::set_fact`] inside the transaction.
+    ///
+    /// # Errors
+    /// As [`crate::Spool::set_fact`].
+    pub async fn set_fact(
+        &mut self,
+        run: RunId,
+        name: &FactName,
+        value: Vec<u8>,
+    ) -> Result<FactOutcome> {
+        self.inner.set_fact(run, name, value).await
+    }
+
     /// [`crate::EpochStore::append`] inside the transaction (the space's write lock is held
     /// until it ends).
     ///
@@ -192,6 +214,33 @@ impl Transaction {
     /// As [`crate::EpochStore::append`].
     pub async fn append(&mut self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
         self.inner.append(space, events).await
+    }
+
+    /// Takes the write locks of `spaces` up front, in the one global order every writer uses,
+    /// and holds them until the transaction ends: a transaction that appends to several spaces
+    /// calls it with all of them before its first append, and then cannot deadlock with
+    /// another that does the same, whatever order either appends in. Writes nothing; on
+    /// SQLite the transaction holds the whole store's writer already.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> cairn::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    /// let store = cairn::Store::open(&url).await?;
+    /// let (a, b) = (cairn::SpaceId::new("a")?, cairn::SpaceId::new("b")?);
+    /// let mut tx = store.begin().await?;
+    /// tx.lock_spaces(&[b.clone(), a.clone()]).await?;
+    /// tx.append(&b, vec![cairn::Event::new("k", "1")]).await?;
+    /// tx.append(&a, vec![cairn::Event::new("k", "2")]).await?;
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The engine's lock errors ([`Error::Retryable`] after its lock timeout).
+    pub async fn lock_spaces(&mut self, spaces: &[SpaceId]) -> Result<()> {
+        self.inner.lock_spaces(spaces).await
     }
 
     /// Commits everything, then wakes the subscribers of each queue that got a run.

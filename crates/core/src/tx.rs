@@ -7,8 +7,8 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 
 use crate::spool::{
-    CancelOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, QueueName,
-    RunEventId, RunId,
+    CancelOutcome, CloseOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, QueueName, RunEventId, RunId,
 };
 use crate::{Appended, Event, Result, SpaceId};
 
@@ -33,8 +33,15 @@ use crate::{Appended, Event, Result, SpaceId};
 ///   transaction can only be rolled back: `commit` rolls it back and returns
 ///   [`crate::Error::Conflict`]. (On Postgres the database itself aborts the transaction on a
 ///   failed statement.)
-/// - Locks taken inside (a space's write lock for `append`, the run row for `cancel` and
-///   `append_event`, the writer on SQLite) are held until the transaction ends: keep it short.
+/// - Locks taken inside (a space's write lock for `append` and `lock_spaces`, the run row for
+///   `cancel`, `append_event` and `close_run`, the writer on SQLite) are held until the
+///   transaction ends: keep it short.
+/// - **Lock order.** Two transactions that take the same locks in different orders can
+///   deadlock (Postgres then aborts one with SQLSTATE 40P01, [`crate::Error::Retryable`]). A
+///   transaction that writes to several spaces takes their locks up front with
+///   [`Transaction::lock_spaces`] (one global order on every node); `enqueue_many` writes its
+///   keys in one global order (dedup-key order within a queue); a caller that orders the rest
+///   of its writes (queues by name, runs by id) cannot form a cycle with another that does.
 #[async_trait]
 pub trait Transaction: Send + Debug {
     /// The engine's name (`"sqlite"`, `"postgres"`, …), as [`crate::spool::Spool`]'s store
@@ -68,9 +75,38 @@ pub trait Transaction: Send + Debug {
         payload: Vec<u8>,
     ) -> Result<EventAppended>;
 
+    /// [`crate::Spool::close_run`] inside the transaction: the run row's lock is held until
+    /// the transaction ends, so appends to the run from elsewhere wait for the commit (and are
+    /// then refused) or the rollback.
+    async fn close_run(&mut self, run: RunId) -> Result<CloseOutcome>;
+
+    /// [`crate::Spool::set_fact`] inside the transaction: first writer wins among committed
+    /// ones; another transaction setting the same fact waits for this one to end.
+    async fn set_fact(
+        &mut self,
+        run: RunId,
+        name: &FactName,
+        value: Vec<u8>,
+    ) -> Result<FactOutcome>;
+
     /// [`crate::EpochStore::append`] inside the transaction: the space's write lock is held
     /// until the transaction ends, so seqs follow commit order.
     async fn append(&mut self, space: &SpaceId, events: Vec<Event>) -> Result<Appended>;
+
+    /// Takes the write locks of `spaces` now, in the one global order every writer of the store
+    /// uses, and holds them until the transaction ends; later appends of the transaction to
+    /// these spaces wait for nothing.
+    ///
+    /// # Contract
+    /// - Two transactions that each call it with all the spaces they will append to, before
+    ///   their first append, never deadlock on space locks, whatever the order of their
+    ///   appends and however their sets overlap.
+    /// - Writes nothing; repeated spaces and spaces already locked are fine. An engine whose
+    ///   transaction holds the whole store's writer (SQLite) has nothing more to take.
+    ///
+    /// # Errors
+    /// The engine's lock errors ([`crate::Error::Retryable`] after its lock timeout).
+    async fn lock_spaces(&mut self, spaces: &[SpaceId]) -> Result<()>;
 
     /// Commits every write of the transaction, then wakes the subscribers of each queue that
     /// got a run.

@@ -97,9 +97,16 @@ pub(crate) async fn append_event_on(
 }
 
 pub(super) async fn close_run_tx(s: &PgSpool, run: RunId) -> Result<CloseOutcome> {
+    let mut conn = s.pool().acquire().await.map_err(map)?;
+    close_run_on(&mut conn, run).await
+}
+
+/// [`close_run_tx`] on `conn`: in autocommit, or inside a transaction (the caller's), which
+/// then holds the run row's lock until it ends.
+pub(crate) async fn close_run_on(conn: &mut PgConnection, run: RunId) -> Result<CloseOutcome> {
     let row = sqlx::query(sql::CLOSE_RUN)
         .bind(run.as_bytes().as_slice())
-        .fetch_one(s.pool())
+        .fetch_one(&mut *conn)
         .await
         .map_err(map)?;
     if !get::<bool>(&row, 0)? {
@@ -170,6 +177,19 @@ pub(super) async fn set_fact_tx(
     name: &FactName,
     value: Vec<u8>,
 ) -> Result<FactOutcome> {
+    let mut conn = s.pool().acquire().await.map_err(map)?;
+    set_fact_on(s, &mut conn, run, name, value).await
+}
+
+/// [`set_fact_tx`] on `conn` (its input checked first): in autocommit, or inside a transaction
+/// (the caller's), whose uncommitted fact makes other writers of the same fact wait for it.
+pub(crate) async fn set_fact_on(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    run: RunId,
+    name: &FactName,
+    value: Vec<u8>,
+) -> Result<FactOutcome> {
     check_payload("fact value", MAX_FACT_VALUE, &value)?;
     let now = s.now();
     for _ in 0..CAS_ROUNDS {
@@ -178,7 +198,7 @@ pub(super) async fn set_fact_tx(
             .bind(name.as_str())
             .bind(micros(now))
             .bind(value.as_slice())
-            .fetch_one(s.pool())
+            .fetch_one(&mut *conn)
             .await
             .map_err(map)?;
         if !get::<bool>(&row, 0)? {
@@ -192,7 +212,7 @@ pub(super) async fn set_fact_tx(
         let stored: Option<Vec<u8>> = sqlx::query_scalar(sql::FACT_VALUE)
             .bind(run.as_bytes().as_slice())
             .bind(name.as_str())
-            .fetch_optional(s.pool())
+            .fetch_optional(&mut *conn)
             .await
             .map_err(map)?;
         match stored {

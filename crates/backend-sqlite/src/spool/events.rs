@@ -72,7 +72,7 @@ pub(crate) fn append_event_tx(
     })
 }
 
-pub(super) fn close_run_tx(db: &Db<'_>, run: RunId) -> Result<CloseOutcome> {
+pub(crate) fn close_run_tx(db: &Db<'_>, run: RunId) -> Result<CloseOutcome> {
     db.write_tx(|db| {
         let rows: Vec<(i64, Option<bool>)> =
             db.rows(sql::RUN_STREAM, params![run.as_bytes()], |r| {
@@ -151,7 +151,7 @@ pub(super) fn acknowledge_events_tx(
     })
 }
 
-pub(super) fn set_fact_tx(
+pub(crate) fn set_fact_tx(
     db: &Db<'_>,
     run: RunId,
     name: &FactName,
