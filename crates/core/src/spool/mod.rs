@@ -180,7 +180,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// [`crate::Error::InvalidInput`] for a payload over [`MAX_RUN_PAYLOAD`] or invalid
-    /// options; nothing is written.
+    /// options ([`EnqueueOptions::effective_max_attempts`]: an attempt limit out of range, a
+    /// `not_before` outside [`Timestamp::EARLIEST`]..=[`Timestamp::LATEST`]); nothing is
+    /// written.
     async fn enqueue(
         &self,
         queue: &QueueName,

@@ -132,7 +132,8 @@ pub struct SpoolConfig {
 pub struct EnqueueOptions {
     /// Older queued runs of this group (in the same queue) become superseded.
     pub supersede_group: Option<SupersedeGroup>,
-    /// No claim takes the run before this time (default: now).
+    /// No claim takes the run before this time (default: now); within
+    /// [`Timestamp::EARLIEST`]..=[`Timestamp::LATEST`] (1970-01-01 to 9999-12-31, UTC).
     pub not_before: Option<Timestamp>,
     /// Claims allowed before the run is parked (default [`DEFAULT_MAX_ATTEMPTS`]; 1 to
     /// [`MAX_ATTEMPTS_LIMIT`]).
@@ -166,11 +167,16 @@ impl EnqueueOptions {
         self
     }
 
-    /// The attempt limit to store, validated.
+    /// Checks the options, as every backend's enqueue does, and returns the attempt limit to
+    /// store.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] when it is 0 or above [`MAX_ATTEMPTS_LIMIT`].
+    /// [`Error::InvalidInput`] when the attempt limit is 0 or above [`MAX_ATTEMPTS_LIMIT`], or
+    /// the not-before time is outside the range [`Timestamp::check`] accepts.
     pub fn effective_max_attempts(&self) -> Result<u32> {
+        if let Some(t) = self.not_before {
+            t.check("not-before time")?;
+        }
         match self.max_attempts {
             None => Ok(DEFAULT_MAX_ATTEMPTS),
             Some(n) if (1..=MAX_ATTEMPTS_LIMIT).contains(&n) => Ok(n),
@@ -707,7 +713,8 @@ pub enum RunImportOutcome {
 /// [`Error::InvalidInput`] for a description that is empty, too long or holds control
 /// characters; a `Claimed` run; `due_at` set other than on a `Queued` run (or missing on
 /// one); `finished_at` set other than on a terminal run (or missing on one); attempts above
-/// `max_attempts` or `max_attempts` outside 1..=[`MAX_ATTEMPTS_LIMIT`]; an oversized payload,
+/// `max_attempts` or `max_attempts` outside 1..=[`MAX_ATTEMPTS_LIMIT`]; a time (enqueue, due,
+/// finish, event) outside the range [`Timestamp::check`] accepts; an oversized payload,
 /// event payload, fact value or reason; a reason holding a NUL character (U+0000, which
 /// [`clip_reason`] would have replaced); two runs with one id or one `(queue, dedup_key)`; two
 /// events of a run with one id.
@@ -741,6 +748,12 @@ pub fn check_import(source: &ImportSource, runs: &[ImportedRun]) -> Result<()> {
         }
         if r.finished_at.is_some() != r.state.is_terminal() {
             return Err(bad("a finish time is set exactly on a terminal run".into()));
+        }
+        let times = [Some(r.enqueued_at), r.due_at, r.finished_at];
+        let event_times = r.events.iter().map(|e| Some(e.created_at));
+        for t in times.into_iter().chain(event_times).flatten() {
+            t.check("imported run time")
+                .map_err(|e| bad(e.to_string()))?;
         }
         if !(1..=MAX_ATTEMPTS_LIMIT).contains(&r.max_attempts) || r.attempts > r.max_attempts {
             return Err(bad(format!(

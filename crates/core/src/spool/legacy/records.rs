@@ -228,10 +228,22 @@ fn field(field: &'static str, reason: impl Into<String>) -> RecordProblem {
 }
 
 /// Unix milliseconds as a [`Timestamp`].
+/// A time in milliseconds, within the range every time given to the spool is checked against
+/// ([`Timestamp::check`]), so a replayed plan is always an import the spool accepts.
 pub(super) fn millis(name: &'static str, ms: i64) -> Result<Timestamp, RecordProblem> {
     ms.checked_mul(1000)
         .map(Timestamp::from_unix_micros)
-        .ok_or_else(|| field(name, "is out of range"))
+        .filter(|t| t.check(name).is_ok())
+        .ok_or_else(|| {
+            field(
+                name,
+                format!(
+                    "is out of range ({} to {})",
+                    Timestamp::EARLIEST,
+                    Timestamp::LATEST
+                ),
+            )
+        })
 }
 
 pub(super) fn run_id(name: &'static str, s: &str) -> Result<RunId, RecordProblem> {
