@@ -181,8 +181,9 @@ pub struct ConsumerStats {
     pub claimed: u64,
     /// Claims this consumer sent to the spool (each may take several runs, or none).
     pub claims: u64,
-    /// Runs settled by this consumer, by the state the ack or nack left them in (`Succeeded`,
-    /// `Queued` for a retry, `Parked`, `Failed`, `Canceled`).
+    /// Runs settled by this consumer's acks and nacks, by the state the ack or nack left them
+    /// in (`Succeeded`, `Queued` for a retry, `Parked`, `Failed`, `Canceled`). A release is not
+    /// a settlement: it counts under [`ConsumerStats::released`].
     pub settled: BTreeMap<RunState, u64>,
     /// Heartbeats that extended a lease.
     pub heartbeats: u64,
@@ -190,7 +191,9 @@ pub struct ConsumerStats {
     pub lease_lost: u64,
     /// Handlers that panicked (their runs were nacked as retryable).
     pub panics: u64,
-    /// Prefetched runs given back to the queue unstarted at shutdown ([`Spool::release`]).
+    /// Runs given back to the queue with their attempt returned ([`Spool::release`]): by a
+    /// handler's [`Outcome::Release`], and prefetched runs unstarted at shutdown. A release
+    /// that found a cancel request (and so canceled the run) counts here too.
     pub released: u64,
     /// Spool calls that failed for another reason (the loop carries on).
     pub errors: u64,
@@ -895,20 +898,25 @@ fn signal(ctx: &Ctx, run: RunId, reason: StopReason) {
 async fn settle(ctx: &Ctx, run: RunId, token: super::LeaseToken, outcome: Outcome) {
     let mut pause = Duration::from_millis(20);
     for attempt in 1..=SETTLE_TRIES {
+        // `None`: released, which is not a settlement (`ConsumerStats::released`).
         let result = match &outcome {
             Outcome::Done => ctx
                 .spool
                 .ack(run, token)
                 .await
-                .map(|()| RunState::Succeeded),
+                .map(|()| Some(RunState::Succeeded)),
             Outcome::Retry(why) => nack(ctx, run, token, NackKind::Retryable, why).await,
             Outcome::Fail(why) => nack(ctx, run, token, NackKind::Permanent, why).await,
             Outcome::Nack(kind, why) => nack(ctx, run, token, *kind, why).await,
-            Outcome::Release(delay) => ctx.spool.release(run, token, *delay).await.map(|n| n.state),
+            Outcome::Release(delay) => ctx.spool.release(run, token, *delay).await.map(|_| None),
         };
         match result {
-            Ok(state) => {
+            Ok(Some(state)) => {
                 *ctx.shared().stats.settled.entry(state).or_default() += 1;
+                return;
+            }
+            Ok(None) => {
+                ctx.shared().stats.released += 1;
                 return;
             }
             Err(e) if lease_gone(&e) => {
@@ -933,8 +941,11 @@ async fn nack(
     token: super::LeaseToken,
     kind: NackKind,
     why: &str,
-) -> Result<RunState> {
-    ctx.spool.nack(run, token, kind, why).await.map(|n| n.state)
+) -> Result<Option<RunState>> {
+    ctx.spool
+        .nack(run, token, kind, why)
+        .await
+        .map(|n| Some(n.state))
 }
 
 impl fmt::Display for StopReason {

@@ -2004,3 +2004,44 @@ async fn a_handler_that_returns_after_its_lease_was_lost_is_not_settled() {
         "left to its lease"
     );
 }
+
+/// Issue 44 item 5.5: a handler's `Outcome::Release` counts as released, not as a settlement
+/// to `Queued` (36 release-and-retry cycles once left `released` at 0 and `settled[Queued]`
+/// at 36); the run's attempts stay as if the releases never happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlers_release_counts_as_released_not_settled() {
+    const RELEASES: usize = 36;
+    let (_clock, spool, q) = setup();
+    let id = enqueue(&spool, &q, "released").await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let consumer = builder(&spool, &q)
+        .spawn(move |_job: Job| {
+            let seen = seen.clone();
+            async move {
+                if seen.fetch_add(1, Ordering::SeqCst) < RELEASES {
+                    Outcome::Release(Duration::ZERO)
+                } else {
+                    Outcome::Done
+                }
+            }
+        })
+        .await
+        .unwrap();
+    eventually("the run succeeds after its releases", || async {
+        consumer.stats().settled.get(&RunState::Succeeded) == Some(&1)
+    })
+    .await;
+    let report = consumer.shutdown().await;
+    assert!(report.is_clean());
+    assert_eq!(calls.load(Ordering::SeqCst), RELEASES + 1);
+    assert_eq!(report.stats.released, RELEASES as u64);
+    assert_eq!(report.stats.claimed, RELEASES as u64 + 1);
+    assert_eq!(
+        report.stats.settled,
+        BTreeMap::from([(RunState::Succeeded, 1)]),
+        "a release is not a settlement"
+    );
+    let info = spool.run(id).await.unwrap().unwrap();
+    assert_eq!((info.state, info.attempts), (RunState::Succeeded, 1));
+}
