@@ -130,6 +130,20 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
+/// The temporary name a copy of `name` is written under by process `pid` before it is renamed
+/// into place: hidden, and never the name of a file the backup keeps.
+fn partial_name(name: &str, pid: u32) -> String {
+    format!(".{name}.cairn-partial-{pid}")
+}
+
+/// Whether `file` is a temporary of `name` ([`partial_name`]) left by any process.
+fn is_partial_of(file: &str, name: &str) -> bool {
+    file.strip_prefix('.')
+        .and_then(|f| f.strip_prefix(name))
+        .and_then(|f| f.strip_prefix(".cairn-partial-"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
 #[cfg(unix)]
 mod platform {
     //! Relative to an opened directory (`openat`), so that nothing is resolved twice.
@@ -139,10 +153,12 @@ mod platform {
     use std::os::fd::OwnedFd;
     use std::path::{Path, PathBuf};
 
-    use rustix::fs::{fstat, mkdirat, openat, FileType, Mode, OFlags, CWD};
+    use rustix::fs::{
+        fstat, mkdirat, openat, statat, unlinkat, AtFlags, FileType, Mode, OFlags, CWD,
+    };
     use rustix::io::Errno;
 
-    use super::{same_bytes, LegacyError};
+    use super::{is_partial_of, partial_name, same_bytes, LegacyError};
 
     /// An opened backup directory.
     pub(super) struct Dir {
@@ -224,34 +240,101 @@ mod platform {
             }
         }
 
-        /// Writes `content` as the new file `name` (0600, create-exclusive, synced), or, when
-        /// `name` exists, checks that it holds exactly `content`.
+        /// Writes `content` as the new file `name` (0600, synced), or, when `name` exists,
+        /// checks that it holds exactly `content`. The copy is written under a temporary name
+        /// ([`partial_name`]) and renamed into place once synced, so `name` never holds a
+        /// partial copy; a temporary left by an interrupted run (a full disk, a kill) is
+        /// removed first.
         pub(super) fn put(&self, name: &str, mut content: impl Read) -> Result<(), LegacyError> {
+            match statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(_) => return self.verify(name, content),
+                Err(Errno::NOENT) => {}
+                Err(e) => return Err(self.io(name, e.into())),
+            }
+            self.remove_partials(name)?;
+            let tmp = partial_name(name, std::process::id());
             let flags =
                 OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-            match openat(&self.fd, name, flags, Mode::RUSR | Mode::WUSR) {
-                Ok(fd) => {
-                    let mut f = File::from(fd);
-                    std::io::copy(&mut content, &mut f)
-                        .and_then(|_| f.flush())
-                        .and_then(|()| f.sync_all())
-                        .map_err(|e| self.io(name, e))
-                }
-                Err(Errno::EXIST) => {
-                    let existing = self.open(name)?;
-                    if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
-                        Ok(())
-                    } else {
-                        Err(LegacyError::UnsafeBackup {
+            let fd = openat(&self.fd, &tmp, flags, Mode::RUSR | Mode::WUSR)
+                .map_err(|e| self.io(&tmp, e.into()))?;
+            let mut f = File::from(fd);
+            let written = std::io::copy(&mut content, &mut f)
+                .and_then(|_| f.flush())
+                .and_then(|()| f.sync_all());
+            drop(f);
+            if let Err(e) = written {
+                // Frees what the partial copy took (it may be the disk that is full).
+                let _ = unlinkat(&self.fd, &tmp, AtFlags::empty());
+                return Err(self.io(name, e));
+            }
+            match self.rename_new(&tmp, name) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let _ = unlinkat(&self.fd, &tmp, AtFlags::empty());
+                    match e {
+                        // Another run of the same import put it there meanwhile; the next
+                        // run compares it.
+                        Errno::EXIST => Err(LegacyError::UnsafeBackup {
                             path: self.path.join(name),
-                            reason: "it exists and differs from the file it backs up; it was \
-                                     left as it is: move the backup directory aside and \
-                                     import again"
+                            reason: "it appeared while this run copied it (another import of \
+                                     the same directory?); it was left as it is: import again"
                                 .into(),
-                        })
+                        }),
+                        e => Err(self.io(name, e.into())),
                     }
                 }
-                Err(e) => Err(self.io(name, e.into())),
+            }
+        }
+
+        /// Renames `from` to `to`, which must not exist.
+        fn rename_new(&self, from: &str, to: &str) -> Result<(), Errno> {
+            #[cfg(any(target_os = "linux", target_os = "android"))]
+            match rustix::fs::renameat_with(
+                &self.fd,
+                from,
+                &self.fd,
+                to,
+                rustix::fs::RenameFlags::NOREPLACE,
+            ) {
+                // A file system without it: a link refuses an existing name as well.
+                Err(Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {}
+                other => return other,
+            }
+            rustix::fs::linkat(&self.fd, from, &self.fd, to, AtFlags::empty())?;
+            unlinkat(&self.fd, from, AtFlags::empty())
+        }
+
+        /// Removes the temporaries of `name` that interrupted runs left.
+        fn remove_partials(&self, name: &str) -> Result<(), LegacyError> {
+            let entries =
+                rustix::fs::Dir::read_from(&self.fd).map_err(|e| self.io(name, e.into()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| self.io(name, e.into()))?;
+                let Ok(file) = entry.file_name().to_str() else {
+                    continue;
+                };
+                if is_partial_of(file, name) {
+                    match unlinkat(&self.fd, file, AtFlags::empty()) {
+                        Ok(()) | Err(Errno::NOENT) => {}
+                        Err(e) => return Err(self.io(file, e.into())),
+                    }
+                }
+            }
+            Ok(())
+        }
+
+        /// Checks that the existing file `name` holds exactly `content`.
+        fn verify(&self, name: &str, content: impl Read) -> Result<(), LegacyError> {
+            let existing = self.open(name)?;
+            if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
+                Ok(())
+            } else {
+                Err(LegacyError::UnsafeBackup {
+                    path: self.path.join(name),
+                    reason: "it exists and differs from the file it backs up; it was left as \
+                             it is: move the backup directory aside and import again"
+                        .into(),
+                })
             }
         }
 
@@ -277,7 +360,7 @@ mod platform {
     use std::io::{Read, Write};
     use std::path::{Path, PathBuf};
 
-    use super::{same_bytes, LegacyError};
+    use super::{is_partial_of, partial_name, same_bytes, LegacyError};
 
     pub(super) struct Dir {
         path: PathBuf,
@@ -336,27 +419,43 @@ mod platform {
         pub(super) fn put(&self, name: &str, mut content: impl Read) -> Result<(), LegacyError> {
             let path = self.path.join(name);
             refuse_link(&path, false)?;
-            match OpenOptions::new().write(true).create_new(true).open(&path) {
-                Ok(mut f) => std::io::copy(&mut content, &mut f)
-                    .and_then(|_| f.flush())
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| self.io(name, e)),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let existing = self.open(name)?;
-                    if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
-                        Ok(())
-                    } else {
-                        Err(LegacyError::UnsafeBackup {
-                            path,
-                            reason: "it exists and differs from the file it backs up; it was \
-                                     left as it is: move the backup directory aside and \
-                                     import again"
-                                .into(),
-                        })
-                    }
-                }
-                Err(e) => Err(self.io(name, e)),
+            if std::fs::symlink_metadata(&path).is_ok() {
+                let existing = self.open(name)?;
+                return if same_bytes(existing, content).map_err(|e| self.io(name, e))? {
+                    Ok(())
+                } else {
+                    Err(LegacyError::UnsafeBackup {
+                        path,
+                        reason: "it exists and differs from the file it backs up; it was left \
+                                 as it is: move the backup directory aside and import again"
+                            .into(),
+                    })
+                };
             }
+            for entry in std::fs::read_dir(&self.path).map_err(|e| self.io(name, e))? {
+                let entry = entry.map_err(|e| self.io(name, e))?;
+                if entry
+                    .file_name()
+                    .to_str()
+                    .is_some_and(|f| is_partial_of(f, name))
+                {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+            let tmp = self.path.join(partial_name(name, std::process::id()));
+            let written = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&tmp)
+                .and_then(|mut f| {
+                    std::io::copy(&mut content, &mut f)?;
+                    f.flush()?;
+                    f.sync_all()
+                });
+            // A link refuses an existing name, as the rename on unix does.
+            let placed = written.and_then(|()| std::fs::hard_link(&tmp, &path));
+            let _ = std::fs::remove_file(&tmp);
+            placed.map_err(|e| self.io(name, e))
         }
 
         pub(super) fn sync(&self) -> Result<(), LegacyError> {
@@ -443,6 +542,56 @@ mod tests {
         );
         assert_eq!(std::fs::read(root.join("copy")).unwrap(), b"copied");
         std::fs::remove_dir_all(root.parent().unwrap()).unwrap();
+    }
+
+    /// Serves `good` bytes, then fails as a full disk does.
+    struct FullDisk(Cursor<Vec<u8>>);
+
+    impl Read for FullDisk {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(ErrorKind::StorageFull.into()),
+                n => Ok(n),
+            }
+        }
+    }
+
+    #[test]
+    fn a_copy_that_fails_midway_leaves_nothing_and_the_next_one_completes() {
+        let root = crate::spool::legacy::tests::temp_dir("fullcopy").join("backup");
+        let dir = super::platform::Dir::create(&root).unwrap();
+        let whole: Vec<u8> = (0..100_000u32).map(|i| (i % 241) as u8).collect();
+        let e = dir
+            .put(
+                "gate.spool",
+                FullDisk(Cursor::new(whole[..30_000].to_vec())),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, super::LegacyError::Io { source, .. } if source.kind() == ErrorKind::StorageFull),
+            "{e}"
+        );
+        // Neither a truncated copy under its name nor a temporary is left behind.
+        assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+        dir.put("gate.spool", Cursor::new(whole.clone())).unwrap();
+        assert_eq!(std::fs::read(root.join("gate.spool")).unwrap(), whole);
+        std::fs::remove_dir_all(root.parent().unwrap()).unwrap();
+    }
+
+    #[test]
+    fn temporaries_are_told_from_the_files_a_backup_keeps() {
+        let tmp = super::partial_name("gate.spool", 77);
+        assert_eq!(tmp, ".gate.spool.cairn-partial-77");
+        assert!(super::is_partial_of(&tmp, "gate.spool"));
+        for other in [
+            "gate.spool",
+            ".gate.spool.cairn-partial-",
+            ".gate.spool.cairn-partial-7x",
+            ".runs.wal.cairn-partial-77",
+            ".gate.spool.extra.cairn-partial-77",
+        ] {
+            assert!(!super::is_partial_of(other, "gate.spool"), "{other}");
+        }
     }
 
     #[test]

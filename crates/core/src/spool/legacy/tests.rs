@@ -1309,6 +1309,41 @@ fn the_backup_never_writes_through_a_link_and_verifies_what_it_finds() {
     std::fs::remove_dir_all(&root).unwrap();
 }
 
+/// A copy cut short (a full disk, a kill) leaves at most a temporary: the next run removes it
+/// and completes the backup instead of refusing a truncated copy.
+#[test]
+fn an_interrupted_backup_copy_does_not_block_the_next_run() {
+    let root = temp_dir("interrupted");
+    let dir = root.join("made");
+    std::fs::create_dir_all(&dir).unwrap();
+    let w = file(&[wal(0, 1, "drain", json!({"through": 0}))]);
+    let s = file(&[submission(1, "a", json!({})), submission(2, "b", json!({}))]);
+    std::fs::write(dir.join(WAL_FILE), &w).unwrap();
+    std::fs::write(dir.join(SPOOL_FILE), &s).unwrap();
+    let p = read_dir(&dir, &LegacyOptions::default()).unwrap();
+    let target = backup_dir(&dir, &p);
+    // What an earlier run killed during the copy of gate.spool leaves: the directory, the
+    // copy of runs.wal finished, and the first bytes of gate.spool under its temporary name.
+    std::fs::create_dir(&target).unwrap();
+    std::fs::write(target.join(WAL_FILE), &w).unwrap();
+    let partial = target.join(format!(".{SPOOL_FILE}.cairn-partial-4242"));
+    std::fs::write(&partial, &s[..s.len() / 2]).unwrap();
+
+    let b = back_up(&dir, &p).unwrap();
+    assert_eq!(std::fs::read(target.join(SPOOL_FILE)).unwrap(), s);
+    assert_eq!(std::fs::read(target.join(WAL_FILE)).unwrap(), w);
+    assert!(!partial.exists(), "the leftover temporary is removed");
+    let mut names: Vec<_> = std::fs::read_dir(&b.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [SPOOL_FILE, WAL_FILE]);
+    // And the run after that verifies the finished copies.
+    back_up(&dir, &p).unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[cfg(unix)]
 #[test]
 fn a_quarantine_keeps_each_record_verbatim_beside_a_report() {
