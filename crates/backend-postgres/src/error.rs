@@ -8,9 +8,10 @@
 //! kept as the mapped error's source, so `std::error::Error::source()` reaches it and
 //! [`Error::report`] prints it once, after the detail. Neither holds a connection string, a
 //! DETAIL line (which can quote row data) or a payload: a driver error whose text could —
-//! a configuration error (it can quote the URL, password included), a TLS error (it can quote
-//! the host and the certificate), a decode error (it can quote a stored value) — is not kept
-//! as the source, and the detail says what failed instead.
+//! a configuration error (it can quote the URL, password included), a decode error (it can
+//! quote a stored value) — is not kept as the source, and the detail says what failed instead.
+//! A TLS error is kept (see `crate::tls::classify`): it names the server's certificate and the
+//! host, which the operator needs to fix it, and never a password or a key.
 
 use cairn_core::Error;
 
@@ -36,14 +37,17 @@ pub(crate) async fn rolled_back(tx: sqlx::Transaction<'_, sqlx::Postgres>, e: Er
 
 /// Classifies a driver error, keeping it as the source when its text holds no secret or value.
 pub(crate) fn map(e: sqlx::Error) -> Error {
+    // A failed TLS setup (a certificate the server or cairn refused, a server without TLS)
+    // says what to do; the driver's error names certificates and hosts, no secret: kept.
+    if let Some(tls) = crate::tls::classify(&e) {
+        return tls.with_source(e);
+    }
     let mapped = match &e {
         sqlx::Error::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
             classify_sqlstate(&code, db.constraint())
         }
         sqlx::Error::Io(_) => Error::unavailable("I/O error talking to the server"),
-        // TLS errors can quote the host and its certificate: no source.
-        sqlx::Error::Tls(_) => return Error::unavailable("TLS error talking to the server"),
         sqlx::Error::PoolTimedOut => {
             Error::unavailable("timed out waiting for a pooled connection")
         }
@@ -100,6 +104,9 @@ pub(crate) fn classify_sqlstate(code: &str, constraint: Option<&str>) -> Error {
             Some(c) => format!("unique constraint {c} (SQLSTATE 23505)"),
             None => "unique violation (SQLSTATE 23505)".into(),
         }),
+        // disk_full: the server could not extend a file; the statement's transaction was
+        // rolled back.
+        "53100" => Error::storage_full(format!("SQLSTATE {code}")),
         // admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections
         "57P01" | "57P02" | "57P03" | "53300" => Error::unavailable(format!(
             "server refused or dropped the connection (SQLSTATE {code})"
@@ -132,6 +139,18 @@ mod tests {
         // read: a localized server, a user cancel and a statement timeout read alike).
         for code in ["42P01", "XX000", "23503"] {
             assert!(!classify_sqlstate(code, None).is_retryable(), "{code}");
+        }
+    }
+
+    #[test]
+    fn a_full_disk_is_storage_full_and_nothing_else_is() {
+        let e = classify_sqlstate("53100", None);
+        assert!(e.is_storage_full(), "{e:?}");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("SQLSTATE 53100"), "{e}");
+        // Out of memory, too many connections and a configuration limit are other troubles.
+        for code in ["53200", "53300", "53400"] {
+            assert!(!classify_sqlstate(code, None).is_storage_full(), "{code}");
         }
     }
 
@@ -233,7 +252,6 @@ mod tests {
         let secret = "postgres://app:s3cret@db.internal.example/app";
         for driver in [
             sqlx::Error::Configuration(format!("invalid port in {secret}").into()),
-            sqlx::Error::Tls(format!("certificate not valid for {secret}").into()),
             sqlx::Error::Decode(format!("invalid value {secret}").into()),
             sqlx::Error::ColumnDecode {
                 index: "2".into(),

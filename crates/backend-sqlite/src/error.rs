@@ -16,7 +16,8 @@ const BACKEND: &str = "sqlite";
 
 /// Maps a rusqlite error by meaning, from SQLite's (extended) result code alone:
 /// busy/locked → [`Error::Retryable`], a unique or primary-key violation → [`Error::Conflict`],
-/// a damaged or foreign file → [`Error::Corrupt`], anything else → [`Error::Backend`]. The
+/// a full disk → [`Error::StorageFull`], a damaged or foreign file → [`Error::Corrupt`],
+/// anything else → [`Error::Backend`]. The
 /// rusqlite error stays reachable through [`std::error::Error::source`] and out of the
 /// detail, except for conversion failures, whose text can quote a stored or bound value.
 pub(crate) fn map(err: rusqlite::Error) -> Error {
@@ -57,6 +58,9 @@ fn by_code(e: ffi::Error) -> Error {
         ErrorCode::ConstraintViolation if code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
             Error::conflict(format!("SQLITE_CONSTRAINT_PRIMARYKEY (code {code})"))
         }
+        // SQLite answers SQLITE_FULL when the file system is out of space (a short write or
+        // ENOSPC) or the store reached `max_page_count`.
+        ErrorCode::DiskFull => Error::storage_full(format!("SQLITE_FULL (code {code})")),
         ErrorCode::NotADatabase => {
             Error::corrupt("the file is not a SQLite database (SQLITE_NOTADB)")
         }
@@ -213,6 +217,26 @@ mod tests {
 
     fn failure(code: i32) -> rusqlite::Error {
         rusqlite::Error::SqliteFailure(ffi::Error::new(code), Some("msg".into()))
+    }
+
+    #[test]
+    fn a_store_out_of_pages_is_storage_full() {
+        // `max_page_count` makes SQLite answer SQLITE_FULL as a full file system does.
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (b BLOB)").unwrap();
+        let pages: i64 = conn
+            .query_row("PRAGMA page_count", [], |r| r.get(0))
+            .unwrap();
+        conn.pragma_update(None, "max_page_count", pages + 2)
+            .unwrap();
+        let err = conn
+            .execute("INSERT INTO t VALUES (zeroblob(1000000))", [])
+            .unwrap_err();
+        let e = map(err);
+        assert!(e.is_storage_full(), "{e:?}");
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("SQLITE_FULL (code 13)"), "{e}");
+        assert_eq!(driver_code(&e), Some(ffi::SQLITE_FULL));
     }
 
     #[test]

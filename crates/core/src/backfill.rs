@@ -253,6 +253,7 @@ pub fn error_code(err: &Error) -> &'static str {
         Error::Retryable { .. } => "retryable",
         Error::Unavailable { .. } => "unavailable",
         Error::Corrupt { .. } => "corrupt",
+        Error::StorageFull { .. } => "storage_full",
         Error::Incompatible { .. } => "incompatible",
         Error::Migration { .. } | Error::MigrationDown { .. } => "migration",
         Error::UnsafePath { .. } => "unsafe_path",

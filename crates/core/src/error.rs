@@ -17,7 +17,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// A variant's message never repeats its cause: the error behind it is its
 /// [`source`](std::error::Error::source), and [`Error::report`] prints the message with every
 /// cause, each once. So the `detail` of [`Error::Conflict`], [`Error::Retryable`],
-/// [`Error::Unavailable`], [`Error::Corrupt`] and [`Error::Backend`] says what cairn knows (the
+/// [`Error::Unavailable`], [`Error::Corrupt`], [`Error::StorageFull`] and [`Error::Backend`] says what cairn knows (the
 /// engine's code or SQLSTATE, the constraint, what failed) and leaves the driver's own message
 /// to the driver error kept as the source. A backend keeps a driver error as the source only
 /// when its text cannot hold a secret or a stored value (a connection string, a password, a
@@ -101,6 +101,21 @@ pub enum Error {
     #[error("store unavailable: {detail}")]
     Unavailable {
         /// What failed, without connection strings (the driver's message is the source).
+        detail: String,
+        /// The driver error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// The store ran out of space: the disk or file system holding it is full (SQLite's
+    /// `SQLITE_FULL`, Postgres's SQLSTATE 53100 `disk_full`). Nothing was written (the
+    /// transaction was rolled back); free space or grow the volume, then retry the operation.
+    /// Not [`Error::is_retryable`]: an immediate retry meets the same full disk, so a caller
+    /// retries after a delay, or after an operator freed space.
+    #[error("the store's storage is full ({detail}); nothing was written, free disk space or grow the volume, then retry")]
+    StorageFull {
+        /// The engine's code (SQLite result code or SQLSTATE; the driver's message is the
+        /// source).
         detail: String,
         /// The driver error, when there is one.
         #[source]
@@ -304,6 +319,14 @@ impl Error {
         }
     }
 
+    /// [`Error::StorageFull`] without a driver error.
+    pub fn storage_full(detail: impl Into<String>) -> Self {
+        Self::StorageFull {
+            detail: detail.into(),
+            source: None,
+        }
+    }
+
     /// [`Error::Corrupt`] without a driver error.
     pub fn corrupt(detail: impl Into<String>) -> Self {
         Self::Corrupt {
@@ -323,7 +346,7 @@ impl Error {
 
     /// Attaches the driver error behind this one (for the variants that carry one:
     /// [`Error::Retryable`], [`Error::Conflict`], [`Error::Unavailable`], [`Error::Corrupt`],
-    /// [`Error::Backend`]); other variants are returned unchanged.
+    /// [`Error::StorageFull`], [`Error::Backend`]); other variants are returned unchanged.
     #[must_use]
     pub fn with_source(mut self, err: impl Into<BoxError>) -> Self {
         match &mut self {
@@ -331,6 +354,7 @@ impl Error {
             | Self::Conflict { source, .. }
             | Self::Unavailable { source, .. }
             | Self::Corrupt { source, .. }
+            | Self::StorageFull { source, .. }
             | Self::Backend { source, .. } => *source = Some(err.into()),
             _ => {}
         }
@@ -351,6 +375,18 @@ impl Error {
             Self::Retryable { .. } => true,
             Self::Migration { source, .. } | Self::MigrationDown { source, .. } => {
                 source.is_retryable()
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the store refused a write because its storage is full ([`Error::StorageFull`]),
+    /// including a migration that failed for that reason.
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            Self::StorageFull { .. } => true,
+            Self::Migration { source, .. } | Self::MigrationDown { source, .. } => {
+                source.is_storage_full()
             }
             _ => false,
         }
@@ -598,6 +634,7 @@ mod tests {
             Error::retryable("SQLSTATE 40001"),
             Error::unavailable("I/O error talking to the server"),
             Error::corrupt("the database file is damaged (SQLITE_CORRUPT, code 11)"),
+            Error::storage_full("SQLITE_FULL (code 13)"),
             Error::backend("postgres", "SQLSTATE 42P01"),
         ] {
             let e = variant.with_source(std::io::Error::other("the driver's words"));
@@ -654,5 +691,21 @@ mod tests {
         assert!(text.contains("the down was rolled back"), "{text}");
         assert!(!text.contains("upgrade"), "{text}");
         assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn a_full_store_is_its_own_kind_and_not_retried_at_once() {
+        let e = Error::storage_full("SQLSTATE 53100");
+        assert!(e.is_storage_full());
+        assert!(!e.is_retryable(), "an immediate retry meets the same full disk");
+        let text = e.to_string();
+        assert!(text.contains("nothing was written"), "{text}");
+        assert!(text.contains("free disk space"), "{text}");
+        let failed = Error::Migration {
+            revision: "0002_spool".into(),
+            source: Box::new(Error::storage_full("SQLITE_FULL (code 13)")),
+        };
+        assert!(failed.is_storage_full());
+        assert!(!Error::retryable("SQLITE_BUSY").is_storage_full());
     }
 }

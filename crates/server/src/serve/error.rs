@@ -11,6 +11,10 @@ use serde::de::DeserializeOwned;
 use super::json::{ErrorBody, ErrorDetail};
 use crate::error::one_line;
 
+/// The code of a write refused because the store's storage is full (503, retried after
+/// `Retry-After`); the server remembers it for `/readyz` and `/v1/doctor`.
+pub(crate) const STORAGE_FULL: &str = "storage_full";
+
 /// An error answer: a status, a stable code and a one-line message.
 #[derive(Debug)]
 pub(crate) struct ApiError {
@@ -89,6 +93,7 @@ impl From<cairn::Error> for ApiError {
             E::Unavailable { .. } => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
             E::Reserved { .. } => (StatusCode::BAD_REQUEST, "reserved"),
             E::StoreReplaced { .. } => (StatusCode::SERVICE_UNAVAILABLE, "store_replaced"),
+            _ if e.is_storage_full() => (StatusCode::SERVICE_UNAVAILABLE, STORAGE_FULL),
             _ if e.is_retryable() => (StatusCode::SERVICE_UNAVAILABLE, "retryable"),
             _ => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
         };
@@ -231,6 +236,11 @@ mod tests {
             (cairn::Error::retryable("busy"), 503, "retryable"),
             (cairn::Error::unavailable("down"), 503, "unavailable"),
             (cairn::Error::corrupt("bad"), 500, "internal"),
+            (
+                cairn::Error::storage_full("SQLITE_FULL (code 13)"),
+                503,
+                "storage_full",
+            ),
             (
                 cairn::Error::Reserved {
                     what: "space id",
