@@ -557,6 +557,7 @@ macro_rules! spool_suite {
             s9_cancel_queued_claimed_and_terminal,
             s10_retry_backoff_then_park,
             s10_permanent_failed_and_expired_last_attempt,
+            s10_success_after_failed_attempts_clears_the_reason,
             s10_claim_order_priority_then_due_time,
             s11_retention_keeps_store_under_cap_in_long_run,
             s11_retention_order_and_batches,

@@ -20,8 +20,8 @@
 //!   deadlock with another instance's batch, a dropped connection), nothing of it was written,
 //!   and every ack of the batch runs again alone on the unbatched path. [`sql::ACK_MANY`]
 //!   writes each run exactly what [`sql::ACK`] writes (the succeeded state, `updated_at` and
-//!   `finished_at` at that ack's own time, lease, due time and cancel flag cleared); like the
-//!   single ack, it notifies nobody.
+//!   `finished_at` at that ack's own time, lease, due time, cancel flag and reason cleared);
+//!   like the single ack, it notifies nobody.
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -298,10 +298,10 @@ pub(super) const RUN_LIST: &str = concat!(
      ORDER BY r.run_id LIMIT $4"
 );
 
-/// Ack in one statement: `$1` run, `$2` token, `$3` the succeeded state, `$4` now. No row: the
-/// caller reads the run to say why.
+/// Ack in one statement: `$1` run, `$2` token, `$3` the succeeded state, `$4` now; the reason
+/// an earlier attempt's nack left is cleared. No row: the caller reads the run to say why.
 pub(super) const ACK: &str = "\
-UPDATE spool_run SET state = $3, updated_at = $4, finished_at = $4, due_at = NULL, \
+UPDATE spool_run SET state = $3, reason = NULL, updated_at = $4, finished_at = $4, due_at = NULL, \
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
 WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
 
@@ -316,7 +316,8 @@ WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
 /// whole-row copy of each for the update's recheck (16 of its 20 ms, `auto_explain` in a drain
 /// of 20,000 runs); planned for the arrays it is a hash join (3–7 ms).
 pub(super) const ACK_MANY: &str = "\
-UPDATE spool_run SET state = $4, updated_at = a.acked_at, finished_at = a.acked_at, due_at = NULL, \
+UPDATE spool_run SET state = $4, reason = NULL, updated_at = a.acked_at, finished_at = a.acked_at, \
+    due_at = NULL, \
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
 FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS a(run_id, token, acked_at) \
 WHERE spool_run.run_id = a.run_id AND spool_run.run_id = ANY ($1::bytea[]) \

@@ -122,10 +122,7 @@ pub(super) fn ack_tx(db: &Db<'_>, run: RunId, token: LeaseToken, now: Timestamp)
             // A repeated ack of a succeeded run: nothing to write.
             return Ok(((), End::Rollback));
         }
-        db.exec(
-            sql::FINISH,
-            params![row.run_no, to.as_str(), None::<String>, micros(now)],
-        )?;
+        db.exec(sql::ACK, params![row.run_no, to.as_str(), micros(now)])?;
         Ok(((), End::Commit))
     })
 }

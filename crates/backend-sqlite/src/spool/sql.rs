@@ -57,6 +57,14 @@ SET state = ?2, reason = coalesce(?3, reason), updated_at = ?4, due_at = NULL, f
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0
 WHERE run_no = ?1";
 
+/// Ends a claimed run as succeeded, as [`FINISH`] ends a run, and clears the reason an earlier
+/// attempt's nack left (a succeeded run has none): `?1` run, `?2` the succeeded state, `?3` now.
+pub(super) const ACK: &str = "\
+UPDATE spool_run
+SET state = ?2, reason = NULL, updated_at = ?3, due_at = NULL, finished_at = ?3,
+    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0
+WHERE run_no = ?1";
+
 /// What the lease operations (heartbeat, ack, nack, cancel) decide from.
 pub(super) const LEASE_STATE: &str = "\
 SELECT run_no, queue, dedup_key, state, attempts, max_attempts, cancel_requested, lease_token
@@ -256,6 +264,7 @@ pub(super) const ALL: &[&str] = &[
     CANDIDATES,
     TAKE,
     FINISH,
+    ACK,
     LEASE_STATE,
     EXTEND,
     RETRY,

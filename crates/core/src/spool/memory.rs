@@ -521,6 +521,7 @@ impl Spool for MemorySpool {
         let to = transition(r.state, Action::Ack)?;
         if r.state != to {
             r.enter(to, now);
+            r.reason = None;
         }
         Ok(())
     }

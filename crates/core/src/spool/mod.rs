@@ -262,6 +262,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Contract
     /// - Token checked as for [`Spool::heartbeat`].
+    /// - The reason an earlier attempt's nack left is cleared: a `succeeded` run has none.
     /// - Idempotent: acking a `succeeded` run with the token that acked it succeeds and writes
     ///   nothing.
     /// - A requested cancel does not stop an ack: the work is done.

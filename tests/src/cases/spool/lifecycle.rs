@@ -236,6 +236,65 @@ pub async fn s10_retry_backoff_then_park<H: SpoolHarness>(h: &H) {
     assert!(s.claim(&q, &me, LEASE, 1).await.unwrap().is_empty());
 }
 
+/// S10: a run that succeeds after failed attempts keeps no failure reason — the ack clears
+/// the reason the last nack left (issue 44 item 5.5: a run that succeeded on its third attempt
+/// still showed the second attempt's failure). Two runs acked at once take the same path as
+/// one (on Postgres, a batched ack).
+pub async fn s10_success_after_failed_attempts_clears_the_reason<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let clock = h.clock();
+    let q = random_queue("s10c");
+    let me = consumer("s10c");
+    let options = || EnqueueOptions::default().max_attempts(5);
+    let ids = [
+        enqueue_with(s, &q, "third-time-a", options()).await,
+        enqueue_with(s, &q, "third-time-b", options()).await,
+    ];
+    for attempt in 1..=2u32 {
+        let c = s.claim(&q, &me, LEASE, 2).await.unwrap();
+        assert_eq!(
+            c.len(),
+            2,
+            "S10: attempt {attempt} of both runs is claimable"
+        );
+        for claimed in &c {
+            s.nack(
+                claimed.run_id,
+                claimed.token,
+                NackKind::Retryable,
+                &format!("attempt {attempt} failed"),
+            )
+            .await
+            .unwrap();
+        }
+        let i = info(s, ids[0]).await;
+        let want = format!("attempt {attempt} failed");
+        assert_eq!(i.reason.as_deref(), Some(want.as_str()));
+        clock.advance(max_backoff(attempt));
+    }
+    let c = s.claim(&q, &me, LEASE, 2).await.unwrap();
+    assert_eq!(c.len(), 2);
+    assert!(c.iter().all(|c| c.attempt == 3));
+    let (a, b) = tokio::join!(
+        s.ack(c[0].run_id, c[0].token),
+        s.ack(c[1].run_id, c[1].token)
+    );
+    a.unwrap();
+    b.unwrap();
+    for id in ids {
+        let i = info(s, id).await;
+        assert_eq!((i.state, i.attempts), (RunState::Succeeded, 3));
+        assert_eq!(
+            i.reason, None,
+            "S10: a succeeded run shows no earlier attempt's failure"
+        );
+    }
+    // A repeated ack still succeeds and writes nothing.
+    s.ack(c[0].run_id, c[0].token).await.unwrap();
+    assert_eq!(info(s, c[0].run_id).await.reason, None);
+}
+
 /// S10: a permanent nack parks with its reason, a failed nack ends `failed`, a run whose last
 /// lease expires is parked by the next claim, long reasons are cut, and a parked run refuses
 /// further nacks.
