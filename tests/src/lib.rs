@@ -589,7 +589,7 @@ macro_rules! spool_suite {
     };
 }
 
-/// Expands the transaction cases (T1–T5) for a [`TxHarness`] expression, as
+/// Expands the transaction cases (T1–T7) for a [`TxHarness`] expression, as
 /// [`spool_suite!`] does for the spool cases.
 #[macro_export]
 macro_rules! tx_suite {
@@ -604,6 +604,9 @@ macro_rules! tx_suite {
             t4_bulk_failure_in_the_middle_changes_nothing,
             t4_bulk_inside_a_transaction_commits_with_it,
             t5_an_open_transaction_is_bounded_for_other_writers,
+            t6_close_run_and_set_fact_commit_with_the_transaction,
+            t6_a_run_enqueued_filled_and_closed_in_one_transaction_is_all_or_nothing,
+            t7_overlapping_transactions_that_lock_up_front_all_commit,
         );
     };
 }

@@ -546,3 +546,225 @@ pub async fn t5_an_open_transaction_is_bounded_for_other_writers<H: TxHarness>(h
     );
     assert!(!after.created);
 }
+
+/// T6: `close_run` and `set_fact` inside a transaction take effect with its commit only: a
+/// rollback leaves the run open and without the fact; after the commit the fact is stored and
+/// the stream closed (a later append is refused, a second close writes nothing).
+pub async fn t6_close_run_and_set_fact_commit_with_the_transaction<H: TxHarness>(h: &H) {
+    use cairn_core::spool::{CloseOutcome, EventStream, FactName, FactOutcome};
+    let b = open_tx(h).await;
+    let outside = h.open_spool().await.unwrap();
+    let q = QueueName::new("t6-close").unwrap();
+    let run = outside
+        .enqueue(&q, &k(&["t6"]), b"r".to_vec(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    let fact = FactName::new("t6.result").unwrap();
+
+    let mut tx = begin(h, &b).await;
+    assert_eq!(
+        tx.set_fact(run, &fact, b"42".to_vec()).await.unwrap(),
+        FactOutcome::Set
+    );
+    assert_eq!(tx.close_run(run).await.unwrap(), CloseOutcome::Closed);
+    assert_eq!(
+        tx.close_run(run).await.unwrap(),
+        CloseOutcome::AlreadyClosed,
+        "T6: the transaction sees its own close"
+    );
+    tx.rollback().await.unwrap();
+    let info = outside.run(run).await.unwrap().expect("the run");
+    assert!(info.facts.is_empty(), "T6: no fact after the rollback");
+    assert!(
+        !matches!(info.stream, EventStream::Closed),
+        "T6: the stream is not closed after the rollback: {:?}",
+        info.stream
+    );
+
+    let mut tx = begin(h, &b).await;
+    insert(h, &mut tx, "t6").await;
+    tx.set_fact(run, &fact, b"42".to_vec()).await.unwrap();
+    assert_eq!(tx.close_run(run).await.unwrap(), CloseOutcome::Closed);
+    tx.commit().await.unwrap();
+    let facts = outside.facts(run).await.unwrap();
+    assert_eq!(facts.get(&fact), Some(&b"42".to_vec()), "T6: the fact");
+    let late = outside
+        .append_event(run, &RunEventId::new("t6-late").unwrap(), b"x".to_vec())
+        .await;
+    assert!(
+        matches!(late, Err(Error::RunClosed { .. })),
+        "T6: the committed close refuses a later append: {late:?}"
+    );
+    assert!(order(h, "t6").await);
+
+    // A fact conflict inside fails the transaction, as any refused operation does.
+    let mut tx = begin(h, &b).await;
+    let clash = tx.set_fact(run, &fact, b"43".to_vec()).await;
+    assert!(
+        matches!(clash, Err(Error::FactConflict { .. })),
+        "T6: {clash:?}"
+    );
+    assert!(matches!(tx.commit().await, Err(Error::Conflict { .. })));
+}
+
+/// Enqueues a run under `key`, appends three events to it, sets `fact` and closes it.
+async fn fill(
+    tx: &mut Box<dyn Transaction>,
+    q: &QueueName,
+    fact: &cairn_core::spool::FactName,
+    key: &str,
+) -> cairn_core::RunId {
+    let run = tx
+        .enqueue(q, &k(&[key]), b"job".to_vec(), EnqueueOptions::default())
+        .await
+        .unwrap()
+        .run_id;
+    for i in 0..3u8 {
+        let id = RunEventId::new(format!("e{i}")).unwrap();
+        tx.append_event(run, &id, vec![b'0' + i]).await.unwrap();
+    }
+    tx.set_fact(run, fact, b"3".to_vec()).await.unwrap();
+    tx.close_run(run).await.unwrap();
+    run
+}
+
+/// T6: a run enqueued, given events, a fact and a close in one transaction commits whole; the
+/// same with a failing later operation leaves nothing: no run, no event, no fact.
+pub async fn t6_a_run_enqueued_filled_and_closed_in_one_transaction_is_all_or_nothing<
+    H: TxHarness,
+>(
+    h: &H,
+) {
+    use cairn_core::spool::{EventStream, FactName};
+    let b = open_tx(h).await;
+    let outside = h.open_spool().await.unwrap();
+    let q = QueueName::new("t6-whole").unwrap();
+    let fact = FactName::new("t6.total").unwrap();
+    let mut tx = begin(h, &b).await;
+    let gone = fill(&mut tx, &q, &fact, "t6-failed").await;
+    let unknown = cairn_core::RunId::parse("0190a5c0-0000-7000-8000-0000000000ff").unwrap();
+    let r = tx
+        .append_event(unknown, &RunEventId::new("x").unwrap(), b"x".to_vec())
+        .await;
+    assert!(matches!(r, Err(Error::UnknownRun { .. })), "{r:?}");
+    assert!(matches!(tx.commit().await, Err(Error::Conflict { .. })));
+    assert!(
+        !exists(outside.as_ref(), gone).await,
+        "T6: the failed transaction's run is gone"
+    );
+    assert_eq!(runs_in(outside.as_ref(), &q).await, 0, "T6: no run at all");
+
+    let mut tx = begin(h, &b).await;
+    let run = fill(&mut tx, &q, &fact, "t6-kept").await;
+    tx.commit().await.unwrap();
+    let info = outside.run(run).await.unwrap().expect("the committed run");
+    assert!(matches!(info.stream, EventStream::Closed), "T6: closed");
+    assert_eq!(info.facts.get(&fact), Some(&b"3".to_vec()));
+    let events = outside.events(run, 0, 10).await.unwrap();
+    let payloads: Vec<Vec<u8>> = events.into_iter().map(|e| e.payload).collect();
+    assert_eq!(payloads, vec![b"0".to_vec(), b"1".to_vec(), b"2".to_vec()]);
+}
+
+/// A small deterministic generator for the concurrency cases (xorshift64*).
+struct Shuffle(u64);
+
+impl Shuffle {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// `n` distinct picks of `0..of`, in random order.
+    fn pick(&mut self, n: usize, of: usize) -> Vec<usize> {
+        let mut all: Vec<usize> = (0..of).collect();
+        for i in (1..all.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            all.swap(i, j);
+        }
+        all.truncate(n);
+        all
+    }
+}
+
+/// T7: transactions that take their space locks up front ([`Transaction::lock_spaces`]) and
+/// enqueue their keys in one bulk enqueue never deadlock, however their spaces and keys overlap
+/// and whatever order they name them in: 16 concurrent writers over two store instances (two
+/// nodes), each transaction appending to 3 of 4 spaces and enqueueing 6 of 12 keys in random
+/// order, all commit at the first try, and every space's seqs are gap-free.
+pub async fn t7_overlapping_transactions_that_lock_up_front_all_commit<H: TxHarness>(h: &H) {
+    const WRITERS: u64 = 16;
+    const ROUNDS: usize = 5;
+    let nodes = [open_tx(h).await, open_tx(h).await];
+    let spaces: Vec<SpaceId> = (0..4)
+        .map(|i| SpaceId::new(format!("t7-space-{i}")).unwrap())
+        .collect();
+    let q = QueueName::new("t7-keys").unwrap();
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let b = Arc::clone(&nodes[(w % 2) as usize]);
+        let (spaces, q) = (spaces.clone(), q.clone());
+        writers.push(tokio::spawn(async move {
+            let mut rng = Shuffle(0x9E37_79B9_7F4A_7C15 ^ (w + 1));
+            let mut failures = Vec::new();
+            for round in 0..ROUNDS {
+                let mine: Vec<SpaceId> = rng
+                    .pick(3, spaces.len())
+                    .into_iter()
+                    .map(|i| spaces[i].clone())
+                    .collect();
+                let keys: Vec<EnqueueItem> = rng
+                    .pick(6, 12)
+                    .into_iter()
+                    .map(|i| EnqueueItem::new(k(&["t7", &i.to_string()]), "x"))
+                    .collect();
+                let r: cairn_core::Result<()> = async {
+                    let mut tx = b.begin().await?;
+                    tx.lock_spaces(&mine).await?;
+                    for space in &mine {
+                        let event = Event::new("t7", format!("{w}/{round}"));
+                        tx.append(space, vec![event]).await?;
+                    }
+                    tx.enqueue_many(&q, keys).await?;
+                    tx.commit().await
+                }
+                .await;
+                if let Err(e) = r {
+                    failures.push(e.to_string());
+                }
+            }
+            failures
+        }));
+    }
+    let mut failures = Vec::new();
+    for w in writers {
+        failures.extend(w.await.expect("a writer panicked"));
+    }
+    assert!(
+        failures.is_empty(),
+        "T7: {}: {} of {} transactions failed (none may deadlock or time out): {failures:?}",
+        h.backend(),
+        failures.len(),
+        WRITERS as usize * ROUNDS
+    );
+    let epochs = nodes[0].epochs();
+    let mut appended = 0;
+    for space in &spaces {
+        let heads = epochs.heads(space).await.unwrap();
+        assert_eq!(heads.len(), 1, "T7: one head per space (appends chained)");
+        appended += heads[0].seq.0;
+    }
+    assert_eq!(
+        appended as usize,
+        WRITERS as usize * ROUNDS * 3,
+        "T7: every append stored, seqs gap-free from 1"
+    );
+    let outside = h.open_spool().await.unwrap();
+    assert_eq!(
+        runs_in(outside.as_ref(), &q).await,
+        12,
+        "T7: one run per key"
+    );
+}
