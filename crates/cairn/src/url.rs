@@ -55,7 +55,10 @@ impl DatabaseUrl {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for an empty URL, an unsupported scheme, a `sqlite://` URL with
-    /// no file or an empty `cairn_schema`. The message never repeats the URL.
+    /// no file or with a query (`?mode=ro`: cairn reads no SQLite URL parameter, and the file
+    /// would otherwise be named `p.db?mode=ro`), an empty `cairn_schema` or a query parameter
+    /// given twice in a Postgres URL. The message never repeats the URL; it names a parameter
+    /// only by a plain key.
     pub fn parse(url: &str) -> Result<Self> {
         if url.trim().is_empty() {
             return Err(Error::invalid("database URL", "it is empty"));
@@ -70,6 +73,11 @@ impl DatabaseUrl {
                         "database URL",
                         "the sqlite:// URL names no file",
                     ));
+                }
+                // A query would otherwise become part of the file's name (`p.db?mode=ro`);
+                // cairn reads no SQLite URL parameter, so any is refused.
+                if let Some((_, query)) = rest.split_once('?') {
+                    return Err(sqlite_query_refused(query));
                 }
                 // `sqlite:///abs` leaves `/abs` here; `sqlite://rel` leaves `rel`.
                 Ok(Self::Sqlite(PathBuf::from(rest)))
@@ -147,14 +155,55 @@ impl DatabaseUrl {
     }
 }
 
+/// A parameter's key as a message may show it: a plain name, else nothing (text without its
+/// `=` could be a value, and a value can be a secret).
+fn shown_key(key: &str) -> String {
+    let plain = !key.is_empty()
+        && key.len() <= 64
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if plain {
+        format!("`{key}`")
+    } else {
+        "(its name is not shown)".to_owned()
+    }
+}
+
+fn sqlite_query_refused(query: &str) -> Error {
+    let key = query.split('&').next().unwrap_or_default();
+    let key = key.split_once('=').map_or("", |(k, _)| k);
+    Error::invalid(
+        "database URL",
+        format!(
+            "the sqlite:// URL has a query parameter {}; cairn reads none from a SQLite URL \
+             (the file would be named with it), so remove it",
+            shown_key(key)
+        ),
+    )
+}
+
 /// Removes the `cairn_schema` query parameter from a Postgres URL and returns it separately.
+/// A parameter given twice is refused: the driver would silently take one of the two.
 fn split_schema(url: &str) -> Result<(String, Option<String>)> {
     let Some((base, query)) = url.split_once('?') else {
         return Ok((url.to_owned(), None));
     };
     let mut schema = None;
     let mut kept = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
+        if let Some((key, _)) = pair.split_once('=') {
+            if !seen.insert(key) {
+                return Err(Error::invalid(
+                    "database URL",
+                    format!(
+                        "the query parameter {} is given twice; give it once",
+                        shown_key(key)
+                    ),
+                ));
+            }
+        }
         match pair.split_once('=') {
             Some((SCHEMA_PARAM, value)) => {
                 if value.is_empty() {
@@ -233,5 +282,64 @@ mod tests {
             assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
             assert!(!err.to_string().contains("hunter2"), "{err}");
         }
+    }
+
+    /// Issue 44 item 4.6: `?cairn_schema=a&cairn_schema=b` used `b` without a word; any
+    /// parameter given twice is refused, naming its key (when it is a plain name) and never a
+    /// value.
+    #[test]
+    fn a_postgres_parameter_given_twice_is_refused() {
+        for (url, key) in [
+            (
+                "postgres://u:hunter2@h/db?cairn_schema=a&cairn_schema=b",
+                "`cairn_schema`",
+            ),
+            (
+                "postgres://h/db?sslmode=disable&cairn_schema=a&sslmode=require",
+                "`sslmode`",
+            ),
+            ("postgres://h/db?hunter2=x&hunter2=y", "`hunter2`"),
+            (
+                "postgres://h/db?a%20b=hunter2&a%20b=x",
+                "(its name is not shown)",
+            ),
+        ] {
+            let Err(err) = DatabaseUrl::parse(url) else {
+                panic!("expected an error for {url:?}");
+            };
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+            let text = err.to_string();
+            assert!(text.contains(key) && text.contains("twice"), "{text}");
+            assert!(
+                !text.contains("hunter2=") && !text.contains("=hunter2"),
+                "{text}"
+            );
+        }
+        // Distinct keys, and `options[…]` keys that differ in their name, are fine.
+        assert!(
+            DatabaseUrl::parse("postgres://h/db?options[a]=1&options[b]=2&cairn_schema=s").is_ok()
+        );
+    }
+
+    /// Issue 44 item 4.6: `sqlite:///…/p.db?mode=ro` created a file named `p.db?mode=ro`; a
+    /// query in a `sqlite://` URL is refused, naming its key.
+    #[test]
+    fn a_sqlite_url_with_a_query_is_refused() {
+        for (url, key) in [
+            ("sqlite:///tmp/p.db?mode=ro", "`mode`"),
+            ("sqlite://rel.db?cache=shared&mode=ro", "`cache`"),
+            ("sqlite:///tmp/p.db?", "(its name is not shown)"),
+        ] {
+            let Err(err) = DatabaseUrl::parse(url) else {
+                panic!("expected an error for {url:?}");
+            };
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+            assert!(err.to_string().contains(key), "{err}");
+        }
+        // A bare path is a path: its `?` is part of the file's name, as the user wrote it.
+        assert_eq!(
+            sqlite_path("/tmp/odd?name.db"),
+            PathBuf::from("/tmp/odd?name.db")
+        );
     }
 }
