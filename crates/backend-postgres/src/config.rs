@@ -166,10 +166,19 @@ const DRIVER_PARAMS: [&str; 18] = [
 /// a URL gets here (with [`PgOptions`], use [`PgOptions::schema`]). Refusing also keeps a
 /// mistyped security setting (`sslmod=require`) from being dropped silently.
 ///
+/// The TLS settings are checked too: `sslmode` must be `disable`, `prefer`, `require`,
+/// `verify-ca` or `verify-full` (`allow` is refused: the driver would never try TLS), each TLS
+/// parameter may appear once, `sslcert` and `sslkey` go together, and the files they and
+/// `sslrootcert` name must hold PEM of their kind (an unencrypted key). As in libpq,
+/// `sslmode=require` with an `sslrootcert` verifies the server's certificate chain
+/// (`verify-ca`). See docs/OPERATIONS.md, "Postgres over TLS".
+///
 /// # Errors
-/// [`Error::InvalidInput`] for a URL the driver cannot parse or an unknown parameter; the
-/// message names the parameter's key when it is a plain name, never its value or the URL.
+/// [`Error::InvalidInput`] for a URL the driver cannot parse, an unknown parameter or a TLS
+/// setting cairn cannot honour; the message names the parameter's key when it is a plain name,
+/// never its value or the URL.
 pub fn connect_options_from_url(url: &str) -> Result<PgConnectOptions> {
+    let mut tls = crate::tls::UrlTls::default();
     // A URL that does not parse is left to the driver's parser, which refuses it (without
     // logging anything); its error is mapped without the URL.
     if let Ok(parsed) = url::Url::parse(url) {
@@ -179,9 +188,11 @@ pub fn connect_options_from_url(url: &str) -> Result<PgConnectOptions> {
             if !known {
                 return Err(unknown_param(&key, !value.is_empty()));
             }
+            tls.note(&key, &value)?;
         }
     }
-    PgConnectOptions::from_str(url).map_err(map)
+    let opts = PgConnectOptions::from_str(url).map_err(map)?;
+    crate::tls::checked(opts, &tls)
 }
 
 /// The refusal of query parameter `key`: named only when it is a plain name that came with a

@@ -29,6 +29,7 @@ mod migrate;
 pub mod spool;
 mod sql;
 mod store;
+mod tls;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod tx;

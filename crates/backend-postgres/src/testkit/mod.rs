@@ -7,7 +7,9 @@
 mod bench;
 mod harness;
 mod provision;
+mod tls;
 
 pub use bench::{HeadLookup, LookupClock};
 pub use harness::{harness, PgHarness};
 pub use provision::{start_docker_postgres, test_server_url, TEST_URL_ENV};
+pub use tls::{TlsCluster, CERT_USER};

@@ -188,7 +188,7 @@ fn keep_watchdog(cluster: PrivateCluster) {
 }
 
 /// Keeps a watchdog's stdin open for the life of the process.
-fn keep_watchdog_stdin(mut watchdog: std::process::Child) {
+pub(super) fn keep_watchdog_stdin(mut watchdog: std::process::Child) {
     static WATCHDOGS: OnceLock<Mutex<Vec<std::process::ChildStdin>>> = OnceLock::new();
     if let Some(stdin) = watchdog.stdin.take() {
         WATCHDOGS
@@ -199,7 +199,7 @@ fn keep_watchdog_stdin(mut watchdog: std::process::Child) {
     }
 }
 
-fn find_pg_bin() -> Option<PathBuf> {
+pub(super) fn find_pg_bin() -> Option<PathBuf> {
     let has_tools = |d: &Path| d.join("initdb").is_file() && d.join("pg_ctl").is_file();
     if let Some(path) = std::env::var_os("PATH") {
         if let Some(dir) = std::env::split_paths(&path).find(|d| has_tools(d)) {
@@ -219,13 +219,13 @@ fn find_pg_bin() -> Option<PathBuf> {
     versions.pop().map(|(_, d)| d)
 }
 
-fn running_as_root() -> bool {
+pub(super) fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
 }
 
 /// `initdb` refuses to run as root: as root, the cluster belongs to user `postgres`.
-fn pg_command(as_postgres: bool, tool: &Path) -> Command {
+pub(super) fn pg_command(as_postgres: bool, tool: &Path) -> Command {
     if as_postgres {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(tool);
@@ -235,7 +235,7 @@ fn pg_command(as_postgres: bool, tool: &Path) -> Command {
     }
 }
 
-fn run(mut cmd: Command, what: &str) -> std::result::Result<(), String> {
+pub(super) fn run(mut cmd: Command, what: &str) -> std::result::Result<(), String> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -252,7 +252,7 @@ fn run(mut cmd: Command, what: &str) -> std::result::Result<(), String> {
 /// Stops the cluster and removes its directory once its stdin reaches EOF, i.e. when the test
 /// process exits for any reason. `$1` = 1 to run pg_ctl as user postgres, `$2` pg_ctl, `$3`
 /// data dir, `$4` the directory to remove.
-const WATCHDOG_SCRIPT: &str = r#"read _ignored
+pub(super) const WATCHDOG_SCRIPT: &str = r#"read _ignored
 if [ "$1" = 1 ]; then runuser -u postgres -- "$2" -D "$3" -m immediate -w stop >/dev/null 2>&1
 else "$2" -D "$3" -m immediate -w stop >/dev/null 2>&1; fi
 rm -rf "$4""#;
