@@ -1,7 +1,11 @@
 //! `cargo xtask`: the project's chores, as a small workspace binary (commands run without a shell).
 //!
-//! - `cargo xtask test [ARGS…]` — makes sure a Postgres server is reachable, then runs the whole
-//!   test suite (`cargo test --workspace --all-targets`, then the doc tests), passing `ARGS` on.
+//! - `cargo xtask test [ARGS…]` — installs the system packages the tests need (Chromium,
+//!   PgBouncer; as root with apt-get, else it stops before building with the command to run),
+//!   makes sure a Postgres server is reachable, then runs the whole test suite (`cargo test
+//!   --workspace --all-targets --no-fail-fast`, the doc tests, the docs build), passing `ARGS`
+//!   on; every step runs, and the failed ones are listed at the end.
+//! - `cargo xtask provision` — only the installing and the Postgres start of `test`.
 //! - `cargo xtask migrate SUBCOMMAND --database URL` — runs `cairn migrate SUBCOMMAND …` (one
 //!   implementation for both surfaces; `cargo xtask migrate --help` is the binary's own help,
 //!   which lists every subcommand). The binary is built as `cargo build -p cairn-server` builds
@@ -39,12 +43,16 @@ struct Xtask {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Run the whole test suite (in-memory, SQLite and Postgres), provisioning Postgres first.
+    /// Run the whole test suite (in-memory, SQLite and Postgres), provisioning its system
+    /// packages and Postgres first; every step runs, and the failed ones are listed.
     Test {
         /// Passed on to `cargo test` (filters, `--no-fail-fast`, `-- --test-threads N`, …).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Install what `cargo xtask test` needs (its system packages, a running local Postgres)
+    /// without running the suite; the same steps `test` takes before it builds anything.
+    Provision,
     /// Schema migrations of a store: every `cairn migrate` subcommand, the same code (it builds
     /// the `cairn` binary as `cargo build -p cairn-server` does, then runs it);
     /// `cargo xtask migrate --help` lists them. Exit 0 fine, 1 refused/incompatible, 2 usage.
@@ -167,6 +175,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 fn main() -> ExitCode {
     let result = match Xtask::parse().command {
         Task::Test { args } => test::run(&args),
+        Task::Provision => test::provision_only(),
         Task::Migrate { args } => migrate(&args),
         Task::Bench { bench } => bench::run(bench).map(|()| ExitCode::SUCCESS),
         Task::Crash(args) => crash::run(&args),
