@@ -47,9 +47,9 @@ impl UrlTls {
     /// Records `key=value` when `key` is a TLS setting.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] when the setting was given before (under any of its names): the
-    /// driver would use the last one, so `sslmode=verify-full&sslmode=disable` would connect
-    /// in plain text.
+    /// [`Error::InvalidInput`] for an `sslmode` cairn does not honour, and when the setting was
+    /// given before (under any of its names): the driver would use the last one, so
+    /// `sslmode=verify-full&sslmode=disable` would connect in plain text.
     pub(crate) fn note(&mut self, key: &str, value: &str) -> Result<()> {
         let (slot, name) = match key {
             "sslmode" | "ssl-mode" => (&mut self.mode, "sslmode"),
@@ -58,6 +58,9 @@ impl UrlTls {
             "sslkey" | "ssl-key" => (&mut self.key, "sslkey"),
             _ => return Ok(()),
         };
+        if name == "sslmode" {
+            check_mode(value, "sslmode")?;
+        }
         if slot.replace(value.to_owned()).is_some() {
             return Err(Error::invalid(
                 WHAT,
@@ -77,10 +80,9 @@ impl UrlTls {
 /// contents or the URL.
 pub(crate) fn checked(mut opts: PgConnectOptions, url: &UrlTls) -> Result<PgConnectOptions> {
     let env = |name: &str| std::env::var(name).ok();
-    match (&url.mode, env("PGSSLMODE")) {
-        (Some(mode), _) => check_mode(mode, "sslmode")?,
-        (None, Some(mode)) => check_mode(&mode, "the PGSSLMODE environment variable")?,
-        (None, None) => {}
+    // The URL's sslmode was checked when it was noted.
+    if let (None, Some(mode)) = (&url.mode, env("PGSSLMODE")) {
+        check_mode(&mode, "the PGSSLMODE environment variable")?;
     }
     let mode = opts.get_ssl_mode();
     let root = url.root_cert.clone().or_else(|| env("PGSSLROOTCERT"));
@@ -283,7 +285,6 @@ fn from_rustls(e: &rustls::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::str::FromStr;
 
     /// A syntactically valid PEM certificate block (its DER is not checked here).
     const CERT_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
@@ -386,7 +387,7 @@ mod tests {
 
     #[test]
     fn handshake_failures_say_what_to_do_in_one_line() {
-        let name = rustls::pki_types::ServerName::from_str("db.example").unwrap();
+        let name = rustls::pki_types::ServerName::try_from("db.example").unwrap();
         let cases = [
             (
                 io_wrapping(rustls::Error::InvalidCertificate(
