@@ -317,7 +317,9 @@ pub(crate) struct EnqueueRequest {
     /// Attempts before the run is parked (1 to 1000, default 10).
     #[schema(minimum = 1, maximum = 1000)]
     pub(crate) max_attempts: Option<u32>,
-    /// No claim takes the run before this time (microseconds since the Unix epoch).
+    /// No claim takes the run before this time (microseconds since the Unix epoch, from
+    /// 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z).
+    #[schema(minimum = 0, maximum = 253_402_300_799_999_999_i64)]
     pub(crate) not_before_us: Option<i64>,
 }
 

@@ -130,16 +130,30 @@ fn parse_time(field: &str, v: &str) -> Result<Option<Timestamp>, UiError> {
     if v.is_empty() {
         return Ok(None);
     }
+    // One range for both ends, the one every time given to cairn is checked against
+    // (`Timestamp::check`): 1970-01-01T00:00 to 9999-12-31T23:59:59.999999, UTC.
     let bad = || {
         UiError::bad_request(format!(
-            "`{field}` must be a UTC date and time such as 2026-12-02T10:30"
+            "`{field}` must be a UTC date and time from {} to {}, such as 2026-12-02T10:30",
+            Timestamp::EARLIEST,
+            Timestamp::LATEST
         ))
     };
     let dt: jiff::civil::DateTime = v.parse().map_err(|_| bad())?;
-    let ts = dt.to_zoned(jiff::tz::TimeZone::UTC).map_err(|_| bad())?;
-    Ok(Some(Timestamp::from_unix_micros(
-        ts.timestamp().as_microsecond(),
-    )))
+    let part = |n: i8| u32::try_from(n).map_err(|_| bad());
+    let micros = u32::try_from(dt.subsec_nanosecond() / 1000).map_err(|_| bad())?;
+    let t = Timestamp::from_utc(
+        i64::from(dt.year()),
+        part(dt.month())?,
+        part(dt.day())?,
+        part(dt.hour())?,
+        part(dt.minute())?,
+        part(dt.second())?,
+        micros,
+    )
+    .ok_or_else(bad)?;
+    t.check("time").map_err(|_| bad())?;
+    Ok(Some(t))
 }
 
 /// The filters, checked.

@@ -23,7 +23,16 @@ pub(crate) fn space_path(space: &SpaceId) -> String {
     format!("/ui/spaces/{}", hex::encode(space.as_bytes()))
 }
 
+/// A space a page shows: cairn's own (reserved) spaces are refused as the API refuses them
+/// (400 with the `reserved` error's message), so the dashboard shows no more than the API.
 fn parse_space(hex_id: &str) -> Result<SpaceId, UiError> {
+    let space = parse_stored_space(hex_id)?;
+    // `SpaceId::new` refuses a reserved id with `Error::Reserved`, the API's 400 `reserved`.
+    Ok(SpaceId::new(space.as_bytes().to_vec())?)
+}
+
+/// A space id as the store holds it (a list's paging position may be a reserved one).
+fn parse_stored_space(hex_id: &str) -> Result<SpaceId, UiError> {
     let nf = || UiError::new(StatusCode::NOT_FOUND, "No space has that id.");
     let bytes = hex::decode(hex_id).map_err(|_| nf())?;
     SpaceId::from_stored(bytes).map_err(|_| nf())
@@ -47,7 +56,7 @@ pub(crate) async fn list(
         return Err(UiError::bad_request("The page could not be read."));
     };
     let after = (!q.after.is_empty())
-        .then(|| parse_space(&q.after))
+        .then(|| parse_stored_space(&q.after))
         .transpose()
         .map_err(|_| UiError::bad_request("after: not a space id"))?;
     let permit = read_permit(&state).await?;
@@ -73,8 +82,11 @@ pub(crate) async fn list(
                 tbody {
                     @for (s, heads, epochs) in &rows {
                         tr {
-                            td { a href=(space_path(s)) { (printable(&s.to_string())) }
-                                @if s.is_reserved() { " " span.badge { "cairn's own" } } }
+                            td {
+                                // A reserved space's page is refused (as the API refuses it):
+                                // it is listed, without a link.
+                                @if s.is_reserved() { (printable(&s.to_string())) " " span.badge { "cairn's own" } }
+                                @else { a href=(space_path(s)) { (printable(&s.to_string())) } } }
                             td.num.alert[*heads > 1] { (heads) @if *heads > 1 { " (forked)" } }
                             td.num { (epochs) }
                         }
