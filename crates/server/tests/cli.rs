@@ -463,3 +463,34 @@ async fn postgres_url_selects_the_postgres_backend() {
         "the CLI wrote into the harness's schema"
     );
 }
+
+/// Postgres over TLS from the binary (issue 44 item 1): `?sslmode=require` and `verify-full`
+/// with the server's CA reach a server with `ssl = on` (a throwaway cluster with a certificate
+/// made at test time, started by the suite; fails when there is none), and `verify-full`
+/// against a certificate for another host name fails with one line saying what to do.
+#[tokio::test]
+async fn postgres_over_tls_from_the_binary() {
+    let c = cairn::testkit::postgres::testkit::TlsCluster::with_ssl()
+        .await
+        .unwrap_or_else(|msg| panic!("{msg}"));
+    let verify = format!("sslmode=verify-full&sslrootcert={}", c.ca_file().display());
+    let require = PathBuf::from(c.url("postgres", "127.0.0.1", "sslmode=require"));
+    let verify_full = PathBuf::from(c.url("postgres", "localhost", &verify));
+    // The server's certificate names `localhost` only.
+    let wrong_host = PathBuf::from(c.url("postgres", "127.0.0.1", &verify));
+    tokio::task::spawn_blocking(move || {
+        let first = append(&require, "tls", "one");
+        assert_eq!(heads(&verify_full, "tls"), vec![first]);
+        let msg = fails(run(&wrong_host, &["heads", "--space", "tls"]));
+        assert!(
+            msg.starts_with(
+                "store unavailable: the server's certificate is not valid for host 127.0.0.1; \
+                 connect by a name the certificate names"
+            ),
+            "{msg}"
+        );
+        assert!(msg.contains("certificate is only valid for"), "{msg}");
+    })
+    .await
+    .unwrap();
+}
