@@ -189,13 +189,37 @@ fn int_bounds(schema: &Value) -> (i128, i128) {
         Some("int32") => (i128::from(i32::MIN), i128::from(i32::MAX)),
         _ => (i128::from(i64::MIN), i128::from(i64::MAX)),
     };
-    if let Some(m) = schema.get("minimum").and_then(Value::as_f64) {
-        lo = lo.max(m as i128);
+    // Read as integers when they are (an f64 rounds 253402300799999999 up by one).
+    if let Some(m) = schema.get("minimum").and_then(whole) {
+        lo = lo.max(m);
     }
-    if let Some(m) = schema.get("maximum").and_then(Value::as_f64) {
-        hi = hi.min(m as i128);
+    if let Some(m) = schema.get("maximum").and_then(whole) {
+        hi = hi.min(m);
     }
     (lo, hi)
+}
+
+/// The integer a JSON number stands for, when it is one: written as an integer, or with a
+/// zero fraction (`373.0`, as JSON Schema counts it).
+fn whole(v: &Value) -> Option<i128> {
+    v.as_i64()
+        .map(i128::from)
+        .or_else(|| v.as_u64().map(i128::from))
+        .or_else(|| {
+            v.as_f64()
+                .filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 1.7e38)
+                .map(|f| f as i128)
+        })
+}
+
+/// `n` written with a zero fraction (`373.0`), when an f64 holds it exactly.
+fn int_as_float(n: i128) -> Value {
+    const EXACT: i128 = 1 << 53;
+    if (-EXACT..=EXACT).contains(&n) {
+        serde_json::Number::from_f64(n as f64).map_or_else(|| int_value(n), Value::Number)
+    } else {
+        int_value(n)
+    }
 }
 
 fn int_value(n: i128) -> Value {
@@ -237,7 +261,8 @@ fn valid(doc: &Doc, schema: &Value, v: &Value) -> bool {
         || ts.iter().any(|t| match *t {
             "null" => v.is_null(),
             "string" => v.is_string(),
-            "integer" => v.is_i64() || v.is_u64(),
+            // JSON Schema counts a number with a zero fraction (`373.0`) as an integer.
+            "integer" => whole(v).is_some(),
             "number" => v.is_number(),
             "boolean" => v.is_boolean(),
             "array" => v.is_array(),
@@ -276,11 +301,7 @@ fn valid(doc: &Doc, schema: &Value, v: &Value) -> bool {
             true
         }
         Value::Number(_) => {
-            let n = v
-                .as_i64()
-                .map(i128::from)
-                .or_else(|| v.as_u64().map(i128::from));
-            match n {
+            match whole(v) {
                 Some(n) if ts.contains(&"integer") => {
                     let (lo, hi) = int_bounds(schema);
                     (lo..=hi).contains(&n)
@@ -426,14 +447,17 @@ fn value_strategy(doc: &Arc<Doc>, schema: &Value) -> BoxedStrategy<Value> {
             .boxed(),
         "integer" => {
             let (lo, hi) = int_bounds(&schema);
-            prop_oneof![
+            let n = prop_oneof![
                 Just(lo),
                 Just(hi),
                 (lo..=hi),
                 (lo..=hi.min(lo.saturating_add(10))),
-            ]
-            .prop_map(int_value)
-            .boxed()
+            ];
+            // Now and then with a zero fraction (`373.0`): the document says `integer`, and
+            // JSON Schema counts such a number as one, so the server must take it.
+            (n, proptest::bool::weighted(0.25))
+                .prop_map(|(n, float)| if float { int_as_float(n) } else { int_value(n) })
+                .boxed()
         }
         "boolean" => any::<bool>().prop_map(Value::Bool).boxed(),
         "array" => {
@@ -617,7 +641,11 @@ fn valid_request(doc: &Arc<Doc>, op: &Operation) -> BoxedStrategy<Request> {
         .params
         .iter()
         .map(|p| {
-            let v = value_strategy(doc, &p.schema);
+            // Zero-fraction integers are a JSON matter: a query or path parameter is text.
+            let v = value_strategy(doc, &p.schema).prop_map(|v| match whole(&v) {
+                Some(n) if v.is_f64() => int_value(n),
+                _ => v,
+            });
             if p.required {
                 v.prop_map(Some).boxed()
             } else {
@@ -679,6 +707,7 @@ fn breakers(doc: &Doc, schema: &Value) -> Vec<Value> {
             let (lo, hi) = int_bounds(schema);
             keep(&mut out, int_value(lo - 1));
             keep(&mut out, int_value(hi + 1));
+            keep(&mut out, int_as_float(hi + 1));
             keep(&mut out, json!(1.5));
             keep(&mut out, json!("1"));
         }

@@ -313,13 +313,16 @@ pub(crate) struct EnqueueRequest {
     #[schema(min_items = 1)]
     pub(crate) supersede_group: Option<Vec<String>>,
     /// Higher runs are claimed first (default 0).
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) priority: Option<i32>,
     /// Attempts before the run is parked (1 to 1000, default 10).
     #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) max_attempts: Option<u32>,
     /// No claim takes the run before this time (microseconds since the Unix epoch, from
     /// 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z).
     #[schema(minimum = 0, maximum = 253_402_300_799_999_999_i64)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) not_before_us: Option<i64>,
 }
 
@@ -577,9 +580,11 @@ pub(crate) struct ClaimRequest {
     pub(crate) consumer: String,
     /// Lease length in milliseconds (1 s to 24 h, default 30 s).
     #[schema(minimum = 1000, maximum = 86_400_000)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) lease_ms: Option<u64>,
     /// Most runs to claim (1 to 1000, default 1).
     #[schema(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) limit: Option<usize>,
 }
 
@@ -638,6 +643,7 @@ pub(crate) struct HeartbeatRequest {
     pub(crate) token: String,
     /// New lease length in milliseconds (1 s to 24 h, default 30 s).
     #[schema(minimum = 1000, maximum = 86_400_000)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) lease_ms: Option<u64>,
 }
 

@@ -29,6 +29,7 @@ mod delivery;
 mod doctor;
 mod epochs;
 mod error;
+mod integer;
 pub(crate) mod json;
 mod metrics;
 mod openapi;

@@ -180,13 +180,16 @@ fn b64_limit(schema: &mut Value, bytes: usize) {
 
 /// `a` or `b`, exactly one of them, as a string (JSON `null` counts as absent).
 fn exactly_one(a: &str, b: &str) -> Value {
-    let given = |f: &str| json!({"required": [f], "properties": {f: {"type": "string"}}});
+    let given = |f: &str| {
+        json!({"type": "object", "required": [f], "properties": {f: {"type": "string"}}})
+    };
     json!({"oneOf": [given(a), given(b)]})
 }
 
 /// Not both `a` and `b` as strings.
 fn at_most_one(a: &str, b: &str) -> Value {
     json!({"not": {
+        "type": "object",
         "required": [a, b],
         "properties": {a: {"type": "string"}, b: {"type": "string"}},
     }})
@@ -263,8 +266,10 @@ fn rules(doc: &mut Value) {
             "EnqueueRequest",
             vec![
                 json!({"oneOf": [
-                    {"required": ["key_parts"], "properties": {"key_parts": {"type": "array"}}},
-                    {"required": ["key"], "properties": {"key": {"type": "string"}}},
+                    {"type": "object", "required": ["key_parts"],
+                     "properties": {"key_parts": {"type": "array"}}},
+                    {"type": "object", "required": ["key"],
+                     "properties": {"key": {"type": "string"}}},
                 ]}),
                 exactly_one("payload", "payload_b64"),
             ],
@@ -417,6 +422,61 @@ mod tests {
         if std::env::var_os("CAIRN_PRINT_OPENAPI").is_some() {
             println!("{}", serde_json::to_string_pretty(doc).unwrap());
         }
+    }
+
+    /// Every schema a request body is read with, and every part of one that names fields,
+    /// says `type: object`: under JSON Schema, `required` and `properties` alone hold for a
+    /// number, so without it a body of `0` would be valid where the handler needs an object.
+    #[test]
+    fn every_request_body_says_it_is_an_object() {
+        fn walk(doc: &Value, schema: &Value, at: &str, seen: &mut Vec<String>) {
+            let schema = match schema["$ref"].as_str() {
+                Some(r) => {
+                    let name = r.trim_start_matches("#/components/schemas/");
+                    if seen.iter().any(|s| s == name) {
+                        return;
+                    }
+                    seen.push(name.to_owned());
+                    &doc["components"]["schemas"][name]
+                }
+                None => schema,
+            };
+            if schema.get("properties").is_some() || schema.get("required").is_some() {
+                assert_eq!(schema["type"], "object", "{at}: {schema}");
+            }
+            for key in ["allOf", "oneOf", "anyOf"] {
+                for (i, s) in schema[key].as_array().into_iter().flatten().enumerate() {
+                    walk(doc, s, &format!("{at}/{key}/{i}"), seen);
+                }
+            }
+            if let Some(not) = schema.get("not") {
+                walk(doc, not, &format!("{at}/not"), seen);
+            }
+            if let Some(items) = schema.get("items") {
+                walk(doc, items, &format!("{at}/items"), seen);
+            }
+            for (name, p) in schema["properties"].as_object().into_iter().flatten() {
+                walk(doc, p, &format!("{at}/{name}"), seen);
+            }
+        }
+        let doc = super::served();
+        let mut bodies = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+                if schema.is_object() {
+                    bodies += 1;
+                    let top = schema["$ref"].as_str().unwrap_or_default();
+                    let top = top.trim_start_matches("#/components/schemas/");
+                    assert_eq!(
+                        doc["components"]["schemas"][top]["type"], "object",
+                        "{method} {path}"
+                    );
+                    walk(doc, schema, &format!("{method} {path}"), &mut Vec::new());
+                }
+            }
+        }
+        assert!(bodies >= 11, "{bodies} request bodies");
     }
 
     #[test]
