@@ -59,7 +59,7 @@ impl UrlTls {
             _ => return Ok(()),
         };
         if name == "sslmode" {
-            check_mode(value, "sslmode")?;
+            check_mode(value, "the URL")?;
         }
         if slot.replace(value.to_owned()).is_some() {
             return Err(Error::invalid(
@@ -127,7 +127,7 @@ fn check_mode(mode: &str, from: &str) -> Result<()> {
         // The value is not shown: it could be anything pasted into the wrong place.
         _ => Err(Error::invalid(
             WHAT,
-            format!("{from} has a value that is not an sslmode; use one of {MODES}"),
+            format!("the sslmode {from} gives is not one of {MODES}; use one of them"),
         )),
     }
 }
