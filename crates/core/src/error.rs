@@ -22,7 +22,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// to the driver error kept as the source. A backend keeps a driver error as the source only
 /// when its text cannot hold a secret or a stored value (a connection string, a password, a
 /// payload): otherwise it keeps no source and says in the detail what failed (the Postgres
-/// backend does so for URL and TLS errors, both backends for value conversions).
+/// backend does so for URL errors, both backends for value conversions).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
