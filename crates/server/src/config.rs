@@ -298,6 +298,9 @@ impl Default for Log {
     }
 }
 
+/// Most bytes a config file may hold; a larger one (or a device, a FIFO) is refused unread.
+pub(crate) const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
+
 /// The merged configuration, before its values are checked (see [`Config::check`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Config {
@@ -360,7 +363,7 @@ impl Config {
             .map(Path::to_path_buf)
             .or_else(|| std::env::var_os(CONFIG_ENV).map(PathBuf::from));
         match &file {
-            Some(path) => match std::fs::read_to_string(path) {
+            Some(path) => match crate::small_file::read(path, MAX_CONFIG_FILE_BYTES) {
                 Ok(text) => Self::load_text(Some((path, &text)), flags),
                 Err(e) => {
                     let (config, mut problems) = Self::load_text(None, flags);

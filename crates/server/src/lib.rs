@@ -28,6 +28,7 @@ mod migrate;
 mod open;
 mod remote;
 mod serve;
+mod small_file;
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

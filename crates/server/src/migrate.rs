@@ -397,10 +397,13 @@ async fn check(
     Ok(())
 }
 
+/// Most bytes a revision file for `check --with-revision` may hold.
+const MAX_REVISION_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Reads a revision for `check --with-revision`: the file's SQL statements, named after the
 /// file, following `parent`.
 fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, CliError> {
-    let text = std::fs::read_to_string(file).map_err(|source| {
+    let text = crate::small_file::read(file, MAX_REVISION_FILE_BYTES).map_err(|source| {
         CliError::Store(cairn::Error::Io {
             path: file.display().to_string(),
             source,

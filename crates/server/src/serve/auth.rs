@@ -70,7 +70,7 @@ impl Tokens {
             read: list("auth.read_tokens", &auth.read_tokens.0),
         };
         if let Some(path) = &auth.token_file {
-            match read_small_file(path) {
+            match crate::small_file::read(path, MAX_TOKEN_FILE_BYTES) {
                 Ok(text) => {
                     for (n, line) in text.lines().enumerate() {
                         let line = line.trim();
@@ -207,32 +207,6 @@ pub(crate) async fn require_token(
 
 /// Most bytes a file of tokens may hold.
 pub(crate) const MAX_TOKEN_FILE_BYTES: u64 = 1024 * 1024;
-
-/// Reads a small text file (of tokens): a regular file of at most [`MAX_TOKEN_FILE_BYTES`].
-/// Anything else is refused before it is read, so a path naming a FIFO, a device such as
-/// `/dev/zero` or a huge file neither hangs the server's start nor fills its memory.
-pub(crate) fn read_small_file(path: &std::path::Path) -> std::io::Result<String> {
-    use std::io::{Error, ErrorKind, Read};
-    let not_regular = || Error::new(ErrorKind::InvalidInput, "it is not a regular file");
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(not_regular());
-    }
-    let file = std::fs::File::open(path)?;
-    // The name may have moved on between the two looks; the file opened is what counts.
-    if !file.metadata()?.is_file() {
-        return Err(not_regular());
-    }
-    let mut text = String::new();
-    file.take(MAX_TOKEN_FILE_BYTES + 1)
-        .read_to_string(&mut text)?;
-    if text.len() as u64 > MAX_TOKEN_FILE_BYTES {
-        return Err(Error::new(
-            ErrorKind::InvalidData,
-            format!("it holds more than {MAX_TOKEN_FILE_BYTES} bytes"),
-        ));
-    }
-    Ok(text)
-}
 
 #[cfg(test)]
 mod tests {

@@ -31,14 +31,16 @@
 //! the collector learns of every run; a closed run is POSTed at least once.
 //!
 //! Credential problems never park a run and spend no attempt: a missing or refused token
-//! (401, 403) is this server's problem, not the run's. The worker gives the run back at once
+//! (401, 403, and 431, since the token is the only header of ours that can be too large) is
+//! this server's problem, not the run's. The worker gives the run back at once
 //! ([`Outcome::Release`], which returns the claim's attempt) with a wait taken from a refusal
 //! streak shared by all runs (the collector refuses the server's token, not a run): it starts
 //! at `delivery.retry_base_ms` and doubles to `delivery.retry_cap_ms`, and is reset by any
 //! delivered batch. Until the wait is over deliveries pause: a run taken meanwhile is given
 //! back at once with the rest of the wait, without a POST. No claim is held while the worker
 //! waits, so a crash during an outage spends no attempt either. The token file is re-read on
-//! each refusal.
+//! each refusal, as at start (`crate::small_file`: a regular file of at most 64 KiB, a token of
+//! at most 4096 bytes); a file that holds no usable token then keeps the token in use.
 //!
 //! Bounds: a batch's events take at most `delivery.max_batch_bytes` of JSON (default
 //! 8 MiB; the `events` array; JSON can write a stored byte as six, `\u0001`): an event
@@ -194,13 +196,23 @@ impl Credentials {
             .clone()
     }
 
-    /// Re-reads the token file; true when it now holds a different token than `used`.
+    /// Re-reads the token file; true when it now holds a different, usable token than `used`.
+    /// A file that cannot be read or holds no usable token (a device, an oversized file, a
+    /// line with spaces) changes nothing: the refusal stands, and the run it came from is
+    /// given back without spending an attempt.
     fn refresh(&self, used: Option<&str>) -> bool {
         let Some(path) = &self.file else { return false };
-        let Ok(fresh) = read_token_file(path) else {
-            return false;
+        let fresh = match read_token_file(path).and_then(|t| check_token(&t).map(|()| t)) {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::warn!(
+                    target: "cairn::delivery",
+                    "{why}; the token in use stays until the file holds a usable one"
+                );
+                return false;
+            }
         };
-        if check_token(&fresh).is_err() || Some(fresh.as_str()) == used {
+        if Some(fresh.as_str()) == used {
             return false;
         }
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
@@ -208,8 +220,16 @@ impl Credentials {
     }
 }
 
+/// Most bytes the delivery token file may hold; a larger one (or a device, a FIFO) is refused
+/// unread, at start and at every re-read.
+const MAX_DELIVERY_TOKEN_FILE_BYTES: u64 = 64 * 1024;
+
+/// Most bytes of a delivery token: it travels in the `Authorization` header, and collectors
+/// commonly refuse request headers past 8 KiB.
+const MAX_DELIVERY_TOKEN_BYTES: usize = 4096;
+
 fn read_token_file(path: &std::path::Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
+    let text = crate::small_file::read(path, MAX_DELIVERY_TOKEN_FILE_BYTES)
         .map_err(|e| format!("delivery.token_file: cannot read {}: {e}", path.display()))?;
     text.lines()
         .map(str::trim)
@@ -222,6 +242,12 @@ fn check_token(token: &str) -> Result<(), String> {
     let t = token.trim();
     if t.chars().any(|c| c.is_whitespace() || c.is_control()) || !t.is_ascii() {
         return Err("delivery.token: must be one line of printable ASCII without spaces".into());
+    }
+    if t.len() > MAX_DELIVERY_TOKEN_BYTES {
+        return Err(format!(
+            "delivery.token: longer than {MAX_DELIVERY_TOKEN_BYTES} bytes (it is sent as a \
+             request header)"
+        ));
     }
     Ok(())
 }

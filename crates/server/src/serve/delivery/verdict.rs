@@ -5,8 +5,10 @@
 pub(crate) enum Verdict {
     /// 2xx: the batch is delivered; acknowledge its events.
     Delivered,
-    /// 401 or 403: the collector refused this server's credentials. That is not the run's
-    /// fault: re-read them, wait with backoff and try again, spending no attempt.
+    /// 401 or 403: the collector refused this server's credentials; 431: it refused the
+    /// request's headers, and the token is the only one of them whose size the server does
+    /// not fix. That is not the run's fault: re-read them, wait with backoff and try again,
+    /// spending no attempt.
     Refused(u16),
     /// 408, 429, 5xx, timeouts, connection errors: try again after backoff.
     Retry(String),
@@ -23,7 +25,7 @@ pub(crate) fn classify(status: u16, detail: &str) -> Verdict {
     };
     match status {
         200..=299 => Verdict::Delivered,
-        401 | 403 => Verdict::Refused(status),
+        401 | 403 | 431 => Verdict::Refused(status),
         408 | 429 | 500..=599 => Verdict::Retry(said),
         300..=399 => Verdict::Park(format!(
             "{said}; redirects are not followed: point the delivery URL at the final address"
@@ -56,6 +58,7 @@ mod tests {
         }
         assert_eq!(classify(401, ""), Verdict::Refused(401));
         assert_eq!(classify(403, "no such tenant"), Verdict::Refused(403));
+        assert_eq!(classify(431, ""), Verdict::Refused(431));
         for retry in [408, 429, 500, 502, 503, 504, 599, 100, 600] {
             assert!(matches!(classify(retry, ""), Verdict::Retry(_)), "{retry}");
         }
