@@ -337,8 +337,9 @@ impl StoreBuilder {
         self
     }
 
-    /// The Postgres schema that holds the store (default `public`, or the URL's
-    /// `cairn_schema`). Must match `[a-z_][a-z0-9_]{0,62}`. Ignored on SQLite.
+    /// The Postgres schema that holds the store — cairn's tables and those of the store's
+    /// application migration sets (default `public`, or the URL's `cairn_schema`). Must match
+    /// `[a-z_][a-z0-9_]{0,62}`. Ignored on SQLite.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
         self.schema = Some(schema.into());
         self
@@ -394,6 +395,10 @@ impl StoreBuilder {
     /// takes the migration lock, looks again, and applies the pending revisions with the
     /// lineage in one transaction; a diverged history is refused naming both revisions. Call
     /// it once per set.
+    ///
+    /// On Postgres a set runs with the store's schema ([`StoreBuilder::schema`], default
+    /// `public`) as its `search_path`: its unqualified tables are created in that schema, next
+    /// to cairn's, where a [`crate::Transaction`]'s connection finds them unqualified.
     pub fn migrations(mut self, set: MigrationSet) -> Self {
         self.open = self.open.migrations(set);
         self

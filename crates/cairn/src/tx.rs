@@ -99,12 +99,14 @@ use crate::Store;
 ///   rolls back and returns [`Error::Conflict`].
 ///
 /// **Postgres**: a READ COMMITTED transaction on a connection of the store's pool, whose
-/// `search_path` is the store's schema (name your tables with their schema, `public.orders`,
-/// unless they live there). Other claims, enqueues of other keys and appends to other spaces
-/// go on while it is open. **SQLite**: one `BEGIN IMMEDIATE` transaction on the store's writer
-/// connection, which it holds until it ends: the store's other writes (this process's and
-/// others') wait for it and fail with [`Error::Retryable`] after the busy timeout; reads go on.
-/// Keep it short on both.
+/// `search_path` is the store's schema (`cairn_schema`, default `public`). The tables of the
+/// store's application migration sets live there — a set runs with the same `search_path`, so
+/// its `CREATE TABLE orders` makes `<schema>.orders` — and are named unqualified; name a table
+/// in another schema with it (`public.audit` for a store with a `cairn_schema` of its own).
+/// Other claims, enqueues of other keys and appends to other spaces go on while it is open.
+/// **SQLite**: one `BEGIN IMMEDIATE` transaction on the store's writer connection, which it
+/// holds until it ends: the store's other writes (this process's and others') wait for it and
+/// fail with [`Error::Retryable`] after the busy timeout; reads go on. Keep it short on both.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
