@@ -191,39 +191,42 @@ pub(crate) fn classify(e: &sqlx::Error) -> Option<Error> {
             let inner = io.get_ref()?;
             inner.downcast_ref::<rustls::Error>().map(from_rustls)
         }
-        sqlx::Error::Tls(inner) => Some(
-            if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
-                from_rustls(tls)
-            } else if inner
-                .downcast_ref::<rustls::client::VerifierBuilderError>()
-                .is_some()
-            {
-                Error::unavailable(
-                    "no trusted root certificate to verify the server with (this machine has \
-                     none and no sslrootcert was given); give sslrootcert=<the CA's PEM file>, \
-                     or use sslmode=require to encrypt without verifying the server",
-                )
-            } else if inner
-                .downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
-                .is_some()
-            {
-                Error::unavailable(
-                    "the host is not a valid DNS name or IP address to verify the server's \
-                     certificate against; connect by a name the certificate names",
-                )
-            } else {
-                // What is left is the driver's own refusal: the server answered the TLS
-                // request with "no" (the file settings that could also end here are checked
-                // before connecting).
-                Error::unavailable(
-                    "the server does not accept TLS connections, and sslmode require, verify-ca \
-                     and verify-full need TLS; turn `ssl` on at the server, or use \
-                     sslmode=prefer or disable only on a network you trust",
-                )
-            },
-        ),
+        sqlx::Error::Tls(inner) => Some(from_tls(inner.as_ref())),
         _ => None,
     }
+}
+
+/// The error for the driver's TLS error `inner`.
+fn from_tls(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> Error {
+    if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
+        return from_rustls(tls);
+    }
+    if inner
+        .downcast_ref::<rustls::client::VerifierBuilderError>()
+        .is_some()
+    {
+        return Error::unavailable(
+            "no trusted root certificate to verify the server with (this machine has none and \
+             no sslrootcert was given); give sslrootcert=<the CA's PEM file>, or use \
+             sslmode=require to encrypt without verifying the server",
+        );
+    }
+    if inner
+        .downcast_ref::<rustls::pki_types::InvalidDnsNameError>()
+        .is_some()
+    {
+        return Error::unavailable(
+            "the host is not a valid DNS name or IP address to verify the server's certificate \
+             against; connect by a name the certificate names",
+        );
+    }
+    // What is left is the driver's own refusal: the server answered the TLS request with "no"
+    // (the file settings that could also end here are checked before connecting).
+    Error::unavailable(
+        "the server does not accept TLS connections, and sslmode require, verify-ca and \
+         verify-full need TLS; turn `ssl` on at the server, or use sslmode=prefer or disable \
+         only on a network you trust",
+    )
 }
 
 /// The error for a rustls failure.
@@ -328,9 +331,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cert = dir.path().join("c.pem");
         std::fs::write(&cert, CERT_PEM).unwrap();
-        let url = format!("postgres://u@h/db?sslmode=require&sslcert={}", cert.display());
+        let url = format!(
+            "postgres://u@h/db?sslmode=require&sslcert={}",
+            cert.display()
+        );
         assert!(refusal(&url).contains("both sslcert"), "{url}");
-        let url = format!("postgres://u@h/db?sslmode=require&sslkey={}", cert.display());
+        let url = format!(
+            "postgres://u@h/db?sslmode=require&sslkey={}",
+            cert.display()
+        );
         assert!(refusal(&url).contains("both sslcert"), "{url}");
     }
 
@@ -342,7 +351,10 @@ mod tests {
             "postgres://u@h/db?sslmode=verify-full&sslrootcert={}",
             missing.display()
         ));
-        assert!(text.contains("cannot read the file sslrootcert names"), "{text}");
+        assert!(
+            text.contains("cannot read the file sslrootcert names"),
+            "{text}"
+        );
 
         let not_pem = dir.path().join("ca.txt");
         std::fs::write(&not_pem, "hunter2").unwrap();
@@ -350,7 +362,10 @@ mod tests {
             "postgres://u@h/db?sslmode=verify-ca&sslrootcert={}",
             not_pem.display()
         ));
-        assert!(text.contains("no PEM certificate") && !text.contains("hunter2"), "{text}");
+        assert!(
+            text.contains("no PEM certificate") && !text.contains("hunter2"),
+            "{text}"
+        );
 
         let cert = dir.path().join("c.pem");
         std::fs::write(&cert, CERT_PEM).unwrap();

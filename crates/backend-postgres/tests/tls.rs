@@ -20,7 +20,9 @@ async fn with_ssl() -> &'static TlsCluster {
 async fn store_round_trip(url: &str) -> Result<(), Error> {
     let store = PgStore::open(url).await?;
     let space = random_space("tls");
-    store.append(&space, vec![Event::new("k", b"x".to_vec())]).await?;
+    store
+        .append(&space, vec![Event::new("k", b"x".to_vec())])
+        .await?;
     assert_eq!(store.heads(&space).await?.len(), 1);
     store.close().await;
     Ok(())
@@ -104,7 +106,12 @@ async fn verify_full_against_a_certificate_for_another_host_name_is_refused_in_o
 async fn verify_ca_verifies_the_issuer() {
     let c = with_ssl().await;
     let ca = format!("sslmode=verify-ca&sslrootcert={}", c.ca_file().display());
-    assert!(session_tls(&c.url("postgres", "localhost", &ca)).await.unwrap().0);
+    assert!(
+        session_tls(&c.url("postgres", "localhost", &ca))
+            .await
+            .unwrap()
+            .0
+    );
     let stranger = format!(
         "sslmode=verify-ca&sslrootcert={}",
         c.stranger_cert_file().display()
@@ -191,7 +198,9 @@ async fn a_client_certificate_is_presented_and_a_strangers_is_refused() {
     let (ssl, client_dn) = session_tls(&url).await.unwrap();
     assert!(ssl);
     assert!(
-        client_dn.as_deref().is_some_and(|dn| dn.contains(CERT_USER)),
+        client_dn
+            .as_deref()
+            .is_some_and(|dn| dn.contains(CERT_USER)),
         "{client_dn:?}"
     );
     store_round_trip(&url).await.unwrap();

@@ -229,8 +229,11 @@ fn start(ssl: bool) -> Result<TlsCluster, String> {
         write(&certs.join(name), text).map_err(cleanup)?;
     }
     // The server refuses a key file that others can read.
-    std::fs::set_permissions(certs.join("server.key"), std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| cleanup(format!("cannot chmod the server key: {e}")))?;
+    std::fs::set_permissions(
+        certs.join("server.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .map_err(|e| cleanup(format!("cannot chmod the server key: {e}")))?;
     if as_postgres {
         let mut chown = Command::new("chown");
         chown.arg("-R").arg("postgres:").arg(&dir);
