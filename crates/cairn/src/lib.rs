@@ -73,8 +73,10 @@
 //!
 //! ## Features
 //!
-//! Each feature's items are rendered only when it is on: `cargo doc -p cairn --all-features`
-//! shows them all, as docs.rs does.
+//! Each feature's items are rendered only when it is on: in cairn's repository
+//! `cargo doc -p cairn --all-features` shows them all, as docs.rs does; from a crate that
+//! depends on cairn, turn the features on in its `Cargo.toml` and run `cargo doc -p cairn`
+//! (Cargo takes no `--features` for a package outside the workspace).
 //!
 //! - `sqlite` (default): the SQLite backend (rusqlite, bundled SQLite).
 //! - `postgres`: the PostgreSQL backend (sqlx) and [`Store::builder_from_pg_pool`][pg-pool].
