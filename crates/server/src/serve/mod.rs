@@ -24,6 +24,7 @@
 mod auth;
 mod backfill;
 mod batch;
+mod body;
 mod connections;
 mod delivery;
 mod doctor;
@@ -97,7 +98,8 @@ pub(crate) struct ServeArgs {
     drain_timeout: Option<u64>,
     /// Longest wait for a request's whole header, in seconds from the connection's start or the
     /// previous answer; a slower client is disconnected (`limits.header_read_timeout_secs`;
-    /// default 10).
+    /// default 10). A request body gets the same grace, then must keep up 64 KiB a second, or
+    /// it is answered 408 and its connection closed.
     #[arg(long, value_name = "SECS")]
     header_read_timeout: Option<u64>,
     /// How long a keep-alive connection may idle between requests, in seconds
@@ -390,6 +392,7 @@ pub(crate) fn check(
                 limits: routes::Limits {
                     max_body_bytes: l.max_body_bytes,
                     request_timeout: Duration::from_secs(l.request_timeout_secs),
+                    body_grace: Duration::from_secs(l.header_read_timeout_secs),
                 },
                 connections: connections::ConnLimits {
                     header_read_timeout: Duration::from_secs(l.header_read_timeout_secs),

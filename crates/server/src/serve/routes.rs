@@ -1,5 +1,5 @@
 //! The router: which path goes to which handler, and the layers every request passes
-//! (body limit, handler timeout, auth).
+//! (body limit and pace, handler timeout, auth).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use axum::{Json, Router};
 use cairn::{EpochDiagnostics, EpochStore, Spool};
 
 use super::auth::{require_token, Tokens};
+use super::body::{self, BodyLimits};
 use super::error::ApiError;
 use super::json::{ErrorBody, Health};
 use super::metrics::{self, Metrics};
@@ -42,6 +43,9 @@ pub(crate) struct Limits {
     pub(crate) max_body_bytes: usize,
     /// Longest a handler may take before the request is answered 503 `timeout`.
     pub(crate) request_timeout: Duration,
+    /// The grace a request body gets before it must keep [`super::body::MIN_BODY_RATE`] (the
+    /// header-read timeout).
+    pub(crate) body_grace: Duration,
 }
 
 /// The whole API. `/healthz` and `/readyz` need no token; everything else does (`/metrics`
@@ -92,6 +96,13 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(limits, time_limit))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            BodyLimits {
+                max_body_bytes: limits.max_body_bytes,
+                grace: limits.body_grace,
+            },
+            body::guard,
+        ))
         .layer(middleware::from_fn_with_state(open, require_loopback_host))
         .layer(middleware::from_fn_with_state(meter, metrics::observe))
         .with_state(state)
@@ -265,6 +276,7 @@ mod tests {
         let limits = Limits {
             max_body_bytes: 1024,
             request_timeout: Duration::from_millis(50),
+            body_grace: Duration::from_secs(1),
         };
         let app = Router::new()
             .route("/pending", get(std::future::pending::<&'static str>))
