@@ -38,6 +38,8 @@ pub struct PgOptions {
     pub(crate) lock_timeout: Duration,
     pub(crate) acquire_timeout: Duration,
     pub(crate) create_if_missing: bool,
+    /// A pooler declared with [`PgOptions::pooler`]; `None`: as the URL says.
+    pooler: Option<crate::pooler::Pooler>,
 }
 
 impl PgOptions {
@@ -71,6 +73,7 @@ impl PgOptions {
             lock_timeout: Duration::from_secs(10),
             acquire_timeout: Duration::from_secs(10),
             create_if_missing: true,
+            pooler: None,
         }
     }
 
@@ -114,6 +117,27 @@ impl PgOptions {
     pub fn create_if_missing(mut self, create: bool) -> Self {
         self.create_if_missing = create;
         self
+    }
+
+    /// Declares what sits between cairn and the server: [`crate::Pooler::Transaction`] for a
+    /// pooler in transaction mode (PgBouncer `pool_mode = transaction`), which the URL can say
+    /// too (`?cairn_pooler=transaction`). This setting wins over the URL's. See
+    /// docs/OPERATIONS.md, "Behind PgBouncer".
+    #[must_use]
+    pub fn pooler(mut self, mode: crate::pooler::Pooler) -> Self {
+        self.pooler = Some(mode);
+        self
+    }
+
+    /// The pooler mode: [`PgOptions::pooler`]'s, else the URL's `cairn_pooler`, else none.
+    pub(crate) fn pooler_mode(&self) -> Result<crate::pooler::Pooler> {
+        if let Some(mode) = self.pooler {
+            return Ok(mode);
+        }
+        match &self.source {
+            Source::Url(url) => Ok(crate::pooler::split_pooler(url)?.1.unwrap_or_default()),
+            Source::Options(_) => Ok(crate::pooler::Pooler::None),
+        }
     }
 
     /// The schema name as given (validated when the store connects).
@@ -178,6 +202,9 @@ const DRIVER_PARAMS: [&str; 18] = [
 /// setting cairn cannot honour; the message names the parameter's key when it is a plain name,
 /// never its value or the URL.
 pub fn connect_options_from_url(url: &str) -> Result<PgConnectOptions> {
+    // cairn's own `cairn_pooler` is read by `PgOptions` and not the driver's to see.
+    let (url, _) = crate::pooler::split_pooler(url)?;
+    let url = url.as_str();
     let mut tls = crate::tls::UrlTls::default();
     // A URL that does not parse is left to the driver's parser, which refuses it (without
     // logging anything); its error is mapped without the URL.
@@ -237,6 +264,7 @@ impl fmt::Debug for PgOptions {
             .field("lock_timeout", &self.lock_timeout)
             .field("acquire_timeout", &self.acquire_timeout)
             .field("create_if_missing", &self.create_if_missing)
+            .field("pooler", &self.pooler)
             .finish()
     }
 }

@@ -86,6 +86,12 @@ pub(crate) fn map(e: sqlx::Error) -> Error {
     mapped.with_source(e)
 }
 
+/// What to do when the server behaves like a pooler in transaction mode.
+pub(crate) const UNDECLARED_POOLER: &str =
+    "the connection's prepared statements or session moved between server sessions: a \
+     connection pooler in transaction mode (PgBouncer) sits in front of the server; add \
+     `cairn_pooler=transaction` to the database URL (docs/OPERATIONS.md, \"Behind PgBouncer\")";
+
 /// Classifies a server error by its SQLSTATE; `constraint` only goes into the text (the
 /// server's message is left to the driver error the caller keeps as the source).
 ///
@@ -111,6 +117,12 @@ pub(crate) fn classify_sqlstate(code: &str, constraint: Option<&str>) -> Error {
         "57P01" | "57P02" | "57P03" | "53300" => Error::unavailable(format!(
             "server refused or dropped the connection (SQLSTATE {code})"
         )),
+        // duplicate_prepared_statement, invalid_sql_statement_name: cairn's named statements
+        // met another connection's, or went missing, which is what a pooler in transaction
+        // mode does to a store not declared to be behind one (crate::pooler).
+        "42P05" | "26000" => {
+            Error::backend(BACKEND, format!("SQLSTATE {code}: {UNDECLARED_POOLER}"))
+        }
         c if c.starts_with("08") => {
             Error::unavailable(format!("connection exception (SQLSTATE {code})"))
         }

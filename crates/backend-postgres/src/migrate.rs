@@ -30,6 +30,10 @@ mod sql {
     pub(super) const TRY_LOCK: &str = "SELECT pg_catalog.pg_try_advisory_lock($1)";
     pub(super) const UNLOCK: &str = "SELECT pg_catalog.pg_advisory_unlock($1)";
 
+    /// The lock behind a transaction-mode pooler, which keeps no session: held by the upgrade
+    /// transaction (the checkout's, see `crate::pooler`) until it ends.
+    pub(super) const TRY_XACT_LOCK: &str = "SELECT pg_catalog.pg_try_advisory_xact_lock($1)";
+
     /// Marks the upgrade transaction with a transaction-local setting, which is gone once the
     /// transaction ends by any means (a revision's COMMIT, ROLLBACK, END or ABORT included).
     pub(super) const MARK_OPEN: &str =
@@ -49,7 +53,7 @@ mod sql {
     /// table goes at commit, the function with the session (closed right after).
     pub(super) const GUARD: [&str; 4] = [
         "CREATE TEMP TABLE cairn_commit_guard (armed boolean NOT NULL) ON COMMIT DROP",
-        "CREATE FUNCTION pg_temp.cairn_commit_guard() RETURNS trigger LANGUAGE plpgsql AS $f$ \
+        "CREATE OR REPLACE FUNCTION pg_temp.cairn_commit_guard() RETURNS trigger LANGUAGE plpgsql AS $f$ \
          BEGIN IF (SELECT armed FROM pg_temp.cairn_commit_guard) THEN \
          RAISE EXCEPTION 'a revision statement tried to commit cairn''s migration transaction' \
          USING ERRCODE = '25000'; END IF; RETURN NULL; END $f$",
@@ -90,24 +94,28 @@ pub struct PgMigrator {
     pool: Option<PgPool>,
 }
 
-/// The connection one look runs on: pooled (returned when done) or its own (closed).
+/// The connection one look runs on: pooled (returned when done) or its own (closed; behind a
+/// transaction-mode pooler, `true`, its checkout transaction is committed first).
 enum Look {
     Pooled(PoolConnection<Postgres>),
-    Own(PgConnection),
+    Own(PgConnection, bool),
 }
 
 impl Look {
     fn conn(&mut self) -> &mut PgConnection {
         match self {
             Look::Pooled(c) => c,
-            Look::Own(c) => c,
+            Look::Own(c, _) => c,
         }
     }
 
     /// Gives the connection back: to the pool, or closed (best effort: what the look read or
     /// wrote is settled already).
     async fn done(self) {
-        if let Look::Own(c) = self {
+        if let Look::Own(mut c, pooled) = self {
+            if pooled {
+                let _ = crate::pooler::end(&mut c).await;
+            }
             let _ = c.close().await;
         }
     }
@@ -144,8 +152,28 @@ impl PgMigrator {
         key64(MIGRATION_LOCK_CONTEXT, &[self.schema.as_str().as_bytes()])
     }
 
+    /// Whether the store is behind a transaction-mode pooler (see `crate::pooler`).
+    fn pooled(&self) -> Result<bool> {
+        Ok(self.opts.pooler_mode()? == crate::pooler::Pooler::Transaction)
+    }
+
     async fn connection(&self) -> Result<PgConnection> {
         let options = self.opts.connect_options()?;
+        if self.pooled()? {
+            // One checkout transaction for the connection's life (see `crate::pooler`).
+            let begin = crate::pooler::begin_sql(
+                self.schema.as_str(),
+                &self.opts.lock_timeout.as_millis().max(1).to_string(),
+            );
+            let options = options.statement_cache_capacity(0);
+            return tokio::time::timeout(self.opts.acquire_timeout, async {
+                let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
+                crate::pooler::begin(&mut conn, &begin).await.map_err(map)?;
+                Ok(conn)
+            })
+            .await
+            .unwrap_or_else(|_| Err(crate::error::connect_timed_out()));
+        }
         // Bounded by the acquire timeout: a server that accepts the connection but never
         // answers fails the look with `Error::Unavailable` instead of hanging it.
         tokio::time::timeout(self.opts.acquire_timeout, async {
@@ -166,7 +194,7 @@ impl PgMigrator {
     async fn look(&self) -> Result<Look> {
         match &self.pool {
             Some(pool) => Ok(Look::Pooled(pool.acquire().await.map_err(map)?)),
-            None => Ok(Look::Own(self.connection().await?)),
+            None => Ok(Look::Own(self.connection().await?, self.pooled()?)),
         }
     }
 }
@@ -323,12 +351,18 @@ impl MigrationBackend for PgMigrator {
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError> {
         let mut conn = self.connection().await?;
         let key = self.lock_key();
+        let pooled = self.pooled()?;
+        let try_lock = if pooled {
+            sql::TRY_XACT_LOCK
+        } else {
+            sql::TRY_LOCK
+        };
         let started = Instant::now();
         let mut pause = Duration::from_millis(5);
         // Polling rather than a blocking pg_advisory_lock: the wait stays bounded by `timeout`
         // and never holds a server backend stuck in a lock queue.
         loop {
-            let got: bool = sqlx::query_scalar(sql::TRY_LOCK)
+            let got: bool = sqlx::query_scalar(try_lock)
                 .bind(key)
                 .fetch_one(&mut conn)
                 .await
@@ -348,14 +382,16 @@ impl MigrationBackend for PgMigrator {
         let guarded = match start(&mut conn, &self.schema, self.opts.create_if_missing).await {
             Ok(guarded) => guarded,
             Err(e) => {
-                let _ = sqlx::query(sql::UNLOCK).bind(key).execute(&mut conn).await;
+                if !pooled {
+                    let _ = sqlx::query(sql::UNLOCK).bind(key).execute(&mut conn).await;
+                }
                 let _ = conn.close().await;
                 return Err(e.into());
             }
         };
         let locked = PgLocked {
             conn: Some(conn),
-            key,
+            key: (!pooled).then_some(key),
             guarded,
         };
         Ok(Box::new(locked))
@@ -499,7 +535,9 @@ async fn start(conn: &mut PgConnection, schema: &SchemaName, create: bool) -> Re
 /// Dropping it closes the connection, which rolls back and releases the lock.
 struct PgLocked {
     conn: Option<PgConnection>,
-    key: i64,
+    /// The session lock's key; `None` behind a transaction-mode pooler, where the lock is the
+    /// transaction's and ends with it.
+    key: Option<i64>,
     /// Whether the commit guard is installed (and must be disarmed before the runner's COMMIT).
     guarded: bool,
 }
@@ -535,15 +573,19 @@ impl PgLocked {
                 .map_err(map),
             Err(e) => Err(e),
         };
-        let unlocked = sqlx::query(sql::UNLOCK)
-            .bind(key)
-            .execute(&mut conn)
-            .await
-            .map_err(map);
+        let unlocked = match key {
+            Some(key) => sqlx::query(sql::UNLOCK)
+                .bind(key)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map),
+            None => Ok(()),
+        };
         // Closing the session would release the lock anyway; report the first real failure.
         let _ = conn.close().await;
         ended?;
-        unlocked.map(|_| ())
+        unlocked
     }
 }
 

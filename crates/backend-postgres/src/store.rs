@@ -26,6 +26,7 @@ use cairn_migrate::{cairn_set, MigrationBackend, Opened, Runner};
 use crate::config::{PgOptions, SchemaName};
 use crate::error::{map, rolled_back};
 use crate::migrate::PgMigrator;
+use crate::pooler::Pooler;
 use crate::sql;
 
 /// The epoch log on PostgreSQL: a cloneable handle over one connection pool — the store's only
@@ -429,6 +430,21 @@ impl PgStore {
             return Err(Error::invalid("max_connections", "must be at least 1"));
         }
         let connect = opts.connect_options()?;
+        if opts.pooler_mode()? == Pooler::None {
+            let shared = tokio::time::timeout(
+                opts.acquire_timeout,
+                crate::pooler::sessions_are_shared(&connect),
+            )
+            .await
+            .map_err(|_| crate::error::connect_timed_out())?
+            .map_err(map)?;
+            if shared {
+                return Err(Error::invalid(
+                    "postgres connection options",
+                    crate::error::UNDECLARED_POOLER,
+                ));
+            }
+        }
         let migrator = PgMigrator::new(opts.clone())?;
         if !opts.create_if_missing {
             // The look without the lock writes nothing, and a missing schema reads as a store
@@ -443,24 +459,33 @@ impl PgStore {
         let opened = runner.open(&migrator).await?;
         let search_path = schema.as_str().to_owned();
         let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
-        let pool = crate::config::with_liveness_check(PgPoolOptions::new())
+        let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
-            .acquire_timeout(opts.acquire_timeout)
-            .after_connect(move |conn, _meta| {
-                let search_path = search_path.clone();
-                let lock_timeout_ms = lock_timeout_ms.clone();
-                Box::pin(async move {
-                    sqlx::query(sql::SESSION_SETUP)
-                        .bind(search_path)
-                        .bind(lock_timeout_ms)
-                        .execute(conn)
-                        .await
-                        .map(|_| ())
+            .acquire_timeout(opts.acquire_timeout);
+        let pool = match opts.pooler_mode()? {
+            // Behind a transaction-mode pooler every checkout is one transaction that sets
+            // what it needs (crate::pooler), and no statement is cached.
+            Pooler::Transaction => {
+                crate::pooler::with_checkout_transactions(pool, &search_path, &lock_timeout_ms)
+                    .connect_with(connect.statement_cache_capacity(0))
+            }
+            _ => crate::config::with_liveness_check(pool)
+                .after_connect(move |conn, _meta| {
+                    let search_path = search_path.clone();
+                    let lock_timeout_ms = lock_timeout_ms.clone();
+                    Box::pin(async move {
+                        sqlx::query(sql::SESSION_SETUP)
+                            .bind(search_path)
+                            .bind(lock_timeout_ms)
+                            .execute(conn)
+                            .await
+                            .map(|_| ())
+                    })
                 })
-            })
-            .connect_with(connect)
-            .await
-            .map_err(map)?;
+                .connect_with(connect),
+        }
+        .await
+        .map_err(map)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,

@@ -203,10 +203,16 @@ impl PgSpool {
     /// None today; the `Result` leaves room for a check of the store.
     pub fn from_store(store: &PgStore, clock: Arc<dyn Clock>, config: SpoolConfig) -> Result<Self> {
         let pool = store.pool().clone();
-        let wake = wake::Hub::new(
-            (*pool.connect_options()).clone(),
-            store.options().acquire_timeout,
-        );
+        let wake = match store.options().pooler_mode()? {
+            crate::Pooler::Transaction => wake::Hub::polling(
+                (*pool.connect_options()).clone(),
+                store.options().acquire_timeout,
+            ),
+            _ => wake::Hub::new(
+                (*pool.connect_options()).clone(),
+                store.options().acquire_timeout,
+            ),
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,

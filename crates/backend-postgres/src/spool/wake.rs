@@ -58,6 +58,8 @@ pub(super) struct Hub {
     commands: Mutex<Option<mpsc::UnboundedSender<Command>>>,
     closed: Arc<AtomicBool>,
     next_id: AtomicU64,
+    /// Behind a transaction-mode pooler, which cannot keep a `LISTEN`: subscriptions only poll.
+    poll_only: bool,
 }
 
 impl Hub {
@@ -70,12 +72,37 @@ impl Hub {
             commands: Mutex::new(None),
             closed: Arc::new(AtomicBool::new(false)),
             next_id: AtomicU64::new(0),
+            poll_only: false,
+        }
+    }
+
+    /// A hub that never connects: every subscription returns at its fallback poll (a store
+    /// behind a transaction-mode pooler, where a pooled connection cannot keep a `LISTEN`).
+    pub(super) fn polling(connect: PgConnectOptions, acquire_timeout: Duration) -> Self {
+        Self {
+            poll_only: true,
+            ..Self::new(connect, acquire_timeout)
         }
     }
 
     /// Subscribes to `channel`. Returns once the `LISTEN` is in effect, so every `NOTIFY`
     /// committed after this returns reaches the subscription.
     pub(super) async fn subscribe(&self, channel: String, poll: Duration) -> Result<PgWakeup> {
+        if self.poll_only {
+            if self.closed.load(Ordering::SeqCst) {
+                return Err(closed());
+            }
+            // Nobody listens on the other end: the subscription waits out its poll.
+            let (commands, _) = mpsc::unbounded_channel();
+            return Ok(PgWakeup {
+                commands,
+                channel,
+                id: self.next_id.fetch_add(1, Ordering::Relaxed),
+                wake: Arc::new(Notify::new()),
+                closed: self.closed.clone(),
+                poll,
+            });
+        }
         let commands = self.commands()?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let wake = Arc::new(Notify::new());

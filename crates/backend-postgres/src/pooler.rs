@@ -1,0 +1,229 @@
+//! Running behind a connection pooler in transaction mode (PgBouncer `pool_mode = transaction`).
+//!
+//! Such a pooler lends a server connection to a client for one transaction and gives it to
+//! another client afterwards. It keeps no session state: a session setting, a prepared
+//! statement, a session advisory lock or a `LISTEN` made outside a transaction lands on a server
+//! connection other clients then use, and the next statement may run on another one. A store
+//! declared to be behind such a pooler ([`Pooler::Transaction`], `?cairn_pooler=transaction` on
+//! the URL) therefore keeps everything it needs inside transactions:
+//!
+//! - Every checkout of a pooled connection is one transaction. Taking the connection out of the
+//!   pool opens it ([`begin_sql`]: `DEALLOCATE ALL`, `BEGIN`, then the store's settings —
+//!   `search_path`, `lock_timeout`, no bitmap scans — with `set_config(…, true)`, which last until
+//!   the transaction ends), all in one simple query, so one server connection runs it; giving the
+//!   connection back commits what is still open ([`END`]). A statement's Parse and Bind are then
+//!   always sent to the server connection the transaction holds. An operation that opens its own
+//!   transaction (`BEGIN` inside the checkout's one is a no-op) ends the checkout's transaction
+//!   with its COMMIT or ROLLBACK; it sends nothing after it.
+//! - Statements are not cached (`statement_cache_capacity(0)`). The driver still names each
+//!   statement it prepares (`sqlx_s_N`, counted per client connection); `DEALLOCATE ALL` at the
+//!   start of every checkout drops whatever names an earlier transaction of any client left on
+//!   the server connection, so names never collide.
+//! - Advisory locks are transaction-scoped only (the space locks always were; the migration lock
+//!   becomes `pg_try_advisory_xact_lock` in the upgrade transaction).
+//! - Wake-ups do not `LISTEN` (a pooled connection cannot keep it): a subscription returns at its
+//!   fallback poll ([`crate::PgSpool::set_wake_poll`], default 1 s), so new work is found within
+//!   that bound.
+//!
+//! `client_min_messages` is `error` inside the checkout's transaction so the no-op `BEGIN`s and
+//! the final COMMIT after an operation's own COMMIT log no warnings.
+
+use cairn_core::{Error, Result};
+
+/// The query parameter that declares a pooler on a `postgres://` URL.
+pub const POOLER_PARAM: &str = "cairn_pooler";
+
+/// What sits between cairn and the Postgres server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// Nothing, or a pooler in session mode: cairn keeps session state on its connections
+    /// (settings, cached prepared statements, a `LISTEN` connection). The default.
+    #[default]
+    None,
+    /// A pooler in transaction mode (PgBouncer `pool_mode = transaction`): every operation is
+    /// a transaction that sets what it needs, and wake-ups poll (see the module docs).
+    Transaction,
+}
+
+impl Pooler {
+    /// The URL value (`cairn_pooler=…`) that selects this mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Pooler::None => "none",
+            Pooler::Transaction => "transaction",
+        }
+    }
+
+    fn parse(value: &str) -> Result<Self> {
+        match value {
+            "none" => Ok(Pooler::None),
+            "transaction" => Ok(Pooler::Transaction),
+            _ => Err(Error::invalid(
+                "postgres connection options",
+                format!("`{POOLER_PARAM}` must be `transaction` or `none`"),
+            )),
+        }
+    }
+}
+
+/// Removes [`POOLER_PARAM`] from a URL's query and returns the mode it named (`None` when the
+/// URL has no such parameter). The rest of the URL is left byte for byte.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an unknown value or a repeated parameter (never echoing either).
+pub(crate) fn split_pooler(url: &str) -> Result<(String, Option<Pooler>)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut mode = None;
+    let mut kept = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some((POOLER_PARAM, value)) => {
+                if mode.is_some() {
+                    return Err(Error::invalid(
+                        "postgres connection options",
+                        format!("`{POOLER_PARAM}` is given more than once"),
+                    ));
+                }
+                mode = Some(Pooler::parse(value)?);
+            }
+            _ if pair == POOLER_PARAM => {
+                return Err(Error::invalid(
+                    "postgres connection options",
+                    format!("`{POOLER_PARAM}` needs a value: `{POOLER_PARAM}=transaction`"),
+                ))
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((url, mode))
+}
+
+/// What a checkout sends first, as one simple query: drops every prepared statement left on the
+/// server connection, opens the transaction and sets the store's settings until it ends.
+/// `schema` is a validated identifier and `lock_timeout_ms` a number: neither can carry SQL.
+pub(crate) fn begin_sql(schema: &str, lock_timeout_ms: &str) -> String {
+    format!(
+        "DEALLOCATE ALL; BEGIN ISOLATION LEVEL READ COMMITTED; \
+         SET LOCAL client_min_messages = error; \
+         SELECT pg_catalog.set_config('search_path', '{schema}', true), \
+         pg_catalog.set_config('lock_timeout', '{lock_timeout_ms}', true), \
+         pg_catalog.set_config('enable_bitmapscan', 'off', true)"
+    )
+}
+
+/// What a checkout sends last: commits what is still open (no warning when the operation
+/// ended the transaction itself: the implicit block of this query carries the setting).
+pub(crate) const END: &str = "SET LOCAL client_min_messages = error; COMMIT";
+
+/// Ends an aborted checkout transaction (where [`END`] fails).
+pub(crate) const ABORT: &str = "ROLLBACK";
+
+/// Opens a checkout's transaction on `conn` (see [`begin_sql`]).
+pub(crate) async fn begin(
+    conn: &mut sqlx::PgConnection,
+    begin: &str,
+) -> std::result::Result<(), sqlx::Error> {
+    use sqlx::Executor;
+    conn.execute(sqlx::raw_sql(begin)).await.map(|_| ())
+}
+
+/// Ends a checkout's transaction on `conn`: commits it, or rolls it back when it was aborted.
+pub(crate) async fn end(conn: &mut sqlx::PgConnection) -> std::result::Result<(), sqlx::Error> {
+    use sqlx::Executor;
+    if conn.execute(sqlx::raw_sql(END)).await.is_err() {
+        conn.execute(sqlx::raw_sql(ABORT)).await?;
+    }
+    Ok(())
+}
+
+/// `pool` with a checkout transaction around every use (see the module docs): opened when a
+/// connection is made or taken from the pool, committed when it is given back.
+pub(crate) fn with_checkout_transactions(
+    pool: sqlx::postgres::PgPoolOptions,
+    schema: &str,
+    lock_timeout_ms: &str,
+) -> sqlx::postgres::PgPoolOptions {
+    let sql: std::sync::Arc<str> = begin_sql(schema, lock_timeout_ms).into();
+    let on_connect = sql.clone();
+    pool.test_before_acquire(false)
+        .after_connect(move |conn, _meta| {
+            let sql = on_connect.clone();
+            Box::pin(async move { begin(conn, &sql).await })
+        })
+        .before_acquire(move |conn, _meta| {
+            let sql = sql.clone();
+            // The BEGIN is the liveness check too: a dead connection fails it and is dropped.
+            Box::pin(async move { begin(conn, &sql).await.map(|()| true) })
+        })
+        .after_release(|conn, _meta| Box::pin(async move { end(conn).await.map(|()| true) }))
+}
+
+/// Whether two connections to `options`' server, open at once, are served by one server
+/// session: never so on a server or a session-mode pooler, usually so behind a
+/// transaction-mode pooler, which hands the second client the server session the first one
+/// just gave back (PgBouncer reuses its most recently used one). A store not declared to be
+/// behind a pooler checks this before it sends anything else, so the usual case of a
+/// forgotten declaration is refused with what to do, before any session state of cairn's
+/// could land on a pooled server connection. Costs two short connections per open, no
+/// operation.
+pub(crate) async fn sessions_are_shared(
+    options: &sqlx::postgres::PgConnectOptions,
+) -> std::result::Result<bool, sqlx::Error> {
+    use sqlx::{Connection, Executor, Row};
+    // Simple queries: no prepared statement is left anywhere.
+    const PID: &str = "SELECT pg_catalog.pg_backend_pid()";
+    // Named apart from the store's connections in `pg_stat_activity` while they close.
+    let options = &options.clone().application_name("cairn pooler check");
+    let mut first = sqlx::PgConnection::connect_with(options).await?;
+    let a: i32 = first.fetch_one(sqlx::raw_sql(PID)).await?.try_get(0)?;
+    let mut second = sqlx::PgConnection::connect_with(options).await?;
+    let b: i32 = second.fetch_one(sqlx::raw_sql(PID)).await?.try_get(0)?;
+    let _ = second.close().await;
+    let _ = first.close().await;
+    Ok(a == b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_parameter_is_removed_and_read() {
+        let (url, mode) =
+            split_pooler("postgres://u@h:6432/db?sslmode=disable&cairn_pooler=transaction&x=1")
+                .unwrap();
+        assert_eq!(url, "postgres://u@h:6432/db?sslmode=disable&x=1");
+        assert_eq!(mode, Some(Pooler::Transaction));
+        let (url, mode) = split_pooler("postgres://u@h/db?cairn_pooler=none").unwrap();
+        assert_eq!(
+            (url.as_str(), mode),
+            ("postgres://u@h/db", Some(Pooler::None))
+        );
+        let (url, mode) = split_pooler("postgres://u@h/db?sslmode=disable").unwrap();
+        assert_eq!(
+            (url.as_str(), mode),
+            ("postgres://u@h/db?sslmode=disable", None)
+        );
+    }
+
+    #[test]
+    fn bad_or_repeated_values_are_refused_without_echoing_them() {
+        for url in [
+            "postgres://u@h/db?cairn_pooler=hunter2",
+            "postgres://u@h/db?cairn_pooler=transaction&cairn_pooler=none",
+            "postgres://u@h/db?cairn_pooler",
+        ] {
+            let err = split_pooler(url).unwrap_err();
+            assert!(matches!(err, Error::InvalidInput { .. }), "{err:?}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
+    }
+}
