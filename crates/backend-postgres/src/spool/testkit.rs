@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use cairn_conformance::{Harness, HeldLock, SpoolHarness};
+use cairn_conformance::{Harness, HeldLock, MigrationHarness, SpoolHarness};
 use cairn_core::spool::{ManualClock, SpoolConfig};
 use cairn_core::{Appended, EpochDiagnostics, EpochId, Event, Result, RunId, SpaceId, Spool};
 
@@ -21,6 +21,19 @@ use crate::{PgOptions, PgStore};
 pub async fn spool_harness() -> PgSpoolHarness {
     PgSpoolHarness {
         pg: harness().await,
+        clock: ManualClock::default(),
+        fresh: Mutex::new(None),
+    }
+}
+
+/// A fresh spool harness whose spools and stores connect through the test PgBouncer in
+/// transaction mode ([`crate::testkit::pgbouncer_harness`]).
+///
+/// # Panics
+/// As [`crate::testkit::pgbouncer_harness`]: when no server or no `pgbouncer` can be found.
+pub async fn pgbouncer_spool_harness() -> PgSpoolHarness {
+    PgSpoolHarness {
+        pg: crate::testkit::pgbouncer_harness().await,
         clock: ManualClock::default(),
         fresh: Mutex::new(None),
     }
@@ -129,7 +142,7 @@ impl SpoolHarness for PgSpoolHarness {
             spool.close().await;
             drop(pg);
         }
-        let pg = harness().await;
+        let pg = self.pg.fresh().await;
         let store = PgStore::open_with(pg.options().max_connections(4)).await?;
         let spool =
             PgSpool::from_store(&store, Arc::new(self.clock.clone()), SpoolConfig::default())?;

@@ -43,6 +43,9 @@ pub async fn harness() -> PgHarness {
 /// schema.
 pub struct PgHarness {
     url: String,
+    /// Where stores connect when not straight to `url` (a pooler: [`super::pgbouncer`]); the
+    /// harness's own writers and its cleanup always use `url`.
+    store_url: Option<String>,
     schema: String,
     admin: OnceCell<PgStore>,
 }
@@ -62,9 +65,24 @@ impl PgHarness {
         let schema = scratch_name("cairn_t");
         Self {
             url,
+            store_url: None,
             schema,
             admin: OnceCell::new(),
         }
+    }
+
+    /// A fresh harness whose stores connect through `store_url` (a pooler in front of the test
+    /// server; see [`super::pgbouncer_harness`]); its own writers connect straight to the
+    /// server.
+    pub(crate) async fn through(store_url: String) -> Self {
+        let url = match test_server_url().await {
+            Ok(url) => url,
+            Err(msg) => panic!("{msg}"),
+        };
+        let mut h = Self::empty(url);
+        h.store_url = Some(store_url);
+        h.admin().await;
+        h
     }
 
     /// The harness's own store, for the test-only writers (connected on first use).
@@ -82,7 +100,7 @@ impl PgHarness {
 
     /// Options for a new store ("node") over this harness's schema.
     pub fn options(&self) -> PgOptions {
-        PgOptions::new(self.url.clone())
+        PgOptions::new(self.store_url.clone().unwrap_or_else(|| self.url.clone()))
             .schema(self.schema.clone())
             .max_connections(8)
     }
@@ -300,7 +318,9 @@ impl PgHarness {
 #[async_trait]
 impl cairn_conformance::MigrationHarness for PgHarness {
     async fn fresh(&self) -> Self {
-        Self::empty(self.url.clone())
+        let mut h = Self::empty(self.url.clone());
+        h.store_url = self.store_url.clone();
+        h
     }
 
     async fn migrator(&self) -> Arc<dyn cairn_migrate::MigrationBackend> {

@@ -6,10 +6,14 @@
 
 mod bench;
 mod harness;
+mod pgbouncer;
 mod provision;
 mod tls;
 
 pub use bench::{HeadLookup, LookupClock};
 pub use harness::{harness, PgHarness};
+pub use pgbouncer::{
+    pgbouncer_harness, pgbouncer_store_url, pgbouncer_url, pgbouncer_url_apart, PGBOUNCER_POOL_SIZE,
+};
 pub use provision::{start_docker_postgres, test_server_url, TEST_URL_ENV};
 pub use tls::{TlsCluster, CERT_USER};
