@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use cairn_core::spool::{
-    RetentionBudget, RetentionPolicy, RunFilter, RunState, MAX_ACK_IDS, MAX_BATCH, MAX_FACT_VALUE,
-    MAX_LEASE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    EnqueueItem, RetentionBudget, RetentionPolicy, RunFilter, RunState, Timestamp, MAX_ACK_IDS,
+    MAX_BATCH, MAX_FACT_VALUE, MAX_LEASE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
 };
-use cairn_core::{Clock, EnqueueOptions, FactName, LeaseToken, NackKind, RunEventId, RunId};
+use cairn_core::{Clock, EnqueueOptions, Error, FactName, LeaseToken, NackKind, RunEventId, RunId};
 
 use super::{assert_err, consumer, enqueue_new, info, key, open_spool, LEASE};
 use crate::{random_queue, SpoolHarness};
@@ -42,6 +42,28 @@ pub async fn spool_bad_input_is_refused_without_writes<H: SpoolHarness>(h: &H) {
             .await,
             "InvalidInput",
             "max attempts out of range",
+        );
+    }
+    // Times are bounded to 1970-01-01 … 9999-12-31 UTC (issue 44 item 4.6), alone and in a
+    // bulk enqueue.
+    for micros in [
+        -1,
+        i64::MIN,
+        Timestamp::LATEST.as_unix_micros() + 1,
+        i64::MAX,
+    ] {
+        let options = EnqueueOptions::default().not_before(Timestamp::from_unix_micros(micros));
+        assert_err(
+            s.enqueue(&q, &k, Vec::new(), options.clone()).await,
+            "InvalidInput",
+            "not-before time out of range",
+        );
+        let item = EnqueueItem::new(k.clone(), Vec::new()).with_options(options);
+        let err = s.enqueue_many(&q, vec![item]).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::InvalidBatchItem { index: 0, error }
+                if matches!(**error, Error::InvalidInput { .. })),
+            "not-before time out of range in a batch: {err}"
         );
     }
     assert_eq!(
