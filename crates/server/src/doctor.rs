@@ -23,6 +23,9 @@ const PARKED_REPAIR: &str =
      (or every parked run of a queue: cairn runs retry --queue Q --state parked \
      [--reason-like TEXT]) or cairn run discard ID";
 
+/// Below this many bytes free on the file system of a SQLite store, doctor reports a problem.
+const LOW_SPACE: u64 = 1 << 20;
+
 /// How many spaces the head-cache check samples (in id order).
 const HEAD_SAMPLE: usize = 1000;
 
@@ -42,8 +45,8 @@ pub(crate) enum Level {
 /// One check's result.
 #[derive(Serialize, Debug)]
 pub(crate) struct Check {
-    /// What was checked (`integrity`, `migrations:cairn`, `ready`, `spool`, `head_caches`,
-    /// `retention`).
+    /// What was checked (`integrity`, `migrations:cairn`, `storage`, `ready`, `spool`,
+    /// `head_caches`, `retention`).
     pub(crate) name: String,
     /// Whether it found no problem (a warning is ok: the store is healthy).
     pub(crate) ok: bool,
@@ -105,6 +108,9 @@ pub(crate) struct Serving<'a> {
     /// The store's migration state, on its own connections (no connection of its own per
     /// request).
     pub(crate) migrations: &'a Migrations,
+    /// Writes the server saw refused because the store's storage is full, since the last
+    /// write that stored something.
+    pub(crate) storage: Option<crate::serve::storage::Refusals>,
 }
 
 /// What the configuration says is too much.
@@ -144,6 +150,8 @@ pub(crate) async fn report(
             checks.push(check);
         }
     }
+    let refused = serving.as_ref().and_then(|s| s.storage.as_ref());
+    checks.extend(storage(target, refused, serving.is_some()));
     if let Some(serving) = serving {
         checks.push(ready(serving.diagnostics).await);
         checks.extend(store_checks(serving.spool, serving.diagnostics, limits).await);
@@ -164,6 +172,67 @@ pub(crate) async fn report(
     Report {
         healthy: checks.iter().all(|c| c.ok),
         checks,
+    }
+}
+
+/// The store's room to write: writes a running server saw refused for a full store
+/// (`refused`), and for SQLite the free space of the file system that holds the file. A problem
+/// when a refusal is current or fewer than [`LOW_SPACE`] bytes are free; a warning when the
+/// last refusal is past the server's hold and no write has shown since whether there is room.
+/// Nothing for a Postgres store outside a server: its disk is the database server's, and a
+/// read-only check cannot see it.
+fn storage(
+    target: &DatabaseUrl,
+    refused: Option<&crate::serve::storage::Refusals>,
+    serving: bool,
+) -> Option<Check> {
+    const NAME: &str = "storage";
+    const REPAIR: &str = "free disk space on the store's volume (or grow it); writes answer 503 \
+                          storage_full until a write fits again";
+    if let Some(r) = refused.filter(|r| r.current) {
+        return Some(Check::problem(NAME, r.describe(), Some(REPAIR)));
+    }
+    let free = target.sqlite_path().map(|file| {
+        let at = if file.exists() {
+            file
+        } else {
+            file.parent().unwrap_or(file)
+        };
+        fs4::available_space(at)
+    });
+    match (free, refused) {
+        (Some(Ok(n)), _) if n < LOW_SPACE => Some(Check::problem(
+            NAME,
+            format!(
+                "the file system holding the store has {n} bytes free (below {LOW_SPACE}); \
+                 writes will fail"
+            ),
+            Some(REPAIR),
+        )),
+        (_, Some(r)) => Some(Check::warning(
+            NAME,
+            format!(
+                "{}; more than {}s ago, so not counted as full now",
+                r.describe(),
+                crate::serve::storage::HOLD.as_secs()
+            ),
+            REPAIR,
+        )),
+        (Some(Ok(n)), None) => Some(Check::ok(
+            NAME,
+            format!("{n} bytes free on the file system holding the store"),
+        )),
+        (Some(Err(e)), None) => Some(Check::warning(
+            NAME,
+            format!("cannot read the free space of the store's file system: {e}"),
+            "check the store's directory",
+        )),
+        (None, None) if serving => Some(Check::ok(
+            NAME,
+            "no write was refused for a full store (the database server's free space is not \
+             visible from here)",
+        )),
+        (None, None) => None,
     }
 }
 

@@ -137,8 +137,10 @@ pub(crate) async fn guard(State(limits): State<BodyLimits>, req: Request, next: 
     if declared(req.headers()).is_some_and(|n| n > cap as u64) {
         let mut res = too_large(Some(cap)).into_response();
         // The body stays unread: the connection cannot serve another request.
-        res.headers_mut()
-            .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        res.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
         return res;
     }
     let (parts, body) = req.into_parts();
@@ -268,9 +270,7 @@ mod tests {
             .unwrap();
         let stream = channel_body(rx);
         let started = Instant::now();
-        let err = collect(Paced::new(stream, 4096, GRACE))
-            .await
-            .unwrap_err();
+        let err = collect(Paced::new(stream, 4096, GRACE)).await.unwrap_err();
         assert_eq!(BodyError::find(&err), Some(BodyError::TooSlow));
         // Five bytes in earn 76 µs past the grace.
         assert!(started.elapsed() >= GRACE, "{:?}", started.elapsed());
@@ -281,9 +281,7 @@ mod tests {
     }
 
     /// A body fed from a channel.
-    fn channel_body(
-        rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
-    ) -> Body {
+    fn channel_body(rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>) -> Body {
         struct Chan(tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>);
         impl HttpBody for Chan {
             type Data = Bytes;

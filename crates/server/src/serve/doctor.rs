@@ -22,6 +22,8 @@ pub(crate) struct Target {
     pub(crate) store: std::sync::Arc<dyn cairn::migrate::Diagnostics>,
     /// The open store's migration state, read through its own connections.
     pub(crate) migrations: cairn::migrate::Migrations,
+    /// Writes refused because the store's storage is full.
+    pub(crate) storage: super::storage::Watch,
 }
 
 /// One check of the report.
@@ -103,6 +105,7 @@ pub(crate) async fn report(state: &AppState) -> crate::doctor::Report {
             diagnostics: state.diagnostics.as_ref(),
             store: state.doctor.store.as_ref(),
             migrations: &state.doctor.migrations,
+            storage: state.doctor.storage.refusals(),
         }),
     )
     .await

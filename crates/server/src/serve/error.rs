@@ -119,7 +119,14 @@ impl IntoResponse for ApiError {
                 index: self.index,
             },
         };
+        let full = (self.code == STORAGE_FULL).then(|| body.error.message.clone());
         let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(message) = full {
+            // For `storage::observe`, which remembers it for `/readyz` and doctor.
+            response
+                .extensions_mut()
+                .insert(super::storage::FullAnswer(message));
+        }
         if retry {
             response
                 .headers_mut()

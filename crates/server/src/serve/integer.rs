@@ -63,7 +63,10 @@ struct Whole<T>(PhantomData<T>);
 fn expecting<T>(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     // `core::primitive::u32` → `u32`.
     let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("");
-    write!(f, "an integer that fits {name} (a zero fraction such as 3.0 is accepted)")
+    write!(
+        f,
+        "an integer that fits {name} (a zero fraction such as 3.0 is accepted)"
+    )
 }
 
 impl<T: TryFrom<i128>> Whole<T> {
@@ -123,16 +126,14 @@ mod tests {
 
     #[test]
     fn zero_fraction_integers_read_as_integers() {
-        let f = read(
-            r#"{"small": 373.0, "signed": -132818857.0, "wide": 1000.0, "size": 712.0}"#,
-        )
-        .unwrap();
+        let f = read(r#"{"small": 373.0, "signed": -132818857.0, "wide": 1000.0, "size": 712.0}"#)
+            .unwrap();
         assert_eq!(
             (f.small, f.signed, f.wide, f.size),
             (Some(373), Some(-132_818_857), Some(1000), 712)
         );
-        let f = read(r#"{"small": 4294967295, "signed": null, "wide": -0.0, "size": 1e3}"#)
-            .unwrap();
+        let f =
+            read(r#"{"small": 4294967295, "signed": null, "wide": -0.0, "size": 1e3}"#).unwrap();
         assert_eq!(
             (f.small, f.signed, f.wide, f.size),
             (Some(u32::MAX), None, Some(0), 1000)

@@ -38,6 +38,7 @@ mod page;
 mod retention;
 mod routes;
 mod runs;
+pub(crate) mod storage;
 mod ui;
 
 use std::io::Write;
@@ -469,6 +470,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             parked_threshold: settings.parked_threshold,
             store: store.store_diagnostics(),
             migrations: cairn::migrate::Migrations::of(&store),
+            storage: storage::Watch::default(),
         }),
         ui: settings
             .ui

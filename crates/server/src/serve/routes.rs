@@ -17,7 +17,7 @@ use super::body::{self, BodyLimits};
 use super::error::ApiError;
 use super::json::{ErrorBody, Health};
 use super::metrics::{self, Metrics};
-use super::{batch, doctor, epochs, openapi, runs};
+use super::{batch, doctor, epochs, openapi, runs, storage};
 
 /// What every handler reads: the store (for transactions) and its capabilities, the metrics
 /// and what doctor needs.
@@ -54,6 +54,7 @@ pub(crate) struct Limits {
 /// ones included, is counted, timed and logged by [`metrics::observe`].
 pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Router {
     let meter = state.metrics.clone();
+    let target = state.doctor.clone();
     let open = tokens.is_empty();
     let ui = match state.ui {
         Some(_) => super::ui::router(state.clone()),
@@ -95,6 +96,7 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(middleware::from_fn_with_state(limits, time_limit))
+        .layer(middleware::from_fn_with_state(target, storage::observe))
         .layer(DefaultBodyLimit::max(limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(
             BodyLimits {
@@ -194,15 +196,27 @@ pub(crate) async fn healthz() -> Json<Health> {
     })
 }
 
-/// Readiness: the store answers a read.
+/// Readiness: the store answers a read, and no write was refused for a full store within the
+/// last minute without a write storing something since (`storage_full`).
 #[utoipa::path(
     get, path = "/readyz", tag = "health",
     responses(
         (status = 200, description = "The store answers", body = Health),
-        (status = 503, description = "The store does not answer, or its file was replaced under the server (`store_replaced`)", body = ErrorBody),
+        (status = 503, description = "The store does not answer, its file was replaced under the server (`store_replaced`), or its storage is full (`storage_full`: a write was refused for it within the last minute and none has stored anything since)", body = ErrorBody),
     )
 )]
 pub(crate) async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
+    if let Some(r) = state.doctor.storage.refusals().filter(|r| r.current) {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            super::error::STORAGE_FULL,
+            format!(
+                "the store's storage is full: {}; free disk space, then a write that stores \
+                 something makes the server ready again",
+                r.describe()
+            ),
+        ));
+    }
     // A SQLite file replaced under the server answers 503 `store_replaced` (issue 21, item 13).
     state.diagnostics.check_ready().await?;
     state.epochs.list_spaces(None, 1).await?;

@@ -715,6 +715,7 @@ mod tests {
                 parked_threshold: None,
                 store: store.store_diagnostics(),
                 migrations: cairn::migrate::Migrations::of(&store),
+                storage: Default::default(),
             }),
             ui: ui.then(|| Arc::new(Ui::new(tokens, &settings, Arc::default()))),
             page_bytes: 1 << 20,
