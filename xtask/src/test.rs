@@ -128,13 +128,7 @@ pub(crate) fn ensure_packages() -> Result<(), String> {
     };
     eprintln!("xtask: installing {} (apt-get)", packages.join(" "));
     let started = Instant::now();
-    if let Err(first) = apt_get(&["install", "-y"], &packages) {
-        // A fresh container has no package lists, and old ones name files the mirror no
-        // longer has: refresh them once and try again.
-        eprintln!("xtask: the install failed ({first}); running apt-get update and trying again");
-        apt_get(&["update"], &[])?;
-        apt_get(&["install", "-y"], &packages)?;
-    }
+    install(&packages, apt_get)?;
     eprintln!(
         "xtask: installed {} in {:.0} s",
         packages.join(" "),
@@ -148,6 +142,21 @@ pub(crate) fn ensure_packages() -> Result<(), String> {
         )),
         None => Ok(()),
     }
+}
+
+/// Installs `packages` through `apt` (`apt(ARGS, PACKAGES)` runs `apt-get ARGS PACKAGES`),
+/// refreshing the package lists only when the install fails: a fresh container has none, and
+/// old ones name files the mirror no longer has.
+fn install(
+    packages: &[&str],
+    mut apt: impl FnMut(&[&str], &[&str]) -> Result<(), String>,
+) -> Result<(), String> {
+    let Err(first) = apt(&["install", "-y"], packages) else {
+        return Ok(());
+    };
+    eprintln!("xtask: the install failed ({first}); running apt-get update and trying again");
+    apt(&["update"], &[])?;
+    apt(&["install", "-y"], packages)
 }
 
 /// Runs `apt-get -q ARGS PACKAGES` quietly: its output is shown only when it fails.
@@ -480,6 +489,44 @@ mod tests {
         assert!(missing_with(&need, set(dir.path().join("absent"))));
         // A directory is not a program.
         assert!(missing_with(&need, set(dir.path().to_owned())));
+    }
+
+    /// What `install` asked apt-get to do, given the answers of successive calls.
+    fn apt_calls(answers: &[bool]) -> (Result<(), String>, Vec<String>) {
+        let mut calls = Vec::new();
+        let mut answers = answers.iter();
+        let result = install(&["chromium", "pgbouncer"], |args, packages| {
+            calls.push([args, packages].concat().join(" "));
+            match answers.next() {
+                Some(true) => Ok(()),
+                _ => Err("exit status: 100".into()),
+            }
+        });
+        (result, calls)
+    }
+
+    #[test]
+    fn the_package_lists_are_refreshed_only_after_a_failed_install() {
+        let (result, calls) = apt_calls(&[true]);
+        assert_eq!(result, Ok(()));
+        assert_eq!(calls, ["install -y chromium pgbouncer"]);
+        let (result, calls) = apt_calls(&[false, true, true]);
+        assert_eq!(result, Ok(()));
+        assert_eq!(
+            calls,
+            [
+                "install -y chromium pgbouncer",
+                "update",
+                "install -y chromium pgbouncer"
+            ]
+        );
+        // One refresh only: a second failure is the answer.
+        let (result, calls) = apt_calls(&[false, true, false]);
+        assert!(result.is_err());
+        assert_eq!(calls.len(), 3);
+        let (result, calls) = apt_calls(&[false, false]);
+        assert!(result.is_err());
+        assert_eq!(calls, ["install -y chromium pgbouncer", "update"]);
     }
 
     #[test]
