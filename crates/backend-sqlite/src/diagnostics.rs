@@ -38,6 +38,32 @@ impl Diagnostics for SqliteDiagnostics {
         "sqlite"
     }
 
+    /// The space available to this user on the file system holding the file (its directory's,
+    /// while the file does not exist).
+    async fn free_space(&self) -> Result<Option<u64>> {
+        let at = if self.path.exists() {
+            self.path.clone()
+        } else {
+            self.path
+                .parent()
+                .map_or_else(|| self.path.clone(), Path::to_path_buf)
+        };
+        let asked = tokio::task::spawn_blocking(move || {
+            fs4::available_space(&at).map_err(|source| cairn_core::Error::Io {
+                path: at.display().to_string(),
+                source,
+            })
+        })
+        .await;
+        match asked {
+            Ok(free) => free.map(Some),
+            Err(_) => Err(cairn_core::Error::backend(
+                "sqlite",
+                "the free-space check did not finish",
+            )),
+        }
+    }
+
     /// `PRAGMA quick_check` on a read-only connection. A file that is absent (or a dangling
     /// symlink) is [`Integrity::Missing`]; a file SQLite cannot open where the file or its
     /// directory cannot be written is [`Integrity::ReadOnly`], not damage.

@@ -92,6 +92,17 @@ pub trait Diagnostics: Send + Sync {
     /// # Errors
     /// When the place cannot be listed (e.g. the server cannot be reached).
     async fn scratch_leftovers(&self) -> Result<Vec<String>>;
+
+    /// The bytes free for the store to grow into, where the engine can read them without
+    /// writing: SQLite's, the space available to this user on the file system holding the
+    /// file. `None` where the engine cannot see them (the default; Postgres: the disk is the
+    /// database server's).
+    ///
+    /// # Errors
+    /// When the file system cannot be asked.
+    async fn free_space(&self) -> Result<Option<u64>> {
+        Ok(None)
+    }
 }
 
 /// The tables `statements` create (`CREATE TABLE [IF NOT EXISTS] name`,

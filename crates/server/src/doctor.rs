@@ -151,7 +151,7 @@ pub(crate) async fn report(
         }
     }
     let refused = serving.as_ref().and_then(|s| s.storage.as_ref());
-    checks.extend(storage(target, refused, serving.is_some()));
+    checks.extend(storage(target, own, refused).await);
     if let Some(serving) = serving {
         checks.push(ready(serving.diagnostics).await);
         checks.extend(store_checks(serving.spool, serving.diagnostics, limits).await);
@@ -181,10 +181,10 @@ pub(crate) async fn report(
 /// last refusal is past the server's hold and no write has shown since whether there is room.
 /// Nothing for a Postgres store outside a server: its disk is the database server's, and a
 /// read-only check cannot see it.
-fn storage(
+async fn storage(
     target: &DatabaseUrl,
+    own: Option<&dyn Diagnostics>,
     refused: Option<&crate::serve::storage::Refusals>,
-    serving: bool,
 ) -> Option<Check> {
     const NAME: &str = "storage";
     const REPAIR: &str = "free disk space on the store's volume (or grow it); writes answer 503 \
@@ -192,16 +192,15 @@ fn storage(
     if let Some(r) = refused.filter(|r| r.current) {
         return Some(Check::problem(NAME, r.describe(), Some(REPAIR)));
     }
-    let free = target.sqlite_path().map(|file| {
-        let at = if file.exists() {
-            file
-        } else {
-            file.parent().unwrap_or(file)
-        };
-        fs4::available_space(at)
-    });
+    let free = match own {
+        Some(own) => own.free_space().await,
+        None => match cairn::migrate::diagnostics(target) {
+            Ok(d) => d.free_space().await,
+            Err(e) => Err(e),
+        },
+    };
     match (free, refused) {
-        (Some(Ok(n)), _) if n < LOW_SPACE => Some(Check::problem(
+        (Ok(Some(n)), _) if n < LOW_SPACE => Some(Check::problem(
             NAME,
             format!(
                 "the file system holding the store has {n} bytes free (below {LOW_SPACE}); \
@@ -218,21 +217,24 @@ fn storage(
             ),
             REPAIR,
         )),
-        (Some(Ok(n)), None) => Some(Check::ok(
+        (Ok(Some(n)), None) => Some(Check::ok(
             NAME,
             format!("{n} bytes free on the file system holding the store"),
         )),
-        (Some(Err(e)), None) => Some(Check::warning(
+        (Err(e), None) => Some(Check::warning(
             NAME,
-            format!("cannot read the free space of the store's file system: {e}"),
+            format!(
+                "cannot read the free space of the store's file system: {}",
+                one(&e.report().to_string())
+            ),
             "check the store's directory",
         )),
-        (None, None) if serving => Some(Check::ok(
+        (Ok(None), None) if own.is_some() => Some(Check::ok(
             NAME,
             "no write was refused for a full store (the database server's free space is not \
              visible from here)",
         )),
-        (None, None) => None,
+        (Ok(None), None) => None,
     }
 }
 
