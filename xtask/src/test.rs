@@ -551,6 +551,24 @@ error: 2 targets failed:
     }
 
     #[test]
+    fn a_step_reports_its_status_and_the_targets_cargo_named() {
+        let mut failing = Command::new("sh");
+        failing.args([
+            "-c",
+            "echo 'error: test failed, to rerun pass `-p a --lib`' >&2; \
+             echo 'error: test failed, to rerun pass `-p b --test c`' >&2; exit 101",
+        ]);
+        let outcome = run_step(failing).unwrap();
+        assert!(!outcome.success);
+        assert_eq!(outcome.failed_targets, ["-p a --lib", "-p b --test c"]);
+        let mut passing = Command::new("sh");
+        passing.args(["-c", "echo fine >&2"]);
+        let outcome = run_step(passing).unwrap();
+        assert!(outcome.success);
+        assert!(outcome.failed_targets.is_empty());
+    }
+
+    #[test]
     fn a_callers_no_fail_fast_is_not_passed_twice() {
         let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
