@@ -1,6 +1,6 @@
 //! Batches of writes: `POST /v1/queues/{queue}/runs/batch` (many runs of one queue in one
-//! `Spool::enqueue_many`) and `POST /v1/batch` (enqueues, epoch appends, run events and
-//! cancels in one store transaction).
+//! `Spool::enqueue_many`) and `POST /v1/batch` (enqueues, epoch appends, run events, cancels,
+//! closes and facts in one store transaction).
 //!
 //! Both are all or nothing, and both read every item into core types before the store is
 //! touched: an item that does not read (a bad key, a payload over its limit, a bad name, an
@@ -16,21 +16,44 @@
 //! its own status and code, with the op's `index`.
 //!
 //! An item is read by the function the single route uses (`EnqueueRequest::into_enqueue`,
-//! `events_in`, `RunEventIn::into_event`), so a batch item and a single request are one
-//! shape under one set of rules. The tests are `crates/server/tests/batch.rs`.
+//! `events_in`, `RunEventIn::into_event`, `FactIn`), so a batch item and a single request are
+//! one shape under one set of rules. An op on a run names it by `run_id`, or by `run: {"op": N}`:
+//! the run that enqueue op `N` of the same batch answered (created or found), which must be an
+//! earlier op; a reference to anything else answers 422 `invalid_reference` before the
+//! transaction opens.
+//!
+//! **Lock order (Architecture invariant).** Every `POST /v1/batch` takes all its locks in one
+//! global order, so no two batches — on one node or on several over one database — can wait
+//! for each other in a cycle (which Postgres breaks by aborting one with SQLSTATE 40P01):
+//! 1. the write locks of every space it appends to, up front (`Transaction::lock_spaces`, in
+//!    the order every append of every node uses);
+//! 2. its enqueues, queue by queue in name order, each queue's ops as one bulk enqueue
+//!    (`Transaction::enqueue_many`: supersede groups' locks, then keys in key order);
+//! 3. its epoch appends, in the request's order (their locks are held already);
+//! 4. its ops on runs, in run-id order: a run's `append_event`, `cancel` and `close_run` in the
+//!    request's order, then its `set_fact`s in name order.
+//!
+//! A batch is all or nothing and its ops touch disjoint things in each step, so running them in
+//! this order instead of the request's changes no answer, except which op an error names when
+//! several would fail. Results come back in the request's order. The server never reruns a
+//! batch: a deadlock would be a broken invariant, answered 503 `retryable` like any busy store.
+//! The tests are `crates/server/tests/batch.rs`, `batch_ops.rs` and `batch_concurrency.rs` (16
+//! concurrent clients over overlapping spaces and keys, on one node and on two).
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use cairn::spool::{self, CancelOutcome, EnqueueItem, Enqueued};
-use cairn::{Error, Event, QueueName, RunEventId, RunId, RunState, SpaceId, Transaction};
+use cairn::spool::{self, CancelOutcome, CloseOutcome, EnqueueItem, Enqueued, FactOutcome};
+use cairn::{Error, Event, FactName, QueueName, RunEventId, RunId, RunState, SpaceId, Transaction};
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
 use super::error::{ApiError, Body, PathArgs};
-use super::json::{events_in, AppendRequest, EnqueueRequest, ErrorBody, QueuePath, RunEventIn};
+use super::json::{
+    bytes_in, events_in, AppendRequest, EnqueueRequest, ErrorBody, FactIn, QueuePath, RunEventIn,
+};
 use super::routes::AppState;
 
 /// Most ops one `POST /v1/batch` takes. The whole batch holds the store's writer on SQLite
@@ -88,7 +111,8 @@ pub(crate) struct EnqueueBatchResponse {
 pub(crate) struct BatchRequest {
     /// The ops, run in order in one transaction (at most 1000, their payloads at most 64 MiB
     /// together: enqueue payloads, run event payloads and epoch event payloads, decoded), each
-    /// an object whose `op` is `enqueue`, `append`, `append_event` or `cancel` (see `BatchOp`).
+    /// an object whose `op` is `enqueue`, `append`, `append_event`, `cancel`, `close_run` or
+    /// `set_fact` (see `BatchOp`).
     #[schema(value_type = Vec<Object>, max_items = 1000)]
     #[serde(deserialize_with = "batch_ops")]
     pub(crate) ops: Vec<Box<RawValue>>,
@@ -133,6 +157,22 @@ pub(crate) enum OpOut {
         state: String,
         /// Whether a cancel is requested (the run was claimed).
         cancel_requested: bool,
+    },
+    /// A run's event stream closed.
+    CloseRun {
+        /// The run.
+        run_id: String,
+        /// `closed`, or `already_closed` when it was closed before.
+        outcome: String,
+    },
+    /// A run's fact set.
+    SetFact {
+        /// The run.
+        run_id: String,
+        /// `set`, or `already_set` when it held this value already.
+        outcome: String,
+        /// What `PUT /v1/runs/{id}/facts/{name}` answers for it: 201 set, 200 already set.
+        status: u16,
     },
 }
 
@@ -274,6 +314,23 @@ fn outcome(created: bool) -> &'static str {
     }
 }
 
+/// The run an op of `POST /v1/batch` is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RunRef {
+    /// `run_id`: a run stored before the batch.
+    Id(RunId),
+    /// `run: {"op": N}`: the run enqueue op `N` of the batch answered.
+    Op(usize),
+}
+
+/// `run: {"op": N}` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpRef {
+    #[serde(deserialize_with = "crate::serve::integer::one")]
+    op: usize,
+}
+
 /// An op of `POST /v1/batch` in core types.
 #[derive(Clone, Debug)]
 enum Op {
@@ -286,12 +343,20 @@ enum Op {
         events: Vec<Event>,
     },
     AppendEvent {
-        run: RunId,
+        run: RunRef,
         event_id: RunEventId,
         payload: Vec<u8>,
     },
     Cancel {
-        run: RunId,
+        run: RunRef,
+    },
+    CloseRun {
+        run: RunRef,
+    },
+    SetFact {
+        run: RunRef,
+        name: FactName,
+        value: Vec<u8>,
     },
 }
 
@@ -332,6 +397,47 @@ impl Fields {
         let (_, raw) = self.0.remove(at);
         serde_json::from_str(raw.get())
             .map_err(|_| Error::invalid("batch op", format!("`{name}` is not a string")))
+    }
+
+    /// Removes the op's run: exactly one of `run_id` (a run id) and `run` (`{"op": N}`).
+    fn take_run(&mut self) -> cairn::Result<RunRef> {
+        let id = self.0.iter().position(|(n, _)| n == "run_id");
+        let op = self.0.iter().position(|(n, _)| n == "run");
+        match (id, op) {
+            (Some(_), None) => Ok(RunRef::Id(RunId::parse(&self.take_text("run_id")?)?)),
+            (None, Some(at)) => {
+                let (_, raw) = self.0.remove(at);
+                let r: OpRef = serde_json::from_str(raw.get()).map_err(|e| {
+                    Error::invalid(
+                        "batch op",
+                        format!(
+                            "`run` names an earlier enqueue op of the batch as {{\"op\": N}}: {e}"
+                        ),
+                    )
+                })?;
+                Ok(RunRef::Op(r.op))
+            }
+            (None, None) => Err(Error::invalid(
+                "batch op",
+                "has no `run_id`: name the run by `run_id`, or by `run: {\"op\": N}` for the \
+                 run enqueue op N of the batch answered",
+            )),
+            (Some(_), Some(_)) => Err(Error::invalid(
+                "batch op",
+                "has both `run_id` and `run`: give exactly one",
+            )),
+        }
+    }
+
+    /// Refuses any field left: the op takes none beyond those read.
+    fn no_more(&self, op: &'static str, takes: &str) -> cairn::Result<()> {
+        match self.0.first() {
+            Some((field, _)) => Err(Error::invalid(
+                op,
+                format!("unknown field `{field}`: {takes}"),
+            )),
+            None => Ok(()),
+        }
     }
 
     /// The rest of the fields as JSON text: the body of the op's own route.
@@ -389,7 +495,7 @@ impl Op {
                 })
             }
             "append_event" => {
-                let run = RunId::parse(&fields.take_text("run_id")?)?;
+                let run = fields.take_run()?;
                 let body: RunEventIn = fields.rest_as("append_event op")?;
                 let (event_id, payload) = body.into_event()?;
                 // The spool refuses it too, but inside the transaction; here it is refused
@@ -402,18 +508,33 @@ impl Op {
                 })
             }
             "cancel" => {
-                let run = RunId::parse(&fields.take_text("run_id")?)?;
-                if let Some((field, _)) = fields.0.first() {
-                    return Err(Error::invalid(
-                        "cancel op",
-                        format!("unknown field `{field}`: a cancel takes `op` and `run_id` only"),
-                    ));
-                }
+                let run = fields.take_run()?;
+                fields.no_more(
+                    "cancel op",
+                    "a cancel takes `op` and `run_id` (or `run`) only",
+                )?;
                 Ok(Self::Cancel { run })
+            }
+            "close_run" => {
+                let run = fields.take_run()?;
+                fields.no_more(
+                    "close_run op",
+                    "a close takes `op` and `run_id` (or `run`) only",
+                )?;
+                Ok(Self::CloseRun { run })
+            }
+            "set_fact" => {
+                let run = fields.take_run()?;
+                let name = FactName::new(fields.take_text("name")?)?;
+                let body: FactIn = fields.rest_as("set_fact op")?;
+                let value = bytes_in("fact value", body.value, body.value_b64)?;
+                spool::check_payload("fact value", spool::MAX_FACT_VALUE, &value)?;
+                Ok(Self::SetFact { run, name, value })
             }
             _ => Err(Error::invalid(
                 "batch op",
-                "`op` names no op: expected one of enqueue, append, append_event, cancel",
+                "`op` names no op: expected one of enqueue, append, append_event, cancel, \
+                 close_run, set_fact",
             )),
         }
     }
@@ -429,35 +550,28 @@ impl Op {
                 .map(|e| e.payload.len())
                 .fold(0, usize::saturating_add),
             Self::AppendEvent { payload, .. } => payload.len(),
-            Self::Cancel { .. } => 0,
+            Self::SetFact { value, .. } => value.len(),
+            Self::Cancel { .. } | Self::CloseRun { .. } => 0,
         }
     }
 
-    /// Runs the op inside `tx`.
-    async fn run(self, tx: &mut Transaction) -> cairn::Result<OpOut> {
+    /// The run the op is about, if it is an op on a run.
+    fn run(&self) -> Option<RunRef> {
+        match self {
+            Self::AppendEvent { run, .. }
+            | Self::Cancel { run }
+            | Self::CloseRun { run }
+            | Self::SetFact { run, .. } => Some(*run),
+            Self::Enqueue { .. } | Self::Append { .. } => None,
+        }
+    }
+
+    /// Runs an op on a run (`AppendEvent`, `Cancel`, `CloseRun`, `SetFact`) inside `tx`, on
+    /// `run` (its reference resolved).
+    async fn run_on(self, run: RunId, tx: &mut Transaction) -> cairn::Result<OpOut> {
         Ok(match self {
-            Self::Enqueue { queue, item } => {
-                let e = tx
-                    .enqueue(&queue, &item.key, item.payload, item.options)
-                    .await?;
-                OpOut::Enqueue {
-                    run_id: e.run_id.to_string(),
-                    created: e.created,
-                    status: created_status(e.created),
-                }
-            }
-            Self::Append { space, events } => {
-                let a = tx.append(&space, events).await?;
-                OpOut::Append {
-                    seq: a.seq.0,
-                    id: a.id.to_string(),
-                    parents: a.parents.iter().map(ToString::to_string).collect(),
-                }
-            }
             Self::AppendEvent {
-                run,
-                event_id,
-                payload,
+                event_id, payload, ..
             } => {
                 let a = tx.append_event(run, &event_id, payload).await?;
                 OpOut::AppendEvent {
@@ -466,7 +580,7 @@ impl Op {
                     status: created_status(a.created),
                 }
             }
-            Self::Cancel { run } => {
+            Self::Cancel { .. } => {
                 let (state, cancel_requested) = match tx.cancel(run).await? {
                     CancelOutcome::Canceled => (RunState::Canceled, false),
                     CancelOutcome::Requested => (RunState::Claimed, true),
@@ -477,14 +591,63 @@ impl Op {
                     cancel_requested,
                 }
             }
+            Self::CloseRun { .. } => {
+                let outcome = match tx.close_run(run).await? {
+                    CloseOutcome::Closed => "closed",
+                    CloseOutcome::AlreadyClosed => "already_closed",
+                };
+                OpOut::CloseRun {
+                    run_id: run.to_string(),
+                    outcome: outcome.into(),
+                }
+            }
+            Self::SetFact { name, value, .. } => {
+                let (outcome, set) = match tx.set_fact(run, &name, value).await? {
+                    FactOutcome::Set => ("set", true),
+                    FactOutcome::AlreadySet => ("already_set", false),
+                };
+                OpOut::SetFact {
+                    run_id: run.to_string(),
+                    outcome: outcome.into(),
+                    status: created_status(set),
+                }
+            }
+            Self::Enqueue { .. } | Self::Append { .. } => {
+                unreachable!("only ops on a run are run on one")
+            }
         })
     }
 }
 
-/// Runs enqueues, epoch appends, run events and cancels in one transaction: every op's write
-/// commits together, or none does. Ops run in order (a later op sees an earlier one's writes:
-/// two appends to one space chain, a key enqueued twice is one run). Wakes the consumers of
-/// each queue that got a run, after the commit.
+/// Refuses a `run: {"op": N}` that does not name an earlier enqueue op of the batch: 422
+/// `invalid_reference` with the op's index (the body is well formed; what it names is not
+/// there).
+fn check_references(ops: &[Op]) -> Result<(), ApiError> {
+    for (index, op) in ops.iter().enumerate() {
+        if let Some(RunRef::Op(target)) = op.run() {
+            if target >= index || !matches!(ops[target], Op::Enqueue { .. }) {
+                let mut e = ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "invalid_reference",
+                    format!(
+                        "op {index}: `run` names op {target}, which is not an earlier enqueue \
+                         op of the batch; nothing was written"
+                    ),
+                );
+                e.index = Some(index);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs enqueues, epoch appends, run events, cancels, closes and facts in one transaction:
+/// every op's write commits together, or none does. A batch sees its own writes (two appends
+/// to one space chain, a key enqueued twice is one run, `run: {"op": N}` names the run enqueue
+/// op N answered) and takes its locks in one global order (module docs), so concurrent batches
+/// never deadlock. Results come in the ops' order. Wakes the consumers of each queue that got a
+/// run, after the commit.
 #[utoipa::path(
     post, path = "/v1/batch", tag = "batch",
     request_body = BatchRequest,
@@ -494,8 +657,9 @@ impl Op {
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "An op names a run that does not exist (`unknown_run`, with the op's `index`); the batch was rolled back, nothing was written", body = ErrorBody),
-        (status = 409, description = "The store refused an op (`run_closed`: an event for a closed or finished run; `invalid_transition`: a cancel of a run that ended), with the op's `index`; the batch was rolled back, nothing was written", body = ErrorBody),
+        (status = 409, description = "The store refused an op (`run_closed`: an event for a closed or finished run; `invalid_transition`: a cancel of a run that ended; `fact_conflict`: a fact set to another value), with the op's `index`; the batch was rolled back, nothing was written", body = ErrorBody),
         (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
+        (status = 422, description = "An op's `run: {\"op\": N}` names no earlier enqueue op of the batch (`invalid_reference`, with the op's `index`); nothing was written", body = ErrorBody),
         (status = 503, description = "Busy or unavailable; nothing was written, retry", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -518,26 +682,14 @@ pub(crate) async fn batch(
             results: Vec::new(),
         }));
     }
-    let mut round = 1;
-    let results = loop {
-        match run_batch(&state, &ops).await {
-            // The server broke a deadlock with another transaction by aborting this one
-            // (Postgres' SQLSTATE 40P01): nothing of it was written; run it again once the
-            // other has had time to finish (a prompt rerun meets it again, in the same order).
-            Err((_, e)) if round < DEADLOCK_ROUNDS && is_deadlock(&e) => {
-                tokio::time::sleep(deadlock_pause(round)).await;
-                round += 1;
-            }
-            Err((index, e)) => {
-                let e = ApiError::from(e);
-                return Err(match index {
-                    Some(index) => e.in_op(index),
-                    None => e,
-                });
-            }
-            Ok(results) => break results,
+    check_references(&ops)?;
+    let results = run_batch(&state, ops).await.map_err(|(index, e)| {
+        let e = ApiError::from(e);
+        match index {
+            Some(index) => e.in_op(index),
+            None => e,
         }
-    };
+    })?;
     for out in &results {
         match out {
             OpOut::Enqueue { created, .. } => {
@@ -548,54 +700,164 @@ pub(crate) async fn batch(
                     .inc();
             }
             OpOut::Append { .. } => state.metrics.appends.inc(),
-            OpOut::AppendEvent { .. } | OpOut::Cancel { .. } => {}
+            OpOut::AppendEvent { .. }
+            | OpOut::Cancel { .. }
+            | OpOut::CloseRun { .. }
+            | OpOut::SetFact { .. } => {}
         }
     }
     Ok(Json(BatchResponse { results }))
 }
 
-/// How often `POST /v1/batch` runs a batch the store aborted to break a deadlock.
-const DEADLOCK_ROUNDS: u32 = 5;
-
-/// The pause before rerunning a batch after its `round`th deadlock: 100 ms times the round,
-/// plus up to 100 ms of jitter so that two victims do not rerun in step.
-fn deadlock_pause(round: u32) -> std::time::Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    std::time::Duration::from_millis(
-        100 * u64::from(round) + u64::from(nanos % 100_000_000) / 1_000_000,
-    )
+/// The order a batch runs its ops in (module docs: the lock order), by op index.
+struct Plan {
+    /// Every space the batch appends to (locked up front).
+    spaces: Vec<SpaceId>,
+    /// The enqueue ops of each queue, queues in name order, ops in the request's order.
+    enqueues: Vec<(QueueName, Vec<usize>)>,
+    /// The append ops, in the request's order.
+    appends: Vec<usize>,
+    /// The ops on runs, in the request's order (sorted by run once references resolve).
+    on_runs: Vec<usize>,
 }
 
-/// Whether `e` says the store aborted the transaction to break a deadlock (Postgres' SQLSTATE
-/// 40P01): running it again is safe, nothing of it was written.
-fn is_deadlock(e: &cairn::Error) -> bool {
-    matches!(e, cairn::Error::Retryable { detail, .. } if detail.contains("40P01"))
-}
-
-/// Runs `ops` in one transaction and commits it; on error, the index of the op that failed (if
-/// an op did) and the error, with the transaction rolled back.
-async fn run_batch(
-    state: &AppState,
-    ops: &[Op],
-) -> Result<Vec<OpOut>, (Option<usize>, cairn::Error)> {
-    let mut tx = state.store.begin().await.map_err(|e| (None, e))?;
-    let mut results = Vec::with_capacity(ops.len());
-    for (index, op) in ops.iter().enumerate() {
-        match op.clone().run(&mut tx).await {
-            Ok(out) => results.push(out),
-            Err(e) => {
-                // The transaction can only roll back now; doing it here frees the connection
-                // (and SQLite's writer) before the answer goes out. A failed rollback leaves
-                // nothing committed either.
-                let _ = tx.rollback().await;
-                return Err((Some(index), e));
+impl Plan {
+    fn new(ops: &[Op]) -> Self {
+        let mut plan = Self {
+            spaces: Vec::new(),
+            enqueues: Vec::new(),
+            appends: Vec::new(),
+            on_runs: Vec::new(),
+        };
+        let mut queues: std::collections::BTreeMap<&str, (QueueName, Vec<usize>)> =
+            std::collections::BTreeMap::new();
+        for (index, op) in ops.iter().enumerate() {
+            match op {
+                Op::Enqueue { queue, .. } => queues
+                    .entry(queue.as_str())
+                    .or_insert_with(|| (queue.clone(), Vec::new()))
+                    .1
+                    .push(index),
+                Op::Append { space, .. } => {
+                    if !plan.spaces.contains(space) {
+                        plan.spaces.push(space.clone());
+                    }
+                    plan.appends.push(index);
+                }
+                _ => plan.on_runs.push(index),
             }
         }
+        plan.enqueues = queues.into_values().collect();
+        plan
     }
-    tx.commit().await.map_err(|e| (None, e))?;
-    Ok(results)
+}
+
+/// Where an op on a run goes among the batch's ops on runs: by run id, then a run's stream ops
+/// (`append_event`, `cancel`, `close_run`: one row, in the request's order) before its facts
+/// (by name). Sorting is stable, so equal keys keep the request's order.
+fn run_order(op: &Op, run: RunId) -> ([u8; 16], u8, Option<&str>) {
+    let bytes = *run.as_bytes();
+    match op {
+        Op::SetFact { name, .. } => (bytes, 1, Some(name.as_str())),
+        _ => (bytes, 0, None),
+    }
+}
+
+/// Runs `ops` in one transaction in the order of their locks (module docs) and commits it; the
+/// results in the ops' order. On error, the index of the op that failed (if an op did) and the
+/// error, with the transaction rolled back.
+async fn run_batch(
+    state: &AppState,
+    ops: Vec<Op>,
+) -> Result<Vec<OpOut>, (Option<usize>, cairn::Error)> {
+    let plan = Plan::new(&ops);
+    let mut tx = state.store.begin().await.map_err(|e| (None, e))?;
+    match run_planned(&mut tx, &plan, ops).await {
+        Ok(results) => {
+            tx.commit().await.map_err(|e| (None, e))?;
+            Ok(results)
+        }
+        Err(e) => {
+            // The transaction can only roll back now; doing it here frees the connection (and
+            // SQLite's writer) before the answer goes out. A failed rollback leaves nothing
+            // committed either.
+            let _ = tx.rollback().await;
+            Err(e)
+        }
+    }
+}
+
+async fn run_planned(
+    tx: &mut Transaction,
+    plan: &Plan,
+    ops: Vec<Op>,
+) -> Result<Vec<OpOut>, (Option<usize>, cairn::Error)> {
+    let mut results: Vec<Option<OpOut>> = (0..ops.len()).map(|_| None).collect();
+    let mut runs: Vec<Option<RunId>> = vec![None; ops.len()];
+    let mut ops: Vec<Option<Op>> = ops.into_iter().map(Some).collect();
+    if !plan.spaces.is_empty() {
+        tx.lock_spaces(&plan.spaces)
+            .await
+            .map_err(|e| (Some(plan.appends[0]), e))?;
+    }
+    for (queue, indices) in &plan.enqueues {
+        let items = indices
+            .iter()
+            .map(|&i| match ops[i].take() {
+                Some(Op::Enqueue { item, .. }) => item,
+                _ => unreachable!("the plan's enqueues are enqueue ops"),
+            })
+            .collect();
+        // The bulk enqueue's error is the first op's of its queue: it fails (or not) whole.
+        let done = tx
+            .enqueue_many(queue, items)
+            .await
+            .map_err(|e| (Some(indices[0]), e))?;
+        for (&i, e) in indices.iter().zip(&done) {
+            runs[i] = Some(e.run_id);
+            results[i] = Some(OpOut::Enqueue {
+                run_id: e.run_id.to_string(),
+                created: e.created,
+                status: created_status(e.created),
+            });
+        }
+    }
+    for &i in &plan.appends {
+        let Some(Op::Append { space, events }) = ops[i].take() else {
+            unreachable!("the plan's appends are append ops")
+        };
+        let a = tx.append(&space, events).await.map_err(|e| (Some(i), e))?;
+        results[i] = Some(OpOut::Append {
+            seq: a.seq.0,
+            id: a.id.to_string(),
+            parents: a.parents.iter().map(ToString::to_string).collect(),
+        });
+    }
+    let mut on_runs: Vec<(usize, RunId)> = plan
+        .on_runs
+        .iter()
+        .map(|&i| {
+            let run = match ops[i].as_ref().and_then(Op::run) {
+                Some(RunRef::Id(run)) => run,
+                // `check_references` made it an earlier enqueue op, answered above.
+                Some(RunRef::Op(target)) => runs[target].expect("an enqueue op's run"),
+                None => unreachable!("the plan's ops on runs are on a run"),
+            };
+            (i, run)
+        })
+        .collect();
+    on_runs.sort_by(|a, b| {
+        let (x, y) = (ops[a.0].as_ref(), ops[b.0].as_ref());
+        run_order(x.expect("an op"), a.1).cmp(&run_order(y.expect("an op"), b.1))
+    });
+    for (i, run) in on_runs {
+        let op = ops[i].take().expect("each op runs once");
+        results[i] = Some(op.run_on(run, tx).await.map_err(|e| (Some(i), e))?);
+    }
+    Ok(results
+        .into_iter()
+        .map(|r| r.expect("every op ran"))
+        .collect())
 }
 
 #[cfg(test)]
@@ -632,6 +894,14 @@ mod tests {
             read(json!({"op": "cancel", "run_id": run})),
             Ok(Op::Cancel { .. })
         ));
+        assert!(matches!(
+            read(json!({"op": "close_run", "run": {"op": 3}})),
+            Ok(Op::CloseRun { run: RunRef::Op(3) })
+        ));
+        assert!(matches!(
+            read(json!({"op": "set_fact", "run_id": run, "name": "n", "value_b64": "/wA="})),
+            Ok(Op::SetFact { value, .. }) if value == [0xff, 0]
+        ));
         for (bad, says) in [
             (json!([]), "not a JSON object"),
             (json!({"queue": "q"}), "has no `op`"),
@@ -663,10 +933,62 @@ mod tests {
                 "unknown field `reason`",
             ),
             (json!({"op": "cancel", "run_id": "nope"}), "run id"),
+            (
+                json!({"op": "close_run", "run_id": run, "run": {"op": 0}}),
+                "both `run_id` and `run`",
+            ),
+            (json!({"op": "close_run"}), "has no `run_id`"),
+            (
+                json!({"op": "close_run", "run": {"op": -1}}),
+                "earlier enqueue op",
+            ),
+            (
+                json!({"op": "set_fact", "run_id": run, "value": "v"}),
+                "has no `name`",
+            ),
+            (
+                json!({"op": "set_fact", "run_id": run, "name": "n"}),
+                "fact value",
+            ),
         ] {
             let msg = refusal(bad.clone());
             assert!(msg.contains(says), "{bad}: {msg}");
         }
+    }
+
+    #[test]
+    fn a_batch_locks_spaces_first_then_queues_by_name_then_runs() {
+        let ops: Vec<Op> = [
+            json!({"op": "enqueue", "queue": "b", "key": "k", "payload": "p"}),
+            json!({"op": "append", "space": "s2", "events": [{"kind": "k", "payload": "p"}]}),
+            json!({"op": "enqueue", "queue": "a", "key": "k", "payload": "p"}),
+            json!({"op": "close_run", "run": {"op": 0}}),
+            json!({"op": "append", "space": "s1", "events": [{"kind": "k", "payload": "p"}]}),
+            json!({"op": "enqueue", "queue": "b", "key": "j", "payload": "p"}),
+            json!({"op": "append", "space": "s2", "events": [{"kind": "k", "payload": "p"}]}),
+        ]
+        .into_iter()
+        .map(|v| read(v).unwrap())
+        .collect();
+        let plan = Plan::new(&ops);
+        let space = |s: &str| SpaceId::new(s).unwrap();
+        assert_eq!(
+            plan.spaces,
+            [space("s2"), space("s1")],
+            "each space once (lock_spaces sorts them)"
+        );
+        let queues: Vec<(&str, &[usize])> = plan
+            .enqueues
+            .iter()
+            .map(|(q, i)| (q.as_str(), i.as_slice()))
+            .collect();
+        assert_eq!(queues, [("a", &[2][..]), ("b", &[0, 5][..])]);
+        assert_eq!(plan.appends, [1, 4, 6]);
+        assert_eq!(plan.on_runs, [3]);
+        assert!(check_references(&ops).is_ok());
+        let later = [ops[3].clone(), ops[0].clone()];
+        let e = check_references(&later).unwrap_err();
+        assert_eq!((e.code, e.index), ("invalid_reference", Some(0)));
     }
 
     #[test]

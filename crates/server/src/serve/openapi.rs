@@ -100,20 +100,24 @@ pub(crate) fn served() -> &'static Value {
 
 /// The ops of `POST /v1/batch` (`BatchOp`), one object schema per op, made from what the
 /// document already states (after [`rules`]): each op is the body of its own route — the
-/// enqueue item, the epoch append, the run event; nothing for a cancel — with `op` and the
-/// route's path parameter (`queue`, `space`, `run_id`) as required fields under the path
-/// parameter's own rules. The handler reads an op exactly so (`batch::Op::from_json`).
+/// enqueue item, the epoch append, the run event, the fact; nothing for a cancel or a close —
+/// with `op` and the route's path parameters (`queue`, `space`, `run_id`, a fact's `name`) as
+/// fields under the path parameters' own rules. An op on a run takes exactly one of `run_id`
+/// and `run` (`{"op": N}`, the run enqueue op N of the batch answered). The handler reads an
+/// op exactly so (`batch::Op::from_json`).
 fn batch_ops(doc: &mut Value) {
-    let param = |path: &str, name: &str| -> Value {
-        doc["paths"][path]["post"]["parameters"]
+    let param_of = |method: &str, path: &str, name: &str| -> Value {
+        doc["paths"][path][method]["parameters"]
             .as_array()
             .and_then(|ps| ps.iter().find(|p| p["name"] == name))
             .map(|p| p["schema"].clone())
-            .unwrap_or_else(|| panic!("POST {path} has the parameter {name}"))
+            .unwrap_or_else(|| panic!("{method} {path} has the parameter {name}"))
     };
+    let param = |path: &str, name: &str| param_of("post", path, name);
     let queue = param("/v1/queues/{queue}/runs", "queue");
     let space = param("/v1/spaces/{space}/epochs", "space");
     let run_id = param("/v1/runs/{id}/cancel", "id");
+    let fact_name = param_of("put", "/v1/runs/{id}/facts/{name}", "name");
     let body = |name: &str| -> Value {
         let s = doc["components"]["schemas"][name].clone();
         assert!(s.is_object(), "{name} is in the document");
@@ -128,6 +132,42 @@ fn batch_ops(doc: &mut Value) {
         schema["required"] = Value::Array(required);
         schema
     };
+    // An op on a run: `op`, then exactly one of `run_id` and `run`.
+    let on_run = |name: &str, mut schema: Value, about: &str| {
+        schema["description"] = json!(about);
+        schema["properties"]["op"] = json!({"type": "string", "enum": [name]});
+        schema["properties"]["run_id"] = run_id.clone();
+        schema["properties"]["run"] = json!({
+            "type": "object",
+            "description": "The run an earlier enqueue op of the batch answered (created or \
+                            found): `{\"op\": N}`, N its index from 0. Anything but an earlier \
+                            enqueue op is refused with 422 `invalid_reference`.",
+            "additionalProperties": false,
+            "required": ["op"],
+            "properties": {"op": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": super::batch::MAX_BATCH_OPS - 1,
+            }},
+        });
+        let mut required = schema["required"].as_array().cloned().unwrap_or_default();
+        required.push(json!("op"));
+        schema["required"] = Value::Array(required);
+        let mut groups = schema["allOf"].as_array().cloned().unwrap_or_default();
+        groups.push(json!({"oneOf": [
+            {"type": "object", "required": ["run_id"],
+             "properties": {"run_id": {"type": "string"}}},
+            {"type": "object", "required": ["run"], "properties": {"run": {"type": "object"}}},
+        ]}));
+        schema["allOf"] = Value::Array(groups);
+        schema
+    };
+    let no_body = || json!({"type": "object", "additionalProperties": false, "properties": {}});
+    let mut fact = body("FactIn");
+    fact["properties"]["name"] = fact_name;
+    let mut fact_required = fact["required"].as_array().cloned().unwrap_or_default();
+    fact_required.push(json!("name"));
+    fact["required"] = Value::Array(fact_required);
     let ops = json!({
         "description": "One op of `POST /v1/batch`, by its `op`.",
         "oneOf": [
@@ -137,13 +177,16 @@ fn batch_ops(doc: &mut Value) {
             op("append", body("AppendRequest"), "space", space,
                "`POST /v1/spaces/{space}/epochs` inside the batch: the space, then the epoch's \
                 events (the space's write lock is held until the batch commits)."),
-            op("append_event", body("RunEventIn"), "run_id", run_id.clone(),
+            on_run("append_event", body("RunEventIn"),
                "`POST /v1/runs/{id}/events` inside the batch: the run, then the fields of a run \
                 event body."),
-            op("cancel",
-               json!({"type": "object", "additionalProperties": false, "properties": {}}),
-               "run_id", run_id,
+            on_run("cancel", no_body(),
                "`POST /v1/runs/{id}/cancel` inside the batch: the run only."),
+            on_run("close_run", no_body(),
+               "`POST /v1/runs/{id}/close` inside the batch: the run only."),
+            on_run("set_fact", fact,
+               "`PUT /v1/runs/{id}/facts/{name}` inside the batch: the run, the fact's `name`, \
+                then the fields of a fact body."),
         ],
     });
     let schemas = &mut doc["components"]["schemas"];
@@ -180,9 +223,8 @@ fn b64_limit(schema: &mut Value, bytes: usize) {
 
 /// `a` or `b`, exactly one of them, as a string (JSON `null` counts as absent).
 fn exactly_one(a: &str, b: &str) -> Value {
-    let given = |f: &str| {
-        json!({"type": "object", "required": [f], "properties": {f: {"type": "string"}}})
-    };
+    let given =
+        |f: &str| json!({"type": "object", "required": [f], "properties": {f: {"type": "string"}}});
     json!({"oneOf": [given(a), given(b)]})
 }
 
@@ -393,7 +435,17 @@ mod tests {
             .iter()
             .map(|o| &o["properties"]["op"]["enum"][0])
             .collect();
-        assert_eq!(names, ["enqueue", "append", "append_event", "cancel"]);
+        assert_eq!(
+            names,
+            [
+                "enqueue",
+                "append",
+                "append_event",
+                "cancel",
+                "close_run",
+                "set_fact"
+            ]
+        );
         // An op keeps its route's rules: the enqueue op's payload limit, the queue's.
         assert_eq!(
             n(&ops[0]["properties"]["payload"]["x-max-bytes"]),
