@@ -54,7 +54,7 @@ async fn an_application_sets_tables_live_in_the_stores_schema() {
     .unwrap();
     assert_eq!(
         homes,
-        [schema.clone()],
+        std::slice::from_ref(&schema),
         "the set's table is {schema}.orders"
     );
 
