@@ -697,7 +697,10 @@ mod tests {
     fn a_full_store_is_its_own_kind_and_not_retried_at_once() {
         let e = Error::storage_full("SQLSTATE 53100");
         assert!(e.is_storage_full());
-        assert!(!e.is_retryable(), "an immediate retry meets the same full disk");
+        assert!(
+            !e.is_retryable(),
+            "an immediate retry meets the same full disk"
+        );
         let text = e.to_string();
         assert!(text.contains("nothing was written"), "{text}");
         assert!(text.contains("free disk space"), "{text}");

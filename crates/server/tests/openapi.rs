@@ -300,15 +300,13 @@ fn valid(doc: &Doc, schema: &Value, v: &Value) -> bool {
             }
             true
         }
-        Value::Number(_) => {
-            match whole(v) {
-                Some(n) if ts.contains(&"integer") => {
-                    let (lo, hi) = int_bounds(schema);
-                    (lo..=hi).contains(&n)
-                }
-                _ => !ts.contains(&"integer"),
+        Value::Number(_) => match whole(v) {
+            Some(n) if ts.contains(&"integer") => {
+                let (lo, hi) = int_bounds(schema);
+                (lo..=hi).contains(&n)
             }
-        }
+            _ => !ts.contains(&"integer"),
+        },
         Value::Array(items) => {
             if usize_of(schema, "minItems").is_some_and(|m| items.len() < m)
                 || usize_of(schema, "maxItems").is_some_and(|m| items.len() > m)
