@@ -73,7 +73,10 @@ fn provision(needs: &[Need], missing: impl Fn(&Need) -> bool, root: bool, apt: b
     }
     let what = missing
         .iter()
-        .map(|n| format!("{} for {}", n.binary, n.why))
+        .map(|n| match n.env {
+            Some(var) => format!("{} (or ${var}) for {}", n.binary, n.why),
+            None => format!("{} for {}", n.binary, n.why),
+        })
         .collect::<Vec<_>>()
         .join(", ");
     let list = packages.join(" ");
@@ -441,7 +444,12 @@ mod tests {
             line.contains("`sudo apt-get install -y chromium chromium-driver pgbouncer`"),
             "{line}"
         );
-        assert!(line.contains("/usr/bin/chromium for the dashboard's browser test"));
+        assert!(
+            line.contains(
+                "/usr/bin/chromium (or $CAIRN_CHROMIUM) for the dashboard's browser test"
+            ),
+            "{line}"
+        );
         assert!(line.contains("/usr/sbin/pgbouncer for the PgBouncer tests"));
         // Only what is missing is named.
         let Provision::Refuse(line) =
