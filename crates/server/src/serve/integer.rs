@@ -27,7 +27,6 @@ where
 }
 
 /// Reads a required integer field.
-#[allow(dead_code)] // Every integer field of today's bodies is optional; batch ops may not be.
 pub(crate) fn one<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: Deserializer<'de>,
