@@ -29,7 +29,8 @@ pub(crate) struct Target {
 /// One check of the report.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct DoctorCheck {
-    /// `integrity`, `scratch`, `migrations:cairn`, `ready`, `spool`, `retention`, `head_caches`.
+    /// `integrity`, `scratch`, `migrations:cairn`, `storage`, `ready`, `spool`, `retention`,
+    /// `head_caches`.
     name: String,
     /// Whether it found no problem (a warning is ok: the store is healthy).
     ok: bool,
@@ -53,7 +54,8 @@ pub(crate) struct DoctorReport {
 }
 
 /// The store's health, as `cairn doctor --json` reports it: integrity, leftover scratch
-/// stores of the additivity check, migration state, spool counts (parked runs are a warning,
+/// stores of the additivity check, migration state, room to write (`storage`: writes refused
+/// for a full store, a SQLite file system's free space), spool counts (parked runs are a warning,
 /// a problem past `doctor.parked_threshold`),
 /// retention usage against the configured cap and a head-cache sample, each problem with the
 /// command that repairs it. A read-only token suffices.
