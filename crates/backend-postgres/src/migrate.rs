@@ -94,17 +94,18 @@ pub struct PgMigrator {
     pool: Option<PgPool>,
 }
 
-/// The connection one look runs on: pooled (returned when done) or its own (closed; behind a
-/// transaction-mode pooler, `true`, its checkout transaction is committed first).
+/// The connection one look runs on: pooled (returned when done) or its own (closed). Behind a
+/// transaction-mode pooler (`true`), its checkout transaction is committed first, so a
+/// heartbeat or a deregistration is durable when the look ends.
 enum Look {
-    Pooled(PoolConnection<Postgres>),
+    Pooled(PoolConnection<Postgres>, bool),
     Own(PgConnection, bool),
 }
 
 impl Look {
     fn conn(&mut self) -> &mut PgConnection {
         match self {
-            Look::Pooled(c) => c,
+            Look::Pooled(c, _) => c,
             Look::Own(c, _) => c,
         }
     }
@@ -112,11 +113,17 @@ impl Look {
     /// Gives the connection back: to the pool, or closed (best effort: what the look read or
     /// wrote is settled already).
     async fn done(self) {
-        if let Look::Own(mut c, pooled) = self {
-            if pooled {
+        match self {
+            Look::Own(mut c, pooled) => {
+                if pooled {
+                    let _ = crate::pooler::end(&mut c).await;
+                }
+                let _ = c.close().await;
+            }
+            Look::Pooled(mut c, true) => {
                 let _ = crate::pooler::end(&mut c).await;
             }
-            let _ = c.close().await;
+            Look::Pooled(_, false) => {}
         }
     }
 }
@@ -193,7 +200,10 @@ impl PgMigrator {
     /// A connection for one look: the store's pooled one, or a new one.
     async fn look(&self) -> Result<Look> {
         match &self.pool {
-            Some(pool) => Ok(Look::Pooled(pool.acquire().await.map_err(map)?)),
+            Some(pool) => Ok(Look::Pooled(
+                pool.acquire().await.map_err(map)?,
+                self.pooled()?,
+            )),
             None => Ok(Look::Own(self.connection().await?, self.pooled()?)),
         }
     }

@@ -144,26 +144,96 @@ pub(crate) async fn end(conn: &mut sqlx::PgConnection) -> std::result::Result<()
     Ok(())
 }
 
+/// The checkouts of a pool with checkout transactions that are out (begun, not yet given
+/// back), so closing can wait for their commits.
+///
+/// The driver gives a connection back to a closed pool without `after_release`: it closes it,
+/// which rolls the checkout's transaction back. A statement an operation ran on the pool
+/// without a transaction of its own (an enqueue, a heartbeat) commits only when its connection
+/// is given back, after the operation answered; so a store behind a pooler lets every checkout
+/// end ([`Checkouts::drain`]) before it closes its pool, and takes no new one meanwhile.
+#[derive(Debug, Default)]
+pub(crate) struct Checkouts {
+    out: std::sync::atomic::AtomicUsize,
+    closing: std::sync::atomic::AtomicBool,
+    ended: tokio::sync::Notify,
+}
+
+impl Checkouts {
+    /// Refuses new checkouts, then waits until every checkout that is out has been given back
+    /// (and so committed).
+    pub(crate) async fn drain(&self) {
+        use std::sync::atomic::Ordering;
+        self.closing.store(true, Ordering::SeqCst);
+        loop {
+            let ended = self.ended.notified();
+            if self.out.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            ended.await;
+        }
+    }
+
+    fn begun(&self) {
+        self.out.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn given_back(&self) {
+        self.out.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        self.ended.notify_waiters();
+    }
+
+    fn refused(&self) -> Option<sqlx::Error> {
+        self.closing
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(sqlx::Error::PoolClosed)
+    }
+}
+
 /// `pool` with a checkout transaction around every use (see the module docs): opened when a
-/// connection is made or taken from the pool, committed when it is given back.
+/// connection is made or taken from the pool, committed when it is given back; `checkouts`
+/// counts them.
 pub(crate) fn with_checkout_transactions(
     pool: sqlx::postgres::PgPoolOptions,
     schema: &str,
     lock_timeout_ms: &str,
+    checkouts: std::sync::Arc<Checkouts>,
 ) -> sqlx::postgres::PgPoolOptions {
     let sql: std::sync::Arc<str> = begin_sql(schema, lock_timeout_ms).into();
-    let on_connect = sql.clone();
+    let (on_connect, on_acquire, on_release) = (checkouts.clone(), checkouts.clone(), checkouts);
+    let connect_sql = sql.clone();
     pool.test_before_acquire(false)
         .after_connect(move |conn, _meta| {
-            let sql = on_connect.clone();
-            Box::pin(async move { begin(conn, &sql).await })
+            let (sql, checkouts) = (connect_sql.clone(), on_connect.clone());
+            Box::pin(async move {
+                if let Some(closed) = checkouts.refused() {
+                    return Err(closed);
+                }
+                begin(conn, &sql).await?;
+                checkouts.begun();
+                Ok(())
+            })
         })
         .before_acquire(move |conn, _meta| {
-            let sql = sql.clone();
+            let (sql, checkouts) = (sql.clone(), on_acquire.clone());
             // The BEGIN is the liveness check too: a dead connection fails it and is dropped.
-            Box::pin(async move { begin(conn, &sql).await.map(|()| true) })
+            Box::pin(async move {
+                if let Some(closed) = checkouts.refused() {
+                    return Err(closed);
+                }
+                begin(conn, &sql).await?;
+                checkouts.begun();
+                Ok(true)
+            })
         })
-        .after_release(|conn, _meta| Box::pin(async move { end(conn).await.map(|()| true) }))
+        .after_release(move |conn, _meta| {
+            let checkouts = on_release.clone();
+            Box::pin(async move {
+                let ended = end(conn).await;
+                checkouts.given_back();
+                ended.map(|()| true)
+            })
+        })
 }
 
 /// Whether two connections to `options`' server, open at once, are served by one server

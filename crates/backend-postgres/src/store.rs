@@ -56,6 +56,8 @@ struct Inner {
     schema: SchemaName,
     opened: Opened,
     statements: AtomicU64,
+    /// Behind a transaction-mode pooler: the pool's checkouts, which closing waits for.
+    checkouts: Option<Arc<crate::pooler::Checkouts>>,
 }
 
 impl fmt::Debug for PgStore {
@@ -462,14 +464,19 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .acquire_timeout(opts.acquire_timeout);
-        let pool = match opts.pooler_mode()? {
+        let checkouts = (opts.pooler_mode()? == Pooler::Transaction)
+            .then(|| Arc::new(crate::pooler::Checkouts::default()));
+        let pool = match &checkouts {
             // Behind a transaction-mode pooler every checkout is one transaction that sets
             // what it needs (crate::pooler), and no statement is cached.
-            Pooler::Transaction => {
-                crate::pooler::with_checkout_transactions(pool, &search_path, &lock_timeout_ms)
-                    .connect_with(connect.statement_cache_capacity(0))
-            }
-            _ => crate::config::with_liveness_check(pool)
+            Some(checkouts) => crate::pooler::with_checkout_transactions(
+                pool,
+                &search_path,
+                &lock_timeout_ms,
+                checkouts.clone(),
+            )
+            .connect_with(connect.statement_cache_capacity(0)),
+            None => crate::config::with_liveness_check(pool)
                 .after_connect(move |conn, _meta| {
                     let search_path = search_path.clone();
                     let lock_timeout_ms = lock_timeout_ms.clone();
@@ -493,6 +500,7 @@ impl PgStore {
                 schema,
                 opened,
                 statements: AtomicU64::new(0),
+                checkouts,
             }),
         })
     }
@@ -506,7 +514,16 @@ impl PgStore {
     /// Closes the pool, waiting for the connections in use to come back: an orderly shutdown.
     /// Every later operation on this store (and its clones) fails with [`Error::Unavailable`].
     pub async fn close(&self) {
+        self.drain().await;
         self.inner.pool.close().await;
+    }
+
+    /// Behind a transaction-mode pooler, refuses new checkouts and waits for those out to be
+    /// given back (committed) before the pool may close (see [`crate::pooler::Checkouts`]).
+    pub(crate) async fn drain(&self) {
+        if let Some(checkouts) = &self.inner.checkouts {
+            checkouts.drain().await;
+        }
     }
 
     /// The store's pool, which the spool and the migrator built from this store share.

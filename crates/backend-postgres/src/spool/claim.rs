@@ -128,7 +128,7 @@ async fn claim_queued(
     let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
     let expires_at = now.saturating_add(lease);
     let policy = s.inner.config.backoff;
-    let rows = sqlx::query(sql::CLAIM_QUEUED)
+    let rows = autocommit!(s, |on| sqlx::query(sql::CLAIM_QUEUED)
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -142,9 +142,9 @@ async fn claim_queued(
         .bind(micros(expires_at))
         .bind(policy.base.as_nanos().to_string())
         .bind(policy.cap.as_nanos().to_string())
-        .fetch_all(s.pool())
+        .fetch_all(on)
         .await
-        .map_err(map)?;
+        .map_err(map))?;
     let Some(first) = rows.first() else {
         return Err(Error::corrupt("the one-statement claim returned no row"));
     };

@@ -155,7 +155,7 @@ fn new_run_id(_: &PgSpool, now: Timestamp) -> RunId {
 /// it was created), or `None` when the statement must run again (see there).
 async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option<RunId>> {
     match &new.options.supersede_group {
-        None => enqueue_statement(s, id, new, s.pool()).await,
+        None => autocommit!(s, |on| enqueue_statement(s, id, new, on).await),
         Some(group) => {
             let mut tx = s.pool().begin().await.map_err(map)?;
             // The group's lock is held: an error rolls back at once.
@@ -248,7 +248,7 @@ async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>
         Err(Error::backend("postgres", "an injected batch failure"))
     } else {
         let pending: Vec<&PendingEnqueue> = batch.iter().map(|(e, _)| e).collect();
-        enqueue_many_statement(s, s.pool(), &pending, None).await
+        autocommit!(s, |on| enqueue_many_statement(s, on, &pending, None).await)
     };
     match stored {
         Ok(by_key) => {

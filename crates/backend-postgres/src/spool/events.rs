@@ -38,7 +38,8 @@ pub(super) async fn append_event_tx(
     payload: Vec<u8>,
 ) -> Result<EventAppended> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    append_event_on(s, &mut conn, run, event_id, payload).await
+    let done = append_event_on(s, &mut conn, run, event_id, payload).await;
+    s.finish(conn, done).await
 }
 
 /// [`append_event_tx`] on `conn` (its input checked first, before any statement): on a pooled
@@ -98,7 +99,8 @@ pub(crate) async fn append_event_on(
 
 pub(super) async fn close_run_tx(s: &PgSpool, run: RunId) -> Result<CloseOutcome> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    close_run_on(&mut conn, run).await
+    let done = close_run_on(&mut conn, run).await;
+    s.finish(conn, done).await
 }
 
 /// [`close_run_tx`] on `conn`: in autocommit, or inside a transaction (the caller's), which
@@ -159,12 +161,12 @@ pub(super) async fn acknowledge_events_tx(
         ));
     }
     let ids: Vec<Vec<u8>> = event_ids.iter().map(|e| e.as_bytes().to_vec()).collect();
-    let row = sqlx::query(sql::ACK_EVENTS)
+    let row = autocommit!(s, |on| sqlx::query(sql::ACK_EVENTS)
         .bind(run.as_bytes().as_slice())
         .bind(ids)
-        .fetch_one(s.pool())
+        .fetch_one(on)
         .await
-        .map_err(map)?;
+        .map_err(map))?;
     if !get::<bool>(&row, 0)? {
         return Err(Error::UnknownRun { run });
     }
@@ -178,7 +180,8 @@ pub(super) async fn set_fact_tx(
     value: Vec<u8>,
 ) -> Result<FactOutcome> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    set_fact_on(s, &mut conn, run, name, value).await
+    let done = set_fact_on(s, &mut conn, run, name, value).await;
+    s.finish(conn, done).await
 }
 
 /// [`set_fact_tx`] on `conn` (its input checked first): in autocommit, or inside a transaction

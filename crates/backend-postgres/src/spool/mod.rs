@@ -51,6 +51,31 @@
 //!
 //! Time comes from the spool's [`Clock`], never from the server's `now()`.
 
+/// A write the spool sends outside a transaction of its own (`$on`: the executor it runs on),
+/// committed before the operation goes on. On a direct connection `$on` is the pool, as always
+/// (autocommit). Behind a transaction-mode pooler every checkout is a transaction
+/// (`crate::pooler`) that would commit only when its connection is given back — after the
+/// operation answered, so its caller's next read could miss the write; there `$on` is one
+/// checkout, committed right after `$body`.
+macro_rules! autocommit {
+    ($s:expr, |$on:ident| $body:expr) => {{
+        match $s.pooled_checkout().await {
+            Err(e) => Err(e),
+            Ok(Some(mut checkout)) => {
+                let done = {
+                    let $on = &mut *checkout;
+                    $body
+                };
+                $s.finish(checkout, done).await
+            }
+            Ok(None) => {
+                let $on = $s.pool();
+                $body
+            }
+        }
+    }};
+}
+
 mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod events;
@@ -163,6 +188,10 @@ pub struct PgSpool {
 struct Inner {
     /// The store's pool.
     pool: PgPool,
+    /// The store (a handle on the same pool), whose checkouts the spool's close waits for.
+    store: PgStore,
+    /// Behind a transaction-mode pooler (`crate::pooler`).
+    pooled: bool,
     schema: SchemaName,
     clock: Arc<dyn Clock>,
     config: SpoolConfig,
@@ -216,6 +245,8 @@ impl PgSpool {
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
+                store: store.clone(),
+                pooled: store.options().pooler_mode()? == crate::Pooler::Transaction,
                 schema: store.schema().clone(),
                 clock,
                 config,
@@ -234,6 +265,7 @@ impl PgSpool {
     /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
     pub async fn close(&self) {
         self.inner.wake.close();
+        self.inner.store.drain().await;
         self.inner.pool.close().await;
     }
 
@@ -258,6 +290,36 @@ impl PgSpool {
 
     pub(crate) fn pool(&self) -> &PgPool {
         &self.inner.pool
+    }
+
+    /// Behind a transaction-mode pooler, a checkout for one write (see `autocommit!`); `None`
+    /// on a direct connection.
+    pub(crate) async fn pooled_checkout(
+        &self,
+    ) -> Result<Option<sqlx::pool::PoolConnection<sqlx::Postgres>>> {
+        if !self.inner.pooled {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.inner.pool.acquire().await.map_err(crate::error::map)?,
+        ))
+    }
+
+    /// Ends the write `done` on `conn` (a connection of the pool the spool's operation ran in
+    /// autocommit): behind a transaction-mode pooler, commits its checkout before the operation
+    /// answers (see `autocommit!`); on a direct connection there is nothing to do.
+    pub(crate) async fn finish<T>(
+        &self,
+        mut conn: sqlx::pool::PoolConnection<sqlx::Postgres>,
+        done: Result<T>,
+    ) -> Result<T> {
+        if self.inner.pooled {
+            let ended = crate::pooler::end(&mut conn).await;
+            if let (Ok(_), Err(e)) = (&done, ended) {
+                return Err(crate::error::map(e));
+            }
+        }
+        done
     }
 
     /// The store's schema, which the spool's tables live in.

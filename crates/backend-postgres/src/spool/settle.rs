@@ -137,7 +137,9 @@ pub(super) async fn heartbeat_tx(
         after.state = to;
         after.lease_expires_at = Some(expires_at);
         after.due_at = Some(expires_at.saturating_add(delay));
-        if let Some(cancel_requested) = write_run(s, s.pool(), &before, &after, false).await? {
+        if let Some(cancel_requested) =
+            autocommit!(s, |on| write_run(s, on, &before, &after, false).await)?
+        {
             return Ok(Heartbeat {
                 expires_at,
                 cancel_requested,
@@ -159,15 +161,15 @@ pub(super) async fn ack_tx(s: &PgSpool, run: RunId, token: LeaseToken) -> Result
         return Ok(());
     }
     for _ in 0..CAS_ROUNDS {
-        let done = sqlx::query(sql::ACK)
+        let done = autocommit!(s, |on| sqlx::query(sql::ACK)
             .bind(run.as_bytes().as_slice())
             .bind(token.as_bytes().as_slice())
             .bind(succeeded.as_str())
             .bind(micros(now))
-            .execute(s.pool())
+            .execute(on)
             .await
-            .map_err(map)?
-            .rows_affected();
+            .map_err(map))?
+        .rows_affected();
         if done == 1 {
             return Ok(());
         }
@@ -223,10 +225,7 @@ pub(super) async fn nack_tx(
             enter(&mut after, to, now);
         }
         let wake = to == RunState::Queued;
-        if write_run(s, s.pool(), &before, &after, wake)
-            .await?
-            .is_some()
-        {
+        if autocommit!(s, |on| write_run(s, on, &before, &after, wake).await)?.is_some() {
             return Ok(Nacked {
                 state: to,
                 retry_at,
@@ -251,10 +250,7 @@ pub(super) async fn release_tx(
         if to != RunState::Queued {
             let mut after = before.clone();
             enter(&mut after, to, now);
-            if write_run(s, s.pool(), &before, &after, false)
-                .await?
-                .is_some()
-            {
+            if autocommit!(s, |on| write_run(s, on, &before, &after, false).await)?.is_some() {
                 return Ok(Nacked {
                     state: to,
                     retry_at: None,
@@ -266,7 +262,7 @@ pub(super) async fn release_tx(
         let attempts = i32::try_from(before.attempts)
             .map_err(|_| Error::corrupt("an attempt count out of range in the spool tables"))?;
         let left = before.attempts.saturating_sub(1);
-        let applied = sqlx::query(sql::RELEASE)
+        let applied = autocommit!(s, |on| sqlx::query(sql::RELEASE)
             .bind(run.as_bytes().as_slice())
             .bind(token.as_bytes().as_slice())
             .bind(attempts)
@@ -275,9 +271,9 @@ pub(super) async fn release_tx(
             .bind(micros(at))
             .bind(next_attempt(left))
             .bind(claim_jitter(&before.queue, &before.dedup_key, left))
-            .fetch_optional(s.pool())
+            .fetch_optional(on)
             .await
-            .map_err(map)?;
+            .map_err(map))?;
         if applied.is_some() {
             return Ok(Nacked {
                 state: to,
@@ -290,7 +286,8 @@ pub(super) async fn release_tx(
 
 pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    cancel_on(s, &mut conn, run).await
+    let done = cancel_on(s, &mut conn, run).await;
+    s.finish(conn, done).await
 }
 
 /// [`cancel_tx`] on `conn`: on a pooled connection in autocommit, or inside a transaction
@@ -440,15 +437,15 @@ async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
             // Planned for these arrays each time (the unnamed statement), not on the generic
             // plan: there, with the arrays' sizes unknown, the join of the runs with the acks
             // became a nested loop over both lists (a batch of n acks read n² rows; sql.rs).
-            Ok(succeeded) => sqlx::query(sql::ACK_MANY)
+            Ok(succeeded) => autocommit!(s, |on| sqlx::query(sql::ACK_MANY)
                 .persistent(false)
                 .bind(runs)
                 .bind(tokens)
                 .bind(nows)
                 .bind(succeeded.as_str())
-                .fetch_all(s.pool())
+                .fetch_all(on)
                 .await
-                .map_err(map),
+                .map_err(map)),
             Err(e) => Err(e),
         }
     };
