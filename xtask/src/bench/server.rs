@@ -2,9 +2,12 @@
 //! the same operations through the library (`cairn::Store`), in one run, on two fresh stores of
 //! the same backend, with the same number of concurrent clients for the same time.
 //!
-//! Operations: appends (a one-event epoch; each client appends to its own space) and enqueues
-//! (every key distinct, so every enqueue creates a run). Each client issues one operation at a
-//! time; HTTP clients share one keep-alive connection pool.
+//! Operations: appends (a one-event epoch; each client appends to its own space), enqueues
+//! (every key distinct, so every enqueue creates a run) and overlapping batches (`POST
+//! /v1/batch`, and a library transaction doing the same: one-event appends to 3 of 4 spaces
+//! and enqueues of 6 of 12 keys all clients share, each list in an order of its own, so every
+//! batch contends with the others for its locks). Each client issues one operation at a time;
+//! HTTP clients share one keep-alive connection pool.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,15 +55,41 @@ impl Figures {
 enum Op {
     Append,
     Enqueue,
+    Batch,
 }
+
+/// The operations measured, in the report's order.
+const OPS: [Op; 3] = [Op::Append, Op::Enqueue, Op::Batch];
 
 impl Op {
     fn name(self) -> &'static str {
         match self {
             Self::Append => "append (1 event)",
             Self::Enqueue => "enqueue (new key)",
+            Self::Batch => "batch (3 of 4 shared spaces, 6 of 12 shared keys)",
         }
     }
+}
+
+/// The shared spaces and keys batch `i` of `client` writes (indices into 4 spaces and 12
+/// keys), each list in an order of its own (xorshift64* over the client and the batch).
+fn batch_picks(client: usize, i: u64) -> (Vec<usize>, Vec<usize>) {
+    let mut x = (client as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ i.wrapping_add(1).wrapping_mul(0xD1B5_4A32_D192_ED03);
+    let mut shuffle = |n: usize, keep: usize| -> Vec<usize> {
+        let mut v: Vec<usize> = (0..n).collect();
+        for j in (1..n).rev() {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            v.swap(j, (r % (j as u64 + 1)) as usize);
+        }
+        v.truncate(keep);
+        v
+    };
+    let spaces = shuffle(4, 3);
+    (spaces, shuffle(12, 6))
 }
 
 /// A fresh store's URL, and what removes it at the end.
@@ -139,7 +168,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
     let mut over_http = Vec::new();
-    for op in [Op::Append, Op::Enqueue] {
+    for op in OPS {
         eprintln!(
             "HTTP: {} for {} with {clients} clients…",
             op.name(),
@@ -167,7 +196,7 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let mut in_process = Vec::new();
-    for op in [Op::Append, Op::Enqueue] {
+    for op in OPS {
         eprintln!(
             "library: {} for {} with {clients} clients…",
             op.name(),
@@ -176,11 +205,13 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), String> {
         let epochs = store.epochs();
         let spool = store.spool();
         let tag = tag.clone();
+        let store = store.clone();
         in_process.push(
             measure(clients, window, move |client, i| {
                 let epochs = epochs.clone();
                 let spool = spool.clone();
                 let tag = tag.clone();
+                let store = store.clone();
                 async move {
                     match op {
                         Op::Append => {
@@ -205,6 +236,9 @@ pub(crate) async fn run(args: ServerArgs) -> Result<(), String> {
                                 .await
                                 .map_err(|e| e.to_string())?;
                         }
+                        Op::Batch => library_batch(&store, &tag, client, i)
+                            .await
+                            .map_err(|e| e.to_string())?,
                     }
                     Ok(())
                 }
@@ -264,6 +298,37 @@ where
     })
 }
 
+/// What `POST /v1/batch` does for batch `i` of `client`, as a library transaction: the
+/// spaces' locks up front, the appends, the keys as one bulk enqueue.
+async fn library_batch(
+    store: &cairn::Store,
+    tag: &str,
+    client: usize,
+    i: u64,
+) -> cairn::Result<()> {
+    let (spaces, keys) = batch_picks(client, i);
+    let spaces = spaces
+        .iter()
+        .map(|s| cairn::SpaceId::new(format!("bench-{tag}-shared-{s}")))
+        .collect::<cairn::Result<Vec<_>>>()?;
+    let items = keys
+        .iter()
+        .map(|k| {
+            let key = cairn::DedupKey::from_parts([tag, "shared", &k.to_string()])?;
+            Ok(cairn::spool::EnqueueItem::new(key, "payload"))
+        })
+        .collect::<cairn::Result<Vec<_>>>()?;
+    let queue = cairn::QueueName::new("bench-batch")?;
+    let mut tx = store.begin().await?;
+    tx.lock_spaces(&spaces).await?;
+    for space in &spaces {
+        tx.append(space, vec![cairn::Event::new("bench", "payload")])
+            .await?;
+    }
+    tx.enqueue_many(&queue, items).await?;
+    tx.commit().await
+}
+
 async fn http_op(
     http: &reqwest::Client,
     base: &str,
@@ -283,6 +348,24 @@ async fn http_op(
             format!(r#"{{"key_parts": ["{tag}", "{client}", "{i}"], "payload": "payload"}}"#),
             201,
         ),
+        Op::Batch => {
+            let (spaces, keys) = batch_picks(client, i);
+            let appends = spaces.iter().map(|s| {
+                serde_json::json!({"op": "append", "space": format!("bench-{tag}-shared-{s}"),
+                                   "events": [{"kind": "bench", "payload": "payload"}]})
+            });
+            let enqueues = keys.iter().map(|k| {
+                serde_json::json!({"op": "enqueue", "queue": "bench-batch",
+                                   "key_parts": [tag, "shared", k.to_string()],
+                                   "payload": "payload"})
+            });
+            let ops: Vec<serde_json::Value> = appends.chain(enqueues).collect();
+            (
+                format!("{base}/v1/batch"),
+                serde_json::json!({ "ops": ops }).to_string(),
+                200,
+            )
+        }
     };
     let resp = http
         .post(path)
@@ -410,7 +493,7 @@ fn report(args: &ServerArgs, clients: usize, window: Duration, http: &[Figures],
         args.backend.name()
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
-    for (op, (h, l)) in [Op::Append, Op::Enqueue].iter().zip(http.iter().zip(lib)) {
+    for (op, (h, l)) in OPS.iter().zip(http.iter().zip(lib)) {
         let ratio = h.rate() / l.rate();
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {:.0}% | {} |",
