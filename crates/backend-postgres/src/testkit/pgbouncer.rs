@@ -20,9 +20,11 @@ use tokio::sync::OnceCell;
 
 use super::{test_server_url, PgHarness};
 
-/// Server connections PgBouncer keeps per (database, user): far fewer than the clients the
-/// tests open (a store's pool is 8), so sessions are shared and reused.
-pub const PGBOUNCER_POOL_SIZE: u32 = 4;
+/// Server connections PgBouncer keeps per (database, user): fewer than the clients the tests
+/// open (a store's pool is 8, and most cases open two or more stores), so sessions are shared
+/// and reused. With 4, cases where several openers wait for the migration lock (each waiting in
+/// a transaction, so holding a server connection) timed out waiting for one.
+pub const PGBOUNCER_POOL_SIZE: u32 = 8;
 
 static PGBOUNCER: OnceCell<std::result::Result<String, String>> = OnceCell::const_new();
 
