@@ -43,4 +43,4 @@ pub use migrate::PgMigrator;
 pub use pooler::{Pooler, POOLER_PARAM};
 pub use spool::PgSpool;
 pub use store::PgStore;
-pub use tx::PgTransaction;
+pub use tx::{classify_app_error, PgTransaction};

@@ -86,15 +86,15 @@ impl PgSpool {
     /// ```no_run
     /// # async fn demo(spool: cairn_postgres::PgSpool, app: sqlx::PgPool) -> cairn_core::Result<()> {
     /// use cairn_core::spool::{DedupKey, EnqueueOptions, QueueName};
-    /// let mut tx = app.begin().await.map_err(|e| cairn_core::Error::backend("app", e.to_string()))?;
+    /// let mut tx = app.begin().await.map_err(cairn_postgres::classify_app_error)?;
     /// sqlx::query("INSERT INTO orders (id) VALUES (42)")
     ///     .execute(&mut *tx)
     ///     .await
-    ///     .map_err(|e| cairn_core::Error::backend("app", e.to_string()))?;
+    ///     .map_err(cairn_postgres::classify_app_error)?;
     /// let queue = QueueName::new("receipts")?;
     /// let key = DedupKey::from_parts(["order", "42"])?;
     /// spool.enqueue_in(&mut tx, &queue, &key, b"42".to_vec(), EnqueueOptions::default()).await?;
-    /// tx.commit().await.map_err(|e| cairn_core::Error::backend("app", e.to_string()))?;
+    /// tx.commit().await.map_err(cairn_postgres::classify_app_error)?;
     /// # Ok(()) }
     /// ```
     ///
@@ -337,5 +337,173 @@ impl Transaction for PgTransaction {
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
         self
+    }
+}
+
+/// Classifies an error of the application's own statement (run through
+/// [`PgTransaction::execute`], or by the application on a transaction's connection) the way
+/// the SQLite backend classifies its: a unique or primary-key violation (SQLSTATE 23505) is
+/// [`Error::Conflict`]; another integrity constraint violation (class 23: a foreign key,
+/// `NOT NULL`, `CHECK`, an exclusion constraint) is [`Error::InvalidInput`] naming the
+/// constraint and the SQLSTATE, never the row's values; everything else is mapped as cairn's
+/// own statements' errors are ([`Error::Retryable`] for serialization failures, …).
+pub fn classify_app_error(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(db) = &e {
+        let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
+        if code.starts_with("23") && code != "23505" {
+            let kind = match code.as_str() {
+                "23503" => "a foreign key",
+                "23502" => "a NOT NULL constraint",
+                "23514" => "a CHECK constraint",
+                "23P01" => "an exclusion constraint",
+                _ => "an integrity constraint",
+            };
+            return Error::invalid(
+                "statement",
+                match db.constraint() {
+                    Some(c) => {
+                        format!("violates {kind} ({c}, SQLSTATE {code}); nothing of it was written")
+                    }
+                    None => format!("violates {kind} (SQLSTATE {code}); nothing of it was written"),
+                },
+            );
+        }
+    }
+    map(e)
+}
+
+/// A sea-query value bound as the Postgres parameter of the matching type (unsigned integers
+/// as the next wider signed one, a `char` as text).
+fn bind_value<'q>(
+    q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    index: usize,
+    value: sea_query::Value,
+) -> Result<sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>> {
+    use sea_query::Value as V;
+    Ok(match value {
+        V::Bool(v) => q.bind(v),
+        V::TinyInt(v) => q.bind(v.map(i16::from)),
+        V::SmallInt(v) => q.bind(v),
+        V::Int(v) => q.bind(v),
+        V::BigInt(v) => q.bind(v),
+        V::TinyUnsigned(v) => q.bind(v.map(i16::from)),
+        V::SmallUnsigned(v) => q.bind(v.map(i32::from)),
+        V::Unsigned(v) => q.bind(v.map(i64::from)),
+        V::BigUnsigned(v) => q.bind(
+            v.map(i64::try_from)
+                .transpose()
+                .map_err(|_| unbindable(index, "an unsigned integer above i64::MAX"))?,
+        ),
+        V::Float(v) => q.bind(v),
+        V::Double(v) => q.bind(v),
+        V::String(v) => q.bind(v),
+        V::Char(v) => q.bind(v.map(String::from)),
+        V::Bytes(v) => q.bind(v),
+        #[allow(unreachable_patterns)] // variants of sea-query features cairn does not enable
+        _ => return Err(unbindable(index, "a value type cairn does not bind")),
+    })
+}
+
+fn unbindable(index: usize, what: &str) -> Error {
+    Error::invalid(
+        "statement",
+        format!(
+            "parameter {} is {what}: bind integers, reals, booleans, text or bytes",
+            index + 1
+        ),
+    )
+}
+
+/// One cell of a row read by [`PgTransaction::fetch_all`], by its column's type: integers
+/// as `BigInt`, reals as `Double`, text as `String`, `bytea` as `Bytes`, booleans as `Bool`.
+fn read_cell(row: &sqlx::postgres::PgRow, i: usize) -> Result<sea_query::Value> {
+    use sea_query::Value as V;
+    use sqlx::{Column, TypeInfo};
+    let ty = row.column(i).type_info().name().to_owned();
+    // No source: a decode error can quote the stored value.
+    let bad = |_| Error::backend("postgres", format!("column {i} could not be read as {ty}"));
+    Ok(match ty.as_str() {
+        "BOOL" => V::Bool(row.try_get(i).map_err(bad)?),
+        "INT2" => V::BigInt(
+            row.try_get::<Option<i16>, _>(i)
+                .map_err(bad)?
+                .map(i64::from),
+        ),
+        "INT4" => V::BigInt(
+            row.try_get::<Option<i32>, _>(i)
+                .map_err(bad)?
+                .map(i64::from),
+        ),
+        "INT8" => V::BigInt(row.try_get(i).map_err(bad)?),
+        "FLOAT4" => V::Double(
+            row.try_get::<Option<f32>, _>(i)
+                .map_err(bad)?
+                .map(f64::from),
+        ),
+        "FLOAT8" => V::Double(row.try_get(i).map_err(bad)?),
+        "TEXT" | "VARCHAR" | "BPCHAR" | "NAME" => V::String(row.try_get(i).map_err(bad)?),
+        "BYTEA" => V::Bytes(row.try_get(i).map_err(bad)?),
+        _ => {
+            return Err(Error::invalid(
+                "select",
+                format!(
+                    "column {i} has type {ty}, which cairn does not read: cast it to an integer, \
+                     real, boolean, text or bytea type in the select"
+                ),
+            ))
+        }
+    })
+}
+
+impl PgTransaction {
+    /// Builds `stmt` for Postgres and runs it on the transaction's connection, its values
+    /// bound as parameters (an unnamed statement: nothing is cached on the server, so it
+    /// works behind a pooler in transaction mode). Answers the rows it affected. An error
+    /// fails the transaction; it is classified by [`classify_app_error`].
+    ///
+    /// # Errors
+    /// As [`classify_app_error`]; [`Error::InvalidInput`] for a value type cairn does not bind.
+    pub async fn execute<S: sea_query::QueryStatementWriter>(&mut self, stmt: &S) -> Result<u64> {
+        let (sql, values) = stmt.build(sea_query::PostgresQueryBuilder);
+        let r = async {
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (i, v) in values.0.into_iter().enumerate() {
+                q = bind_value(q, i, v)?;
+            }
+            let done = q.execute(&mut *self.tx).await.map_err(classify_app_error)?;
+            Ok(done.rows_affected())
+        }
+        .await;
+        self.track(r)
+    }
+
+    /// Builds `stmt` for Postgres, runs it on the transaction's connection and answers its
+    /// rows, each a [`sea_query::Value`] per column (see [`PgTransaction::execute`]): integer
+    /// columns read as `BigInt`, real ones as `Double`, text ones as `String`, `bytea` as
+    /// `Bytes`, booleans as `Bool`, a NULL as its column's variant holding `None`.
+    ///
+    /// # Errors
+    /// As [`PgTransaction::execute`]; [`Error::InvalidInput`] for a column of another type
+    /// (cast it in the select).
+    pub async fn fetch_all<S: sea_query::QueryStatementWriter>(
+        &mut self,
+        stmt: &S,
+    ) -> Result<Vec<Vec<sea_query::Value>>> {
+        let (sql, values) = stmt.build(sea_query::PostgresQueryBuilder);
+        let r = async {
+            let mut q = sqlx::query(&sql).persistent(false);
+            for (i, v) in values.0.into_iter().enumerate() {
+                q = bind_value(q, i, v)?;
+            }
+            let rows = q
+                .fetch_all(&mut *self.tx)
+                .await
+                .map_err(classify_app_error)?;
+            rows.iter()
+                .map(|row| (0..row.len()).map(|i| read_cell(row, i)).collect())
+                .collect()
+        }
+        .await;
+        self.track(r)
     }
 }

@@ -64,4 +64,4 @@ pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 pub use spool::testkit as spool_testkit;
 pub use spool::{SqliteSpool, DEFAULT_WAKE_POLL};
 pub use store::{SqliteStore, APPEND_STATEMENT_BUDGET, IDENTITY_WATCH_INTERVAL};
-pub use tx::{SqliteTransaction, SqliteTx};
+pub use tx::{classify_app_error, SqliteTransaction, SqliteTx};

@@ -366,14 +366,157 @@ impl SqliteTransaction {
     /// the transaction.
     ///
     /// # Errors
-    /// `f`'s error, as [`Error::Backend`] naming `sqlite`.
+    /// `f`'s error, classified by [`classify_app_error`].
     pub async fn with_connection<T, F>(&mut self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.run(move |tx| f(tx.connection()).map_err(crate::error::map))
+        self.run(move |tx| f(tx.connection()).map_err(classify_app_error))
             .await
+    }
+
+    /// Builds `stmt` for SQLite and runs it on the transaction's connection, its values
+    /// bound as parameters. Answers the rows it affected. An error fails the transaction; it
+    /// is classified by [`classify_app_error`].
+    ///
+    /// # Errors
+    /// As [`classify_app_error`]; [`Error::InvalidInput`] for a value type cairn does not bind.
+    pub async fn execute<S: sea_query::QueryStatementWriter>(&mut self, stmt: &S) -> Result<u64> {
+        let (sql, params) = app_statement(stmt);
+        self.run(move |tx| {
+            let params = params?;
+            let n = tx
+                .connection()
+                .execute(&sql, rusqlite::params_from_iter(params))
+                .map_err(classify_app_error)?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
+    /// Builds `stmt` for SQLite, runs it on the transaction's connection and answers its
+    /// rows, each a [`sea_query::Value`] per column, by the stored value's type: integers as
+    /// `BigInt`, reals as `Double`, text as `String`, blobs as `Bytes`, a NULL (which has no
+    /// type in SQLite) as `BigInt(None)`.
+    ///
+    /// # Errors
+    /// As [`SqliteTransaction::execute`].
+    pub async fn fetch_all<S: sea_query::QueryStatementWriter>(
+        &mut self,
+        stmt: &S,
+    ) -> Result<Vec<Vec<sea_query::Value>>> {
+        let (sql, params) = app_statement(stmt);
+        self.run(move |tx| {
+            let params = params?;
+            let mut st = tx.connection().prepare(&sql).map_err(classify_app_error)?;
+            let width = st.column_count();
+            let rows = st
+                .query_map(rusqlite::params_from_iter(params), |row| {
+                    (0..width).map(|i| row.get_ref(i).map(read_cell)).collect()
+                })
+                .map_err(classify_app_error)?;
+            rows.map(|row| row.map_err(classify_app_error)).collect()
+        })
+        .await
+    }
+}
+
+/// Classifies an error of the application's own statement (run through
+/// [`SqliteTransaction::execute`] or [`SqliteTransaction::with_connection`], or by the
+/// application on the transaction's connection) the way the Postgres backend classifies its:
+/// a unique or primary-key violation is [`Error::Conflict`]; another constraint violation (a
+/// foreign key, `NOT NULL`, `CHECK`, a trigger's `RAISE`) is [`Error::InvalidInput`] naming
+/// SQLite's extended code, never the row's values; everything else is mapped as cairn's own
+/// statements' errors are ([`Error::Retryable`] for a busy store, …).
+pub fn classify_app_error(e: rusqlite::Error) -> Error {
+    use rusqlite::ffi;
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        let code = f.extended_code;
+        if f.code == rusqlite::ErrorCode::ConstraintViolation
+            && code != ffi::SQLITE_CONSTRAINT_UNIQUE
+            && code != ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+        {
+            let kind = match code {
+                ffi::SQLITE_CONSTRAINT_FOREIGNKEY => "a foreign key (SQLITE_CONSTRAINT_FOREIGNKEY",
+                ffi::SQLITE_CONSTRAINT_NOTNULL => {
+                    "a NOT NULL constraint (SQLITE_CONSTRAINT_NOTNULL"
+                }
+                ffi::SQLITE_CONSTRAINT_CHECK => "a CHECK constraint (SQLITE_CONSTRAINT_CHECK",
+                ffi::SQLITE_CONSTRAINT_TRIGGER => "a trigger (SQLITE_CONSTRAINT_TRIGGER",
+                _ => "a constraint (SQLITE_CONSTRAINT",
+            };
+            return Error::invalid(
+                "statement",
+                format!("violates {kind}, code {code}); nothing of it was written"),
+            );
+        }
+    }
+    crate::error::map(e)
+}
+
+/// `stmt` built for SQLite, with its values as rusqlite values (or why one cannot be bound).
+fn app_statement<S: sea_query::QueryStatementWriter>(
+    stmt: &S,
+) -> (String, Result<Vec<rusqlite::types::Value>>) {
+    let (sql, values) = stmt.build(sea_query::SqliteQueryBuilder);
+    let params = values
+        .0
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| to_sqlite(i, v))
+        .collect();
+    (sql, params)
+}
+
+/// A sea-query value as the SQLite value it is stored as (booleans as 0/1, a `char` as text).
+fn to_sqlite(index: usize, value: sea_query::Value) -> Result<rusqlite::types::Value> {
+    use rusqlite::types::Value as S;
+    use sea_query::Value as V;
+    let int = |v: Option<i64>| v.map_or(S::Null, S::Integer);
+    Ok(match value {
+        V::Bool(v) => int(v.map(i64::from)),
+        V::TinyInt(v) => int(v.map(i64::from)),
+        V::SmallInt(v) => int(v.map(i64::from)),
+        V::Int(v) => int(v.map(i64::from)),
+        V::BigInt(v) => int(v),
+        V::TinyUnsigned(v) => int(v.map(i64::from)),
+        V::SmallUnsigned(v) => int(v.map(i64::from)),
+        V::Unsigned(v) => int(v.map(i64::from)),
+        V::BigUnsigned(v) => int(v
+            .map(i64::try_from)
+            .transpose()
+            .map_err(|_| unbindable(index, "an unsigned integer above i64::MAX"))?),
+        V::Float(v) => v.map_or(S::Null, |f| S::Real(f64::from(f))),
+        V::Double(v) => v.map_or(S::Null, S::Real),
+        V::String(v) => v.map_or(S::Null, S::Text),
+        V::Char(v) => v.map_or(S::Null, |c| S::Text(c.to_string())),
+        V::Bytes(v) => v.map_or(S::Null, S::Blob),
+        #[allow(unreachable_patterns)] // variants of sea-query features cairn does not enable
+        _ => return Err(unbindable(index, "a value type cairn does not bind")),
+    })
+}
+
+fn unbindable(index: usize, what: &str) -> Error {
+    Error::invalid(
+        "statement",
+        format!(
+            "parameter {} is {what}: bind integers, reals, booleans, text or bytes",
+            index + 1
+        ),
+    )
+}
+
+/// A stored SQLite value as a sea-query value (see [`SqliteTransaction::fetch_all`]).
+fn read_cell(v: rusqlite::types::ValueRef<'_>) -> sea_query::Value {
+    use rusqlite::types::ValueRef as S;
+    use sea_query::Value as V;
+    match v {
+        S::Null => V::BigInt(None),
+        S::Integer(i) => V::BigInt(Some(i)),
+        S::Real(f) => V::Double(Some(f)),
+        S::Text(t) => V::String(Some(String::from_utf8_lossy(t).into_owned())),
+        S::Blob(b) => V::Bytes(Some(b.to_vec())),
     }
 }
 

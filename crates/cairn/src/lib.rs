@@ -119,7 +119,16 @@ pub use cairn_core::{
 };
 pub use cairn_migrate::{embed_migrations, MigrationSet, Opened, Revision};
 pub use store::{DeferredContract, SetOpened, Store, StoreBuilder};
+#[cfg(feature = "sqlite")]
+pub use tx::classify_rusqlite_error;
+#[cfg(feature = "postgres")]
+pub use tx::classify_sqlx_error;
 pub use tx::Transaction;
+
+/// The query builder of [`Transaction::execute`] and [`Transaction::fetch_all`] (the same
+/// version cairn links): write the application's statement once, and cairn builds it for the
+/// transaction's engine.
+pub use sea_query;
 
 /// The SQLite driver the `sqlite` feature builds on, for the application's own statements in a
 /// [`Transaction::sqlite`] (the same version cairn links).

@@ -6,25 +6,24 @@
 //! (the README's example, run here on SQLite and on the test Postgres server):
 //!
 //! ```
-//! use cairn::{DedupKey, Error, QueueName, Store};
+//! use cairn::sea_query::{Alias, Query};
+//! use cairn::{DedupKey, QueueName, Store};
 //!
 //! /// Saves order `id` and the job that emails its receipt in one transaction: both or neither.
 //! async fn place_order(store: &Store, id: i64) -> cairn::Result<()> {
 //!     let receipts = QueueName::new("receipts")?;
 //!     let key = DedupKey::from_parts(["receipt", &id.to_string()])?;
+//!     // Your own statement, written once: cairn builds it for the store's engine.
+//!     let insert = Query::insert()
+//!         .into_table(Alias::new("orders"))
+//!         .columns([Alias::new("id")])
+//!         .values_panic([id.into()])
+//!         .to_owned();
 //!     store
 //!         .transaction(async |tx| {
-//!             // Your own statement, with the engine's driver, on the transaction's connection.
-//!             if let Some(conn) = tx.postgres() {
-//!                 cairn::sqlx::query("INSERT INTO orders (id) VALUES ($1)")
-//!                     .bind(id)
-//!                     .execute(conn)
-//!                     .await
-//!                     .map_err(|e| Error::backend("app", e.to_string()))?;
-//!             } else {
-//!                 tx.sqlite(move |conn| conn.execute("INSERT INTO orders (id) VALUES (?1)", [id]))
-//!                     .await?;
-//!             }
+//!             // On the transaction's connection; an existing id is Error::Conflict on both
+//!             // engines, and fails the whole transaction.
+//!             tx.execute(&insert).await?;
 //!             // cairn's write, in the same transaction; subscribers wake after the commit.
 //!             tx.enqueue(&receipts, &key, id.to_string().into_bytes(), Default::default())
 //!                 .await?;
@@ -53,7 +52,8 @@
 //! #         place_order(&store, 42).await?;
 //! #         // The same order again: its row exists, so the transaction fails and nothing of
 //! #         // it commits (the first one's run stays the only one).
-//! #         assert!(place_order(&store, 42).await.is_err());
+//! #         let again = place_order(&store, 42).await;
+//! #         assert!(matches!(again, Err(cairn::Error::Conflict { .. })), "{again:?}");
 //! #         let receipts = QueueName::new("receipts")?;
 //! #         let runs = store.spool().runs(&cairn::spool::RunFilter {
 //! #             queue: Some(receipts),
@@ -85,7 +85,8 @@ use crate::Store;
 
 /// An open transaction of a [`Store`]: cairn's writes made through it — enqueues, bulk
 /// enqueues, cancels, run events, run closes, facts, epoch appends — and the application's own statements
-/// ([`Transaction::postgres`], [`Transaction::sqlite`]) commit together or not at all.
+/// ([`Transaction::execute`] for either engine, [`Transaction::postgres`],
+/// [`Transaction::sqlite`]) commit together or not at all.
 ///
 /// - **Dropped = rolled back**, as are an explicit [`Transaction::rollback`] and a process
 ///   killed before [`Transaction::commit`] returned.
@@ -263,8 +264,100 @@ impl Transaction {
         self.inner.rollback().await
     }
 
+    /// Runs the application's statement — a [`sea_query`] `INSERT`, `UPDATE`, `DELETE` (or
+    /// `SELECT`, whose rows it drops) — inside the transaction, built for the transaction's
+    /// engine with its values bound as parameters: one statement for both engines. Answers
+    /// the rows it affected.
+    ///
+    /// Its errors are classified alike on both engines ([`classify_sqlx_error`],
+    /// [`classify_rusqlite_error`]): a unique or primary-key violation is
+    /// [`Error::Conflict`], another constraint violation (a foreign key, `NOT NULL`, `CHECK`)
+    /// is [`Error::InvalidInput`] naming the constraint, never the row's values. A failed
+    /// statement fails the transaction, as a failed operation of cairn's does.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> cairn::Result<()> {
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    /// use cairn::sea_query::{Alias, Expr, ExprTrait, Query};
+    /// # let shop = cairn::MigrationSet::from_files(
+    /// #     "shop",
+    /// #     [("0001_orders.sql", "CREATE TABLE orders (id BIGINT PRIMARY KEY, note TEXT)")],
+    /// # )?;
+    /// let store = cairn::Store::builder(url).migrations(shop).open().await?;
+    /// let mut tx = store.begin().await?;
+    /// let insert = Query::insert()
+    ///     .into_table(Alias::new("orders"))
+    ///     .columns([Alias::new("id"), Alias::new("note")])
+    ///     .values_panic([42.into(), "gift".into()])
+    ///     .to_owned();
+    /// assert_eq!(tx.execute(&insert).await?, 1);
+    /// let select = Query::select()
+    ///     .column(Alias::new("note"))
+    ///     .from(Alias::new("orders"))
+    ///     .and_where(Expr::col(Alias::new("id")).eq(42))
+    ///     .to_owned();
+    /// let rows = tx.fetch_all(&select).await?;
+    /// assert_eq!(rows, vec![vec![cairn::sea_query::Value::String(Some("gift".into()))]]);
+    /// tx.commit().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As above; [`Error::InvalidInput`] for a value of a type cairn does not bind (it binds
+    /// booleans, integers, reals, text and bytes) and on an engine other than SQLite and
+    /// Postgres.
+    pub async fn execute<S>(&mut self, stmt: &S) -> Result<u64>
+    where
+        S: sea_query::QueryStatementWriter + Sync,
+    {
+        let engine = self.engine().to_owned();
+        let any = self.inner.as_any_mut();
+        #[cfg(feature = "postgres")]
+        if let Some(tx) = any.downcast_mut::<cairn_postgres::PgTransaction>() {
+            return tx.execute(stmt).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(tx) = any.downcast_mut::<cairn_sqlite::SqliteTransaction>() {
+            return tx.execute(stmt).await;
+        }
+        let _ = (any, stmt);
+        Err(not_built_in(&engine))
+    }
+
+    /// Runs the application's `SELECT` (a [`sea_query`] statement) inside the transaction, as
+    /// [`Transaction::execute`] does, and answers its rows: each a [`sea_query::Value`] per
+    /// column, the same variant on both engines — integers as `BigInt`, reals as `Double`,
+    /// text as `String`, blobs (`bytea`) as `Bytes`; booleans as `Bool` on Postgres (SQLite
+    /// stores them as integers: `BigInt`). A NULL is `BigInt(None)` on SQLite (whose NULL has
+    /// no type) and its column's variant holding `None` on Postgres.
+    ///
+    /// # Errors
+    /// As [`Transaction::execute`]; on Postgres, [`Error::InvalidInput`] for a column of
+    /// another type (cast it in the select: `CAST(created AS TEXT)`).
+    pub async fn fetch_all<S>(&mut self, stmt: &S) -> Result<Vec<Vec<sea_query::Value>>>
+    where
+        S: sea_query::QueryStatementWriter + Sync,
+    {
+        let engine = self.engine().to_owned();
+        let any = self.inner.as_any_mut();
+        #[cfg(feature = "postgres")]
+        if let Some(tx) = any.downcast_mut::<cairn_postgres::PgTransaction>() {
+            return tx.fetch_all(stmt).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(tx) = any.downcast_mut::<cairn_sqlite::SqliteTransaction>() {
+            return tx.fetch_all(stmt).await;
+        }
+        let _ = (any, stmt);
+        Err(not_built_in(&engine))
+    }
+
     /// The transaction's Postgres connection, for the application's own statements (`sqlx`),
-    /// or `None` on another engine. Its `search_path` is the store's schema.
+    /// or `None` on another engine. Its `search_path` is the store's schema. Map the errors
+    /// of statements run on it with [`classify_sqlx_error`] to get the classification
+    /// [`Transaction::execute`] gives.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub fn postgres(&mut self) -> Option<&mut sqlx::PgConnection> {
@@ -280,7 +373,8 @@ impl Transaction {
     /// `ROLLBACK` or `BEGIN` there.
     ///
     /// # Errors
-    /// [`Error::InvalidInput`] on another engine; `f`'s error (which fails the transaction).
+    /// [`Error::InvalidInput`] on another engine; `f`'s error (which fails the transaction),
+    /// classified as [`classify_rusqlite_error`] does.
     #[cfg(feature = "sqlite")]
     #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     pub async fn sqlite<T, F>(&mut self, f: F) -> Result<T>
@@ -301,6 +395,49 @@ impl Transaction {
             )),
         }
     }
+}
+
+/// The error of [`Transaction::execute`] on a backend that is neither of cairn's own.
+fn not_built_in(engine: &str) -> Error {
+    Error::invalid(
+        "transaction",
+        format!("runs on {engine}: execute and fetch_all need a sqlite or postgres store"),
+    )
+}
+
+/// Classifies a `sqlx` error of the application's own statement (one it runs on
+/// [`Transaction::postgres`]'s connection, or in its own pool) the way
+/// [`Transaction::execute`] classifies its errors on both engines: a unique or primary-key
+/// violation (SQLSTATE 23505) is [`Error::Conflict`]; another integrity constraint violation
+/// (23503 foreign key, 23502 `NOT NULL`, 23514 `CHECK`, …) is [`Error::InvalidInput`] naming
+/// the constraint and the SQLSTATE, never the row's values; a serialization failure or
+/// deadlock is [`Error::Retryable`]; and so on, as for cairn's own statements.
+///
+/// ```no_run
+/// # async fn demo(conn: &mut cairn::sqlx::PgConnection) -> cairn::Result<()> {
+/// cairn::sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+///     .bind(42_i64)
+///     .execute(conn)
+///     .await
+///     .map_err(cairn::classify_sqlx_error)?; // a duplicate id: Error::Conflict
+/// # Ok(()) }
+/// ```
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub fn classify_sqlx_error(e: sqlx::Error) -> Error {
+    cairn_postgres::classify_app_error(e)
+}
+
+/// Classifies a `rusqlite` error of the application's own statement the way
+/// [`Transaction::execute`] classifies its errors on both engines (what
+/// [`Transaction::sqlite`] does with its closure's error): a unique or primary-key violation
+/// is [`Error::Conflict`]; another constraint violation (`SQLITE_CONSTRAINT_FOREIGNKEY`,
+/// `_NOTNULL`, `_CHECK`, …) is [`Error::InvalidInput`] naming SQLite's extended code, never
+/// the row's values; a busy store is [`Error::Retryable`]; and so on.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub fn classify_rusqlite_error(e: rusqlite::Error) -> Error {
+    cairn_sqlite::classify_app_error(e)
 }
 
 impl Store {
