@@ -202,7 +202,11 @@ pub(crate) fn with_checkout_transactions(
     let sql: std::sync::Arc<str> = begin_sql(schema, lock_timeout_ms).into();
     let (on_connect, on_acquire, on_release) = (checkouts.clone(), checkouts.clone(), checkouts);
     let connect_sql = sql.clone();
+    // No lifetime: the driver closes a connection past it when it is given back, before
+    // `after_release`, so its checkout would stay counted out (and its transaction would end
+    // in a rollback). The pooler recycles its server connections itself (`server_lifetime`).
     pool.test_before_acquire(false)
+        .max_lifetime(None)
         .after_connect(move |conn, _meta| {
             let (sql, checkouts) = (connect_sql.clone(), on_connect.clone());
             Box::pin(async move {
@@ -234,6 +238,21 @@ pub(crate) fn with_checkout_transactions(
                 ended.map(|()| true)
             })
         })
+}
+
+/// Builds a pool with checkout transactions ([`with_checkout_transactions`]) and checks that it
+/// connects, as `PgPoolOptions::connect_with` does, but gives the first connection back the way
+/// every checkout is given back. (The driver's `connect_with` puts it into the pool without
+/// `after_release`: it would sit there in its open checkout transaction, holding a server
+/// connection of the pooler and counted out, so closing the store would wait forever.)
+pub(crate) async fn connect(
+    pool: sqlx::postgres::PgPoolOptions,
+    options: sqlx::postgres::PgConnectOptions,
+) -> std::result::Result<sqlx::PgPool, sqlx::Error> {
+    let pool = pool.connect_lazy_with(options);
+    // Given back through `after_release`, which commits its checkout transaction.
+    drop(pool.acquire().await?);
+    Ok(pool)
 }
 
 /// Whether two connections to `options`' server, open at once, are served by one server

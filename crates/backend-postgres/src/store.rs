@@ -469,29 +469,36 @@ impl PgStore {
         let pool = match &checkouts {
             // Behind a transaction-mode pooler every checkout is one transaction that sets
             // what it needs (crate::pooler), and no statement is cached.
-            Some(checkouts) => crate::pooler::with_checkout_transactions(
-                pool,
-                &search_path,
-                &lock_timeout_ms,
-                checkouts.clone(),
-            )
-            .connect_with(connect.statement_cache_capacity(0)),
-            None => crate::config::with_liveness_check(pool)
-                .after_connect(move |conn, _meta| {
-                    let search_path = search_path.clone();
-                    let lock_timeout_ms = lock_timeout_ms.clone();
-                    Box::pin(async move {
-                        sqlx::query(sql::SESSION_SETUP)
-                            .bind(search_path)
-                            .bind(lock_timeout_ms)
-                            .execute(conn)
-                            .await
-                            .map(|_| ())
+            Some(checkouts) => {
+                crate::pooler::connect(
+                    crate::pooler::with_checkout_transactions(
+                        pool,
+                        &search_path,
+                        &lock_timeout_ms,
+                        checkouts.clone(),
+                    ),
+                    connect.statement_cache_capacity(0),
+                )
+                .await
+            }
+            None => {
+                crate::config::with_liveness_check(pool)
+                    .after_connect(move |conn, _meta| {
+                        let search_path = search_path.clone();
+                        let lock_timeout_ms = lock_timeout_ms.clone();
+                        Box::pin(async move {
+                            sqlx::query(sql::SESSION_SETUP)
+                                .bind(search_path)
+                                .bind(lock_timeout_ms)
+                                .execute(conn)
+                                .await
+                                .map(|_| ())
+                        })
                     })
-                })
-                .connect_with(connect),
+                    .connect_with(connect)
+                    .await
+            }
         }
-        .await
         .map_err(map)?;
         Ok(Self {
             inner: Arc::new(Inner {
@@ -657,8 +664,13 @@ impl EpochStore for PgStore {
             Err(e) => {
                 // BEGIN may have run and the lock failed (a lock timeout): the connection is
                 // then in an aborted transaction the driver does not track, so it is closed,
-                // never returned to the pool that way.
-                conn.close_on_drop();
+                // never returned to the pool that way. Behind a transaction-mode pooler it is
+                // given back as every checkout is: that rolls the aborted transaction back
+                // (`crate::pooler::end`), and a checkout closed without being given back would
+                // stay counted out, so closing the store would wait for it forever.
+                if self.inner.checkouts.is_none() {
+                    conn.close_on_drop();
+                }
                 Err(e)
             }
         }

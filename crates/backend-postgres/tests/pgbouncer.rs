@@ -1,22 +1,29 @@
 //! cairn behind PgBouncer 1.18 in transaction mode (issue 44 item 2): the shared conformance
 //! suite — epoch log with the migration and multi-node cases, spool, transactions; every case
-//! but the seven listed below — on stores opened through a private PgBouncer
-//! (`pool_mode = transaction`, `ignore_startup_parameters = extra_float_digits`, [`PGBOUNCER_POOL_SIZE`] server connections
-//! for stores of 8), declared with `?cairn_pooler=transaction`; plus what the pooler itself
-//! could break: named statements, session settings, the migration lock, wake-ups, two nodes.
+//! but the two listed below — on stores opened through a private PgBouncer
+//! (`pool_mode = transaction`, `ignore_startup_parameters = extra_float_digits`,
+//! [`PGBOUNCER_POOL_SIZE`] server connections for stores of 8), declared with
+//! `?cairn_pooler=transaction`; plus what the pooler itself could break: named statements,
+//! session settings, the migration lock, wake-ups, two nodes, closing.
 //!
 //! The tests fail (never skip) when `pgbouncer` is missing: `apt-get install pgbouncer`.
 
-// The shared suite's cases, by name, that pass through the pooler. Left out, and why (issue 44
-// item 2, open for the next session):
+// The shared suite's cases, by name, that pass through the pooler. Left out, and why:
 // - tx::t2_subscriber_is_woken_by_the_commit_only, tx::t4_bulk_inside_a_transaction_commits_with_it:
 //   they expect the commit's `NOTIFY` to wake a subscriber sooner than its fallback poll;
 //   behind the pooler wake-ups poll (docs/OPERATIONS.md, "Behind PgBouncer"), by design.
+// Put back (they had been left out):
+// - spool::s7_concurrent_appends_get_gap_free_seqs: an append that lost the race for a new
+//   event id (unique violation) retried in the checkout transaction that violation had
+//   aborted (25P02); it now starts the checkout's transaction over first.
+// - spool::spool_model_random_ops_match_reference: it closes each case's spool before the next
+//   case, and close waited forever for the pool's first connection, which the driver's
+//   `connect_with` left in the pool in its open checkout transaction, counted out; that
+//   connection is now given back like every checkout (`stores_and_spools_behind_the_pooler_close`).
 // - epoch_log::e7_repair_fills_once_and_fork_collapses,
 //   epoch_log::e7_repair_concurrent_with_appends_ends_exact,
-//   spool::s6_shutdown_while_enqueues_arrive_strands_nothing,
-//   spool::s7_concurrent_appends_get_gap_free_seqs: fail through the pooler; not diagnosed yet.
-// - spool::spool_model_random_ops_match_reference: did not finish within 20 min through it.
+//   spool::s6_shutdown_while_enqueues_arrive_strands_nothing: did not fail again, alone or in
+//   the whole run, repeated; no cause of their own was found.
 mod epoch_log {
     cairn_conformance::__cases!(cairn_postgres::testkit::pgbouncer_harness();
         bad_input_is_refused_without_writes,
@@ -40,6 +47,8 @@ mod epoch_log {
         e5_cached_head_deleted_by_hand_and_its_seq_reused_is_not_trusted,
         e6_legacy_history_with_fork_detected,
         e6_upgrade_path_legacy_history_gets_cache_by_repair,
+        e7_repair_concurrent_with_appends_ends_exact,
+        e7_repair_fills_once_and_fork_collapses,
         e8_backfill_pacing_switch_first_error_stop_and_marker,
         e9_import_fork_merge_and_refusals,
         f1_app_contract_refused_while_older_build_heartbeats_applied_once_it_expires,
@@ -114,11 +123,14 @@ mod spool {
         s4_expired_lease_reclaimed_and_stale_token_refused,
         s4_heartbeat_extends_and_unreclaimed_lease_is_still_held,
         s5_enqueue_claim_ack_races_lose_and_duplicate_nothing,
+        s6_shutdown_while_enqueues_arrive_strands_nothing,
+        s7_concurrent_appends_get_gap_free_seqs,
         s7_run_events_sequence_dedup_and_order,
         s7_run_events_within_bytes,
         s8_supersede_replaces_older_queued_runs_only,
         s9_cancel_queued_claimed_and_terminal,
         spool_bad_input_is_refused_without_writes,
+        spool_model_random_ops_match_reference,
         t4_bulk_answers_stored_keys_and_supersedes_in_order,
         t4_bulk_bad_input_refuses_the_whole_batch,
         t4_bulk_dedups_repeated_keys_in_input_order,
@@ -165,6 +177,43 @@ fn event(i: usize) -> Event {
         key: None,
         payload: format!("p{i}").into_bytes(),
     }
+}
+
+/// Closing waits for every checkout out to be given back (committed). The pool's first
+/// connection, made while the store opens, is given back like any other checkout: were it left
+/// in the pool in its open checkout transaction (what the driver's `connect_with` does), it
+/// would stay counted out and close would wait forever — the spool model test, which closes
+/// the previous case's spool before each case, hung on it. A store and a spool opened through
+/// the pooler, used or not, close well within the bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_and_spools_behind_the_pooler_close() {
+    const BOUND: Duration = Duration::from_secs(30);
+    let h = pgbouncer_harness().await;
+    let idle = h.store().await.unwrap();
+    tokio::time::timeout(BOUND, idle.close())
+        .await
+        .expect("an unused store closes");
+    let used = h.store().await.unwrap();
+    used.append(&space("close"), vec![event(1)]).await.unwrap();
+    tokio::time::timeout(BOUND, used.close())
+        .await
+        .expect("a used store closes");
+    let store = h.store().await.unwrap();
+    let spool = PgSpool::from_store(
+        &store,
+        Arc::new(ManualClock::default()),
+        SpoolConfig::default(),
+    )
+    .unwrap();
+    let q = random_queue("close");
+    let key = DedupKey::from_parts(["k"]).unwrap();
+    spool
+        .enqueue(&q, &key, b"p".to_vec(), EnqueueOptions::default())
+        .await
+        .unwrap();
+    tokio::time::timeout(BOUND, spool.close())
+        .await
+        .expect("a used spool closes");
 }
 
 /// Eight appenders on two stores ("nodes") through one PgBouncer, on one space: every append

@@ -38,7 +38,10 @@ pub(super) async fn append_event_tx(
     payload: Vec<u8>,
 ) -> Result<EventAppended> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    let done = append_event_on(s, &mut conn, run, event_id, payload).await;
+    // Behind a transaction-mode pooler the statement runs in the checkout's transaction, which
+    // a lost race for a new id (a unique violation) aborts: the next round needs a new one.
+    let restart = s.restart_sql();
+    let done = append_rounds(s, &mut conn, run, event_id, payload, restart.as_deref()).await;
     s.finish(conn, done).await
 }
 
@@ -51,6 +54,20 @@ pub(crate) async fn append_event_on(
     run: RunId,
     event_id: &RunEventId,
     payload: Vec<u8>,
+) -> Result<EventAppended> {
+    append_rounds(s, conn, run, event_id, payload, None).await
+}
+
+/// [`append_event_on`]; `restart`, when given, is sent after a lost race for a new id before
+/// the next round (behind a transaction-mode pooler: it rolls the aborted checkout
+/// transaction back and opens a new one, see [`PgSpool::restart_sql`]).
+async fn append_rounds(
+    s: &PgSpool,
+    conn: &mut PgConnection,
+    run: RunId,
+    event_id: &RunEventId,
+    payload: Vec<u8>,
+    restart: Option<&str>,
 ) -> Result<EventAppended> {
     check_producer_event_id(event_id)?;
     check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
@@ -68,7 +85,13 @@ pub(crate) async fn append_event_on(
         let row = match row {
             Ok(row) => row,
             // Another append of the same new id won the race; its seq is read next round.
-            Err(e) if e.is_conflict() => continue,
+            Err(e) if e.is_conflict() => {
+                if let Some(restart) = restart {
+                    use sqlx::Executor;
+                    conn.execute(sqlx::raw_sql(restart)).await.map_err(map)?;
+                }
+                continue;
+            }
             Err(e) => return Err(e),
         };
         if !get::<bool>(&row, 0)? {

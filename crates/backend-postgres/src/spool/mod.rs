@@ -322,6 +322,22 @@ impl PgSpool {
         done
     }
 
+    /// Behind a transaction-mode pooler, what starts a checkout's transaction over on its
+    /// connection after a statement aborted it (a lost race the operation retries): rolls it
+    /// back and opens a new one as a checkout does (`crate::pooler::begin_sql`), in one simple
+    /// query, so the server connection stays the same. `None` on a direct connection, where
+    /// the failed statement rolled back alone.
+    pub(crate) fn restart_sql(&self) -> Option<String> {
+        self.inner.pooled.then(|| {
+            let lock_timeout_ms = self.inner.store.options().lock_timeout.as_millis().max(1);
+            format!(
+                "{}; {}",
+                crate::pooler::ABORT,
+                crate::pooler::begin_sql(self.inner.schema.as_str(), &lock_timeout_ms.to_string())
+            )
+        })
+    }
+
     /// The store's schema, which the spool's tables live in.
     pub(crate) fn schema(&self) -> &SchemaName {
         &self.inner.schema
