@@ -30,9 +30,9 @@ mod pooler;
 pub mod spool;
 mod sql;
 mod store;
-mod tls;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+mod tls;
 mod tx;
 
 pub use additivity::PgAdditivity;
