@@ -18,6 +18,8 @@ use serde_json::{json, Value};
 
 mod common;
 
+use common::ApiServer as Server;
+
 const TOKEN: &str = "batch-concurrency-token-7d2e9c";
 const DEADLINE: Duration = Duration::from_secs(60);
 const CLIENTS: u64 = 16;
@@ -25,59 +27,9 @@ const ROUNDS: usize = 5;
 const SPACES: usize = 4;
 const KEYS: usize = 12;
 
-/// A running `cairn serve`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(db: &str) -> Self {
-        let mut cmd = common::cairn(db);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("CAIRN_AUTH__TOKENS", TOKEN)
-            .env("CAIRN_BACKFILL__ENABLED", "false");
-        let serving = common::serve(&mut cmd, DEADLINE);
-        let server = Self {
-            child: serving.child,
-            base: format!("http://{}", serving.addr),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(DEADLINE))
-                .build()
-                .into(),
-        };
-        let deadline = Instant::now() + DEADLINE;
-        while server.send("GET", "/healthz", None).0 != 200 {
-            assert!(Instant::now() < deadline, "healthz answers in time");
-            std::thread::yield_now();
-        }
-        server
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let req = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Content-Type", "application/json")
-            .header("Authorization", format!("Bearer {TOKEN}"));
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let mut resp = self
-            .agent
-            .run(req.body(body).unwrap())
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
+/// A `cairn serve` on store `db` with this file's token.
+fn start(db: &str) -> Server {
+    Server::start(db, TOKEN, DEADLINE)
 }
 
 /// xorshift64*: the clients' random orders, the same on every run.
@@ -213,21 +165,21 @@ fn sixteen_clients(engine: &str, servers: Vec<Server>) {
 fn sixteen_clients_of_overlapping_batches_all_commit_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    sixteen_clients("sqlite", vec![Server::start(db.to_str().unwrap())]);
+    sixteen_clients("sqlite", vec![start(db.to_str().unwrap())]);
 }
 
 #[test]
 fn sixteen_clients_of_overlapping_batches_all_commit_on_postgres() {
     common::on_postgres("cairn_batch_conc", |db| {
-        sixteen_clients("postgres", vec![Server::start(db)]);
+        sixteen_clients("postgres", vec![start(db)]);
     });
 }
 
 #[test]
 fn sixteen_clients_of_overlapping_batches_all_commit_on_two_postgres_nodes() {
     common::on_postgres("cairn_batch_conc2", |db| {
-        let first = Server::start(db);
-        sixteen_clients("postgres, two nodes", vec![first, Server::start(db)]);
+        let first = start(db);
+        sixteen_clients("postgres, two nodes", vec![first, start(db)]);
     });
 }
 
@@ -327,13 +279,13 @@ fn sixteen_clients_on_shared_runs(engine: &str, servers: Vec<Server>) {
 fn sixteen_clients_on_shared_runs_all_commit_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("s.db");
-    sixteen_clients_on_shared_runs("sqlite", vec![Server::start(db.to_str().unwrap())]);
+    sixteen_clients_on_shared_runs("sqlite", vec![start(db.to_str().unwrap())]);
 }
 
 #[test]
 fn sixteen_clients_on_shared_runs_all_commit_on_two_postgres_nodes() {
     common::on_postgres("cairn_batch_runs2", |db| {
-        let first = Server::start(db);
-        sixteen_clients_on_shared_runs("postgres, two nodes", vec![first, Server::start(db)]);
+        let first = start(db);
+        sixteen_clients_on_shared_runs("postgres, two nodes", vec![first, start(db)]);
     });
 }

@@ -4,72 +4,20 @@
 //! commits all of it; the same batch with a failing later op leaves nothing (no run, no event,
 //! no fact); a reference to anything but an earlier enqueue op is refused before anything runs.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 mod common;
 
+use common::ApiServer as Server;
+
 const TOKEN: &str = "batch-ops-token-4b8f1a";
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A running `cairn serve`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(db: &str) -> Self {
-        let mut cmd = common::cairn(db);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("CAIRN_AUTH__TOKENS", TOKEN)
-            .env("CAIRN_BACKFILL__ENABLED", "false");
-        let serving = common::serve(&mut cmd, DEADLINE);
-        let server = Self {
-            child: serving.child,
-            base: format!("http://{}", serving.addr),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(DEADLINE))
-                .build()
-                .into(),
-        };
-        let deadline = Instant::now() + DEADLINE;
-        while server.send("GET", "/healthz", None).0 != 200 {
-            assert!(Instant::now() < deadline, "healthz answers in time");
-            std::thread::yield_now();
-        }
-        server
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let req = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Content-Type", "application/json")
-            .header("Authorization", format!("Bearer {TOKEN}"));
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let mut resp = self
-            .agent
-            .run(req.body(body).unwrap())
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
-
-    fn batch(&self, ops: Value) -> (u16, Value) {
-        self.send("POST", "/v1/batch", Some(&json!({ "ops": ops })))
-    }
+/// A `cairn serve` on store `db` with this file's token.
+fn start(db: &str) -> Server {
+    Server::start(db, TOKEN, DEADLINE)
 }
 
 /// How many runs `cairn runs --queue QUEUE` lists.
@@ -100,7 +48,7 @@ fn whole_run(key: &str) -> Vec<Value> {
 }
 
 fn case(db: &str) {
-    let server = Server::start(db);
+    let server = start(db);
 
     // A failing later op (an event for a run that does not exist) rolls the whole batch back.
     let mut failing = whole_run("failed");

@@ -6,70 +6,22 @@
 //! `pgbouncer` (`apt-get install pgbouncer`).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 mod common;
+
+use common::ApiServer as Server;
 
 const TOKEN: &str = "pgbouncer-token-5c1a7e";
 const DEADLINE: Duration = Duration::from_secs(60);
 const APPENDERS: usize = 8;
 const EACH: usize = 10;
 
-/// A running `cairn serve`, killed when dropped.
-struct Server {
-    child: std::process::Child,
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Server {
-    fn start(db: &str) -> Self {
-        let mut cmd = common::cairn(db);
-        cmd.args(["serve", "--listen", "127.0.0.1:0"])
-            .env("CAIRN_AUTH__TOKENS", TOKEN)
-            .env("CAIRN_BACKFILL__ENABLED", "false");
-        let serving = common::serve(&mut cmd, DEADLINE);
-        let server = Self {
-            child: serving.child,
-            base: format!("http://{}", serving.addr),
-            agent: ureq::Agent::config_builder()
-                .http_status_as_error(false)
-                .timeout_global(Some(DEADLINE))
-                .build()
-                .into(),
-        };
-        let deadline = Instant::now() + DEADLINE;
-        while server.send("GET", "/healthz", None).0 != 200 {
-            assert!(Instant::now() < deadline, "healthz answers in time");
-            std::thread::yield_now();
-        }
-        server
-    }
-
-    fn send(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
-        let req = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Content-Type", "application/json")
-            .header("Authorization", format!("Bearer {TOKEN}"));
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let mut resp = self
-            .agent
-            .run(req.body(body).unwrap())
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = resp.status().as_u16();
-        let text = resp.body_mut().read_to_string().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
-    }
+/// A `cairn serve` on store `db` with this file's token.
+fn start(db: &str) -> Server {
+    Server::start(db, TOKEN, DEADLINE)
 }
 
 #[test]
@@ -88,8 +40,8 @@ fn two_serve_nodes_behind_pgbouncer_eight_http_appenders_one_head_unique_seqs() 
     let db = format!("{bouncer}?cairn_schema={schema}&cairn_pooler=transaction");
 
     let result = std::panic::catch_unwind(|| {
-        let first = Server::start(&db);
-        let nodes = [first, Server::start(&db)];
+        let first = start(&db);
+        let nodes = [first, start(&db)];
         let seqs: Vec<u64> = std::thread::scope(|scope| {
             let appenders: Vec<_> = (0..APPENDERS)
                 .map(|writer| {

@@ -137,3 +137,86 @@ pub(crate) async fn drop_schema(pg: &str, schema: &str) {
         .await
         .unwrap();
 }
+
+/// A running `cairn serve` with one bearer token, for tests that speak its JSON API; killed
+/// when dropped.
+pub(crate) struct ApiServer {
+    child: Child,
+    /// `http://ADDR`.
+    pub(crate) base: String,
+    token: &'static str,
+    agent: ureq::Agent,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ApiServer {
+    /// Serves store `db` on a loopback port with `token` as its only API token and no
+    /// backfill, and waits up to `within` until `/healthz` answers 200.
+    pub(crate) fn start(db: &str, token: &'static str, within: Duration) -> Self {
+        let mut cmd = cairn(db);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .env("CAIRN_AUTH__TOKENS", token)
+            .env("CAIRN_BACKFILL__ENABLED", "false");
+        let serving = serve(&mut cmd, within);
+        let server = Self {
+            child: serving.child,
+            base: format!("http://{}", serving.addr),
+            token,
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .timeout_global(Some(within))
+                .build()
+                .into(),
+        };
+        let deadline = std::time::Instant::now() + within;
+        while server.send("GET", "/healthz", None).0 != 200 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "healthz answers in time"
+            );
+            std::thread::yield_now();
+        }
+        server
+    }
+
+    /// Sends `method path` with `body` as JSON and the token; the status and the body as JSON
+    /// (`Null` when it is not JSON).
+    pub(crate) fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        let req = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base))
+            .header("Content-Type", "application/json")
+            .header("Authorization", format!("Bearer {}", self.token));
+        let body = body.map(serde_json::Value::to_string).unwrap_or_default();
+        let mut resp = self
+            .agent
+            .run(req.body(body).unwrap())
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = resp.status().as_u16();
+        let text = resp.body_mut().read_to_string().unwrap_or_default();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// `POST /v1/batch` with `ops`.
+    pub(crate) fn batch(&self, ops: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send(
+            "POST",
+            "/v1/batch",
+            Some(&serde_json::json!({ "ops": ops })),
+        )
+    }
+}
