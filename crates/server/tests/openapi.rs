@@ -200,22 +200,25 @@ fn int_bounds(schema: &Value) -> (i128, i128) {
 }
 
 /// The integer a JSON number stands for, when it is one: written as an integer, or with a
-/// zero fraction (`373.0`, as JSON Schema counts it).
+/// zero fraction (`373.0`, as JSON Schema counts it) below 2^53, where an f64 names one
+/// integer only (the server refuses a larger one written as a float: it cannot tell which
+/// integer was meant).
 fn whole(v: &Value) -> Option<i128> {
     v.as_i64()
         .map(i128::from)
         .or_else(|| v.as_u64().map(i128::from))
         .or_else(|| {
             v.as_f64()
-                .filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 1.7e38)
+                .filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 9_007_199_254_740_992.0)
                 .map(|f| f as i128)
         })
 }
 
-/// `n` written with a zero fraction (`373.0`), when an f64 holds it exactly.
+/// `n` written with a zero fraction (`373.0`), when it is below 2^53 in magnitude (where an
+/// f64 holds it and no other integer).
 fn int_as_float(n: i128) -> Value {
     const EXACT: i128 = 1 << 53;
-    if (-EXACT..=EXACT).contains(&n) {
+    if (-EXACT + 1..EXACT).contains(&n) {
         serde_json::Number::from_f64(n as f64).map_or_else(|| int_value(n), Value::Number)
     } else {
         int_value(n)

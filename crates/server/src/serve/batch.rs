@@ -271,7 +271,7 @@ fn item(index: usize) -> impl Fn(Error) -> Error {
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; nothing was written, retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`retryable`, `storage_full`: nothing was written; `unavailable`: the connection to the store broke and the batch may or may not have committed)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -660,7 +660,7 @@ fn check_references(ops: &[Op]) -> Result<(), ApiError> {
         (status = 409, description = "The store refused an op (`run_closed`: an event for a closed or finished run; `invalid_transition`: a cancel of a run that ended; `fact_conflict`: a fact set to another value), with the op's `index`; the batch was rolled back, nothing was written", body = ErrorBody),
         (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
         (status = 422, description = "An op's `run: {\"op\": N}` names no earlier enqueue op of the batch (`invalid_reference`, with the op's `index`); nothing was written", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; nothing was written, retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`retryable`, `storage_full`: nothing was written; `unavailable`: the connection to the store broke and the batch may or may not have committed)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

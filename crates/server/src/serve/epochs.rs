@@ -33,7 +33,7 @@ fn space(s: String) -> Result<SpaceId, ApiError> {
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

@@ -74,6 +74,10 @@ impl ApiError {
     }
 }
 
+/// What an `unavailable` answer adds to its message.
+const UNAVAILABLE_WRITE: &str =
+    "; a write may or may not have taken effect: check before retrying one that is not idempotent";
+
 impl From<cairn::Error> for ApiError {
     fn from(e: cairn::Error) -> Self {
         use cairn::Error as E;
@@ -102,9 +106,15 @@ impl From<cairn::Error> for ApiError {
             _ => None,
         };
         // With its causes (an OS error, a failed revision's store error), as the CLI prints it.
+        let mut message = e.report().to_string();
+        if matches!(e, E::Unavailable { .. }) {
+            // The connection may have broken after the server committed (a lost answer to
+            // COMMIT): a retried write without a dedup key could then be stored twice.
+            message.push_str(UNAVAILABLE_WRITE);
+        }
         Self {
             index,
-            ..Self::new(status, code, e.report().to_string())
+            ..Self::new(status, code, message)
         }
     }
 }
@@ -271,6 +281,16 @@ mod tests {
             assert_eq!((e.status.as_u16(), e.code), (status, code));
             assert_eq!(e.index, None);
         }
+        // Only `unavailable` says a write may have taken effect: a broken connection can hide
+        // a commit; the other refusals wrote nothing.
+        let down = ApiError::from(cairn::Error::unavailable("down"));
+        assert!(
+            down.message.ends_with(UNAVAILABLE_WRITE),
+            "{}",
+            down.message
+        );
+        let busy = ApiError::from(cairn::Error::retryable("busy"));
+        assert!(!busy.message.contains("may or may not"), "{}", busy.message);
         let item = ApiError::from(cairn::Error::InvalidBatchItem {
             index: 3,
             error: Box::new(cairn::Error::invalid("run payload", "too large")),

@@ -4,9 +4,18 @@
 //! any number with a zero fractional part as an integer: `373.0` is one, so a client (or a
 //! JSON library that writes every number as a double) may send it. serde's own integer
 //! visitors refuse it, so each integer field of a request body is read through [`opt`] (or
-//! [`one`]): a JSON integer, or a float that is finite, has no fractional part and fits the
-//! field's type. Anything else (`1.5`, `1e300`, a string) is refused as before, with the
-//! field's type in the message.
+//! [`one`]): a JSON integer, or a float that is finite, has no fractional part, is below
+//! 2^53 in magnitude and fits the field's type. Anything else (`1.5`, `1e300`, a string) is
+//! refused as before, with the field's type in the message.
+//!
+//! Why 2^53: a number written with a fraction or an exponent is read as an f64 (serde_json,
+//! with its `float_roundtrip` parser, so the f64 is the one nearest the text, never one off).
+//! Below 2^53 every integer is an f64 of its own, so `1000.0` is exactly 1000 and
+//! `999.9999999999999` is not an integer. From 2^53 on, neighbouring integers share an f64
+//! (`9007199254740993.0` reads as 2^53, `100000000000000001.0` as `100000000000000000`), so
+//! such a number is refused and the message says to write it as a plain integer, which is
+//! read exactly. As with every JSON Schema validator that reads numbers as doubles, a fraction
+//! too small for an f64 to hold (`3.0000000000000001`) reads as the integer it rounds to.
 //!
 //! The generated-request property test (`tests/openapi.rs`) sends zero-fraction integers, so
 //! a field that is not read through here fails it.
@@ -64,7 +73,8 @@ fn expecting<T>(f: &mut fmt::Formatter<'_>) -> fmt::Result {
     let name = std::any::type_name::<T>().rsplit("::").next().unwrap_or("");
     write!(
         f,
-        "an integer that fits {name} (a zero fraction such as 3.0 is accepted)"
+        "an integer that fits {name} (a zero fraction such as 3.0 is accepted below 2^53; \
+         write a larger one as a plain integer)"
     )
 }
 
@@ -90,9 +100,9 @@ impl<'de, T: TryFrom<i128>> Visitor<'de> for Whole<T> {
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<T, E> {
-        // Every finite f64 with a zero fraction and a magnitude below 2^127 is exactly an
-        // i128, so the cast below neither rounds nor saturates.
-        const LIMIT: f64 = 1.701_411_834_604_692_3e38; // 2^127
+        // Below 2^53 an integral f64 names one integer only (see the module docs), and the
+        // cast below neither rounds nor saturates.
+        const LIMIT: f64 = 9_007_199_254_740_992.0; // 2^53
         if v.is_finite() && v.fract() == 0.0 && v.abs() < LIMIT {
             #[allow(clippy::cast_possible_truncation)]
             let n = v as i128;
@@ -141,6 +151,13 @@ mod tests {
         assert_eq!((f.small, f.signed, f.wide), (None, None, None));
         let f = read(r#"{"wide": -9223372036854775808, "size": 1}"#).unwrap();
         assert_eq!(f.wide, Some(i64::MIN));
+        // Integers beyond 2^53 are exact when written as integers; 2^53 - 1 is the largest
+        // float taken.
+        let f = read(r#"{"wide": 253402300799999999, "size": 9007199254740991.0}"#).unwrap();
+        assert_eq!(
+            (f.wide, f.size),
+            (Some(253_402_300_799_999_999), (1 << 53) - 1)
+        );
     }
 
     #[test]
@@ -153,6 +170,16 @@ mod tests {
             r#"{"signed": 2147483648}"#,
             r#"{"wide": 1e300}"#,
             r#"{"wide": 9223372036854775808.0}"#,
+            // Below 1000 by less than half the spacing of f64s near 1000: refused only when
+            // the parser rounds correctly (float_roundtrip).
+            r#"{"wide": 999.9999999999999}"#,
+            r#"{"small": 1.9999999999999998}"#,
+            // Beyond 2^53 a float cannot say which integer it meant.
+            r#"{"wide": 100000000000000001.0}"#,
+            r#"{"wide": 253402300799999999.0}"#,
+            r#"{"wide": 9007199254740993.0}"#,
+            r#"{"wide": 9007199254740992.0}"#,
+            r#"{"wide": 1e30}"#,
             r#"{"small": "3"}"#,
             r#"{"small": true}"#,
             r#"{"size": null}"#,

@@ -36,7 +36,7 @@ fn run_id(s: &str) -> Result<RunId, ApiError> {
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -424,7 +424,7 @@ pub(crate) struct RunClosedResponse {
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -487,7 +487,7 @@ impl From<(RunId, spool::Unparked)> for UnparkedResponse {
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
         (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -512,7 +512,7 @@ pub(crate) async fn retry(
         (status = 403, description = "Read-only token", body = ErrorBody),
         (status = 404, description = "No such run", body = ErrorBody),
         (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -560,7 +560,7 @@ pub(crate) struct BulkRetryResponse {
         (status = 400, description = "Invalid input", body = ErrorBody),
         (status = 401, description = "No valid token", body = ErrorBody),
         (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry", body = ErrorBody),
+        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
