@@ -193,7 +193,8 @@ const DRIVER_PARAMS: [&str; 18] = [
 /// The TLS settings are checked too: `sslmode` must be `disable`, `prefer`, `require`,
 /// `verify-ca` or `verify-full` (`allow` is refused: the driver would never try TLS), each TLS
 /// parameter may appear once, `sslcert` and `sslkey` go together, and the files they and
-/// `sslrootcert` name must hold PEM of their kind (an unencrypted key). As in libpq,
+/// `sslrootcert` name must be regular files of at most 1 MiB holding PEM of their kind (an
+/// unencrypted key); they are read here, once, and the options carry their contents. As in libpq,
 /// `sslmode=require` with an `sslrootcert` verifies the server's certificate chain
 /// (`verify-ca`). See docs/OPERATIONS.md, "Postgres over TLS".
 ///

@@ -10,6 +10,11 @@
 //! libpq does, `sslmode=require` with an `sslrootcert` verifies the server's chain
 //! (`verify-ca`).
 //!
+//! The files are read here, once, when the store's connect options are built, through a bounded
+//! reader (a regular file of at most [`MAX_TLS_FILE_BYTES`], opened without waiting on a FIFO),
+//! and the driver is handed their bytes: given paths, it would read them again, without a
+//! limit, for every new connection.
+//!
 //! A failed handshake reaches cairn as a rustls error inside the driver's error; [`classify`]
 //! turns it into [`Error::Unavailable`] whose detail says what failed and what to do, and keeps
 //! the driver's error as the source: its text names the server's certificate and host, never a
@@ -98,12 +103,17 @@ pub(crate) fn checked(mut opts: PgConnectOptions, url: &UrlTls) -> Result<PgConn
     if matches!(mode, PgSslMode::Disable) {
         return Ok(opts);
     }
+    // Each file is read once, here, and the driver is given its bytes: it would otherwise read
+    // the path again (unbounded) for every new connection.
     if let Some(root) = &root {
-        check_pem(root, "sslrootcert", Pem::Certificates)?;
+        opts = opts.ssl_root_cert_from_pem(read_pem(root, "sslrootcert", Pem::Certificates)?);
     }
     if let (Some(cert), Some(key)) = (&cert, &key) {
-        check_pem(cert, "sslcert", Pem::Certificates)?;
-        check_pem(key, "sslkey", Pem::Key)?;
+        let cert = read_pem(cert, "sslcert", Pem::Certificates)?;
+        let key = read_pem(key, "sslkey", Pem::Key)?;
+        opts = opts
+            .ssl_client_cert_from_pem(cert)
+            .ssl_client_key_from_pem(key);
     }
     // libpq: "if a root CA file exists, the behavior of sslmode=require will be the same as
     // that of verify-ca"; the driver would ignore the file under `require`.
@@ -141,15 +151,20 @@ enum Pem {
     Key,
 }
 
-/// Checks that `value` (a file path, or PEM text the driver takes inline) holds PEM of kind
-/// `kind`. The messages name `param`, never the file's contents.
-fn check_pem(value: &str, param: &str, kind: Pem) -> Result<()> {
+/// The most bytes a file named by `sslrootcert`, `sslcert` or `sslkey` may hold (1 MiB): a
+/// PEM certificate, chain or key is a few KiB, a bundle of every public root about 250 KiB.
+pub(crate) const MAX_TLS_FILE_BYTES: u64 = 1024 * 1024;
+
+/// The PEM `value` gives (a file path, or PEM text the driver takes inline), checked to hold PEM
+/// of kind `kind`. A file is read through [`read_tls_file`]. The messages name `param`, never
+/// the file's contents.
+fn read_pem(value: &str, param: &str, kind: Pem) -> Result<Vec<u8>> {
     let trimmed = value.trim();
     // The driver's rule for inline PEM (`CertificateInput::from`).
     let data = if trimmed.starts_with("-----BEGIN") && trimmed.ends_with("-----") {
         value.as_bytes().to_vec()
     } else {
-        std::fs::read(value).map_err(|e| {
+        read_tls_file(std::path::Path::new(value), MAX_TLS_FILE_BYTES).map_err(|e| {
             Error::invalid(
                 WHAT,
                 format!("cannot read the file {param} names ({e}); give the path of a PEM file"),
@@ -164,7 +179,7 @@ fn check_pem(value: &str, param: &str, kind: Pem) -> Result<()> {
         Pem::Key => PrivateKeyDer::from_pem_slice(&data).is_ok(),
     };
     if usable {
-        return Ok(());
+        return Ok(data);
     }
     Err(Error::invalid(
         WHAT,
@@ -181,6 +196,51 @@ fn check_pem(value: &str, param: &str, kind: Pem) -> Result<()> {
     ))
 }
 
+/// Reads `path`, a regular file of at most `max` bytes, without waiting on it: the file is
+/// opened non-blocking (a FIFO does not hang the open) and the opened file's own metadata must
+/// say it is a regular file, so a path swapped for a device, FIFO or directory between a look
+/// and the open is refused too. At most `max + 1` bytes are read, so a file that grows while it
+/// is read cannot fill memory.
+///
+/// # Errors
+/// [`std::io::ErrorKind::InvalidInput`] ("it is not a regular file …"),
+/// [`std::io::ErrorKind::InvalidData`] ("it holds more than … bytes"), and the errors of
+/// opening and reading it; each reads as the end of a one-line message and holds nothing the
+/// file holds.
+fn read_tls_file(path: &std::path::Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error as IoError, ErrorKind, Read};
+    let too_big = || {
+        IoError::new(
+            ErrorKind::InvalidData,
+            format!("it holds more than {max} bytes; a certificate or key file is far smaller"),
+        )
+    };
+    #[cfg(unix)]
+    let file = {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        std::fs::File::from(rustix::fs::open(path, flags, Mode::empty())?)
+    };
+    #[cfg(not(unix))]
+    let file = std::fs::File::open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(IoError::new(
+            ErrorKind::InvalidInput,
+            "it is not a regular file (a device, FIFO or directory)",
+        ));
+    }
+    if meta.len() > max {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(too_big());
+    }
+    Ok(bytes)
+}
+
 /// The error for a driver error that comes from setting up TLS, or `None` for any other.
 /// The caller keeps the driver error as the source (its text holds no secret).
 pub(crate) fn classify(e: &sqlx::Error) -> Option<Error> {
@@ -189,7 +249,9 @@ pub(crate) fn classify(e: &sqlx::Error) -> Option<Error> {
         // errors that wrap rustls's.
         sqlx::Error::Io(io) => {
             let inner = io.get_ref()?;
-            inner.downcast_ref::<rustls::Error>().map(from_rustls)
+            inner
+                .downcast_ref::<rustls::Error>()
+                .map(|e| from_rustls(e, Stage::Handshake))
         }
         sqlx::Error::Tls(inner) => Some(from_tls(inner.as_ref())),
         _ => None,
@@ -199,7 +261,9 @@ pub(crate) fn classify(e: &sqlx::Error) -> Option<Error> {
 /// The error for the driver's TLS error `inner`.
 fn from_tls(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> Error {
     if let Some(tls) = inner.downcast_ref::<rustls::Error>() {
-        return from_rustls(tls);
+        // The driver's own rustls errors come from building the client's TLS configuration:
+        // the root store from sslrootcert and the client certificate and key.
+        return from_rustls(tls, Stage::Setup);
     }
     if inner
         .downcast_ref::<rustls::client::VerifierBuilderError>()
@@ -229,13 +293,48 @@ fn from_tls(inner: &(dyn std::error::Error + Send + Sync + 'static)) -> Error {
     )
 }
 
-/// The error for a rustls failure.
-fn from_rustls(e: &rustls::Error) -> Error {
+/// Where a rustls error arose.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Building the client's configuration from sslrootcert, sslcert and sslkey, before any
+    /// handshake: a certificate error here is about one of those files.
+    Setup,
+    /// The handshake: a certificate error here is about the server's certificate.
+    Handshake,
+}
+
+/// Whether `c` is webpki's refusal of a certificate that is not X.509 v3 (rustls passes it on
+/// as `CertificateError::Other`, whose only public face is its text).
+fn is_unsupported_version(c: &CertificateError) -> bool {
+    matches!(c, CertificateError::Other(other) if format!("{other:?}").contains("UnsupportedCertVersion"))
+}
+
+/// The error for a rustls failure at `stage`.
+fn from_rustls(e: &rustls::Error, stage: Stage) -> Error {
     const NAME_HOW: &str = "connect by a name the certificate names (this build checks the name \
                             under sslmode=verify-ca too)";
     const VERIFY_HOW: &str = "give sslrootcert=<PEM file of the CA that signed it>, or use \
                               sslmode=require to encrypt without verifying the server";
     Error::unavailable(match e {
+        // Only the client certificate is parsed as an end-entity certificate while the
+        // configuration is built (rustls checks that sslkey is its key); a v1 root is accepted.
+        rustls::Error::InvalidCertificate(c)
+            if stage == Stage::Setup && is_unsupported_version(c) =>
+        {
+            "the client certificate in sslcert is an X.509 v1 certificate, which this build \
+             cannot use; reissue it as X.509 v3 (with `openssl x509 -req`, give its extensions \
+             with -extfile)"
+                .to_owned()
+        }
+        rustls::Error::InvalidCertificate(c) if stage == Stage::Setup => format!(
+            "a certificate in sslrootcert or sslcert cannot be used ({c:?}); give valid X.509 \
+             v3 certificates"
+        ),
+        rustls::Error::InvalidCertificate(c) if is_unsupported_version(c) => {
+            "the server's certificate (or one in its chain) is an X.509 v1 certificate, which \
+             this build cannot verify; reissue it on the server as X.509 v3"
+                .to_owned()
+        }
         rustls::Error::InvalidCertificate(c) => match c {
             // Under verify-ca too: the driver (sqlx 0.8.6) lets only rustls's older
             // `NotValidForName` through there, and rustls reports `NotValidForNameContext`.
@@ -291,6 +390,7 @@ mod tests {
 
     /// A syntactically valid PEM certificate block (its DER is not checked here).
     const CERT_PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+    const KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n";
     const ENCRYPTED_KEY_PEM: &str =
         "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n";
 
@@ -377,6 +477,133 @@ mod tests {
             key.display()
         ));
         assert!(text.contains("encrypted key is not supported"), "{text}");
+    }
+
+    /// The refusal of `url`, which must come within a few seconds (a FIFO must not hang the
+    /// open): the open runs on its own thread, and the test fails at the deadline.
+    fn prompt_refusal(url: String) -> String {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let started = std::time::Instant::now();
+        std::thread::spawn(move || {
+            let _ = tx.send(opts(&url).map(|_| ()));
+        });
+        let outcome = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the open did not return within 5 s");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        match outcome {
+            Err(e @ Error::InvalidInput { .. }) => e.to_string(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn devices_fifos_directories_and_oversized_files_are_refused_at_once_for_each_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("c.pem");
+        std::fs::write(&cert, CERT_PEM).unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        let big = dir.path().join("big.pem");
+        let file = std::fs::File::create(&big).unwrap();
+        file.set_len(MAX_TLS_FILE_BYTES + 1).unwrap();
+        drop(file);
+        let not_regular = "(it is not a regular file (a device, FIFO or directory)); give the \
+                           path of a PEM file";
+        let too_big = format!("(it holds more than {MAX_TLS_FILE_BYTES} bytes;");
+        let cases = [
+            (std::path::Path::new("/dev/zero"), not_regular),
+            (fifo.as_path(), not_regular),
+            (dir.path(), not_regular),
+            (big.as_path(), too_big.as_str()),
+        ];
+        for (bad, expected) in cases {
+            let bad = bad.display();
+            let cert = cert.display();
+            for (param, query) in [
+                (
+                    "sslrootcert",
+                    format!("sslmode=verify-full&sslrootcert={bad}"),
+                ),
+                (
+                    "sslcert",
+                    format!("sslmode=require&sslcert={bad}&sslkey={cert}"),
+                ),
+                (
+                    "sslkey",
+                    format!("sslmode=require&sslcert={cert}&sslkey={bad}"),
+                ),
+            ] {
+                let text = prompt_refusal(format!("postgres://u@h/db?{query}"));
+                assert!(
+                    text.contains(&format!("cannot read the file {param} names "))
+                        && text.contains(expected)
+                        && !text.contains('\n'),
+                    "{param}={bad}: {text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_files_are_read_once_and_the_driver_is_given_their_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, CERT_PEM).unwrap();
+        let key = dir.path().join("key.pem");
+        std::fs::write(&key, KEY_PEM).unwrap();
+        let url = format!(
+            "postgres://u@h/db?sslmode=verify-full&sslrootcert={0}&sslcert={0}&sslkey={1}",
+            ca.display(),
+            key.display()
+        );
+        let opts = opts(&url).unwrap();
+        // The options carry the PEM itself, not the path the driver would read again.
+        let shown = format!("{opts:?}");
+        assert!(!shown.contains(&ca.display().to_string()), "{shown}");
+        assert_eq!(shown.matches("Some(Inline(").count(), 3, "{shown}");
+        assert!(!shown.contains("File("), "{shown}");
+    }
+
+    /// An X.509 v1 certificate (self-signed, what `openssl x509 -req` makes by default).
+    const V1_CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBMDCB1wIUdmO6vVhEKsyYBQgZnAgOEv9CXkAwCgYIKoZIzj0EAwIwGjEYMBYG
+A1UEAwwPY2Fpcm5fY2VydF91c2VyMCAXDTI2MTIwNjA3MDMyNloYDzIxMjYxMTEy
+MDcwMzI2WjAaMRgwFgYDVQQDDA9jYWlybl9jZXJ0X3VzZXIwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAAQA/PeXtDaWa/Pmu51XvyFFuFHgp0x6OykXbfQdJ2daKMXE
+3lCVZ5DIy6BA07SAm9+bIYRaA50JRqgSi+c5TpMRMAoGCCqGSM49BAMCA0gAMEUC
+IFWH7mBMJEVhA+8TsY1Bbt/0OFlauXm0eFJSBBB6Q5KAAiEA0uOO8ox4KJy+TvB8
+PjsU1VZHpxr/cECkbFlcmOswTnE=
+-----END CERTIFICATE-----
+";
+
+    #[test]
+    fn a_v1_certificate_is_named_as_the_client_s_before_the_handshake_and_the_server_s_in_it() {
+        // rustls's own refusal of the certificate, as it reaches the driver.
+        let der = CertificateDer::from_pem_slice(V1_CERT_PEM.as_bytes()).unwrap();
+        let Err(v1) = rustls::server::ParsedCertificate::try_from(&der) else {
+            panic!("rustls accepted an X.509 v1 end-entity certificate");
+        };
+        // Building the client's configuration (the driver's `Error::Tls`): sslcert's.
+        let setup = crate::error::map(sqlx::Error::Tls(Box::new(v1.clone())));
+        assert!(
+            setup
+                .to_string()
+                .contains("the client certificate in sslcert is an X.509 v1 certificate"),
+            "{setup}"
+        );
+        // In the handshake (an I/O error that wraps rustls's): the server's.
+        let handshake = crate::error::map(io_wrapping(v1));
+        let text = handshake.to_string();
+        assert!(
+            text.contains("the server's certificate (or one in its chain) is an X.509 v1"),
+            "{text}"
+        );
+        assert!(!text.contains("sslmode=require"), "{text}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use cairn_conformance::random_space;
 use cairn_core::{EpochStore, Error, Event};
 use cairn_postgres::testkit::{TlsCluster, CERT_USER};
-use cairn_postgres::{connect_options_from_url, PgStore};
+use cairn_postgres::{connect_options_from_url, PgOptions, PgStore};
 use sqlx::{Connection, PgConnection};
 
 async fn with_ssl() -> &'static TlsCluster {
@@ -244,4 +244,193 @@ async fn a_key_that_is_not_the_certificates_is_refused_naming_both_settings() {
             .contains("sslkey is not the private key of the certificate in sslcert"),
         "{e}"
     );
+}
+
+/// An X.509 v1 certificate and its key, as `openssl x509 -req` makes by default (self-signed,
+/// CN cairn_cert_user, valid until 2126; a throwaway key made for this test only).
+const V1_CERT_PEM: &str = "-----BEGIN CERTIFICATE-----
+MIIBMDCB1wIUdmO6vVhEKsyYBQgZnAgOEv9CXkAwCgYIKoZIzj0EAwIwGjEYMBYG
+A1UEAwwPY2Fpcm5fY2VydF91c2VyMCAXDTI2MTIwNjA3MDMyNloYDzIxMjYxMTEy
+MDcwMzI2WjAaMRgwFgYDVQQDDA9jYWlybl9jZXJ0X3VzZXIwWTATBgcqhkjOPQIB
+BggqhkjOPQMBBwNCAAQA/PeXtDaWa/Pmu51XvyFFuFHgp0x6OykXbfQdJ2daKMXE
+3lCVZ5DIy6BA07SAm9+bIYRaA50JRqgSi+c5TpMRMAoGCCqGSM49BAMCA0gAMEUC
+IFWH7mBMJEVhA+8TsY1Bbt/0OFlauXm0eFJSBBB6Q5KAAiEA0uOO8ox4KJy+TvB8
+PjsU1VZHpxr/cECkbFlcmOswTnE=
+-----END CERTIFICATE-----
+";
+const V1_KEY_PEM: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgzXbAMDmyGl7yWMKK
+tt7BSd++vK6KV9HYOtzCb72x7sGhRANCAAQA/PeXtDaWa/Pmu51XvyFFuFHgp0x6
+OykXbfQdJ2daKMXE3lCVZ5DIy6BA07SAm9+bIYRaA50JRqgSi+c5TpMR
+-----END PRIVATE KEY-----
+";
+
+#[tokio::test]
+async fn a_v1_client_certificate_is_refused_naming_the_client_certificate() {
+    let c = with_ssl().await;
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("v1.pem"), dir.path().join("v1.key"));
+    std::fs::write(&cert, V1_CERT_PEM).unwrap();
+    std::fs::write(&key, V1_KEY_PEM).unwrap();
+    let url = c.url(
+        CERT_USER,
+        "localhost",
+        &format!(
+            "sslmode=require&sslcert={}&sslkey={}",
+            cert.display(),
+            key.display()
+        ),
+    );
+    let e = refusal(&url).await;
+    assert_eq!(
+        e.to_string(),
+        "store unavailable: the client certificate in sslcert is an X.509 v1 certificate, which \
+         this build cannot use; reissue it as X.509 v3 (with `openssl x509 -req`, give its \
+         extensions with -extfile)"
+    );
+    assert!(
+        e.report().to_string().contains("UnsupportedCertVersion"),
+        "{e:?}"
+    );
+}
+
+/// Runs `open` on its own thread and runtime and gives its outcome, failing the test if it has
+/// not returned within 5 s (a FIFO or a device must not hang a store's open).
+fn within_deadline<T: Send + 'static>(
+    open: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _ = tx.send(rt.block_on(open));
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the store's open did not return within 5 s")
+}
+
+#[tokio::test]
+async fn a_device_or_fifo_as_a_tls_file_is_refused_at_once_before_connecting() {
+    let c = with_ssl().await;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let ca = c.ca_file();
+    let (cert, key) = (c.client_cert_file(), c.client_key_file());
+    for (param, params) in [
+        (
+            "sslrootcert",
+            "sslmode=verify-full&sslrootcert=/dev/zero".to_owned(),
+        ),
+        (
+            "sslcert",
+            format!(
+                "sslmode=verify-full&sslrootcert={}&sslcert=/dev/zero&sslkey={}",
+                ca.display(),
+                key.display()
+            ),
+        ),
+        (
+            "sslkey",
+            format!(
+                "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}",
+                ca.display(),
+                cert.display(),
+                fifo.display()
+            ),
+        ),
+    ] {
+        let url = c.url(CERT_USER, "localhost", &params);
+        let e = within_deadline(async move { PgStore::open(&url).await.map(|_| ()) })
+            .expect_err("the store opened");
+        assert!(matches!(e, Error::InvalidInput { .. }), "{e:?}");
+        let report = e.report().to_string();
+        assert!(
+            report.contains(&format!(
+                "cannot read the file {param} names (it is not a regular file"
+            )),
+            "{report}"
+        );
+        assert!(!report.contains('\n'), "{report}");
+    }
+}
+
+/// The files are read once, when the store opens: a path swapped afterwards (here for a file
+/// that holds no PEM) is not read again when the pool opens new connections.
+#[tokio::test]
+async fn tls_files_swapped_after_the_open_are_not_read_again_for_new_connections() {
+    const APP: &str = "cairn_tls_swap_test";
+    let c = with_ssl().await;
+    let dir = tempfile::tempdir().unwrap();
+    let files = [
+        (c.ca_file(), dir.path().join("ca.pem")),
+        (c.client_cert_file(), dir.path().join("client.pem")),
+        (c.client_key_file(), dir.path().join("client.key")),
+    ];
+    for (from, to) in &files {
+        std::fs::copy(from, to).unwrap();
+    }
+    let url = c.url(
+        CERT_USER,
+        "localhost",
+        &format!(
+            "sslmode=verify-full&sslrootcert={}&sslcert={}&sslkey={}&application_name={APP}",
+            files[0].1.display(),
+            files[1].1.display(),
+            files[2].1.display()
+        ),
+    );
+    let store = PgStore::open_with(PgOptions::new(url).max_connections(1))
+        .await
+        .unwrap();
+    let space = random_space("tls-swap");
+    store
+        .append(&space, vec![Event::new("k", b"x".to_vec())])
+        .await
+        .unwrap();
+
+    for (_, to) in &files {
+        std::fs::remove_file(to).unwrap();
+        std::fs::write(to, "not a certificate").unwrap();
+    }
+    // End the store's connections from another session: its next operations need new ones.
+    let admin = c.url("postgres", "127.0.0.1", "sslmode=disable");
+    let mut admin = PgConnection::connect(&admin).await.unwrap();
+    let ended: Vec<(i32,)> = sqlx::query_as(
+        "WITH s AS MATERIALIZED (SELECT pid FROM pg_stat_activity WHERE application_name = $1) \
+         SELECT pid FROM s WHERE pg_terminate_backend(pid)",
+    )
+    .bind(APP)
+    .fetch_all(&mut admin)
+    .await
+    .unwrap();
+    assert!(!ended.is_empty(), "the store held no connection");
+
+    // The first operation may meet the ended connection; a new one must then be made.
+    let mut heads = Err(Error::unavailable("not tried"));
+    for _ in 0..5 {
+        heads = store.heads(&space).await;
+        if heads.is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(heads.unwrap().len(), 1);
+    let now: Vec<(i32,)> = sqlx::query_as("SELECT pid FROM pg_stat_activity WHERE usename = $1")
+        .bind(CERT_USER)
+        .fetch_all(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        !now.is_empty() && now.iter().all(|p| !ended.contains(p)),
+        "no new connection: {ended:?} then {now:?}"
+    );
+    store.close().await;
+    let _ = admin.close().await;
 }
