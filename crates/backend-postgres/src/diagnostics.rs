@@ -49,22 +49,26 @@ impl std::fmt::Debug for PgDiagnostics {
     }
 }
 
-/// A check's connection: its own (closed after the check) or the store's pool's (returned).
+/// A check's connection: its own (closed after the check; behind a transaction-mode pooler,
+/// `true`, one checkout transaction, ended first) or the store's pool's (returned).
 enum Conn {
-    Own(PgConnection),
+    Own(PgConnection, bool),
     Pooled(PoolConnection<Postgres>),
 }
 
 impl Conn {
     fn get(&mut self) -> &mut PgConnection {
         match self {
-            Conn::Own(c) => c,
+            Conn::Own(c, _) => c,
             Conn::Pooled(c) => c,
         }
     }
 
     async fn close(self) {
-        if let Conn::Own(c) = self {
+        if let Conn::Own(mut c, pooled) = self {
+            if pooled {
+                let _ = crate::pooler::end(&mut c).await;
+            }
             let _ = c.close().await;
         }
     }
@@ -111,13 +115,27 @@ impl PgDiagnostics {
             Source::Options(opts) => opts,
         };
         let options = opts.connect_options().map_err(NoConnection::Options)?;
+        let pooled = opts.pooler_mode().map_err(NoConnection::Options)?
+            == crate::pooler::Pooler::Transaction;
+        let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
         // Bounded by the acquire timeout: a server that accepts the connection but never
         // answers is unreachable, not a check that hangs.
         let connected = tokio::time::timeout(opts.acquire_timeout, async {
+            if pooled {
+                // Behind a transaction-mode pooler a session setting and a cached statement
+                // would land on a server connection other clients use, and the next statement
+                // may run on another one: the check is one checkout transaction that sets what
+                // it needs (see `crate::pooler`), with no statement cached.
+                let options = options.statement_cache_capacity(0);
+                let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
+                let begin = crate::pooler::begin_sql(self.schema.as_str(), &lock_timeout_ms);
+                crate::pooler::begin(&mut conn, &begin).await.map_err(map)?;
+                return Ok(conn);
+            }
             let mut conn = PgConnection::connect_with(&options).await.map_err(map)?;
             sqlx::query(SESSION_SETUP)
                 .bind(self.schema.as_str())
-                .bind(opts.lock_timeout.as_millis().max(1).to_string())
+                .bind(lock_timeout_ms)
                 .execute(&mut conn)
                 .await
                 .map_err(map)?;
@@ -125,7 +143,7 @@ impl PgDiagnostics {
         })
         .await;
         match connected {
-            Ok(Ok(conn)) => Ok(Conn::Own(conn)),
+            Ok(Ok(conn)) => Ok(Conn::Own(conn, pooled)),
             Ok(Err(e)) => Err(NoConnection::Server(e)),
             Err(_) => Err(NoConnection::Server(crate::error::connect_timed_out())),
         }

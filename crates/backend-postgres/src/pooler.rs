@@ -156,21 +156,33 @@ pub(crate) async fn end(conn: &mut sqlx::PgConnection) -> std::result::Result<()
 pub(crate) struct Checkouts {
     out: std::sync::atomic::AtomicUsize,
     closing: std::sync::atomic::AtomicBool,
+    /// A drain reached its bound: later drains (the spool's close, then the store's, on one
+    /// pool) do not wait for the same checkouts again.
+    gave_up: std::sync::atomic::AtomicBool,
     ended: tokio::sync::Notify,
 }
 
 impl Checkouts {
     /// Refuses new checkouts, then waits until every checkout that is out has been given back
-    /// (and so committed).
-    pub(crate) async fn drain(&self) {
+    /// (and so committed), for at most `bound`: how many were still out then (0: all given
+    /// back). A checkout can be counted out and never come back (its connection closed by the
+    /// driver without `after_release`, a task holding it past the close): closing must not
+    /// wait for it forever; the pool's close then rolls back what is still open. Once a drain
+    /// reached its bound, later ones return at once.
+    pub(crate) async fn drain(&self, bound: std::time::Duration) -> usize {
         use std::sync::atomic::Ordering;
         self.closing.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + bound;
         loop {
             let ended = self.ended.notified();
-            if self.out.load(Ordering::SeqCst) == 0 {
-                return;
+            let out = self.out.load(Ordering::SeqCst);
+            if out == 0 || self.gave_up.load(Ordering::SeqCst) {
+                return out;
             }
-            ended.await;
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                self.gave_up.store(true, Ordering::SeqCst);
+                return self.out.load(Ordering::SeqCst);
+            }
         }
     }
 
@@ -178,8 +190,14 @@ impl Checkouts {
         self.out.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Counts one checkout given back. Never below zero: a connection given back that no
+    /// checkout hook began (the driver's `try_acquire` skips `before_acquire`) must not make
+    /// the count wrap around to "out forever".
     fn given_back(&self) {
-        self.out.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .out
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         self.ended.notify_waiters();
     }
 
@@ -283,6 +301,62 @@ pub(crate) async fn sessions_are_shared(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_drain_waits_for_checkouts_given_back_and_no_longer_than_its_bound() {
+        use std::time::Duration;
+        let checkouts = std::sync::Arc::new(Checkouts::default());
+        checkouts.begun();
+        let back = checkouts.clone();
+        let giver = tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            back.given_back();
+        });
+        let left = tokio::time::timeout(
+            Duration::from_secs(30),
+            checkouts.drain(Duration::from_secs(30)),
+        )
+        .await
+        .expect("a drain ends once its checkout is given back");
+        assert_eq!(left, 0);
+        giver.await.unwrap();
+        assert!(checkouts.refused().is_some(), "no checkout after a drain");
+
+        // One checkout that never comes back (its connection closed without `after_release`).
+        let stuck = Checkouts::default();
+        stuck.begun();
+        let left = tokio::time::timeout(
+            Duration::from_secs(30),
+            stuck.drain(Duration::from_millis(50)),
+        )
+        .await
+        .expect("a drain ends at its bound");
+        assert_eq!(left, 1, "the checkout still out is reported");
+        // The store's close drains again after the spool's: it does not wait a second time.
+        let again = tokio::time::timeout(
+            Duration::from_secs(1),
+            stuck.drain(Duration::from_secs(3600)),
+        )
+        .await
+        .expect("a drain after one that gave up returns at once");
+        assert_eq!(again, 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_given_back_without_a_checkout_does_not_wrap_the_count() {
+        let checkouts = Checkouts::default();
+        // `try_acquire` skips `before_acquire`; `after_release` still runs.
+        checkouts.given_back();
+        assert_eq!(
+            tokio::time::timeout(
+                std::time::Duration::from_secs(30),
+                checkouts.drain(std::time::Duration::from_secs(30)),
+            )
+            .await
+            .expect("nothing is out"),
+            0
+        );
+    }
 
     #[test]
     fn the_parameter_is_removed_and_read() {

@@ -520,16 +520,21 @@ impl PgStore {
 
     /// Closes the pool, waiting for the connections in use to come back: an orderly shutdown.
     /// Every later operation on this store (and its clones) fails with [`Error::Unavailable`].
+    /// Behind a transaction-mode pooler, the wait for checkouts to commit is bounded by the
+    /// acquire timeout ([`PgOptions::acquire_timeout`]).
     pub async fn close(&self) {
         self.drain().await;
         self.inner.pool.close().await;
     }
 
     /// Behind a transaction-mode pooler, refuses new checkouts and waits for those out to be
-    /// given back (committed) before the pool may close (see [`crate::pooler::Checkouts`]).
-    pub(crate) async fn drain(&self) {
-        if let Some(checkouts) = &self.inner.checkouts {
-            checkouts.drain().await;
+    /// given back (committed) before the pool may close (see [`crate::pooler::Checkouts`]),
+    /// for at most the acquire timeout: a checkout that never comes back must not hold the
+    /// close forever. Returns how many were still out then (0: all given back, or no pooler).
+    pub(crate) async fn drain(&self) -> usize {
+        match &self.inner.checkouts {
+            Some(checkouts) => checkouts.drain(self.inner.opts.acquire_timeout).await,
+            None => 0,
         }
     }
 

@@ -216,6 +216,47 @@ async fn stores_and_spools_behind_the_pooler_close() {
         .expect("a used spool closes");
 }
 
+/// The diagnostics `cairn doctor` runs without an open store (`PgDiagnostics::new`: a
+/// connection of their own per check) behind the pooler: each check is one checkout
+/// transaction with no cached statement, so its Parse and Bind reach one server connection and
+/// no setting of its lands on a pooled one. (With a session setup and cached statements the
+/// scratch look failed — `cannot list the Postgres server's schemas` in `cairn doctor` — once
+/// a statement's Bind reached another server connection than its Parse.) Every look, many
+/// times over, answers, and the pool's server sessions carry no search_path of ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn diagnostics_without_an_open_store_work_behind_the_pooler() {
+    use cairn_migrate::{Diagnostics, Integrity};
+    let h = pgbouncer_harness().await;
+    let store = h.store().await.unwrap();
+    store.append(&space("diag"), vec![event(1)]).await.unwrap();
+    store.close().await;
+    let diagnostics = cairn_postgres::PgDiagnostics::new(h.options()).unwrap();
+    for round in 0..8 {
+        let integrity = diagnostics.integrity().await;
+        assert!(
+            matches!(integrity, Integrity::Intact { .. }),
+            "round {round}: {integrity:?}"
+        );
+        diagnostics
+            .scratch_leftovers()
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: the scratch look answers: {e}"));
+    }
+    // No session setting was left on the pooler's server connections.
+    let mut conn = PgConnection::connect(&pgbouncer_url().await.unwrap())
+        .await
+        .unwrap();
+    for _ in 0..PGBOUNCER_POOL_SIZE {
+        let path: String = conn
+            .fetch_one(sqlx::raw_sql("SHOW search_path"))
+            .await
+            .unwrap()
+            .get(0);
+        assert!(!path.contains(h.schema()), "a search_path was left: {path}");
+    }
+    let _ = conn.close().await;
+}
+
 /// Eight appenders on two stores ("nodes") through one PgBouncer, on one space: every append
 /// succeeds, the seqs are exactly 1..=N (commit order, no gaps, no duplicates), and the space
 /// ends with one head, the cache agreeing with the anti-join.

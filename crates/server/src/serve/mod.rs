@@ -547,9 +547,25 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         // transaction.
         let _ = backfill.await;
     }
-    store.close().await?;
+    // Closing waits for the connections in use (behind a transaction-mode pooler, for every
+    // checkout to commit first); bounded, so that a connection that never comes back cannot
+    // keep the process from exiting: what was still open is rolled back by the database when
+    // the process's connections end.
+    let bound = drain.max(CLOSE_FLOOR);
+    match tokio::time::timeout(bound, store.close()).await {
+        Ok(closed) => closed?,
+        Err(_) => tracing::warn!(
+            target: "cairn::serve",
+            close_secs = bound.as_secs_f64(),
+            "the store did not close in time (a connection was still in use); exiting anyway"
+        ),
+    }
     served
 }
+
+/// The least time closing the store gets on shutdown, whatever `--drain-timeout` says (an
+/// orderly close takes milliseconds).
+const CLOSE_FLOOR: Duration = Duration::from_secs(5);
 
 /// Registers for SIGINT and (on Unix) SIGTERM at once, so that a signal sent as soon as the
 /// address is printed is not lost to the default action; the future resolves on either.

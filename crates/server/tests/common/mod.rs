@@ -211,6 +211,15 @@ impl ApiServer {
         )
     }
 
+    /// Sends SIGTERM and waits up to `within` for the exit; the exit status, or `None` when
+    /// the server is still running at the deadline (it is then killed when dropped).
+    pub(crate) fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success(), "kill -TERM {pid}");
+        wait_until(&mut self.child, within)
+    }
+
     /// `POST /v1/batch` with `ops`.
     pub(crate) fn batch(&self, ops: serde_json::Value) -> (u16, serde_json::Value) {
         self.send(
@@ -219,4 +228,47 @@ impl ApiServer {
             Some(&serde_json::json!({ "ops": ops })),
         )
     }
+}
+
+/// Waits up to `within` for `child` to exit: its status, or `None` at the deadline.
+pub(crate) fn wait_until(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `cmd` to its end or for at most `within`, whichever comes first: its exit status
+/// (`None` when it was still running at the deadline and was killed), stdout and stderr.
+pub(crate) fn run_within(
+    cmd: &mut Command,
+    within: Duration,
+) -> (Option<std::process::ExitStatus>, String, String) {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = pipe.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().unwrap()));
+    let err = drain(Box::new(child.stderr.take().unwrap()));
+    let status = wait_until(&mut child, within);
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    (status, out.join().unwrap(), err.join().unwrap())
 }
