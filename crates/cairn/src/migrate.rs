@@ -283,13 +283,23 @@ pub async fn location_exists(url: &DatabaseUrl) -> Result<bool> {
                     .await
                     .map_err(|_| Error::unavailable("timed out connecting to the Postgres server"))?
                     .map_err(unreachable)?;
+                // One transaction, begun by a simple query: behind a transaction-mode pooler
+                // (`cairn_pooler=transaction`) the statement's Parse and Bind then reach the one
+                // server connection the transaction holds, and `DEALLOCATE ALL` first drops a
+                // statement name another client left on it. Direct, both cost nothing.
+                let mut tx = conn.begin().await.map_err(unreachable)?;
+                sqlx::raw_sql("DEALLOCATE ALL")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(unreachable)?;
                 let exists: bool = sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
                 )
                 .bind(opts.schema_name())
-                .fetch_one(&mut conn)
+                .fetch_one(&mut *tx)
                 .await
                 .map_err(unreachable)?;
+                tx.commit().await.map_err(unreachable)?;
                 let _ = conn.close().await;
                 Ok(exists)
             }
