@@ -66,11 +66,19 @@ fn key(k: &str) -> DedupKey {
 /// A write under an injected fault must fail with a store error: never `Ok`, never a
 /// validation verdict, never a panic.
 fn assert_store_error<T: std::fmt::Debug>(r: cairn::Result<T>, what: &str) {
+    // A full disk is told apart (`storage_full`: the server answers 503 and reports it).
+    if what.contains("full disk") {
+        assert!(
+            matches!(&r, Err(e) if e.is_storage_full()),
+            "{what} under the fault must fail with StorageFull, got {r:?}"
+        );
+    }
     match r {
         Err(
             Error::Backend { .. }
             | Error::Io { .. }
             | Error::Unavailable { .. }
+            | Error::StorageFull { .. }
             | Error::Migration { .. },
         ) => {}
         other => panic!("{what} under the fault must fail with a store error, got {other:?}"),
