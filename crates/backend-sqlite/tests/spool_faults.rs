@@ -44,8 +44,20 @@ async fn assert_unchanged(
 
 /// An error from a failed durable write: a store error, never a validation or spool verdict.
 fn assert_write_failed<T: std::fmt::Debug>(r: cairn_core::Result<T>, ctx: &str) {
+    // A full disk is told apart (`StorageFull`: the server answers 503 `storage_full`).
+    if ctx.contains("full disk") {
+        assert!(
+            matches!(&r, Err(e) if e.is_storage_full()),
+            "S12: {ctx} must fail with StorageFull, got {r:?}"
+        );
+    }
     match r {
-        Err(Error::Backend { .. } | Error::Io { .. } | Error::Unavailable { .. }) => {}
+        Err(
+            Error::Backend { .. }
+            | Error::Io { .. }
+            | Error::Unavailable { .. }
+            | Error::StorageFull { .. },
+        ) => {}
         other => panic!("S12: {ctx} must fail with a store error, got {other:?}"),
     }
 }
