@@ -204,7 +204,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     for (name, step) in steps {
         let mut cmd = Command::new(&cargo);
         cmd.args(step).args(&args);
-        let outcome = run_step(cmd)?;
+        let outcome = run_step(cmd, &mut std::io::stderr())?;
         if !outcome.success {
             failures.push(describe_failure(name, &outcome.failed_targets));
         }
@@ -213,7 +213,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     // a broken or private intra-doc link fails the suite.
     let mut doc = Command::new(&cargo);
     doc.args(DOC_STEP).env("RUSTDOCFLAGS", "-D warnings");
-    if !run_step(doc)?.success {
+    if !run_step(doc, &mut std::io::stderr())?.success {
         failures.push("the docs build (`RUSTDOCFLAGS=\"-D warnings\" cargo doc …`)".into());
     }
     if failures.is_empty() {
@@ -249,9 +249,10 @@ struct StepOutcome {
     failed_targets: Vec<String>,
 }
 
-/// Runs a cargo step with its output shown as it comes; its stderr is also read for the
-/// targets that failed.
-fn run_step(mut cmd: Command) -> Result<StepOutcome, String> {
+/// Runs a cargo step with its stderr passed on to `out` as it comes (xtask's own stderr; a
+/// test gives a sink, so that its stand-in's lines never reach an outer xtask reading the
+/// suite's stderr for failed targets); the stderr is also read for the targets that failed.
+fn run_step(mut cmd: Command, out: &mut dyn Write) -> Result<StepOutcome, String> {
     if std::io::stderr().is_terminal() && std::env::var_os("CARGO_TERM_COLOR").is_none() {
         cmd.env("CARGO_TERM_COLOR", "always");
     }
@@ -261,7 +262,6 @@ fn run_step(mut cmd: Command) -> Result<StepOutcome, String> {
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     let mut failed_targets = Vec::new();
     if let Some(stderr) = child.stderr.take() {
-        let mut out = std::io::stderr();
         for line in BufReader::new(stderr).split(b'\n') {
             let Ok(line) = line else { break };
             let _ = out.write_all(&line);
@@ -566,12 +566,12 @@ error: 2 targets failed:
             "echo 'error: test failed, to rerun pass `-p a --lib`' >&2; \
              echo 'error: test failed, to rerun pass `-p b --test c`' >&2; exit 101",
         ]);
-        let outcome = run_step(failing).unwrap();
+        let outcome = run_step(failing, &mut std::io::sink()).unwrap();
         assert!(!outcome.success);
         assert_eq!(outcome.failed_targets, ["-p a --lib", "-p b --test c"]);
         let mut passing = Command::new("sh");
         passing.args(["-c", "echo fine >&2"]);
-        let outcome = run_step(passing).unwrap();
+        let outcome = run_step(passing, &mut std::io::sink()).unwrap();
         assert!(outcome.success);
         assert!(outcome.failed_targets.is_empty());
     }
