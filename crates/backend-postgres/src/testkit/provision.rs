@@ -258,8 +258,6 @@ else "$2" -D "$3" -m immediate -w stop >/dev/null 2>&1; fi
 rm -rf "$4""#;
 
 fn start_private_cluster() -> std::result::Result<PrivateCluster, String> {
-    use std::os::unix::process::CommandExt;
-
     let bin = find_pg_bin()
         .ok_or("initdb/pg_ctl not found on PATH or under /usr/lib/postgresql/*/bin")?;
     let as_postgres = running_as_root();
@@ -304,32 +302,45 @@ fn start_private_cluster() -> std::result::Result<PrivateCluster, String> {
         .arg("start");
     run(start, "pg_ctl start").map_err(cleanup)?;
 
+    let watchdog =
+        spawn_watchdog("cairn-pg-watchdog", as_postgres, &bin, &data, &dir).map_err(cleanup)?;
+    Ok(PrivateCluster {
+        url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        watchdog,
+    })
+}
+
+/// Starts the watchdog (shown as `name`) of the cluster `bin`'s `pg_ctl` started on `data` in
+/// `dir`: it stops the cluster and removes `dir` when the test process's end closes its stdin.
+/// When it cannot start, the cluster is stopped at once and the reason returned.
+pub(super) fn spawn_watchdog(
+    name: &str,
+    as_postgres: bool,
+    bin: &Path,
+    data: &Path,
+    dir: &Path,
+) -> Result<std::process::Child, String> {
+    use std::os::unix::process::CommandExt;
     let watchdog = Command::new("sh")
         .arg("-c")
         .arg(WATCHDOG_SCRIPT)
-        .arg("cairn-pg-watchdog")
+        .arg(name)
         .arg(if as_postgres { "1" } else { "0" })
         .arg(bin.join("pg_ctl"))
-        .arg(&data)
-        .arg(&dir)
+        .arg(data)
+        .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         // Its own process group: a Ctrl-C to the test run must not kill it before it cleans up.
         .process_group(0)
         .spawn();
-    match watchdog {
-        Ok(watchdog) => Ok(PrivateCluster {
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-            watchdog,
-        }),
-        Err(e) => {
-            let mut stop = pg_command(as_postgres, &bin.join("pg_ctl"));
-            stop.arg("-D").arg(&data).args(["-m", "immediate", "stop"]);
-            let _ = run(stop, "pg_ctl stop");
-            Err(cleanup(format!("cannot start the cluster watchdog: {e}")))
-        }
-    }
+    watchdog.map_err(|e| {
+        let mut stop = pg_command(as_postgres, &bin.join("pg_ctl"));
+        stop.arg("-D").arg(data).args(["-m", "immediate", "stop"]);
+        let _ = run(stop, "pg_ctl stop");
+        format!("cannot start the cluster watchdog: {e}")
+    })
 }
 
 #[cfg(test)]

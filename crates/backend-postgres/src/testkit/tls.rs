@@ -9,7 +9,7 @@
 //! its CA signed (`clientcert=verify-ca`), and every other role with trust, TLS or not.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::str::FromStr;
 
 use rcgen::{
@@ -21,7 +21,7 @@ use sqlx::{Connection, PgConnection};
 use tokio::sync::OnceCell;
 
 use super::provision::{
-    find_pg_bin, keep_watchdog_stdin, pg_command, run, running_as_root, WATCHDOG_SCRIPT,
+    find_pg_bin, keep_watchdog_stdin, pg_command, run, running_as_root, spawn_watchdog,
 };
 
 /// The role the TLS cluster admits only with a client certificate signed by its CA.
@@ -197,7 +197,6 @@ fn write(path: &Path, text: &str) -> Result<(), String> {
 /// Starts a cluster (blocking: initdb and pg_ctl); `ssl` turns TLS on.
 fn start(ssl: bool) -> Result<TlsCluster, String> {
     use std::os::unix::fs::PermissionsExt;
-    use std::os::unix::process::CommandExt;
 
     let bin = find_pg_bin()
         .ok_or("initdb/pg_ctl not found on PATH or under /usr/lib/postgresql/*/bin")?;
@@ -281,30 +280,8 @@ fn start(ssl: bool) -> Result<TlsCluster, String> {
         .arg("start");
     run(start, "pg_ctl start").map_err(cleanup)?;
 
-    let watchdog = Command::new("sh")
-        .arg("-c")
-        .arg(WATCHDOG_SCRIPT)
-        .arg("cairn-pg-tls-watchdog")
-        .arg(if as_postgres { "1" } else { "0" })
-        .arg(bin.join("pg_ctl"))
-        .arg(&data)
-        .arg(&dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        // Its own process group: a Ctrl-C to the test run must not kill it before it cleans up.
-        .process_group(0)
-        .spawn();
-    match watchdog {
-        Ok(watchdog) => {
-            keep_watchdog_stdin(watchdog);
-            Ok(TlsCluster { port, certs })
-        }
-        Err(e) => {
-            let mut stop = pg_command(as_postgres, &bin.join("pg_ctl"));
-            stop.arg("-D").arg(&data).args(["-m", "immediate", "stop"]);
-            let _ = run(stop, "pg_ctl stop");
-            Err(cleanup(format!("cannot start the cluster watchdog: {e}")))
-        }
-    }
+    let watchdog =
+        spawn_watchdog("cairn-pg-tls-watchdog", as_postgres, &bin, &data, &dir).map_err(cleanup)?;
+    keep_watchdog_stdin(watchdog);
+    Ok(TlsCluster { port, certs })
 }
