@@ -6,7 +6,8 @@
 //! encoding: changing it is a breaking change.
 
 use crate::error::{Error, Result};
-use crate::types::{EpochId, Event, EventId, ForeignEpoch, SpaceId};
+use crate::ids::{EpochId, EventId};
+use crate::types::{Event, ForeignEpoch, SpaceId};
 
 const EVENT_CONTEXT: &str = "cairn 2026-11 event id v1";
 const EPOCH_CONTEXT: &str = "cairn 2026-11 epoch id v1";
@@ -78,6 +79,46 @@ pub fn verify_epoch(epoch: &ForeignEpoch) -> Result<()> {
     }
     Ok(())
 }
+
+impl Event {
+    /// The event's content address.
+    pub fn id(&self) -> EventId {
+        event_id(self)
+    }
+}
+
+macro_rules! hash_id_from_bytes {
+    ($name:ident) => {
+        impl $name {
+            /// Reads an id from exactly 32 bytes.
+            ///
+            /// # Errors
+            /// [`Error::InvalidInput`] when `bytes` is not 32 bytes long.
+            pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+                let arr: [u8; 32] = bytes.try_into().map_err(|_| {
+                    Error::invalid(
+                        stringify!($name),
+                        format!("must be 32 bytes, got {}", bytes.len()),
+                    )
+                })?;
+                Ok(Self(arr))
+            }
+
+            /// Parses the 64-character lowercase or uppercase hex form.
+            ///
+            /// # Errors
+            /// [`Error::InvalidInput`] when `s` is not 64 hex digits.
+            pub fn from_hex(s: &str) -> Result<Self> {
+                let bytes =
+                    hex::decode(s).map_err(|e| Error::invalid(stringify!($name), e.to_string()))?;
+                Self::from_slice(&bytes)
+            }
+        }
+    };
+}
+
+hash_id_from_bytes!(EventId);
+hash_id_from_bytes!(EpochId);
 
 #[cfg(test)]
 mod tests {

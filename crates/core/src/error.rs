@@ -1,6 +1,6 @@
 //! The error type shared by every cairn store.
 
-use crate::types::EpochId;
+use crate::ids::EpochId;
 
 /// Result alias with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -359,13 +359,6 @@ impl Error {
             _ => {}
         }
         self
-    }
-
-    /// [`Error::NotFound`] for a space that has no epoch.
-    pub fn space_not_found(space: &crate::SpaceId) -> Self {
-        Self::NotFound {
-            what: format!("space {space}"),
-        }
     }
 
     /// Whether retrying the whole operation may succeed (busy, serialization failure, deadlock,

@@ -24,6 +24,7 @@
 pub mod backfill;
 mod encoding;
 mod error;
+mod ids;
 mod keys;
 mod memory;
 pub mod schema;
@@ -35,6 +36,7 @@ mod types;
 
 pub use encoding::{epoch_id, event_id, verify_epoch};
 pub use error::{escape_control, Blocker, BoxError, Error, Report, Result};
+pub use ids::{EpochId, EventId};
 pub use keys::{key64, scratch_name};
 pub use memory::MemoryStore;
 pub use seq::{cache_is_current, heads_after_import, next_seq, HeadProbe};
@@ -46,8 +48,7 @@ pub use spool::{
 pub use store::{EpochDiagnostics, EpochStore};
 pub use tx::{failed_transaction, Transaction};
 pub use types::{
-    Appended, Epoch, EpochId, EpochSummary, Event, EventId, FeedCursor, FeedEvent, FeedPage,
-    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS,
-    MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_RECENT_EPOCHS, MAX_SPACE_LEN,
-    RESERVED_SPACE_PREFIX,
+    Appended, Epoch, EpochSummary, Event, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Seq, SpaceId, MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN,
+    MAX_KIND_LEN, MAX_RECENT_EPOCHS, MAX_SPACE_LEN, RESERVED_SPACE_PREFIX,
 };

@@ -8,11 +8,12 @@ use async_trait::async_trait;
 
 use crate::encoding::{epoch_id, verify_epoch};
 use crate::error::{Error, Result};
+use crate::ids::{EpochId, EventId};
 use crate::seq::{next_seq, HeadProbe};
 use crate::store::{EpochDiagnostics, EpochStore};
 use crate::types::{
-    Appended, Epoch, EpochId, EpochSummary, Event, EventId, FeedCursor, FeedEvent, FeedPage,
-    ForeignEpoch, Head, ImportOutcome, RepairOutcome, Seq, SpaceId,
+    Appended, Epoch, EpochSummary, Event, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
+    ImportOutcome, RepairOutcome, Seq, SpaceId,
 };
 
 #[derive(Debug, Default)]

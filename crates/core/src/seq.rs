@@ -1,6 +1,7 @@
 //! The seq rule, the head-cache check and the heads after an import, as pure functions.
 
-use crate::types::{EpochId, Head, Seq};
+use crate::ids::EpochId;
+use crate::types::{Head, Seq};
 
 /// The seq the next epoch of a space gets, given the largest seq already in the space.
 ///

@@ -5,9 +5,10 @@ use std::fmt::Debug;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::ids::EpochId;
 use crate::types::{
-    Appended, Epoch, EpochId, EpochSummary, Event, FeedCursor, FeedPage, ForeignEpoch, Head,
-    ImportOutcome, RepairOutcome, Seq, SpaceId,
+    Appended, Epoch, EpochSummary, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome,
+    RepairOutcome, Seq, SpaceId,
 };
 
 /// A store of per-space epoch DAGs with a maintained, self-validating head cache.

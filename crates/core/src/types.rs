@@ -3,6 +3,7 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
+use crate::ids::{EpochId, EventId};
 
 /// Largest space id, in bytes.
 pub const MAX_SPACE_LEN: usize = 256;
@@ -92,62 +93,14 @@ impl fmt::Display for SpaceId {
     }
 }
 
-macro_rules! hash_id {
-    ($(#[$doc:meta])* $name:ident) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub struct $name(pub [u8; 32]);
-
-        impl $name {
-            /// The raw 32 bytes.
-            pub fn as_bytes(&self) -> &[u8; 32] {
-                &self.0
-            }
-
-            /// Reads an id from exactly 32 bytes.
-            ///
-            /// # Errors
-            /// [`Error::InvalidInput`] when `bytes` is not 32 bytes long.
-            pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-                let arr: [u8; 32] = bytes.try_into().map_err(|_| {
-                    Error::invalid(stringify!($name), format!("must be 32 bytes, got {}", bytes.len()))
-                })?;
-                Ok(Self(arr))
-            }
-
-            /// Parses the 64-character lowercase or uppercase hex form.
-            ///
-            /// # Errors
-            /// [`Error::InvalidInput`] when `s` is not 64 hex digits.
-            pub fn from_hex(s: &str) -> Result<Self> {
-                let bytes = hex::decode(s).map_err(|e| Error::invalid(stringify!($name), e.to_string()))?;
-                Self::from_slice(&bytes)
-            }
+impl Error {
+    /// [`Error::NotFound`] for a space that has no epoch.
+    pub fn space_not_found(space: &SpaceId) -> Self {
+        Self::NotFound {
+            what: format!("space {space}"),
         }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&hex::encode(self.0))
-            }
-        }
-
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, concat!(stringify!($name), "({})"), &hex::encode(self.0)[..12])
-            }
-        }
-    };
+    }
 }
-
-hash_id!(
-    /// Content address of an event: BLAKE3 over its canonical encoding (see [`crate::event_id`]).
-    EventId
-);
-hash_id!(
-    /// Content address of an epoch: BLAKE3 over (space, sorted parents, event ids); see
-    /// [`crate::epoch_id`].
-    EpochId
-);
 
 /// Commit-ordered position of an epoch in its space. The first epoch of a space has seq 1.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -226,11 +179,6 @@ impl Event {
             key: Some(key.into()),
             payload: payload.into(),
         }
-    }
-
-    /// The event's content address.
-    pub fn id(&self) -> EventId {
-        crate::encoding::event_id(self)
     }
 
     /// Checks the size limits, and that the kind holds no NUL character.
