@@ -21,11 +21,14 @@ use tokio::sync::{watch, Notify};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use super::checks::check_lease;
+use super::contract::{Spool, Wakeup};
 use super::dedup::DedupKey;
 use super::ids::{ConsumerId, QueueName, RunId};
-use super::types::{check_lease, Claimed, NackKind, RunState, MAX_BATCH};
-use super::Timestamp;
-use super::{Spool, Wakeup};
+use super::limits::MAX_BATCH;
+use super::state::RunState;
+use super::timestamp::Timestamp;
+use super::types::{Claimed, NackKind};
 use crate::error::{Error, Result};
 
 /// Default lease a consumer claims with.

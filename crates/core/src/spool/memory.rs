@@ -10,27 +10,34 @@ use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::backoff::jitter_seed;
-use super::clock::{Clock, SystemClock, Timestamp};
+use super::checks::{
+    check_append, check_enqueue_batch, check_lease, check_limit, check_payload,
+    check_release_delay, clip_reason,
+};
+use super::clock::{Clock, SystemClock};
+use super::contract::{Spool, Wakeup};
 use super::dedup::{DedupKey, SupersedeGroup};
 use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::import::{
+    check_import, ExistingRun, ImportMarker, ImportSource, ImportedRun, RunImportOutcome,
+};
+use super::limits::{MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD};
 use super::operator::{check_operator, check_producer_event_id, operator_event};
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunMeta,
 };
+use super::state::{Action, EventStream, RunState};
+use super::timestamp::Timestamp;
 use super::transition::{
     check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
-    release_action, transition, Action,
+    release_action, transition,
 };
 use super::types::{
-    check_append, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
-    check_release_delay, clip_reason, CancelOutcome, Claimed, CloseOutcome, EnqueueItem,
-    EnqueueOptions, Enqueued, EventAppended, EventStream, ExistingRun, FactOutcome, Heartbeat,
-    ImportMarker, ImportSource, ImportedRun, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter,
-    RunImportOutcome, RunInfo, RunState, SpoolConfig, SpoolStats, Unparked, MAX_ACK_IDS,
-    MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    CancelOutcome, Claimed, CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunInfo, SpoolConfig,
+    SpoolStats, Unparked,
 };
-use super::{Spool, Wakeup};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]

@@ -4,11 +4,11 @@
 
 use serde::Serialize;
 
-use super::clock::Timestamp;
+use super::contract::Spool;
 use super::ids::{QueueName, RunEventId, RunId};
-use super::transition::Action;
-use super::types::{RunFilter, RunState};
-use super::Spool;
+use super::state::{Action, RunState};
+use super::timestamp::Timestamp;
+use super::types::RunFilter;
 use crate::error::{Error, Result};
 
 /// The prefix of the ids of the events the spool itself writes ([`operator_event`]): reserved.

@@ -15,9 +15,9 @@
 
 use std::time::Duration;
 
-use super::clock::Timestamp;
 use super::ids::RunId;
-use super::types::MAX_BATCH;
+use super::limits::MAX_BATCH;
+use super::timestamp::Timestamp;
 use crate::error::{Error, Result};
 
 /// What retention keeps.

@@ -13,90 +13,11 @@
 //!   └─────discard──▶ canceled   (an operator's discard: `Spool::discard`)
 //! ```
 
-use std::fmt;
-
+use super::checks::clip_reason;
 use super::ids::{LeaseToken, RunId};
-use super::types::{NackKind, RunState};
+use super::state::{Action, RunState};
+use super::types::NackKind;
 use crate::error::{Error, Result};
-
-/// Something that happens to a run.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub enum Action {
-    /// A claim takes a queued run.
-    Claim,
-    /// A claim takes a claimed run whose lease expired (and whose backoff passed).
-    Reclaim,
-    /// The holder extends the lease.
-    Heartbeat,
-    /// The holder reports success (repeating it on a succeeded run is allowed).
-    Ack,
-    /// A retryable nack with attempts left: back to the queue.
-    Retry,
-    /// Give up: permanent nack, attempts exhausted, or the last lease expired.
-    Park,
-    /// The holder reports a failure outcome.
-    Fail,
-    /// A cancel: ends a queued run; on a claimed run it only requests cancellation.
-    Cancel,
-    /// A claimed run whose cancel was requested ends canceled (its holder nacked it, or its
-    /// lease expired).
-    ConfirmCancel,
-    /// A newer run of the supersede group replaces a queued run.
-    Supersede,
-    /// The holder gives a claimed run back without spending an attempt
-    /// ([`Spool::release`](super::Spool::release)): back to the queue.
-    Release,
-    /// An operator sends a parked run back to its queue with a fresh attempt budget
-    /// ([`Spool::retry_parked`](super::Spool::retry_parked)).
-    Requeue,
-    /// An operator gives up on a parked run for good: it ends canceled
-    /// ([`Spool::discard`](super::Spool::discard)).
-    Discard,
-}
-
-impl Action {
-    /// Every action.
-    pub const ALL: [Action; 13] = [
-        Action::Claim,
-        Action::Reclaim,
-        Action::Heartbeat,
-        Action::Ack,
-        Action::Retry,
-        Action::Park,
-        Action::Fail,
-        Action::Cancel,
-        Action::ConfirmCancel,
-        Action::Supersede,
-        Action::Release,
-        Action::Requeue,
-        Action::Discard,
-    ];
-
-    /// The action's name in messages.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Claim => "claim",
-            Action::Reclaim => "reclaim",
-            Action::Heartbeat => "heartbeat",
-            Action::Ack => "ack",
-            Action::Retry => "retry",
-            Action::Park => "park",
-            Action::Fail => "fail",
-            Action::Cancel => "cancel",
-            Action::ConfirmCancel => "confirm the cancel of",
-            Action::Supersede => "supersede",
-            Action::Release => "release",
-            Action::Requeue => "requeue",
-            Action::Discard => "discard",
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The state `action` takes a run in state `from` to.
 ///
@@ -173,7 +94,7 @@ pub fn expired_park_reason(attempts: u32) -> String {
 
 /// The reason recorded when a retryable nack on the last attempt parks a run.
 pub fn exhausted_park_reason(attempts: u32, reason: &str) -> String {
-    super::types::clip_reason(&format!(
+    clip_reason(&format!(
         "attempts exhausted after {attempts}; last error: {reason}"
     ))
 }
