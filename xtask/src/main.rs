@@ -5,6 +5,9 @@
 //!   makes sure a Postgres server is reachable, then runs the whole test suite (`cargo test
 //!   --workspace --all-targets --no-fail-fast`, the doc tests, the docs build), passing `ARGS`
 //!   on; every step runs, and the failed ones are listed at the end.
+//! - `cargo xtask lint` — no import cycle between the files of one crate, no non-test file over
+//!   700 lines (exceptions listed with a reason in `xtask/lint-allow.toml`); `test` runs it
+//!   first.
 //! - `cargo xtask provision` — only the installing and the Postgres start of `test`.
 //! - `cargo xtask migrate SUBCOMMAND --database URL` — runs `cairn migrate SUBCOMMAND …` (one
 //!   implementation for both surfaces; `cargo xtask migrate --help` is the binary's own help,
@@ -26,6 +29,7 @@
 
 mod bench;
 mod crash;
+mod lint;
 mod mutants;
 mod test;
 
@@ -43,13 +47,21 @@ struct Xtask {
 
 #[derive(Subcommand)]
 enum Task {
-    /// Run the whole test suite (in-memory, SQLite and Postgres), provisioning its system
-    /// packages and Postgres first; every step runs, and the failed ones are listed.
+    /// Run the whole test suite (in-memory, SQLite and Postgres): `cargo xtask lint` first,
+    /// then provisioning its system packages and Postgres, the tests, the doc tests, the docs
+    /// build; every step runs, and the failed ones are listed.
     Test {
         /// Passed on to `cargo test` (filters, `--no-fail-fast`, `-- --test-threads N`, …).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Check every crate of the workspace for import cycles between its files (an edge when a
+    /// file names, outside test code, an item defined in another: `use`, `crate::`/`super::`/
+    /// `self::` paths, re-exports followed to the defining file, glob imports) and for non-test
+    /// files over 700 lines (a trailing `#[cfg(test)]` module not counted; exceptions, each
+    /// with its reason, in xtask/lint-allow.toml, where a stale entry fails too). Exit 1 on
+    /// any finding.
+    Lint,
     /// Install what `cargo xtask test` needs (its system packages, a running local Postgres)
     /// without running the suite; the same steps `test` takes before it builds anything.
     Provision,
@@ -175,6 +187,7 @@ fn exit_code(status: std::process::ExitStatus) -> ExitCode {
 fn main() -> ExitCode {
     let result = match Xtask::parse().command {
         Task::Test { args } => test::run(&args),
+        Task::Lint => lint::run(),
         Task::Provision => test::provision_only(),
         Task::Migrate { args } => migrate(&args),
         Task::Bench { bench } => bench::run(bench).map(|()| ExitCode::SUCCESS),

@@ -1,6 +1,6 @@
-//! `cargo xtask test`: provision what the suite needs (the system packages of [`NEEDS`], then
-//! Postgres, DESIGN §7), then run the whole suite — every step and every test binary, even when
-//! one fails — and list what failed.
+//! `cargo xtask test`: run `cargo xtask lint`, provision what the suite needs (the system
+//! packages of [`NEEDS`], then Postgres), then run the whole suite — every step and every test
+//! binary, even when one fails — and list what failed.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, IsTerminal, Write};
@@ -184,12 +184,18 @@ fn apt_get(args: &[&str], packages: &[&str]) -> Result<(), String> {
 /// Runs the suite and returns its exit status: every step runs even when an earlier one
 /// failed, and the exit status is non-zero when any did.
 pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
+    let mut failures: Vec<String> = Vec::new();
+    // The lint first: it builds nothing and takes a second.
+    let lint = crate::lint::check(&workspace_root())?;
+    eprint!("{lint}");
+    if !lint.passed() {
+        failures.push(format!("lint (`cargo xtask lint`): {}", lint.summary()));
+    }
     // Before anything is built: a missing program must not cost a build and a half-run suite.
     ensure_packages()?;
     ensure_postgres();
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let args = without_no_fail_fast(args);
-    let mut failures: Vec<String> = Vec::new();
     // Unit, integration and conformance tests first: their output lists every test by name.
     let steps: [(&str, &[&str]); 2] = [
         (
@@ -225,6 +231,14 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         eprintln!("xtask:   {f}");
     }
     Ok(ExitCode::FAILURE)
+}
+
+/// The workspace this xtask belongs to.
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_owned()
 }
 
 /// The docs step: `RUSTDOCFLAGS="-D warnings" cargo doc` with these arguments.
