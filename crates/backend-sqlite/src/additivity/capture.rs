@@ -7,7 +7,7 @@ use cairn_migrate::additivity::Rule;
 use rusqlite::trace::{TraceEvent, TraceEventCodes};
 use rusqlite::Connection;
 
-use super::{one_line, Verdict};
+use super::verdict::{one_line, Verdict};
 
 thread_local! {
     /// Statements the trace callback saw on this thread (the check runs on one blocking

@@ -10,7 +10,7 @@ use cairn_migrate::additivity::{difference, Rule, Violation};
 use rusqlite::Connection;
 
 use super::snapshot::{columns, of_kind, read_rows, read_schema, Cell, Column};
-use super::{one_line, Verdict};
+use super::verdict::{one_line, Verdict};
 use crate::config::SqliteOptions;
 use crate::error::map;
 use crate::files;

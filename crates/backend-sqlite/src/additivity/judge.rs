@@ -10,7 +10,8 @@ use rusqlite::{params, Connection};
 
 use super::snapshot::{columns, Object, Schema, Seeded};
 use super::tokens::{classify, tokenize, trigger_body, Kind, Tok, Token};
-use super::{one_line, sql, Verdict};
+use super::sql;
+use super::verdict::{one_line, Verdict};
 
 pub(super) fn judge_statements(traced: &[String], before: &Schema, v: &mut Verdict) {
     let existing_table = |name: &str| {

@@ -3,8 +3,9 @@
 //! By concern: [`capture`] runs a revision under SQLite's trace callback; [`tokens`] recognises
 //! what each traced statement is; [`snapshot`] reads the schema and the seeded rows before and
 //! after; [`fill`] gives every table the seed leaves empty one synthesized row; [`judge`]
-//! applies the rules on statements and schema, [`rows`] those on data. This module builds the
-//! throwaway store and runs the check.
+//! applies the rules on statements and schema, [`rows`] those on data, [`down`] the
+//! up-then-down check; [`verdict`] collects what they find. This module builds the throwaway
+//! store and runs the check.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::Result;
 use cairn_migrate::additivity::{seed_epoch_log, AdditivityEngine, CheckTarget, Rule, Violation};
-use cairn_migrate::{MigrateError, MigrationSet, Revision, Runner, CAIRN_SET};
+use cairn_migrate::{MigrateError, Revision, Runner, CAIRN_SET};
 
 use crate::config::SqliteOptions;
 use crate::db::blocking;
@@ -29,12 +30,14 @@ pub(crate) mod scratch;
 mod snapshot;
 mod sql;
 mod tokens;
+mod verdict;
 
 use capture::run_traced;
 use judge::{judge_schema, judge_statements};
 use rows::{judge_old_writes, judge_rows};
 use scratch::Scratch;
 use snapshot::{of_kind, read_schema, read_seeded};
+use verdict::{one_line, Verdict};
 
 /// The SQLite engine of cairn-migrate's executed additivity check ([`AdditivityEngine`]).
 ///
@@ -124,15 +127,6 @@ impl AdditivityEngine for SqliteAdditivity {
         drop(dir);
         Ok(violations)
     }
-
-    async fn check_revision(
-        &self,
-        history: &[Revision],
-        revision: &Revision,
-    ) -> Result<Vec<Violation>, MigrateError> {
-        let target = CheckTarget::new(Vec::new(), MigrationSet::new(CAIRN_SET, history.to_vec())?);
-        self.check(&target, revision).await
-    }
 }
 
 /// Builds the throwaway store at `path` from `target` and fills it: every set through the
@@ -161,26 +155,6 @@ async fn build(
     let (path, opts) = (path.to_path_buf(), opts.clone());
     blocking(move || fill::fill_empty_tables(&path, &opts)).await?;
     Ok(())
-}
-
-struct Verdict(Vec<Violation>);
-
-impl Verdict {
-    fn add(&mut self, rule: Rule, table: Option<&str>, detail: impl Into<String>) {
-        let v = Violation {
-            rule,
-            table: table.map(str::to_owned),
-            detail: detail.into(),
-        };
-        if !self.0.contains(&v) {
-            self.0.push(v);
-        }
-    }
-}
-
-/// A SQLite error as one line (SQLite's messages name objects, never row values).
-fn one_line(e: rusqlite::Error) -> String {
-    map(e).to_string().replace('\n', " ")
 }
 
 fn inspect(path: &Path, opts: &SqliteOptions, statements: &[String]) -> Result<Vec<Violation>> {

@@ -7,7 +7,8 @@ use cairn_migrate::additivity::Rule;
 use rusqlite::{params_from_iter, Connection};
 
 use super::snapshot::{read_rows, Cell, Seeded};
-use super::{one_line, sql, Verdict};
+use super::sql;
+use super::verdict::{one_line, Verdict};
 
 pub(super) fn judge_rows(conn: &Connection, seeded: &BTreeMap<String, Seeded>, v: &mut Verdict) {
     for (table, s) in seeded {
