@@ -10,7 +10,9 @@
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use super::{backup_files, open_file, ImportPlan, LegacyError, QuarantinedRecord};
+use super::error::LegacyError;
+use super::files::{backup_files, open_file};
+use super::types::{ImportPlan, QuarantinedRecord};
 
 /// The folder inside a backup holding a quarantine's records and report.
 pub const QUARANTINE_DIR: &str = "quarantine";

@@ -5,11 +5,8 @@
 //! body's bytes; opening strips it and recomputes. Both work on bytes as written, so no JSON
 //! canonicalization is involved and a reader never depends on how a serializer renders.
 
-use super::RecordProblem;
-
-/// Longest record line, in bytes without its newline (8 MiB: a 1 MiB payload escaped by
-/// JSON, with room to spare).
-pub const MAX_LEGACY_LINE: usize = 8 * 1024 * 1024;
+use super::error::RecordProblem;
+use super::format::MAX_LEGACY_LINE;
 
 /// What separates the body from the checksum: `,"sum":"`.
 const SUM_OPEN: &[u8] = b",\"sum\":\"";

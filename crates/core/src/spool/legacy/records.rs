@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::RecordProblem;
+use super::error::RecordProblem;
 use crate::spool::{
     DedupKey, FactName, RunEventId, RunId, SupersedeGroup, Timestamp, DEFAULT_MAX_ATTEMPTS,
     MAX_ATTEMPTS_LIMIT, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,

@@ -5,15 +5,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;
 use std::path::PathBuf;
 
+use super::error::{LegacyError, RecordProblem};
+use super::format::{CHECKPOINT_FILE, SPOOL_FILE, WAL_FILE};
 use super::frame::{LineReader, RawLine};
 use super::records::{
     event_id, event_payload, millis, parse, run_id, CheckpointRecord, LegacyState, Run,
     SubmissionRecord, WalRecord, CHECKPOINT_FORMAT,
 };
-use super::{
-    LegacyError, LegacyReport, QuarantinedRecord, RecordProblem, SubmissionAlias, TornRecord,
-    CHECKPOINT_FILE, SPOOL_FILE, WAL_FILE,
-};
+use super::types::{LegacyReport, QuarantinedRecord, SubmissionAlias, TornRecord};
 use crate::spool::{
     clip_reason, expired_park_reason, expiry_action, Action, DedupKey, ImportedEvent, ImportedRun,
     QueueName, RunEventId, RunId, RunState, Timestamp,

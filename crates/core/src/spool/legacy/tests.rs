@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::spool::{DedupKey, RunId, RunState, Timestamp};
+use crate::spool::{DedupKey, ImportedRun, RunId, RunState, Timestamp};
+use crate::Error;
 
 fn id(n: u32) -> String {
     format!("0190a5c0-0000-7000-8000-{n:012x}")
