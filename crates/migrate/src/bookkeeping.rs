@@ -19,7 +19,7 @@ use cairn_core::schema::Dialect;
 
 use crate::classify::StoredState;
 use crate::error::MigrateError;
-use crate::revision::{Checksum, LineageEntry};
+use crate::checksum::{Checksum, LineageEntry};
 
 /// The table holding each set's stamp.
 pub const STAMP_TABLE: &str = "cairn_migration_stamp";

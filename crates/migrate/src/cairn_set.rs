@@ -8,6 +8,7 @@
 
 use cairn_core::schema::Dialect;
 
+pub use crate::identity::CAIRN_SET;
 use crate::revision::{MigrationSet, Revision};
 use crate::split::split_statements;
 
@@ -35,14 +36,6 @@ const RUN_CLOSE_POSTGRES: &str = include_str!("../sql/0006_spool_run_close.postg
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
 }
-
-/// Name under which cairn's own schema is stamped.
-pub const CAIRN_SET: &str = "cairn";
-
-/// The revisions of cairn's set released with the combined checksum
-/// ([`crate::ChecksumForm::Combined`]); they keep it for good. Never add to this list: a new
-/// revision uses the per-dialect form.
-pub(crate) const COMBINED_CHECKSUM_REVISIONS: [&str; 2] = ["0001_epoch_log", "0002_spool"];
 
 /// The revisions of cairn's own schema, base first. Every revision after the first must pass
 /// the additivity rule (older builds keep using the store).

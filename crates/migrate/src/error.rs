@@ -1,6 +1,9 @@
 //! Errors of the migration runner.
 
-use crate::classify::Refusal;
+use cairn_core::schema::Dialect;
+
+use crate::dialect::dialect_name;
+use crate::refusal::Refusal;
 
 /// What opening a store through the runner can fail with.
 #[derive(Debug, thiserror::Error)]
@@ -33,14 +36,14 @@ pub enum MigrateError {
     },
     /// The set is for one engine only ([`crate::MigrationSet::only_on`]) and the store is of
     /// the other; nothing was read or changed.
-    #[error("{}", crate::revision::unsupported_text(.set, *.dialect, *.supported, .revision.as_deref()))]
+    #[error("{}", unsupported_text(.set, *.dialect, *.supported, .revision.as_deref()))]
     UnsupportedDialect {
         /// The set.
         set: String,
         /// The store's engine, which the set has no SQL for.
-        dialect: cairn_core::schema::Dialect,
+        dialect: Dialect,
         /// The one engine the set is for.
-        supported: cairn_core::schema::Dialect,
+        supported: Dialect,
         /// The first revision without SQL for `dialect` (none when the set was declared
         /// single-engine while every revision had SQL for both).
         revision: Option<String>,
@@ -105,11 +108,11 @@ pub enum MigrateError {
         /// The contract revision.
         revision: String,
         /// The live builds that lack it.
-        blockers: Vec<crate::fleet::Blocker>,
+        blockers: Vec<cairn_core::Blocker>,
     },
     /// A build older than a contract revision applied to the store: it would break on the
     /// store's schema; nothing was changed.
-    #[error("migration set {set}: the store has contract revision {rev} applied, which this build does not know; it dropped or rewrote what this build uses, so run a build that knows {rev} (or roll the store back with `cairn migrate down`)", rev = crate::text::escape_control(.revision))]
+    #[error("migration set {set}: the store has contract revision {rev} applied, which this build does not know; it dropped or rewrote what this build uses, so run a build that knows {rev} (or roll the store back with `cairn migrate down`)", rev = cairn_core::escape_control(.revision))]
     ContractAhead {
         /// The set.
         set: String,
@@ -178,10 +181,33 @@ impl From<MigrateError> for cairn_core::Error {
     }
 }
 
+/// The line of [`MigrateError::UnsupportedDialect`].
+fn unsupported_text(
+    set: &str,
+    dialect: Dialect,
+    supported: Dialect,
+    revision: Option<&str>,
+) -> String {
+    let (missing, only) = (dialect_name(dialect), dialect_name(supported));
+    let suffix = match dialect {
+        Dialect::Sqlite => "sqlite",
+        Dialect::Postgres => "postgres",
+    };
+    let why = match revision {
+        Some(rev) => format!(
+            "it has no {missing} SQL (revision {rev} has no {rev}.{suffix}.sql or generic {rev}.sql file)"
+        ),
+        None => format!("it is declared {only}-only"),
+    };
+    format!(
+        "migration set {set} is {only}-only: {why}, so it cannot migrate a {missing} store (nothing was changed); add the {missing} files or use a {only} store"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::MigrateError;
-    use crate::fleet::Blocker;
+    use cairn_core::Blocker;
     use std::error::Error as _;
 
     fn blocker() -> Blocker {

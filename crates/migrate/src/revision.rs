@@ -4,8 +4,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use cairn_core::schema::Dialect;
 
-use crate::cairn_set::{CAIRN_SET, COMBINED_CHECKSUM_REVISIONS};
+use crate::checksum::{Checksum, ChecksumForm, LineageEntry};
+use crate::dialect::{dialect_index, other_dialect};
 use crate::error::MigrateError;
+use crate::identity::{CAIRN_SET, COMBINED_CHECKSUM_REVISIONS};
 
 /// One revision of a migration set: an id, its parent and the DDL that moves a store from the
 /// parent to it, per backend.
@@ -80,72 +82,6 @@ impl Revision {
             put(s.as_bytes());
         }
         Checksum(*h.finalize().as_bytes())
-    }
-}
-
-/// How a revision's checksum — the value its lineage entry holds — is computed.
-///
-/// Why two forms: a lineage entry is one 64-hex-digit checksum per revision, and older builds
-/// compare the entries of the revisions they know with their own. cairn's first releases
-/// hashed both dialects together ([`Revision::combined_checksum`]); every store and every
-/// older build holds those values for `0001_epoch_log` and `0002_spool`, so those two keep the
-/// combined form for good (a different value would make the previous build refuse a store this
-/// build migrated, instead of finding it *ahead*), and their text is fixed files shipped with
-/// the build, pinned by a golden test. Every other revision — cairn's from `0003` on and every
-/// revision of an application's set — uses [`ChecksumForm::PerDialect`], so that a change in
-/// one dialect's text never refuses the other dialect's stores. An older build never computes
-/// a checksum for a revision it does not know, so adding the new form strands no one.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-#[non_exhaustive]
-pub enum ChecksumForm {
-    /// [`Revision::combined_checksum`]: both dialects' text in one value (format v1).
-    Combined,
-    /// [`Revision::dialect_checksum`]: the store's dialect's text only (format v2).
-    PerDialect,
-}
-
-/// Checksum of a revision's content.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Checksum(pub [u8; 32]);
-
-impl Checksum {
-    /// Lowercase hex.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    /// Parses the lowercase hex form.
-    ///
-    /// # Errors
-    /// [`MigrateError::Corrupt`] when `s` is not 64 hex digits.
-    pub fn from_hex(s: &str) -> Result<Self, MigrateError> {
-        let bad = || MigrateError::Corrupt {
-            detail: format!("bad checksum {s:?} in the lineage"),
-        };
-        // Every byte a hex digit: `u8::from_str_radix` alone would take a leading `+`.
-        if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(bad());
-        }
-        let mut out = [0u8; 32];
-        for (i, pair) in s.as_bytes().chunks(2).enumerate() {
-            out[i] = (hex_value(pair[0]) << 4) | hex_value(pair[1]);
-        }
-        Ok(Self(out))
-    }
-}
-
-/// The value of one ASCII hex digit (the caller has checked it is one).
-fn hex_value(digit: u8) -> u8 {
-    match digit {
-        b'0'..=b'9' => digit - b'0',
-        b'a'..=b'f' => digit - b'a' + 10,
-        _ => digit - b'A' + 10,
-    }
-}
-
-impl std::fmt::Debug for Checksum {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Checksum({})", &self.to_hex()[..12])
     }
 }
 
@@ -486,61 +422,6 @@ impl MigrationSet {
     }
 }
 
-/// The engine that is not `dialect`.
-fn other_dialect(dialect: Dialect) -> Dialect {
-    match dialect {
-        Dialect::Sqlite => Dialect::Postgres,
-        Dialect::Postgres => Dialect::Sqlite,
-    }
-}
-
-/// The index of `dialect`'s statements in a `[sqlite, postgres]` pair.
-fn dialect_index(dialect: Dialect) -> usize {
-    match dialect {
-        Dialect::Sqlite => 0,
-        Dialect::Postgres => 1,
-    }
-}
-
-/// The name of `dialect` in messages (`SQLite`, `Postgres`).
-pub(crate) fn dialect_name(dialect: Dialect) -> &'static str {
-    match dialect {
-        Dialect::Sqlite => "SQLite",
-        Dialect::Postgres => "Postgres",
-    }
-}
-
-/// The line of [`MigrateError::UnsupportedDialect`].
-pub(crate) fn unsupported_text(
-    set: &str,
-    dialect: Dialect,
-    supported: Dialect,
-    revision: Option<&str>,
-) -> String {
-    let (missing, only) = (dialect_name(dialect), dialect_name(supported));
-    let suffix = match dialect {
-        Dialect::Sqlite => "sqlite",
-        Dialect::Postgres => "postgres",
-    };
-    let why = match revision {
-        Some(rev) => format!(
-            "it has no {missing} SQL (revision {rev} has no {rev}.{suffix}.sql or generic {rev}.sql file)"
-        ),
-        None => format!("it is declared {only}-only"),
-    };
-    format!(
-        "migration set {set} is {only}-only: {why}, so it cannot migrate a {missing} store (nothing was changed); add the {missing} files or use a {only} store"
-    )
-}
-
-/// One entry of a stored lineage.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct LineageEntry {
-    /// Revision id.
-    pub revision: String,
-    /// Checksum of that revision's content in the build that recorded the lineage.
-    pub checksum: Checksum,
-}
 
 #[cfg(test)]
 mod tests {
@@ -553,26 +434,6 @@ mod tests {
             up_sqlite: vec!["CREATE TABLE items (id INTEGER PRIMARY KEY)".into()],
             up_postgres: vec!["CREATE TABLE items (id bigint PRIMARY KEY)".into()],
             description: "items".into(),
-        }
-    }
-
-    /// Found by the fuzzer: `u8::from_str_radix` takes a leading `+`, so `"+f"` read as `0f`.
-    #[test]
-    fn a_checksum_is_sixty_four_hex_digits_and_nothing_else() {
-        let sum = Checksum::from_hex(&"ab".repeat(32)).unwrap();
-        assert_eq!(sum.to_hex(), "ab".repeat(32));
-        assert_eq!(Checksum::from_hex(&"AB".repeat(32)).unwrap(), sum);
-        for bad in [
-            format!("+f{}", "0".repeat(62)),
-            format!("-0{}", "0".repeat(62)),
-            format!("g0{}", "0".repeat(62)),
-            "0".repeat(63),
-            format!("{}é", "0".repeat(62)),
-        ] {
-            assert!(
-                matches!(Checksum::from_hex(&bad), Err(MigrateError::Corrupt { .. })),
-                "{bad:?} accepted"
-            );
         }
     }
 

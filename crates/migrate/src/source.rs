@@ -33,8 +33,8 @@ use std::path::Path;
 
 use cairn_core::schema::Dialect;
 
-use crate::cairn_set::CAIRN_SET;
 use crate::error::MigrateError;
+use crate::identity::CAIRN_SET;
 use crate::revision::{MigrationSet, Revision};
 use crate::split::split_statements;
 

@@ -21,8 +21,9 @@
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 
-use crate::cairn_set::{cairn_set, CAIRN_SET};
+use crate::cairn_set::cairn_set;
 use crate::error::MigrateError;
+use crate::identity::CAIRN_SET;
 use crate::revision::{MigrationSet, Revision};
 
 pub mod hints;

@@ -1,0 +1,118 @@
+//! The [`Runner`]: one build's migration set and the settings its operations read (the lock
+//! timeout, the contract gate, test hooks), and what the operations share.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::spool::{Clock, SystemClock};
+
+use super::gate::FleetGate;
+use super::hooks::RunnerHooks;
+use crate::classify::Classification;
+use crate::error::MigrateError;
+use crate::fleet;
+use crate::revision::MigrationSet;
+
+/// Opens stores for one build's migration set.
+#[derive(Clone, Debug)]
+pub struct Runner {
+    pub(super) set: MigrationSet,
+    pub(super) lock_timeout: Duration,
+    pub(super) hooks: RunnerHooks,
+    pub(super) fleet: FleetGate,
+}
+
+impl Runner {
+    /// A runner for `set` with a 30 s lock timeout.
+    pub fn new(set: MigrationSet) -> Self {
+        Self {
+            set,
+            lock_timeout: Duration::from_secs(30),
+            hooks: RunnerHooks::default(),
+            fleet: FleetGate {
+                clock: Arc::new(SystemClock),
+                expiry: fleet::DEFAULT_EXPIRY,
+                instance: None,
+                force: false,
+            },
+        }
+    }
+
+    /// The clock the contract gate reads `now` from (default the system clock): a registry
+    /// entry last seen more than the expiry window before `now` is not live.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.fleet.clock = clock;
+        self
+    }
+
+    /// The expiry window of fleet registry entries (default
+    /// [`fleet::DEFAULT_EXPIRY`], 5 minutes).
+    pub fn with_fleet_expiry(mut self, expiry: Duration) -> Self {
+        self.fleet.expiry = expiry;
+        self
+    }
+
+    /// The caller's own registry instance id: its entry never blocks its own contract
+    /// revisions.
+    pub fn with_instance(mut self, instance: impl Into<String>) -> Self {
+        self.fleet.instance = Some(instance.into());
+        self
+    }
+
+    /// Applies contract revisions even when live builds lack them (`cairn migrate up
+    /// --force`). Every contract revision applied is recorded in the store with whether it was
+    /// forced and the builds it was forced past ([`OpenReport::contracts`]).
+    pub fn force_contract(mut self, force: bool) -> Self {
+        self.fleet.force = force;
+        self
+    }
+
+    /// Sets how long to wait for the migration lock.
+    pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout;
+        self
+    }
+
+    /// Installs test hooks.
+    #[cfg(feature = "testkit")]
+    pub fn with_hooks(mut self, hooks: RunnerHooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// The set this runner applies.
+    pub fn set(&self) -> &MigrationSet {
+        &self.set
+    }
+
+    /// Runs the [`RunnerHooks::after_commit`] hook, if any: the transaction just committed.
+    pub(super) fn committed(&self) {
+        if let Some(hook) = &self.hooks.after_commit {
+            hook();
+        }
+    }
+
+    /// `class`, or the refusal it holds as an error.
+    pub(super) fn checked(&self, class: Classification) -> Result<Classification, MigrateError> {
+        match class {
+            Classification::Refused(refusal) => Err(MigrateError::Refused {
+                set: self.set.name().into(),
+                refusal,
+            }),
+            other => Ok(other),
+        }
+    }
+}
+
+/// The error for statement `n` (0-based) of a revision, a transaction-control statement.
+pub(super) fn ends_transaction(n: usize, control: &str) -> cairn_core::Error {
+    cairn_core::Error::invalid(
+        "migration revision",
+        format!(
+            "statement {} is {control}: a revision may not BEGIN, COMMIT, END or ROLLBACK a \
+             transaction, the runner applies it inside its own; remove the statement (nothing \
+             was changed)",
+            n + 1
+        ),
+    )
+}

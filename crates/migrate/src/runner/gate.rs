@@ -1,0 +1,77 @@
+//! The contract gate: which live builds in the store's fleet registry lack a pending contract
+//! revision, read under the migration lock, and whether the runner may apply it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn_core::spool::Clock;
+use cairn_core::Blocker;
+
+use super::store::LockedMigration;
+use crate::error::MigrateError;
+use crate::fleet;
+use crate::revision::MigrationSet;
+
+/// A contract revision an open applied.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct AppliedContract {
+    /// The revision.
+    pub revision: String,
+    /// Whether it was forced ([`Runner::force_contract`]) past live builds that lack it.
+    pub forced: bool,
+    /// The live builds it was forced past (empty when not forced).
+    pub blockers: Vec<Blocker>,
+}
+
+/// How the runner gates contract revisions on the fleet registry.
+#[derive(Clone, Debug)]
+pub(super) struct FleetGate {
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) expiry: Duration,
+    pub(super) instance: Option<String>,
+    pub(super) force: bool,
+}
+
+impl FleetGate {
+    /// The gate on the contract revisions among `pending`: for each, the live builds that lack
+    /// it, read under the lock. Refuses when any does and the runner does not force.
+    pub(super) async fn gate_contracts(
+        &self,
+        set: &MigrationSet,
+        tx: &mut dyn LockedMigration,
+        pending: &[String],
+    ) -> Result<Vec<AppliedContract>, MigrateError> {
+        let contracts: Vec<&String> = pending
+            .iter()
+            .filter(|id| set.is_contract(id))
+            .collect();
+        if contracts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.clock.now();
+        let live = fleet::live(tx.read_fleet().await?, now, self.expiry);
+        let mut out = Vec::with_capacity(contracts.len());
+        for revision in contracts {
+            let blockers = fleet::contract_blockers(
+                set,
+                revision,
+                &live,
+                self.instance.as_deref(),
+            );
+            if !blockers.is_empty() && !self.force {
+                return Err(MigrateError::ContractRefused {
+                    set: set.name().into(),
+                    revision: revision.clone(),
+                    blockers,
+                });
+            }
+            out.push(AppliedContract {
+                revision: revision.clone(),
+                forced: !blockers.is_empty(),
+                blockers,
+            });
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,287 @@
+//! [`Runner::open`]: a look without the lock, and only when an upgrade or a lineage repair is
+//! due, the lock, a second look, and the upgrade with its lineage in one transaction; and the
+//! refusal of a store ahead of this build with a contract revision this build does not know.
+
+use cairn_core::schema::Dialect;
+
+use super::config::{ends_transaction, Runner};
+use super::store::{LockedMigration, MigrationBackend};
+use crate::classify::{classify, Classification, StoredState};
+use crate::error::MigrateError;
+use crate::transaction::transaction_control;
+use super::gate::AppliedContract;
+
+/// What an open did.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Opened {
+    /// The store was at this build's head; nothing was written.
+    AtHead,
+    /// The store was migrated from `from` to this build's head.
+    Upgraded {
+        /// The previous stamp.
+        from: Option<String>,
+        /// Revisions applied, oldest first.
+        applied: Vec<String>,
+    },
+    /// The store is at a newer revision whose lineage holds this head; nothing was written.
+    Ahead {
+        /// The store's stamp.
+        stamp: String,
+    },
+    /// The store was at this head with a missing or foreign lineage; this build's lineage was
+    /// recorded.
+    LineageRepaired,
+}
+
+/// What [`Runner::open_with_report`] did: the open's outcome and the contract revisions it
+/// applied.
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct OpenReport {
+    /// What the open did.
+    pub opened: Opened,
+    /// The contract revisions applied, oldest first (each recorded in the store's
+    /// `cairn_contract` table with whether it was forced).
+    pub contracts: Vec<AppliedContract>,
+}
+
+impl Runner {
+    /// Classifies the store without locking or writing.
+    ///
+    /// # Errors
+    /// [`MigrateError::UnsupportedDialect`] for a store of an engine the set is not for
+    /// ([`MigrationSet::only_on`]); store errors.
+    pub async fn status(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<Classification, MigrateError> {
+        self.set.require(backend.dialect())?;
+        Ok(classify(
+            &self.set,
+            backend.dialect(),
+            &backend.read_state(self.set.name()).await?,
+        ))
+    }
+
+    /// Opens a store: at head and ahead take no lock and write nothing; an upgrade or a lineage
+    /// repair takes the lock, looks again, and applies everything with the lineage in one
+    /// transaction.
+    ///
+    /// # Errors
+    /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::UnsupportedDialect`] for a
+    /// store of an engine the set is not for ([`MigrationSet::only_on`]; nothing read or
+    /// changed), [`MigrateError::LockTimeout`], [`MigrateError::RevisionFailed`] (rolled back),
+    /// store errors.
+    pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
+        Ok(self.open_with_report(backend).await?.opened)
+    }
+
+    /// [`Runner::open`], reporting the contract revisions applied as well.
+    ///
+    /// A pending contract revision ([`MigrationSet::with_contract`]) is applied only when no
+    /// live build in the store's fleet registry, other than this runner's own instance
+    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`], read under the
+    /// lock); otherwise the open is refused before anything runs, unless forced
+    /// ([`Runner::force_contract`]). A store found *ahead* with a contract revision in its
+    /// lineage that this build does not know is refused: that revision removed what this build
+    /// uses.
+    ///
+    /// # Errors
+    /// As [`Runner::open`], plus [`MigrateError::ContractRefused`] and
+    /// [`MigrateError::ContractAhead`] (nothing changed).
+    pub async fn open_with_report(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<OpenReport, MigrateError> {
+        let plain = |opened| OpenReport {
+            opened,
+            contracts: Vec::new(),
+        };
+        self.set.require(backend.dialect())?;
+        let state = backend.read_state(self.set.name()).await?;
+        match classify(&self.set, backend.dialect(), &state) {
+            Classification::AtHead {
+                repair_lineage: false,
+            } => return Ok(plain(Opened::AtHead)),
+            Classification::Ahead { stamp } => {
+                self.check_no_unknown_contract(backend, &state).await?;
+                return Ok(plain(Opened::Ahead { stamp }));
+            }
+            Classification::Refused(refusal) => {
+                return Err(MigrateError::Refused {
+                    set: self.set.name().into(),
+                    refusal,
+                })
+            }
+            Classification::AtHead {
+                repair_lineage: true,
+            }
+            | Classification::Upgrade { .. } => {}
+        }
+        if let Some(signal) = &self.hooks.before_lock {
+            signal();
+        }
+        let mut tx = backend.lock(self.lock_timeout).await?;
+        let result = self.migrate_locked(backend.dialect(), tx.as_mut()).await;
+        match result {
+            Ok(report) => {
+                tx.commit().await?;
+                self.committed();
+                // The second look found the store ahead (another build migrated meanwhile):
+                // the same refusal as on the first look.
+                if matches!(report.opened, Opened::Ahead { .. }) {
+                    self.check_contracts_known(backend).await?;
+                }
+                Ok(report)
+            }
+            Err(e) => {
+                // The error that stopped the upgrade matters more than a failed rollback; the
+                // transaction is discarded either way.
+                let _ = tx.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Refuses, without locking or writing, a store whose lineage holds a contract revision of
+    /// this set that this build does not know. [`Runner::open`] checks it on a store it finds
+    /// ahead; a build checks it again once registered in the fleet registry, which closes the
+    /// window between its open and its registration (a registration waits for a migration
+    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`]).
+    ///
+    /// # Errors
+    /// [`MigrateError::ContractAhead`], store errors.
+    pub async fn check_contracts_known(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<(), MigrateError> {
+        let state = backend.read_state(self.set.name()).await?;
+        self.check_no_unknown_contract(backend, &state).await
+    }
+
+    /// Refuses a store *ahead* of this build whose lineage holds a contract revision this build
+    /// does not know.
+    async fn check_no_unknown_contract(
+        &self,
+        backend: &dyn MigrationBackend,
+        state: &StoredState,
+    ) -> Result<(), MigrateError> {
+        let Some(lineage) = &state.lineage else {
+            return Ok(());
+        };
+        for revision in backend.read_contracts(self.set.name()).await? {
+            if self.set.position(&revision).is_none()
+                && lineage.iter().any(|e| e.revision == revision)
+            {
+                return Err(MigrateError::ContractAhead {
+                    set: self.set.name().into(),
+                    revision,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn migrate_locked(
+        &self,
+        dialect: Dialect,
+        tx: &mut dyn LockedMigration,
+    ) -> Result<OpenReport, MigrateError> {
+        let name = self.set.name();
+        // Second look: another build may have migrated while we waited for the lock.
+        let state = tx.read_state(name).await?;
+        let ours = self.set.lineage(dialect);
+        let lineage = (!self.hooks.skip_lineage).then_some(ours.as_slice());
+        let mut contracts = Vec::new();
+        let opened = match classify(&self.set, dialect, &state) {
+            Classification::AtHead {
+                repair_lineage: false,
+            } => {
+                return Ok(OpenReport {
+                    opened: Opened::AtHead,
+                    contracts,
+                })
+            }
+            Classification::Ahead { stamp } => {
+                return Ok(OpenReport {
+                    opened: Opened::Ahead { stamp },
+                    contracts,
+                })
+            }
+            Classification::Refused(refusal) => {
+                return Err(MigrateError::Refused {
+                    set: name.into(),
+                    refusal,
+                })
+            }
+            Classification::AtHead {
+                repair_lineage: true,
+            } => {
+                if lineage.is_none() {
+                    return Ok(OpenReport {
+                        opened: Opened::AtHead,
+                        contracts,
+                    });
+                }
+                tx.write_state(name, &self.set.head().id, lineage).await?;
+                Opened::LineageRepaired
+            }
+            Classification::Upgrade { from, pending } => {
+                let revisions: Vec<_> = pending
+                    .iter()
+                    .map(|id| &self.set.revisions()[self.set.position(id).unwrap_or_default()])
+                    .collect();
+                // Refused before anything runs: a statement that would end the upgrade
+                // transaction (see `LockedMigration::execute` for the check after each one).
+                // Down SQL is checked the same way: it runs inside `down`'s transaction.
+                for rev in &revisions {
+                    let down = self.set.down(&rev.id, dialect).unwrap_or_default();
+                    for (n, sql) in rev.up(dialect).iter().chain(down).enumerate() {
+                        if let Some(control) = transaction_control(sql) {
+                            return Err(MigrateError::RevisionFailed {
+                                revision: rev.id.clone(),
+                                source: ends_transaction(n, control),
+                            });
+                        }
+                    }
+                }
+                // The fleet gate, before anything runs: a refusal changes nothing.
+                contracts = self.fleet.gate_contracts(&self.set, tx, &pending).await?;
+                let at = self.fleet.clock.now();
+                for (rev, id) in revisions.iter().zip(&pending) {
+                    for sql in rev.up(dialect) {
+                        tx.execute(sql)
+                            .await
+                            .map_err(|source| MigrateError::RevisionFailed {
+                                revision: id.clone(),
+                                source,
+                            })?;
+                    }
+                    // Stored beside the lineage in the same transaction; a revision applied
+                    // without down SQL clears any left by an earlier application.
+                    let down = self.set.down(id, dialect).unwrap_or_default();
+                    tx.store_down(name, id, down).await?;
+                    if let Some(c) = contracts.iter().find(|c| &c.revision == id) {
+                        tx.record_contract(name, id, at, c.forced, &c.blockers)
+                            .await?;
+                    }
+                }
+                tx.write_state(name, &self.set.head().id, lineage).await?;
+                Opened::Upgraded {
+                    from,
+                    applied: pending,
+                }
+            }
+        };
+        if self.hooks.fail_after_lineage_write {
+            return Err(MigrateError::RevisionFailed {
+                revision: self.set.head().id.clone(),
+                source: cairn_core::Error::backend(
+                    "test",
+                    "injected failure after the lineage write",
+                ),
+            });
+        }
+        Ok(OpenReport { opened, contracts })
+    }
+}
