@@ -23,6 +23,7 @@
 mod additivity;
 mod backend;
 mod config;
+mod db;
 mod diagnostics;
 mod error;
 mod migrate;

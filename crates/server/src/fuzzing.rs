@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::{Config, Overrides};
+use crate::config::{Config, LogFormat, Overrides};
 use crate::serve;
 
 /// The routes that take a JSON body: the handler's name, then the method and path of the
@@ -194,6 +194,27 @@ pub fn check_config(text: &str) -> Result<AcceptedConfig, Vec<String>> {
     let (config, problems) =
         Config::load_text(Some((Path::new(CONFIG_PATH), text)), Overrides::default());
     serve::check(config, problems)
-        .map(|(settings, database)| settings.accepted(database))
+        .map(|(settings, database)| accepted(&settings, database))
         .map_err(|p| p.0)
+}
+
+/// What the fuzz targets see of the settings.
+fn accepted(settings: &serve::Settings, database: Option<String>) -> AcceptedConfig {
+    let (full_tokens, read_tokens) = settings.tokens.counts();
+    AcceptedConfig {
+        listen: settings.listen,
+        database,
+        full_tokens,
+        read_tokens,
+        max_body_bytes: settings.limits.max_body_bytes,
+        request_timeout: settings.limits.request_timeout,
+        drain: settings.drain,
+        delivery: settings.delivery.is_some(),
+        backfill: settings.backfill.clone(),
+        retention_max_bytes: settings.retention_max_bytes,
+        log_format: match settings.log_format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        },
+    }
 }

@@ -50,11 +50,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, Body, PathArgs};
+use super::error::ApiError;
+use super::extract::{Body, PathArgs};
 use super::json::{
     bytes_in, events_in, AppendRequest, EnqueueRequest, ErrorBody, FactIn, QueuePath, RunEventIn,
 };
-use super::routes::AppState;
+use super::state::AppState;
 
 /// Most ops one `POST /v1/batch` takes. The whole batch holds the store's writer on SQLite
 /// (and its rows' locks on Postgres) until it commits, so it is kept to what commits quickly;

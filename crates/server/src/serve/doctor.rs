@@ -3,28 +3,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use cairn::DatabaseUrl;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::json::ErrorBody;
-use super::routes::AppState;
-
-/// What the report is about: the store the server serves and the configured retention cap.
-pub(crate) struct Target {
-    /// The store's URL (never printed).
-    pub(crate) url: DatabaseUrl,
-    /// `spool.retention_max_bytes`.
-    pub(crate) retention_max_bytes: u64,
-    /// `doctor.parked_threshold`.
-    pub(crate) parked_threshold: Option<u64>,
-    /// The open store's own diagnostics (integrity, scratch leftovers).
-    pub(crate) store: std::sync::Arc<dyn cairn::migrate::Diagnostics>,
-    /// The open store's migration state, read through its own connections.
-    pub(crate) migrations: cairn::migrate::Migrations,
-    /// Writes refused because the store's storage is full.
-    pub(crate) storage: super::storage::Watch,
-}
+use super::state::AppState;
 
 /// One check of the report.
 #[derive(Serialize, ToSchema)]

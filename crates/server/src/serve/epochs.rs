@@ -5,13 +5,14 @@ use axum::http::StatusCode;
 use axum::Json;
 use cairn::{FeedCursor, ImportOutcome, Seq, SpaceId};
 
-use super::error::{ApiError, Body, Params, PathArgs};
+use super::error::ApiError;
+use super::extract::{Body, Params, PathArgs};
 use super::json::{
     events_in, AppendRequest, AppendResponse, ErrorBody, FeedEventOut, FeedQuery, FeedResponse,
     HeadOut, HeadsResponse, ImportRequest, ImportResponse, SpacePath,
 };
 use super::page;
-use super::routes::AppState;
+use super::state::AppState;
 
 /// Default feed page size.
 const DEFAULT_FEED_LIMIT: usize = 100;

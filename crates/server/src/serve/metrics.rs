@@ -1,5 +1,5 @@
-//! `GET /metrics`: Prometheus text exposition of the server's counters (the `prometheus`
-//! crate), and the per-request layer that counts, times and logs every request.
+//! The server's counters (the `prometheus` crate; `GET /metrics` renders them, in
+//! [`super::scrape`]), and the per-request layer that counts, times and logs every request.
 //!
 //! Labels never hold a space id, a queue name, a run id or a token, and never a value a client
 //! chooses: routes are labelled by their template (`/v1/spaces/{space}/epochs`) and every path
@@ -14,16 +14,13 @@ use std::time::Instant;
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use cairn::RunState;
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 
-use super::error::ApiError;
-use super::json::ErrorBody;
-use super::routes::AppState;
 use crate::logging::clip;
 
 /// Every metric the server exports.
@@ -77,7 +74,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 /// The run states the `cairn_spool_runs` gauge reports, with their label.
-const RUN_STATES: [(RunState, &str); 3] = [
+pub(crate) const RUN_STATES: [(RunState, &str); 3] = [
     (RunState::Queued, "pending"),
     (RunState::Claimed, "claimed"),
     (RunState::Parked, "parked"),
@@ -249,49 +246,11 @@ impl Metrics {
     }
 
     /// The registry in the Prometheus text format.
-    fn render(&self) -> Result<Vec<u8>, prometheus::Error> {
+    pub(crate) fn render(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
         Ok(out)
     }
-}
-
-/// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
-/// state are read from the store at each scrape.
-#[utoipa::path(
-    get, path = "/metrics", tag = "meta",
-    responses(
-        (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
-        (status = 401, description = "No valid token (a read-only token suffices)", body = ErrorBody),
-        (status = 503, description = "The store does not answer", body = ErrorBody),
-    ),
-    security(("bearer" = []))
-)]
-pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let stats = state.spool.stats().await?;
-    for (s, label) in RUN_STATES {
-        let n = stats.runs.get(&s).copied().unwrap_or(0);
-        state
-            .metrics
-            .runs
-            .with_label_values(&[label])
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-    let body = state.metrics.render().map_err(|e| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            format!("cannot render the metrics: {e}"),
-        )
-    })?;
-    Ok((
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        body,
-    )
-        .into_response())
 }
 
 /// The methods that are label values of their own; every other method is `other`.

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::{batch, doctor, epochs, json, metrics, routes, runs};
+use super::{batch, doctor, epochs, health, json, runs, scrape};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -38,9 +38,9 @@ use super::{batch, doctor, epochs, json, metrics, routes, runs};
                        digits of that length, and 2)."
     ),
     paths(
-        routes::healthz,
-        routes::readyz,
-        metrics::scrape,
+        health::healthz,
+        health::readyz,
+        scrape::scrape,
         doctor::doctor,
         document,
         epochs::append,

@@ -7,7 +7,8 @@ use axum::Json;
 use cairn::spool::{self, CancelOutcome, FactOutcome};
 use cairn::{FactName, QueueName, RunId, RunState};
 
-use super::error::{ApiError, Body, Params, PathArgs};
+use super::error::ApiError;
+use super::extract::{Body, Params, PathArgs};
 use super::json::{
     lease_token, AckRequest, ClaimRequest, ClaimResponse, ClaimedOut, EnqueueRequest,
     EnqueueResponse, ErrorBody, FactIn, FactOut, FactPath, FactSet, FactsResponse,
@@ -15,7 +16,7 @@ use super::json::{
     RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
 };
 use super::page;
-use super::routes::AppState;
+use super::state::AppState;
 
 /// Run events per page when a request names no limit.
 const DEFAULT_EVENTS_LIMIT: usize = 100;

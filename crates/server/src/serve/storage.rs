@@ -2,7 +2,7 @@
 //! `/readyz`, `/v1/doctor` and the dashboard say so instead of staying green.
 //!
 //! A write refused with [`cairn::Error::StorageFull`] (SQLite's `SQLITE_FULL`, Postgres's
-//! SQLSTATE 53100) is answered 503 `storage_full` and noted here by [`observe`]. The store is
+//! SQLSTATE 53100) is answered 503 `storage_full` and noted here by [`super::layers::watch_storage`]. The store is
 //! then reported full — `/readyz` answers 503 `storage_full`, doctor's `storage` check is a
 //! problem — until either:
 //!
@@ -19,16 +19,12 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::Response;
 use tokio::time::Instant;
 
 /// How long after the last refusal the store is reported full without a write to show it.
 pub(crate) const HOLD: Duration = Duration::from_secs(60);
 
-/// The marker [`super::error::ApiError`] puts on a `storage_full` answer: the store's detail.
+/// The marker `ApiError` puts on a `storage_full` answer: the store's detail.
 #[derive(Clone, Debug)]
 pub(crate) struct FullAnswer(pub(crate) String);
 
@@ -113,26 +109,6 @@ impl Refusals {
             self.detail
         )
     }
-}
-
-/// The layer that notes each `storage_full` answer and each answer 201.
-pub(crate) async fn observe(
-    State(target): State<std::sync::Arc<super::doctor::Target>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    // Only writes tell: `/readyz` answers `storage_full` too, from what is noted here.
-    let write = !matches!(*req.method(), Method::GET | Method::HEAD);
-    let res = next.run(req).await;
-    if !write {
-        return res;
-    }
-    if let Some(FullAnswer(detail)) = res.extensions().get::<FullAnswer>() {
-        target.storage.refused(detail);
-    } else if res.status() == StatusCode::CREATED {
-        target.storage.stored();
-    }
-    res
 }
 
 #[cfg(test)]

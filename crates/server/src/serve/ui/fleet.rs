@@ -9,10 +9,11 @@ use axum::Extension;
 use cairn::migrate::{cairn_set, contract_blockers, Classification, DEFAULT_EXPIRY};
 use maud::{html, Markup};
 
+use super::page::{layout, read_permit, Nav, UiError};
 use super::session::Viewer;
-use super::{age, layout, printable, read_permit, when, Nav, UiError};
+use super::text::{age, printable, when};
 use crate::doctor::Level;
-use crate::serve::routes::AppState;
+use crate::serve::state::AppState;
 
 /// `GET /ui/fleet`.
 pub(crate) async fn fleet(

@@ -10,12 +10,11 @@ use cairn::spool::{QueueName, RunFilter, RunId, RunInfo, RunState, Timestamp};
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::login::{check_csrf, CsrfForm};
+use super::page::{layout, read_permit, Nav, UiError};
 use super::session::Viewer;
-use super::{
-    age, check_csrf, encode_query, layout, printable, printable_bytes, read_permit, shown, when,
-    CsrfForm, Nav, UiError,
-};
-use crate::serve::routes::AppState;
+use super::text::{age, encode_query, printable, printable_bytes, shown, when};
+use crate::serve::state::AppState;
 
 /// Runs per page of the run list.
 const PAGE: usize = 50;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use maud::{html, Markup};
 
+use super::text::age;
 use crate::serve::metrics::Metrics;
 
 /// Time between two samples.
@@ -135,7 +136,7 @@ impl Rates {
                 }
                 p.legend {
                     span.key.enq {} "enqueued " strong { (format!("{:.1}/s", per_sec(le, last.len()))) }
-                    " (last minute), " (format!("{:.1}/s", per_sec(we, d.len()))) " (over " (super::age(INTERVAL * d.len() as u32)) ") · "
+                    " (last minute), " (format!("{:.1}/s", per_sec(we, d.len()))) " (over " (age(INTERVAL * d.len() as u32)) ") · "
                     span.key.done {} "completed " strong { (format!("{:.1}/s", per_sec(lc, last.len()))) }
                     " (last minute), " (format!("{:.1}/s", per_sec(wc, d.len()))) " · tallest bar " (top) " runs per 10 s"
                 }

@@ -9,9 +9,10 @@ use cairn::{Seq, SpaceId};
 use maud::{html, Markup};
 use serde::Deserialize;
 
+use super::page::{layout, read_permit, Nav, UiError};
 use super::session::Viewer;
-use super::{layout, printable, read_permit, trusted, Nav, UiError};
-use crate::serve::routes::AppState;
+use super::text::{printable, trusted};
+use crate::serve::state::AppState;
 
 /// Spaces per page of the list.
 const PAGE: usize = 50;

@@ -1,0 +1,52 @@
+//! The path parameters of the routes: `{space}`, `{queue}`, `{id}`, `{name}`.
+
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+/// The `{space}` of the epoch routes.
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub(crate) struct SpacePath {
+    /// The space: 1 to 256 bytes of UTF-8 (`x-max-bytes`), any characters, but not starting
+    /// with NUL + `cairn/` (reserved for cairn's own records: 400 `reserved`). Created by its
+    /// first epoch.
+    #[param(min_length = 1)]
+    pub(crate) space: String,
+}
+
+/// The `{queue}` of the queue routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct QueuePath {
+    /// The queue: 1 to 128 bytes of UTF-8 (`x-max-bytes`) without control characters.
+    #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) queue: String,
+}
+
+/// The `{id}` of the run routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct RunPath {
+    /// The run id: 32 hex digits, plain or as a UUID (8-4-4-4-12).
+    #[param(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    pub(crate) id: String,
+}
+
+/// The `{id}` and `{name}` of a fact route.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the spool's handlers take the segments as strings.
+pub(crate) struct FactPath {
+    /// The run id: 32 hex digits, plain or as a UUID (8-4-4-4-12).
+    #[param(
+        pattern = r"^(?:[0-9a-fA-F]{32}|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$"
+    )]
+    pub(crate) id: String,
+    /// The fact's name: 1 to 128 bytes of UTF-8 (`x-max-bytes`) without control characters.
+    #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) name: String,
+}

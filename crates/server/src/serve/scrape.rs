@@ -1,0 +1,48 @@
+//! `GET /metrics`: Prometheus text exposition of the server's counters.
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::error::ApiError;
+use super::json::ErrorBody;
+use super::metrics::RUN_STATES;
+use super::state::AppState;
+
+/// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
+/// state are read from the store at each scrape.
+#[utoipa::path(
+    get, path = "/metrics", tag = "meta",
+    responses(
+        (status = 200, description = "Prometheus text exposition", content_type = "text/plain"),
+        (status = 401, description = "No valid token (a read-only token suffices)", body = ErrorBody),
+        (status = 503, description = "The store does not answer", body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let stats = state.spool.stats().await?;
+    for (s, label) in RUN_STATES {
+        let n = stats.runs.get(&s).copied().unwrap_or(0);
+        state
+            .metrics
+            .runs
+            .with_label_values(&[label])
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    let body = state.metrics.render().map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("cannot render the metrics: {e}"),
+        )
+    })?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response())
+}
