@@ -4,9 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cairn_core::spool::Spool;
-use cairn_core::{EpochDiagnostics, Result, Transaction};
-use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
+use cairn_core::{Result, Transaction};
+use cairn_migrate::backend::{Backend, BackendParts, Diagnostics, OpenOptions, Session};
 
 use crate::config::PgOptions;
 use crate::diagnostics::PgDiagnostics;
@@ -35,15 +34,14 @@ use crate::tx::PgTransaction;
 pub struct PgBackend {
     store: Arc<PgStore>,
     spool: Arc<PgSpool>,
-    migrator: Arc<PgMigrator>,
-    session: Session,
+    parts: BackendParts,
 }
 
 impl fmt::Debug for PgBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgBackend")
             .field("store", &self.store)
-            .field("session", &self.session)
+            .field("session", &self.parts.session)
             .finish_non_exhaustive()
     }
 }
@@ -82,12 +80,20 @@ impl PgBackend {
         };
         let migrator = Arc::new(PgMigrator::from_store(&store));
         match Session::open(migrator.clone(), store.opened().clone(), &opts).await {
-            Ok(session) => Ok(Self {
-                store: Arc::new(store),
-                spool: Arc::new(spool),
-                migrator,
-                session,
-            }),
+            Ok(session) => {
+                let (store, spool) = (Arc::new(store), Arc::new(spool));
+                Ok(Self {
+                    parts: BackendParts {
+                        engine: "postgres",
+                        epochs: store.clone(),
+                        spool: spool.clone(),
+                        migrator,
+                        session,
+                    },
+                    store,
+                    spool,
+                })
+            }
             Err(e) => {
                 spool.close().await;
                 store.close().await;
@@ -110,24 +116,8 @@ impl PgBackend {
 
 #[async_trait]
 impl Backend for PgBackend {
-    fn engine(&self) -> &str {
-        "postgres"
-    }
-
-    fn epochs(&self) -> Arc<dyn EpochDiagnostics> {
-        self.store.clone()
-    }
-
-    fn spool(&self) -> Arc<dyn Spool> {
-        self.spool.clone()
-    }
-
-    fn migrator(&self) -> Arc<dyn MigrationBackend> {
-        self.migrator.clone()
-    }
-
-    fn session(&self) -> &Session {
-        &self.session
+    fn parts(&self) -> &BackendParts {
+        &self.parts
     }
 
     /// [`PgDiagnostics`] on a connection of the store's pool per check.
@@ -144,9 +134,14 @@ impl Backend for PgBackend {
     /// waiting for those in use: later operations through any capability the handle handed
     /// out fail with [`cairn_core::Error::Unavailable`].
     async fn close(&self) -> Result<()> {
-        self.session.close().await;
+        self.parts.session.close().await;
         self.spool.close().await;
         self.store.close().await;
         Ok(())
+    }
+
+    /// The [`PgBackend`] itself (its transactions on a caller's own connection).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }

@@ -5,9 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cairn_core::spool::Spool;
-use cairn_core::{EpochDiagnostics, Result, Transaction};
-use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
+use cairn_core::{Result, Transaction};
+use cairn_migrate::backend::{Backend, BackendParts, Diagnostics, OpenOptions, Session};
 
 use crate::config::SqliteOptions;
 use crate::diagnostics::SqliteDiagnostics;
@@ -36,15 +35,14 @@ use crate::store::SqliteStore;
 pub struct SqliteBackend {
     store: Arc<SqliteStore>,
     spool: Arc<SqliteSpool>,
-    migrator: Arc<SqliteMigrator>,
-    session: Session,
+    parts: BackendParts,
 }
 
 impl fmt::Debug for SqliteBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SqliteBackend")
             .field("store", &self.store)
-            .field("session", &self.session)
+            .field("session", &self.parts.session)
             .finish_non_exhaustive()
     }
 }
@@ -72,11 +70,17 @@ impl SqliteBackend {
             .with_config(opts.spool_config);
         let migrator = Arc::new(SqliteMigrator::new(path, sqlite));
         let session = Session::open(migrator.clone(), store.opened().clone(), &opts).await?;
+        let (store, spool) = (Arc::new(store), Arc::new(spool));
         Ok(Self {
-            store: Arc::new(store),
-            spool: Arc::new(spool),
-            migrator,
-            session,
+            parts: BackendParts {
+                engine: "sqlite",
+                epochs: store.clone(),
+                spool: spool.clone(),
+                migrator,
+                session,
+            },
+            store,
+            spool,
         })
     }
 
@@ -93,24 +97,8 @@ impl SqliteBackend {
 
 #[async_trait]
 impl Backend for SqliteBackend {
-    fn engine(&self) -> &str {
-        "sqlite"
-    }
-
-    fn epochs(&self) -> Arc<dyn EpochDiagnostics> {
-        self.store.clone()
-    }
-
-    fn spool(&self) -> Arc<dyn Spool> {
-        self.spool.clone()
-    }
-
-    fn migrator(&self) -> Arc<dyn MigrationBackend> {
-        self.migrator.clone()
-    }
-
-    fn session(&self) -> &Session {
-        &self.session
+    fn parts(&self) -> &BackendParts {
+        &self.parts
     }
 
     /// [`SqliteDiagnostics`] of the store's file: its integrity check opens a read-only
@@ -128,7 +116,12 @@ impl Backend for SqliteBackend {
     /// when it returned; the file's connections close when the last clone of the store and
     /// of the capabilities handed out is dropped, and keep working until then.
     async fn close(&self) -> Result<()> {
-        self.session.close().await;
+        self.parts.session.close().await;
         Ok(())
+    }
+
+    /// The [`SqliteBackend`] itself.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
     }
 }

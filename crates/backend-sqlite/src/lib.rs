@@ -43,6 +43,7 @@ mod backend;
 mod config;
 mod db;
 mod diagnostics;
+mod engine;
 mod error;
 mod files;
 mod group;
@@ -59,6 +60,7 @@ pub use additivity::SqliteAdditivity;
 pub use backend::SqliteBackend;
 pub use config::SqliteOptions;
 pub use diagnostics::SqliteDiagnostics;
+pub use engine::SqliteEngine;
 pub use migrate::{SqliteMigrator, BOOKKEEPING_TABLES};
 #[cfg(feature = "testkit")]
 pub use spool::testkit as spool_testkit;

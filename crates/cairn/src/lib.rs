@@ -96,6 +96,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod engine;
 pub mod legacy;
 pub mod migrate;
 pub mod spool;
@@ -140,7 +141,7 @@ pub use rusqlite;
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub use sqlx;
-pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
+pub use url::{DatabaseUrl, Scheme, SCHEMA_PARAM};
 
 /// For backend authors (feature `backend`): what a third party's engine, or a wrapper around
 /// another handle, implements to run under [`Store::from_backend`] — the handle trait
@@ -153,12 +154,8 @@ pub use url::{Backend, DatabaseUrl, SCHEMA_PARAM};
 #[cfg(feature = "backend")]
 #[cfg_attr(docsrs, doc(cfg(feature = "backend")))]
 pub mod backend {
-    /// What [`Backend::begin`] returns: the engine's transaction.
-    pub use cairn_core::Transaction;
-    pub use cairn_migrate::{
-        cairn_set, Backend, Diagnostics, Integrity, LockedMigration, MigrationBackend, OpenOptions,
-        Opened, Runner, Session,
-    };
+    pub use cairn_migrate::backend::*;
+    pub use cairn_migrate::{cairn_set, Integrity, LockedMigration, Opened, Runner};
 }
 
 /// Test support (feature `testkit`): the backend crates with their conformance harnesses,

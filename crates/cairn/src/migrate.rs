@@ -62,7 +62,7 @@ pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER
 pub use cairn_migrate::{Diagnostics, Integrity};
 use cairn_migrate::{MigrationBackend, Runner};
 
-use crate::url::{Backend, DatabaseUrl};
+use crate::url::{DatabaseUrl, Scheme};
 
 /// The migration state of one store, for operator tools: read it, upgrade it, roll it back,
 /// repair its lineage, list the live builds — without opening the store's other capabilities.
@@ -204,42 +204,7 @@ pub(crate) fn migration_backend(
     url: &DatabaseUrl,
     create_if_missing: bool,
 ) -> Result<Arc<dyn MigrationBackend>> {
-    match url {
-        DatabaseUrl::Sqlite(path) => {
-            #[cfg(feature = "sqlite")]
-            {
-                if !create_if_missing && !exists_no_follow(path)? {
-                    return Err(Error::NotFound {
-                        what: format!("cairn store at {}", path.display()),
-                    });
-                }
-                let opts =
-                    cairn_sqlite::SqliteOptions::default().create_if_missing(create_if_missing);
-                Ok(Arc::new(cairn_sqlite::SqliteMigrator::new(path, opts)))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            {
-                let _ = (path, create_if_missing);
-                Err(crate::store::missing_feature(Backend::Sqlite))
-            }
-        }
-        DatabaseUrl::Postgres { url, schema } => {
-            #[cfg(feature = "postgres")]
-            {
-                let mut opts = cairn_postgres::PgOptions::new(url.clone())
-                    .create_if_missing(create_if_missing);
-                if let Some(schema) = schema {
-                    opts = opts.schema(schema.clone());
-                }
-                Ok(Arc::new(cairn_postgres::PgMigrator::new(opts)?))
-            }
-            #[cfg(not(feature = "postgres"))]
-            {
-                let _ = (url, schema, create_if_missing);
-                Err(crate::store::missing_feature(Backend::Postgres))
-            }
-        }
-    }
+    crate::engine::engine(url)?.migrator(create_if_missing)
 }
 
 /// Whether anything is at the store location `url` names: the SQLite file (or a symlink
@@ -249,72 +214,12 @@ pub(crate) fn migration_backend(
 ///
 /// # Errors
 /// [`Error::Io`] when the file's metadata cannot be read; [`Error::Unavailable`] when the
-/// Postgres server cannot be reached or queried; [`Error::InvalidInput`] for a bad URL or
-/// schema name, or a backend this build was compiled without.
+/// Postgres server cannot be reached or queried (or does not answer within 10 s);
+/// [`Error::InvalidInput`] for a bad URL or schema name, or a backend this build was compiled
+/// without.
 pub async fn location_exists(url: &DatabaseUrl) -> Result<bool> {
-    match url {
-        DatabaseUrl::Sqlite(path) => {
-            #[cfg(feature = "sqlite")]
-            {
-                exists_no_follow(path)
-            }
-            #[cfg(not(feature = "sqlite"))]
-            {
-                let _ = path;
-                Err(crate::store::missing_feature(Backend::Sqlite))
-            }
-        }
-        DatabaseUrl::Postgres { url: pg, schema } => {
-            #[cfg(feature = "postgres")]
-            {
-                use sqlx::Connection;
-                let mut opts = cairn_postgres::PgOptions::new(pg.clone());
-                if let Some(schema) = schema {
-                    opts = opts.schema(schema.clone());
-                }
-                // The driver's errors can name the host: none is passed on.
-                let unreachable = |_| Error::unavailable("cannot query the Postgres server");
-                // Bounded (as the store's own connections are by their default acquire
-                // timeout): a server that accepts the connection but never answers is
-                // unreachable, not a command that hangs.
-                let options = url.postgres_connect_options()?;
-                let connect = sqlx::PgConnection::connect_with(&options);
-                let mut conn = tokio::time::timeout(CONNECT_TIMEOUT, connect)
-                    .await
-                    .map_err(|_| Error::unavailable("timed out connecting to the Postgres server"))?
-                    .map_err(unreachable)?;
-                // One transaction, begun by a simple query: behind a transaction-mode pooler
-                // (`cairn_pooler=transaction`) the statement's Parse and Bind then reach the one
-                // server connection the transaction holds, and `DEALLOCATE ALL` first drops a
-                // statement name another client left on it. Direct, both cost nothing.
-                let mut tx = conn.begin().await.map_err(unreachable)?;
-                sqlx::raw_sql("DEALLOCATE ALL")
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(unreachable)?;
-                let exists: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
-                )
-                .bind(opts.schema_name())
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(unreachable)?;
-                tx.commit().await.map_err(unreachable)?;
-                let _ = conn.close().await;
-                Ok(exists)
-            }
-            #[cfg(not(feature = "postgres"))]
-            {
-                let _ = (pg, schema);
-                Err(crate::store::missing_feature(Backend::Postgres))
-            }
-        }
-    }
+    crate::engine::engine(url)?.location_exists().await
 }
-
-/// How long [`location_exists`] waits for a Postgres server to accept and answer a connection.
-#[cfg(feature = "postgres")]
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Read-only [`Diagnostics`] of the store at `url` (its integrity, the additivity check's
 /// leftovers where its engine makes them), built from the location alone: it works on a
@@ -325,87 +230,32 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`Error::InvalidInput`] for a bad Postgres schema name or a backend this build was
 /// compiled without.
 pub fn diagnostics(url: &DatabaseUrl) -> Result<Arc<dyn Diagnostics>> {
-    match url {
-        DatabaseUrl::Sqlite(path) => {
-            #[cfg(feature = "sqlite")]
-            {
-                Ok(Arc::new(cairn_sqlite::SqliteDiagnostics::new(path)))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            {
-                let _ = path;
-                Err(crate::store::missing_feature(Backend::Sqlite))
-            }
-        }
-        DatabaseUrl::Postgres { url, schema } => {
-            #[cfg(feature = "postgres")]
-            {
-                let mut opts = cairn_postgres::PgOptions::new(url.clone());
-                if let Some(schema) = schema {
-                    opts = opts.schema(schema.clone());
-                }
-                Ok(Arc::new(cairn_postgres::PgDiagnostics::new(opts)?))
-            }
-            #[cfg(not(feature = "postgres"))]
-            {
-                let _ = (url, schema);
-                Err(crate::store::missing_feature(Backend::Postgres))
-            }
-        }
-    }
+    crate::engine::engine(url)?.diagnostics()
 }
 
-/// The executed additivity check's engine for `backend`. The Postgres engine builds its
-/// throwaway schemas on the server `postgres_url` names.
+/// The executed additivity check's engine for `scheme`. The Postgres engine builds its
+/// throwaway schemas on the server `postgres_url` names; the SQLite engine runs in memory.
 ///
 /// # Errors
-/// [`Error::InvalidInput`] when `postgres_url` is missing for Postgres, or for a backend this
-/// build was compiled without.
+/// [`Error::InvalidInput`] when `postgres_url` is missing or not a Postgres URL for
+/// Postgres, or for a backend this build was compiled without.
 pub fn additivity_engine(
-    backend: Backend,
+    scheme: Scheme,
     postgres_url: Option<&str>,
 ) -> Result<Arc<dyn AdditivityEngine>> {
-    match backend {
-        Backend::Sqlite => {
-            #[cfg(feature = "sqlite")]
-            {
-                Ok(Arc::new(cairn_sqlite::SqliteAdditivity::new()))
-            }
-            #[cfg(not(feature = "sqlite"))]
-            {
-                Err(crate::store::missing_feature(Backend::Sqlite))
-            }
-        }
-        Backend::Postgres => {
-            #[cfg(feature = "postgres")]
-            {
-                let url = postgres_url.ok_or_else(|| {
-                    Error::invalid(
-                        "additivity check",
-                        "the Postgres engine needs a server URL for its throwaway schemas",
-                    )
-                })?;
-                Ok(Arc::new(cairn_postgres::PgAdditivity::new(url.to_owned())))
-            }
-            #[cfg(not(feature = "postgres"))]
-            {
-                let _ = postgres_url;
-                Err(crate::store::missing_feature(Backend::Postgres))
-            }
-        }
-    }
-}
-
-/// Whether anything (a file, or a symlink, dangling or not) sits at `path`. A symlink counts as
-/// present so that the backend refuses it with its own error.
-#[cfg(feature = "sqlite")]
-fn exists_no_follow(path: &std::path::Path) -> Result<bool> {
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(Error::Io {
-            path: path.display().to_string(),
-            source,
-        }),
-    }
+    let location = match scheme {
+        // The SQLite check never touches a file: any path names its engine.
+        Scheme::Sqlite => DatabaseUrl::parse(":memory:")?,
+        Scheme::Postgres => postgres_url
+            .map(DatabaseUrl::parse)
+            .transpose()?
+            .filter(|url| url.scheme() == Scheme::Postgres)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "additivity check",
+                    "the Postgres engine needs a server URL for its throwaway schemas",
+                )
+            })?,
+    };
+    crate::engine::engine(&location)?.additivity()
 }

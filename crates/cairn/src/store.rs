@@ -1,21 +1,24 @@
-//! [`Store`] and its builder: a URL switch over the backend handles. The builder picks the
-//! engine from the URL and translates its options into the engine's (`SqliteOptions`,
-//! `PgOptions`) and the backend-independent [`OpenOptions`]; the engine's handle
-//! (`SqliteBackend`, `PgBackend`, or a third party's through [`Store::from_backend`]) opens the
-//! store and runs the open protocol ([`cairn_migrate::Session`]: application sets, contract
-//! gate, fleet registration). Nothing of that protocol lives here.
+//! [`Store`] and its builder. The builder collects the options every engine reads
+//! ([`EngineOptions`]) and those of the open protocol ([`OpenOptions`]), asks the facade's one
+//! engine switch (`crate::engine`) for the URL's engine and has it open the store; the engine's
+//! handle (`SqliteBackend`, `PgBackend`, or a third party's through [`Store::from_backend`])
+//! runs the open protocol ([`cairn_migrate::Session`]: application sets, contract gate, fleet
+//! registration). Nothing of that protocol, and no engine's options, live here.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_core::spool::{Clock, Spool, SpoolConfig};
-use cairn_core::{EpochDiagnostics, EpochStore, Error, Result};
+#[cfg(doc)]
+use cairn_core::Error;
+use cairn_core::{EpochDiagnostics, EpochStore, Result};
+use cairn_migrate::backend::{Backend, Engine, EngineOptions};
 use cairn_migrate::fleet::FleetEntry;
-use cairn_migrate::{Backend as Handle, MigrationSet, OpenOptions};
 pub use cairn_migrate::{DeferredContract, SetOpened};
+use cairn_migrate::{MigrationSet, OpenOptions};
 
-use crate::url::{Backend, DatabaseUrl};
+use crate::url::{DatabaseUrl, Scheme};
 
 /// An open cairn store: the capabilities of one database, as trait objects.
 ///
@@ -34,11 +37,7 @@ use crate::url::{Backend, DatabaseUrl};
 /// ```
 #[derive(Clone)]
 pub struct Store {
-    backend: Arc<dyn Handle>,
-    /// The same handle as its concrete type, when the store was opened from a Postgres URL
-    /// or pool (a caller's transaction needs the engine's own API).
-    #[cfg(feature = "postgres")]
-    pg: Option<Arc<cairn_postgres::PgBackend>>,
+    backend: Arc<dyn Backend>,
 }
 
 impl fmt::Debug for Store {
@@ -100,23 +99,19 @@ impl Store {
     /// assert_eq!(store.engine(), "sqlite");
     /// # Ok(()) }
     /// ```
-    pub fn from_backend(backend: Arc<dyn Handle>) -> Self {
-        Self {
-            backend,
-            #[cfg(feature = "postgres")]
-            pg: None,
-        }
+    pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
+        Self { backend }
     }
 
     /// The backend handle.
-    pub(crate) fn handle(&self) -> &Arc<dyn Handle> {
+    pub(crate) fn handle(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
 
-    /// The Postgres handle, when the store was opened from a Postgres URL or pool.
+    /// The Postgres handle, when the store runs on cairn's own Postgres backend.
     #[cfg(feature = "postgres")]
     pub(crate) fn pg_backend(&self) -> Option<&cairn_postgres::PgBackend> {
-        self.pg.as_deref()
+        self.backend.as_any()?.downcast_ref()
     }
 
     /// The epoch log.
@@ -157,10 +152,10 @@ impl Store {
 
     /// The built-in engine the store runs on, or `None` for a third-party backend's
     /// ([`Store::from_backend`]; see [`Store::engine`] for its name).
-    pub fn backend(&self) -> Option<Backend> {
+    pub fn scheme(&self) -> Option<Scheme> {
         match self.engine() {
-            "sqlite" => Some(Backend::Sqlite),
-            "postgres" => Some(Backend::Postgres),
+            "sqlite" => Some(Scheme::Sqlite),
+            "postgres" => Some(Scheme::Postgres),
             _ => None,
         }
     }
@@ -226,12 +221,7 @@ enum Source {
 #[must_use = "a builder does nothing until `open` is awaited"]
 pub struct StoreBuilder {
     source: Source,
-    busy_timeout: Option<Duration>,
-    pool_size: Option<u32>,
-    schema: Option<String>,
-    read_connections: Option<usize>,
-    create_if_missing: bool,
-    share_sqlite_file: bool,
+    engine: EngineOptions,
     open: OpenOptions,
 }
 
@@ -239,12 +229,7 @@ impl fmt::Debug for StoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The source is left out: a URL may hold a password.
         f.debug_struct("StoreBuilder")
-            .field("busy_timeout", &self.busy_timeout)
-            .field("pool_size", &self.pool_size)
-            .field("schema", &self.schema)
-            .field("read_connections", &self.read_connections)
-            .field("create_if_missing", &self.create_if_missing)
-            .field("share_sqlite_file", &self.share_sqlite_file)
+            .field("engine", &self.engine)
             .field("open", &self.open)
             .finish()
     }
@@ -254,12 +239,7 @@ impl StoreBuilder {
     fn new(source: Source) -> Self {
         Self {
             source,
-            busy_timeout: None,
-            pool_size: None,
-            schema: None,
-            read_connections: None,
-            create_if_missing: true,
-            share_sqlite_file: false,
+            engine: EngineOptions::default(),
             open: OpenOptions::default(),
         }
     }
@@ -326,14 +306,14 @@ impl StoreBuilder {
     /// [`Error::Retryable`] (SQLite's busy timeout, Postgres's `lock_timeout`). Default 5 s on
     /// SQLite, 10 s on Postgres.
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
-        self.busy_timeout = Some(timeout);
+        self.engine.busy_timeout = Some(timeout);
         self
     }
 
     /// Largest number of pooled connections (Postgres; default 10). Ignored on SQLite, whose
     /// writes go through one connection (see [`StoreBuilder::read_connections`] for reads).
     pub fn pool_size(mut self, connections: u32) -> Self {
-        self.pool_size = Some(connections);
+        self.engine.pool_size = Some(connections);
         self
     }
 
@@ -341,14 +321,14 @@ impl StoreBuilder {
     /// application migration sets (default `public`, or the URL's `cairn_schema`). Must match
     /// `[a-z_][a-z0-9_]{0,62}`. Ignored on SQLite.
     pub fn schema(mut self, schema: impl Into<String>) -> Self {
-        self.schema = Some(schema.into());
+        self.engine.schema = Some(schema.into());
         self
     }
 
     /// How many read connections a SQLite store keeps, so concurrent reads proceed in parallel
     /// (default 4). Ignored on Postgres, whose reads share the pool.
     pub fn read_connections(mut self, connections: usize) -> Self {
-        self.read_connections = Some(connections);
+        self.engine.read_connections = Some(connections);
         self
     }
 
@@ -356,7 +336,7 @@ impl StoreBuilder {
     /// SQLite file or a Postgres schema without a store fails with [`Error::NotFound`] and
     /// creates nothing: what a read-only tool wants.
     pub fn create_if_missing(mut self, create: bool) -> Self {
-        self.create_if_missing = create;
+        self.engine.create_if_missing = create;
         self
     }
 
@@ -364,7 +344,7 @@ impl StoreBuilder {
     /// tables (default `false`: such a file is refused as "not a cairn store", so a mistyped
     /// path never gets cairn's tables written into somebody else's database).
     pub fn share_sqlite_file(mut self, share: bool) -> Self {
-        self.share_sqlite_file = share;
+        self.engine.share_sqlite_file = share;
         self
     }
 
@@ -422,75 +402,15 @@ impl StoreBuilder {
     ///   [`Error::Unavailable`].
     pub async fn open(self) -> Result<Store> {
         self.open.check()?;
-        let url = match &self.source {
-            Source::Url(url) => DatabaseUrl::parse(url)?,
-            Source::Parsed(url) => url.clone(),
+        let engine: Box<dyn Engine> = match self.source {
+            Source::Url(url) => crate::engine::engine(&DatabaseUrl::parse(&url)?)?,
+            Source::Parsed(url) => crate::engine::engine(&url)?,
             #[cfg(feature = "postgres")]
-            Source::PgPool(pool) => {
-                let opts = cairn_postgres::PgOptions::from_pool(pool);
-                return self.open_postgres(opts, None).await;
-            }
+            Source::PgPool(pool) => Box::new(cairn_postgres::PgEngine::from_options(
+                cairn_postgres::PgOptions::from_pool(&pool),
+            )),
         };
-        match url {
-            DatabaseUrl::Sqlite(path) => self.open_sqlite(path).await,
-            #[cfg(feature = "postgres")]
-            DatabaseUrl::Postgres { url, schema } => {
-                self.open_postgres(cairn_postgres::PgOptions::new(url), schema)
-                    .await
-            }
-            #[cfg(not(feature = "postgres"))]
-            DatabaseUrl::Postgres { .. } => Err(missing_feature(Backend::Postgres)),
-        }
+        let backend = engine.open(&self.engine, self.open).await?;
+        Ok(Store::from_backend(backend))
     }
-
-    #[cfg(feature = "sqlite")]
-    async fn open_sqlite(self, path: std::path::PathBuf) -> Result<Store> {
-        let mut opts = cairn_sqlite::SqliteOptions::default()
-            .create_if_missing(self.create_if_missing)
-            .share_file_with_application(self.share_sqlite_file);
-        if let Some(t) = self.busy_timeout {
-            opts = opts.busy_timeout(t);
-        }
-        if let Some(n) = self.read_connections {
-            opts = opts.read_connections(n);
-        }
-        let backend = cairn_sqlite::SqliteBackend::open(&path, opts, self.open).await?;
-        Ok(Store::from_backend(Arc::new(backend)))
-    }
-
-    #[cfg(not(feature = "sqlite"))]
-    async fn open_sqlite(self, _path: std::path::PathBuf) -> Result<Store> {
-        Err(missing_feature(Backend::Sqlite))
-    }
-
-    #[cfg(feature = "postgres")]
-    async fn open_postgres(
-        self,
-        mut opts: cairn_postgres::PgOptions,
-        url_schema: Option<String>,
-    ) -> Result<Store> {
-        if let Some(schema) = self.schema.or(url_schema) {
-            opts = opts.schema(schema);
-        }
-        if let Some(n) = self.pool_size {
-            opts = opts.max_connections(n);
-        }
-        if let Some(t) = self.busy_timeout {
-            opts = opts.lock_timeout(t);
-        }
-        opts = opts.create_if_missing(self.create_if_missing);
-        let backend = Arc::new(cairn_postgres::PgBackend::open(opts, self.open).await?);
-        Ok(Store {
-            backend: backend.clone(),
-            pg: Some(backend),
-        })
-    }
-}
-
-#[cfg_attr(all(feature = "sqlite", feature = "postgres"), allow(dead_code))]
-pub(crate) fn missing_feature(backend: Backend) -> Error {
-    Error::invalid(
-        "database URL",
-        format!("this build of cairn has no {backend} backend; enable the `{backend}` feature"),
-    )
 }

@@ -9,21 +9,21 @@ use cairn_core::{Error, Result};
 /// before the URL reaches the driver.
 pub const SCHEMA_PARAM: &str = "cairn_schema";
 
-/// Which engine a store runs on.
+/// Which built-in engine a store runs on: the scheme of its URL.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 #[non_exhaustive]
-pub enum Backend {
+pub enum Scheme {
     /// One SQLite file: the embedded default.
     Sqlite,
     /// A PostgreSQL database (one schema per store).
     Postgres,
 }
 
-impl fmt::Display for Backend {
+impl fmt::Display for Scheme {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
+            Scheme::Sqlite => "sqlite",
+            Scheme::Postgres => "postgres",
         })
     }
 }
@@ -118,10 +118,10 @@ impl DatabaseUrl {
     }
 
     /// The engine the URL names.
-    pub fn backend(&self) -> Backend {
+    pub fn scheme(&self) -> Scheme {
         match self {
-            Self::Sqlite(_) => Backend::Sqlite,
-            Self::Postgres { .. } => Backend::Postgres,
+            Self::Sqlite(_) => Scheme::Sqlite,
+            Self::Postgres { .. } => Scheme::Postgres,
         }
     }
 
@@ -230,10 +230,23 @@ mod tests {
     use super::*;
 
     fn sqlite_path(url: &str) -> PathBuf {
-        match DatabaseUrl::parse(url) {
-            Ok(DatabaseUrl::Sqlite(p)) => p,
-            _ => panic!("expected a sqlite URL"),
+        let parsed = DatabaseUrl::parse(url).expect("a valid URL");
+        parsed.sqlite_path().expect("a sqlite URL").to_path_buf()
+    }
+
+    impl DatabaseUrl {
+        /// The driver's URL and the schema of a Postgres URL.
+        fn postgres_parts(&self) -> Option<(String, Option<String>)> {
+            match self {
+                Self::Postgres { url, schema } => Some((url.clone(), schema.clone())),
+                Self::Sqlite(_) => None,
+            }
         }
+    }
+
+    fn postgres(url: &str) -> (String, Option<String>) {
+        let parsed = DatabaseUrl::parse(url).expect("a valid URL");
+        parsed.postgres_parts().expect("a postgres URL")
     }
 
     #[test]
@@ -250,18 +263,11 @@ mod tests {
 
     #[test]
     fn postgres_urls_keep_their_query_but_lose_the_schema_parameter() {
-        let Ok(DatabaseUrl::Postgres { url, schema }) =
-            DatabaseUrl::parse("postgres://u:pw@h/db?sslmode=disable&cairn_schema=tenant_a")
-        else {
-            panic!("expected a postgres URL");
-        };
+        let (url, schema) = postgres("postgres://u:pw@h/db?sslmode=disable&cairn_schema=tenant_a");
         assert_eq!(url, "postgres://u:pw@h/db?sslmode=disable");
         assert_eq!(schema.as_deref(), Some("tenant_a"));
 
-        let Ok(DatabaseUrl::Postgres { url, schema }) = DatabaseUrl::parse("postgresql://h/db")
-        else {
-            panic!("expected a postgres URL");
-        };
+        let (url, schema) = postgres("postgresql://h/db");
         assert_eq!(url, "postgresql://h/db");
         assert_eq!(schema, None);
     }

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use cairn::spool::{ConsumerBuilder, Job, Outcome};
-use cairn::{
-    ConsumerId, DedupKey, EpochDiagnostics, Event, QueueName, RunState, SpaceId, Spool, Store,
-};
-use cairn_migrate::{Backend, Diagnostics, MigrationBackend, OpenOptions, Session};
+use cairn::{ConsumerId, DedupKey, Event, QueueName, RunState, SpaceId, Store};
+use cairn_migrate::backend::{Backend, BackendParts, Diagnostics, OpenOptions};
 use cairn_sqlite::{SqliteBackend, SqliteOptions};
 
 /// A delegating backend: every capability is the SQLite handle's; it counts its closes.
@@ -22,20 +20,12 @@ struct Wrapped {
 
 #[async_trait]
 impl Backend for Wrapped {
+    // The inner handle's parts give epochs, spool, migrator and session; the name is its own.
+    fn parts(&self) -> &BackendParts {
+        self.inner.parts()
+    }
     fn engine(&self) -> &str {
         "wrapped-sqlite"
-    }
-    fn epochs(&self) -> Arc<dyn EpochDiagnostics> {
-        self.inner.epochs()
-    }
-    fn spool(&self) -> Arc<dyn Spool> {
-        self.inner.spool()
-    }
-    fn migrator(&self) -> Arc<dyn MigrationBackend> {
-        self.inner.migrator()
-    }
-    fn session(&self) -> &Session {
-        self.inner.session()
     }
     fn diagnostics(&self) -> Arc<dyn Diagnostics> {
         self.inner.diagnostics()
@@ -76,7 +66,7 @@ async fn a_hand_built_backend_runs_under_the_facade() {
         closes: closes.clone(),
     }));
     assert_eq!(store.engine(), "wrapped-sqlite");
-    assert_eq!(store.backend(), None, "not a built-in engine");
+    assert_eq!(store.scheme(), None, "not a built-in engine");
     assert_eq!(store.migrations().len(), 2);
     assert_eq!(store.migrations()[1].set, "notes");
     assert!(matches!(

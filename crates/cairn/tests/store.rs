@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use cairn::migrate::MigrationSet;
-use cairn::{Backend, Clock, Error, Event, Opened, SpaceId, Store};
+use cairn::{Clock, Error, Event, Opened, Scheme, SpaceId, Store};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -51,10 +51,10 @@ impl Location {
         }
     }
 
-    fn backend(&self) -> Backend {
+    fn scheme(&self) -> Scheme {
         match self {
-            Self::Sqlite(_) => Backend::Sqlite,
-            Self::Postgres { .. } => Backend::Postgres,
+            Self::Sqlite(_) => Scheme::Sqlite,
+            Self::Postgres { .. } => Scheme::Postgres,
         }
     }
 
@@ -114,8 +114,8 @@ impl Location {
 async fn open_append_heads_feed_on_both_backends() {
     for loc in Location::each().await {
         let store = Store::open(&loc.url()).await.unwrap();
-        assert_eq!(store.backend(), Some(loc.backend()));
-        assert_eq!(store.engine(), loc.backend().to_string());
+        assert_eq!(store.scheme(), Some(loc.scheme()));
+        assert_eq!(store.engine(), loc.scheme().to_string());
         assert!(
             matches!(store.migrations()[0].outcome, Opened::Upgraded { .. }),
             "a new store is created at cairn's head: {:?}",
@@ -481,7 +481,7 @@ async fn an_application_sets_revisions_are_checked_for_additivity_on_both_engine
     let pg = cairn::testkit::postgres::testkit::test_server_url()
         .await
         .unwrap_or_else(|why| panic!("no Postgres server for the facade tests: {why}"));
-    for backend in [Backend::Sqlite, Backend::Postgres] {
+    for backend in [Scheme::Sqlite, Scheme::Postgres] {
         let engine = additivity_engine(backend, Some(&pg)).unwrap();
         let ok = check_set(engine.as_ref(), &notes("notes_v2"))
             .await
@@ -712,7 +712,7 @@ async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backend
         waiting.close().await.unwrap();
 
         // Forced: applied past both, and reported.
-        if loc.backend() == Backend::Postgres {
+        if loc.scheme() == Scheme::Postgres {
             let forced = Store::builder(loc.url())
                 .migrations(notes_v3())
                 .force_contract(true)

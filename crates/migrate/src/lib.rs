@@ -65,7 +65,7 @@
 #![forbid(unsafe_code)]
 
 pub mod additivity;
-mod backend;
+pub mod backend;
 pub mod bookkeeping;
 mod cairn_set;
 mod checksum;
@@ -84,7 +84,7 @@ mod split;
 mod text;
 mod transaction;
 
-pub use backend::Backend;
+pub use backend::{Backend, BackendParts, Engine, EngineOptions};
 pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};

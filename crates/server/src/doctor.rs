@@ -11,7 +11,7 @@ use std::io::Write;
 use cairn::backfill::probe;
 use cairn::migrate::{Classification, MigrationSet, Migrations};
 use cairn::migrate::{Diagnostics, Integrity};
-use cairn::{Backend, DatabaseUrl, RunState};
+use cairn::{DatabaseUrl, RunState, Scheme};
 use serde::Serialize;
 
 use crate::error::CliError;
@@ -271,17 +271,17 @@ async fn integrity(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check
             Err(e) => return Check::problem("integrity", one(&e.report().to_string()), None),
         },
     };
-    integrity_check(target.backend(), found)
+    integrity_check(target.scheme(), found)
 }
 
 /// The check, with the binary's words, for what the backend's diagnostics found.
-fn integrity_check(backend: Backend, found: Integrity) -> Check {
+fn integrity_check(backend: Scheme, found: Integrity) -> Check {
     const DAMAGED: &str = "restore the store from a backup, or point --database at the right store";
     const NAME: &str = "integrity";
     match found {
         Integrity::Intact { detail } => Check::ok(NAME, one(&detail)),
         Integrity::Missing => match backend {
-            Backend::Sqlite => Check::problem(
+            Scheme::Sqlite => Check::problem(
                 NAME,
                 "no store file here; the first `cairn append` creates it",
                 None,
@@ -310,7 +310,7 @@ fn integrity_check(backend: Backend, found: Integrity) -> Check {
             format!(
                 "cannot connect to the {} server; check that it runs and that --database names it",
                 match backend {
-                    Backend::Postgres => "Postgres",
+                    Scheme::Postgres => "Postgres",
                     _ => "store's",
                 }
             ),
@@ -364,7 +364,7 @@ async fn scratch(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
     if let Some(server) = server {
         let listed = match server {
             Ok((_, Some(own))) => own.scratch_leftovers().await.ok(),
-            Ok((url, None)) if url.backend() == Backend::Postgres => {
+            Ok((url, None)) if url.scheme() == Scheme::Postgres => {
                 match cairn::migrate::diagnostics(&url) {
                     Ok(d) => d.scratch_leftovers().await.ok(),
                     Err(_) => None,

@@ -8,7 +8,7 @@ use cairn::migrate::{
     additivity_engine, cairn_set, check_set, split_statements, AdditivityEngine, Classification,
     Dialect, FleetEntry, MigrateError, MigrationSet, Opened, Revision, CAIRN_SET,
 };
-use cairn::{Backend, Clock, DatabaseUrl, SystemClock};
+use cairn::{Clock, DatabaseUrl, Scheme, SystemClock};
 
 use crate::cli::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
@@ -38,8 +38,8 @@ pub(crate) async fn run(
     let set = &load_set(set)?;
     let head = &set.head().id;
     // The dialect whose checksums the store's lineage holds (per-dialect checksums).
-    let dialect = match target.backend() {
-        Backend::Postgres => Dialect::Postgres,
+    let dialect = match target.scheme() {
+        Scheme::Postgres => Dialect::Postgres,
         _ => Dialect::Sqlite,
     };
     // A single-engine set (no files for the store's engine) refuses the store in one line
@@ -328,8 +328,8 @@ async fn check(
         runs(CheckBackend::Postgres, Dialect::Postgres)?,
     );
     for (ran, skipped, only) in [
-        (sqlite, Backend::Postgres, Backend::Sqlite),
-        (postgres, Backend::Sqlite, Backend::Postgres),
+        (sqlite, Scheme::Postgres, Scheme::Sqlite),
+        (postgres, Scheme::Sqlite, Scheme::Postgres),
     ] {
         if ran && set.only().is_some() {
             writeln!(
@@ -340,9 +340,9 @@ async fn check(
         }
     }
     let set = MigrationSet::new(set.name(), revisions).map_err(store)?;
-    let mut engines: Vec<(Backend, Arc<dyn AdditivityEngine>)> = Vec::new();
+    let mut engines: Vec<(Scheme, Arc<dyn AdditivityEngine>)> = Vec::new();
     if sqlite {
-        engines.push((Backend::Sqlite, additivity_engine(Backend::Sqlite, None)?));
+        engines.push((Scheme::Sqlite, additivity_engine(Scheme::Sqlite, None)?));
     }
     if postgres {
         // The check runs revisions on a server, inside throwaway schemas; it is never pointed
@@ -371,8 +371,8 @@ async fn check(
             }
         }
         engines.push((
-            Backend::Postgres,
-            additivity_engine(Backend::Postgres, Some(&url))?,
+            Scheme::Postgres,
+            additivity_engine(Scheme::Postgres, Some(&url))?,
         ));
     }
     let mut violations = 0;

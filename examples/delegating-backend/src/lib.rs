@@ -89,7 +89,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use cairn::backend::{Backend, Diagnostics, MigrationBackend, Session, Transaction};
+use cairn::backend::{Backend, BackendParts, Diagnostics, MigrationBackend, Session, Transaction};
 use cairn::spool::{
     CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions,
     Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
@@ -475,6 +475,11 @@ impl DelegatingBackend {
 
 #[async_trait]
 impl Backend for DelegatingBackend {
+    /// The inner handle's parts: the accessors below override those that delegate.
+    fn parts(&self) -> &BackendParts {
+        self.inner.parts()
+    }
+
     fn engine(&self) -> &str {
         &self.engine
     }
