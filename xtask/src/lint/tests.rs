@@ -162,7 +162,7 @@ fn test_only_code_makes_no_edge() {
 
 /// `n` lines of code.
 fn lines(n: usize) -> String {
-    "pub const X: u8 = 0;\n".repeat(1) + &"// a line\n".repeat(n - 1)
+    "pub const X: u8 = 0;\n".to_owned() + &"// a line\n".repeat(n - 1)
 }
 
 fn over(report: &Report) -> Vec<(PathBuf, usize)> {
