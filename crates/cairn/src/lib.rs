@@ -96,6 +96,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod backfill;
 mod engine;
 pub mod legacy;
 pub mod migrate;
@@ -104,8 +105,6 @@ mod store;
 mod tx;
 mod url;
 
-/// The paced head-cache backfill (one pass over every space; the completion marker).
-pub use cairn_core::backfill;
 pub use cairn_core::spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
     LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,
@@ -165,6 +164,9 @@ pub mod backend {
 #[cfg(feature = "testkit")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testkit")))]
 pub mod testkit {
+    /// The backfill's test pacing: a pacer that sleeps on a simulated clock, and the pause
+    /// rule it checks.
+    pub use cairn_core::backfill::{pause_after, SimulatedPacer};
     pub use cairn_core::scratch_name;
     /// The legacy format in full: the planner, the sealed-record writer, the line limit.
     pub use cairn_core::spool::legacy;

@@ -41,6 +41,13 @@
 //! ```compile_fail
 //! use cairn::migrate::MigrationBackend;
 //! ```
+//!
+//! Nor is the statement splitter the runner uses ([`revision_from_sql`] builds a revision
+//! from a file's text):
+//!
+//! ```compile_fail
+//! use cairn::migrate::split_statements;
+//! ```
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,10 +60,11 @@ pub use cairn_migrate::escape_control;
 pub use cairn_migrate::fleet::{
     contract_blockers, Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL,
 };
+use cairn_migrate::split_statements;
 pub use cairn_migrate::{
-    cairn_set, classify, split_statements, Checksum, Classification, Inconsistency, LineageEntry,
-    LineageVerdict, MigrateError, MigrationSet, Opened, Refusal, Repaired, Revision, SplitError,
-    StoredState, CAIRN_SET,
+    cairn_set, classify, Checksum, Classification, Inconsistency, LineageEntry, LineageVerdict,
+    MigrateError, MigrationSet, Opened, Refusal, Repaired, Revision, SplitError, StoredState,
+    CAIRN_SET,
 };
 pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER};
 pub use cairn_migrate::{Diagnostics, Integrity};
@@ -197,6 +205,27 @@ impl Migrations {
         let all = self.backend.read_fleet().await.map_err(Error::from)?;
         Ok(cairn_migrate::fleet::live(all, now, expiry))
     }
+}
+
+/// A revision `id` following `parent`, from one file's SQL text split into statements for
+/// both dialects, as a set's files are read (`cairn migrate check --with-revision FILE`).
+/// Text without a statement gives a revision with none; check [`Revision::up`].
+///
+/// # Errors
+/// [`SplitError`] naming the line of an unterminated quote, comment or dollar-quoted block.
+pub fn revision_from_sql(
+    id: impl Into<String>,
+    parent: impl Into<String>,
+    sql: &str,
+    description: impl Into<String>,
+) -> std::result::Result<Revision, SplitError> {
+    Ok(Revision {
+        id: id.into(),
+        parent: Some(parent.into()),
+        up_sqlite: split_statements(sql, Dialect::Sqlite)?,
+        up_postgres: split_statements(sql, Dialect::Postgres)?,
+        description: description.into(),
+    })
 }
 
 /// The store's side of the migration protocol, for [`Migrations`] and [`crate::testkit`].

@@ -53,6 +53,13 @@
 //! ```compile_fail
 //! use cairn::spool::legacy;
 //! ```
+//!
+//! Nor is the jitter's seed (a run's retries are jittered by
+//! [`BackoffPolicy::delay_for`]):
+//!
+//! ```compile_fail
+//! use cairn::spool::jitter_seed;
+//! ```
 
 // The trait, and the wake-up handle of `Spool::subscribe`.
 pub use cairn_core::spool::{Spool, Wakeup};
@@ -80,9 +87,10 @@ pub use cairn_core::spool::{
     MAX_FAILED_RUNS_LISTED, MAX_OPERATOR_LEN, OPERATOR_EVENT_PREFIX,
 };
 
-// Configuration: the retry backoff and retention.
+// Configuration: the retry backoff (jittered per run by `BackoffPolicy::delay_for`) and
+// retention.
 pub use cairn_core::spool::{
-    jitter_seed, BackoffPolicy, RetentionBudget, RetentionPolicy, RetentionReport, SpoolConfig,
+    BackoffPolicy, RetentionBudget, RetentionPolicy, RetentionReport, SpoolConfig,
 };
 
 // The consumer: the worker loop a service runs.

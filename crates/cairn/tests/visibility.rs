@@ -104,15 +104,17 @@ use std::time::Duration;
 use cairn::legacy::{BackedUp, LegacyImport, LegacyOptions};
 use cairn::migrate::{Classification, Migrations, MigrationSet, OpenReport};
 use cairn::spool::{
-    check_lease, jitter_seed, ConsumerBuilder, Job, Outcome, RetentionPolicy, RunFilter,
-    RunState, Spool, SpoolConfig,
+    check_lease, ConsumerBuilder, Job, Outcome, RetentionPolicy, RunFilter, RunState, Spool,
+    SpoolConfig,
 };
 
 pub async fn service(store: cairn::Store, set: MigrationSet) -> cairn::Result<()> {
     let _ = (RunFilter::default(), RetentionPolicy::default(), SpoolConfig::default());
     let _ = (check_lease(Duration::from_secs(30)), RunState::Queued);
     let queue = cairn::QueueName::new("q")?;
-    let _ = jitter_seed(&queue, &cairn::DedupKey::from_parts(["k"])?, 1);
+    let _ = SpoolConfig::default().backoff.delay_for(&queue, &cairn::DedupKey::from_parts(["k"])?, 1);
+    let _ = cairn::migrate::revision_from_sql("0002_x", "0001_base", "SELECT 1", "x");
+    let _ = cairn::backfill::BackfillConfig::default();
     let spool: std::sync::Arc<dyn Spool> = store.spool();
     let worker = ConsumerBuilder::new(spool, queue, cairn::ConsumerId::new("w")?)
         .spawn(|_job: Job| async { Outcome::Done })
@@ -148,6 +150,11 @@ const HIDDEN_PATHS: &[(&str, &str)] = &[
     ("use cairn::spool::plan_event_batch;", "plan_event_batch"),
     ("use cairn::spool::RetentionPass;", "RetentionPass"),
     ("use cairn::spool::backoff_ceiling;", "backoff_ceiling"),
+    ("use cairn::spool::jitter_seed;", "jitter_seed"),
+    // Test machinery and the runner's helpers.
+    ("use cairn::backfill::SimulatedPacer;", "SimulatedPacer"),
+    ("use cairn::backfill::pause_after;", "pause_after"),
+    ("use cairn::migrate::split_statements;", "split_statements"),
     // The legacy replay (the operator API is `cairn::legacy`).
     ("use cairn::spool::legacy;", "legacy"),
     ("use cairn::legacy::plan;", "plan"),

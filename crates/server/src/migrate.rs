@@ -5,7 +5,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use cairn::migrate::{
-    additivity_engine, cairn_set, check_set, split_statements, AdditivityEngine, Classification,
+    additivity_engine, cairn_set, check_set, revision_from_sql, AdditivityEngine, Classification,
     Dialect, FleetEntry, MigrateError, MigrationSet, Opened, Revision, CAIRN_SET,
 };
 use cairn::{Clock, DatabaseUrl, Scheme, SystemClock};
@@ -415,24 +415,15 @@ fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, 
         .filter(|s| !s.is_empty())
         .ok_or_else(|| CliError::Config("the revision file needs a UTF-8 name".into()))?
         .to_owned();
-    let split = |dialect| {
-        split_statements(&text, dialect)
-            .map_err(|e| CliError::Config(format!("{}: {e}", file.display())))
-    };
-    let (up_sqlite, up_postgres) = (split(Dialect::Sqlite)?, split(Dialect::Postgres)?);
-    if up_sqlite.is_empty() {
+    let revision = revision_from_sql(id, parent, &text, format!("from {}", file.display()))
+        .map_err(|e| CliError::Config(format!("{}: {e}", file.display())))?;
+    if revision.up(Dialect::Sqlite).is_empty() {
         return Err(CliError::Config(format!(
             "{} holds no SQL statement",
             file.display()
         )));
     }
-    Ok(Revision {
-        id,
-        parent: Some(parent.to_owned()),
-        up_sqlite,
-        up_postgres,
-        description: format!("from {}", file.display()),
-    })
+    Ok(revision)
 }
 
 /// Text read from the store, escaped for one line of output.

@@ -37,6 +37,13 @@ impl BackoffPolicy {
     pub fn delay(&self, attempt: u32, jitter: u64) -> Duration {
         backoff(attempt, self.base, self.cap, jitter)
     }
+
+    /// The delay after attempt `attempt` of the run with key `(queue, key)`, jittered as the
+    /// spool jitters that run's retries: the same run waits the same time on every backend
+    /// and in every process.
+    pub fn delay_for(&self, queue: &QueueName, key: &DedupKey, attempt: u32) -> Duration {
+        self.delay(attempt, jitter_seed(queue, key, attempt))
+    }
 }
 
 /// The delay before jitter after attempt `attempt` (1-based; 0 counts as 1):

@@ -423,8 +423,11 @@ impl Deliverer {
             .refusals
             .fetch_add(1, Ordering::SeqCst)
             .saturating_add(1);
-        let jitter = cairn::spool::jitter_seed(job.queue(), job.dedup_key(), streak);
-        let wait = self.settings.backoff.delay(streak, jitter).min(MAX_LEASE);
+        let wait = self
+            .settings
+            .backoff
+            .delay_for(job.queue(), job.dedup_key(), streak)
+            .min(MAX_LEASE);
         let until = Instant::now() + wait;
         let mut paused = self.paused_until.lock().unwrap_or_else(|e| e.into_inner());
         *paused = Some(paused.map_or(until, |p| p.max(until)));
