@@ -3,6 +3,11 @@
 //! The epoch log on PostgreSQL (sqlx): the backend cairn scales out with — several processes
 //! or service nodes against one database.
 //!
+//! **The supported surface is the facade crate `cairn`** (`cairn::Store::open(url)`); this
+//! crate is one of its parts. Use it directly to write or wrap a backend (see
+//! `cairn_migrate::backend`, the backend contract) or to reach what only this engine offers;
+//! its API follows the facade's releases and may change with them.
+//!
 //! - The store namespace is a Postgres schema ([`PgOptions::schema`]); [`PgStore::open_with`]
 //!   opens it through cairn-migrate's lineage-aware runner ([`PgMigrator`]), which creates the
 //!   schema and tables when missing and upgrades, uses or refuses an existing store.

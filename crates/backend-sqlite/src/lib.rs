@@ -1,7 +1,12 @@
 //! # cairn-sqlite
 //!
-//! cairn's embedded default backend: the epoch log (DESIGN §2) on one SQLite file, through
-//! rusqlite. Open a store with [`SqliteStore::open`] and use it through
+//! **The supported surface is the facade crate `cairn`** (`cairn::Store::open(url)`); this
+//! crate is one of its parts. Use it directly to write or wrap a backend (see
+//! `cairn_migrate::backend`, the backend contract) or to reach what only this engine offers;
+//! its API follows the facade's releases and may change with them.
+//!
+//! cairn's embedded default backend: the epoch log, the spool and the migrations on one
+//! SQLite file, through rusqlite. Open a store with [`SqliteStore::open`] and use it through
 //! [`cairn_core::EpochStore`]:
 //!
 //! ```no_run

@@ -2,6 +2,7 @@
 //!
 //! Procedural macros for cairn. Use them through `cairn-migrate`, which re-exports
 //! [`embed_migrations!`]; this crate has no dependencies beyond the compiler's `proc_macro`.
+//! The supported surface is the facade crate `cairn` (`cairn::embed_migrations!`).
 
 #![forbid(unsafe_code)]
 

@@ -8,6 +8,11 @@
 //! [`MigrationBackend`]: a look without the lock, and only when an upgrade or a lineage repair
 //! is due, the lock, a second look, and the upgrade with its lineage in one transaction.
 //!
+//! **The supported surface is the facade crate `cairn`** (`cairn::Store::open(url)`); this
+//! crate is one of its parts. Use it directly to write or wrap a backend (see
+//! `cairn_migrate::backend`, the backend contract) or to reach what only this engine offers;
+//! its API follows the facade's releases and may change with them.
+//!
 //! An older build keeps using a store a newer build migrated (it is *ahead*) because every
 //! revision after the first is additive; a diverged store is refused with one line naming both
 //! revisions. Bookkeeping edited by hand (a stamp row deleted while the lineage stays, a
