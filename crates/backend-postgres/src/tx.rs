@@ -32,9 +32,10 @@ use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Tr
 use sqlx::{Connection, PgConnection, Postgres, Row};
 
 use crate::config::SchemaName;
+use crate::db::Db;
 use crate::error::map;
 use crate::spool::{enqueue, events, settle};
-use crate::store::{lock_spaces, Db};
+use crate::store::lock::lock_spaces;
 use crate::{sql, PgSpool, PgStore};
 
 /// Refuses a connection outside a transaction: `set_config(…, true)` would not outlive the

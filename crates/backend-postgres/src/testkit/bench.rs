@@ -6,9 +6,12 @@ use std::time::{Duration, Instant};
 use cairn_core::{epoch_id, EpochId, Error, Event, Result, Seq, SpaceId};
 use sqlx::Connection;
 
+use crate::db::Db;
 use crate::error::map;
 use crate::sql;
-use crate::store::{lock_spaces, probe, working_heads, Db, PgStore};
+use crate::store::append::{probe, working_heads};
+use crate::store::lock::lock_spaces;
+use crate::store::PgStore;
 
 /// Which head lookup [`PgStore::bench_time_lookup`] measures.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -17,12 +17,16 @@ use tokio::sync::OnceCell;
 
 use super::test_server_url;
 use crate::config::{PgOptions, SchemaName};
+use crate::db::Db;
 use crate::error::map;
 use crate::sql;
-use crate::store::{
-    anti_join, check_parents, insert_epoch, lock_spaces, max_seq, space_lock_key, CacheWrite, Db,
-    EventColumns, PgStore,
-};
+use crate::store::append::{insert_epoch, CacheWrite};
+use crate::store::import::check_parents;
+use crate::store::lock::{lock_spaces, space_lock_key};
+use crate::store::read::anti_join;
+use crate::store::repair::max_seq;
+use crate::store::row::EventColumns;
+use crate::store::PgStore;
 
 /// A fresh harness over a new random schema of the test server.
 ///
