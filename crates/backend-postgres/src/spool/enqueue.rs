@@ -26,9 +26,10 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::keys::{group_lock_key, wake_channel};
 use super::lane::{answer, Lane, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
-use super::{group_lock_key, sql, wake_channel, PgSpool};
+use super::{sql, PgSpool};
 use crate::error::{map, rolled_back};
 
 /// Enqueues one batch takes at most (the statement binds 11 arrays of this length).

@@ -13,8 +13,9 @@ use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
+use super::keys::{changed_too_often, CAS_ROUNDS};
 use super::row::{bytes_len, count, get, micros, state, ts};
-use super::{changed_too_often, sql, PgSpool, CAS_ROUNDS};
+use super::{sql, PgSpool};
 use crate::error::map;
 
 fn event_from(row: &PgRow) -> Result<Option<RunEvent>> {

@@ -11,8 +11,9 @@ use cairn_core::spool::{
 };
 use cairn_core::{key64, Error, Result};
 
+use super::keys::wake_channel;
 use super::row::{count, get, run_id, ts};
-use super::{sql, wake_channel, PgSpool};
+use super::{sql, PgSpool};
 use crate::error::map;
 
 /// The key-derivation context of the per-source import locks.

@@ -80,6 +80,7 @@ mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod events;
 mod import;
+mod keys;
 mod lane;
 mod read;
 mod retention;
@@ -104,62 +105,20 @@ use cairn_core::spool::{
     EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat,
     ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget,
     RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
-    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, SupersedeGroup,
-    Timestamp, Unparked, Wakeup,
+    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp,
+    Unparked, Wakeup,
 };
-use cairn_core::{key64, Error, Result};
+use cairn_core::Result;
 use sqlx::PgPool;
 
 use crate::config::SchemaName;
 use crate::PgStore;
 
+use keys::wake_channel;
 pub use wake::WAKE_POLL;
-
-/// The key-derivation context of wake-up channel names (shared by every process of a store:
-/// changing it makes two builds miss each other's enqueues).
-const WAKE_CONTEXT: &str = "cairn 2026-11 postgres spool wake v1";
-
-/// The key-derivation context of the supersede-group locks.
-const GROUP_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool group lock v1";
-
-/// How often a read-decide-write transition is retried when the run changed between its read
-/// and its compare-and-set write, before giving up with [`Error::Retryable`].
-const CAS_ROUNDS: usize = 32;
-
-fn changed_too_often(run: RunId) -> Error {
-    Error::retryable(format!(
-        "run {run} changed under {CAS_ROUNDS} attempts to update it; try again"
-    ))
-}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The `NOTIFY` channel of `queue` in the store namespace `schema`: a plain lowercase
-/// identifier of 28 bytes (Postgres allows 63), whatever the queue name.
-pub(crate) fn wake_channel(schema: &SchemaName, queue: &QueueName) -> String {
-    let key = key64(
-        WAKE_CONTEXT,
-        &[schema.as_str().as_bytes(), queue.as_str().as_bytes()],
-    );
-    format!("cairn_spool_{:016x}", key as u64)
-}
-
-/// The advisory-lock key that serializes enqueues of one supersede group.
-pub(crate) fn group_lock_key(
-    schema: &SchemaName,
-    queue: &QueueName,
-    group: &SupersedeGroup,
-) -> i64 {
-    key64(
-        GROUP_LOCK_CONTEXT,
-        &[
-            schema.as_str().as_bytes(),
-            queue.as_str().as_bytes(),
-            group.as_bytes(),
-        ],
-    )
 }
 
 /// The spool on PostgreSQL: a cloneable handle over its store's connection pool, in the
@@ -262,7 +221,7 @@ impl PgSpool {
 
     /// Closes the spool's connections — the listening one, and the pool it shares with its
     /// store, so the store closes too — waiting for those in use: an orderly shutdown. Every
-    /// later operation fails with [`Error::Unavailable`], and waiting subscribers return it.
+    /// later operation fails with [`cairn_core::Error::Unavailable`], and waiting subscribers return it.
     pub async fn close(&self) {
         self.inner.wake.close();
         self.inner.store.drain().await;
@@ -511,43 +470,5 @@ impl Spool for PgSpool {
         Ok(Box::new(
             self.inner.wake.subscribe(channel, self.wake_poll()).await?,
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn wake_channels_are_short_identifiers_per_schema_and_queue() {
-        let a = SchemaName::parse("a").unwrap();
-        let b = SchemaName::parse("b").unwrap();
-        let q = QueueName::new("q".repeat(128)).unwrap();
-        let ch = wake_channel(&a, &q);
-        assert!(ch.len() <= 63 && ch.starts_with("cairn_spool_"));
-        assert!(ch
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_'));
-        assert_ne!(ch, wake_channel(&b, &q), "schemas never share a channel");
-        assert_ne!(ch, wake_channel(&a, &QueueName::new("r").unwrap()));
-        assert_eq!(
-            ch,
-            wake_channel(&a, &q),
-            "every process derives the same name"
-        );
-    }
-
-    #[test]
-    fn wake_channel_and_group_lock_are_pinned() {
-        // Every process and build of a store must derive the same names, or enqueues stop
-        // waking consumers of another build.
-        let public = SchemaName::parse("public").unwrap();
-        let gate = QueueName::new("gate").unwrap();
-        assert_eq!(wake_channel(&public, &gate), "cairn_spool_c26351f57aa5a75d");
-        let group = SupersedeGroup::from_parts(["repo", "main"]).unwrap();
-        assert_eq!(
-            group_lock_key(&public, &gate, &group),
-            5_378_766_527_718_916_394
-        );
     }
 }

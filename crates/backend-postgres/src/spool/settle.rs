@@ -35,11 +35,12 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::keys::{changed_too_often, wake_channel, CAS_ROUNDS};
 use super::lane::{answer, Lane, Reply};
 use super::row::{
     bytes_len, claim_jitter, count, get, micros, next_attempt, run_id, state, u32_of, RunRow,
 };
-use super::{changed_too_often, sql, wake_channel, PgSpool, CAS_ROUNDS};
+use super::{sql, PgSpool};
 use crate::error::{map, rolled_back};
 
 /// Acks one batch takes at most.
