@@ -1,17 +1,22 @@
 //! The consumer loop over [`MemorySpool`] on a [`ManualClock`]: every wait is a condition with
 //! a deadline, never a fixed sleep.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use tokio::sync::Semaphore;
 
+use super::ctx::idle_wait;
+use super::handler::raise;
+use super::run::SETTLE_TRIES;
 use super::*;
 use crate::spool::{
-    backoff_ceiling, BackoffPolicy, CancelOutcome, Clock, EnqueueOptions, ManualClock, MemorySpool,
-    SystemClock, Timestamp,
+    backoff_ceiling, BackoffPolicy, CancelOutcome, Claimed, Clock, DedupKey, EnqueueOptions,
+    ManualClock, MemorySpool, NackKind, RunState, SystemClock, Timestamp, Wakeup,
 };
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -1,0 +1,200 @@
+//! One run's life in a consumer: its task starts the handler with a [`Slot`], heartbeats the
+//! lease while the handler runs, gives the slot back, then acks or nacks from the handler's
+//! [`Outcome`] (retrying transient failures).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::super::ids::{LeaseToken, RunId};
+use super::super::state::RunState;
+use super::super::timestamp::Timestamp;
+use super::super::types::NackKind;
+use super::ctx::{idle_wait, lease_gone, transient, AbortOnDrop, Ctx, Held};
+use super::handler::{raise, Handler, Job, Outcome, StopReason, StopSignal};
+use crate::error::Result;
+
+/// How many times a consumer tries an ack or nack that failed with a retryable error.
+pub(super) const SETTLE_TRIES: u32 = 4;
+pub(super) fn start_run(
+    ctx: &Arc<Ctx>,
+    handler: &Arc<dyn Handler>,
+    tasks: &mut JoinSet<()>,
+    held: Held,
+) {
+    let (stop_tx, stop_rx) = watch::channel(None);
+    {
+        let mut sh = ctx.shared();
+        sh.held.remove(&held.claimed.run_id);
+        sh.running.insert(held.claimed.run_id, stop_tx);
+    }
+    let job = Job {
+        queue: ctx.queue.clone(),
+        claimed: held.claimed,
+        spool: ctx.spool.clone(),
+        stop: StopSignal { rx: stop_rx },
+    };
+    let slot = Slot::take(ctx.clone());
+    tasks.spawn(run_one(ctx.clone(), handler.clone(), job, held.at, slot));
+}
+
+/// A handler's slot: counted in [`Ctx::handling`] from the run's start until the handler
+/// returns (or the run's task is dropped); giving it back pokes the loop.
+struct Slot(Arc<Ctx>);
+
+impl Slot {
+    fn take(ctx: Arc<Ctx>) -> Self {
+        ctx.handling.fetch_add(1, Ordering::AcqRel);
+        Self(ctx)
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.handling.fetch_sub(1, Ordering::AcqRel);
+        self.0.notify.notify_one();
+    }
+}
+
+/// Runs one handler with heartbeats (the first a third of the lease after the claim, before
+/// the handler starts if the run waited that long in the prefetch), gives its slot back, then
+/// settles the run.
+async fn run_one(
+    ctx: Arc<Ctx>,
+    handler: Arc<dyn Handler>,
+    job: Job,
+    claimed_at: Timestamp,
+    slot: Slot,
+) {
+    let run = job.claimed.run_id;
+    let token = job.claimed.token;
+    let spool = ctx.spool.clone();
+    let clock = spool.clock();
+    let every = ctx.lease / 3;
+    let mut next_beat = claimed_at.saturating_add(every);
+    let mut lost = false;
+    if clock.now() >= next_beat {
+        lost = beat(&ctx, run, token).await;
+        next_beat = clock.now().saturating_add(every);
+    }
+    let outcome = if lost {
+        None
+    } else {
+        // The handler runs on its own task so that a panic is caught; dropping this run's
+        // task (shutdown deadline) aborts it.
+        let mut work = AbortOnDrop(tokio::spawn(async move { handler.handle(job).await }));
+        Some(loop {
+            if !lost && clock.now() >= next_beat {
+                lost = beat(&ctx, run, token).await;
+                next_beat = clock.now().saturating_add(every);
+            }
+            let wait = idle_wait(clock.now(), Some(next_beat), ctx.poll_interval);
+            match tokio::time::timeout(wait, &mut work.0).await {
+                Ok(Ok(outcome)) => break outcome,
+                Ok(Err(join)) => {
+                    ctx.shared().stats.panics += 1;
+                    break Outcome::Retry(if join.is_panic() {
+                        "the handler panicked".to_owned()
+                    } else {
+                        "the handler was aborted".to_owned()
+                    });
+                }
+                Err(_elapsed) => {}
+            }
+        })
+    };
+    // The slot takes its next run while this one's ack or nack is on its way.
+    drop(slot);
+    match outcome {
+        Some(outcome) if !lost => settle(&ctx, run, token, outcome).await,
+        _ => ctx.shared().stats.lease_lost += 1,
+    }
+    ctx.shared().running.remove(&run);
+    ctx.notify.notify_one();
+}
+
+/// One heartbeat of a running (or about to start) run; `true` when its lease is gone.
+async fn beat(ctx: &Ctx, run: RunId, token: LeaseToken) -> bool {
+    match ctx.spool.heartbeat(run, token, ctx.lease).await {
+        Ok(hb) => {
+            ctx.shared().stats.heartbeats += 1;
+            if hb.cancel_requested {
+                signal(ctx, run, StopReason::CancelRequested);
+            }
+            false
+        }
+        Err(e) if lease_gone(&e) => {
+            signal(ctx, run, StopReason::LeaseLost);
+            true
+        }
+        // Tried again at the next beat; a lease outlives two missed beats.
+        Err(e) => {
+            ctx.error(&e);
+            false
+        }
+    }
+}
+
+fn signal(ctx: &Ctx, run: RunId, reason: StopReason) {
+    if let Some(tx) = ctx.shared().running.get(&run) {
+        raise(tx, reason);
+    }
+}
+
+/// Acks or nacks from the outcome, retrying transient failures a few times while the lease
+/// lasts; a run that cannot be settled is left to its lease expiry (and redelivered).
+async fn settle(ctx: &Ctx, run: RunId, token: LeaseToken, outcome: Outcome) {
+    let mut pause = Duration::from_millis(20);
+    for attempt in 1..=SETTLE_TRIES {
+        // `None`: released, which is not a settlement (`ConsumerStats::released`).
+        let result = match &outcome {
+            Outcome::Done => ctx
+                .spool
+                .ack(run, token)
+                .await
+                .map(|()| Some(RunState::Succeeded)),
+            Outcome::Retry(why) => nack(ctx, run, token, NackKind::Retryable, why).await,
+            Outcome::Fail(why) => nack(ctx, run, token, NackKind::Permanent, why).await,
+            Outcome::Nack(kind, why) => nack(ctx, run, token, *kind, why).await,
+            Outcome::Release(delay) => ctx.spool.release(run, token, *delay).await.map(|_| None),
+        };
+        match result {
+            Ok(Some(state)) => {
+                *ctx.shared().stats.settled.entry(state).or_default() += 1;
+                return;
+            }
+            Ok(None) => {
+                ctx.shared().stats.released += 1;
+                return;
+            }
+            Err(e) if lease_gone(&e) => {
+                ctx.shared().stats.lease_lost += 1;
+                return;
+            }
+            Err(e) => {
+                ctx.error(&e);
+                if !transient(&e) || attempt == SETTLE_TRIES {
+                    return;
+                }
+                tokio::time::sleep(pause.min(ctx.poll_interval)).await;
+                pause *= 2;
+            }
+        }
+    }
+}
+
+async fn nack(
+    ctx: &Ctx,
+    run: RunId,
+    token: LeaseToken,
+    kind: NackKind,
+    why: &str,
+) -> Result<Option<RunState>> {
+    ctx.spool
+        .nack(run, token, kind, why)
+        .await
+        .map(|n| Some(n.state))
+}
