@@ -86,6 +86,19 @@ fn sidecar(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// The checks a store file passes before anything is written to it, in order: the path
+/// ([`check_path`]); the file, created with its directories when missing ([`prepare`]; with
+/// [`SqliteOptions::create_if_missing`] off a missing file is [`Error::NotFound`]); a SQLite
+/// database that is empty, cairn's, or shared by opt-in ([`check_not_foreign`]). Returns the
+/// connection it looked through, still in the file's own journal mode
+/// ([`connect_unconfigured`]; [`configure`] switches it to WAL).
+pub(crate) fn admit(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
+    prepare(path, opts)?;
+    let conn = connect_unconfigured(path, opts)?;
+    check_not_foreign(&conn, opts).map_err(|e| open_error_mapped(path, e))?;
+    Ok(conn)
+}
+
 /// Refuses `path` when it, or its `-wal` / `-shm` file, is a symbolic link, or when `path`
 /// exists and is not a regular file. Looks at the links themselves (`symlink_metadata`), so a
 /// link is refused whether or not its target exists.
@@ -261,6 +274,15 @@ pub(crate) fn connect_reader(path: &Path, opts: &SqliteOptions) -> Result<Connec
     let conn = connect(path, opts)?;
     conn.pragma_update(None, "query_only", "ON")
         .map_err(|e| open_error(path, e))?;
+    Ok(conn)
+}
+
+/// The writer's connection: [`connect`], then every statement the epoch log uses compiled
+/// against the file's tables ([`check_schema`]), so a file whose tables have another shape is
+/// refused at open rather than on first use.
+pub(crate) fn connect_writer(path: &Path, opts: &SqliteOptions) -> Result<Connection> {
+    let conn = connect(path, opts)?;
+    check_schema(&conn).map_err(|e| open_error_mapped(path, e))?;
     Ok(conn)
 }
 

@@ -216,11 +216,8 @@ impl MigrationBackend for SqliteMigrator {
     async fn lock(&self, timeout: Duration) -> Result<Box<dyn LockedMigration>, MigrateError> {
         let (path, opts) = (self.path.clone(), self.opts.clone());
         let conn = blocking(move || {
-            files::prepare(&path, &opts)?;
-            let conn = files::connect_unconfigured(&path, &opts.clone().busy_timeout(timeout))?;
             // Checked before the switch to WAL, which would already write to the file.
-            files::check_not_foreign(&conn, &opts)
-                .map_err(|e| files::open_error_mapped(&path, e))?;
+            let conn = files::admit(&path, &opts.clone().busy_timeout(timeout))?;
             files::configure(&path, &conn)?;
             conn.execute_batch("BEGIN IMMEDIATE").map_err(map)?;
             conn.busy_timeout(opts.busy_timeout).map_err(map)?;

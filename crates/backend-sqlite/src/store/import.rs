@@ -1,0 +1,38 @@
+//! The import of a foreign epoch: present already, or its parents checked and the epoch
+//! written with the head cache it leaves (which may fork the space).
+
+use cairn_core::{heads_after_import, Error, ForeignEpoch, Head, ImportOutcome, Result};
+
+use super::append::{event_ids, insert_epoch};
+use super::read::{epoch_seq, probe, working_heads};
+use super::repair::cache_exact;
+use crate::db::{Db, End};
+
+pub(crate) fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
+    let space = &epoch.space;
+    let ids = event_ids(&epoch.events);
+    db.write_tx(|db| {
+        if let Some(seq) = epoch_seq(db, space, &epoch.id)? {
+            return Ok((ImportOutcome::AlreadyPresent(seq), End::Rollback));
+        }
+        for p in &epoch.parents {
+            if epoch_seq(db, space, p)?.is_none() {
+                return Err(Error::UnknownParent { parent: *p });
+            }
+        }
+        let probe = probe(db, space)?;
+        let before = working_heads(db, space, &probe)?;
+        let seq = probe.next();
+        let id = insert_epoch(db, space, seq, &epoch.parents, &epoch.events, &ids)?;
+        if id != epoch.id {
+            // verify_epoch ran before the transaction; this would be a bug, not bad input.
+            return Err(Error::HashMismatch {
+                claimed: epoch.id,
+                actual: id,
+            });
+        }
+        let heads = heads_after_import(&before, &epoch.parents, Head { id, seq });
+        cache_exact(db, space, &probe.cached, &heads)?;
+        Ok((ImportOutcome::Imported(seq), End::Commit))
+    })
+}

@@ -1,0 +1,242 @@
+//! [`SqliteStore`]: the epoch log on one SQLite file.
+//!
+//! Concurrency model: each store instance owns one writer connection behind an async mutex and
+//! a small set of read connections ([`SqliteOptions::read_connections`], [`crate::pool`]), each
+//! used only inside `spawn_blocking`, so no rusqlite call runs on the async executor. The
+//! writer mutex is the in-process writer guard: a writer waits for it without holding a
+//! thread, and no longer than the busy timeout (then [`Error::Retryable`], as for SQLite's own
+//! lock). `BEGIN IMMEDIATE` then takes SQLite's single writer lock, which serializes writers
+//! across instances and processes. WAL lets every read connection read its own snapshot
+//! meanwhile, so reads neither wait for the writer nor for each other. Seqs are assigned under
+//! that lock, which is what makes the head-cache check sound. Appends (and the spool's hot
+//! writes) go through `SqliteStore::with_writer_grouped`: concurrent ones share one
+//! transaction and one fsync ([`crate::group`]).
+//!
+//! The handle, its state and its trait impls live here; each operation is a step function over
+//! the connection wrapper [`Db`](crate::db::Db), in one module per job, named as in the
+//! Postgres backend:
+//! - `open`: the open (the file's checks, cairn's migration set, the connections, the identity
+//!   watcher), and the writer (alone or grouped) and the read connections it lends;
+//! - `append`: [`append_tx`], with [`insert_epoch`] and [`cache_sole_head`];
+//! - `read`: [`probe`] (next seq and cache rows in one statement), [`working_heads`] (the cache
+//!   when current, else the anti-join), [`anti_join`], [`max_seq`], [`epoch_seq`], and the reads
+//!   [`heads_tx`], [`events_since_tx`], [`epoch_tx`], [`recent_epochs_q`], [`list_spaces_q`];
+//! - `import`: [`import_tx`];
+//! - `repair`: [`repair_tx`], with `cache_exact`, and the diagnostics' [`cached_heads`];
+//! - `row`: row conversions.
+//!
+//! Where Postgres keeps `probe` and `working_heads` in `append`, SQLite reads the heads through
+//! them too (a current cache answers [`heads_tx`]), so they are reads here.
+
+mod append;
+mod import;
+mod open;
+mod read;
+mod repair;
+mod row;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cairn_core::{
+    next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary,
+    Error, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result,
+    Seq, SpaceId,
+};
+use cairn_migrate::Opened;
+use rusqlite::Connection;
+
+pub use append::APPEND_STATEMENT_BUDGET;
+pub(crate) use append::{append_tx, cache_sole_head, insert_epoch};
+pub(crate) use import::import_tx;
+pub(crate) use read::{
+    anti_join, epoch_seq, epoch_tx, events_since_tx, heads_tx, list_spaces_q, max_seq, probe,
+    recent_epochs_q,
+};
+pub(crate) use repair::{cached_heads, repair_tx};
+
+use crate::config::SqliteOptions;
+use crate::db::blocking;
+use crate::files;
+use crate::group::{GroupStats, Pending};
+use crate::pool::ReadPool;
+
+/// The epoch log on one SQLite file. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    path: PathBuf,
+    opts: SqliteOptions,
+    opened: Opened,
+    writer: Arc<tokio::sync::Mutex<Connection>>,
+    readers: Arc<ReadPool>,
+    statements: AtomicU64,
+    /// Write operations waiting for the writer's next group commit ([`crate::group`]).
+    pending: std::sync::Mutex<Vec<Box<dyn Pending>>>,
+    groups: GroupStats,
+    /// The store file and `-wal` file this instance opened, checked before every write
+    /// transaction (`open::check_files`) and every [`IDENTITY_WATCH_INTERVAL`] by the
+    /// watcher thread (`open::watch`).
+    identity: files::Identity,
+    /// Set once the write-ahead log was checkpointed away after the store file was found
+    /// replaced (`open::check_files`).
+    wal_scrubbed: AtomicBool,
+}
+
+/// How often an open store's identity watcher looks at the store file and its `-wal` file
+/// (one `lstat` of each).
+///
+/// Writes and readiness check the files themselves, but a store that writes nothing after
+/// its file was replaced (`mv other.db store.db`) would otherwise leave its log at
+/// `store.db-wal` until it closes, and the next process to open `store.db` would apply that
+/// log to the replacement — reading the old store's pages in the new file. The watcher finds
+/// the replacement within this interval and runs the same step as a write (checkpoint the
+/// log into the file this store opened, truncate the `-wal`); writes and readiness go on
+/// refusing with [`Error::StoreReplaced`].
+///
+/// **Remaining window:** SQLite cannot bind a `-wal` file to its database file. A process
+/// that opens the new file at the path within this interval of the replacement (before the
+/// watcher's checkpoint) still reads this store's log over it; so does one that opens it
+/// while the writer is busy past the interval, or when the checkpoint cannot finish (a
+/// reader holding an old snapshot; the watcher retries every interval). Stop the process
+/// owning a store before replacing its file.
+pub const IDENTITY_WATCH_INTERVAL: Duration = Duration::from_millis(250);
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("busy_timeout", &self.inner.opts.busy_timeout)
+            .field("read_connections", &self.inner.opts.read_connections)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// What cairn's migration runner did to the store's schema when this instance opened it
+    /// (at head, upgraded, ahead of this build, lineage repaired).
+    pub fn opened(&self) -> &Opened {
+        &self.inner.opened
+    }
+
+    /// The store file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The options the store was opened with.
+    pub fn options(&self) -> &SqliteOptions {
+        &self.inner.opts
+    }
+}
+
+#[async_trait]
+impl EpochStore for SqliteStore {
+    async fn append(&self, space: &SpaceId, events: Vec<Event>) -> Result<Appended> {
+        Event::validate_batch(&events)?;
+        let space = space.clone();
+        self.with_writer_grouped(move |db| append_tx(db, &space, &events))
+            .await
+    }
+
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| heads_tx(db, &space)).await
+    }
+
+    async fn repair_heads(&self, space: &SpaceId) -> Result<RepairOutcome> {
+        let space = space.clone();
+        self.with_writer(move |db| repair_tx(db, &space)).await
+    }
+
+    async fn import(&self, epoch: ForeignEpoch) -> Result<ImportOutcome> {
+        verify_epoch(&epoch)?;
+        self.with_writer(move |db| import_tx(db, &epoch)).await
+    }
+
+    async fn events_since(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+    ) -> Result<FeedPage> {
+        let after = FeedCursor::start_after(space, cursor, limit)?;
+        let space = space.clone();
+        self.with_reader(move |db| events_since_tx(db, &space, after, limit, usize::MAX))
+            .await
+    }
+
+    async fn events_since_within(
+        &self,
+        space: &SpaceId,
+        cursor: Option<&FeedCursor>,
+        limit: usize,
+        max_bytes: usize,
+    ) -> Result<FeedPage> {
+        let after = FeedCursor::start_after(space, cursor, limit)?;
+        let space = space.clone();
+        self.with_reader(move |db| events_since_tx(db, &space, after, limit, max_bytes))
+            .await
+    }
+
+    async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
+        let (space, id) = (space.clone(), *id);
+        self.with_reader(move |db| epoch_tx(db, &space, &id)).await
+    }
+
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        if limit == 0 {
+            return Err(Error::invalid("page limit", "must be at least 1"));
+        }
+        let after = after.cloned();
+        self.with_reader(move |db| list_spaces_q(db, after.as_ref(), limit))
+            .await
+    }
+}
+
+#[async_trait]
+impl EpochDiagnostics for SqliteStore {
+    async fn cached_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| cached_heads(db, &space)).await
+    }
+
+    async fn computed_heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let space = space.clone();
+        self.with_reader(move |db| anti_join(db, &space)).await
+    }
+
+    async fn next_seq(&self, space: &SpaceId) -> Result<Seq> {
+        let space = space.clone();
+        self.with_reader(move |db| max_seq(db, &space).map(next_seq))
+            .await
+    }
+
+    async fn recent_epochs(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        EpochSummary::check_limit(limit)?;
+        let space = space.clone();
+        self.with_reader(move |db| recent_epochs_q(db, &space, before, limit))
+            .await
+    }
+
+    async fn check_ready(&self) -> Result<()> {
+        let inner = self.inner.clone();
+        blocking(move || inner.identity.check()).await
+    }
+
+    fn statements_executed(&self) -> u64 {
+        self.inner.statements.load(Ordering::Relaxed)
+    }
+}
