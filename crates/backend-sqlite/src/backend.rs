@@ -65,9 +65,7 @@ impl SqliteBackend {
         opts.check()?;
         let path = path.as_ref();
         let store = SqliteStore::open_with(path, sqlite.clone()).await?;
-        let spool = SqliteSpool::from_store(&store, opts.clock.clone())
-            .await?
-            .with_config(opts.spool_config);
+        let spool = SqliteSpool::from_store(&store, opts.clock.clone(), opts.spool_config).await?;
         let migrator = Arc::new(SqliteMigrator::new(path, sqlite));
         let session = Session::open(migrator.clone(), store.opened().clone(), &opts).await?;
         let (store, spool) = (Arc::new(store), Arc::new(spool));

@@ -131,7 +131,7 @@ async fn spool_over_a_store_without_spool_tables_is_refused() {
         .await
         .unwrap();
     let clock = std::sync::Arc::new(cairn_core::ManualClock::default());
-    match cairn_sqlite::SqliteSpool::from_store(&old, clock).await {
+    match cairn_sqlite::SqliteSpool::from_store(&old, clock, Default::default()).await {
         Err(cairn_core::Error::Corrupt { detail, .. }) => {
             assert!(detail.contains("0002_spool"), "{detail}");
         }

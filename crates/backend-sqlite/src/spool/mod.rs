@@ -114,16 +114,23 @@ impl SqliteSpool {
         clock: Arc<dyn Clock>,
     ) -> Result<Self> {
         let store = SqliteStore::open_with(path, opts).await?;
-        Self::from_store(&store, clock).await
+        Self::from_store(&store, clock, SpoolConfig::default()).await
     }
 
-    /// A spool over an opened store, sharing its writer and read connections, reading time
-    /// from `clock`, with the default [`SpoolConfig`].
+    /// The spool of the open `store`, sharing its writer and read connections (the migration
+    /// runner does not run again: the store's open brought cairn's set to the revision this
+    /// build needs), reading time from `clock` (production: [`cairn_core::SystemClock`]) with
+    /// `config` (the retry backoff). Every process of one store should use the same config:
+    /// the backoff decides when a run is due again.
     ///
     /// # Errors
     /// [`Error::Corrupt`] when the store's spool tables are missing or do not match this
     /// build's statements (a store opened by a build older than revision `0002_spool`).
-    pub async fn from_store(store: &SqliteStore, clock: Arc<dyn Clock>) -> Result<Self> {
+    pub async fn from_store(
+        store: &SqliteStore,
+        clock: Arc<dyn Clock>,
+        config: SpoolConfig,
+    ) -> Result<Self> {
         store
             .with_reader(|db| {
                 for q in sql::ALL {
@@ -146,15 +153,8 @@ impl SqliteSpool {
             wake: wake::WakeHub::new(store.path(), store.options().clone(), DEFAULT_WAKE_POLL),
             store: store.clone(),
             clock,
-            config: SpoolConfig::default(),
+            config,
         })
-    }
-
-    /// Uses `config` (the retry backoff) instead of the default.
-    #[must_use]
-    pub fn with_config(mut self, config: SpoolConfig) -> Self {
-        self.config = config;
-        self
     }
 
     /// Sets how often this spool (and its clones) polls for commits of other connections while

@@ -129,7 +129,8 @@ impl SpoolHarness for SqliteSpoolHarness {
         let (store, _) =
             SqliteStore::open_migrated(self.path(), SqliteOptions::default(), runner).await?;
         Ok(Arc::new(
-            SqliteSpool::from_store(&store, Arc::new(self.clock.clone())).await?,
+            SqliteSpool::from_store(&store, Arc::new(self.clock.clone()), Default::default())
+                .await?,
         ))
     }
 }
