@@ -10,6 +10,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::clock::Clock;
 use super::ids::{
     ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, MAX_CONSUMER_LEN,
     MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
@@ -194,6 +195,36 @@ impl EnqueueOptions {
             )),
         }
     }
+}
+
+/// What [`check_enqueue`] returns: an enqueue's input, checked and normalised.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedEnqueue {
+    /// The run's attempt limit ([`EnqueueOptions::effective_max_attempts`]).
+    pub max_attempts: u32,
+    /// The time of the enqueue, read once from the spool's clock: the run's enqueue time, its
+    /// due time unless `not_before` says otherwise, and the time its id is generated from.
+    pub now: Timestamp,
+}
+
+/// The checks of a [`Spool::enqueue`](super::Spool::enqueue), written once for every backend
+/// and made before anything is read or written: the payload is at most [`MAX_RUN_PAYLOAD`]
+/// bytes and the options are valid ([`EnqueueOptions::effective_max_attempts`]); then the
+/// spool's clock is read once.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for an oversized payload or invalid options (the clock is not read).
+pub fn check_enqueue(
+    payload: &[u8],
+    options: &EnqueueOptions,
+    clock: &dyn Clock,
+) -> Result<CheckedEnqueue> {
+    check_payload("run payload", MAX_RUN_PAYLOAD, payload)?;
+    let max_attempts = options.effective_max_attempts()?;
+    Ok(CheckedEnqueue {
+        max_attempts,
+        now: clock.now(),
+    })
 }
 
 /// Checks a bulk enqueue before anything is written, as every backend must: at most

@@ -1,7 +1,10 @@
 //! [`MemorySpool`]: the in-memory reference model of the [`Spool`] contract.
+//!
+//! Its data and shared steps are in `memory/state.rs`, its import in `memory/import.rs`;
+//! this file holds each operation of the contract.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -11,17 +14,15 @@ use tokio::sync::watch;
 
 use super::backoff::jitter_seed;
 use super::checks::{
-    check_append, check_enqueue_batch, check_lease, check_limit, check_payload,
-    check_release_delay, clip_reason,
+    check_append, check_enqueue, check_enqueue_batch, check_lease, check_limit, check_payload,
+    check_release_delay, clip_reason, CheckedEnqueue,
 };
 use super::clock::{Clock, SystemClock};
 use super::contract::{Spool, Wakeup};
-use super::dedup::{DedupKey, SupersedeGroup};
+use super::dedup::DedupKey;
 use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
-use super::import::{
-    check_import, ExistingRun, ImportMarker, ImportSource, ImportedRun, RunImportOutcome,
-};
-use super::limits::{MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD};
+use super::import::{check_import, ImportSource, ImportedRun, RunImportOutcome};
+use super::limits::{MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD};
 use super::operator::{check_operator, check_producer_event_id, operator_event};
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
@@ -35,205 +36,15 @@ use super::transition::{
 };
 use super::types::{
     CancelOutcome, Claimed, CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
-    FactOutcome, Heartbeat, LeaseInfo, NackKind, Nacked, RunEvent, RunFilter, RunInfo, SpoolConfig,
+    FactOutcome, Heartbeat, NackKind, Nacked, RunEvent, RunFilter, RunInfo, SpoolConfig,
     SpoolStats, Unparked,
 };
 use crate::error::{Error, Result};
 
-#[derive(Debug, Clone)]
-struct Lease {
-    consumer: ConsumerId,
-    expires_at: Timestamp,
-}
+mod import;
+mod state;
 
-#[derive(Debug, Clone)]
-struct StoredEvent {
-    id: RunEventId,
-    payload: Vec<u8>,
-    created_at: Timestamp,
-    /// Store-wide insertion order: the tie-break of the retention age order.
-    serial: u64,
-}
-
-#[derive(Debug, Clone)]
-struct Run {
-    id: RunId,
-    /// Store-wide enqueue order: the last tie-break of the claim order.
-    serial: u64,
-    queue: QueueName,
-    key: DedupKey,
-    group: Option<SupersedeGroup>,
-    payload: Vec<u8>,
-    state: RunState,
-    attempts: u32,
-    max_attempts: u32,
-    priority: i32,
-    enqueued_at: Timestamp,
-    updated_at: Timestamp,
-    /// Live runs only: the earliest time a claim may take the run.
-    due_at: Option<Timestamp>,
-    finished_at: Option<Timestamp>,
-    lease: Option<Lease>,
-    /// The token of the latest claim; kept after the run finishes so a repeated ack succeeds.
-    token: Option<LeaseToken>,
-    cancel_requested: bool,
-    reason: Option<String>,
-    facts: BTreeMap<FactName, Vec<u8>>,
-    events: BTreeMap<u64, StoredEvent>,
-    event_ids: HashMap<RunEventId, u64>,
-    last_event_seq: u64,
-    stream: EventStream,
-}
-
-impl Run {
-    fn info(&self) -> RunInfo {
-        RunInfo {
-            run_id: self.id,
-            queue: self.queue.clone(),
-            dedup_key: self.key.clone(),
-            supersede_group: self.group.clone(),
-            state: self.state,
-            attempts: self.attempts,
-            max_attempts: self.max_attempts,
-            priority: self.priority,
-            payload_bytes: self.payload.len() as u64,
-            enqueued_at: self.enqueued_at,
-            updated_at: self.updated_at,
-            due_at: self.due_at,
-            finished_at: self.finished_at,
-            lease: self.lease.as_ref().map(|l| LeaseInfo {
-                consumer: l.consumer.clone(),
-                expires_at: l.expires_at,
-            }),
-            cancel_requested: self.cancel_requested,
-            reason: self.reason.clone(),
-            facts: self.facts.clone(),
-            events: self.events.len() as u64,
-            stream: self.stream,
-        }
-    }
-
-    /// Applies a transition the state machine allows; the caller has checked it.
-    fn enter(&mut self, to: RunState, now: Timestamp) {
-        self.state = to;
-        self.updated_at = now;
-        if to.is_terminal() {
-            self.due_at = None;
-            self.finished_at = Some(now);
-            self.lease = None;
-            self.cancel_requested = false;
-        }
-    }
-}
-
-#[derive(Debug, Default)]
-struct State {
-    runs: BTreeMap<RunId, Run>,
-    by_key: HashMap<(QueueName, DedupKey), RunId>,
-    next_run_serial: u64,
-    next_event_serial: u64,
-    /// Every stored event in retention age order: `(created_at, serial)` → `(run, seq)`.
-    by_age: BTreeMap<(Timestamp, u64), (RunId, u64)>,
-    event_bytes: u64,
-    wake: HashMap<QueueName, watch::Sender<u64>>,
-    /// Completion markers of imports, by source fingerprint.
-    imports: HashMap<[u8; 32], ImportMarker>,
-}
-
-impl State {
-    fn run_mut(&mut self, run: RunId) -> Result<&mut Run> {
-        self.runs.get_mut(&run).ok_or(Error::UnknownRun { run })
-    }
-
-    /// Inserts the run of `(queue, key)` or finds the one there (the caller wakes the queue).
-    fn enqueue(
-        &mut self,
-        queue: &QueueName,
-        key: &DedupKey,
-        payload: Vec<u8>,
-        options: EnqueueOptions,
-        max_attempts: u32,
-        now: Timestamp,
-    ) -> Enqueued {
-        if let Some(id) = self.by_key.get(&(queue.clone(), key.clone())) {
-            return Enqueued {
-                run_id: *id,
-                created: false,
-            };
-        }
-        let mut id = RunId::generate(now);
-        while self.runs.contains_key(&id) {
-            id = RunId::generate(now);
-        }
-        if let Some(group) = &options.supersede_group {
-            for r in self.runs.values_mut() {
-                if r.state == RunState::Queued
-                    && r.queue == *queue
-                    && r.group.as_ref() == Some(group)
-                {
-                    // Queued -> superseded is a transition of the table; it cannot fail.
-                    if let Ok(to) = transition(r.state, Action::Supersede) {
-                        r.enter(to, now);
-                    }
-                }
-            }
-        }
-        let serial = self.next_run_serial;
-        self.next_run_serial += 1;
-        self.runs.insert(
-            id,
-            Run {
-                id,
-                serial,
-                queue: queue.clone(),
-                key: key.clone(),
-                group: options.supersede_group,
-                payload,
-                state: RunState::Queued,
-                attempts: 0,
-                max_attempts,
-                priority: options.priority,
-                enqueued_at: now,
-                updated_at: now,
-                due_at: Some(options.not_before.unwrap_or(now)),
-                finished_at: None,
-                lease: None,
-                token: None,
-                cancel_requested: false,
-                reason: None,
-                facts: BTreeMap::new(),
-                events: BTreeMap::new(),
-                event_ids: HashMap::new(),
-                last_event_seq: 0,
-                stream: EventStream::Open,
-            },
-        );
-        self.by_key.insert((queue.clone(), key.clone()), id);
-        Enqueued {
-            run_id: id,
-            created: true,
-        }
-    }
-
-    fn notify(&self, queue: &QueueName) {
-        if let Some(tx) = self.wake.get(queue) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-    }
-
-    fn remove_event(&mut self, run: RunId, seq: u64) -> bool {
-        let Some(r) = self.runs.get_mut(&run) else {
-            return false;
-        };
-        let Some(ev) = r.events.remove(&seq) else {
-            return false;
-        };
-        r.event_ids.remove(&ev.id);
-        self.by_age.remove(&(ev.created_at, ev.serial));
-        self.event_bytes -= ev.payload.len() as u64;
-        true
-    }
-}
+use state::{Lease, Run, State, StoredEvent};
 
 #[derive(Debug)]
 struct Shared {
@@ -384,9 +195,7 @@ impl Spool for MemorySpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
-        let max_attempts = options.effective_max_attempts()?;
-        let now = self.now();
+        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
         let mut st = self.lock();
         let done = st.enqueue(queue, key, payload, options, max_attempts, now);
         if done.created {
@@ -832,99 +641,7 @@ impl Spool for MemorySpool {
     ) -> Result<RunImportOutcome> {
         check_import(source, &runs)?;
         let now = self.now();
-        let mut st = self.lock();
-        if let Some(marker) = st.imports.get(&source.fingerprint) {
-            return Ok(RunImportOutcome::AlreadyImported(*marker));
-        }
-        // Decide every run before the first change, so that a refusal writes nothing.
-        let mut create = Vec::new();
-        let mut existing = Vec::new();
-        for r in runs {
-            if let Some(id) = st.by_key.get(&(r.queue.clone(), r.dedup_key.clone())) {
-                existing.push(ExistingRun {
-                    imported: r.run_id,
-                    existing: *id,
-                });
-            } else if st.runs.contains_key(&r.run_id) {
-                return Err(Error::conflict(format!(
-                    "run id {} is stored already under another key; nothing was imported",
-                    r.run_id
-                )));
-            } else {
-                create.push(r);
-            }
-        }
-        let created: Vec<RunId> = create.iter().map(|r| r.run_id).collect();
-        let mut woken = Vec::new();
-        for r in create {
-            let serial = st.next_run_serial;
-            st.next_run_serial += 1;
-            let mut events = BTreeMap::new();
-            let mut event_ids = HashMap::new();
-            for (i, e) in r.events.into_iter().enumerate() {
-                let seq = i as u64 + 1;
-                let ev_serial = st.next_event_serial;
-                st.next_event_serial += 1;
-                st.by_age.insert((e.created_at, ev_serial), (r.run_id, seq));
-                st.event_bytes += e.payload.len() as u64;
-                event_ids.insert(e.event_id.clone(), seq);
-                events.insert(
-                    seq,
-                    StoredEvent {
-                        id: e.event_id,
-                        payload: e.payload,
-                        created_at: e.created_at,
-                        serial: ev_serial,
-                    },
-                );
-            }
-            if r.state == RunState::Queued {
-                woken.push(r.queue.clone());
-            }
-            st.by_key
-                .insert((r.queue.clone(), r.dedup_key.clone()), r.run_id);
-            st.runs.insert(
-                r.run_id,
-                Run {
-                    id: r.run_id,
-                    serial,
-                    queue: r.queue,
-                    key: r.dedup_key,
-                    group: r.supersede_group,
-                    payload: r.payload,
-                    state: r.state,
-                    attempts: r.attempts,
-                    max_attempts: r.max_attempts,
-                    priority: r.priority,
-                    enqueued_at: r.enqueued_at,
-                    updated_at: now,
-                    due_at: r.due_at,
-                    finished_at: r.finished_at,
-                    lease: None,
-                    token: None,
-                    cancel_requested: false,
-                    reason: r.reason,
-                    facts: r.facts,
-                    last_event_seq: events.len() as u64,
-                    events,
-                    event_ids,
-                    stream: EventStream::Unmarked,
-                },
-            );
-        }
-        st.imports.insert(
-            source.fingerprint,
-            ImportMarker {
-                imported_at: now,
-                runs_created: created.len() as u64,
-                runs_existing: existing.len() as u64,
-            },
-        );
-        woken.dedup();
-        for q in &woken {
-            st.notify(q);
-        }
-        Ok(RunImportOutcome::Imported { created, existing })
+        self.lock().import(source, runs, now)
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
