@@ -10,7 +10,8 @@ use cairn::testkit::sqlite::{SqliteOptions, SqliteStore};
 use cairn::{EpochStore, Event, SpaceId};
 
 use super::cpu::{CpuMeter, CpuUse};
-use super::{printable_command, random_tag, store_err, thousands, Backend};
+use super::figures::{printable_command, thousands};
+use super::setup::{random_tag, store_err, Backend};
 
 /// Options of `bench appends`.
 #[derive(clap::Args)]

@@ -31,7 +31,7 @@ fn escape(s: &str) -> String {
 }
 
 fn thousands(x: f64) -> String {
-    super::thousands(x.round().max(0.0) as u64)
+    super::figures::thousands(x.round().max(0.0) as u64)
 }
 
 /// The chart: `groups` of (title, bars).

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use cairn::testkit::sqlite::{SqliteOptions, SqliteStore};
 use cairn::{EpochStore, SpaceId};
 
-use super::{fmt_duration, printable_command, random_tag, store_err, thousands, Backend};
+use super::figures::{fmt_duration, printable_command, thousands};
+use super::setup::{random_tag, store_err, Backend};
 
 /// Options of `bench readers`.
 #[derive(clap::Args)]

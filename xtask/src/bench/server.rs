@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{fmt_duration, printable_command, random_tag, thousands, Backend};
+use super::figures::{fmt_duration, printable_command, thousands};
+use super::setup::{random_tag, Backend};
 
 /// Options of `bench server`.
 #[derive(clap::Args)]

@@ -16,7 +16,7 @@
 //! installed there with `npm ci` when `node` is on the PATH.
 
 use std::io::BufRead;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -29,7 +29,8 @@ use cairn::{ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState, Spool, Sy
 
 use super::chart::{self, Bar};
 use super::cpu::{CpuMeter, CpuUse};
-use super::{printable_command, random_tag, store_err, thousands, Backend};
+use super::figures::{printable_command, thousands};
+use super::setup::{random_tag, store_err, workspace_root, Backend};
 
 mod bulk;
 mod drain;
@@ -349,12 +350,6 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
     .map_err(|e| format!("cannot write the chart {}: {e}", path.display()))?;
     println!("\nChart written to {}", path.display());
     Ok(())
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 fn queue() -> QueueName {
