@@ -17,9 +17,9 @@
 
 use cairn_core::schema::Dialect;
 
+use crate::checksum::{Checksum, LineageEntry};
 use crate::classify::StoredState;
 use crate::error::MigrateError;
-use crate::checksum::{Checksum, LineageEntry};
 
 /// The table holding each set's stamp.
 pub const STAMP_TABLE: &str = "cairn_migration_stamp";

@@ -422,7 +422,6 @@ impl MigrationSet {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

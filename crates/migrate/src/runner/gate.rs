@@ -18,7 +18,7 @@ use crate::revision::MigrationSet;
 pub struct AppliedContract {
     /// The revision.
     pub revision: String,
-    /// Whether it was forced ([`Runner::force_contract`]) past live builds that lack it.
+    /// Whether it was forced ([`Runner::force_contract`](crate::Runner::force_contract)) past live builds that lack it.
     pub forced: bool,
     /// The live builds it was forced past (empty when not forced).
     pub blockers: Vec<Blocker>,
@@ -42,10 +42,7 @@ impl FleetGate {
         tx: &mut dyn LockedMigration,
         pending: &[String],
     ) -> Result<Vec<AppliedContract>, MigrateError> {
-        let contracts: Vec<&String> = pending
-            .iter()
-            .filter(|id| set.is_contract(id))
-            .collect();
+        let contracts: Vec<&String> = pending.iter().filter(|id| set.is_contract(id)).collect();
         if contracts.is_empty() {
             return Ok(Vec::new());
         }
@@ -53,12 +50,7 @@ impl FleetGate {
         let live = fleet::live(tx.read_fleet().await?, now, self.expiry);
         let mut out = Vec::with_capacity(contracts.len());
         for revision in contracts {
-            let blockers = fleet::contract_blockers(
-                set,
-                revision,
-                &live,
-                self.instance.as_deref(),
-            );
+            let blockers = fleet::contract_blockers(set, revision, &live, self.instance.as_deref());
             if !blockers.is_empty() && !self.force {
                 return Err(MigrateError::ContractRefused {
                     set: set.name().into(),

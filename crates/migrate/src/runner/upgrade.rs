@@ -5,11 +5,11 @@
 use cairn_core::schema::Dialect;
 
 use super::config::{ends_transaction, Runner};
+use super::gate::AppliedContract;
 use super::store::{LockedMigration, MigrationBackend};
 use crate::classify::{classify, Classification, StoredState};
 use crate::error::MigrateError;
 use crate::transaction::transaction_control;
-use super::gate::AppliedContract;
 
 /// What an open did.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -50,7 +50,7 @@ impl Runner {
     ///
     /// # Errors
     /// [`MigrateError::UnsupportedDialect`] for a store of an engine the set is not for
-    /// ([`MigrationSet::only_on`]); store errors.
+    /// ([`MigrationSet::only_on`](crate::MigrationSet::only_on)); store errors.
     pub async fn status(
         &self,
         backend: &dyn MigrationBackend,
@@ -69,7 +69,7 @@ impl Runner {
     ///
     /// # Errors
     /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::UnsupportedDialect`] for a
-    /// store of an engine the set is not for ([`MigrationSet::only_on`]; nothing read or
+    /// store of an engine the set is not for ([`MigrationSet::only_on`](crate::MigrationSet::only_on); nothing read or
     /// changed), [`MigrateError::LockTimeout`], [`MigrateError::RevisionFailed`] (rolled back),
     /// store errors.
     pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
@@ -78,9 +78,9 @@ impl Runner {
 
     /// [`Runner::open`], reporting the contract revisions applied as well.
     ///
-    /// A pending contract revision ([`MigrationSet::with_contract`]) is applied only when no
+    /// A pending contract revision ([`MigrationSet::with_contract`](crate::MigrationSet::with_contract)) is applied only when no
     /// live build in the store's fleet registry, other than this runner's own instance
-    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`], read under the
+    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`](crate::fleet::contract_blockers), read under the
     /// lock); otherwise the open is refused before anything runs, unless forced
     /// ([`Runner::force_contract`]). A store found *ahead* with a contract revision in its
     /// lineage that this build does not know is refused: that revision removed what this build
@@ -147,7 +147,7 @@ impl Runner {
     /// this set that this build does not know. [`Runner::open`] checks it on a store it finds
     /// ahead; a build checks it again once registered in the fleet registry, which closes the
     /// window between its open and its registration (a registration waits for a migration
-    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`]).
+    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`](crate::fleet::FleetSql::lock_for_gate)).
     ///
     /// # Errors
     /// [`MigrateError::ContractAhead`], store errors.
