@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use super::engine::{col, to_migrate, Checker};
+use super::checker::{col, to_migrate, Checker};
 use super::sql;
 use cairn_migrate::MigrateError;
 

@@ -8,7 +8,7 @@ use cairn_migrate::additivity::{difference, Rule, Violation};
 use cairn_migrate::{MigrateError, BOOKKEEPING_TABLES};
 use sqlx::PgConnection;
 
-use super::engine::to_migrate;
+use super::checker::to_migrate;
 use super::sql;
 use crate::config::SchemaName;
 

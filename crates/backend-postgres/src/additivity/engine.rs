@@ -3,39 +3,12 @@
 
 use std::collections::BTreeSet;
 
-use cairn_core::Error;
 use cairn_migrate::additivity::{Rule, Violation};
 use cairn_migrate::{MigrateError, Revision, BOOKKEEPING_TABLES};
-use sqlx::postgres::PgRow;
-use sqlx::{PgConnection, Postgres, Row};
 
+use super::checker::{to_migrate, Checker};
 use super::judge::{compare, judge_commands, judge_outside, Findings};
 use super::sql;
-use crate::config::SchemaName;
-use crate::error::map;
-
-/// The check of one revision on one connection to the throwaway store.
-pub(super) struct Checker<'a> {
-    pub(super) conn: &'a mut PgConnection,
-    pub(super) schema: &'a SchemaName,
-}
-
-pub(super) fn to_migrate(e: sqlx::Error) -> MigrateError {
-    MigrateError::Store(map(e))
-}
-
-/// Column `i` of a catalog row the check's own query shaped.
-pub(super) fn col<'r, T>(row: &'r PgRow, i: usize) -> Result<T, MigrateError>
-where
-    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
-{
-    row.try_get(i).map_err(|e| {
-        MigrateError::Store(Error::backend(
-            "postgres",
-            format!("reading the catalog: {e}"),
-        ))
-    })
-}
 
 /// The server's one-line message for a failed statement.
 fn message(e: &sqlx::Error) -> String {
@@ -46,15 +19,6 @@ fn message(e: &sqlx::Error) -> String {
 }
 
 impl Checker<'_> {
-    pub(super) async fn exec(&mut self, statement: &str) -> Result<(), MigrateError> {
-        sqlx::query(statement)
-            .persistent(false)
-            .execute(&mut *self.conn)
-            .await
-            .map_err(to_migrate)?;
-        Ok(())
-    }
-
     /// Runs the check; the caller rolls the transaction back whatever happens.
     pub(super) async fn run(mut self, revision: &Revision) -> Result<Vec<Violation>, MigrateError> {
         self.exec(sql::BEGIN).await?;
@@ -90,25 +54,12 @@ impl Checker<'_> {
         let mut last_log = 0i64;
         for (i, statement) in revision.up_postgres.iter().enumerate() {
             let n = i + 1;
-            self.exec(sql::SAVEPOINT).await?;
+            self.savepoint().await?;
             let ran = sqlx::query(statement)
                 .persistent(false)
                 .execute(&mut *self.conn)
                 .await;
-            let closed = match &ran {
-                Ok(_) => {
-                    sqlx::query(sql::RELEASE)
-                        .persistent(false)
-                        .execute(&mut *self.conn)
-                        .await
-                }
-                Err(_) => {
-                    sqlx::query(sql::ROLLBACK_TO)
-                        .persistent(false)
-                        .execute(&mut *self.conn)
-                        .await
-                }
-            };
+            let closed = self.end_savepoint(ran.is_ok()).await;
             if let Err(e) = &ran {
                 findings.add(
                     Rule::Failed,
@@ -185,27 +136,15 @@ impl Checker<'_> {
                 .filter(|(_, c)| c.generated.is_empty() && c.identity != "a")
                 .map(|(num, _)| *num)
                 .collect();
-            self.exec(sql::SAVEPOINT).await?;
+            self.savepoint().await?;
             let failed: Result<Option<String>, sqlx::Error> = sqlx::query_scalar(&q)
                 .bind(oid)
                 .bind(&cols)
                 .fetch_one(&mut *self.conn)
                 .await;
-            let closed = match &failed {
-                Ok(_) => {
-                    sqlx::query(sql::RELEASE)
-                        .persistent(false)
-                        .execute(&mut *self.conn)
-                        .await
-                }
-                Err(_) => {
-                    sqlx::query(sql::ROLLBACK_TO)
-                        .persistent(false)
-                        .execute(&mut *self.conn)
-                        .await
-                }
-            };
-            closed.map_err(to_migrate)?;
+            self.end_savepoint(failed.is_ok())
+                .await
+                .map_err(to_migrate)?;
             match failed {
                 Ok(None) => {}
                 Ok(Some(why)) => findings.add(Rule::OldWrites, Some(&t.name), 0, why),

@@ -55,6 +55,7 @@
 
 mod build;
 mod capture;
+mod checker;
 mod down;
 mod engine;
 mod judge;
@@ -62,17 +63,19 @@ pub(crate) mod scratch;
 mod snapshot;
 mod sql;
 
+use std::future::Future;
+
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{scratch_name, Error};
 use cairn_migrate::additivity::{AdditivityEngine, CheckTarget, Violation};
-use cairn_migrate::{MigrateError, MigrationSet, Revision, CAIRN_SET};
+use cairn_migrate::{MigrateError, Revision};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 use crate::config::SchemaName;
 use crate::error::map;
-use engine::Checker;
+use checker::Checker;
 
 /// The Postgres engine of the executed additivity check (see the module docs of
 /// `cairn_migrate::additivity` for the rule).
@@ -121,6 +124,28 @@ impl PgAdditivity {
             .await;
         let _ = conn.close().await;
         dropped.map(|_| ()).map_err(map)
+    }
+
+    /// Runs `check` on a fresh throwaway schema, and drops the schema afterwards however the
+    /// check ended: the schema is claimed for the whole check (other checks leave it alone while
+    /// it is), leftovers of killed checks are dropped first, and a drop guard removes the schema
+    /// if the check is abandoned. The check's error comes first, then the drop's.
+    async fn in_scratch<'a, F, Fut>(&'a self, check: F) -> Result<Vec<Violation>, MigrateError>
+    where
+        F: FnOnce(SchemaName) -> Fut,
+        Fut: Future<Output = Result<Vec<Violation>, MigrateError>> + 'a,
+    {
+        let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
+        let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
+        let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
+        owner.drop_leftovers().await;
+        let outcome = check(schema.clone()).await;
+        let dropped = self.drop_schema(&schema).await;
+        guard.disarm();
+        owner.release().await;
+        let violations = outcome?;
+        dropped?;
+        Ok(violations)
     }
 
     async fn check_down_in(
@@ -207,18 +232,8 @@ impl AdditivityEngine for PgAdditivity {
         target: &CheckTarget,
         revision: &Revision,
     ) -> Result<Vec<Violation>, MigrateError> {
-        let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
-        // Held for the whole check: other checks leave this schema alone while it is.
-        let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
-        let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
-        owner.drop_leftovers().await;
-        let outcome = self.check_in(&schema, target, revision).await;
-        let dropped = self.drop_schema(&schema).await;
-        guard.disarm();
-        owner.release().await;
-        let violations = outcome?;
-        dropped?;
-        Ok(violations)
+        self.in_scratch(|schema| async move { self.check_in(&schema, target, revision).await })
+            .await
     }
 
     /// Up, then down, in the filled throwaway schema, in one transaction that is rolled back:
@@ -232,26 +247,9 @@ impl AdditivityEngine for PgAdditivity {
         revision: &Revision,
         down: &[String],
     ) -> Result<Vec<Violation>, MigrateError> {
-        let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
-        let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
-        let guard = scratch::DropGuard::new(self.url.clone(), schema.clone());
-        owner.drop_leftovers().await;
-        let outcome = self.check_down_in(&schema, target, revision, down).await;
-        let dropped = self.drop_schema(&schema).await;
-        guard.disarm();
-        owner.release().await;
-        let violations = outcome?;
-        dropped?;
-        Ok(violations)
-    }
-
-    async fn check_revision(
-        &self,
-        history: &[Revision],
-        revision: &Revision,
-    ) -> Result<Vec<Violation>, MigrateError> {
-        let history = MigrationSet::new(CAIRN_SET, history.to_vec())?;
-        self.check(&CheckTarget::new(Vec::new(), history), revision)
-            .await
+        self.in_scratch(|schema| async move {
+            self.check_down_in(&schema, target, revision, down).await
+        })
+        .await
     }
 }

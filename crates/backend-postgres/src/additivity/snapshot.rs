@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use cairn_migrate::MigrateError;
 
-use super::engine::{col, to_migrate, Checker};
+use super::checker::{col, to_migrate, Checker};
 use super::sql;
 
 #[derive(Clone, PartialEq, Eq, Debug)]
