@@ -39,8 +39,11 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/spaces/{space}/events", get(epochs::feed))
         .route("/v1/spaces/{space}/import", post(epochs::import))
         .route("/v1/queues/{queue}/runs", post(runs::enqueue))
-        .route("/v1/queues/{queue}/runs/batch", post(batch::enqueue_batch))
-        .route("/v1/batch", post(batch::batch))
+        .route(
+            "/v1/queues/{queue}/runs/batch",
+            post(batch::handlers::enqueue_batch),
+        )
+        .route("/v1/batch", post(batch::handlers::batch))
         .route("/v1/queues/{queue}/claim", post(runs::claim))
         .route("/v1/runs/{id}", get(runs::run))
         .route(
