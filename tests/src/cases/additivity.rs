@@ -543,10 +543,13 @@ async fn store_works_ahead<H: AdditivityHarness>(h: &H, rev: &Revision) {
     let store = h.open_as(&this_build).await.expect("A4: the store opens");
     let space = random_space("a4");
     let a = store
-        .append(&space, super::ev("a4-1"))
+        .append(&space, super::support::ev("a4-1"))
         .await
         .unwrap_or_else(|e| panic!("A4 {}: append: {e}", rev.description));
-    let b = store.append(&space, super::ev("a4-2")).await.unwrap();
+    let b = store
+        .append(&space, super::support::ev("a4-2"))
+        .await
+        .unwrap();
     assert_eq!(b.parents, vec![a.id]);
     assert_eq!(store.heads(&space).await.unwrap().len(), 1);
     assert_eq!(

@@ -15,7 +15,7 @@ use cairn_core::{
     FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
 };
 
-use super::{ev, open};
+use super::support::{ev, open};
 use crate::{random_space, Harness};
 
 /// Makes a space whose cache is stale: one cached append, then one cache-unaware append.

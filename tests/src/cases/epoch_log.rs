@@ -8,7 +8,7 @@ use cairn_core::{
     MAX_EPOCH_EVENTS, MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN,
 };
 
-use super::{
+use super::support::{
     all_spaces, assert_heads_match_anti_join, assert_single_head, ev, event_ids, evs, foreign, ids,
     legacy_fork, open, snapshot,
 };

@@ -23,7 +23,7 @@ use cairn_migrate::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use super::ev;
+use super::support::ev;
 use crate::{proptest_cases, random_space, AdditivityHarness, MigrationHarness};
 
 /// How long a case waits for something that must happen promptly (an open that takes no lock,

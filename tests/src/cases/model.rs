@@ -7,7 +7,7 @@ use cairn_core::{EpochDiagnostics, EpochId, EpochStore, MemoryStore, SpaceId};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
-use super::{evs, foreign, open, variant};
+use super::support::{evs, foreign, open, variant};
 use crate::{proptest_cases, random_space, Harness};
 
 /// One step of a generated history. Indices pick among the epochs written so far (modulo

@@ -11,7 +11,7 @@ use cairn_core::{
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::timeout;
 
-use super::{assert_single_head, ev, foreign, ids, legacy_fork, open};
+use super::support::{assert_single_head, ev, foreign, ids, legacy_fork, open};
 use crate::{random_space, Harness};
 
 /// Generous deadline for an operation that must complete (never a fixed sleep: it returns as

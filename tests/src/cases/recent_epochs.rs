@@ -4,7 +4,7 @@ use cairn_core::{
     EpochDiagnostics, EpochStore, EpochSummary, Error, ImportOutcome, Seq, MAX_RECENT_EPOCHS,
 };
 
-use super::{evs, foreign, open, snapshot, variant};
+use super::support::{evs, foreign, open, snapshot, variant};
 use crate::{random_space, Harness};
 
 /// Every page of `space`'s epochs read with `limit`, each starting below the last seq of the

@@ -10,7 +10,8 @@ use cairn_core::{
 };
 use cairn_migrate::Backend;
 
-use super::spool::{runs_of, within};
+use super::spool::runs_of;
+use super::spool::support::within;
 use crate::TxHarness;
 
 /// How long a case waits to see that a wake-up does *not* come: a bounded wait for an event

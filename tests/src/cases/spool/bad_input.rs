@@ -8,7 +8,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, EnqueueOptions, Error, FactName, LeaseToken, NackKind, RunEventId, RunId};
 
-use super::{assert_err, consumer, enqueue_new, info, key, open_spool, LEASE};
+use super::support::{assert_err, consumer, enqueue_new, info, key, open_spool, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// Bad input gets a typed error and changes nothing.

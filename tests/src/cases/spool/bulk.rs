@@ -6,7 +6,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{EnqueueOptions, Error, QueueName, RunId, Spool};
 
-use super::{info, key, open_spool};
+use super::support::{info, key, open_spool};
 use crate::SpoolHarness;
 
 /// Every run of `queue`, paged through [`Spool::runs`].

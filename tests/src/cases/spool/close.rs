@@ -13,7 +13,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, EnqueueOptions, Error, RunEventId, RunId, Spool};
 
-use super::{
+use super::support::{
     assert_err, consumer, enqueue_new, enqueue_with, info, key, open_spool, within, LEASE,
 };
 use crate::{random_queue, SpoolHarness};

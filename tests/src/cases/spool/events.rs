@@ -8,7 +8,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, Error, FactName, RunEventId, RunId};
 
-use super::{assert_err, consumer, enqueue_new, info, open_spool, LEASE};
+use super::support::{assert_err, consumer, enqueue_new, info, open_spool, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 fn eid(s: &str) -> RunEventId {
@@ -172,7 +172,7 @@ pub async fn s11_retention_keeps_store_under_cap_in_long_run<H: SpoolHarness>(h:
     s.ack(finished_early, c[0].token).await.unwrap();
     // Queued for the whole simulation: never due, never removed.
     let far = clock.now().saturating_add(day * 1000);
-    let queued_forever = super::enqueue_with(
+    let queued_forever = super::support::enqueue_with(
         s,
         &q,
         "queued-forever",
@@ -234,7 +234,7 @@ pub async fn s11_retention_keeps_store_under_cap_in_long_run<H: SpoolHarness>(h:
     let again = s
         .enqueue(
             &q,
-            &super::key(&["finished-early"]),
+            &super::support::key(&["finished-early"]),
             Vec::new(),
             Default::default(),
         )

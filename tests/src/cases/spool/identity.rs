@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cairn_core::spool::RunState;
 use cairn_core::{EnqueueOptions, Enqueued, NackKind, RunId};
 
-use super::{consumer, enqueue_new, info, key, open_spool, within, LEASE};
+use super::support::{consumer, enqueue_new, info, key, open_spool, within, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// S1 (in-process part): many tasks on two spool instances enqueue the same keys at once; each

@@ -8,7 +8,9 @@ use std::time::Duration;
 use cairn_core::spool::{jitter_seed, BackoffPolicy, RunFilter, RunState, MAX_BATCH};
 use cairn_core::{Claimed, Clock, EnqueueOptions, Enqueued, NackKind, RunId};
 
-use super::{assert_err, consumer, enqueue_new, info, key, max_backoff, open_spool, within, LEASE};
+use super::support::{
+    assert_err, consumer, enqueue_new, info, key, max_backoff, open_spool, within, LEASE,
+};
 use crate::{random_queue, SpoolHarness};
 
 /// S4: eight claimers on two instances drain 60 runs concurrently; every run is handed out

@@ -14,7 +14,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, DedupKey, EnqueueOptions, QueueName, RunId, Spool, Timestamp};
 
-use super::{assert_err, consumer, info, open_spool, LEASE};
+use super::support::{assert_err, consumer, info, open_spool, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// A temporary legacy directory, removed when dropped.

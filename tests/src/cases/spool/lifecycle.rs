@@ -9,7 +9,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Claimed, Clock, EnqueueOptions, Enqueued, NackKind, RunId, SupersedeGroup};
 
-use super::{
+use super::support::{
     assert_err, consumer, enqueue_new, enqueue_with, info, key, max_backoff, open_spool, LEASE,
 };
 use crate::{random_queue, SpoolHarness};

@@ -17,7 +17,7 @@ use cairn_core::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestError, TestRunner};
 
-use super::{consumer, kind};
+use super::support::{consumer, kind};
 use crate::{proptest_cases, SpoolHarness};
 
 /// One step. Keys, groups, events and fact names come from small ranges so steps collide;

@@ -12,7 +12,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, EnqueueOptions, Error, RunEventId, RunId, Spool};
 
-use super::{assert_err, consumer, enqueue_with, info, key, open_spool, within, LEASE};
+use super::support::{assert_err, consumer, enqueue_with, info, key, open_spool, within, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// Who asks, in every action of this case.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use cairn_core::spool::{RetentionBudget, RetentionPolicy, MAX_RUN_PAYLOAD};
 use cairn_core::{Clock, EnqueueOptions, NackKind, RunId};
 
-use super::{consumer, key, LEASE};
+use super::support::{consumer, key, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// S19: `payload(run)` answers the bytes the run was enqueued with — empty, binary and the

@@ -8,7 +8,7 @@ use std::time::Duration;
 use cairn_core::spool::{ConsumerBuilder, Job, Outcome, RunState};
 use cairn_core::{EnqueueOptions, RunId};
 
-use super::{consumer, info, key, max_backoff, open_spool, within, LEASE};
+use super::support::{consumer, info, key, max_backoff, open_spool, within, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// S6: producers on one spool instance keep enqueueing while a consumer loop on another

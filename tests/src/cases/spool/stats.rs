@@ -8,7 +8,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{Clock, EnqueueOptions, NackKind, QueueName, RunEventId, Timestamp};
 
-use super::{consumer, enqueue_new, enqueue_with, info};
+use super::support::{consumer, enqueue_new, enqueue_with, info};
 use crate::{random_queue, SpoolHarness};
 
 /// One queue's expected counts.

@@ -10,7 +10,7 @@ use cairn_core::spool::{FactOutcome, RunFilter, RunState};
 use cairn_core::{EnqueueOptions, Error, FactName, NackKind, RunEventId, Spool};
 use cairn_migrate::{cairn_revisions, MigrationSet, Revision, Runner, CAIRN_SET};
 
-use super::{consumer, info, key, max_backoff, within, LEASE};
+use super::support::{consumer, info, key, max_backoff, within, LEASE};
 use crate::{random_queue, SpoolHarness};
 
 /// How long a build may wait for the migration lock.
