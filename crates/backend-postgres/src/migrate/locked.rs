@@ -1,0 +1,322 @@
+//! The upgrade transaction: opened on the dedicated connection that holds the migration lock
+//! ([`start`]: marked, guarded against a revision's COMMIT, the schema and bookkeeping tables
+//! created when missing), and cairn-migrate's [`LockedMigration`] over it ([`PgLocked`]).
+
+use async_trait::async_trait;
+use cairn_core::schema::Dialect;
+use cairn_core::spool::Timestamp;
+use cairn_core::{Error, Result};
+use cairn_migrate::bookkeeping as bk;
+use cairn_migrate::{
+    Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, StoredState,
+};
+use sqlx::{Connection, PgConnection};
+
+use super::bookkeeping::{bookkeeping, fleet_sql, read_fleet, read_state};
+use super::sql;
+use crate::config::SchemaName;
+use crate::error::map;
+use crate::sql::{create_schema, SCHEMA_EXISTS, SET_LOCAL_SEARCH_PATH};
+
+/// Opens the upgrade transaction: marks it (see [`sql::MARK_OPEN`]), installs the commit guard
+/// when the role may create temporary objects (returns whether it did), and creates the schema
+/// (when missing and allowed) and the bookkeeping tables when missing.
+///
+/// `CREATE SCHEMA IF NOT EXISTS` is not used on an existing schema: Postgres checks CREATE on
+/// the database before it notices the schema exists, which would shut out a role that owns its
+/// schema and nothing else. Concurrent creators are serialized by the migration lock.
+pub(super) async fn start(
+    conn: &mut PgConnection,
+    schema: &SchemaName,
+    create: bool,
+) -> Result<bool> {
+    sqlx::query("BEGIN")
+        .persistent(false)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    sqlx::query(sql::MARK_OPEN)
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    let guarded: bool = sqlx::query_scalar(sql::CAN_USE_TEMP)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+    if guarded {
+        for statement in sql::GUARD {
+            sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+    }
+    let exists: bool = sqlx::query_scalar(SCHEMA_EXISTS)
+        .bind(schema.as_str())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map)?;
+    if !exists {
+        if !create {
+            return Err(Error::NotFound {
+                what: format!("cairn store in schema {}", schema.as_str()),
+            });
+        }
+        sqlx::query(&create_schema(schema))
+            .persistent(false)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    // The session's search_path named the schema before it existed: re-read it now.
+    sqlx::query(SET_LOCAL_SEARCH_PATH)
+        .bind(schema.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    for ddl in bk::ddl(Dialect::Postgres) {
+        sqlx::query(ddl)
+            .persistent(false)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    Ok(guarded)
+}
+
+/// An open upgrade transaction holding the session advisory lock on a dedicated connection.
+/// Dropping it closes the connection, which rolls back and releases the lock.
+pub(super) struct PgLocked {
+    conn: Option<PgConnection>,
+    /// The session lock's key; `None` behind a transaction-mode pooler, where the lock is the
+    /// transaction's and ends with it.
+    key: Option<i64>,
+    /// Whether the commit guard is installed (and must be disarmed before the runner's COMMIT).
+    guarded: bool,
+}
+
+impl PgLocked {
+    /// The upgrade transaction [`start`] opened on `conn`, holding the session lock `key`
+    /// (`None` behind a transaction-mode pooler) and the commit guard when `guarded`.
+    pub(super) fn new(conn: PgConnection, key: Option<i64>, guarded: bool) -> Self {
+        Self {
+            conn: Some(conn),
+            key,
+            guarded,
+        }
+    }
+
+    fn conn(&mut self) -> Result<&mut PgConnection> {
+        self.conn
+            .as_mut()
+            .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))
+    }
+
+    async fn finish(&mut self, statement: &str, disarm: bool) -> Result<()> {
+        let key = self.key;
+        let mut conn = self
+            .conn
+            .take()
+            .ok_or_else(|| Error::backend("postgres", "migration transaction already finished"))?;
+        let disarmed = if disarm {
+            sqlx::query(sql::DISARM)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map)
+        } else {
+            Ok(())
+        };
+        let ended = match disarmed {
+            Ok(()) => sqlx::query(statement)
+                .persistent(false)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map),
+            Err(e) => Err(e),
+        };
+        let unlocked = match key {
+            Some(key) => sqlx::query(sql::UNLOCK)
+                .bind(key)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(map),
+            None => Ok(()),
+        };
+        // Closing the session would release the lock anyway; report the first real failure.
+        let _ = conn.close().await;
+        ended?;
+        unlocked
+    }
+}
+
+#[async_trait]
+impl LockedMigration for PgLocked {
+    async fn read_state(&mut self, set: &str) -> Result<StoredState, MigrateError> {
+        read_state(self.conn()?, set).await
+    }
+
+    /// Runs one revision statement, then checks the upgrade transaction is still open: a
+    /// statement that ended it (COMMIT, ROLLBACK, END, ABORT) fails the upgrade before anything
+    /// else runs outside it. With the commit guard a COMMIT fails itself and takes the whole
+    /// upgrade back; without it (a role without TEMP) what ran before it stays committed.
+    async fn execute(&mut self, statement: &str) -> Result<()> {
+        let conn = self.conn()?;
+        sqlx::query(statement)
+            .persistent(false)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        let open: bool = sqlx::query_scalar(sql::IS_OPEN)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        if !open {
+            return Err(Error::invalid(
+                "migration statement",
+                "it ended the upgrade transaction (COMMIT, ROLLBACK, END or ABORT); a revision \
+                 must not manage transactions, the runner runs it in one",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn write_state(
+        &mut self,
+        set: &str,
+        stamp: &str,
+        lineage: Option<&[LineageEntry]>,
+    ) -> Result<(), MigrateError> {
+        let sql = bookkeeping();
+        let conn = self.conn()?;
+        sqlx::query(sql.upsert_stamp)
+            .bind(set)
+            .bind(stamp)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        if let Some(lineage) = lineage {
+            let (revs, sums): (Vec<String>, Vec<String>) = bk::lineage_rows(lineage)
+                .into_iter()
+                .map(|(_, revision, checksum)| (revision, checksum))
+                .unzip();
+            sqlx::query(sql.delete_lineage)
+                .bind(set)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+            // Postgres's insert takes the whole lineage as two arrays, in order.
+            debug_assert!(sql.insert_lineage_is_bulk);
+            sqlx::query(sql.insert_lineage)
+                .bind(set)
+                .bind(revs)
+                .bind(sums)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(())
+    }
+
+    async fn store_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+        statements: &[String],
+    ) -> Result<(), MigrateError> {
+        let sql = bookkeeping();
+        let conn = self.conn()?;
+        sqlx::query(sql.delete_down)
+            .bind(set)
+            .bind(revision)
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        for (position, statement) in statements.iter().enumerate() {
+            sqlx::query(sql.insert_down)
+                .bind(set)
+                .bind(revision)
+                .bind(position as i32)
+                .bind(statement)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(())
+    }
+
+    async fn read_down(
+        &mut self,
+        set: &str,
+        revision: &str,
+    ) -> Result<Option<Vec<String>>, MigrateError> {
+        let conn = self.conn()?;
+        let rows: Vec<String> = sqlx::query_scalar(bookkeeping().read_down)
+            .bind(set)
+            .bind(revision)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map)?;
+        Ok((!rows.is_empty()).then_some(rows))
+    }
+
+    async fn read_fleet(&mut self) -> Result<Vec<FleetEntry>, MigrateError> {
+        let conn = self.conn()?;
+        let sql = fleet_sql();
+        let exists: bool = sqlx::query_scalar(sql.has_table)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        if let (true, Some(lock)) = (exists, sql.lock_for_gate) {
+            // Held to the end of the migration transaction: a build registering meanwhile
+            // waits, then finds the contract revision committed (see `FleetSql::lock_for_gate`).
+            sqlx::query(lock)
+                .persistent(false)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(read_fleet(conn).await?)
+    }
+
+    async fn record_contract(
+        &mut self,
+        set: &str,
+        revision: &str,
+        at: Timestamp,
+        forced: bool,
+        blockers: &[Blocker],
+    ) -> Result<(), MigrateError> {
+        let sql = fleet_sql();
+        let conn = self.conn()?;
+        let exists: bool = sqlx::query_scalar(sql.has_contract_table)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(map)?;
+        if exists {
+            let blockers: Vec<String> = blockers.iter().map(ToString::to_string).collect();
+            sqlx::query(sql.record_contract)
+                .bind(set)
+                .bind(revision)
+                .bind(at.as_unix_micros())
+                .bind(i64::from(forced))
+                .bind(blockers.join("\n"))
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(())
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<(), MigrateError> {
+        let disarm = self.guarded;
+        Ok(self.finish("COMMIT", disarm).await?)
+    }
+
+    async fn rollback(mut self: Box<Self>) -> Result<(), MigrateError> {
+        Ok(self.finish("ROLLBACK", false).await?)
+    }
+}
