@@ -9,8 +9,8 @@ use cairn_migrate::BOOKKEEPING_TABLES;
 use rusqlite::{params, Connection};
 
 use super::snapshot::{columns, Object, Schema, Seeded};
-use super::tokens::{classify, tokenize, trigger_body, Kind, Tok, Token};
 use super::sql;
+use super::tokens::{classify, tokenize, trigger_body, Kind, Tok, Token};
 use super::verdict::{one_line, Verdict};
 
 pub(super) fn judge_statements(traced: &[String], before: &Schema, v: &mut Verdict) {

@@ -70,10 +70,12 @@ pub(crate) fn cache_sole_head(
     Ok(())
 }
 
+/// The ids of `events`, in order.
 pub(crate) fn event_ids(events: &[Event]) -> Vec<EventId> {
     events.iter().map(Event::id).collect()
 }
 
+/// Appends `events` as one epoch on the space's heads, in one write transaction.
 pub(crate) fn append_tx(db: &Db<'_>, space: &SpaceId, events: &[Event]) -> Result<Appended> {
     let ids = event_ids(events);
     db.write_tx(|db| {

@@ -8,6 +8,8 @@ use super::read::{epoch_seq, probe, working_heads};
 use super::repair::cache_exact;
 use crate::db::{Db, End};
 
+/// Imports `epoch` (its hash verified by the caller) in one write transaction; nothing is
+/// written when it is present already.
 pub(crate) fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
     let space = &epoch.space;
     let ids = event_ids(&epoch.events);

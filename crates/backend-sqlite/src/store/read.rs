@@ -46,6 +46,8 @@ pub(crate) fn probe(db: &Db<'_>, space: &SpaceId) -> Result<HeadProbe> {
     })
 }
 
+/// The heads computed from the epochs: those no epoch names as a parent (see
+/// [`sql::ANTI_JOIN_HEADS`]).
 pub(crate) fn anti_join(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     heads_from(
         db.rows(sql::ANTI_JOIN_HEADS, params![space.as_bytes()], |r| {
@@ -54,11 +56,13 @@ pub(crate) fn anti_join(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     )
 }
 
+/// The space's largest seq; `None` when the space has no epoch.
 pub(crate) fn max_seq(db: &Db<'_>, space: &SpaceId) -> Result<Option<Seq>> {
     let rows: Vec<i64> = db.rows(sql::MAX_SEQ, params![space.as_bytes()], |r| r.get(0))?;
     rows.first().map(|s| Seq::from_i64(*s)).transpose()
 }
 
+/// The seq of epoch `id` in the space; `None` when it is not there.
 pub(crate) fn epoch_seq(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Option<Seq>> {
     let rows: Vec<i64> = db.rows(
         sql::EPOCH_SEQ,
@@ -77,6 +81,7 @@ pub(crate) fn working_heads(db: &Db<'_>, space: &SpaceId, probe: &HeadProbe) -> 
     }
 }
 
+/// The space's heads, from one snapshot: the cache when current, else the anti-join.
 pub(crate) fn heads_tx(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     db.read_tx(|db| {
         let probe = probe(db, space)?;
@@ -165,6 +170,7 @@ pub(crate) fn events_since_tx(
     })
 }
 
+/// Epoch `id` of the space with its parents and events, from one snapshot.
 pub(crate) fn epoch_tx(db: &Db<'_>, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
     db.read_tx(|db| {
         let Some(seq) = epoch_seq(db, space, id)? else {
@@ -243,6 +249,7 @@ pub(crate) fn recent_epochs_q(
     Ok(page)
 }
 
+/// Up to `limit` space ids after `after`, in byte order.
 pub(crate) fn list_spaces_q(
     db: &Db<'_>,
     after: Option<&SpaceId>,

@@ -9,6 +9,7 @@ use super::row::heads_from;
 use crate::db::{Db, End};
 use crate::sql;
 
+/// The head cache's rows as they are, current or not.
 pub(crate) fn cached_heads(db: &Db<'_>, space: &SpaceId) -> Result<Vec<Head>> {
     heads_from(db.rows(sql::CACHED_HEADS, params![space.as_bytes()], |r| {
         Ok((r.get(0)?, r.get(1)?))
@@ -36,6 +37,8 @@ pub(crate) fn cache_exact(
     Ok(())
 }
 
+/// Rewrites the space's head cache to the anti-join's heads when they differ; nothing is
+/// written when they agree.
 pub(crate) fn repair_tx(db: &Db<'_>, space: &SpaceId) -> Result<RepairOutcome> {
     db.write_tx(|db| {
         let probe = probe(db, space)?;
