@@ -13,10 +13,12 @@ use cairn::spool::EnqueueItem;
 
 use super::super::chart::Bar;
 use super::super::cpu::{CpuMeter, CpuUse};
-use super::{
-    fmt_rate, key, median, parse_systems, queue, rate, store_err, workspace_root, Backend, Fresh,
-    Runs, SpoolArgs, System,
-};
+use super::super::setup::{store_err, workspace_root, Backend};
+use super::args::SpoolArgs;
+use super::fresh::{key, queue, Fresh};
+use super::peers::{drain_flags, parse_systems};
+use super::rates::{fmt_rate, median, rate};
+use super::runs::{Runs, System};
 
 /// The target: cairn's bulk rate at least this many times the best peer's, on each engine.
 const TARGET: f64 = 1.5;
@@ -155,7 +157,7 @@ pub(super) fn run_graphile(
         .args(["--batch", &args.bulk_batch.to_string()])
         .args(["--claims", &args.claims.to_string()])
         .args(["--workers", &args.workers.to_string()])
-        .args(super::drain_flags(args))
+        .args(drain_flags(args))
         .args(["--rows", &rows.join(",")])
         .args(["--runs", "1"])
         .current_dir(dir)
@@ -194,8 +196,8 @@ pub(super) fn print_table(backend: Backend, args: &SpoolArgs, systems: &[System]
     println!(
         "\n### {} — 6. bulk enqueue, {} distinct keys in batches of {} (jobs/s, median of {} runs)\n",
         backend.name(),
-        super::thousands(args.bulk),
-        super::thousands(args.bulk_batch),
+        super::super::figures::thousands(args.bulk),
+        super::super::figures::thousands(args.bulk_batch),
         args.runs
     );
     let mut header = "| row | cairn |".to_owned();

@@ -29,10 +29,13 @@ use cairn::{ConsumerId, EnqueueOptions, QueueName, RunState};
 
 use super::super::chart::Bar;
 use super::super::cpu::CpuMeter;
-use super::{
-    fmt_rate, key, median, now_micros, open_spool, queue, rate, store_err, thousands, Backend,
-    ConsumerChild, Fresh, LatencyConsumerArgs, Runs, SpoolArgs, System,
-};
+use super::super::figures::thousands;
+use super::super::setup::{store_err, Backend};
+use super::args::{LatencyConsumerArgs, SpoolArgs};
+use super::consumer::{now_micros, open_spool, ConsumerChild};
+use super::fresh::{key, queue, Fresh};
+use super::rates::{fmt_rate, median, rate};
+use super::runs::{DrainRun, LatencyRun, Runs, System};
 
 /// Rows 8 (drain) and 3's target: cairn at least this many times the best peer.
 const TARGET_RATE: f64 = 1.5;
@@ -44,21 +47,6 @@ const TARGET_SQLITE_P99_MS: f64 = 20.0;
 const WARM_UP: u64 = 20;
 /// Concurrency of row 9's consumers (every system's).
 const LATENCY_CONCURRENCY: usize = 10;
-
-/// One drain of row 8 at one concurrency.
-#[derive(Clone, Debug)]
-pub(super) struct DrainRun {
-    pub(super) concurrency: u64,
-    pub(super) jobs: u64,
-    /// Jobs per second.
-    pub(super) rate: f64,
-    /// The whole machine's busy CPU-seconds over the drain.
-    pub(super) busy_cpu_s: Option<f64>,
-    /// The measuring process's own CPU-seconds over the drain (cairn only).
-    pub(super) own_cpu_s: Option<f64>,
-    /// Postgres: the WAL the server wrote over the drain, in bytes (`pg_current_wal_lsn`).
-    pub(super) wal_bytes: Option<f64>,
-}
 
 /// The server's WAL position (Postgres), for the WAL written over a measurement.
 async fn wal_lsn(fresh: &Fresh) -> Option<String> {
@@ -79,16 +67,6 @@ async fn wal_since(fresh: &Fresh, from: Option<String>) -> Option<f64> {
     .fetch_one(admin)
     .await
     .ok()
-}
-
-/// One run of row 9.
-#[derive(Clone, Debug)]
-pub(super) struct LatencyRun {
-    pub(super) samples: u64,
-    pub(super) p50_ms: f64,
-    pub(super) p99_ms: f64,
-    pub(super) max_ms: f64,
-    pub(super) mean_ms: f64,
 }
 
 /// The drains of one JSON run object (`"drain": [{concurrency, jobs, rate, busy_cpu_s}]`).

@@ -38,7 +38,10 @@ use cairn::{DedupKey, EnqueueOptions, MigrationSet, Store};
 
 use super::super::chart::Bar;
 use super::super::cpu::{CpuMeter, CpuUse};
-use super::{fmt_rate, median, queue, random_tag, store_err, Backend, SpoolArgs};
+use super::super::setup::{random_tag, store_err, Backend};
+use super::args::SpoolArgs;
+use super::fresh::queue;
+use super::rates::{fmt_rate, median};
 
 /// Transactions per variant per round.
 const ROUND: u64 = 20;
@@ -305,7 +308,14 @@ async fn interleave(
         .zip(spent)
         .zip(phase_sums)
         .zip(cpus)
-        .map(|(((l, t), p), c)| (*l, super::rate(n, t), p.map(|d| d / count), mean_cpu(&c)))
+        .map(|(((l, t), p), c)| {
+            (
+                *l,
+                super::rates::rate(n, t),
+                p.map(|d| d / count),
+                mean_cpu(&c),
+            )
+        })
         .collect())
 }
 
@@ -727,7 +737,7 @@ pub(super) fn print_table(backend: Backend, args: &SpoolArgs, runs: &Runs) {
         "\n### {} — 7. enqueue inside the application's transaction (1 client, {} transactions \
          per variant, interleaved in rounds of {ROUND}; transactions/s, median of {} runs)\n",
         backend.name(),
-        super::thousands(args.transactions),
+        super::super::figures::thousands(args.transactions),
         args.runs
     );
     println!(
