@@ -6,7 +6,7 @@ use crate::error::MigrateError;
 ///
 /// Why two forms: a lineage entry is one 64-hex-digit checksum per revision, and older builds
 /// compare the entries of the revisions they know with their own. cairn's first releases
-/// hashed both dialects together ([`Revision::combined_checksum`](crate::Revision::combined_checksum)); every store and every
+/// hashed both dialects together ([`Revision::combined_checksum`]); every store and every
 /// older build holds those values for `0001_epoch_log` and `0002_spool`, so those two keep the
 /// combined form for good (a different value would make the previous build refuse a store this
 /// build migrated, instead of finding it *ahead*), and their text is fixed files shipped with
@@ -14,12 +14,18 @@ use crate::error::MigrateError;
 /// revision of an application's set — uses [`ChecksumForm::PerDialect`], so that a change in
 /// one dialect's text never refuses the other dialect's stores. An older build never computes
 /// a checksum for a revision it does not know, so adding the new form strands no one.
+///
+/// [`Revision::combined_checksum`]: crate::Revision::combined_checksum
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 #[non_exhaustive]
 pub enum ChecksumForm {
-    /// [`Revision::combined_checksum`](crate::Revision::combined_checksum): both dialects' text in one value (format v1).
+    /// [`Revision::combined_checksum`]: both dialects' text in one value (format v1).
+    ///
+    /// [`Revision::combined_checksum`]: crate::Revision::combined_checksum
     Combined,
-    /// [`Revision::dialect_checksum`](crate::Revision::dialect_checksum): the store's dialect's text only (format v2).
+    /// [`Revision::dialect_checksum`]: the store's dialect's text only (format v2).
+    ///
+    /// [`Revision::dialect_checksum`]: crate::Revision::dialect_checksum
     PerDialect,
 }
 

@@ -61,7 +61,9 @@ impl Runner {
 
     /// Applies contract revisions even when live builds lack them (`cairn migrate up
     /// --force`). Every contract revision applied is recorded in the store with whether it was
-    /// forced and the builds it was forced past ([`OpenReport::contracts`](crate::OpenReport::contracts)).
+    /// forced and the builds it was forced past ([`OpenReport::contracts`]).
+    ///
+    /// [`OpenReport::contracts`]: crate::OpenReport::contracts
     pub fn force_contract(mut self, force: bool) -> Self {
         self.fleet.force = force;
         self

@@ -18,7 +18,9 @@ use crate::revision::MigrationSet;
 pub struct AppliedContract {
     /// The revision.
     pub revision: String,
-    /// Whether it was forced ([`Runner::force_contract`](crate::Runner::force_contract)) past live builds that lack it.
+    /// Whether it was forced ([`Runner::force_contract`]) past live builds that lack it.
+    ///
+    /// [`Runner::force_contract`]: crate::Runner::force_contract
     pub forced: bool,
     /// The live builds it was forced past (empty when not forced).
     pub blockers: Vec<Blocker>,
@@ -27,9 +29,13 @@ pub struct AppliedContract {
 /// How the runner gates contract revisions on the fleet registry.
 #[derive(Clone, Debug)]
 pub(super) struct FleetGate {
+    /// Where the gate reads `now` from, to tell live registry entries from expired ones.
     pub(super) clock: Arc<dyn Clock>,
+    /// How long an entry stays live without a heartbeat.
     pub(super) expiry: Duration,
+    /// The caller's own registry instance, which never blocks its own contract revisions.
     pub(super) instance: Option<String>,
+    /// Whether to apply a contract revision past the live builds that lack it.
     pub(super) force: bool,
 }
 

@@ -69,18 +69,20 @@ impl Runner {
     ///
     /// # Errors
     /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::UnsupportedDialect`] for a
-    /// store of an engine the set is not for ([`MigrationSet::only_on`](crate::MigrationSet::only_on); nothing read or
+    /// store of an engine the set is not for ([`MigrationSet::only_on`]; nothing read or
     /// changed), [`MigrateError::LockTimeout`], [`MigrateError::RevisionFailed`] (rolled back),
     /// store errors.
+    ///
+    /// [`MigrationSet::only_on`]: crate::MigrationSet::only_on
     pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
         Ok(self.open_with_report(backend).await?.opened)
     }
 
     /// [`Runner::open`], reporting the contract revisions applied as well.
     ///
-    /// A pending contract revision ([`MigrationSet::with_contract`](crate::MigrationSet::with_contract)) is applied only when no
+    /// A pending contract revision ([`MigrationSet::with_contract`]) is applied only when no
     /// live build in the store's fleet registry, other than this runner's own instance
-    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`](crate::fleet::contract_blockers), read under the
+    /// ([`Runner::with_instance`]), lacks it ([`fleet::contract_blockers`], read under the
     /// lock); otherwise the open is refused before anything runs, unless forced
     /// ([`Runner::force_contract`]). A store found *ahead* with a contract revision in its
     /// lineage that this build does not know is refused: that revision removed what this build
@@ -89,6 +91,9 @@ impl Runner {
     /// # Errors
     /// As [`Runner::open`], plus [`MigrateError::ContractRefused`] and
     /// [`MigrateError::ContractAhead`] (nothing changed).
+    ///
+    /// [`MigrationSet::with_contract`]: crate::MigrationSet::with_contract
+    /// [`fleet::contract_blockers`]: crate::fleet::contract_blockers
     pub async fn open_with_report(
         &self,
         backend: &dyn MigrationBackend,
@@ -147,10 +152,12 @@ impl Runner {
     /// this set that this build does not know. [`Runner::open`] checks it on a store it finds
     /// ahead; a build checks it again once registered in the fleet registry, which closes the
     /// window between its open and its registration (a registration waits for a migration
-    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`](crate::fleet::FleetSql::lock_for_gate)).
+    /// transaction that read the registry, see [`fleet::FleetSql::lock_for_gate`]).
     ///
     /// # Errors
     /// [`MigrateError::ContractAhead`], store errors.
+    ///
+    /// [`fleet::FleetSql::lock_for_gate`]: crate::fleet::FleetSql::lock_for_gate
     pub async fn check_contracts_known(
         &self,
         backend: &dyn MigrationBackend,

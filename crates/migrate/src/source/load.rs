@@ -1,111 +1,17 @@
-//! Loading an application's migration set from SQL files (a directory, or files embedded at
-//! compile time with [`embed_migrations!`](crate::embed_migrations)).
-//!
-//! File names follow sqlx: `NNNN_description.sql`, one revision per number, applied in numeric
-//! order. `NNNN_description.sqlite.sql` / `NNNN_description.postgres.sql` replace the generic
-//! file for one dialect. The revision id is the name without the dialect suffix and `.sql`
-//! (`0001_users`); each revision's parent is the one before it; its description is the text of
-//! the file's first `--` comment line when the file starts with one, else the id.
-//!
-//! A set for one engine only needs no files for the other: a set none of whose files is a
-//! `.postgres.sql` one, with a revision that has only a `.sqlite.sql` file, is **SQLite-only**
-//! (and the other way round: **Postgres-only**). Nothing of it runs on the other engine: the
-//! runner refuses such a store with [`MigrateError::UnsupportedDialect`] naming the missing
-//! dialect and revision, before it reads or writes anything, and so do `cairn migrate` and
-//! `migrate check --backend postgres`. A set with files specific to both engines is for both,
-//! and each of its revisions needs SQL for each (a missing file is an error naming it). A set
-//! of generic files only can be declared single-engine with [`MigrationSet::only_on`].
-//!
-//! `NNNN_description.down.sql` (or `.down.sqlite.sql` / `.down.postgres.sql`) is the revision's
-//! compensating down SQL: it is stored in the store when the revision is applied, so that
-//! `cairn migrate down --to REV` run by any build — one that never had the file included — can
-//! undo it ([`crate::Runner::down`]). The base revision carries none. Down SQL is not part of
-//! the revision's checksum.
-//!
-//! An up file whose first line is `-- cairn:contract` marks its revision a **contract**
-//! revision ([`MigrationSet::with_contract`]): it drops or rewrites what an expand revision made
-//! obsolete, and the runner applies it only when no live build in the store's fleet registry
-//! lacks it. With per-dialect files, every up file of the revision carries the line or none
-//! does. The marker is a comment, so it is not part of the checksum.
+//! Building an application's [`MigrationSet`] from its files: grouped by revision number, the
+//! engines the set is for, each revision's statements per dialect, its down SQL and contract
+//! mark.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use cairn_core::schema::Dialect;
 
+use super::contents::{description, has_contract_marker, statements, CONTRACT_MARKER};
+use super::file_name::{parse_name, source_err, Target};
 use crate::error::MigrateError;
 use crate::identity::CAIRN_SET;
 use crate::revision::{MigrationSet, Revision};
-use crate::split::split_statements;
-
-/// Which dialect a file is for.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Target {
-    Generic,
-    Only(Dialect),
-}
-
-/// One parsed file name.
-#[derive(Debug)]
-struct FileName {
-    number: u64,
-    stem: String,
-    target: Target,
-    /// A `*.down.sql` file: the revision's compensating down SQL.
-    down: bool,
-}
-
-fn source_err(file: &str, reason: impl Into<String>) -> MigrateError {
-    MigrateError::Source {
-        file: file.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-/// Parses a migration file name; `Ok(None)` for a file that is not a migration (no `.sql`).
-fn parse_name(file: &str) -> Result<Option<FileName>, MigrateError> {
-    let Some(rest) = file.strip_suffix(".sql") else {
-        return Ok(None);
-    };
-    if file.contains(['/', '\\']) {
-        return Err(source_err(
-            file,
-            "a migration file name must not hold a path",
-        ));
-    }
-    let (stem, target) = if let Some(s) = rest.strip_suffix(".sqlite") {
-        (s, Target::Only(Dialect::Sqlite))
-    } else if let Some(s) = rest.strip_suffix(".postgres") {
-        (s, Target::Only(Dialect::Postgres))
-    } else {
-        (rest, Target::Generic)
-    };
-    let (stem, down) = match stem.strip_suffix(".down") {
-        Some(s) => (s, true),
-        None => (stem, false),
-    };
-    if stem.ends_with(".up") {
-        return Err(source_err(
-            file,
-            "reversible migrations (*.up.sql) are not supported; rename it to NNNN_description.sql",
-        ));
-    }
-    let expected = "name it NNNN_description.sql, optionally NNNN_description.sqlite.sql or NNNN_description.postgres.sql";
-    let digits = stem.bytes().take_while(u8::is_ascii_digit).count();
-    let description = stem[digits..].strip_prefix('_').unwrap_or_default();
-    if digits == 0 || description.is_empty() || stem.contains('.') {
-        return Err(source_err(file, expected));
-    }
-    let number = stem[..digits]
-        .parse::<u64>()
-        .map_err(|_| source_err(file, "the revision number is too large"))?;
-    Ok(Some(FileName {
-        number,
-        stem: stem.to_owned(),
-        target,
-        down,
-    }))
-}
 
 /// The files of one revision number.
 #[derive(Default)]
@@ -115,35 +21,6 @@ struct Group<'a> {
     generic: Option<(String, &'a str)>,
     sqlite: Option<(String, &'a str)>,
     postgres: Option<(String, &'a str)>,
-}
-
-/// The first line of an up file that marks its revision a contract revision.
-pub const CONTRACT_MARKER: &str = "-- cairn:contract";
-
-/// Whether `text` starts with the [`CONTRACT_MARKER`] line.
-fn has_contract_marker(text: &str) -> bool {
-    text.lines().next().map(str::trim) == Some(CONTRACT_MARKER)
-}
-
-/// The description of a revision: its file's first `--` comment line before the first
-/// statement (the contract marker aside), else the revision id.
-fn description(text: &str, stem: &str) -> String {
-    text.lines()
-        .skip(usize::from(has_contract_marker(text)))
-        .map(str::trim)
-        .find(|l| !l.is_empty())
-        .and_then(|l| l.strip_prefix("--"))
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| stem.to_owned(), str::to_owned)
-}
-
-fn statements(file: &str, text: &str, dialect: Dialect) -> Result<Vec<String>, MigrateError> {
-    let out = split_statements(text, dialect).map_err(|e| source_err(file, e.to_string()))?;
-    if out.is_empty() {
-        return Err(source_err(file, "holds no SQL statement"));
-    }
-    Ok(out)
 }
 
 impl MigrationSet {
