@@ -1,5 +1,8 @@
 //! Store-file safety (DESIGN §6): refuse symlinks, create private files, make creation durable,
-//! and open connections with cairn's pragmas.
+//! and open connections with cairn's pragmas. [`admit`] is the one place that runs the checks a
+//! file passes before anything is written to it, in order (the store's open and the migrator's
+//! lock both go through it); [`Identity`] records the files a store opened, so a write can
+//! refuse when they were replaced.
 
 use std::fs::OpenOptions;
 use std::io::ErrorKind;
