@@ -6,7 +6,7 @@ use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::json::ErrorBody;
+use super::responses::NoToken;
 use super::state::AppState;
 
 /// One check of the report.
@@ -47,7 +47,7 @@ pub(crate) struct DoctorReport {
     responses(
         (status = 200, description = "Healthy: every check is ok", body = DoctorReport),
         (status = 503, description = "Unhealthy: at least one check found a problem (the same report)", body = DoctorReport),
-        (status = 401, description = "No valid token", body = ErrorBody),
+        NoToken,
     ),
     security(("bearer" = []))
 )]

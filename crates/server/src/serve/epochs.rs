@@ -12,6 +12,7 @@ use super::json::{
     HeadOut, HeadsResponse, ImportRequest, ImportResponse, SpacePath,
 };
 use super::page;
+use super::responses::{Busy, InvalidInputOrReserved, NoEpoch, NoToken, ReadOnly, TooLarge};
 use super::state::AppState;
 
 /// Default feed page size.
@@ -30,11 +31,11 @@ fn space(s: String) -> Result<SpaceId, ApiError> {
     request_body = AppendRequest,
     responses(
         (status = 201, description = "Appended", body = AppendResponse),
-        (status = 400, description = "Invalid input, or a reserved space id (`reserved`)", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        InvalidInputOrReserved,
+        NoToken,
+        ReadOnly,
+        TooLarge,
+        Busy,
     ),
     security(("bearer" = []))
 )]
@@ -64,8 +65,8 @@ pub(crate) async fn append(
     responses(
         (status = 200, description = "The heads, sorted by id bytes", body = HeadsResponse),
         (status = 400, description = "Invalid space id, or a reserved one (`reserved`)", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "The space has no epoch", body = ErrorBody),
+        NoToken,
+        NoEpoch,
     ),
     security(("bearer" = []))
 )]
@@ -87,8 +88,8 @@ pub(crate) async fn heads(
     responses(
         (status = 200, description = "A page of whole epochs", body = FeedResponse),
         (status = 400, description = "Bad cursor or limit, or a reserved space id (`reserved`)", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "The space has no epoch", body = ErrorBody),
+        NoToken,
+        NoEpoch,
     ),
     security(("bearer" = []))
 )]
@@ -142,9 +143,9 @@ pub(crate) async fn feed(
     responses(
         (status = 201, description = "Imported", body = ImportResponse),
         (status = 200, description = "Already present; nothing written", body = ImportResponse),
-        (status = 400, description = "Invalid input, or a reserved space id (`reserved`)", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
+        InvalidInputOrReserved,
+        NoToken,
+        ReadOnly,
         (status = 422, description = "Hash mismatch or unknown parent", body = ErrorBody),
     ),
     security(("bearer" = []))

@@ -39,6 +39,7 @@ mod layers;
 mod metrics;
 mod openapi;
 mod page;
+mod responses;
 mod retention;
 mod routes;
 mod run;

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use super::responses::NoToken;
 use super::{batch, doctor, epochs, health, json, runs, scrape};
 
 #[derive(OpenApi)]
@@ -378,7 +379,7 @@ fn rules(doc: &mut Value) {
     get, path = "/v1/openapi.json", tag = "meta",
     responses(
         (status = 200, description = "The OpenAPI 3 document", content_type = "application/json"),
-        (status = 401, description = "No valid token", body = json::ErrorBody),
+        NoToken,
     ),
     security(("bearer" = []))
 )]

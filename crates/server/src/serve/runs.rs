@@ -16,6 +16,9 @@ use super::json::{
     RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
 };
 use super::page;
+use super::responses::{
+    Busy, InvalidInput, LeaseLost, MalformedId, NoSuchRun, NoToken, NotParked, ReadOnly, TooLarge,
+};
 use super::state::AppState;
 
 /// Run events per page when a request names no limit.
@@ -33,11 +36,11 @@ fn run_id(s: &str) -> Result<RunId, ApiError> {
     responses(
         (status = 201, description = "Created", body = EnqueueResponse),
         (status = 200, description = "A run with this key exists; its id", body = EnqueueResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 413, description = "Body too large", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        TooLarge,
+        Busy,
     ),
     security(("bearer" = []))
 )]
@@ -82,9 +85,9 @@ pub(crate) async fn enqueue(
     params(RunPath),
     responses(
         (status = 200, description = "The run", body = RunOut),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        NoSuchRun,
     ),
     security(("bearer" = []))
 )]
@@ -111,10 +114,10 @@ pub(crate) async fn run(
     responses(
         (status = 201, description = "Appended", body = RunEventAppended),
         (status = 200, description = "The run still holds this event id: nothing appended, its first seq and payload kept", body = RunEventAppended),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
         (status = 409, description = "The run takes no more events: it was closed or it finished (`run_closed`); nothing was appended", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -147,9 +150,9 @@ pub(crate) async fn append_event(
     params(RunPath, RunEventsQuery),
     responses(
         (status = 200, description = "Events in seq order", body = RunEventsResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        NoSuchRun,
     ),
     security(("bearer" = []))
 )]
@@ -187,10 +190,10 @@ pub(crate) async fn events(
     responses(
         (status = 201, description = "Set", body = FactSet),
         (status = 200, description = "Already set to this value", body = FactSet),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
         (status = 409, description = "Set to another value", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -221,9 +224,9 @@ pub(crate) async fn set_fact(
     params(RunPath),
     responses(
         (status = 200, description = "The facts by name", body = FactsResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        NoSuchRun,
     ),
     security(("bearer" = []))
 )]
@@ -255,9 +258,9 @@ pub(crate) async fn facts(
     request_body = ClaimRequest,
     responses(
         (status = 200, description = "The claimed runs (empty: nothing due)", body = ClaimResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
     ),
     security(("bearer" = []))
 )]
@@ -282,11 +285,11 @@ pub(crate) async fn claim(
     request_body = HeartbeatRequest,
     responses(
         (status = 200, description = "Extended", body = HeartbeatResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
-        (status = 409, description = "Lease lost or run not claimed", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
+        LeaseLost,
     ),
     security(("bearer" = []))
 )]
@@ -311,10 +314,10 @@ pub(crate) async fn heartbeat(
     request_body = AckRequest,
     responses(
         (status = 200, description = "Succeeded", body = RunStateResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
         (status = 409, description = "Lease lost or run ended otherwise", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -343,11 +346,11 @@ pub(crate) async fn ack(
     request_body = NackRequest,
     responses(
         (status = 200, description = "Where the run went", body = RunStateResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
-        (status = 409, description = "Lease lost or run not claimed", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
+        LeaseLost,
     ),
     security(("bearer" = []))
 )]
@@ -379,10 +382,10 @@ pub(crate) async fn nack(
     params(RunPath),
     responses(
         (status = 200, description = "Canceled or requested", body = RunStateResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
         (status = 409, description = "The run already ended", body = ErrorBody),
     ),
     security(("bearer" = []))
@@ -421,11 +424,11 @@ pub(crate) struct RunClosedResponse {
     params(RunPath),
     responses(
         (status = 200, description = "Closed (or closed already)", body = RunClosedResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
+        Busy,
     ),
     security(("bearer" = []))
 )]
@@ -483,12 +486,12 @@ impl From<(RunId, spool::Unparked)> for UnparkedResponse {
     params(RunPath),
     responses(
         (status = 200, description = "Retried", body = UnparkedResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
-        (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
+        NotParked,
+        Busy,
     ),
     security(("bearer" = []))
 )]
@@ -508,12 +511,12 @@ pub(crate) async fn retry(
     params(RunPath),
     responses(
         (status = 200, description = "Discarded", body = UnparkedResponse),
-        (status = 400, description = "Malformed id", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 404, description = "No such run", body = ErrorBody),
-        (status = 409, description = "The run is not parked (`invalid_transition`, naming its state); nothing was changed", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        MalformedId,
+        NoToken,
+        ReadOnly,
+        NoSuchRun,
+        NotParked,
+        Busy,
     ),
     security(("bearer" = []))
 )]
@@ -558,10 +561,10 @@ pub(crate) struct BulkRetryResponse {
     params(QueuePath, RetryParkedQuery),
     responses(
         (status = 200, description = "What was retried", body = BulkRetryResponse),
-        (status = 400, description = "Invalid input", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`unavailable` on a write: the connection to the store broke and the write may or may not have taken effect)", body = ErrorBody),
+        InvalidInput,
+        NoToken,
+        ReadOnly,
+        Busy,
     ),
     security(("bearer" = []))
 )]

@@ -13,6 +13,7 @@ use super::wire::{
 use crate::serve::error::ApiError;
 use crate::serve::extract::{Body, PathArgs};
 use crate::serve::json::{EnqueueRequest, ErrorBody, QueuePath};
+use crate::serve::responses::{BatchBusy, NoToken, ReadOnly, TooLargeNothingWritten};
 use crate::serve::state::AppState;
 
 /// Enqueues many runs of a queue at once, atomically.
@@ -23,10 +24,10 @@ use crate::serve::state::AppState;
     responses(
         (status = 200, description = "Every item enqueued or found, in one transaction; one result per item, in order", body = EnqueueBatchResponse),
         (status = 400, description = "Invalid input: too many items or payload bytes (`invalid_input`), or an item that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
-        (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`retryable`, `storage_full`: nothing was written; `unavailable`: the connection to the store broke and the batch may or may not have committed)", body = ErrorBody),
+        NoToken,
+        ReadOnly,
+        TooLargeNothingWritten,
+        BatchBusy,
     ),
     security(("bearer" = []))
 )]
@@ -81,13 +82,13 @@ pub(super) fn outcome(created: bool) -> &'static str {
     responses(
         (status = 200, description = "Every op done, committed together; one result per op, in order", body = BatchResponse),
         (status = 400, description = "Invalid input: too many ops or payload bytes (`invalid_input`: more than 1000 ops, or more than 64 MiB of payloads together, decoded: enqueue payloads, run event payloads and epoch event payloads), or an op that does not read (`invalid_batch_item`, naming its `index`); nothing was written", body = ErrorBody),
-        (status = 401, description = "No valid token", body = ErrorBody),
-        (status = 403, description = "Read-only token", body = ErrorBody),
+        NoToken,
+        ReadOnly,
         (status = 404, description = "An op names a run that does not exist (`unknown_run`, with the op's `index`); the batch was rolled back, nothing was written", body = ErrorBody),
         (status = 409, description = "The store refused an op (`run_closed`: an event for a closed or finished run; `invalid_transition`: a cancel of a run that ended; `fact_conflict`: a fact set to another value), with the op's `index`; the batch was rolled back, nothing was written", body = ErrorBody),
-        (status = 413, description = "Body too large; nothing was written", body = ErrorBody),
+        TooLargeNothingWritten,
         (status = 422, description = "An op's `run: {\"op\": N}` names no earlier enqueue op of the batch (`invalid_reference`, with the op's `index`); nothing was written", body = ErrorBody),
-        (status = 503, description = "Busy or unavailable; retry (`retryable`, `storage_full`: nothing was written; `unavailable`: the connection to the store broke and the batch may or may not have committed)", body = ErrorBody),
+        BatchBusy,
     ),
     security(("bearer" = []))
 )]
