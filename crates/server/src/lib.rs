@@ -14,19 +14,13 @@
 
 #![forbid(unsafe_code)]
 
-mod backfill;
 mod cli;
-mod commands;
 mod config;
 mod doctor;
-mod enqueue_file;
 mod error;
 pub(crate) mod graph;
-mod import;
 mod logging;
-mod migrate;
 mod open;
-mod remote;
 mod serve;
 mod small_file;
 
@@ -80,7 +74,7 @@ pub fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return report(&CliError::Config(format!("cannot start the runtime: {e}"))),
     };
-    match runtime.block_on(commands::run(cli)) {
+    match runtime.block_on(cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         // A reader that went away (`cairn feed … | head`) is not an error worth a line.
         Err(CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

@@ -179,7 +179,7 @@ pub(crate) enum Command {
     /// Repair stale head caches: one paced pass over every space in id order, in the
     /// foreground (a progress bar on a terminal); prints `visited=N repaired=N current=N`.
     /// Ctrl-C stops it between spaces.
-    Backfill(crate::backfill::BackfillArgs),
+    Backfill(super::backfill::BackfillArgs),
     /// Check the store (read-only): integrity, migration state per set, spool counts,
     /// retention usage and a head-cache sample; each problem with the command that repairs
     /// it. Exit 1 when a problem is found.

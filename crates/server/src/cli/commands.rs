@@ -8,7 +8,7 @@ use cairn::{
     RunId, RunInfo, RunState, Seq, SpaceId, SupersedeGroup,
 };
 
-use crate::cli::{Cli, Command, GraphFormat, RunAction, RunsAction};
+use super::args::{Cli, Command, GraphFormat, RunAction, RunsAction};
 use crate::error::CliError;
 use crate::open::{open, target, IfMissing};
 
@@ -119,7 +119,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             ..
         } => {
             let queue = QueueName::new(queue)?;
-            crate::enqueue_file::run(&target, named, &queue, &file, url, &mut out).await?;
+            super::enqueue_file::run(&target, named, &queue, &file, url, &mut out).await?;
         }
         Command::Enqueue {
             queue,
@@ -153,7 +153,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, payload.as_bytes())?;
             let url_given = url.is_some();
             if let Some(url) = url {
-                let body = crate::remote::EnqueueBody {
+                let body = super::remote::EnqueueBody {
                     key_parts: std::iter::once(key_text).chain(key_parts_text).collect(),
                     payload: payload.clone(),
                     supersede_group: supersede_text.map(|g| vec![g]),
@@ -161,7 +161,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                     max_attempts,
                 };
                 if let Some((id, created)) =
-                    crate::remote::enqueue(&url, queue.as_str(), &body).await?
+                    super::remote::enqueue(&url, queue.as_str(), &body).await?
                 {
                     let how = if created { "created" } else { "existing" };
                     writeln!(out, "{id} {how}")?;
@@ -173,7 +173,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             let store = if url_given {
                 // Nobody answered at --url: the run goes to a store only when one was named
                 // and is there, never to a new store nobody reads.
-                crate::remote::fallback_store(&target, named).await?
+                super::remote::fallback_store(&target, named).await?
             } else {
                 open(&target, IfMissing::Create).await?
             };
@@ -306,10 +306,10 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             queue,
             quarantine,
         } => {
-            crate::import::run(&target, &legacy, queue, quarantine, &mut out).await?;
+            super::import::run(&target, &legacy, queue, quarantine, &mut out).await?;
         }
         Command::Backfill(args) => {
-            crate::backfill::run_foreground(&target, &args, &mut out).await?;
+            super::backfill::run_foreground(&target, &args, &mut out).await?;
         }
         Command::Doctor { json, set } => {
             let app = crate::doctor::app_set(set)?;
@@ -320,7 +320,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             return crate::serve::run(&target, args).await;
         }
         Command::Migrate { set, action } => {
-            crate::migrate::run(&target, set, action, &mut out).await?;
+            super::migrate::run(&target, set, action, &mut out).await?;
         }
     }
     out.flush()?;

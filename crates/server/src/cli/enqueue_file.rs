@@ -133,7 +133,7 @@ pub(crate) async fn run(
     let mut results = None;
     if !items.is_empty() {
         if let Some(url) = &url {
-            results = crate::remote::enqueue_batch(url, queue.as_str(), &values).await?;
+            results = super::remote::enqueue_batch(url, queue.as_str(), &values).await?;
         }
     }
     let results = match results {
@@ -142,7 +142,7 @@ pub(crate) async fn run(
         None => {
             let store = if url.is_some() {
                 // Nobody answered at --url: as for one run, only a named store that exists.
-                crate::remote::fallback_store(target, named).await?
+                super::remote::fallback_store(target, named).await?
             } else {
                 open(target, IfMissing::Create).await?
             };

@@ -10,7 +10,7 @@ use cairn::migrate::{
 };
 use cairn::{Clock, DatabaseUrl, Scheme, SystemClock};
 
-use crate::cli::{CheckBackend, MigrateAction, SetArgs};
+use super::args::{CheckBackend, MigrateAction, SetArgs};
 use crate::error::CliError;
 use crate::open::{migrations, refuse_empty_location, IfMissing};
 
