@@ -18,9 +18,10 @@ use std::ops::Deref;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue_batch, check_payload, check_producer_event_id, CancelOutcome, CloseOutcome,
-    DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome,
-    QueueName, RunEventId, RunId, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    check_enqueue, check_enqueue_batch, check_payload, check_producer_event_id, CancelOutcome,
+    CheckedEnqueue, CloseOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, QueueName, RunEventId, RunId, Spool, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Transaction};
 use rusqlite::Connection;
@@ -133,9 +134,8 @@ impl<'a> SqliteTx<'a> {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
-        let max_attempts = options.effective_max_attempts()?;
-        let now = self.spool.now();
+        let CheckedEnqueue { max_attempts, now } =
+            check_enqueue(&payload, &options, self.spool.clock())?;
         let done =
             enqueue::enqueue_tx(&self.db, queue, key, &payload, &options, max_attempts, now)?;
         self.created(queue, done.created);

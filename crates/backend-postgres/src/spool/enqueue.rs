@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use cairn_core::spool::{
-    check_enqueue_batch, check_payload, transition, Action, DedupKey, EnqueueItem, EnqueueOptions,
-    Enqueued, QueueName, RunId, RunState, SupersedeGroup, Timestamp, MAX_RUN_PAYLOAD,
+    check_enqueue, check_enqueue_batch, transition, Action, CheckedEnqueue, DedupKey, EnqueueItem,
+    EnqueueOptions, Enqueued, QueueName, RunId, RunState, Spool, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
@@ -75,9 +75,7 @@ pub(super) async fn enqueue_tx(
     payload: Vec<u8>,
     options: EnqueueOptions,
 ) -> Result<Enqueued> {
-    check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
-    let max_attempts = options.effective_max_attempts()?;
-    let now = s.now();
+    let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, s.clock())?;
     let new = NewRun {
         queue,
         key,
@@ -288,9 +286,7 @@ pub(crate) async fn enqueue_on(
     payload: Vec<u8>,
     options: EnqueueOptions,
 ) -> Result<Enqueued> {
-    check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
-    let max_attempts = options.effective_max_attempts()?;
-    let now = s.now();
+    let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, s.clock())?;
     let new = NewRun {
         queue,
         key,

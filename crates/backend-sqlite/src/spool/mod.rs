@@ -45,14 +45,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
-    check_producer_event_id, check_release_delay, Action, CancelOutcome, Claimed, Clock,
-    CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
-    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
-    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
-    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig,
-    SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
-    MAX_RUN_PAYLOAD,
+    check_enqueue, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
+    check_producer_event_id, check_release_delay, Action, CancelOutcome, CheckedEnqueue, Claimed,
+    Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued,
+    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
+    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
+    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
+    SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 
@@ -209,8 +209,7 @@ impl Spool for SqliteSpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        check_payload("run payload", MAX_RUN_PAYLOAD, &payload)?;
-        let max_attempts = options.effective_max_attempts()?;
+        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
         let (q, k) = (queue.clone(), key.clone());
         if let Some(run_id) = self
             .store
@@ -222,7 +221,6 @@ impl Spool for SqliteSpool {
                 created: false,
             });
         }
-        let now = self.now();
         let (q, key) = (queue.clone(), key.clone());
         let enqueued = self
             .store
