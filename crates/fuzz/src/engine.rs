@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
+use crate::hash::fnv;
 use crate::rng::Rng;
 use crate::targets::Target;
 
@@ -304,16 +305,6 @@ pub fn fuzz(target: &Target, options: &Options) -> std::io::Result<Report> {
     report.signatures = seen.len();
     report.elapsed = start.elapsed();
     Ok(report)
-}
-
-/// FNV-1a, for signatures and seeds.
-pub(crate) fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 /// Applies one random mutation to `data`.

@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+mod hash;
 mod rng;
 pub mod targets;
 

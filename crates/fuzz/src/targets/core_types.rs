@@ -11,7 +11,8 @@ use cairn_core::{
     Seq, SpaceId,
 };
 
-use super::{mix, sig, Target};
+use super::signature::{mix, sig};
+use super::target::Target;
 
 /// Printed cursors and the pieces of one.
 const CURSOR_DICT: &[&[u8]] = &[

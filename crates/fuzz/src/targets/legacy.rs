@@ -13,7 +13,8 @@ use cairn_core::spool::legacy::{
     SPOOL_FILE, WAL_FILE,
 };
 
-use super::{mix, sig, Target};
+use super::signature::{mix, sig};
+use super::target::Target;
 
 const LEGACY_DICT: &[&[u8]] = &[
     b"#checkpoint\n",

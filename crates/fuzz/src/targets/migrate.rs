@@ -5,7 +5,8 @@ use arbitrary::Unstructured;
 use cairn_core::schema::Dialect;
 use cairn_migrate::{split_statements, Checksum, MigrateError, MigrationSet};
 
-use super::{mix, sig, Target};
+use super::signature::{mix, sig};
+use super::target::Target;
 
 const SQL_DICT: &[&[u8]] = &[
     b";",

@@ -12,8 +12,9 @@ use cairn_server::fuzzing::{
 };
 use serde_json::{Map, Value};
 
-use super::{mix, Target};
-use crate::engine::fnv;
+use super::signature::{mix, shape};
+use super::target::Target;
+use crate::hash::fnv;
 
 const BODY_DICT: &[&[u8]] = &[
     b"{",
@@ -260,7 +261,7 @@ fn decode(route: &str, body: &[u8]) -> u64 {
         }
         Err(refusal) => {
             check_refusal(route, refusal);
-            fnv(super::shape(&refusal.message).as_bytes())
+            fnv(shape(&refusal.message).as_bytes())
         }
     }
 }
@@ -452,7 +453,7 @@ fn load(text: &str, secret: Option<&str>) -> u64 {
                 if let Some(secret) = secret {
                     assert!(!p.contains(secret), "a problem line holds a secret: {p:?}");
                 }
-                signature = mix(signature, fnv(super::shape(p).as_bytes()));
+                signature = mix(signature, fnv(shape(p).as_bytes()));
             }
             signature
         }

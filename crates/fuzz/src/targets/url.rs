@@ -3,7 +3,8 @@
 use arbitrary::Unstructured;
 use cairn::{DatabaseUrl, SCHEMA_PARAM};
 
-use super::{mix, sig, Target};
+use super::signature::{mix, sig};
+use super::target::Target;
 
 const URL_DICT: &[&[u8]] = &[
     b"sqlite://",
