@@ -76,6 +76,12 @@ pub(crate) struct Report {
     pub(crate) cycles: Vec<Cycle>,
     /// The size check's verdict.
     pub(crate) size: SizeVerdict,
+    /// How many crates (library and binary targets) the cycle check read.
+    pub(crate) crates: usize,
+    /// How many files those crates' module trees hold.
+    pub(crate) files: usize,
+    /// How many files the size check counted.
+    pub(crate) sized: usize,
 }
 
 impl Report {
@@ -102,10 +108,13 @@ pub(crate) fn check(root: &Path) -> Result<Report, String> {
     let mut sources = Sources::new(root);
     let mut cycles = Vec::new();
     let mut counts = BTreeMap::new();
+    let (mut crates, mut files) = (0, BTreeSet::new());
     for package in workspace::packages(root)? {
         let mut test_files = BTreeSet::new();
         for root_file in &package.roots {
             let tree = ModTree::load(&mut sources, root_file)?;
+            crates += 1;
+            files.extend(tree.modules.iter().map(|m| m.file.clone()));
             cycles.extend(crate_cycles(&package.name, root_file, &tree));
             test_files.extend(tree.test_files);
         }
@@ -119,6 +128,9 @@ pub(crate) fn check(root: &Path) -> Result<Report, String> {
     Ok(Report {
         cycles,
         size: size::judge(&counts, &allow),
+        crates,
+        files: files.len(),
+        sized: counts.len(),
     })
 }
 
@@ -149,15 +161,15 @@ fn crate_cycles(crate_name: &str, root_file: &Path, tree: &ModTree) -> Vec<Cycle
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.cycles.is_empty() {
-            writeln!(f, "import cycles between the files of a crate: none")?;
-        } else {
-            writeln!(
-                f,
-                "import cycles between the files of a crate: {}",
-                self.cycles.len()
-            )?;
-        }
+        let found = match self.cycles.len() {
+            0 => "none".to_owned(),
+            n => n.to_string(),
+        };
+        writeln!(
+            f,
+            "import cycles between the files of a crate ({} crates, {} files read): {found}",
+            self.crates, self.files
+        )?;
         for cycle in &self.cycles {
             writeln!(f)?;
             writeln!(
@@ -200,8 +212,9 @@ impl fmt::Display for Report {
         let over = &self.size.over;
         writeln!(
             f,
-            "non-test files over {} lines (not allowed in {ALLOW_FILE}): {}",
+            "non-test files over {} lines ({} files counted; not allowed in {ALLOW_FILE}): {}",
             size::MAX_LINES,
+            self.sized,
             if over.is_empty() {
                 "none".to_owned()
             } else {
