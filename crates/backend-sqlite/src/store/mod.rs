@@ -50,14 +50,18 @@ use cairn_core::{
 use cairn_migrate::Opened;
 use rusqlite::Connection;
 
+pub(crate) use append::append_tx;
 pub use append::APPEND_STATEMENT_BUDGET;
-pub(crate) use append::{append_tx, cache_sole_head, insert_epoch};
 pub(crate) use import::import_tx;
 pub(crate) use read::{
-    anti_join, epoch_seq, epoch_tx, events_since_tx, heads_tx, list_spaces_q, max_seq, probe,
-    recent_epochs_q,
+    anti_join, epoch_tx, events_since_tx, heads_tx, list_spaces_q, max_seq, recent_epochs_q,
 };
 pub(crate) use repair::{cached_heads, repair_tx};
+// The legacy writer and the benchmark hooks (`crate::testkit`) write with the steps themselves.
+#[cfg(feature = "testkit")]
+pub(crate) use append::{cache_sole_head, insert_epoch};
+#[cfg(feature = "testkit")]
+pub(crate) use read::{epoch_seq, probe};
 
 use crate::config::SqliteOptions;
 use crate::db::blocking;
