@@ -7,6 +7,22 @@
 //! This crate depends on no SQL driver. Backends (`cairn-sqlite`, `cairn-postgres`) implement
 //! [`EpochStore`] and [`EpochDiagnostics`]; servers and tools hold them as `Arc<dyn …>`.
 //!
+//! # Use the facade
+//! `cairn-core` is published because the backend crates depend on it, but the supported
+//! surface is the facade crate `cairn`: a service depends on `cairn` and names what it
+//! re-exports (`cairn::Store`, `cairn::spool::…`, `cairn::Error`, …). What this crate holds
+//! beyond that is the backend contract, and may change in any release:
+//! - the **decision functions** every backend calls so that no backend decides differently
+//!   from the others and from the model: the run state machine ([`spool::transition`],
+//!   [`spool::nack_action`], [`spool::release_action`], [`spool::expiry_action`], the park
+//!   reasons), the lease check ([`spool::check_token`]), the append rule
+//!   ([`spool::check_append`]), the enqueue and import checks ([`spool::check_enqueue`],
+//!   [`spool::check_enqueue_batch`], [`spool::check_import`]), retention planning
+//!   ([`spool::RetentionPass`]), the retry jitter ([`spool::jitter_seed`]) and the epoch log's
+//!   seq and head-cache rules ([`next_seq`], [`cache_is_current`], [`heads_after_import`]);
+//! - the legacy importer's planner ([`spool::legacy`]) and the backfill's machinery
+//!   ([`backfill`]), which the facade wraps.
+//!
 //! The epoch log in one paragraph: a *space* is an independent history; an *epoch* is a
 //! non-empty batch of [`Event`]s appended atomically to one space. Each epoch gets a
 //! commit-ordered [`Seq`] (the largest seq in the space plus one, first seq [`Seq::FIRST`]), names

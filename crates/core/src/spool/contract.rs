@@ -51,7 +51,7 @@ pub trait Wakeup: Send + Debug {
 /// Object safe: hold it as `Arc<dyn Spool>`. Every time the spool uses comes from its
 /// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s17_…`) is the
 /// executable form of the contracts below; a backend is correct when it passes it and agrees
-/// with [`MemorySpool`] on random operation sequences.
+/// with [`MemorySpool`](crate::spool::MemorySpool) on random operation sequences.
 ///
 /// Unless stated otherwise every method is atomic (on error nothing was written) and durable
 /// on return (no false success: a failed durable write returns an error). Every method may also
@@ -76,7 +76,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - A created run wakes the queue's subscribers.
     ///
     /// # Errors
-    /// [`crate::Error::InvalidInput`] for a payload over [`MAX_RUN_PAYLOAD`] or invalid
+    /// [`crate::Error::InvalidInput`] for a payload over [`MAX_RUN_PAYLOAD`](crate::spool::MAX_RUN_PAYLOAD) or invalid
     /// options ([`EnqueueOptions::effective_max_attempts`]: an attempt limit out of range, a
     /// `not_before` outside [`Timestamp::EARLIEST`]..=[`Timestamp::LATEST`]); nothing is
     /// written.
@@ -103,8 +103,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - An empty batch writes nothing and returns an empty list.
     ///
     /// # Errors
-    /// [`crate::Error::InvalidInput`] for a batch over [`MAX_ENQUEUE_BATCH`] items or
-    /// [`MAX_ENQUEUE_BATCH_BYTES`] bytes, [`crate::Error::InvalidBatchItem`] (with the item's
+    /// [`crate::Error::InvalidInput`] for a batch over [`MAX_ENQUEUE_BATCH`](crate::spool::MAX_ENQUEUE_BATCH) items or
+    /// [`MAX_ENQUEUE_BATCH_BYTES`](crate::spool::MAX_ENQUEUE_BATCH_BYTES) bytes, [`crate::Error::InvalidBatchItem`] (with the item's
     /// index) for an invalid item; nothing is written.
     async fn enqueue_many(
         &self,
@@ -119,8 +119,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - Due runs: `queued` with `due_at <= now`, and `claimed` whose lease expired with
     ///   `due_at` (expiry plus backoff) `<= now`.
     /// - First, every due expired run that must not be handed out again is settled
-    ///   ([`expiry_action`]): cancel requested → `canceled`; attempts exhausted → `parked`
-    ///   ([`expired_park_reason`]). These do not count towards `limit`.
+    ///   ([`expiry_action`](crate::spool::expiry_action)): cancel requested → `canceled`; attempts exhausted → `parked`
+    ///   ([`expired_park_reason`](crate::spool::expired_park_reason)). These do not count towards `limit`.
     /// - Then runs are taken in order `priority` descending, `due_at` ascending, enqueue order
     ///   ascending. Each becomes `claimed` with `attempts + 1`, a new random [`LeaseToken`]
     ///   (the previous holder's token becomes stale), `expires_at = now + lease`, and
@@ -131,7 +131,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// [`crate::Error::InvalidInput`] for `limit` outside 1..=[`MAX_BATCH`] or a lease outside
-    /// [`MIN_LEASE`]..=[`MAX_LEASE`].
+    /// [`MIN_LEASE`](crate::spool::MIN_LEASE)..=[`MAX_LEASE`](crate::spool::MAX_LEASE).
     async fn claim(
         &self,
         queue: &QueueName,
@@ -152,7 +152,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
     /// [`crate::Error::InvalidTransition`] when the run is no longer claimed (e.g. a claim
     /// parked it after its last lease expired); [`crate::Error::InvalidInput`] for a lease
-    /// outside [`MIN_LEASE`]..=[`MAX_LEASE`].
+    /// outside [`MIN_LEASE`](crate::spool::MIN_LEASE)..=[`MAX_LEASE`](crate::spool::MAX_LEASE).
     async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat>;
 
     /// Reports success: the run becomes `succeeded`.
@@ -169,17 +169,17 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::InvalidTransition`] when the run ended otherwise.
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()>;
 
-    /// Gives a claimed run back ([`nack_action`] decides what happens).
+    /// Gives a claimed run back ([`nack_action`](crate::spool::nack_action) decides what happens).
     ///
     /// # Contract
     /// - Token checked as for [`Spool::heartbeat`].
     /// - Cancel requested → `canceled`, whatever the kind.
     /// - [`NackKind::Retryable`] with `attempts < max_attempts` → `queued` with
     ///   `due_at = now + backoff(attempts, jitter_seed(queue, key, attempts))`; the queue's
-    ///   subscribers are woken. On the last attempt → `parked` ([`exhausted_park_reason`]).
+    ///   subscribers are woken. On the last attempt → `parked` ([`exhausted_park_reason`](crate::spool::exhausted_park_reason)).
     /// - [`NackKind::Permanent`] → `parked`; [`NackKind::Failed`] → `failed`.
-    /// - `reason`, normalized by [`clip_reason`] (each NUL replaced by U+FFFD, cut to
-    ///   [`MAX_REASON_LEN`]), is recorded on the run.
+    /// - `reason`, normalized by [`clip_reason`](crate::spool::clip_reason) (each NUL replaced by U+FFFD, cut to
+    ///   [`MAX_REASON_LEN`](crate::spool::MAX_REASON_LEN)), is recorded on the run.
     ///
     /// # Errors
     /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
@@ -240,16 +240,16 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///   `created: false` (the first payload stays). Once an event is acknowledged or removed
     ///   by retention its id may be appended again as a new event.
     /// - A new event is accepted only while the run is live (`queued` or `claimed`) and not
-    ///   closed ([`check_append`]), decided in the same transaction as the insert: an event is
+    ///   closed ([`check_append`](crate::spool::check_append)), decided in the same transaction as the insert: an event is
     ///   refused, never accepted and then left undelivered.
-    /// - Ids starting with [`OPERATOR_EVENT_PREFIX`] (`cairn:`) are the spool's own
-    ///   ([`operator_event`]): refused before anything is read ([`check_producer_event_id`]).
+    /// - Ids starting with [`OPERATOR_EVENT_PREFIX`](crate::spool::OPERATOR_EVENT_PREFIX) (`cairn:`) are the spool's own
+    ///   ([`operator_event`](crate::spool::operator_event)): refused before anything is read ([`check_producer_event_id`](crate::spool::check_producer_event_id)).
     ///
     /// # Errors
     /// [`crate::Error::Reserved`] for an id starting with `cairn:` (nothing is written);
     /// [`crate::Error::UnknownRun`]; [`crate::Error::RunClosed`] for a new event id on a closed
     /// or finished run (nothing is written); [`crate::Error::InvalidInput`] for a payload over
-    /// [`MAX_RUN_EVENT_PAYLOAD`].
+    /// [`MAX_RUN_EVENT_PAYLOAD`](crate::spool::MAX_RUN_EVENT_PAYLOAD).
     async fn append_event(
         &self,
         run: RunId,
@@ -260,8 +260,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// Closes the run's event stream: its producer has appended its last event.
     ///
     /// # Contract
-    /// - Allowed in every state. An [`EventStream::Open`] or [`EventStream::Unmarked`] run
-    ///   becomes [`EventStream::Closed`] ([`CloseOutcome::Closed`]); closing a closed run
+    /// - Allowed in every state. An [`EventStream::Open`](crate::spool::EventStream::Open) or [`EventStream::Unmarked`](crate::spool::EventStream::Unmarked) run
+    ///   becomes [`EventStream::Closed`](crate::spool::EventStream::Closed) ([`CloseOutcome::Closed`]); closing a closed run
     ///   writes nothing ([`CloseOutcome::AlreadyClosed`]).
     /// - Serialized with [`Spool::append_event`] on the run (one transaction, the run row's
     ///   lock): every append that returned before the close is stored, and every append that
@@ -280,7 +280,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Contract
     /// - Token checked as for [`Spool::heartbeat`].
-    /// - Cancel requested → `canceled` ([`release_action`]).
+    /// - Cancel requested → `canceled` ([`release_action`](crate::spool::release_action)).
     /// - Otherwise → `queued` with `attempts` one less (the claim's attempt is given back, so
     ///   releasing never parks a run), no lease, `due_at = now + delay`, the reason unchanged.
     ///   Wakes no one: the run becomes due by time.
@@ -288,21 +288,21 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::UnknownRun`]; [`crate::Error::LeaseLost`] for a stale token;
     /// [`crate::Error::InvalidTransition`] when the run is no longer claimed;
-    /// [`crate::Error::InvalidInput`] for a delay over [`MAX_LEASE`].
+    /// [`crate::Error::InvalidInput`] for a delay over [`MAX_LEASE`](crate::spool::MAX_LEASE).
     async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked>;
 
     /// An operator's retry of a parked run: it goes back to its queue with a fresh attempt
     /// budget, due at once.
     ///
     /// # Contract
-    /// - Only a `parked` run ([`transition`] with [`Action::Requeue`]). It becomes `queued`
+    /// - Only a `parked` run ([`transition`](crate::spool::transition) with [`Action::Requeue`](crate::spool::Action::Requeue)). It becomes `queued`
     ///   with `attempts` 0 (the whole `max_attempts` budget again: whatever parked it is
     ///   taken to be fixed), `due_at = now`, no lease, no cancel request, no `finished_at`;
     ///   its `reason` stays (why it was last parked) and its token stays stale.
     /// - In the same transaction the spool appends one event to the run's stream recording
-    ///   the action ([`operator_event`] with [`Action::Requeue`]: who asked, the parked
+    ///   the action ([`operator_event`](crate::spool::operator_event) with [`Action::Requeue`](crate::spool::Action::Requeue): who asked, the parked
     ///   reason, the attempts spent), although a parked run refuses producers' appends
-    ///   ([`check_append`]): the spool's own event is written by this method, never through
+    ///   ([`check_append`](crate::spool::check_append)): the spool's own event is written by this method, never through
     ///   [`Spool::append_event`], and only on this transition, when no consumer holds the run.
     ///   So a lease holder's view of a closed stream stays final; the event is delivered like
     ///   any other once the run is claimed again. A closed stream stays closed.
@@ -311,17 +311,17 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidTransition`] (carrying the run's
     /// state) for a run that is not parked: nothing is written; [`crate::Error::InvalidInput`]
-    /// for a `by` that [`check_operator`] refuses.
+    /// for a `by` that [`check_operator`](crate::spool::check_operator) refuses.
     async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked>;
 
     /// An operator's discard of a parked run: it ends `canceled` for good.
     ///
     /// # Contract
-    /// - Only a `parked` run ([`transition`] with [`Action::Discard`]). It becomes
+    /// - Only a `parked` run ([`transition`](crate::spool::transition) with [`Action::Discard`](crate::spool::Action::Discard)). It becomes
     ///   `canceled` with `finished_at = now` (retention counts from the discard); its `reason`
     ///   stays.
     /// - In the same transaction the spool appends one event recording the action
-    ///   ([`operator_event`] with [`Action::Discard`]), as for [`Spool::retry_parked`].
+    ///   ([`operator_event`](crate::spool::operator_event) with [`Action::Discard`](crate::spool::Action::Discard)), as for [`Spool::retry_parked`].
     /// - Wakes no one.
     ///
     /// # Errors
@@ -365,7 +365,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for more than
-    /// [`MAX_ACK_IDS`] ids.
+    /// [`MAX_ACK_IDS`](crate::spool::MAX_ACK_IDS) ids.
     async fn acknowledge_events(&self, run: RunId, event_ids: &[RunEventId]) -> Result<u64>;
 
     /// Sets a named fact on a run, once.
@@ -378,7 +378,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::FactConflict`] carrying the stored value when it differs;
     /// [`crate::Error::UnknownRun`]; [`crate::Error::InvalidInput`] for a value over
-    /// [`MAX_FACT_VALUE`].
+    /// [`MAX_FACT_VALUE`](crate::spool::MAX_FACT_VALUE).
     async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome>;
 
     /// The run's facts.
@@ -390,7 +390,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// Removes old events and finished runs, in bounded batches.
     ///
     /// # Contract
-    /// - Driven by [`RetentionPass`]: expired events first, then the oldest events while the
+    /// - Driven by [`RetentionPass`](crate::spool::RetentionPass): expired events first, then the oldest events while the
     ///   total event payload is over `policy.max_bytes`, then terminal runs that hold no event
     ///   and finished more than `policy.max_age` ago (with their facts).
     /// - Each batch is one transaction deleting at most `budget.batch_size` rows; no batch
@@ -421,7 +421,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// [`crate::Error::Unavailable`] when notifications cannot be set up.
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>>;
 
-    /// Imports runs from another system (the legacy importer, [`legacy`]), keeping their ids
+    /// Imports runs from another system (the legacy importer, [`legacy`](crate::spool::legacy)), keeping their ids
     /// and dedup keys, once per source.
     ///
     /// # Contract
@@ -441,7 +441,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// pretending.
     ///
     /// # Errors
-    /// [`crate::Error::InvalidInput`] for a batch [`check_import`] refuses;
+    /// [`crate::Error::InvalidInput`] for a batch [`check_import`](crate::spool::check_import) refuses;
     /// [`crate::Error::Conflict`] when a run id to be created is stored already under another
     /// key; [`crate::Error::Backend`] from a backend that does not implement imports.
     async fn import_runs(

@@ -67,7 +67,10 @@
 //!   `priority DESC, due_at, enqueue order`, taking up to `limit` rows in one statement
 //!   (Postgres `FOR UPDATE SKIP LOCKED`).
 //! - Decide every state change with [`transition`], [`nack_action`] and [`expiry_action`];
-//!   check tokens with [`check_token`].
+//!   check tokens with [`check_token`]; check input with the checks of `checks.rs`
+//!   ([`check_enqueue`], [`check_enqueue_batch`], [`check_import`], [`check_lease`], …) before
+//!   reading or writing anything. These decision functions are the backend contract: exported
+//!   for the backend crates, not re-exported by the facade `cairn`.
 
 mod backoff;
 mod checks;

@@ -1,6 +1,11 @@
 //! The run state machine as one pure function every backend calls, so no backend can invent a
 //! transition the others refuse.
 //!
+//! These are the backend contract's decision functions ([`transition`], [`nack_action`],
+//! [`release_action`], [`expiry_action`], [`check_token`] and the park reasons): exported for
+//! the backend crates and the model, not for services, which reach the spool through the
+//! facade `cairn` (it does not re-export them).
+//!
 //! ```text
 //! queued ──claim──▶ claimed ──ack──▶ succeeded
 //!   │  ▲              │ ├─fail──▶ failed

@@ -124,7 +124,7 @@ impl Job {
     }
 }
 
-/// The work a [`Consumer`] does per run. Closures `Fn(Job) -> impl Future<Output = Outcome>`
+/// The work a [`Consumer`](crate::spool::Consumer) does per run. Closures `Fn(Job) -> impl Future<Output = Outcome>`
 /// are handlers.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {

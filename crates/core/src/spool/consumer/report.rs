@@ -23,8 +23,8 @@ pub struct ConsumerStats {
     pub lease_lost: u64,
     /// Handlers that panicked (their runs were nacked as retryable).
     pub panics: u64,
-    /// Runs given back to the queue with their attempt returned ([`Spool::release`]): by a
-    /// handler's [`Outcome::Release`], and prefetched runs unstarted at shutdown. A release
+    /// Runs given back to the queue with their attempt returned ([`Spool::release`](crate::spool::Spool::release)): by a
+    /// handler's [`Outcome::Release`](crate::spool::Outcome::Release), and prefetched runs unstarted at shutdown. A release
     /// that found a cancel request (and so canceled the run) counts here too.
     pub released: u64,
     /// Spool calls that failed for another reason (the loop carries on).
@@ -33,7 +33,7 @@ pub struct ConsumerStats {
     pub last_error: Option<String>,
 }
 
-/// What [`Consumer::shutdown`] leaves behind.
+/// What [`Consumer::shutdown`](crate::spool::Consumer::shutdown) leaves behind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ShutdownReport {
     /// The consumer's counters at the end.
