@@ -14,15 +14,13 @@ use super::attrs::test_only;
 pub(crate) const MAX_LINES: usize = 700;
 
 /// The lines of `text` (whose syntax is `syntax`) that count: all of them, or those before the
-/// first of the inline `#[cfg(test)]` modules that end the file.
+/// first of the `#[cfg(test)]` modules (inline, or a `mod tests;` line) that end the file.
 pub(crate) fn counted_lines(text: &str, syntax: &syn::File) -> usize {
     let trailing_tests = syntax
         .items
         .iter()
         .rev()
-        .take_while(
-            |item| matches!(item, Item::Mod(m) if m.content.is_some() && test_only(&m.attrs)),
-        )
+        .take_while(|item| matches!(item, Item::Mod(m) if test_only(&m.attrs)))
         .last();
     match trailing_tests {
         Some(item) => item.span().start().line.saturating_sub(1),

@@ -198,6 +198,10 @@ fn a_trailing_test_module_and_test_files_do_not_count() {
     let report = check(dir.path()).unwrap();
     assert_eq!(over(&report), []);
     assert!(report.passed(), "{report}");
+    // Nor does a trailing declaration of a test file.
+    let declared = format!("{}#[cfg(test)]\nmod tests;\n", lines(700));
+    let dir = workspace(&[("lib.rs", "mod a;\n"), ("a.rs", &declared)]);
+    assert_eq!(over(&check(dir.path()).unwrap()), []);
     // A test module that is not last does not come off.
     let middle = format!("#[cfg(test)]\nmod tests {{\n}}\n{}", lines(701));
     let dir = workspace(&[("lib.rs", "mod a;\n"), ("a.rs", &middle)]);
