@@ -20,8 +20,9 @@ use cairn_core::spool::{
 };
 use cairn_core::{Error, Result};
 
+use super::handle::PgSpool;
 use super::row::{get, micros, run_id, state, u32_of};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::map;
 
 /// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].

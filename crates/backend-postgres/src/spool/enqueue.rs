@@ -26,10 +26,12 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::batched::PendingEnqueue;
+use super::handle::PgSpool;
 use super::keys::{group_lock_key, wake_channel};
-use super::lane::{answer, Lane, Reply};
+use super::lane::{answer, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::{map, rolled_back};
 
 /// Enqueues one batch takes at most (the statement binds 11 arrays of this length).
@@ -39,21 +41,6 @@ const MAX_BATCH: usize = 256;
 /// statement's snapshot ([`sql::ENQUEUE`] returns no row then), before giving up with
 /// [`Error::Retryable`].
 const ENQUEUE_RACES: usize = 16;
-
-/// One enqueue to batch: everything the statement binds.
-pub(super) struct PendingEnqueue {
-    id: RunId,
-    queue: QueueName,
-    key: DedupKey,
-    max_attempts: i32,
-    priority: i32,
-    now: i64,
-    due: i64,
-    payload: Vec<u8>,
-}
-
-/// The queue of enqueues and the lane that drains it.
-pub(super) type EnqueueLane = Lane<PendingEnqueue, Enqueued>;
 
 /// What one enqueue writes, whatever run id it tries.
 #[derive(Clone, Copy)]

@@ -13,9 +13,10 @@ use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
 use sqlx::PgConnection;
 
+use super::handle::PgSpool;
 use super::keys::{changed_too_often, CAS_ROUNDS};
 use super::row::{bytes_len, count, get, micros, state, ts};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::map;
 
 fn event_from(row: &PgRow) -> Result<Option<RunEvent>> {

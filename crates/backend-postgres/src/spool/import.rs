@@ -11,9 +11,10 @@ use cairn_core::spool::{
 };
 use cairn_core::{key64, Error, Result};
 
+use super::handle::PgSpool;
 use super::keys::wake_channel;
 use super::row::{count, get, run_id, ts};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::map;
 
 /// The key-derivation context of the per-source import locks.

@@ -3,8 +3,9 @@
 use cairn_core::spool::{check_limit, QueueName, RunFilter, RunId, RunInfo, SpoolStats, Timestamp};
 use cairn_core::Result;
 
+use super::handle::PgSpool;
 use super::row::{corrupt, count, get, opt_ts, run_info, state};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::map;
 
 pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {

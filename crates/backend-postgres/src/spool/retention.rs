@@ -4,8 +4,9 @@
 use cairn_core::spool::{EventMeta, RetentionPass, RunMeta};
 use cairn_core::Result;
 
+use super::handle::PgSpool;
 use super::row::{count, get, micros, run_id, ts};
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::map;
 
 pub(super) async fn retention_events_tx(s: &PgSpool, pass: &mut RetentionPass) -> Result<()> {

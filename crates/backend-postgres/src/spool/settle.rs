@@ -35,26 +35,18 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
+use super::batched::PendingAck;
+use super::handle::PgSpool;
 use super::keys::{changed_too_often, wake_channel, CAS_ROUNDS};
-use super::lane::{answer, Lane, Reply};
+use super::lane::{answer, Reply};
 use super::row::{
     bytes_len, claim_jitter, count, get, micros, next_attempt, run_id, state, u32_of, RunRow,
 };
-use super::{sql, PgSpool};
+use super::sql;
 use crate::error::{map, rolled_back};
 
 /// Acks one batch takes at most.
 const MAX_ACKS: usize = 256;
-
-/// One ack to batch.
-pub(super) struct PendingAck {
-    run: RunId,
-    token: LeaseToken,
-    now: Timestamp,
-}
-
-/// The queue of acks and the lane that drains it.
-pub(super) type AckLane = Lane<PendingAck, ()>;
 
 /// What the model's `Run::enter` does: a terminal state drops the lease, the due time and the
 /// cancel request and records when the run finished.

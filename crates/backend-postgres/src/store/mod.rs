@@ -45,14 +45,12 @@ use row::EventColumns;
 use crate::config::{PgOptions, SchemaName};
 use crate::db::Db;
 use crate::error::{map, rolled_back};
-#[cfg(doc)]
-use crate::migrate::PgMigrator;
 use crate::sql;
 
 /// The epoch log on PostgreSQL: a cloneable handle over one connection pool — the store's only
 /// pool: the spool ([`crate::PgSpool::from_store`]) and the migrator
-/// ([`PgMigrator::from_store`]: application sets, fleet registration and heartbeat) built from
-/// it run on it too.
+/// ([`crate::PgMigrator::from_store`]: application sets, fleet registration and heartbeat)
+/// built from it run on it too.
 ///
 /// Every separately opened `PgStore` is a separate "node": writers of one space are
 /// serialized across nodes by a transaction-scoped advisory lock whose key is derived from
@@ -69,7 +67,7 @@ pub struct PgStore {
 
 struct Inner {
     /// The store's one pool: the epoch log's, and the spool's and the migrator's built from
-    /// this store ([`crate::PgSpool::from_store`], [`PgMigrator::from_store`]).
+    /// this store ([`crate::PgSpool::from_store`], [`crate::PgMigrator::from_store`]).
     pool: PgPool,
     /// The options the store was opened with.
     opts: PgOptions,
