@@ -367,7 +367,7 @@ pub fn clip_reason(reason: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spool::{MAX_QUEUE_LEN, MAX_RUN_EVENT_ID};
+    use crate::spool::{Clock, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID};
 
     #[test]
     fn run_id_layout_and_round_trip() {
@@ -479,5 +479,81 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn every_limit_admits_its_bound_and_refuses_one_more() {
+        let q = "q".repeat(MAX_QUEUE_LEN);
+        assert_eq!(QueueName::new(q.clone()).unwrap().as_str(), q);
+        assert!(RunEventId::new(vec![1u8; MAX_RUN_EVENT_ID]).is_ok());
+        assert!(check_release_delay(MAX_LEASE).is_ok());
+        assert!(check_release_delay(MAX_LEASE + Duration::from_nanos(1)).is_err());
+        assert!(check_payload("p", 3, b"abc").is_ok());
+        assert!(check_payload("p", 3, b"abcd").is_err());
+        assert_eq!(
+            EnqueueOptions::default()
+                .max_attempts(MAX_ATTEMPTS_LIMIT)
+                .effective_max_attempts()
+                .unwrap(),
+            MAX_ATTEMPTS_LIMIT
+        );
+        assert!(EnqueueOptions::default()
+            .max_attempts(MAX_ATTEMPTS_LIMIT + 1)
+            .effective_max_attempts()
+            .is_err());
+    }
+
+    #[test]
+    fn an_enqueue_is_checked_before_the_clock_is_read() {
+        let clock = crate::spool::ManualClock::default();
+        let ok = check_enqueue(b"{}", &EnqueueOptions::default().max_attempts(3), &clock).unwrap();
+        assert_eq!(
+            ok,
+            CheckedEnqueue {
+                max_attempts: 3,
+                now: clock.now()
+            }
+        );
+        let big = vec![0u8; MAX_RUN_PAYLOAD + 1];
+        assert!(check_enqueue(&big, &EnqueueOptions::default(), &clock).is_err());
+        let zero = EnqueueOptions::default().max_attempts(0);
+        assert!(check_enqueue(b"", &zero, &clock).is_err());
+    }
+
+    #[test]
+    fn a_bulk_enqueue_is_bounded_in_items_and_bytes() {
+        let key = crate::spool::DedupKey::from_parts(["k"]).unwrap();
+        let item = |payload: Vec<u8>| EnqueueItem::new(key.clone(), payload);
+        let mixed = [
+            item(vec![]),
+            item(vec![]).with_options(EnqueueOptions::default().max_attempts(3)),
+        ];
+        assert_eq!(
+            check_enqueue_batch(&mixed).unwrap(),
+            vec![DEFAULT_MAX_ATTEMPTS, 3]
+        );
+        let full = vec![item(vec![]); MAX_ENQUEUE_BATCH];
+        assert_eq!(check_enqueue_batch(&full).unwrap().len(), MAX_ENQUEUE_BATCH);
+        let over = vec![item(vec![]); MAX_ENQUEUE_BATCH + 1];
+        assert!(matches!(
+            check_enqueue_batch(&over),
+            Err(Error::InvalidInput { .. })
+        ));
+        let per_item = MAX_ENQUEUE_BATCH_BYTES / MAX_RUN_PAYLOAD;
+        let mut heavy = vec![item(vec![0u8; MAX_RUN_PAYLOAD]); per_item];
+        assert!(
+            check_enqueue_batch(&heavy).is_ok(),
+            "exactly the byte limit"
+        );
+        heavy.push(item(vec![0u8; 1]));
+        assert!(matches!(
+            check_enqueue_batch(&heavy),
+            Err(Error::InvalidInput { .. })
+        ));
+        let bad_item = [item(vec![]), item(vec![0u8; MAX_RUN_PAYLOAD + 1])];
+        assert!(matches!(
+            check_enqueue_batch(&bad_item),
+            Err(Error::InvalidBatchItem { index: 1, .. })
+        ));
     }
 }

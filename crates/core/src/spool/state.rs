@@ -221,3 +221,22 @@ pub fn closed_reason(state: RunState, closed: bool) -> String {
         (false, _) => format!("it is {state}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_streams_round_trip_through_their_stored_form() {
+        for (stream, stored, name) in [
+            (EventStream::Open, Some(false), "open"),
+            (EventStream::Closed, Some(true), "closed"),
+            (EventStream::Unmarked, None, "unmarked"),
+        ] {
+            assert_eq!(stream.to_stored(), stored);
+            assert_eq!(EventStream::from_stored(stored), stream);
+            assert_eq!(stream.as_str(), name);
+            assert_eq!(stream.is_closed(), stream == EventStream::Closed);
+        }
+    }
+}
