@@ -17,16 +17,18 @@
 //! Postgres backend:
 //! - `open`: the open (the file's checks, cairn's migration set, the connections, the identity
 //!   watcher), and the writer (alone or grouped) and the read connections it lends;
-//! - `append`: [`append_tx`], with [`insert_epoch`] and [`cache_sole_head`];
-//! - `read`: [`probe`] (next seq and cache rows in one statement), [`working_heads`] (the cache
-//!   when current, else the anti-join), [`anti_join`], [`max_seq`], [`epoch_seq`], and the reads
-//!   [`heads_tx`], [`events_since_tx`], [`epoch_tx`], [`recent_epochs_q`], [`list_spaces_q`];
+//! - `append`: [`append_tx`], with [`append::insert_epoch`] and [`append::cache_sole_head`];
+//! - `read`: [`read::probe`] (next seq and cache rows in one statement), [`read::working_heads`]
+//!   (the cache when current, else the anti-join), [`anti_join`], [`max_seq`],
+//!   [`read::epoch_seq`], and the reads [`heads_tx`], [`events_since_tx`], [`epoch_tx`],
+//!   [`recent_epochs_q`], [`list_spaces_q`];
 //! - `import`: [`import_tx`];
-//! - `repair`: [`repair_tx`], with `cache_exact`, and the diagnostics' [`cached_heads`];
+//! - `repair`: [`repair_tx`], with [`repair::cache_exact`], and the diagnostics'
+//!   [`cached_heads`];
 //! - `row`: row conversions.
 //!
 //! Where Postgres keeps `probe` and `working_heads` in `append`, SQLite reads the heads through
-//! them too (a current cache answers [`heads_tx`]), so they are reads here.
+//! them too (a current cache answers `heads_tx`), so they are reads here.
 
 mod append;
 mod import;
