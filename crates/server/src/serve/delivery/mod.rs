@@ -1,6 +1,6 @@
 //! The delivery worker: forwards pending runs' event batches to a collector.
 //!
-//! It is the spool's consumer loop ([`ConsumerBuilder`]) over one queue (default `telemetry`),
+//! It is the spool's consumer loop ([`ConsumerBuilder`](cairn::spool::ConsumerBuilder)) over one queue (default `telemetry`),
 //! one run at a time so runs reach the collector in claim order (priority, then enqueue
 //! order). It wakes on [`Spool::subscribe`](cairn::Spool::subscribe), so runs that another
 //! process enqueued straight into the store (`cairn enqueue` with no server) are delivered
@@ -23,9 +23,9 @@
 //! arrive any more and every event ever accepted was delivered — an append that raced the
 //! worker's last read either committed before the close (and is read) or is refused with 409.
 //! A run that is not closed yet is given back once its events so far are delivered
-//! ([`Outcome::Release`]: no attempt spent) and taken again after `delivery.poll_ms`, so
+//! ([`Outcome::Release`](cairn::spool::Outcome::Release): no attempt spent) and taken again after `delivery.poll_ms`, so
 //! other runs are not held up behind it. A run written by an older build (or imported) carries
-//! no close mark ([`EventStream::Unmarked`]): the worker closes it itself when it takes it, then
+//! no close mark ([`EventStream::Unmarked`](cairn::spool::EventStream::Unmarked)): the worker closes it itself when it takes it, then
 //! delivers it as above, so an append after that is refused rather than lost. A run is POSTed
 //! when the worker first takes it even if it holds no event yet (a batch with no events), so
 //! the collector learns of every run; a closed run is POSTed at least once.
@@ -33,7 +33,7 @@
 //! Credential problems never park a run and spend no attempt: a missing or refused token
 //! (401, 403, and 431, since the token is the only header of ours that can be too large) is
 //! this server's problem, not the run's. The worker gives the run back at once
-//! ([`Outcome::Release`], which returns the claim's attempt) with a wait taken from a refusal
+//! ([`Outcome::Release`](cairn::spool::Outcome::Release), which returns the claim's attempt) with a wait taken from a refusal
 //! streak shared by all runs (the collector refuses the server's token, not a run): it starts
 //! at `delivery.retry_base_ms` and doubles to `delivery.retry_cap_ms`, and is reset by any
 //! delivered batch. Until the wait is over deliveries pause: a run taken meanwhile is given
