@@ -44,7 +44,7 @@ pub(super) struct Runs {
     /// Row 9: end-to-end latency.
     pub(super) latency: Vec<LatencyRun>,
     /// CPU use while each row ran (cairn only: the peers run in another process), in the order
-    /// of [`rows`] (1, 2, 3, 4 with N producers), then row 6.
+    /// of [`rows`](super::rows) (1, 2, 3, 4 with N producers), then row 6.
     pub(super) cpu: [Vec<CpuUse>; 5],
 }
 
