@@ -25,8 +25,9 @@ use std::fmt;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    CancelOutcome, CloseOutcome, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
-    FactName, FactOutcome, QueueName, RunEventId, RunId,
+    check_enqueue, check_enqueue_batch, CancelOutcome, CheckedEnqueue, CloseOutcome, DedupKey,
+    EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, QueueName,
+    RunEventId, RunId, Spool,
 };
 use cairn_core::{failed_transaction, Appended, Error, Event, Result, SpaceId, Transaction};
 use sqlx::{Connection, PgConnection, Postgres, Row};
@@ -112,7 +113,13 @@ impl PgSpool {
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = enqueue::enqueue_on(self, conn, queue, key, payload, options).await;
+        let r = match check_enqueue(&payload, &options, self.clock()) {
+            Ok(CheckedEnqueue { max_attempts, now }) => {
+                enqueue::enqueue_on(self, conn, queue, key, payload, options, max_attempts, now)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         leave_schema(conn, old, r).await
     }
 
@@ -128,7 +135,12 @@ impl PgSpool {
         items: Vec<EnqueueItem>,
     ) -> Result<Vec<Enqueued>> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = enqueue::enqueue_many_on(self, conn, queue, &items).await;
+        let r = match check_enqueue_batch(&items) {
+            Ok(attempts) => {
+                enqueue::enqueue_many_on(self, conn, queue, &items, &attempts, self.now()).await
+            }
+            Err(e) => Err(e),
+        };
         leave_schema(conn, old, r).await
     }
 
@@ -139,7 +151,7 @@ impl PgSpool {
     /// As [`cairn_core::Spool::cancel`] and [`PgSpool::enqueue_in`].
     pub async fn cancel_in(&self, conn: &mut PgConnection, run: RunId) -> Result<CancelOutcome> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = settle::cancel_on(self, conn, run).await;
+        let r = settle::cancel_on(self, conn, run, self.now()).await;
         leave_schema(conn, old, r).await
     }
 
@@ -156,7 +168,7 @@ impl PgSpool {
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = events::append_event_on(self, conn, run, event_id, payload).await;
+        let r = events::append_event_on(conn, run, event_id, payload, self.now()).await;
         leave_schema(conn, old, r).await
     }
 }
@@ -252,7 +264,14 @@ impl Transaction for PgTransaction {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let r = enqueue::enqueue_on(&self.spool, &mut self.tx, queue, key, payload, options).await;
+        let r = match check_enqueue(&payload, &options, self.spool.clock()) {
+            Ok(CheckedEnqueue { max_attempts, now }) => {
+                let (spool, conn) = (&self.spool, &mut *self.tx);
+                enqueue::enqueue_on(spool, conn, queue, key, payload, options, max_attempts, now)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         self.track(r)
     }
 
@@ -261,12 +280,20 @@ impl Transaction for PgTransaction {
         queue: &QueueName,
         items: Vec<EnqueueItem>,
     ) -> Result<Vec<Enqueued>> {
-        let r = enqueue::enqueue_many_on(&self.spool, &mut self.tx, queue, &items).await;
+        let r = match check_enqueue_batch(&items) {
+            Ok(attempts) => {
+                let now = self.spool.now();
+                let (spool, conn) = (&self.spool, &mut *self.tx);
+                enqueue::enqueue_many_on(spool, conn, queue, &items, &attempts, now).await
+            }
+            Err(e) => Err(e),
+        };
         self.track(r)
     }
 
     async fn cancel(&mut self, run: RunId) -> Result<CancelOutcome> {
-        let r = settle::cancel_on(&self.spool, &mut self.tx, run).await;
+        let now = self.spool.now();
+        let r = settle::cancel_on(&self.spool, &mut self.tx, run, now).await;
         self.track(r)
     }
 
@@ -276,7 +303,8 @@ impl Transaction for PgTransaction {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
-        let r = events::append_event_on(&self.spool, &mut self.tx, run, event_id, payload).await;
+        let now = self.spool.now();
+        let r = events::append_event_on(&mut self.tx, run, event_id, payload, now).await;
         self.track(r)
     }
 
@@ -291,7 +319,8 @@ impl Transaction for PgTransaction {
         name: &FactName,
         value: Vec<u8>,
     ) -> Result<FactOutcome> {
-        let r = events::set_fact_on(&self.spool, &mut self.tx, run, name, value).await;
+        let now = self.spool.now();
+        let r = events::set_fact_on(&mut self.tx, run, name, value, now).await;
         self.track(r)
     }
 

@@ -79,18 +79,18 @@ impl ClaimWrites {
     }
 }
 
-/// Claims up to `limit` runs of `queue` for `consumer`: in one statement when it can, else in
-/// a transaction that also settles the queue's expired leases.
+/// Claims up to `limit` runs of `queue` for `consumer` at `now`: in one statement when it can,
+/// else in a transaction that also settles the queue's expired leases.
 pub(super) async fn claim_tx(
     s: &PgSpool,
     queue: &QueueName,
     consumer: &ConsumerId,
     lease: Duration,
     limit: usize,
+    now: Timestamp,
 ) -> Result<Vec<Claimed>> {
     check_limit(limit)?;
     check_lease(lease)?;
-    let now = s.now();
     if one_statement_claims(s) {
         if let Some(claimed) = claim_queued(s, queue, consumer, lease, limit, now).await? {
             #[cfg(feature = "testkit")]

@@ -20,8 +20,8 @@
 use std::collections::HashMap;
 
 use cairn_core::spool::{
-    check_enqueue, check_enqueue_batch, transition, Action, CheckedEnqueue, DedupKey, EnqueueItem,
-    EnqueueOptions, Enqueued, QueueName, RunId, RunState, Spool, SupersedeGroup, Timestamp,
+    transition, Action, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, QueueName, RunId,
+    RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
@@ -53,16 +53,18 @@ struct NewRun<'a> {
     now: Timestamp,
 }
 
-/// Enqueues `payload` under `(queue, key)`: batched when it has no supersede group, else (and
-/// when its batch did not settle it) on the unbatched path.
+/// Enqueues `payload` under `(queue, key)` (checked by the caller: `max_attempts` and `now` are
+/// what [`cairn_core::spool::check_enqueue`] answered): batched when it has no supersede group,
+/// else (and when its batch did not settle it) on the unbatched path.
 pub(super) async fn enqueue_tx(
     s: &PgSpool,
     queue: &QueueName,
     key: &DedupKey,
     payload: Vec<u8>,
     options: EnqueueOptions,
+    max_attempts: u32,
+    now: Timestamp,
 ) -> Result<Enqueued> {
-    let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, s.clock())?;
     let new = NewRun {
         queue,
         key,
@@ -264,7 +266,9 @@ async fn enqueue_many(s: &PgSpool, batch: Vec<(PendingEnqueue, Reply<Enqueued>)>
 /// after the statement's snapshot is read again on a new one, under REPEATABLE READ and
 /// SERIALIZABLE it fails with a serialization error ([`Error::Retryable`]: retry the whole
 /// transaction). An id collision (a unique violation, which aborts the transaction) is
-/// returned, not retried.
+/// returned, not retried. The caller checked the input (`max_attempts` and `now` are what
+/// [`cairn_core::spool::check_enqueue`] answered).
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn enqueue_on(
     s: &PgSpool,
     conn: &mut PgConnection,
@@ -272,8 +276,9 @@ pub(crate) async fn enqueue_on(
     key: &DedupKey,
     payload: Vec<u8>,
     options: EnqueueOptions,
+    max_attempts: u32,
+    now: Timestamp,
 ) -> Result<Enqueued> {
-    let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, s.clock())?;
     let new = NewRun {
         queue,
         key,
@@ -308,15 +313,16 @@ const BULK_CHUNK: usize = 1000;
 /// group by one [`sql::ENQUEUE_MANY`] each (at most [`BULK_CHUNK`]), an item with one alone,
 /// after every group's lock (taken up front in key order, so concurrent batches cannot
 /// deadlock on them) — then the keys that were already stored are read in one statement. Later items of a key answer its first
-/// item's run. Wake-ups are `NOTIFY`s, delivered on commit.
+/// item's run. Wake-ups are `NOTIFY`s, delivered on commit. The caller checked the batch:
+/// `attempts` are what [`cairn_core::spool::check_enqueue_batch`] answered for `items`.
 pub(crate) async fn enqueue_many_on(
     s: &PgSpool,
     conn: &mut PgConnection,
     queue: &QueueName,
     items: &[EnqueueItem],
+    attempts: &[u32],
+    now: Timestamp,
 ) -> Result<Vec<Enqueued>> {
-    let attempts = check_enqueue_batch(items)?;
-    let now = s.now();
     // The first item of each key, by index; the others answer from it.
     let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(items.len());
     let mut source = Vec::with_capacity(items.len());
@@ -362,7 +368,7 @@ pub(crate) async fn enqueue_many_on(
             let run_nos: Vec<i64> = chunk.iter().map(|&(_, n)| n).collect();
             let rows = Plain {
                 items,
-                attempts: &attempts,
+                attempts,
                 indices: &plain,
                 run_nos: Some(&run_nos),
             };
@@ -383,7 +389,7 @@ pub(crate) async fn enqueue_many_on(
             }
             let rows = Plain {
                 items,
-                attempts: &attempts,
+                attempts,
                 indices: &plain,
                 run_nos: None,
             };
@@ -411,7 +417,7 @@ pub(crate) async fn enqueue_many_on(
         }
         let rows = Plain {
             items,
-            attempts: &attempts,
+            attempts,
             indices: &plain,
             run_nos: None,
         };
@@ -581,24 +587,28 @@ async fn enqueue_many_statement<'e>(
 /// [`cairn_core::Spool::enqueue_many`] on the pool: [`enqueue_many_on`] in one READ COMMITTED
 /// transaction of its own, run again (at most [`BULK_DEADLOCK_ROUNDS`] times in all) when the
 /// server chose it as a deadlock's victim — possible only for batches with supersede groups,
-/// whose rows go in input order — since nothing of it was written then.
+/// whose rows go in input order — since nothing of it was written then. The caller checked the
+/// batch (`attempts`, see [`enqueue_many_on`]) and read `now`, which the first round writes.
+///
+/// **The clock is read here again** for every later round: a round run again after a
+/// deadlock is a new transaction, begun after the server's deadlock wait, and its runs carry
+/// the time that round writes them (as they always have), not the time of the failed round.
 pub(super) async fn enqueue_many_tx(
     s: &PgSpool,
     queue: &QueueName,
     items: Vec<EnqueueItem>,
+    attempts: &[u32],
+    now: Timestamp,
 ) -> Result<Vec<Enqueued>> {
-    check_enqueue_batch(&items)?;
-    if items.is_empty() {
-        return Ok(Vec::new());
-    }
     let mut round = 1;
     loop {
+        let now = if round == 1 { now } else { s.now() };
         let mut tx = s
             .pool()
             .begin_with(crate::sql::BEGIN_READ_COMMITTED)
             .await
             .map_err(map)?;
-        let done = match enqueue_many_on(s, &mut tx, queue, &items).await {
+        let done = match enqueue_many_on(s, &mut tx, queue, &items, attempts, now).await {
             Ok(done) => done,
             Err(e) if round < BULK_DEADLOCK_ROUNDS && is_deadlock(&e) => {
                 drop(tx);

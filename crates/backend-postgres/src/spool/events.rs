@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use cairn_core::spool::{
     check_append, check_limit, check_payload, check_producer_event_id, CloseOutcome, EventAppended,
-    EventStream, FactName, FactOutcome, RunEvent, RunEventId, RunId, MAX_ACK_IDS, MAX_FACT_VALUE,
-    MAX_RUN_EVENT_PAYLOAD,
+    EventStream, FactName, FactOutcome, RunEvent, RunEventId, RunId, Timestamp, MAX_ACK_IDS,
+    MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -38,12 +38,13 @@ pub(super) async fn append_event_tx(
     run: RunId,
     event_id: &RunEventId,
     payload: Vec<u8>,
+    now: Timestamp,
 ) -> Result<EventAppended> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
     // Behind a transaction-mode pooler the statement runs in the checkout's transaction, which
     // a lost race for a new id (a unique violation) aborts: the next round needs a new one.
     let restart = s.restart_sql();
-    let done = append_rounds(s, &mut conn, run, event_id, payload, restart.as_deref()).await;
+    let done = append_rounds(&mut conn, run, event_id, payload, now, restart.as_deref()).await;
     s.finish(conn, done).await
 }
 
@@ -51,29 +52,28 @@ pub(super) async fn append_event_tx(
 /// connection in autocommit, or inside a transaction (the caller's), which then holds the run
 /// row's lock until it ends.
 pub(crate) async fn append_event_on(
-    s: &PgSpool,
     conn: &mut PgConnection,
     run: RunId,
     event_id: &RunEventId,
     payload: Vec<u8>,
+    now: Timestamp,
 ) -> Result<EventAppended> {
-    append_rounds(s, conn, run, event_id, payload, None).await
+    append_rounds(conn, run, event_id, payload, now, None).await
 }
 
 /// [`append_event_on`]; `restart`, when given, is sent after a lost race for a new id before
 /// the next round (behind a transaction-mode pooler: it rolls the aborted checkout
 /// transaction back and opens a new one, see [`PgSpool::restart_sql`]).
 async fn append_rounds(
-    s: &PgSpool,
     conn: &mut PgConnection,
     run: RunId,
     event_id: &RunEventId,
     payload: Vec<u8>,
+    now: Timestamp,
     restart: Option<&str>,
 ) -> Result<EventAppended> {
     check_producer_event_id(event_id)?;
     check_payload("run event payload", MAX_RUN_EVENT_PAYLOAD, &payload)?;
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let row = sqlx::query(sql::APPEND_EVENT)
             .bind(run.as_bytes().as_slice())
@@ -203,23 +203,23 @@ pub(super) async fn set_fact_tx(
     run: RunId,
     name: &FactName,
     value: Vec<u8>,
+    now: Timestamp,
 ) -> Result<FactOutcome> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    let done = set_fact_on(s, &mut conn, run, name, value).await;
+    let done = set_fact_on(&mut conn, run, name, value, now).await;
     s.finish(conn, done).await
 }
 
 /// [`set_fact_tx`] on `conn` (its input checked first): in autocommit, or inside a transaction
 /// (the caller's), whose uncommitted fact makes other writers of the same fact wait for it.
 pub(crate) async fn set_fact_on(
-    s: &PgSpool,
     conn: &mut PgConnection,
     run: RunId,
     name: &FactName,
     value: Vec<u8>,
+    now: Timestamp,
 ) -> Result<FactOutcome> {
     check_payload("fact value", MAX_FACT_VALUE, &value)?;
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let row = sqlx::query(sql::SET_FACT)
             .bind(run.as_bytes().as_slice())

@@ -75,9 +75,9 @@ pub(super) async fn import_runs_tx(
     s: &PgSpool,
     source: &ImportSource,
     runs: Vec<ImportedRun>,
+    now: Timestamp,
 ) -> Result<RunImportOutcome> {
     check_import(source, &runs)?;
-    let now = s.inner.clock.now();
     let schema = &s.inner.schema;
     let mut tx = s.pool().begin().await.map_err(map)?;
     sqlx::query(sql::LOCK_IMPORT)

@@ -49,7 +49,10 @@
 //! itself; a subscription also returns every [`WAKE_POLL`] (see [`PgSpool::set_wake_poll`]) as
 //! a fallback poll.
 //!
-//! Time comes from the spool's [`Clock`], never from the server's `now()`.
+//! Time comes from the spool's [`Clock`], never from the server's `now()`. Each operation reads
+//! it once, here (or, inside a transaction, in `crate::tx`), and hands `now` to its step, as
+//! the SQLite spool does; the one step that reads it again is `enqueue_many_tx`, for a round it
+//! runs again after a deadlock (see there).
 
 /// A write the spool sends outside a transaction of its own (`$on`: the executor it runs on),
 /// committed before the operation goes on. On a direct connection `$on` is the pool, as always
@@ -100,11 +103,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    Action, CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
-    ImportedRun, LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPass,
-    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
-    RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
+    check_enqueue, check_enqueue_batch, Action, CancelOutcome, CheckedEnqueue, Claimed, Clock,
+    CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
+    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
+    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
+    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
+    Timestamp, Unparked, Wakeup,
 };
 use cairn_core::Result;
 
@@ -125,7 +129,8 @@ impl Spool for PgSpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        enqueue::enqueue_tx(self, queue, key, payload, options).await
+        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
+        enqueue::enqueue_tx(self, queue, key, payload, options, max_attempts, now).await
     }
 
     async fn enqueue_many(
@@ -133,7 +138,11 @@ impl Spool for PgSpool {
         queue: &QueueName,
         items: Vec<EnqueueItem>,
     ) -> Result<Vec<Enqueued>> {
-        enqueue::enqueue_many_tx(self, queue, items).await
+        let attempts = check_enqueue_batch(&items)?;
+        if items.is_empty() {
+            return Ok(Vec::new());
+        }
+        enqueue::enqueue_many_tx(self, queue, items, &attempts, self.now()).await
     }
 
     async fn claim(
@@ -143,15 +152,15 @@ impl Spool for PgSpool {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Claimed>> {
-        claim::claim_tx(self, queue, consumer, lease, limit).await
+        claim::claim_tx(self, queue, consumer, lease, limit, self.now()).await
     }
 
     async fn heartbeat(&self, run: RunId, token: LeaseToken, lease: Duration) -> Result<Heartbeat> {
-        settle::heartbeat_tx(self, run, token, lease).await
+        settle::heartbeat_tx(self, run, token, lease, self.now()).await
     }
 
     async fn ack(&self, run: RunId, token: LeaseToken) -> Result<()> {
-        settle::ack_tx(self, run, token).await
+        settle::ack_tx(self, run, token, self.now()).await
     }
 
     async fn nack(
@@ -161,11 +170,11 @@ impl Spool for PgSpool {
         kind: NackKind,
         reason: &str,
     ) -> Result<Nacked> {
-        settle::nack_tx(self, run, token, kind, reason).await
+        settle::nack_tx(self, run, token, kind, reason, self.now()).await
     }
 
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
-        settle::cancel_tx(self, run).await
+        settle::cancel_tx(self, run, self.now()).await
     }
 
     async fn close_run(&self, run: RunId) -> Result<CloseOutcome> {
@@ -173,15 +182,15 @@ impl Spool for PgSpool {
     }
 
     async fn release(&self, run: RunId, token: LeaseToken, delay: Duration) -> Result<Nacked> {
-        settle::release_tx(self, run, token, delay).await
+        settle::release_tx(self, run, token, delay, self.now()).await
     }
 
     async fn retry_parked(&self, run: RunId, by: &str) -> Result<Unparked> {
-        settle::unpark_tx(self, run, Action::Requeue, by).await
+        settle::unpark_tx(self, run, Action::Requeue, by, self.now()).await
     }
 
     async fn discard(&self, run: RunId, by: &str) -> Result<Unparked> {
-        settle::unpark_tx(self, run, Action::Discard, by).await
+        settle::unpark_tx(self, run, Action::Discard, by, self.now()).await
     }
 
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
@@ -206,7 +215,7 @@ impl Spool for PgSpool {
         event_id: &RunEventId,
         payload: Vec<u8>,
     ) -> Result<EventAppended> {
-        events::append_event_tx(self, run, event_id, payload).await
+        events::append_event_tx(self, run, event_id, payload, self.now()).await
     }
 
     async fn events(&self, run: RunId, after: u64, limit: usize) -> Result<Vec<RunEvent>> {
@@ -228,7 +237,7 @@ impl Spool for PgSpool {
     }
 
     async fn set_fact(&self, run: RunId, name: &FactName, value: Vec<u8>) -> Result<FactOutcome> {
-        events::set_fact_tx(self, run, name, value).await
+        events::set_fact_tx(self, run, name, value, self.now()).await
     }
 
     async fn facts(&self, run: RunId) -> Result<BTreeMap<FactName, Vec<u8>>> {
@@ -255,7 +264,7 @@ impl Spool for PgSpool {
         source: &ImportSource,
         runs: Vec<ImportedRun>,
     ) -> Result<RunImportOutcome> {
-        import::import_runs_tx(self, source, runs).await
+        import::import_runs_tx(self, source, runs, self.now()).await
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {

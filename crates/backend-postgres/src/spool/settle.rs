@@ -117,9 +117,9 @@ pub(super) async fn heartbeat_tx(
     run: RunId,
     token: LeaseToken,
     lease: Duration,
+    now: Timestamp,
 ) -> Result<Heartbeat> {
     check_lease(lease)?;
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
@@ -142,8 +142,12 @@ pub(super) async fn heartbeat_tx(
     Err(changed_too_often(run))
 }
 
-pub(super) async fn ack_tx(s: &PgSpool, run: RunId, token: LeaseToken) -> Result<()> {
-    let now = s.now();
+pub(super) async fn ack_tx(
+    s: &PgSpool,
+    run: RunId,
+    token: LeaseToken,
+    now: Timestamp,
+) -> Result<()> {
     let succeeded = transition(RunState::Claimed, Action::Ack)?;
     // Concurrent acks share one statement (the ack lane); a lone ack, and one the
     // batch did not apply, runs the single statement below.
@@ -183,8 +187,8 @@ pub(super) async fn nack_tx(
     token: LeaseToken,
     kind: NackKind,
     reason: &str,
+    now: Timestamp,
 ) -> Result<Nacked> {
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
@@ -233,9 +237,9 @@ pub(super) async fn release_tx(
     run: RunId,
     token: LeaseToken,
     delay: Duration,
+    now: Timestamp,
 ) -> Result<Nacked> {
     check_release_delay(delay)?;
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let before = read_existing(s.pool(), run).await?;
         check_token(run, before.token, token)?;
@@ -277,9 +281,9 @@ pub(super) async fn release_tx(
     Err(changed_too_often(run))
 }
 
-pub(super) async fn cancel_tx(s: &PgSpool, run: RunId) -> Result<CancelOutcome> {
+pub(super) async fn cancel_tx(s: &PgSpool, run: RunId, now: Timestamp) -> Result<CancelOutcome> {
     let mut conn = s.pool().acquire().await.map_err(map)?;
-    let done = cancel_on(s, &mut conn, run).await;
+    let done = cancel_on(s, &mut conn, run, now).await;
     s.finish(conn, done).await
 }
 
@@ -289,8 +293,8 @@ pub(crate) async fn cancel_on(
     s: &PgSpool,
     conn: &mut PgConnection,
     run: RunId,
+    now: Timestamp,
 ) -> Result<CancelOutcome> {
-    let now = s.now();
     for _ in 0..CAS_ROUNDS {
         let before = read_existing(&mut *conn, run).await?;
         let to = transition(before.state, Action::Cancel)?;
@@ -320,9 +324,9 @@ pub(super) async fn unpark_tx(
     run: RunId,
     action: Action,
     by: &str,
+    now: Timestamp,
 ) -> Result<Unparked> {
     check_operator(by)?;
-    let now = s.now();
     let mut tx = s.pool().begin().await.map_err(map)?;
     // The row is locked (FOR UPDATE) from the first statement: a refusal rolls back before it
     // answers (see `crate::error::rolled_back`).
