@@ -290,6 +290,15 @@ impl SchemaName {
                 "must match [a-z_][a-z0-9_]{0,62}",
             ));
         }
+        // The server's own schemas: `pg_*` cannot be created and `pg_catalog` must not be
+        // written to; `information_schema` exists in every database and would take cairn's
+        // tables as a superuser's.
+        if name.starts_with("pg_") || name == "information_schema" {
+            return Err(Error::invalid(
+                "postgres schema name",
+                format!("`{name}` is a schema of the server itself; name a schema of your own"),
+            ));
+        }
         Ok(Self(name.to_owned()))
     }
 
@@ -333,7 +342,14 @@ mod tests {
 
     #[test]
     fn schema_names_are_validated() {
-        for ok in ["public", "_x", "cairn_t_0123abcd", &"a".repeat(63)] {
+        for ok in [
+            "public",
+            "_x",
+            "cairn_t_0123abcd",
+            "pgx",
+            "my_pg_",
+            &"a".repeat(63),
+        ] {
             assert!(SchemaName::parse(ok).is_ok(), "{ok}");
         }
         for bad in [
@@ -344,6 +360,11 @@ mod tests {
             "a\"; drop schema public; --",
             "é",
             &"a".repeat(64),
+            // The server's own schemas.
+            "information_schema",
+            "pg_catalog",
+            "pg_toast",
+            "pg_anything",
         ] {
             assert!(
                 matches!(SchemaName::parse(bad), Err(Error::InvalidInput { .. })),

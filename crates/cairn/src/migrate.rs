@@ -275,16 +275,22 @@ pub fn additivity_engine(
     let location = match scheme {
         // The SQLite check never touches a file: any path names its engine.
         Scheme::Sqlite => DatabaseUrl::parse(":memory:")?,
-        Scheme::Postgres => postgres_url
-            .map(DatabaseUrl::parse)
-            .transpose()?
-            .filter(|url| url.scheme() == Scheme::Postgres)
-            .ok_or_else(|| {
+        Scheme::Postgres => {
+            let url = postgres_url.ok_or_else(|| {
                 Error::invalid(
                     "additivity check",
                     "the Postgres engine needs a server URL for its throwaway schemas",
                 )
-            })?,
+            })?;
+            let url = DatabaseUrl::parse(url)?;
+            if url.scheme() != Scheme::Postgres {
+                return Err(Error::invalid(
+                    "additivity check",
+                    "the Postgres engine's server URL is not a postgres:// URL",
+                ));
+            }
+            url
+        }
     };
     crate::engine::engine(&location)?.additivity()
 }

@@ -74,6 +74,15 @@ impl DatabaseUrl {
                         "the sqlite:// URL names no file",
                     ));
                 }
+                // `sqlite://user:secret@host/x` would otherwise name a directory `user:secret@host`
+                // and echo the secret in every message about the path.
+                if rest.split('/').next().is_some_and(|first| first.contains('@')) {
+                    return Err(Error::invalid(
+                        "database URL",
+                        "a sqlite:// URL takes no user name, password or host; name the file \
+                         (a path whose first part holds `@` can be given without sqlite://)",
+                    ));
+                }
                 // A query would otherwise become part of the file's name (`p.db?mode=ro`);
                 // cairn reads no SQLite URL parameter, so any is refused.
                 if let Some((_, query)) = rest.split_once('?') {
@@ -329,6 +338,25 @@ mod tests {
 
     /// Issue 44 item 4.6: `sqlite:///…/p.db?mode=ro` created a file named `p.db?mode=ro`; a
     /// query in a `sqlite://` URL is refused, naming its key.
+    #[test]
+    fn a_sqlite_url_with_credentials_is_refused_without_echoing_them() {
+        for url in [
+            "sqlite://u:hunter2@/x.db",
+            "sqlite://u:hunter2@host/x.db",
+            "sqlite://@/x",
+        ] {
+            let err = DatabaseUrl::parse(url).err().expect("refused").to_string();
+            assert!(!err.contains("hunter2"), "{err}");
+            assert!(err.contains("no user name"), "{err}");
+        }
+        // A bare path may hold `@` anywhere; so may a sqlite:// path after its first part.
+        assert_eq!(sqlite_path("a@b/x.db"), PathBuf::from("a@b/x.db"));
+        assert_eq!(
+            sqlite_path("sqlite://dir/a@b.db"),
+            PathBuf::from("dir/a@b.db")
+        );
+    }
+
     #[test]
     fn a_sqlite_url_with_a_query_is_refused() {
         for (url, key) in [

@@ -751,3 +751,24 @@ async fn a_contract_revision_waits_for_older_builds_or_is_forced_on_both_backend
         loc.cleanup().await;
     }
 }
+
+#[test]
+fn the_postgres_additivity_engine_needs_a_postgres_url_and_says_which_is_missing() {
+    use cairn::migrate::additivity_engine;
+    let message = |url: Option<&str>| match additivity_engine(Scheme::Postgres, url) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("{url:?} was taken"),
+    };
+    assert!(
+        message(None).contains("needs a server URL"),
+        "{}",
+        message(None)
+    );
+    let not_pg = message(Some("sqlite:///tmp/x.db"));
+    assert!(not_pg.contains("not a postgres:// URL"), "{not_pg}");
+    let foreign = message(Some("mysql://u:hunter2@h/db"));
+    assert!(
+        foreign.contains("unsupported scheme") && !foreign.contains("hunter2"),
+        "{foreign}"
+    );
+}
