@@ -104,6 +104,30 @@ mod tests {
     const S: fn(u64) -> Duration = Duration::from_secs;
 
     #[test]
+    fn a_runs_delay_is_jittered_by_its_own_seed() {
+        let policy = BackoffPolicy::default();
+        let queue = QueueName::new("q").unwrap();
+        let (a, b) = (
+            DedupKey::from_parts(["a"]).unwrap(),
+            DedupKey::from_parts(["b"]).unwrap(),
+        );
+        for attempt in 1..=4 {
+            let delay = policy.delay_for(&queue, &a, attempt);
+            assert_eq!(
+                delay,
+                policy.delay(attempt, jitter_seed(&queue, &a, attempt))
+            );
+            let ceiling = backoff_ceiling(attempt, policy.base, policy.cap);
+            assert!(
+                delay >= ceiling / 2 && delay <= ceiling,
+                "{delay:?} of {ceiling:?}"
+            );
+        }
+        // Another key's retries are spread differently.
+        assert!((1..=8).any(|n| policy.delay_for(&queue, &a, n) != policy.delay_for(&queue, &b, n)));
+    }
+
+    #[test]
     fn default_policy_doubles_to_sixty_seconds() {
         let ceilings: Vec<Duration> = (1..=8).map(|a| backoff_ceiling(a, S(1), S(60))).collect();
         assert_eq!(
