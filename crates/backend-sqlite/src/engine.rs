@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use cairn_core::{Error, Result};
+use cairn_core::Result;
 use cairn_migrate::additivity::AdditivityEngine;
 use cairn_migrate::backend::{Backend, Engine, EngineOptions};
 use cairn_migrate::{Diagnostics, MigrationBackend, OpenOptions};
@@ -14,6 +14,7 @@ use crate::additivity::SqliteAdditivity;
 use crate::backend::SqliteBackend;
 use crate::config::SqliteOptions;
 use crate::diagnostics::SqliteDiagnostics;
+use crate::files;
 use crate::migrate::SqliteMigrator;
 
 /// One SQLite store location: the file at a path. Constructing it touches nothing.
@@ -58,10 +59,8 @@ impl Engine for SqliteEngine {
     /// A [`SqliteMigrator`] of the file; with `create_if_missing` off a missing file is
     /// refused here, before any connection could create it.
     fn migrator(&self, create_if_missing: bool) -> Result<Arc<dyn MigrationBackend>> {
-        if !create_if_missing && !exists_no_follow(&self.path)? {
-            return Err(Error::NotFound {
-                what: format!("cairn store at {}", self.path.display()),
-            });
+        if !create_if_missing && !files::exists(&self.path)? {
+            return Err(files::no_store(&self.path));
         }
         let opts = SqliteOptions::default().create_if_missing(create_if_missing);
         Ok(Arc::new(SqliteMigrator::new(&self.path, opts)))
@@ -69,7 +68,7 @@ impl Engine for SqliteEngine {
 
     /// Whether anything (a file, or a symlink, dangling or not) sits at the path.
     async fn location_exists(&self) -> Result<bool> {
-        exists_no_follow(&self.path)
+        files::exists(&self.path)
     }
 
     fn diagnostics(&self) -> Result<Arc<dyn Diagnostics>> {
@@ -79,18 +78,5 @@ impl Engine for SqliteEngine {
     /// The in-memory check; it never touches the file.
     fn additivity(&self) -> Result<Arc<dyn AdditivityEngine>> {
         Ok(Arc::new(SqliteAdditivity::new()))
-    }
-}
-
-/// Whether anything (a file, or a symlink, dangling or not) sits at `path`. A symlink counts as
-/// present so that the open refuses it with its own error.
-fn exists_no_follow(path: &Path) -> Result<bool> {
-    match std::fs::symlink_metadata(path) {
-        Ok(_) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(Error::Io {
-            path: path.display().to_string(),
-            source,
-        }),
     }
 }
