@@ -291,6 +291,14 @@ pub trait SpoolHarness: Harness {
     /// use a store its newer build migrated would lose runs during one. A backend without
     /// schema migrations (the memory model) opens its store as any build of cairn's set.
     async fn open_spool_as(&self, runner: &Runner) -> Result<Arc<dyn Spool>>;
+
+    /// Checks the rules of the backend's own table layout that no [`Spool`] call can observe
+    /// (Postgres: every live run, and only a live run, has its `spool_ready` row, with equal
+    /// values), over every location the harness opened. [`spool_suite!`] runs it after each
+    /// case, so every case is also a test of the layout. The default checks nothing.
+    async fn check_layout(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The application migration set the transaction cases' stores open with
@@ -541,7 +549,7 @@ macro_rules! suite {
 #[macro_export]
 macro_rules! spool_suite {
     ($harness:expr) => {
-        $crate::__cases!($harness;
+        $crate::__spool_cases!($harness;
             s1_same_key_same_run_across_instances,
             s2_run_id_survives_reopen,
             s3_subscriber_wakes_for_another_instances_enqueue,
@@ -635,6 +643,24 @@ macro_rules! __multi_node_cases {
             e12_repair_and_import_wait_for_the_space_lock,
             e6_upgrade_path_legacy_history_gets_cache_by_repair,
         );
+    };
+}
+
+/// [`__cases!`] for the spool cases: each case ends with [`SpoolHarness::check_layout`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __spool_cases {
+    ($harness:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let harness = $harness.await;
+                $crate::cases::$case(&harness).await;
+                $crate::SpoolHarness::check_layout(&harness)
+                    .await
+                    .expect("the backend's table layout after the case");
+            }
+        )*
     };
 }
 

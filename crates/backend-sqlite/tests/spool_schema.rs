@@ -1,12 +1,19 @@
 //! The spool's revisions of cairn's own migration set (`0002_spool`, `0003_spool_import`) on
 //! SQLite: it passes the executed additivity check, a store created by the previous build (at
 //! `0001_epoch_log`) upgrades to them with its epoch log intact, and the previous build opens a
-//! store at this build's head as *ahead* and keeps using its epoch log.
+//! store ahead of it as *ahead* and keeps using its epoch log — until the contract revision
+//! `0008_spool_ready_contract` is applied, which refuses it.
 
 use cairn_core::{EpochStore, Event, SpaceId};
 use cairn_migrate::additivity::check_set;
 use cairn_migrate::{cairn_revisions, cairn_set, MigrationSet, Opened, Runner, CAIRN_SET};
 use cairn_sqlite::{SqliteAdditivity, SqliteOptions, SqliteStore};
+
+/// The runner of a build at `0007_spool_ready`: a store it opens is where a rollout of this
+/// release leaves it while older builds are live (the contract revision 0008 deferred).
+fn expand_build() -> Runner {
+    Runner::new(cairn_set().up_to("0007_spool_ready").expect("a revision of the set"))
+}
 
 /// The runner of the build before the spool: cairn's set as it was, `[0001_epoch_log]`.
 fn previous_build() -> Runner {
@@ -34,7 +41,9 @@ async fn spool_revisions_pass_the_additivity_check_on_sqlite() {
             "0003_spool_import",
             "0004_fleet",
             "0005_spool_claim_jitter",
-            "0006_spool_run_close"
+            "0006_spool_run_close",
+            "0007_spool_ready",
+            "0008_spool_ready_contract"
         ]
     );
     let reports = check_set(&SqliteAdditivity::new(), &set)
@@ -80,6 +89,8 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0004_fleet".into(),
                 "0005_spool_claim_jitter".into(),
                 "0006_spool_run_close".into(),
+                "0007_spool_ready".into(),
+                "0008_spool_ready_contract".into(),
             ],
         }
     );
@@ -99,7 +110,9 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
 async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("cairn.db");
-    let current = SqliteStore::open(&db).await.unwrap();
+    let (current, _) = SqliteStore::open_migrated(&db, SqliteOptions::default(), &expand_build())
+        .await
+        .unwrap();
     let first = current.append(&space(), event(0)).await.unwrap();
 
     let (previous, opened) =
@@ -109,7 +122,7 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     assert_eq!(
         opened,
         Opened::Ahead {
-            stamp: "0006_spool_run_close".into()
+            stamp: "0007_spool_ready".into()
         }
     );
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![first.head()]);
@@ -119,6 +132,20 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     assert_eq!(current.heads(&space()).await.unwrap(), vec![second.head()]);
     let third = current.append(&space(), event(2)).await.unwrap();
     assert_eq!(previous.heads(&space()).await.unwrap(), vec![third.head()]);
+    drop((current, previous));
+
+    // Once the contract revision is applied, the previous build is refused: it would use what
+    // a contract revision may have removed.
+    let head = SqliteStore::open(&db).await.unwrap();
+    drop(head);
+    let refused = SqliteStore::open_migrated(&db, SqliteOptions::default(), &previous_build())
+        .await
+        .map(|_| ())
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("0008_spool_ready_contract"),
+        "{refused}"
+    );
 }
 
 /// A spool over a store that has no spool tables (opened only by the build before the spool)

@@ -32,6 +32,17 @@ const CLAIM_JITTER_POSTGRES: &str = include_str!("../sql/0005_spool_claim_jitter
 /// Revision 0006's fixed text per dialect, shipped with the build.
 const RUN_CLOSE_SQLITE: &str = include_str!("../sql/0006_spool_run_close.sqlite.sql");
 const RUN_CLOSE_POSTGRES: &str = include_str!("../sql/0006_spool_run_close.postgres.sql");
+/// Revision 0007's fixed text per dialect, shipped with the build.
+const SPOOL_READY_SQLITE: &str = include_str!("../sql/0007_spool_ready.sqlite.sql");
+const SPOOL_READY_POSTGRES: &str = include_str!("../sql/0007_spool_ready.postgres.sql");
+/// Revision 0008's fixed text per dialect, shipped with the build (a contract revision).
+const SPOOL_READY_CONTRACT_SQLITE: &str =
+    include_str!("../sql/0008_spool_ready_contract.sqlite.sql");
+const SPOOL_READY_CONTRACT_POSTGRES: &str =
+    include_str!("../sql/0008_spool_ready_contract.postgres.sql");
+/// cairn's own contract revision: builds older than `0007_spool_ready` claim through what it
+/// drops.
+pub(crate) const SPOOL_READY_CONTRACT: &str = "0008_spool_ready_contract";
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -88,12 +99,29 @@ pub fn cairn_revisions() -> Vec<Revision> {
             description: "spool run close: spool_run.closed (whether a run's producer may still append events)"
                 .into(),
         },
+        Revision {
+            id: "0007_spool_ready".into(),
+            parent: Some("0006_spool_run_close".into()),
+            up_sqlite: fixed_statements(SPOOL_READY_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_READY_POSTGRES, Dialect::Postgres),
+            description: "spool ready: spool_ready (Postgres: the live runs' queue entries apart from the run record; SQLite: unchanged)"
+                .into(),
+        },
+        Revision {
+            id: SPOOL_READY_CONTRACT.into(),
+            parent: Some("0007_spool_ready".into()),
+            up_sqlite: fixed_statements(SPOOL_READY_CONTRACT_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_READY_CONTRACT_POSTGRES, Dialect::Postgres),
+            description: "spool ready, contract (Postgres: drops spool_run's claim, expiry and finished indexes and rebuilds spool_ready; SQLite: unchanged); refuses builds older than 0007"
+                .into(),
+        },
     ]
 }
 
 /// cairn's own migration set, as this build knows it.
 pub fn cairn_set() -> MigrationSet {
     MigrationSet::new(CAIRN_SET, cairn_revisions())
+        .and_then(|set| set.with_contract(SPOOL_READY_CONTRACT))
         .expect("cairn's own revisions form a valid chain")
 }
 
@@ -186,6 +214,30 @@ mod tests {
                     "d52c5c8484acb3482776c430c3c9ff81b600368803d68e8f2c48c1e493bf6525".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0007_spool_ready".to_owned(),
+                    Dialect::Sqlite,
+                    "efeffbc06142f5ba04e7f1e42da536e2869539b7880ed560702b57ff81208c18".to_owned(),
+                ),
+                (
+                    "0007_spool_ready".to_owned(),
+                    Dialect::Postgres,
+                    "b9dcdf51603803ca6c392770545b16bd3daae9e70fe116beba644d4c1ab7a125".to_owned(),
+                ),
+            ],
+            [
+                (
+                    "0008_spool_ready_contract".to_owned(),
+                    Dialect::Sqlite,
+                    "c99054007de9e4bf598ff2e60708f2c4107762da7d8eb5eef8238e3ddbc37bf8".to_owned(),
+                ),
+                (
+                    "0008_spool_ready_contract".to_owned(),
+                    Dialect::Postgres,
+                    "a5d3357e3b7998b31494c7272f2e88bec0e6257da1dc12c55a999c6391840e57".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -197,6 +249,16 @@ mod tests {
         assert_eq!(set.checksum_form(3), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(4), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(5), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(6), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(7), crate::ChecksumForm::PerDialect);
+        assert!(set.is_contract(SPOOL_READY_CONTRACT));
+        assert_eq!(
+            set.revisions()
+                .iter()
+                .filter(|r| set.is_contract(&r.id))
+                .count(),
+            1
+        );
     }
 
     /// 0001's fixed text is what the generator renders: a sea-query that renders otherwise
@@ -237,9 +299,10 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each revision after the first (0002–0006) create the same objects
-    /// (tables, indexes, and columns added to a table) in the same order, and create nothing
-    /// else.
+    /// Both dialects of each revision from 0002 to 0006 create the same objects (tables,
+    /// indexes, and columns added to a table) in the same order, and create nothing else. 0007
+    /// and 0008 change Postgres's spool layout only (see their files), and SQLite's side of each
+    /// is one read of `spool_run`.
     #[test]
     fn later_revisions_define_the_same_objects_on_both_engines() {
         let set = cairn_set();
@@ -267,7 +330,7 @@ mod tests {
                 .collect()
         };
         let mut tables = Vec::new();
-        for rev in &set.revisions()[1..] {
+        for rev in &set.revisions()[1..6] {
             let sqlite = objects(&rev.up_sqlite);
             assert_eq!(sqlite, objects(&rev.up_postgres), "{}", rev.id);
             tables.extend(sqlite.into_iter().filter(|o| o.starts_with("TABLE ")));
@@ -283,5 +346,14 @@ mod tests {
                 "TABLE cairn_contract",
             ]
         );
+        for rev in &set.revisions()[6..] {
+            assert_eq!(
+                rev.up_sqlite,
+                ["SELECT count(*) FROM spool_run WHERE 0"],
+                "{}",
+                rev.id
+            );
+        }
+        assert!(set.revisions()[6].up_postgres[0].starts_with("CREATE TABLE spool_ready"));
     }
 }

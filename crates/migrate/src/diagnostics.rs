@@ -198,6 +198,10 @@ mod tests {
         for dialect in [Dialect::Sqlite, Dialect::Postgres] {
             let mut all: Vec<&str> = FIRST_THREE.to_vec();
             all.extend(["cairn_fleet", "cairn_contract"]);
+            if dialect == Dialect::Postgres {
+                // 0007_spool_ready: Postgres's narrow queue table; SQLite's spool keeps one.
+                all.push("spool_ready");
+            }
             assert_eq!(cairn_tables(dialect, None), all, "{dialect:?}");
             assert_eq!(
                 cairn_tables(dialect, Some("0003_spool_import")),
@@ -247,7 +251,7 @@ mod tests {
         assert_eq!(
             tables_integrity(d, None, &all),
             Integrity::Damaged {
-                detail: "missing tables: cairn_fleet, cairn_contract".into()
+                detail: "missing tables: cairn_fleet, cairn_contract, spool_ready".into()
             },
             "without a stamp, every table of this build is expected"
         );

@@ -27,9 +27,9 @@ use cairn_core::spool::{Clock, SpoolConfig, SystemClock};
 use cairn_core::{Error, Result};
 
 use crate::cairn_set::{cairn_set, CAIRN_SET};
-use crate::error::MigrateError;
-use crate::fleet::{self, Blocker, FleetEntry};
+use crate::fleet::{self, FleetEntry};
 use crate::revision::MigrationSet;
+pub use crate::runner::DeferredContract;
 use crate::runner::{AppliedContract, MigrationBackend, Opened, Runner};
 
 /// How long an open waits for another process's migration before it gives up with
@@ -260,16 +260,6 @@ pub struct SetOpened {
     pub deferred: Option<DeferredContract>,
 }
 
-/// A contract revision an open left pending, and the live builds that lack it.
-#[derive(Clone, PartialEq, Eq, Debug)]
-#[non_exhaustive]
-pub struct DeferredContract {
-    /// The contract revision (the set's first one that live builds lack).
-    pub revision: String,
-    /// The live builds that lack it.
-    pub blockers: Vec<Blocker>,
-}
-
 /// One open of a store, as the migration layer sees it: what the open did per migration set,
 /// and its entry in the fleet registry with the task that heartbeats it.
 ///
@@ -420,21 +410,10 @@ async fn open_sets(
             .force_contract(opts.force_contract)
     };
     for set in &opts.sets {
-        let mut deferred = None;
-        let report = match runner(set.clone()).open_with_report(migrator).await {
-            Err(MigrateError::ContractRefused {
-                revision, blockers, ..
-            }) if opts.defer_blocked_contracts => {
-                // A contract revision is never the base, so it has a parent: apply up to it
-                // (the gate runs again for any earlier contract revision).
-                let at = set.position(&revision).unwrap_or_default();
-                let parent = &set.revisions()[at.saturating_sub(1)].id;
-                let before = set.up_to(parent)?;
-                let report = runner(before).open_with_report(migrator).await?;
-                deferred = Some(DeferredContract { revision, blockers });
-                report
-            }
-            other => other?,
+        let (report, deferred) = if opts.defer_blocked_contracts {
+            runner(set.clone()).open_deferring(migrator).await?
+        } else {
+            (runner(set.clone()).open_with_report(migrator).await?, None)
         };
         out.push(SetOpened {
             set: set.name().to_owned(),

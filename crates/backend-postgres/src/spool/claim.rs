@@ -1,4 +1,6 @@
-//! Claims. The common case — no expired lease due in the queue, and every run taken carrying
+//! Claims, through `spool_ready` once the store holds the contract revision
+//! `0008_spool_ready_contract` and through `spool_run`'s own claim indexes before
+//! (`spool::layout`; the `_RECORD` statements). The common case — no expired lease due in the queue, and every run taken carrying
 //! the jitter of the attempt it starts (`claim_attempt`, `claim_jitter`, written by enqueue and
 //! nack) — is one statement, [`sql::CLAIM_QUEUED`]: it locks, writes and returns the runs, and
 //! computes each run's `due_at` (lease expiry plus backoff) in SQL. Every other claim is one
@@ -129,7 +131,12 @@ async fn claim_queued(
     let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
     let expires_at = now.saturating_add(lease);
     let policy = s.inner.config.backoff;
-    let rows = autocommit!(s, |on| sqlx::query(sql::CLAIM_QUEUED)
+    let statement = if s.ready_layout().await? {
+        sql::CLAIM_QUEUED
+    } else {
+        sql::CLAIM_QUEUED_RECORD
+    };
+    let rows = autocommit!(s, |on| sqlx::query(statement)
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -186,8 +193,13 @@ async fn claim_pick_apply(
     limit: usize,
     now: Timestamp,
 ) -> Result<Vec<Claimed>> {
+    let statement = if s.ready_layout().await? {
+        sql::CLAIM_PICK
+    } else {
+        sql::CLAIM_PICK_RECORD
+    };
     let mut tx = s.pool().begin().await.map_err(map)?;
-    let rows = sqlx::query(sql::CLAIM_PICK)
+    let rows = sqlx::query(statement)
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))

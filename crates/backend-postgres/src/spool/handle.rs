@@ -18,6 +18,7 @@ use super::batched::{AckLane, EnqueueLane};
 #[cfg(feature = "testkit")]
 use super::hooks::TestHooks;
 use super::keys::wake_channel;
+use super::layout::Layout;
 use super::wake::{self, WAKE_POLL};
 use crate::config::SchemaName;
 use crate::store::PgStore;
@@ -68,6 +69,8 @@ pub(super) struct Inner {
     pub(super) enqueues: EnqueueLane,
     /// Acks waiting for the next batch.
     pub(super) acks: AckLane,
+    /// Whether claims go through `spool_ready` yet (`spool::layout`).
+    pub(super) layout: Layout,
     /// Test support: forced run ids, the claim path counters and switch.
     #[cfg(feature = "testkit")]
     pub(super) hooks: TestHooks,
@@ -118,6 +121,7 @@ impl PgSpool {
                 wake,
                 enqueues: EnqueueLane::default(),
                 acks: AckLane::default(),
+                layout: Layout::default(),
                 #[cfg(feature = "testkit")]
                 hooks: TestHooks::default(),
             }),

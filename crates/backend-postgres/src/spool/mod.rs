@@ -89,6 +89,7 @@ mod hooks;
 mod import;
 mod keys;
 mod lane;
+mod layout;
 mod read;
 mod retention;
 mod row;

@@ -65,7 +65,12 @@ pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
 }
 
 pub(super) async fn next_due_q(s: &PgSpool, queue: &QueueName) -> Result<Option<Timestamp>> {
-    let due: Option<i64> = sqlx::query_scalar(sql::NEXT_DUE)
+    let statement = if s.ready_layout().await? {
+        sql::NEXT_DUE
+    } else {
+        sql::NEXT_DUE_RECORD
+    };
+    let due: Option<i64> = sqlx::query_scalar(statement)
         .bind(queue.as_str())
         .fetch_one(s.pool())
         .await

@@ -163,11 +163,10 @@ pub(super) async fn ack_tx(
             .bind(token.as_bytes().as_slice())
             .bind(succeeded.as_str())
             .bind(micros(now))
-            .execute(on)
+            .fetch_one(on)
             .await
-            .map_err(map))?
-        .rows_affected();
-        if done == 1 {
+            .map_err(map))?;
+        if get::<i64>(&done, 0)? == 1 {
             return Ok(());
         }
         let before = read_existing(s.pool(), run).await?;

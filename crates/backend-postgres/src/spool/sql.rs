@@ -4,6 +4,19 @@
 //! `search_path` is the store's schema) while functions are `pg_catalog.`-qualified (see
 //! `crate::sql` for why).
 //!
+//! Two tables order the runs. `spool_run` is the run record and the authority on every run's
+//! state; `spool_ready` (revision `0007_spool_ready`) holds one narrow row per live run (its
+//! queue, priority, `due_at`, and whether it is claimed), and is how a claim finds runs. The
+//! rule every statement here keeps (**I-ready**; checked by `ready_mismatches` in the testkit
+//! after the Postgres spool tests): a run has a `spool_ready` row iff its `due_at` is not NULL,
+//! with its queue, priority and `due_at`, and `claimed = (state = 'claimed')`. A statement that
+//! changes a run's `due_at` or state writes its `spool_ready` row in the same statement
+//! ([`ready_sync`] for the general case). Until the contract revision
+//! `0008_spool_ready_contract` a trigger on `spool_run` re-states the same rule for the writes
+//! of builds older than 0007, so the writes here are written to be idempotent with it. A claim
+//! locks the `spool_run` rows (never the `spool_ready` ones) and re-checks their state there,
+//! so builds old and new exclude each other by the same row locks, always taken run first.
+//!
 //! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is one
 //! statement, [`CLAIM_QUEUED`], when no expired lease is due and every run it takes carries its
 //! next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
@@ -28,6 +41,24 @@ macro_rules! run_columns {
     };
 }
 
+/// The `spool_ready` upkeep of a statement that changed runs (I-ready, see the module doc):
+/// given a CTE `u` returning each changed run's new `run_no, queue, priority, due_at, state`,
+/// deletes the rows of the runs that left the live set and writes (inserts or updates) those of
+/// the live ones. The CTEs it adds are `ready_gone` and `ready_kept`.
+macro_rules! ready_sync {
+    () => {
+        "ready_gone AS ( \
+            DELETE FROM spool_ready q USING u WHERE q.run_no = u.run_no AND u.due_at IS NULL \
+         ), ready_kept AS ( \
+            INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
+            SELECT u.run_no, u.queue, u.priority, u.due_at, u.state = 'claimed' FROM u \
+            WHERE u.due_at IS NOT NULL \
+            ON CONFLICT (run_no) DO UPDATE SET due_at = EXCLUDED.due_at, \
+                claimed = EXCLUDED.claimed \
+         )"
+    };
+}
+
 /// Enqueue in one statement: `$1` new run id, `$2` queue, `$3` dedup key, `$4` supersede
 /// group (NULL: none), `$5` max attempts, `$6` priority, `$7` now, `$8` due at, `$9` payload
 /// bytes, `$10` payload, `$11` the superseded state, `$12` the queue's wake channel, `$13` the
@@ -48,14 +79,20 @@ WITH ins AS ( \
         claim_jitter, closed) \
     VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10, 1, $13, FALSE) \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id \
+    RETURNING run_id, run_no \
+), rdy AS ( \
+    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
+    SELECT ins.run_no, $2, $6, $8, FALSE FROM ins \
+    ON CONFLICT (run_no) DO NOTHING \
 ), sup AS ( \
     UPDATE spool_run s SET state = $11, updated_at = $7, due_at = NULL, finished_at = $7, \
         lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
     WHERE $4::bytea IS NOT NULL AND s.queue = $2 AND s.supersede_group = $4 \
         AND s.state = 'queued' AND s.run_id <> $1 \
         AND EXISTS (SELECT 1 FROM ins WHERE ins.run_id = $1) \
-    RETURNING 1 \
+    RETURNING s.run_no \
+), unready AS ( \
+    DELETE FROM spool_ready q WHERE q.run_no IN (SELECT sup.run_no FROM sup) \
 ), wake AS ( \
     SELECT pg_catalog.pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
 ) \
@@ -88,7 +125,11 @@ WITH input AS ( \
     SELECT run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, due_at, \
         payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id, queue, dedup_key \
+    RETURNING run_id, queue, dedup_key, run_no, priority, due_at \
+), rdy AS ( \
+    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
+    SELECT ins.run_no, ins.queue, ins.priority, ins.due_at, FALSE FROM ins \
+    ON CONFLICT (run_no) DO NOTHING \
 ), wake AS ( \
     SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
         SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
@@ -118,7 +159,11 @@ WITH input AS ( \
     SELECT run_no, run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, \
         due_at, payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
     ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id, queue, dedup_key \
+    RETURNING run_id, queue, dedup_key, run_no, priority, due_at \
+), rdy AS ( \
+    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
+    SELECT ins.run_no, ins.queue, ins.priority, ins.due_at, FALSE FROM ins \
+    ON CONFLICT (run_no) DO NOTHING \
 ), wake AS ( \
     SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
         SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
@@ -180,6 +225,87 @@ pub(super) const CLAIM_QUEUED: &str = concat!(
     "WITH p AS ( \
         SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
     ), late AS ( \
+        SELECT 1 FROM spool_ready q \
+        WHERE q.queue = $1 AND q.claimed AND q.due_at <= $2 LIMIT 1 \
+    ), c AS ( \
+        SELECT r.run_no, q.priority, q.due_at, r.attempts, r.claim_attempt, r.claim_jitter \
+        FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
+        WHERE q.queue = $1 AND q.due_at <= $2 AND NOT q.claimed \
+            AND r.state = 'queued' AND r.due_at <= $2 \
+        ORDER BY q.priority DESC, q.due_at, q.run_no \
+        LIMIT $3 \
+        FOR NO KEY UPDATE OF r SKIP LOCKED \
+    ), go AS ( \
+        SELECT NOT EXISTS (SELECT 1 FROM late) AND NOT EXISTS ( \
+            SELECT 1 FROM c WHERE c.claim_attempt IS NULL OR c.claim_jitter IS NULL \
+                OR c.claim_attempt::int8 <> c.attempts::int8 + 1 \
+                OR c.claim_jitter < 0 OR c.claim_jitter > 4294967295) AS ok \
+    ), n AS ( \
+        SELECT c.run_no, c.attempts::int8 + 1 AS attempt, c.claim_jitter AS jitter, \
+            pg_catalog.row_number() OVER (ORDER BY c.priority DESC, c.due_at, c.run_no) AS i \
+        FROM c, go WHERE go.ok \
+    ), w AS ( \
+        SELECT n.run_no, n.attempt, n.i, d.due_at FROM n CROSS JOIN p ",
+    claim_backoff_joins!(),
+    " ), u AS ( \
+        UPDATE spool_run r SET state = 'claimed', attempts = w.attempt, \
+            lease_token = ($4::bytea[])[w.i], lease_consumer = $5, \
+            lease_expires_at = p.expires_at, due_at = w.due_at, finished_at = NULL, \
+            updated_at = $2 \
+        FROM w, p WHERE r.run_no = w.run_no \
+            AND r.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
+        RETURNING w.i, r.run_id, r.dedup_key, r.payload, r.attempts \
+    ), rq AS ( \
+        UPDATE spool_ready q SET due_at = w.due_at, claimed = TRUE \
+        FROM w WHERE q.run_no = w.run_no \
+            AND q.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
+    ) \
+    SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
+    FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
+);
+
+/// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
+/// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
+/// plus backoff ran out by `$2` (the claim settles those that must not run again); kind `c`
+/// rows are the next `$3` due runs in claim order, leaving out expired runs that will be
+/// settled (cancel requested, or no attempt left: the SQL form of
+/// [`cairn_core::spool::expiry_action`], which the caller still applies to every row).
+pub(super) const CLAIM_PICK: &str = "\
+WITH e AS ( \
+    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested \
+    FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
+    WHERE q.queue = $1 AND q.claimed AND q.due_at <= $2 \
+        AND r.state = 'claimed' AND r.due_at <= $2 \
+    FOR NO KEY UPDATE OF r SKIP LOCKED \
+), c AS ( \
+    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested, r.dedup_key, \
+        r.payload, q.priority, q.due_at, q.run_no \
+    FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
+    WHERE q.queue = $1 AND q.due_at <= $2 AND r.due_at <= $2 \
+        AND NOT (r.state = 'claimed' AND (r.cancel_requested OR r.attempts >= r.max_attempts)) \
+    ORDER BY q.priority DESC, q.due_at, q.run_no \
+    LIMIT $3 \
+    FOR NO KEY UPDATE OF r SKIP LOCKED \
+) \
+SELECT * FROM ( \
+    SELECT 'e' AS kind, run_id, state, attempts, max_attempts, cancel_requested, \
+        NULL::bytea AS dedup_key, NULL::bytea AS payload, 0 AS priority, 0::bigint AS due_at, \
+        0::bigint AS run_no \
+    FROM e \
+    UNION ALL \
+    SELECT 'c', run_id, state, attempts, max_attempts, cancel_requested, dedup_key, payload, \
+        priority, due_at, run_no \
+    FROM c \
+) picked \
+ORDER BY kind DESC, priority DESC, due_at, run_no";
+
+/// [`CLAIM_QUEUED`] through `spool_run`'s own claim indexes, as builds before revision
+/// `0007_spool_ready` claim: what this build runs until the store holds the contract revision
+/// `0008_spool_ready_contract` (`spool::layout`). Same parameters and rows.
+pub(super) const CLAIM_QUEUED_RECORD: &str = concat!(
+    "WITH p AS ( \
+        SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
+    ), late AS ( \
         SELECT 1 FROM spool_run r \
         WHERE r.queue = $1 AND r.state = 'claimed' AND r.due_at <= $2 LIMIT 1 \
     ), c AS ( \
@@ -213,14 +339,9 @@ pub(super) const CLAIM_QUEUED: &str = concat!(
     SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
     FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
 );
-
-/// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
-/// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
-/// plus backoff ran out by `$2` (the claim settles those that must not run again); kind `c`
-/// rows are the next `$3` due runs in claim order, leaving out expired runs that will be
-/// settled (cancel requested, or no attempt left: the SQL form of
-/// [`cairn_core::spool::expiry_action`], which the caller still applies to every row).
-pub(super) const CLAIM_PICK: &str = "\
+/// [`CLAIM_PICK`] through `spool_run`'s own claim indexes (see [`CLAIM_QUEUED_RECORD`]). Same
+/// parameters and rows.
+pub(super) const CLAIM_PICK_RECORD: &str = "\
 WITH e AS ( \
     SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested \
     FROM spool_run r \
@@ -248,21 +369,33 @@ SELECT * FROM ( \
 ) picked \
 ORDER BY kind DESC, priority DESC, due_at, run_no";
 
+/// Whether the store holds the contract revision `0008_spool_ready_contract`, from which on
+/// claims find runs through `spool_ready` (`spool::layout`).
+pub(super) const READY_LAYOUT: &str = "\
+SELECT EXISTS (SELECT 1 FROM cairn_contract \
+    WHERE set_name = 'cairn' AND revision = '0008_spool_ready_contract')";
+
 /// Writes every run a claim picked, in one statement: `$1` now, then one array per column
 /// (`$2` run ids, `$3` states, `$4` attempts, `$5` lease tokens (NULL: keep), `$6` consumers,
 /// `$7` lease expiries, `$8` due times, `$9` finish times, `$10` cancel flags, `$11` reasons
 /// (NULL: keep)).
-pub(super) const CLAIM_APPLY: &str = "\
-UPDATE spool_run r SET \
-    state = u.state, attempts = u.attempts, lease_token = COALESCE(u.token, r.lease_token), \
-    lease_consumer = u.consumer, lease_expires_at = u.expires_at, due_at = u.due_at, \
-    finished_at = u.finished_at, cancel_requested = u.cancel_requested, \
-    reason = COALESCE(u.reason, r.reason), updated_at = $1 \
-FROM unnest($2::bytea[], $3::text[], $4::int[], $5::bytea[], $6::text[], $7::bigint[], \
-    $8::bigint[], $9::bigint[], $10::bool[], $11::text[]) \
-    AS u(run_id, state, attempts, token, consumer, expires_at, due_at, finished_at, \
-        cancel_requested, reason) \
-WHERE r.run_id = u.run_id AND r.run_id = ANY ($2::bytea[])";
+pub(super) const CLAIM_APPLY: &str = concat!(
+    "WITH u AS ( \
+    UPDATE spool_run r SET \
+        state = a.state, attempts = a.attempts, lease_token = COALESCE(a.token, r.lease_token), \
+        lease_consumer = a.consumer, lease_expires_at = a.expires_at, due_at = a.due_at, \
+        finished_at = a.finished_at, cancel_requested = a.cancel_requested, \
+        reason = COALESCE(a.reason, r.reason), updated_at = $1 \
+    FROM unnest($2::bytea[], $3::text[], $4::int[], $5::bytea[], $6::text[], $7::bigint[], \
+        $8::bigint[], $9::bigint[], $10::bool[], $11::text[]) \
+        AS a(run_id, state, attempts, token, consumer, expires_at, due_at, finished_at, \
+            cancel_requested, reason) \
+    WHERE r.run_id = a.run_id AND r.run_id = ANY ($2::bytea[]) \
+    RETURNING r.run_no, r.queue, r.priority, r.due_at, r.state \
+), ",
+    ready_sync!(),
+    " SELECT pg_catalog.count(*) FROM u"
+);
 
 /// One run's row (no payload, facts or events), for a read-decide-write transition.
 pub(super) const READ_RUN: &str = concat!(
@@ -299,11 +432,18 @@ pub(super) const RUN_LIST: &str = concat!(
 );
 
 /// Ack in one statement: `$1` run, `$2` token, `$3` the succeeded state, `$4` now; the reason
-/// an earlier attempt's nack left is cleared. No row: the caller reads the run to say why.
+/// an earlier attempt's nack left is cleared, and the run's `spool_ready` row deleted. Returns
+/// the number of runs it acked (0: the caller reads the run to say why).
 pub(super) const ACK: &str = "\
-UPDATE spool_run SET state = $3, reason = NULL, updated_at = $4, finished_at = $4, due_at = NULL, \
-    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
-WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
+WITH u AS ( \
+    UPDATE spool_run SET state = $3, reason = NULL, updated_at = $4, finished_at = $4, \
+        due_at = NULL, lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
+    WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed' \
+    RETURNING run_no \
+), gone AS ( \
+    DELETE FROM spool_ready q WHERE q.run_no IN (SELECT u.run_no FROM u) \
+) \
+SELECT pg_catalog.count(*) FROM u";
 
 /// Several acks in one statement, over arrays of equal length: `$1` runs, `$2` tokens, `$3`
 /// each ack's now; `$4` the succeeded state. Writes exactly what [`ACK`] writes to each run it
@@ -316,14 +456,19 @@ WHERE run_id = $1 AND lease_token = $2 AND state = 'claimed'";
 /// whole-row copy of each for the update's recheck (16 of its 20 ms, `auto_explain` in a drain
 /// of 20,000 runs); planned for the arrays it is a hash join (3–7 ms).
 pub(super) const ACK_MANY: &str = "\
-UPDATE spool_run SET state = $4, reason = NULL, updated_at = a.acked_at, finished_at = a.acked_at, \
-    due_at = NULL, \
-    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
-FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS a(run_id, token, acked_at) \
-WHERE spool_run.run_id = a.run_id AND spool_run.run_id = ANY ($1::bytea[]) \
-    AND spool_run.lease_token = a.token \
-    AND spool_run.state = 'claimed' \
-RETURNING spool_run.run_id, a.token";
+WITH u AS ( \
+    UPDATE spool_run SET state = $4, reason = NULL, updated_at = a.acked_at, \
+        finished_at = a.acked_at, due_at = NULL, \
+        lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
+    FROM unnest($1::bytea[], $2::bytea[], $3::int8[]) AS a(run_id, token, acked_at) \
+    WHERE spool_run.run_id = a.run_id AND spool_run.run_id = ANY ($1::bytea[]) \
+        AND spool_run.lease_token = a.token \
+        AND spool_run.state = 'claimed' \
+    RETURNING spool_run.run_id, a.token, spool_run.run_no \
+), gone AS ( \
+    DELETE FROM spool_ready q WHERE q.run_no = ANY (ARRAY(SELECT u.run_no FROM u)) \
+) \
+SELECT u.run_id, u.token FROM u";
 
 /// The compare-and-set write of one run's transition, decided from a read of the run: applies
 /// only if the run still has the state `$2`, token `$3` and cancel flag `$4` that were read
@@ -332,18 +477,21 @@ RETURNING spool_run.run_id, a.token";
 /// `$15` and `$16` the claim jitter of the run's next attempt when it is left queued (see
 /// [`CLAIM_QUEUED`]; NULL otherwise); wakes
 /// channel `$14` when `$13`. Returns the run's cancel flag.
-pub(super) const WRITE_RUN: &str = "\
-WITH u AS ( \
+pub(super) const WRITE_RUN: &str = concat!(
+    "WITH u AS ( \
     UPDATE spool_run SET state = $5, updated_at = $6, due_at = $7, finished_at = $8, \
         lease_consumer = $9, lease_expires_at = $10, cancel_requested = $11, reason = $12, \
         claim_attempt = $15, claim_jitter = $16 \
     WHERE run_id = $1 AND state = $2 AND lease_token IS NOT DISTINCT FROM $3 \
         AND cancel_requested = $4 \
-    RETURNING cancel_requested \
-), wake AS ( \
+    RETURNING cancel_requested, run_no, queue, priority, due_at, state \
+), ",
+    ready_sync!(),
+    ", wake AS ( \
     SELECT pg_catalog.pg_notify($14, '') FROM u WHERE $13 \
 ) \
-SELECT u.cancel_requested, (SELECT pg_catalog.count(*) FROM wake) FROM u";
+SELECT u.cancel_requested, (SELECT pg_catalog.count(*) FROM wake) FROM u"
+);
 
 /// Appends an event in one statement: `$1` run, `$2` event id, `$3` now, `$4` payload bytes,
 /// `$5` payload. Returns whether the run exists, the seq of an event the run already holds
@@ -384,12 +532,17 @@ SELECT EXISTS (SELECT 1 FROM spool_run WHERE run_id = $1), EXISTS (SELECT 1 FROM
 /// claimed under token `$2` with `$3` attempts and no cancel request. Writes `$4` (the queued
 /// state), attempts `$3 - 1`, `$5` now (updated at), `$6` due at, no lease, and `$7`/`$8` the
 /// claim jitter of the next attempt (see [`CLAIM_QUEUED`]). Returns a row when it applied.
-pub(super) const RELEASE: &str = "\
-UPDATE spool_run SET state = $4, attempts = $3 - 1, updated_at = $5, due_at = $6, \
-    lease_consumer = NULL, lease_expires_at = NULL, claim_attempt = $7, claim_jitter = $8 \
-WHERE run_id = $1 AND state = 'claimed' AND lease_token = $2 AND attempts = $3 \
-    AND cancel_requested = FALSE \
-RETURNING 1";
+pub(super) const RELEASE: &str = concat!(
+    "WITH u AS ( \
+    UPDATE spool_run SET state = $4, attempts = $3 - 1, updated_at = $5, due_at = $6, \
+        lease_consumer = NULL, lease_expires_at = NULL, claim_attempt = $7, claim_jitter = $8 \
+    WHERE run_id = $1 AND state = 'claimed' AND lease_token = $2 AND attempts = $3 \
+        AND cancel_requested = FALSE \
+    RETURNING run_no, queue, priority, due_at, state \
+), ",
+    ready_sync!(),
+    " SELECT 1 FROM u"
+);
 
 /// What an operator's retry or discard of a parked run decides from (`$1` run), with the run
 /// row locked until the transaction ends, so no other transition interleaves.
@@ -400,19 +553,31 @@ WHERE run_id = $1 FOR UPDATE";
 /// An operator's retry of a parked run (`$1`): `$2` the queued state, a fresh attempt budget,
 /// due at `$3` (now), no lease, no finish time, the event counter moved to `$4`, and `$5`/`$6`
 /// the claim jitter of attempt 1 (see [`CLAIM_QUEUED`]); the reason stays.
-pub(super) const REQUEUE_PARKED: &str = "\
-UPDATE spool_run SET state = $2, attempts = 0, updated_at = $3, due_at = $3, finished_at = NULL, \
-    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE, \
-    last_event_seq = $4, claim_attempt = $5, claim_jitter = $6 \
-WHERE run_id = $1";
+pub(super) const REQUEUE_PARKED: &str = concat!(
+    "WITH u AS ( \
+    UPDATE spool_run SET state = $2, attempts = 0, updated_at = $3, due_at = $3, \
+        finished_at = NULL, lease_consumer = NULL, lease_expires_at = NULL, \
+        cancel_requested = FALSE, last_event_seq = $4, claim_attempt = $5, claim_jitter = $6 \
+    WHERE run_id = $1 \
+    RETURNING run_no, queue, priority, due_at, state \
+), ",
+    ready_sync!(),
+    " SELECT pg_catalog.count(*) FROM u"
+);
 
 /// An operator's discard of a parked run (`$1`): `$2` the canceled state, finished at `$3`
 /// (now), the event counter moved to `$4`; the reason stays.
-pub(super) const DISCARD_PARKED: &str = "\
-UPDATE spool_run SET state = $2, updated_at = $3, due_at = NULL, finished_at = $3, \
-    lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE, \
-    last_event_seq = $4, claim_attempt = NULL, claim_jitter = NULL \
-WHERE run_id = $1";
+pub(super) const DISCARD_PARKED: &str = concat!(
+    "WITH u AS ( \
+    UPDATE spool_run SET state = $2, updated_at = $3, due_at = NULL, finished_at = $3, \
+        lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE, \
+        last_event_seq = $4, claim_attempt = NULL, claim_jitter = NULL \
+    WHERE run_id = $1 \
+    RETURNING run_no, queue, priority, due_at, state \
+), ",
+    ready_sync!(),
+    " SELECT pg_catalog.count(*) FROM u"
+);
 
 /// The event recording an operator's action: `$1` run, `$2` seq, `$3` event id, `$4` now,
 /// `$5` payload bytes, `$6` payload.
@@ -498,22 +663,28 @@ pub(super) const RETENTION_DELETE_EVENTS: &str = "\
 DELETE FROM spool_event e USING unnest($1::bytea[], $2::bigint[]) AS u(run_id, seq) \
 WHERE e.run_id = u.run_id AND e.seq = u.seq";
 
-/// Retention's run window: terminal runs without events finished before `$1`, oldest first,
-/// at most `$2`.
+/// Retention's run window: terminal runs without events finished before `$1`, at most `$2`, in
+/// enqueue order. It walks the primary key, not an index of `finished_at`: such an index would
+/// take a new entry at every run's end and make the ack a non-HOT update (revision
+/// `0008_spool_ready_contract` drops it). A pass deletes every run it finds until a batch comes
+/// back short, so the order decides only which runs a pass cut short by its budget leaves.
 pub(super) const RETENTION_RUN_WINDOW: &str = "\
 SELECT r.run_id, r.finished_at FROM spool_run r \
 WHERE r.finished_at IS NOT NULL AND r.finished_at < $1 \
     AND NOT EXISTS (SELECT 1 FROM spool_event e WHERE e.run_id = r.run_id) \
-ORDER BY r.finished_at, r.run_no LIMIT $2";
+ORDER BY r.run_no LIMIT $2";
 
 /// Deletes the runs `$1` (their facts go with them) unless an event arrived meanwhile.
 pub(super) const RETENTION_DELETE_RUNS: &str = "\
 DELETE FROM spool_run r WHERE r.run_id = ANY($1) AND r.finished_at IS NOT NULL \
     AND NOT EXISTS (SELECT 1 FROM spool_event e WHERE e.run_id = r.run_id)";
 
-/// The earliest `due_at` of queue `$1`'s live runs (NULL when it has none): one range of the
-/// claim index.
-pub(super) const NEXT_DUE: &str =
+/// The earliest `due_at` of queue `$1`'s live runs (NULL when it has none): one range of
+/// `spool_ready`'s claim index.
+pub(super) const NEXT_DUE: &str = "SELECT pg_catalog.min(due_at) FROM spool_ready WHERE queue = $1";
+
+/// [`NEXT_DUE`] through `spool_run` (see [`CLAIM_QUEUED_RECORD`]).
+pub(super) const NEXT_DUE_RECORD: &str =
     "SELECT pg_catalog.min(due_at) FROM spool_run WHERE queue = $1 AND due_at IS NOT NULL";
 
 /// Serializes imports of one source (`$1`, a key derived from schema and fingerprint), so two
@@ -534,20 +705,29 @@ VALUES ($1, $2, $3, $4, $5)";
 /// whose `(queue, dedup_key)` is present; returns the ids created. `$1` now (updated at), then
 /// one array per column.
 pub(super) const IMPORT_RUNS: &str = "\
-INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, \
-    max_attempts, priority, enqueued_at, updated_at, due_at, finished_at, reason, \
-    last_event_seq, payload_bytes, payload) \
-SELECT u.run_id, u.queue, u.dedup_key, u.supersede_group, u.state, u.attempts, \
-    u.max_attempts, u.priority, u.enqueued_at, $1, u.due_at, u.finished_at, u.reason, \
-    u.last_event_seq, u.payload_bytes, u.payload \
-FROM unnest($2::bytea[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::int[], \
-    $8::int[], $9::int[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], \
-    $14::bigint[], $15::bigint[], $16::bytea[]) WITH ORDINALITY \
-    AS u(run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts, priority, \
-        enqueued_at, due_at, finished_at, reason, last_event_seq, payload_bytes, payload, ord) \
-ORDER BY u.ord \
-ON CONFLICT (queue, dedup_key) DO NOTHING \
-RETURNING run_id";
+WITH ins AS ( \
+    INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, \
+        max_attempts, priority, enqueued_at, updated_at, due_at, finished_at, reason, \
+        last_event_seq, payload_bytes, payload) \
+    SELECT u.run_id, u.queue, u.dedup_key, u.supersede_group, u.state, u.attempts, \
+        u.max_attempts, u.priority, u.enqueued_at, $1, u.due_at, u.finished_at, u.reason, \
+        u.last_event_seq, u.payload_bytes, u.payload \
+    FROM unnest($2::bytea[], $3::text[], $4::bytea[], $5::bytea[], $6::text[], $7::int[], \
+        $8::int[], $9::int[], $10::bigint[], $11::bigint[], $12::bigint[], $13::text[], \
+        $14::bigint[], $15::bigint[], $16::bytea[]) WITH ORDINALITY \
+        AS u(run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts, \
+            priority, enqueued_at, due_at, finished_at, reason, last_event_seq, payload_bytes, \
+            payload, ord) \
+    ORDER BY u.ord \
+    ON CONFLICT (queue, dedup_key) DO NOTHING \
+    RETURNING run_id, run_no, queue, priority, due_at, state \
+), rdy AS ( \
+    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
+    SELECT ins.run_no, ins.queue, ins.priority, ins.due_at, ins.state = 'claimed' FROM ins \
+    WHERE ins.due_at IS NOT NULL \
+    ON CONFLICT (run_no) DO NOTHING \
+) \
+SELECT ins.run_id FROM ins";
 
 /// The stored run ids of the keys `($1[i], $2[i])`, with the keys.
 pub(super) const RUN_IDS_BY_KEY: &str = "\

@@ -136,6 +136,28 @@ impl SpoolHarness for PgSpoolHarness {
         )?))
     }
 
+    async fn check_layout(&self) -> Result<()> {
+        let fresh = self
+            .fresh
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(pg, _)| pg.connector());
+        let mut schemas = vec![self.pg.connection().await?];
+        if let Some(connect) = fresh {
+            schemas.push(connect.await?);
+        }
+        for mut conn in schemas {
+            let wrong = ready_mismatches(&mut conn).await?;
+            if !wrong.is_empty() {
+                return Err(cairn_core::Error::corrupt(format!(
+                    "spool_ready breaks I-ready for run_no {wrong:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     async fn fresh_spool(&self) -> Result<Arc<dyn Spool>> {
         let previous = self.fresh.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some((pg, spool)) = previous {
@@ -406,3 +428,40 @@ async fn poison(mut conn: sqlx::PgConnection, hex: String) -> Result<()> {
     .map_err(crate::error::map)?;
     Ok(())
 }
+
+/// The runs (`run_no`) of the schema on `conn`'s `search_path` that break **I-ready** (the
+/// module doc of `spool::sql`): a live run (`due_at` not NULL) without its `spool_ready` row, a
+/// row whose queue, priority, `due_at` or `claimed` differ from the run's, a row for a run that
+/// is not live or does not exist. Empty before the contract revision `0008_spool_ready_contract`
+/// (no `spool_ready` yet, or `spool_run_claim` still there): until then builds older than 0007
+/// may write runs without a row, and no claim reads the table.
+///
+/// # Errors
+/// When the query fails.
+pub async fn ready_mismatches(conn: &mut sqlx::PgConnection) -> Result<Vec<i64>> {
+    let contracted: bool = sqlx::query_scalar(
+        "SELECT pg_catalog.to_regclass('spool_ready') IS NOT NULL \
+            AND pg_catalog.to_regclass('spool_run_claim') IS NULL",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(crate::error::map)?;
+    if !contracted {
+        return Ok(Vec::new());
+    }
+    sqlx::query_scalar(READY_MISMATCHES)
+        .fetch_all(conn)
+        .await
+        .map_err(crate::error::map)
+}
+
+/// [`ready_mismatches`]' query.
+const READY_MISMATCHES: &str = "\
+SELECT m.run_no FROM ( \
+    SELECT coalesce(r.run_no, q.run_no) AS run_no \
+    FROM spool_run r FULL JOIN spool_ready q ON q.run_no = r.run_no \
+    WHERE (r.due_at IS NOT NULL) IS DISTINCT FROM (q.run_no IS NOT NULL) \
+        OR (q.run_no IS NOT NULL AND r.run_no IS NOT NULL AND ( \
+            q.queue <> r.queue OR q.priority <> r.priority OR q.due_at <> r.due_at \
+            OR q.claimed <> (r.state = 'claimed'))) \
+) m ORDER BY 1";

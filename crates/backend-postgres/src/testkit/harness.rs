@@ -307,15 +307,25 @@ impl PgHarness {
     /// A new connection with the store's session settings (its schema as the `search_path`,
     /// a 10 s lock timeout), as a store's writer has.
     pub(crate) async fn connection(&self) -> Result<PgConnection> {
-        let opts = PgConnectOptions::from_str(&self.url).map_err(map)?;
-        let mut conn = PgConnection::connect_with(&opts).await.map_err(map)?;
-        sqlx::query(sql::SESSION_SETUP)
-            .bind(self.schema.as_str())
-            .bind("10000")
-            .execute(&mut conn)
-            .await
-            .map_err(map)?;
-        Ok(conn)
+        self.connector().await
+    }
+
+    /// [`PgHarness::connection`] as a future that borrows nothing from the harness.
+    pub(crate) fn connector(
+        &self,
+    ) -> impl std::future::Future<Output = Result<PgConnection>> + Send + 'static {
+        let (url, schema) = (self.url.clone(), self.schema.as_str().to_owned());
+        async move {
+            let opts = PgConnectOptions::from_str(&url).map_err(map)?;
+            let mut conn = PgConnection::connect_with(&opts).await.map_err(map)?;
+            sqlx::query(sql::SESSION_SETUP)
+                .bind(schema)
+                .bind("10000")
+                .execute(&mut conn)
+                .await
+                .map_err(map)?;
+            Ok(conn)
+        }
     }
 }
 

@@ -132,7 +132,7 @@ async fn wait_blocked(conn: &mut PgConnection, statement: &str) {
 }
 
 /// The first words of the batch statement (`sql::ACK_MANY`).
-const ACK_MANY: &str = "UPDATE spool_run SET state = $4";
+const ACK_MANY: &str = "WITH u AS ( UPDATE spool_run SET state = $4";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batched_acks_share_one_statement_and_write_what_a_lone_ack_writes() {

@@ -91,10 +91,14 @@ impl SqliteStore {
             // before anything (even the switch to WAL) is written to it.
             blocking(move || files::admit(&path, &opts).map(drop)).await?;
         }
+        // A contract revision of cairn's set that a live older build lacks waits for it to go:
+        // the open applies what comes before and runs at that revision meanwhile.
         let opened = runner
-            .open(&SqliteMigrator::new(&path, opts.clone()))
+            .open_deferring(&SqliteMigrator::new(&path, opts.clone()))
             .await
-            .map_err(|e| files::open_error_mapped(&path, e.into()))?;
+            .map_err(|e| files::open_error_mapped(&path, e.into()))?
+            .0
+            .opened;
         blocking(move || {
             let store = connect(path, opts, opened)?;
             start_watcher(&store.inner)?;

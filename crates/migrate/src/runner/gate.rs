@@ -26,6 +26,17 @@ pub struct AppliedContract {
     pub blockers: Vec<Blocker>,
 }
 
+/// A contract revision an open left pending, and the live builds that lack it
+/// ([`crate::Runner::open_deferring`]).
+#[derive(Clone, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub struct DeferredContract {
+    /// The contract revision (the set's first one that live builds lack).
+    pub revision: String,
+    /// The live builds that lack it.
+    pub blockers: Vec<Blocker>,
+}
+
 /// How the runner gates contract revisions on the fleet registry.
 #[derive(Clone, Debug)]
 pub(super) struct FleetGate {

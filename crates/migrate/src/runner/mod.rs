@@ -16,7 +16,7 @@ mod upgrade;
 
 pub use config::Runner;
 pub use down::Downgraded;
-pub use gate::AppliedContract;
+pub use gate::{AppliedContract, DeferredContract};
 #[cfg(feature = "testkit")]
 pub use hooks::RunnerHooks;
 pub use repair::Repaired;

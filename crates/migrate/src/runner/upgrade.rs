@@ -5,7 +5,7 @@
 use cairn_core::schema::Dialect;
 
 use super::config::{ends_transaction, Runner};
-use super::gate::AppliedContract;
+use super::gate::{AppliedContract, DeferredContract};
 use super::store::{LockedMigration, MigrationBackend};
 use crate::classify::{classify, Classification, StoredState};
 use crate::error::MigrateError;
@@ -76,6 +76,38 @@ impl Runner {
     /// [`MigrationSet::only_on`]: crate::MigrationSet::only_on
     pub async fn open(&self, backend: &dyn MigrationBackend) -> Result<Opened, MigrateError> {
         Ok(self.open_with_report(backend).await?.opened)
+    }
+
+    /// [`Runner::open_with_report`], leaving a contract revision that live builds lack pending
+    /// instead of refusing the open: the revisions before it are applied (the gate runs again
+    /// for any earlier contract revision, and refuses it as usual), the store stays stamped at
+    /// the one before, and the deferred revision comes back with the builds that block it. A
+    /// later open, once none of them is live, applies it. This is how a release that ships a
+    /// contract revision rolls out while the previous release still runs: cairn's own set
+    /// opens this way in both backends, and an application's sets do when
+    /// [`crate::OpenOptions::defer_blocked_contracts`] (the default).
+    ///
+    /// # Errors
+    /// As [`Runner::open_with_report`], except [`MigrateError::ContractRefused`] for the first
+    /// contract revision blocked.
+    pub async fn open_deferring(
+        &self,
+        backend: &dyn MigrationBackend,
+    ) -> Result<(OpenReport, Option<DeferredContract>), MigrateError> {
+        match self.open_with_report(backend).await {
+            Err(MigrateError::ContractRefused {
+                revision, blockers, ..
+            }) => {
+                // A contract revision is never the base, so it has a parent: apply up to it.
+                let at = self.set.position(&revision).unwrap_or_default();
+                let parent = &self.set.revisions()[at.saturating_sub(1)].id;
+                let mut before = self.clone();
+                before.set = self.set.up_to(parent)?;
+                let report = before.open_with_report(backend).await?;
+                Ok((report, Some(DeferredContract { revision, blockers })))
+            }
+            other => Ok((other?, None)),
+        }
     }
 
     /// [`Runner::open`], reporting the contract revisions applied as well.
