@@ -12,7 +12,11 @@ use cairn_sqlite::{SqliteAdditivity, SqliteOptions, SqliteStore};
 /// The runner of a build at `0007_spool_ready`: a store it opens is where a rollout of this
 /// release leaves it while older builds are live (the contract revision 0008 deferred).
 fn expand_build() -> Runner {
-    Runner::new(cairn_set().up_to("0007_spool_ready").expect("a revision of the set"))
+    Runner::new(
+        cairn_set()
+            .up_to("0007_spool_ready")
+            .expect("a revision of the set"),
+    )
 }
 
 /// The runner of the build before the spool: cairn's set as it was, `[0001_epoch_log]`.

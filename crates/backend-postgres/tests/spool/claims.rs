@@ -367,10 +367,12 @@ async fn a_claim_reads_the_claim_index_in_order_whatever_the_statistics() {
     // scratch table is kept from autoanalyze so that stays true on any server.
     let mut conn = admin(&h).await;
     for table in ["spool_run", "spool_ready"] {
-        sqlx::query(&format!("ALTER TABLE {table} SET (autovacuum_enabled = false)"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        sqlx::query(&format!(
+            "ALTER TABLE {table} SET (autovacuum_enabled = false)"
+        ))
+        .execute(&mut conn)
+        .await
+        .unwrap();
     }
     let mut tasks = Vec::new();
     for p in 0..8 {
