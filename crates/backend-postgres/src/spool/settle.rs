@@ -414,6 +414,32 @@ async fn drain_acks(s: &PgSpool) {
     }
 }
 
+/// Runs [`sql::ACK_MANY`] in its transaction ([`sql::BEGIN_ACK_MANY`]) and commits it.
+async fn ack_many_tx(
+    s: &PgSpool,
+    runs: Vec<Vec<u8>>,
+    tokens: Vec<Vec<u8>>,
+    nows: Vec<i64>,
+    succeeded: &str,
+) -> Result<Vec<sqlx::postgres::PgRow>> {
+    let mut tx = s
+        .pool()
+        .begin_with(sql::BEGIN_ACK_MANY)
+        .await
+        .map_err(map)?;
+    let rows = sqlx::query(sql::ACK_MANY)
+        .persistent(false)
+        .bind(runs)
+        .bind(tokens)
+        .bind(nows)
+        .bind(succeeded)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(map)?;
+    tx.commit().await.map_err(map)?;
+    Ok(rows)
+}
+
 /// Applies `batch` in one statement and answers each ack it applied; every other ack (and
 /// every ack, if the statement failed) goes back to its caller for the unbatched path.
 async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
@@ -433,15 +459,8 @@ async fn ack_many(s: &PgSpool, batch: Vec<(PendingAck, Reply<()>)>) {
             // Planned for these arrays each time (the unnamed statement), not on the generic
             // plan: there, with the arrays' sizes unknown, the join of the runs with the acks
             // became a nested loop over both lists (a batch of n acks read n² rows; sql.rs).
-            Ok(succeeded) => autocommit!(s, |on| sqlx::query(sql::ACK_MANY)
-                .persistent(false)
-                .bind(runs)
-                .bind(tokens)
-                .bind(nows)
-                .bind(succeeded.as_str())
-                .fetch_all(on)
-                .await
-                .map_err(map)),
+            // Its own transaction, to plan it without nested loops (`sql::BEGIN_ACK_MANY`).
+            Ok(succeeded) => ack_many_tx(s, runs, tokens, nows, succeeded.as_str()).await,
             Err(e) => Err(e),
         }
     };
