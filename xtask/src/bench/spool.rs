@@ -18,6 +18,7 @@
 mod args;
 mod bulk;
 mod consumer;
+mod costs;
 mod drain;
 mod fresh;
 mod in_tx;

@@ -273,8 +273,34 @@ async fn verify_once(
         }
         Err(e) => tally.violation(session, format!("reading the store failed: {e}")),
     }
+    if let Target::Postgres { url, .. } = target {
+        // What no API call shows: every live run, and only a live run, has its spool_ready row.
+        match ready_mismatches(url).await {
+            Ok(wrong) => {
+                for run_no in wrong {
+                    tally.violation(
+                        session,
+                        format!("spool_ready breaks I-ready for run_no {run_no}"),
+                    );
+                }
+            }
+            Err(e) => tally.violation(session, format!("checking spool_ready failed: {e}")),
+        }
+    }
     store.close().await.map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The runs of the store at `url` (schema `public`) that break I-ready
+/// (`cairn_postgres::spool::testkit::ready_mismatches`).
+async fn ready_mismatches(url: &str) -> Result<Vec<i64>, String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("cannot connect: {e}"))?;
+    cairn::testkit::postgres::spool::testkit::ready_mismatches(&mut conn)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// Where the store lives.

@@ -20,7 +20,9 @@
 //!   the database server, the peers' runtimes and this process included; iowait excluded) per
 //!   1,000 jobs of row 8, from `/proc/stat` over exactly the drain's window. For cairn the
 //!   share of its own process (`/proc/self/stat`) is printed beside it: the rest is the
-//!   database server (Postgres) and the rest of the machine.
+//!   database server (Postgres) and the rest of the machine. On Postgres, the WAL the server
+//!   wrote per job, and the row versions and index entries cairn's drain wrote per job
+//!   ([`costs`]).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +38,8 @@ use super::consumer::{now_micros, open_spool, ConsumerChild};
 use super::fresh::{key, queue, Fresh};
 use super::rates::{fmt_rate, median, rate};
 use super::runs::{DrainRun, LatencyRun, Runs, System};
+
+use super::costs;
 
 /// Rows 8 (drain) and 3's target: cairn at least this many times the best peer.
 const TARGET_RATE: f64 = 1.5;
@@ -111,7 +115,15 @@ pub(super) async fn measure_cairn(
 ) -> Result<(), String> {
     for &c in &args.drain_concurrency {
         let q = queue();
-        let fresh = Fresh::open(backend, pg_url).await?;
+        // Postgres: the drain's writes are counted too (`costs`), so the runs are enqueued
+        // through a spool of their own, closed before the drain.
+        let (fresh, counted) = match (backend, pg_url) {
+            (Backend::Postgres, Some(url)) => {
+                let (fresh, counted) = costs::Counted::open(url).await?;
+                (fresh, Some(counted))
+            }
+            _ => (Fresh::open(backend, pg_url).await?, None),
+        };
         eprintln!(
             "cairn {}: drain {} runs, concurrency {c}…",
             backend.name(),
@@ -120,13 +132,24 @@ pub(super) async fn measure_cairn(
         let items: Vec<EnqueueItem> = (0..args.drain)
             .map(|i| EnqueueItem::new(key(i), b"{}".to_vec()))
             .collect();
+        let enqueuer: &dyn cairn::Spool = match &counted {
+            Some(counted) => &counted.enqueuer,
+            None => fresh.spool.as_ref(),
+        };
         for chunk in items.chunks(1_000) {
-            fresh
-                .spool
+            enqueuer
                 .enqueue_many(&q, chunk.to_vec())
                 .await
                 .map_err(store_err)?;
         }
+        let before = match &counted {
+            Some(counted) => counted
+                .before()
+                .await
+                .map_err(|e| eprintln!("cairn postgres: the drain's writes are not counted: {e}"))
+                .ok(),
+            None => None,
+        };
         let lsn = wal_lsn(&fresh).await;
         let t = Instant::now();
         let cpu = CpuMeter::start();
@@ -167,6 +190,12 @@ pub(super) async fn measure_cairn(
             return Err(format!(
                 "the drain consumer did not finish cleanly: {report:?}"
             ));
+        }
+        if let (Some(counted), Some(before)) = (&counted, &before) {
+            match counted.after(before, c, args.drain).await {
+                Ok(run) => costs::record(run),
+                Err(e) => eprintln!("cairn postgres: the drain's writes are not counted: {e}"),
+            }
         }
         let secs = took.as_secs_f64();
         runs.drain.push(DrainRun {
@@ -464,6 +493,18 @@ pub(super) fn print_drain(backend: Backend, args: &SpoolArgs, systems: &[System]
         }
         println!("{line}");
     }
+    println!(
+        "\nRow versions and index entries cairn's drain wrote per job (the server's \
+         `pg_stat_user_tables` of the store's schema, from the queued state to the drained one, \
+         read after the sessions that wrote ended; the peers' are not counted; mean of {} runs). \
+         Index entries = (inserts + non-HOT updates) × the table's indexes: `≤` marks an upper \
+         bound, where a partial index takes entries only for the rows inside its predicate:\n",
+        args.runs
+    );
+    print!(
+        "{}",
+        costs::table(&costs::recorded(), &args.drain_concurrency)
+    );
 }
 
 /// `(ratio cell, verdict)` for "mine ≥ target × best".
