@@ -79,7 +79,7 @@ impl PgBackend {
             }
         };
         let migrator = Arc::new(PgMigrator::from_store(&store));
-        match Session::open(migrator.clone(), store.opened().clone(), &opts).await {
+        match Session::open(migrator.clone(), store.cairn_opened().clone(), &opts).await {
             Ok(session) => {
                 let (store, spool) = (Arc::new(store), Arc::new(spool));
                 Ok(Self {

@@ -67,7 +67,7 @@ impl SqliteBackend {
         let store = SqliteStore::open_with(path, sqlite.clone()).await?;
         let spool = SqliteSpool::from_store(&store, opts.clock.clone(), opts.spool_config).await?;
         let migrator = Arc::new(SqliteMigrator::new(path, sqlite));
-        let session = Session::open(migrator.clone(), store.opened().clone(), &opts).await?;
+        let session = Session::open(migrator.clone(), store.cairn_opened().clone(), &opts).await?;
         let (store, spool) = (Arc::new(store), Arc::new(spool));
         Ok(Self {
             parts: BackendParts {

@@ -302,7 +302,7 @@ impl Drop for Session {
 
 impl Session {
     /// Runs the open protocol on a store whose cairn set the backend just opened (`cairn`
-    /// says what that did): opens `opts`' application sets in order through the runner (the
+    /// says what that did, as [`crate::Runner::open_deferring`] reported it): opens `opts`' application sets in order through the runner (the
     /// contract gate on `opts`' clock, this open's instance exempt from its own gate; a
     /// blocked contract revision deferred or refused per
     /// [`OpenOptions::defer_blocked_contracts`]), then, unless
@@ -326,17 +326,12 @@ impl Session {
     ///   [`Error::NotFound`] when registering).
     pub async fn open(
         migrator: Arc<dyn MigrationBackend>,
-        cairn: Opened,
+        cairn: SetOpened,
         opts: &OpenOptions,
     ) -> Result<Self> {
         opts.check()?;
         let instance = instance_id();
-        let mut migrations = vec![SetOpened {
-            set: CAIRN_SET.into(),
-            outcome: cairn,
-            contracts: Vec::new(),
-            deferred: None,
-        }];
+        let mut migrations = vec![cairn];
         open_sets(migrator.as_ref(), opts, &instance, &mut migrations).await?;
         let registration = if opts.register_in_fleet {
             Some(register(&migrator, opts, instance).await?)

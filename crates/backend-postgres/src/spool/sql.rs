@@ -297,8 +297,13 @@ SELECT * FROM ( \
 ORDER BY kind DESC, priority DESC, due_at, run_no";
 
 /// [`CLAIM_QUEUED`] through `spool_run`'s own claim indexes, as builds before revision
-/// `0007_spool_ready` claim: what this build runs until the store holds the contract revision
-/// `0008_spool_ready_contract` (`spool::layout`). Same parameters and rows.
+/// `0007_spool_ready` claim: what this build runs until it has read that the store holds the
+/// contract revision `0008_spool_ready_contract` (`spool::layout`). Same parameters and rows.
+/// It writes the claimed runs' `spool_ready` rows as [`CLAIM_QUEUED`] does: a spool still on
+/// this path after another process applied 0008 (for up to `layout::RECHECK`) keeps I-ready,
+/// on which the spools that switched rely (before 0008 the write finds only the rows of runs
+/// this build enqueued, and 0008 rebuilds the table anyway). [`CLAIM_PICK_RECORD`]'s writes go
+/// through [`CLAIM_APPLY`], which keeps the rows too.
 pub(super) const CLAIM_QUEUED_RECORD: &str = concat!(
     "WITH p AS ( \
         SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
@@ -332,6 +337,10 @@ pub(super) const CLAIM_QUEUED_RECORD: &str = concat!(
         FROM w, p WHERE r.run_no = w.run_no \
             AND r.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
         RETURNING w.i, r.run_id, r.dedup_key, r.payload, r.attempts \
+    ), rq AS ( \
+        UPDATE spool_ready q SET due_at = w.due_at, claimed = TRUE \
+        FROM w WHERE q.run_no = w.run_no \
+            AND q.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
     ) \
     SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
     FROM go LEFT JOIN u ON TRUE ORDER BY u.i"

@@ -72,7 +72,8 @@ struct Inner {
     /// The options the store was opened with.
     opts: PgOptions,
     schema: SchemaName,
-    opened: Opened,
+    /// What the open did for cairn's own set.
+    cairn: cairn_migrate::SetOpened,
     statements: AtomicU64,
     /// Behind a transaction-mode pooler: the pool's checkouts, which closing waits for.
     checkouts: Option<Arc<crate::pooler::Checkouts>>,
@@ -90,7 +91,13 @@ impl PgStore {
     /// What the migration runner did for cairn's own set when this store was opened (at head,
     /// upgraded, ahead, lineage repaired).
     pub fn opened(&self) -> &Opened {
-        &self.inner.opened
+        &self.inner.cairn.outcome
+    }
+
+    /// What the open did for cairn's own set, with the contract revisions it applied and the
+    /// one it left pending because a live older build lacks it.
+    pub fn cairn_opened(&self) -> &cairn_migrate::SetOpened {
+        &self.inner.cairn
     }
 
     /// Closes the pool, waiting for the connections in use to come back: an orderly shutdown.
@@ -347,5 +354,18 @@ impl EpochDiagnostics for PgStore {
 
     fn statements_executed(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
+    }
+}
+
+/// What cairn's set's open did, as the session reports it: the runner's report and the
+/// contract revision it deferred ([`Runner::open_deferring`](cairn_migrate::Runner::open_deferring)).
+pub(crate) fn cairn_set_opened(
+    (report, deferred): (cairn_migrate::OpenReport, Option<cairn_migrate::DeferredContract>),
+) -> cairn_migrate::SetOpened {
+    cairn_migrate::SetOpened {
+        set: cairn_migrate::CAIRN_SET.into(),
+        outcome: report.opened,
+        contracts: report.contracts,
+        deferred,
     }
 }

@@ -92,7 +92,7 @@ impl PgStore {
         }
         // A contract revision of cairn's set that a live older build lacks waits for it to go:
         // the open applies what comes before and runs at that revision meanwhile.
-        let opened = runner.open_deferring(&migrator).await?.0.opened;
+        let cairn = crate::store::cairn_set_opened(runner.open_deferring(&migrator).await?);
         let search_path = schema.as_str().to_owned();
         let lock_timeout_ms = opts.lock_timeout.as_millis().max(1).to_string();
         let pool = PgPoolOptions::new()
@@ -139,7 +139,7 @@ impl PgStore {
                 pool,
                 opts,
                 schema,
-                opened,
+                cairn,
                 statements: AtomicU64::new(0),
                 checkouts,
             }),

@@ -80,7 +80,8 @@ pub struct SqliteStore {
 struct Inner {
     path: PathBuf,
     opts: SqliteOptions,
-    opened: Opened,
+    /// What the open did for cairn's own set.
+    cairn: cairn_migrate::SetOpened,
     writer: Arc<tokio::sync::Mutex<Connection>>,
     readers: Arc<ReadPool>,
     statements: AtomicU64,
@@ -129,7 +130,13 @@ impl SqliteStore {
     /// What cairn's migration runner did to the store's schema when this instance opened it
     /// (at head, upgraded, ahead of this build, lineage repaired).
     pub fn opened(&self) -> &Opened {
-        &self.inner.opened
+        &self.inner.cairn.outcome
+    }
+
+    /// What the open did for cairn's own set, with the contract revisions it applied and the
+    /// one it left pending because a live older build lacks it.
+    pub fn cairn_opened(&self) -> &cairn_migrate::SetOpened {
+        &self.inner.cairn
     }
 
     /// The store file's path.
@@ -244,5 +251,18 @@ impl EpochDiagnostics for SqliteStore {
 
     fn statements_executed(&self) -> u64 {
         self.inner.statements.load(Ordering::Relaxed)
+    }
+}
+
+/// What cairn's set's open did, as the session reports it: the runner's report and the
+/// contract revision it deferred ([`Runner::open_deferring`](cairn_migrate::Runner::open_deferring)).
+pub(crate) fn cairn_set_opened(
+    (report, deferred): (cairn_migrate::OpenReport, Option<cairn_migrate::DeferredContract>),
+) -> cairn_migrate::SetOpened {
+    cairn_migrate::SetOpened {
+        set: cairn_migrate::CAIRN_SET.into(),
+        outcome: report.opened,
+        contracts: report.contracts,
+        deferred,
     }
 }

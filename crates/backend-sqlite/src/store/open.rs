@@ -14,7 +14,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use cairn_core::{Error, Result};
-use cairn_migrate::{cairn_set, Opened, Runner};
+use cairn_migrate::{cairn_set, Runner};
+#[cfg(feature = "testkit")]
+use cairn_migrate::Opened;
 use rusqlite::Connection;
 
 use super::{Inner, SqliteStore, IDENTITY_WATCH_INTERVAL};
@@ -96,9 +98,8 @@ impl SqliteStore {
         let opened = runner
             .open_deferring(&SqliteMigrator::new(&path, opts.clone()))
             .await
-            .map_err(|e| files::open_error_mapped(&path, e.into()))?
-            .0
-            .opened;
+            .map_err(|e| files::open_error_mapped(&path, e.into()))?;
+        let opened = super::cairn_set_opened(opened);
         blocking(move || {
             let store = connect(path, opts, opened)?;
             start_watcher(&store.inner)?;
@@ -111,7 +112,11 @@ impl SqliteStore {
 /// The store over a file whose schema is at this build's revision: the writer, its statements
 /// checked against the file's tables ([`files::connect_writer`]); the read connections; then
 /// the identity of the files they opened.
-fn connect(path: PathBuf, opts: SqliteOptions, opened: Opened) -> Result<SqliteStore> {
+fn connect(
+    path: PathBuf,
+    opts: SqliteOptions,
+    cairn: cairn_migrate::SetOpened,
+) -> Result<SqliteStore> {
     let writer = files::connect_writer(&path, &opts)?;
     let readers = (0..opts.read_connections)
         .map(|_| files::connect_reader(&path, &opts))
@@ -121,7 +126,7 @@ fn connect(path: PathBuf, opts: SqliteOptions, opened: Opened) -> Result<SqliteS
         inner: Arc::new(Inner {
             path,
             opts,
-            opened,
+            cairn,
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
             readers: ReadPool::new(readers),
             statements: AtomicU64::new(0),
