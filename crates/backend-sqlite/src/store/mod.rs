@@ -257,7 +257,10 @@ impl EpochDiagnostics for SqliteStore {
 /// What cairn's set's open did, as the session reports it: the runner's report and the
 /// contract revision it deferred ([`Runner::open_deferring`](cairn_migrate::Runner::open_deferring)).
 pub(crate) fn cairn_set_opened(
-    (report, deferred): (cairn_migrate::OpenReport, Option<cairn_migrate::DeferredContract>),
+    (report, deferred): (
+        cairn_migrate::OpenReport,
+        Option<cairn_migrate::DeferredContract>,
+    ),
 ) -> cairn_migrate::SetOpened {
     cairn_migrate::SetOpened {
         set: cairn_migrate::CAIRN_SET.into(),

@@ -14,9 +14,9 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use cairn_core::{Error, Result};
-use cairn_migrate::{cairn_set, Runner};
 #[cfg(feature = "testkit")]
 use cairn_migrate::Opened;
+use cairn_migrate::{cairn_set, Runner};
 use rusqlite::Connection;
 
 use super::{Inner, SqliteStore, IDENTITY_WATCH_INTERVAL};
