@@ -25,6 +25,7 @@ use cairn_core::{Error, Result};
 use super::handle::PgSpool;
 use super::row::{get, micros, run_id, state, u32_of};
 use super::sql;
+use super::sql_record;
 use crate::error::map;
 
 /// The rows a claim writes, one array per column of [`sql::CLAIM_APPLY`].
@@ -134,7 +135,7 @@ async fn claim_queued(
     let statement = if s.ready_layout().await? {
         sql::CLAIM_QUEUED
     } else {
-        sql::CLAIM_QUEUED_RECORD
+        sql_record::CLAIM_QUEUED_RECORD
     };
     let rows = autocommit!(s, |on| sqlx::query(statement)
         .bind(queue.as_str())
@@ -196,7 +197,7 @@ async fn claim_pick_apply(
     let statement = if s.ready_layout().await? {
         sql::CLAIM_PICK
     } else {
-        sql::CLAIM_PICK_RECORD
+        sql_record::CLAIM_PICK_RECORD
     };
     let mut tx = s.pool().begin().await.map_err(map)?;
     let rows = sqlx::query(statement)

@@ -128,6 +128,22 @@ impl PgSpool {
         })
     }
 
+    /// Whether claims find runs through `spool_ready` (the contract revision
+    /// `0008_spool_ready_contract` is applied; `spool::layout`).
+    pub(super) async fn ready_layout(&self) -> Result<bool> {
+        self.inner
+            .layout
+            .ready(|| async {
+                autocommit!(self, |on| sqlx::query_scalar(
+                    super::sql_record::READY_LAYOUT
+                )
+                .fetch_one(on)
+                .await
+                .map_err(crate::error::map))
+            })
+            .await
+    }
+
     /// Closes the spool's connections — the listening one, and the pool it shares with its
     /// store, so the store closes too — waiting for those in use: an orderly shutdown. Every
     /// later operation fails with [`cairn_core::Error::Unavailable`], and waiting subscribers return it.

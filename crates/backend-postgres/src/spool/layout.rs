@@ -9,15 +9,12 @@
 //! most every [`RECHECK`] (a store contracted meanwhile by another process is still claimed
 //! correctly through `spool_run`, only without its index, until the next look).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cairn_core::Result;
-
-use super::handle::PgSpool;
-use super::sql;
-use crate::error::map;
 
 /// How often a spool that has not yet seen the contract revision looks again.
 pub(super) const RECHECK: Duration = Duration::from_secs(2);
@@ -31,14 +28,18 @@ pub(super) struct Layout {
     asked: Mutex<Option<Instant>>,
 }
 
-impl PgSpool {
-    /// Whether claims find runs through `spool_ready` (the contract revision is applied).
-    pub(super) async fn ready_layout(&self) -> Result<bool> {
-        let layout = &self.inner.layout;
-        if layout.ready.load(Ordering::Acquire) {
+impl Layout {
+    /// Whether claims find runs through `spool_ready`: true once `ask` (the store's answer to
+    /// `sql_record::READY_LAYOUT`) said so; `ask` runs at most once per [`RECHECK`] until then.
+    pub(super) async fn ready<F, Fut>(&self, ask: F) -> Result<bool>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<bool>>,
+    {
+        if self.ready.load(Ordering::Acquire) {
             return Ok(true);
         }
-        let fresh = layout
+        let fresh = self
             .asked
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -46,14 +47,54 @@ impl PgSpool {
         if fresh {
             return Ok(false);
         }
-        let applied: bool = autocommit!(self, |on| sqlx::query_scalar(sql::READY_LAYOUT)
-            .fetch_one(on)
-            .await
-            .map_err(map))?;
+        let applied = ask().await?;
         if applied {
-            layout.ready.store(true, Ordering::Release);
+            self.ready.store(true, Ordering::Release);
         }
-        *layout.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Before the revision is seen the store is asked at most once per [`RECHECK`]; once it
+    /// answered yes it is never asked again.
+    #[tokio::test]
+    async fn asks_until_it_sees_the_contract_then_never_again() {
+        let layout = Layout::default();
+        let asked = AtomicUsize::new(0);
+        let ask = |answer: bool| {
+            let asked = &asked;
+            move || async move {
+                asked.fetch_add(1, Ordering::SeqCst);
+                Ok(answer)
+            }
+        };
+        assert!(!layout.ready(ask(false)).await.unwrap());
+        assert!(!layout.ready(ask(true)).await.unwrap(), "asked again too soon");
+        assert_eq!(asked.load(Ordering::SeqCst), 1);
+        // The last look is older than RECHECK: the next call asks.
+        *layout.asked.lock().unwrap() = Instant::now().checked_sub(RECHECK);
+        assert!(layout.ready(ask(true)).await.unwrap());
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+        *layout.asked.lock().unwrap() = None;
+        assert!(layout.ready(ask(false)).await.unwrap(), "a seen revision stays seen");
+        assert_eq!(asked.load(Ordering::SeqCst), 2);
+    }
+
+    /// A failed look is an error, and the next call asks again.
+    #[tokio::test]
+    async fn a_failed_look_is_not_cached() {
+        let layout = Layout::default();
+        let failed = layout
+            .ready(|| async { Err(cairn_core::Error::backend("postgres", "down")) })
+            .await;
+        assert!(failed.is_err());
+        assert!(layout.ready(|| async { Ok(true) }).await.unwrap());
     }
 }

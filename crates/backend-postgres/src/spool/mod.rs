@@ -95,6 +95,7 @@ mod retention;
 mod row;
 pub(crate) mod settle;
 mod sql;
+mod sql_record;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 mod wake;

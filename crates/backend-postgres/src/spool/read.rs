@@ -6,6 +6,7 @@ use cairn_core::Result;
 use super::handle::PgSpool;
 use super::row::{corrupt, count, get, opt_ts, run_info, state};
 use super::sql;
+use super::sql_record;
 use crate::error::map;
 
 pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {
@@ -68,7 +69,7 @@ pub(super) async fn next_due_q(s: &PgSpool, queue: &QueueName) -> Result<Option<
     let statement = if s.ready_layout().await? {
         sql::NEXT_DUE
     } else {
-        sql::NEXT_DUE_RECORD
+        sql_record::NEXT_DUE_RECORD
     };
     let due: Option<i64> = sqlx::query_scalar(statement)
         .bind(queue.as_str())
