@@ -76,14 +76,20 @@ mod tests {
             }
         };
         assert!(!layout.ready(ask(false)).await.unwrap());
-        assert!(!layout.ready(ask(true)).await.unwrap(), "asked again too soon");
+        assert!(
+            !layout.ready(ask(true)).await.unwrap(),
+            "asked again too soon"
+        );
         assert_eq!(asked.load(Ordering::SeqCst), 1);
         // The last look is older than RECHECK: the next call asks.
         *layout.asked.lock().unwrap() = Instant::now().checked_sub(RECHECK);
         assert!(layout.ready(ask(true)).await.unwrap());
         assert_eq!(asked.load(Ordering::SeqCst), 2);
         *layout.asked.lock().unwrap() = None;
-        assert!(layout.ready(ask(false)).await.unwrap(), "a seen revision stays seen");
+        assert!(
+            layout.ready(ask(false)).await.unwrap(),
+            "a seen revision stays seen"
+        );
         assert_eq!(asked.load(Ordering::SeqCst), 2);
     }
 
