@@ -151,12 +151,14 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     let h = harness().await;
-    let (current, _) = PgStore::open_migrated(h.options(), &expand_build())
+    // A schema of its own: the harness's store is at this build's head already.
+    let opts = own_schema(&h);
+    let (current, _) = PgStore::open_migrated(opts.clone(), &expand_build())
         .await
         .unwrap();
     let first = current.append(&space(), event(0)).await.unwrap();
 
-    let (previous, opened) = PgStore::open_migrated(h.options(), &previous_build())
+    let (previous, opened) = PgStore::open_migrated(opts.clone(), &previous_build())
         .await
         .unwrap();
     assert_eq!(
@@ -175,8 +177,8 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
 
     // Once the contract revision is applied, the previous build is refused: it would use what
     // a contract revision may have removed.
-    drop(h.store().await.unwrap());
-    let refused = PgStore::open_migrated(h.options(), &previous_build())
+    drop(PgStore::open_with(opts.clone()).await.unwrap());
+    let refused = PgStore::open_migrated(opts.clone(), &previous_build())
         .await
         .map(|_| ())
         .unwrap_err();
@@ -184,4 +186,5 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
         refused.to_string().contains("0008_spool_ready_contract"),
         "{refused}"
     );
+    drop_schema(&opts).await;
 }

@@ -450,6 +450,49 @@ fn an_application_set_behind_is_reported_with_its_migrate_up_command() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
 }
 
+/// A store behind only by a contract revision (what a rolling deploy leaves while older builds
+/// are live) is a warning that points at the fleet, not a problem: `/v1/doctor` must not turn
+/// every new node unhealthy for the length of a deploy.
+#[test]
+fn a_pending_contract_revision_is_a_warning_not_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let db = db.to_str().unwrap();
+    let v1 = dir.path().join("v1");
+    let v2 = dir.path().join("v2");
+    for d in [&v1, &v2] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(
+            d.join("0001_t.sql"),
+            "CREATE TABLE app_t (x integer, y integer);\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        v2.join("0002_drop_y.sql"),
+        "-- cairn:contract\nALTER TABLE app_t DROP COLUMN y;\n",
+    )
+    .unwrap();
+    append(db, "a");
+    let (v1, v2) = (v1.to_str().unwrap(), v2.to_str().unwrap());
+    let up = run(db, &["migrate", "--set", "app", "--source", v1, "up"]);
+    assert!(up.status.success(), "{}", text(&up.stderr));
+    let out = run(db, &["doctor", "--json", "--set", "app", "--source", v2]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let app = check(&report, "migrations:app");
+    assert_eq!(app["ok"], true, "{app}");
+    assert_eq!(app["level"], "warning", "{app}");
+    assert!(
+        app["detail"]
+            .as_str()
+            .unwrap()
+            .contains("contract revision(s) pending: 0002_drop_y"),
+        "{app}"
+    );
+    assert_eq!(app["repair"], "cairn migrate fleet --set app --source DIR");
+}
+
 /// Issue 21 item 14: a store on a read-only file system is reported as read-only — not as
 /// damage to restore from a backup. The file system is made read-only for the doctor alone
 /// (tests run as root, where file modes do not stop writes): `unshare -m` gives the command a

@@ -269,8 +269,21 @@ async fn check_passes_cairns_own_revisions_on_both_backends() {
             )),
             "{out}"
         );
-        // Every later revision reached the engine and passed.
+        // Every later revision reached the engine and passed, except the contract revision
+        // on Postgres, whose findings are listed as what it contracts (and do not fail the
+        // check: the fleet registry gates it).
+        let set = cairn::migrate::cairn_set();
         for rev in &revisions[1..] {
+            if backend == "postgres" && set.is_contract(&rev.id) {
+                assert!(
+                    out.contains(&format!(
+                        "{backend} {}: contract (applied once no live build lacks it): ",
+                        rev.id
+                    )),
+                    "{out}"
+                );
+                continue;
+            }
             assert!(out.contains(&format!("{backend} {}: ok", rev.id)), "{out}");
         }
     }

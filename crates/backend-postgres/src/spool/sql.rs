@@ -8,14 +8,15 @@
 //! state; `spool_ready` (revision `0007_spool_ready`) holds one narrow row per live run (its
 //! queue, priority, `due_at`, and whether it is claimed), and is how a claim finds runs. The
 //! rule every statement here keeps (**I-ready**; checked by `ready_mismatches` in the testkit
-//! after the Postgres spool tests): a run has a `spool_ready` row iff its `due_at` is not NULL,
+//! after every conformance spool case): a run has a `spool_ready` row iff its `due_at` is not NULL,
 //! with its queue, priority and `due_at`, and `claimed = (state = 'claimed')`. A statement that
 //! changes a run's `due_at` or state writes its `spool_ready` row in the same statement
-//! ([`ready_sync`] for the general case). Until the contract revision
-//! `0008_spool_ready_contract` a trigger on `spool_run` re-states the same rule for the writes
-//! of builds older than 0007, so the writes here are written to be idempotent with it. A claim
-//! locks the `spool_run` rows (never the `spool_ready` ones) and re-checks their state there,
-//! so builds old and new exclude each other by the same row locks, always taken run first.
+//! ([`ready_sync`] for the general case). The rule holds from the contract revision
+//! `0008_spool_ready_contract` on, which rebuilds the table: before it, builds older than 0007
+//! may be live and do not write it, and every build claims through `spool_run`'s own indexes
+//! (`super::sql_record`; `super::layout` says which). A claim locks the `spool_run` rows (never
+//! the `spool_ready` ones) and re-checks their state there, so builds old and new exclude each
+//! other by the same row locks.
 //!
 //! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is one
 //! statement, [`CLAIM_QUEUED`], when no expired lease is due and every run it takes carries its

@@ -79,6 +79,26 @@ pub(super) async fn migrations(
                 false,
             ),
         },
+        // Behind by contract revisions only: the state a rolling deploy leaves while older
+        // builds are live (every open defers them, and applies them once none is). Not a
+        // problem; the doctor still does not open the store (that open could apply them).
+        Classification::Upgrade { pending, .. }
+            if !pending.is_empty() && pending.iter().all(|r| set.is_contract(r)) =>
+        {
+            (
+                Check::warning(
+                    name,
+                    format!(
+                        "{base}: contract revision(s) pending: {} (the next open or `cairn \
+                         migrate up` applies them once no live build in the fleet registry \
+                         lacks them)",
+                        pending.join(" ")
+                    ),
+                    &cmd("fleet"),
+                ),
+                false,
+            )
+        }
         Classification::Upgrade { pending, .. } => (
             Check::problem(
                 name,
