@@ -10,7 +10,7 @@ use cairn_migrate::bookkeeping as bk;
 use cairn_migrate::{
     Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, StoredState,
 };
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, Executor, PgConnection, Row};
 
 use super::bookkeeping::{bookkeeping, fleet_sql, read_fleet, read_state};
 use super::sql;
@@ -128,10 +128,12 @@ impl PgLocked {
         } else {
             Ok(())
         };
+        // One simple-protocol message: when a revision statement already ended the transaction,
+        // a transaction-mode pooler may hand each message of an extended-protocol exchange to
+        // a different server session (SQLSTATE 26000); one `Query` message cannot be split.
         let ended = match disarmed {
-            Ok(()) => sqlx::query(statement)
-                .persistent(false)
-                .execute(&mut conn)
+            Ok(()) => conn
+                .execute(sqlx::raw_sql(statement))
                 .await
                 .map(|_| ())
                 .map_err(map),
@@ -170,9 +172,12 @@ impl LockedMigration for PgLocked {
             .execute(&mut *conn)
             .await
             .map_err(map)?;
-        let open: bool = sqlx::query_scalar(sql::IS_OPEN)
-            .fetch_one(&mut *conn)
+        // Simple protocol, as in `finish`: after a statement that ended the transaction the
+        // session is no longer pinned behind a transaction-mode pooler.
+        let open: bool = conn
+            .fetch_one(sqlx::raw_sql(sql::IS_OPEN))
             .await
+            .and_then(|row| row.try_get(0))
             .map_err(map)?;
         if !open {
             return Err(Error::invalid(

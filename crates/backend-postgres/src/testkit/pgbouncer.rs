@@ -1,7 +1,11 @@
 //! A private PgBouncer in transaction mode in front of the test server (issue 44 item 2), as
 //! Debian's `pgbouncer` 1.18 package runs it: `pool_mode = transaction`,
 //! `ignore_startup_parameters = extra_float_digits`, a few server connections per database and
-//! user so that every client's transactions really move between server sessions.
+//! user so that every client's transactions really move between server sessions; and
+//! `server_round_robin = 1`, so that they move every time they can: with PgBouncer's default
+//! (the most recently used idle session first) a message sent outside a transaction usually
+//! lands on the session it left, and a bug that relies on that (an extended-protocol exchange
+//! split across two sessions, SQLSTATE 26000) failed only in CI, now and then.
 //!
 //! One PgBouncer per test process, started on first use on a free loopback port with its ini
 //! and user list in a temp dir; a watchdog shell (its own process group) stops it and removes
@@ -168,6 +172,7 @@ fn start(server: &str) -> std::result::Result<String, String> {
          pool_mode = transaction\n\
          default_pool_size = {PGBOUNCER_POOL_SIZE}\n\
          min_pool_size = 0\n\
+         server_round_robin = 1\n\
          reserve_pool_size = 0\n\
          max_client_conn = 2000\n\
          ignore_startup_parameters = extra_float_digits\n\
