@@ -511,6 +511,8 @@ macro_rules! suite {
             m10_app_failed_upgrade_changes_nothing,
             m10_app_transaction_control_in_a_revision_changes_nothing,
             m11_app_same_id_different_content_refused,
+            m12_app_no_transaction_revision_applies_outside_the_transaction,
+            m12_app_failed_no_transaction_revision_keeps_what_ran_before_and_is_retried,
             m_app_rollback_story_end_to_end,
             m_app_two_builds_share_one_store,
             d1_app_older_build_runs_down_and_is_at_head,

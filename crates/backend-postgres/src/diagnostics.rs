@@ -7,7 +7,7 @@ use cairn_core::schema::Dialect;
 use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping::{self as bk, STAMP_TABLE};
 use cairn_migrate::diagnostics::tables_integrity;
-use cairn_migrate::{Diagnostics, Integrity, CAIRN_SET};
+use cairn_migrate::{Diagnostics, Integrity, InvalidIndex, CAIRN_SET};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres};
 
@@ -208,4 +208,41 @@ impl Diagnostics for PgDiagnostics {
         conn.close().await;
         found
     }
+
+    /// The schema's invalid indexes, each with the process building it now in this database.
+    async fn invalid_indexes(&self) -> Result<Vec<InvalidIndex>> {
+        let mut conn = self.connect().await.map_err(|e| match e {
+            NoConnection::Options(e) | NoConnection::Server(e) => e,
+        })?;
+        let found: Result<Vec<(String, String, Option<i32>)>> = sqlx::query_as(INVALID_INDEXES)
+            .bind(self.schema.as_str())
+            .fetch_all(conn.get())
+            .await
+            .map_err(map);
+        conn.close().await;
+        Ok(found?
+            .into_iter()
+            .map(|(name, table, building)| InvalidIndex {
+                name,
+                table,
+                building,
+            })
+            .collect())
+    }
 }
+
+/// The invalid indexes of schema `$1`: qualified name, qualified table, and the process
+/// building each now in this database.
+const INVALID_INDEXES: &str = "\
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
+    pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(t.relname), \
+    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
+     WHERE p.index_relid = c.oid AND p.datid = \
+        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
+     LIMIT 1) \
+FROM pg_catalog.pg_index i \
+JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+JOIN pg_catalog.pg_class t ON t.oid = i.indrelid \
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+WHERE n.nspname = $1 AND NOT i.indisvalid \
+ORDER BY c.relname";

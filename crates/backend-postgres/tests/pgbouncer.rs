@@ -449,3 +449,43 @@ async fn an_undeclared_transaction_pooler_is_refused_with_what_to_do() {
     let text = err.to_string();
     assert!(text.contains("cairn_pooler=transaction"), "{text} {err:?}");
 }
+
+/// Issue 48 item 1: behind a transaction-mode pooler the migration lock is a transaction's, so
+/// a no-transaction revision (which commits what ran before it and runs outside any
+/// transaction) cannot run under it: the upgrade is refused before anything runs, saying to
+/// use a direct connection, and the store is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_transaction_revision_is_refused_behind_the_pooler_before_anything_runs() {
+    use cairn_migrate::{MigrateError, MigrationBackend, MigrationSet, Runner};
+    let h = pgbouncer_harness().await;
+    let set = |files: &[(&str, &str)]| MigrationSet::from_embedded("pooled_app", files).unwrap();
+    let base = [(
+        "0001_items.sql",
+        "CREATE TABLE pooled_items (id BIGINT PRIMARY KEY, name TEXT)",
+    )];
+    let migrator = cairn_postgres::PgMigrator::new(h.options()).unwrap();
+    Runner::new(set(&base)).open(&migrator).await.unwrap();
+    let with_index = [
+        base[0],
+        ("0002_more.sql", "CREATE TABLE pooled_more (id BIGINT PRIMARY KEY)"),
+        (
+            "0003_index.sql",
+            "-- cairn:no-transaction\nCREATE INDEX CONCURRENTLY pooled_items_name ON pooled_items (name)",
+        ),
+    ];
+    let err = Runner::new(set(&with_index))
+        .open(&migrator)
+        .await
+        .expect_err("refused behind the pooler");
+    assert!(
+        matches!(&err, MigrateError::RevisionFailed { revision, .. } if revision == "0003_index"),
+        "{err:?}"
+    );
+    assert!(
+        err.report().to_string().contains("direct connection"),
+        "{}",
+        err.report()
+    );
+    let state = migrator.read_state("pooled_app").await.unwrap();
+    assert_eq!(state.stamp.as_deref(), Some("0001_items"), "nothing ran");
+}

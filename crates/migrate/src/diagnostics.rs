@@ -103,6 +103,47 @@ pub trait Diagnostics: Send + Sync {
     async fn free_space(&self) -> Result<Option<u64>> {
         Ok(None)
     }
+
+    /// The invalid indexes of the store's schema, by name: what an interrupted `CREATE INDEX
+    /// CONCURRENTLY` of a no-transaction revision leaves
+    /// ([`crate::MigrationSet::with_no_transaction`]), each with the server process building
+    /// it now, if any. None where the engine has no such indexes (the default; SQLite).
+    ///
+    /// # Errors
+    /// When the catalog cannot be read (e.g. the server cannot be reached).
+    async fn invalid_indexes(&self) -> Result<Vec<InvalidIndex>> {
+        Ok(Vec::new())
+    }
+}
+
+/// An invalid index ([`Diagnostics::invalid_indexes`]): Postgres keeps it up to date on
+/// writes but never reads it, until it is dropped and built again.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct InvalidIndex {
+    /// The index, schema-qualified and quoted as SQL needs it.
+    pub name: String,
+    /// Its table, schema-qualified and quoted.
+    pub table: String,
+    /// The server process building it now (in the store's database), if any.
+    pub building: Option<i32>,
+}
+
+impl InvalidIndex {
+    /// What to do about it, in one line.
+    pub fn repair(&self) -> String {
+        match self.building {
+            Some(pid) => format!(
+                "a build of it is still running (server process {pid}): wait for it to end, or \
+                 stop it with SELECT pg_cancel_backend({pid}); then `cairn migrate up` drops it \
+                 and builds it again"
+            ),
+            None => format!(
+                "no build of it is running: the next `cairn migrate up` drops it and builds it \
+                 again, or drop it yourself with DROP INDEX CONCURRENTLY {}",
+                self.name
+            ),
+        }
+    }
 }
 
 /// The tables `statements` create (`CREATE TABLE [IF NOT EXISTS] name`,

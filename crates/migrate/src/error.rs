@@ -70,6 +70,21 @@ pub enum MigrateError {
         #[source]
         source: cairn_core::Error,
     },
+    /// A statement of revision `revision` failed after the upgrade had committed part of its
+    /// work: a no-transaction revision ([`crate::MigrationSet::with_no_transaction`]) commits
+    /// what ran before it, and itself runs outside any transaction. The store stays at `stamp`
+    /// (`None`: no revision of the set) with its lineage; what ran after that commit was
+    /// rolled back, except a no-transaction revision's own statements that completed.
+    #[error("revision {revision} failed; the store stays at {} (no-transaction revisions commit what ran before them), so fix the cause and run the upgrade again: an interrupted `CREATE INDEX CONCURRENTLY` left behind is dropped and built again", .stamp.as_deref().unwrap_or("no revision"))]
+    RevisionFailedPartly {
+        /// The revision.
+        revision: String,
+        /// The stamp the store stays at.
+        stamp: Option<String>,
+        /// The store error.
+        #[source]
+        source: cairn_core::Error,
+    },
     /// `down` would have to undo revision `revision`, which has no stored down SQL (it was
     /// applied without a `*.down.sql` file, or by a build that predates stored down SQL);
     /// nothing was changed.
@@ -148,7 +163,10 @@ impl From<MigrateError> for cairn_core::Error {
     fn from(e: MigrateError) -> Self {
         match e {
             MigrateError::Store(inner) => inner,
-            MigrateError::RevisionFailed { revision, source } => cairn_core::Error::Migration {
+            MigrateError::RevisionFailed { revision, source }
+            | MigrateError::RevisionFailedPartly {
+                revision, source, ..
+            } => cairn_core::Error::Migration {
                 revision,
                 source: Box::new(source),
             },

@@ -81,6 +81,7 @@ mod error;
 pub mod fleet;
 mod identity;
 mod open;
+pub mod outside;
 mod refusal;
 mod revision;
 mod runner;
@@ -95,7 +96,7 @@ pub use cairn_macros::embed_migrations;
 pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
 pub use checksum::{Checksum, ChecksumForm, LineageEntry};
 pub use classify::{classify, Classification, StoredState};
-pub use diagnostics::{Diagnostics, Integrity};
+pub use diagnostics::{Diagnostics, Integrity, InvalidIndex};
 pub use error::MigrateError;
 pub use fleet::{Blocker, FleetEntry};
 pub use open::{DeferredContract, OpenOptions, Session, SetOpened, DEFAULT_MIGRATION_LOCK_TIMEOUT};
@@ -107,7 +108,7 @@ pub use runner::{
     AppliedContract, Downgraded, LockedMigration, MigrationBackend, OpenReport, Opened, Repaired,
     Runner,
 };
-pub use source::CONTRACT_MARKER;
+pub use source::{CONTRACT_MARKER, NO_TRANSACTION_MARKER};
 pub use split::{split_statements, SplitError};
 pub use text::escape_control;
 pub use transaction::transaction_control;

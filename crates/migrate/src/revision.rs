@@ -97,6 +97,9 @@ pub struct MigrationSet {
     /// Revisions marked *contract* ([`MigrationSet::with_contract`]). Not part of any checksum
     /// either: the marker gates when a revision may be applied, not what it is.
     contract: BTreeSet<String>,
+    /// Revisions marked *no-transaction* per dialect (`[sqlite, postgres]`,
+    /// [`MigrationSet::with_no_transaction`]). Not part of any checksum: the statements are.
+    no_transaction: BTreeMap<String, [bool; 2]>,
     /// The one engine the set is for ([`MigrationSet::only_on`]); `None`: both.
     only: Option<Dialect>,
     /// With `only`: the first revision that had no SQL for the other engine, named when a store
@@ -146,6 +149,7 @@ impl MigrationSet {
             revisions,
             down: BTreeMap::new(),
             contract: BTreeSet::new(),
+            no_transaction: BTreeMap::new(),
             only: None,
             lacking: None,
         })
@@ -365,6 +369,12 @@ impl MigrationSet {
                 .filter(|id| keep(id))
                 .cloned()
                 .collect(),
+            no_transaction: self
+                .no_transaction
+                .iter()
+                .filter(|(id, _)| keep(id))
+                .map(|(id, d)| (id.clone(), *d))
+                .collect(),
             only: self.only,
             lacking: self
                 .lacking
@@ -377,6 +387,57 @@ impl MigrationSet {
     /// Whether revision `revision` is marked contract.
     pub fn is_contract(&self, revision: &str) -> bool {
         self.contract.contains(revision)
+    }
+
+    /// Marks revision `revision` as **no-transaction** in `dialect`: on Postgres the runner
+    /// commits what the upgrade applied before it (with the stamp at its parent), runs its
+    /// statements one at a time in autocommit under the migration lock, and records its stamp
+    /// and lineage only once every one succeeded. Only the statements Postgres refuses (or
+    /// cannot use) inside a transaction may be in it ([`crate::outside`]). On SQLite the mark is
+    /// accepted and the revision runs in the upgrade transaction as any other. In SQL files
+    /// the marker is a leading line `-- cairn:no-transaction` in the revision's file for that
+    /// dialect (or its generic file). The mark is not part of the checksum.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for a revision not in the set, or a Postgres statement of
+    /// it that may not run outside a transaction (named, with what may).
+    pub fn with_no_transaction(
+        mut self,
+        revision: &str,
+        dialect: Dialect,
+    ) -> Result<Self, MigrateError> {
+        let invalid = |reason: String| MigrateError::InvalidSet {
+            set: self.name.clone(),
+            reason,
+        };
+        let Some(at) = self.position(revision) else {
+            return Err(invalid(format!(
+                "no-transaction mark on {revision}, which is not a revision of the set"
+            )));
+        };
+        if dialect == Dialect::Postgres {
+            let rev = &self.revisions[at];
+            if let Some(sql) = rev
+                .up(dialect)
+                .iter()
+                .find(|sql| !crate::outside::allowed_outside_transaction(sql))
+            {
+                return Err(invalid(format!(
+                    "revision {revision} is marked no-transaction, and its statement `{}` may not run outside a transaction on postgres: only {} may; move it to a revision of its own without the mark",
+                    crate::text::escape_control(&first_line(sql)),
+                    crate::outside::ALLOWED_OUTSIDE
+                )));
+            }
+        }
+        self.no_transaction.entry(revision.to_owned()).or_default()[dialect_index(dialect)] = true;
+        Ok(self)
+    }
+
+    /// Whether revision `revision` is marked no-transaction in `dialect`.
+    pub fn is_no_transaction(&self, revision: &str, dialect: Dialect) -> bool {
+        self.no_transaction
+            .get(revision)
+            .is_some_and(|d| d[dialect_index(dialect)])
     }
 
     /// Position of `id` in the chain.
@@ -420,6 +481,16 @@ impl MigrationSet {
             })
             .collect()
     }
+}
+
+/// A statement's first line, cut at 120 characters, for an error message.
+fn first_line(sql: &str) -> String {
+    let line = sql.trim().lines().next().unwrap_or_default();
+    let mut out: String = line.chars().take(120).collect();
+    if out.len() < line.len() || sql.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use cairn_migrate::additivity::{Rule, Violation};
+use cairn_migrate::outside::in_transaction_form;
 use cairn_migrate::{MigrateError, Revision, BOOKKEEPING_TABLES};
 
 use super::checker::{to_migrate, Checker};
@@ -20,7 +21,14 @@ fn message(e: &sqlx::Error) -> String {
 
 impl Checker<'_> {
     /// Runs the check; the caller rolls the transaction back whatever happens.
-    pub(super) async fn run(mut self, revision: &Revision) -> Result<Vec<Violation>, MigrateError> {
+    ///
+    /// A no-transaction revision (`no_transaction`) is checked through each statement's
+    /// [`in_transaction_form`]: the same change without `CONCURRENTLY`, `VACUUM` skipped.
+    pub(super) async fn run(
+        mut self,
+        revision: &Revision,
+        no_transaction: bool,
+    ) -> Result<Vec<Violation>, MigrateError> {
         self.exec(sql::BEGIN).await?;
         sqlx::query(sql::LOCAL_TIMEOUTS)
             .execute(&mut *self.conn)
@@ -52,8 +60,16 @@ impl Checker<'_> {
         let mut outside = self.outside_locks().await?;
         let mut previous = before.clone();
         let mut last_log = 0i64;
-        for (i, statement) in revision.up_postgres.iter().enumerate() {
+        for (i, original) in revision.up_postgres.iter().enumerate() {
             let n = i + 1;
+            let statement = match no_transaction {
+                false => original.clone(),
+                true => match in_transaction_form(original) {
+                    Some(form) => form,
+                    None => continue,
+                },
+            };
+            let statement = statement.as_str();
             self.savepoint().await?;
             let ran = sqlx::query(statement)
                 .persistent(false)

@@ -201,7 +201,7 @@ impl PgAdditivity {
             conn: &mut conn,
             schema,
         }
-        .run(revision)
+        .run(revision, target.no_transaction())
         .await;
         // The transaction is discarded whatever happened; closing the session would do it too.
         let _ = sqlx::query(sql::ROLLBACK)

@@ -7,6 +7,7 @@ use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping as bk;
+use cairn_migrate::outside::concurrent_index_name;
 use cairn_migrate::{
     Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, StoredState,
 };
@@ -94,16 +95,25 @@ pub(super) struct PgLocked {
     key: Option<i64>,
     /// Whether the commit guard is installed (and must be disarmed before the runner's COMMIT).
     guarded: bool,
+    /// The store's schema (a transaction opened again after a no-transaction revision re-reads
+    /// it, as [`start`] does).
+    schema: SchemaName,
 }
 
 impl PgLocked {
     /// The upgrade transaction [`start`] opened on `conn`, holding the session lock `key`
     /// (`None` behind a transaction-mode pooler) and the commit guard when `guarded`.
-    pub(super) fn new(conn: PgConnection, key: Option<i64>, guarded: bool) -> Self {
+    pub(super) fn new(
+        conn: PgConnection,
+        key: Option<i64>,
+        guarded: bool,
+        schema: SchemaName,
+    ) -> Self {
         Self {
             conn: Some(conn),
             key,
             guarded,
+            schema,
         }
     }
 
@@ -155,6 +165,43 @@ impl PgLocked {
     }
 }
 
+/// Drops index `name` (in `schema`, else the session's current schema) when it is invalid and
+/// no session is building it: what an interrupted `CREATE INDEX CONCURRENTLY` leaves. An
+/// invalid index some session is still building is an error saying which; a valid one, or
+/// none, is left alone.
+async fn drop_interrupted_build(
+    conn: &mut PgConnection,
+    schema: Option<&str>,
+    name: &str,
+) -> Result<()> {
+    let found: Option<(String, bool, Option<i32>)> = sqlx::query_as(sql::INDEX_BUILD_STATE)
+        .bind(name)
+        .bind(schema)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map)?;
+    match found {
+        Some((_, false, Some(pid))) => Err(Error::invalid(
+            "migration",
+            format!(
+                "index {} is invalid and still being built by server process {pid}; wait for \
+                 it to end or cancel it (SELECT pg_cancel_backend({pid})), then run the upgrade \
+                 again",
+                cairn_core::escape_control(name)
+            ),
+        )),
+        Some((qualified, false, None)) => {
+            conn.execute(sqlx::raw_sql(&format!(
+                "DROP INDEX CONCURRENTLY IF EXISTS {qualified}"
+            )))
+            .await
+            .map_err(map)?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 #[async_trait]
 impl LockedMigration for PgLocked {
     async fn read_state(&mut self, set: &str) -> Result<StoredState, MigrateError> {
@@ -186,6 +233,56 @@ impl LockedMigration for PgLocked {
                  must not manage transactions, the runner runs it in one",
             ));
         }
+        Ok(())
+    }
+
+    fn runs_outside_transaction(&self) -> bool {
+        true
+    }
+
+    fn outside_refusal(&self) -> Option<Error> {
+        self.key.is_none().then(|| {
+            Error::invalid(
+                "migration",
+                "a no-transaction revision runs outside the upgrade transaction, and behind a \
+                 transaction-mode pooler (cairn_pooler=transaction) the migration lock ends \
+                 with each transaction: run this upgrade over a direct connection to the \
+                 server",
+            )
+        })
+    }
+
+    /// Commits the upgrade so far (the session's advisory lock stays held), runs each
+    /// statement alone in autocommit, then opens the next upgrade transaction as [`start`]
+    /// opens the first. Before a `CREATE INDEX CONCURRENTLY`, an invalid index of the same name
+    /// that no session is building (what an interrupted build leaves) is dropped
+    /// concurrently, so the upgrade that failed or was killed there can run again.
+    async fn execute_outside(&mut self, statements: &[String]) -> Result<()> {
+        if let Some(refused) = self.outside_refusal() {
+            return Err(refused);
+        }
+        let (guarded, schema) = (self.guarded, self.schema.clone());
+        let conn = self.conn()?;
+        if guarded {
+            sqlx::query(sql::DISARM)
+                .execute(&mut *conn)
+                .await
+                .map_err(map)?;
+        }
+        conn.execute(sqlx::raw_sql("COMMIT")).await.map_err(map)?;
+        // A build whose client died (a killed `cairn migrate up`) stops within a second rather
+        // than holding the migration lock to its end (Postgres 14 and later; older servers
+        // refuse the setting, and then the build runs to its end).
+        let _ = conn
+            .execute(sqlx::raw_sql(sql::CLIENT_CHECK_INTERVAL))
+            .await;
+        for statement in statements {
+            if let Some((in_schema, name)) = concurrent_index_name(statement) {
+                drop_interrupted_build(conn, in_schema.as_deref(), &name).await?;
+            }
+            conn.execute(sqlx::raw_sql(statement)).await.map_err(map)?;
+        }
+        self.guarded = start(conn, &schema, false).await?;
         Ok(())
     }
 

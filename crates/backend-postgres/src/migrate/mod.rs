@@ -225,6 +225,7 @@ impl MigrationBackend for PgMigrator {
             conn,
             (!pooled).then_some(key),
             guarded,
+            self.schema.clone(),
         )))
     }
 

@@ -39,3 +39,21 @@ pub(super) const GUARD: [&str; 4] = [
 
 /// Lets the runner's own COMMIT through the guard.
 pub(super) const DISARM: &str = "UPDATE pg_temp.cairn_commit_guard SET armed = false";
+
+/// Lets the server notice, within a second, that the client of a long statement (a concurrent
+/// index build) is gone, and stop it (Postgres 14 and later; older servers refuse it).
+pub(super) const CLIENT_CHECK_INTERVAL: &str = "SET client_connection_check_interval = 1000";
+
+/// Index `$1` in schema `$2` (NULL: the current schema): its quoted qualified name, whether it
+/// is valid, and the server process building it now in this database, if any.
+pub(super) const INDEX_BUILD_STATE: &str = "\
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
+    i.indisvalid, \
+    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
+     WHERE p.index_relid = c.oid AND p.datid = \
+        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
+     LIMIT 1) \
+FROM pg_catalog.pg_class c \
+JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid \
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+WHERE c.relname = $1 AND n.nspname = COALESCE($2, pg_catalog.current_schema())";

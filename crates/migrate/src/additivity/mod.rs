@@ -127,12 +127,25 @@ pub struct RevisionReport {
 pub struct CheckTarget {
     prelude: Vec<MigrationSet>,
     history: MigrationSet,
+    /// Whether the checked revision is marked no-transaction on Postgres.
+    no_transaction: bool,
 }
 
 impl CheckTarget {
     /// A target from its parts.
     pub fn new(prelude: Vec<MigrationSet>, history: MigrationSet) -> Self {
-        Self { prelude, history }
+        Self {
+            prelude,
+            history,
+            no_transaction: false,
+        }
+    }
+
+    /// Whether the checked revision is marked no-transaction on Postgres
+    /// ([`MigrationSet::with_no_transaction`]): the Postgres engine then runs each statement's
+    /// [`crate::outside::in_transaction_form`] in its checked transaction.
+    pub fn no_transaction(&self) -> bool {
+        self.no_transaction
     }
 
     /// The target for revision `index` (from 1; the base is exempt) of `set`: `set` up to
@@ -147,13 +160,22 @@ impl CheckTarget {
                 reason: format!("no revision after the base at position {index}"),
             });
         }
-        let history = MigrationSet::new(set.name(), set.revisions()[..index].to_vec())?;
+        // `up_to` keeps the marks: an earlier no-transaction revision builds the same way.
+        let history = set.up_to(&set.revisions()[index - 1].id)?;
+        let no_transaction = set.is_no_transaction(
+            &set.revisions()[index].id,
+            cairn_core::schema::Dialect::Postgres,
+        );
         let prelude = if set.name() == CAIRN_SET {
             Vec::new()
         } else {
             vec![cairn_set()]
         };
-        Ok(Self { prelude, history })
+        Ok(Self {
+            prelude,
+            history,
+            no_transaction,
+        })
     }
 
     /// The sets applied before the checked one, in order, each to its head.

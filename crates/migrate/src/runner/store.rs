@@ -89,6 +89,34 @@ pub trait LockedMigration: Send {
     /// The statement's error, or one saying the transaction ended; the runner then rolls the
     /// upgrade back.
     async fn execute(&mut self, sql: &str) -> Result<(), cairn_core::Error>;
+    /// Whether this backend runs a revision marked no-transaction outside the upgrade
+    /// transaction, through [`LockedMigration::execute_outside`]. `false` (the default): it runs
+    /// such a revision in the transaction as any other (SQLite).
+    fn runs_outside_transaction(&self) -> bool {
+        false
+    }
+    /// Why this backend cannot run a no-transaction revision outside the transaction here, if
+    /// it cannot (a Postgres store behind a transaction-mode pooler, where the migration lock
+    /// ends with each transaction). The runner asks before anything runs, and refuses the
+    /// upgrade with it. `None` (the default): it can, or runs them inside.
+    fn outside_refusal(&self) -> Option<cairn_core::Error> {
+        None
+    }
+    /// Commits the upgrade transaction so far (the migration lock stays held), runs
+    /// `statements` one at a time outside any transaction, then opens the next upgrade
+    /// transaction. With no statements it only commits and opens the next one.
+    ///
+    /// # Errors
+    /// The first failing statement's error: what ran before it stays committed, and the runner
+    /// ends with [`LockedMigration::rollback`], which must release the lock whether or not a
+    /// transaction is open. The default refuses: the backend runs nothing outside.
+    async fn execute_outside(&mut self, statements: &[String]) -> Result<(), cairn_core::Error> {
+        let _ = statements;
+        Err(cairn_core::Error::backend(
+            "migrate",
+            "this backend runs no statement outside the upgrade transaction",
+        ))
+    }
     /// Records the stamp and, when given, replaces the lineage.
     async fn write_state(
         &mut self,

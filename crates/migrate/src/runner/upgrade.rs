@@ -71,6 +71,7 @@ impl Runner {
     /// [`MigrateError::Refused`] (nothing changed), [`MigrateError::UnsupportedDialect`] for a
     /// store of an engine the set is not for ([`MigrationSet::only_on`]; nothing read or
     /// changed), [`MigrateError::LockTimeout`], [`MigrateError::RevisionFailed`] (rolled back),
+    /// [`MigrateError::RevisionFailedPartly`] (a no-transaction revision committed part),
     /// store errors.
     ///
     /// [`MigrationSet::only_on`]: crate::MigrationSet::only_on
@@ -221,6 +222,19 @@ impl Runner {
         Ok(())
     }
 
+    /// The lineage a store stamped at `revision` records (the set up to it), unless this
+    /// runner records none.
+    fn lineage_to(
+        &self,
+        revision: &str,
+        dialect: Dialect,
+    ) -> Result<Option<Vec<crate::LineageEntry>>, MigrateError> {
+        if self.hooks.skip_lineage {
+            return Ok(None);
+        }
+        Ok(Some(self.set.up_to(revision)?.lineage(dialect)))
+    }
+
     async fn migrate_locked(
         &self,
         dialect: Dialect,
@@ -284,17 +298,60 @@ impl Runner {
                         }
                     }
                 }
+                // A backend that cannot run a no-transaction revision here refuses before
+                // anything runs.
+                if let Some(id) = pending
+                    .iter()
+                    .find(|id| self.set.is_no_transaction(id, dialect))
+                {
+                    if let Some(source) = tx.outside_refusal() {
+                        return Err(MigrateError::RevisionFailed {
+                            revision: id.clone(),
+                            source,
+                        });
+                    }
+                }
                 // The fleet gate, before anything runs: a refusal changes nothing.
                 contracts = self.fleet.gate_contracts(&self.set, tx, &pending).await?;
                 let at = self.fleet.clock.now();
-                for (rev, id) in revisions.iter().zip(&pending) {
-                    for sql in rev.up(dialect) {
-                        tx.execute(sql)
+                // The stamp a commit before a no-transaction revision made durable, if any.
+                let mut committed: Option<Option<String>> = None;
+                let failed =
+                    |committed: &Option<Option<String>>, id: &String, source| match committed {
+                        Some(stamp) => MigrateError::RevisionFailedPartly {
+                            revision: id.clone(),
+                            stamp: stamp.clone(),
+                            source,
+                        },
+                        None => MigrateError::RevisionFailed {
+                            revision: id.clone(),
+                            source,
+                        },
+                    };
+                let outside = tx.runs_outside_transaction();
+                for (i, (rev, id)) in revisions.iter().zip(&pending).enumerate() {
+                    let alone = outside && self.set.is_no_transaction(id, dialect);
+                    if alone {
+                        // What ran before it commits, stamped at its parent; then it runs
+                        // statement by statement, outside any transaction.
+                        let stamp = if i == 0 {
+                            from.clone()
+                        } else {
+                            let parent = rev.parent.clone().unwrap_or_default();
+                            let upto = self.lineage_to(&parent, dialect)?;
+                            tx.write_state(name, &parent, upto.as_deref()).await?;
+                            Some(parent)
+                        };
+                        committed = Some(stamp);
+                        tx.execute_outside(rev.up(dialect))
                             .await
-                            .map_err(|source| MigrateError::RevisionFailed {
-                                revision: id.clone(),
-                                source,
-                            })?;
+                            .map_err(|source| failed(&committed, id, source))?;
+                    } else {
+                        for sql in rev.up(dialect) {
+                            tx.execute(sql)
+                                .await
+                                .map_err(|source| failed(&committed, id, source))?;
+                        }
                     }
                     // Stored beside the lineage in the same transaction; a revision applied
                     // without down SQL clears any left by an earlier application.
@@ -303,6 +360,16 @@ impl Runner {
                     if let Some(c) = contracts.iter().find(|c| &c.revision == id) {
                         tx.record_contract(name, id, at, c.forced, &c.blockers)
                             .await?;
+                    }
+                    if alone {
+                        // Its stamp commits now: a later revision that fails must not leave the
+                        // store stamped before an index that exists.
+                        let upto = self.lineage_to(id, dialect)?;
+                        tx.write_state(name, id, upto.as_deref()).await?;
+                        tx.execute_outside(&[])
+                            .await
+                            .map_err(|source| failed(&committed, id, source))?;
+                        committed = Some(Some(id.clone()));
                     }
                 }
                 tx.write_state(name, &self.set.head().id, lineage).await?;

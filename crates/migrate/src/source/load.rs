@@ -7,7 +7,10 @@ use std::path::Path;
 
 use cairn_core::schema::Dialect;
 
-use super::contents::{description, has_contract_marker, statements, CONTRACT_MARKER};
+use super::contents::{
+    check_markers, description, has_contract_marker, has_no_transaction_marker, statements,
+    CONTRACT_MARKER,
+};
 use super::file_name::{parse_name, source_err, Target};
 use crate::error::MigrateError;
 use crate::identity::CAIRN_SET;
@@ -110,6 +113,7 @@ impl MigrationSet {
             };
             let text = std::str::from_utf8(contents.as_ref())
                 .map_err(|e| source_err(file, format!("is not UTF-8 ({e})")))?;
+            check_markers(file, text)?;
             let group = if parsed.down {
                 downs.entry(parsed.number).or_default()
             } else {
@@ -143,6 +147,7 @@ impl MigrationSet {
         let used = |dialect: Dialect| only.is_none_or(|o| o == dialect);
         let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
         let mut contracts = Vec::new();
+        let mut outside = Vec::new();
         let mut down_sql = Vec::with_capacity(downs.len());
         for (number, down) in &downs {
             let Some(up) = groups.get(number) else {
@@ -167,6 +172,16 @@ impl MigrationSet {
             let up_postgres = pick(&group, Dialect::Postgres, &group.postgres, "", used)?;
             if contract_marked(&group, only)? {
                 contracts.push(group.stem.clone());
+            }
+            for (dialect, own) in [
+                (Dialect::Sqlite, &group.sqlite),
+                (Dialect::Postgres, &group.postgres),
+            ] {
+                if let Some((file, text)) = own.as_ref().or(group.generic.as_ref()) {
+                    if used(dialect) && has_no_transaction_marker(text) {
+                        outside.push((group.stem.clone(), dialect, file.clone()));
+                    }
+                }
             }
             let (_, described) = group
                 .generic
@@ -209,6 +224,14 @@ impl MigrationSet {
                 }
                 other => other,
             })?;
+        }
+        for (revision, dialect, file) in outside {
+            set = set
+                .with_no_transaction(&revision, dialect)
+                .map_err(|e| match e {
+                    MigrateError::InvalidSet { reason, .. } => source_err(&file, reason),
+                    other => other,
+                })?;
         }
         Ok(set)
     }
@@ -598,6 +621,67 @@ mod tests {
         assert!(e.to_string().contains("not UTF-8"), "{e}");
         let e = set(&[("0001_a.sql", "SELECT 1;"), ("0001_a.sql", "SELECT 2;")]).unwrap_err();
         assert!(e.to_string().contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn a_no_transaction_marker_marks_its_files_dialect_and_holds_only_what_may_run_outside() {
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, name TEXT);"),
+            (
+                "0002_idx.postgres.sql",
+                "-- cairn:no-transaction\n-- index a by name\nCREATE INDEX CONCURRENTLY a_name ON a (name);",
+            ),
+            (
+                "0002_idx.sqlite.sql",
+                "-- index a by name\nCREATE INDEX a_name ON a (name);",
+            ),
+            (
+                "0003_both.sql",
+                "-- cairn:contract\n-- cairn:no-transaction\n-- vacuum\nVACUUM;",
+            ),
+        ])
+        .unwrap();
+        assert!(s.is_no_transaction("0002_idx", Dialect::Postgres));
+        assert!(!s.is_no_transaction("0002_idx", Dialect::Sqlite));
+        assert!(!s.is_no_transaction("0001_a", Dialect::Postgres));
+        assert_eq!(s.revisions()[1].description, "index a by name");
+        assert!(s.is_contract("0003_both"));
+        assert!(s.is_no_transaction("0003_both", Dialect::Postgres));
+        assert!(s.is_no_transaction("0003_both", Dialect::Sqlite));
+        assert_eq!(s.head().description, "vacuum");
+        // The marks survive `up_to`.
+        assert!(s
+            .up_to("0002_idx")
+            .unwrap()
+            .is_no_transaction("0002_idx", Dialect::Postgres));
+
+        // Anything else in a marked revision is refused, naming the file and the statement.
+        let e = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, name TEXT);"),
+            (
+                "0002_idx.sql",
+                "-- cairn:no-transaction\nCREATE INDEX CONCURRENTLY a_name ON a (name);\nCREATE TABLE sneaky (id BIGINT);",
+            ),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&e), "0002_idx.sql");
+        let text = e.to_string();
+        assert!(text.contains("CREATE TABLE sneaky"), "{text}");
+        assert!(
+            text.contains("CREATE [UNIQUE] INDEX CONCURRENTLY"),
+            "{text}"
+        );
+
+        // A misspelt marker is refused, not taken for a comment.
+        let e = set(&[("0001_a.sql", "-- cairn:no-transactions\nVACUUM;")]).unwrap_err();
+        assert_eq!(source_file(&e), "0001_a.sql");
+        assert!(e.to_string().contains("unknown marker"), "{e}");
+        // A comment that merely mentions cairn is no marker.
+        set(&[(
+            "0001_a.sql",
+            "-- cairn: the first table\nCREATE TABLE a (id BIGINT);",
+        )])
+        .unwrap();
     }
 
     #[test]

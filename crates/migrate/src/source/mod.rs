@@ -28,15 +28,23 @@
 //! lacks it. With per-dialect files, every up file of the revision carries the line or none
 //! does. The marker is a comment, so it is not part of the checksum.
 //!
+//! An up file with a leading line `-- cairn:no-transaction` (before or after the contract
+//! marker) marks its revision **no-transaction** in the file's dialect
+//! ([`MigrationSet::with_no_transaction`]): on Postgres it runs outside the upgrade transaction,
+//! one statement at a time, and may hold only the statements that need that (`CREATE INDEX
+//! CONCURRENTLY` and a few more, [`crate::outside`]); on SQLite it runs as any other. A leading
+//! `-- cairn:` line cairn does not know is refused rather than taken for a comment.
+//!
 //! The file names are parsed in `file_name.rs`, a file's text read in `contents.rs`, and the
 //! set assembled from its files in `load.rs`; this file only re-exports.
 //!
 //! [`MigrateError::UnsupportedDialect`]: crate::MigrateError::UnsupportedDialect
 //! [`MigrationSet::only_on`]: crate::MigrationSet::only_on
 //! [`MigrationSet::with_contract`]: crate::MigrationSet::with_contract
+//! [`MigrationSet::with_no_transaction`]: crate::MigrationSet::with_no_transaction
 
 mod contents;
 mod file_name;
 mod load;
 
-pub use contents::CONTRACT_MARKER;
+pub use contents::{CONTRACT_MARKER, NO_TRANSACTION_MARKER};

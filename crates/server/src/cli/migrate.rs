@@ -139,6 +139,22 @@ pub(crate) async fn run(
                     pending.join(" ")
                 }
             )?;
+            // What an interrupted concurrent index build of a no-transaction revision left
+            // (Postgres; none on SQLite), with the repair.
+            let invalid = cairn::migrate::diagnostics(target)
+                .map_err(CliError::from)?
+                .invalid_indexes()
+                .await
+                .map_err(CliError::from)?;
+            for index in invalid {
+                writeln!(
+                    out,
+                    "invalid index: {} on {}: {}",
+                    esc(&index.name),
+                    esc(&index.table),
+                    esc(&index.repair())
+                )?;
+            }
         }
         MigrateAction::Up { force } => {
             let m = migrations(target, IfMissing::Create)?;

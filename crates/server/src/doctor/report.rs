@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::check::{Check, Limits};
 use super::migrations::migrations;
 use super::spool::store_checks;
-use super::store::{integrity, ready, scratch, storage};
+use super::store::{indexes, integrity, ready, scratch, storage};
 use crate::open::{open, IfMissing};
 
 /// The whole report.
@@ -53,6 +53,7 @@ pub(crate) async fn report(
     checks.push(scratch(target, own).await);
     let mut openable = false;
     if intact {
+        checks.push(indexes(target, own).await);
         let mut sets = vec![cairn::migrate::cairn_set()];
         sets.extend(app);
         for (i, set) in sets.into_iter().enumerate() {

@@ -154,6 +154,57 @@ pub(super) fn integrity_check(backend: Scheme, found: Integrity) -> Check {
     }
 }
 
+/// The store's invalid indexes (what an interrupted `CREATE INDEX CONCURRENTLY` of a
+/// no-transaction revision leaves; Postgres only): a warning while a build of one is running,
+/// a problem when none is (the revision that builds it is not applied, and writes keep paying
+/// for the index), each with its repair.
+pub(super) async fn indexes(target: &DatabaseUrl, own: Option<&dyn Diagnostics>) -> Check {
+    const NAME: &str = "indexes";
+    let found = match own {
+        Some(own) => own.invalid_indexes().await,
+        None => match cairn::migrate::diagnostics(target) {
+            Ok(d) => d.invalid_indexes().await,
+            Err(e) => return Check::problem(NAME, one(&e.report().to_string()), None),
+        },
+    };
+    let invalid = match found {
+        Ok(invalid) => invalid,
+        Err(e) => {
+            return Check::problem(
+                NAME,
+                format!("cannot list the store's indexes: {}", one(&e.to_string())),
+                None,
+            )
+        }
+    };
+    if invalid.is_empty() {
+        return Check::ok(NAME, "no invalid index");
+    }
+    let detail = format!(
+        "invalid index(es), left by an interrupted or running concurrent build: {}",
+        invalid
+            .iter()
+            .map(|i| match i.building {
+                Some(pid) => format!(
+                    "{} on {} (being built by server process {pid})",
+                    i.name, i.table
+                ),
+                None => format!("{} on {}", i.name, i.table),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let repair: Vec<String> = invalid
+        .iter()
+        .map(|i| format!("{}: {}", i.name, i.repair()))
+        .collect();
+    if invalid.iter().all(|i| i.building.is_some()) {
+        Check::warning(NAME, one(&detail), &one(&repair.join("; ")))
+    } else {
+        Check::problem(NAME, one(&detail), Some(&one(&repair.join("; "))))
+    }
+}
+
 /// Environment variable naming the scratch Postgres server of `cairn migrate check`.
 pub(super) const SCRATCH_POSTGRES_ENV: &str = "CAIRN_CHECK_POSTGRES_URL";
 

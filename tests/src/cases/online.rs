@@ -1,0 +1,203 @@
+//! M12 (issue 48 item 1): revisions marked `-- cairn:no-transaction`. On Postgres such a
+//! revision runs outside the upgrade transaction, one statement at a time under the migration
+//! lock, after what ran before it committed; its stamp and lineage are written once it
+//! succeeded, and an interrupted `CREATE INDEX CONCURRENTLY` (the invalid index it leaves) is
+//! dropped and built again by the next upgrade. On SQLite the marker is accepted and the
+//! revision runs in the upgrade transaction as any other.
+
+use cairn_core::schema::Dialect;
+use cairn_migrate::{MigrateError, MigrationSet, Opened, Runner};
+
+use super::migrations::{run, DEADLINE};
+use crate::MigrationHarness;
+
+const SET: &str = "m12_app";
+
+fn items_set(unique: bool) -> MigrationSet {
+    let unique = if unique { "UNIQUE " } else { "" };
+    let pg = format!(
+        "-- cairn:no-transaction\n-- index the items by name, without blocking their writes\n\
+         CREATE {unique}INDEX CONCURRENTLY m12_items_name ON m12_items (name)"
+    );
+    let sqlite = format!(
+        "-- index the items by name\nCREATE {unique}INDEX m12_items_name ON m12_items (name)"
+    );
+    MigrationSet::from_files(
+        SET,
+        [
+            (
+                "0001_items.sql",
+                "CREATE TABLE m12_items (id BIGINT NOT NULL PRIMARY KEY, name TEXT NOT NULL)"
+                    .to_owned(),
+            ),
+            (
+                "0002_two_alike.sql",
+                "CREATE TABLE m12_before (id BIGINT NOT NULL PRIMARY KEY);\n\
+                 INSERT INTO m12_items (id, name) VALUES (1, 'same'), (2, 'same')"
+                    .to_owned(),
+            ),
+            ("0003_index.postgres.sql", pg),
+            ("0003_index.sqlite.sql", sqlite),
+            (
+                "0004_after.sql",
+                "CREATE TABLE m12_after (id BIGINT NOT NULL PRIMARY KEY)".to_owned(),
+            ),
+        ],
+    )
+    .expect("the fixture set is valid")
+}
+
+fn runner(set: MigrationSet) -> Runner {
+    Runner::new(set).with_lock_timeout(DEADLINE)
+}
+
+async fn stamp<H: MigrationHarness>(h: &H) -> Option<String> {
+    h.migrator()
+        .await
+        .read_state(SET)
+        .await
+        .expect("read the migration state")
+        .stamp
+}
+
+/// The index `m12_items_name`: `(exists, valid)`.
+async fn index<H: MigrationHarness>(h: &H) -> (bool, bool) {
+    if h.backend() == "postgres" {
+        let count = |valid: &str| {
+            format!(
+                "SELECT count(*) FROM pg_catalog.pg_index i JOIN pg_catalog.pg_class c \
+                 ON c.oid = i.indexrelid WHERE c.relname = 'm12_items_name' \
+                 AND c.relnamespace = pg_catalog.to_regnamespace(pg_catalog.current_schema())::oid \
+                 AND {valid}"
+            )
+        };
+        let all = h.query_i64(&count("TRUE")).await.expect("count indexes");
+        let valid = h
+            .query_i64(&count("i.indisvalid"))
+            .await
+            .expect("count valid indexes");
+        (all == 1, valid == 1)
+    } else {
+        let all = h
+            .query_i64(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'm12_items_name'",
+            )
+            .await
+            .expect("count indexes");
+        (all == 1, all == 1)
+    }
+}
+
+/// M12: a no-transaction revision applies, with the revisions around it, and the store ends at
+/// head with the whole lineage. On Postgres its `CREATE INDEX CONCURRENTLY` — which fails
+/// inside any transaction block — is what proves it ran outside one.
+pub async fn m12_app_no_transaction_revision_applies_outside_the_transaction<
+    H: MigrationHarness,
+>(
+    h: &H,
+) {
+    let set = items_set(false);
+    assert!(set.is_no_transaction("0003_index", Dialect::Postgres));
+    assert!(!set.is_no_transaction("0003_index", Dialect::Sqlite));
+    let opened = run(h, &runner(set.clone()))
+        .await
+        .expect("M12: the upgrade applies");
+    assert_eq!(
+        opened,
+        Opened::Upgraded {
+            from: None,
+            applied: set.revisions().iter().map(|r| r.id.clone()).collect(),
+        }
+    );
+    assert_eq!(stamp(h).await.as_deref(), Some("0004_after"));
+    assert_eq!(
+        index(h).await,
+        (true, true),
+        "M12: the index is built and valid"
+    );
+    let lineage = h.migrator().await.read_state(SET).await.unwrap().lineage;
+    assert_eq!(lineage, Some(set.lineage(h_dialect(h))));
+    assert_eq!(run(h, &runner(set)).await.unwrap(), Opened::AtHead);
+}
+
+/// M12: a no-transaction revision that fails keeps what ran before it (committed with the
+/// stamp at its parent, on Postgres) and is retried by the next upgrade once its cause is
+/// fixed: the failed concurrent unique build's invalid index is dropped and built again. On
+/// SQLite the whole upgrade rolls back, as for any revision.
+pub async fn m12_app_failed_no_transaction_revision_keeps_what_ran_before_and_is_retried<
+    H: MigrationHarness,
+>(
+    h: &H,
+) {
+    let set = items_set(true);
+    let err = run(h, &runner(set.clone()))
+        .await
+        .expect_err("M12: a unique index over two equal names fails");
+    if h.backend() == "postgres" {
+        assert!(
+            matches!(
+                &err,
+                MigrateError::RevisionFailedPartly { revision, stamp, .. }
+                    if revision == "0003_index" && stamp.as_deref() == Some("0002_two_alike")
+            ),
+            "{err:?}"
+        );
+        assert!(
+            err.to_string()
+                .contains("the store stays at 0002_two_alike"),
+            "{err}"
+        );
+        assert_eq!(stamp(h).await.as_deref(), Some("0002_two_alike"));
+        assert_eq!(
+            index(h).await,
+            (true, false),
+            "M12: the failed concurrent build left its invalid index"
+        );
+        assert_eq!(
+            h.query_i64("SELECT count(*) FROM m12_before")
+                .await
+                .unwrap(),
+            0,
+            "M12: the revisions before it committed"
+        );
+    } else {
+        assert!(
+            matches!(&err, MigrateError::RevisionFailed { revision, .. } if revision == "0003_index"),
+            "{err:?}"
+        );
+        assert_eq!(
+            stamp(h).await,
+            None,
+            "M12: SQLite rolled the whole upgrade back"
+        );
+        assert_eq!(index(h).await, (false, false));
+        runner(set.up_to("0002_two_alike").unwrap())
+            .open(h.migrator().await.as_ref())
+            .await
+            .expect("apply up to the revision before");
+    }
+    h.execute_sql("DELETE FROM m12_items WHERE id = 2")
+        .await
+        .expect("fix the data");
+    let opened = run(h, &runner(set.clone()))
+        .await
+        .expect("M12: the next upgrade repairs and finishes");
+    assert_eq!(
+        opened,
+        Opened::Upgraded {
+            from: Some("0002_two_alike".into()),
+            applied: vec!["0003_index".into(), "0004_after".into()],
+        }
+    );
+    assert_eq!(index(h).await, (true, true), "M12: the index is valid now");
+    assert_eq!(stamp(h).await.as_deref(), Some("0004_after"));
+    assert_eq!(run(h, &runner(set)).await.unwrap(), Opened::AtHead);
+}
+
+fn h_dialect<H: MigrationHarness>(h: &H) -> Dialect {
+    if h.backend() == "postgres" {
+        Dialect::Postgres
+    } else {
+        Dialect::Sqlite
+    }
+}
