@@ -513,6 +513,7 @@ macro_rules! suite {
             m11_app_same_id_different_content_refused,
             m12_app_no_transaction_revision_applies_outside_the_transaction,
             m12_app_failed_no_transaction_revision_keeps_what_ran_before_and_is_retried,
+            m12_app_baseline_adopts_a_matching_schema_and_refuses_another,
             m_app_rollback_story_end_to_end,
             m_app_two_builds_share_one_store,
             d1_app_older_build_runs_down_and_is_at_head,

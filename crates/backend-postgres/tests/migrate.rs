@@ -173,3 +173,137 @@ async fn a_single_engine_set_opens_on_its_engine_only() {
         assert!(tables.is_empty(), "{tables:?}");
     }
 }
+
+/// Issue 48 item 3: a store whose `retry_items` table an application transaction holds (ACCESS
+/// SHARE, as any open read does), and an application set at its base whose next revision
+/// needs ACCESS EXCLUSIVE on it. Returns the schema, the migrator, the set and the holder.
+async fn held_table() -> (String, PgMigrator, MigrationSet, PgConnection) {
+    let schema = scratch_name("cairn_retry");
+    let opts = PgOptions::new(url().await).schema(&schema);
+    let migrator = PgMigrator::new(opts).unwrap();
+    let base = [(
+        "0001_items.sql",
+        "CREATE TABLE retry_items (id BIGINT PRIMARY KEY)",
+    )];
+    Runner::new(MigrationSet::from_files("retry_app", base).unwrap())
+        .open(&migrator)
+        .await
+        .unwrap();
+    let set = MigrationSet::from_files(
+        "retry_app",
+        [
+            base[0],
+            (
+                "0002_note.sql",
+                "ALTER TABLE retry_items ADD COLUMN note TEXT",
+            ),
+        ],
+    )
+    .unwrap();
+    let mut holder = admin().await;
+    sqlx::raw_sql(&format!("BEGIN; SELECT count(*) FROM {schema}.retry_items"))
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    (schema, migrator, set, holder)
+}
+
+/// Server processes of this database waiting for a lock on `schema`.retry_items.
+async fn waiting_on_the_table(conn: &mut PgConnection, schema: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM pg_catalog.pg_locks l \
+         JOIN pg_catalog.pg_class c ON c.oid = l.relation \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE NOT l.granted AND n.nspname = $1 AND c.relname = 'retry_items'",
+    )
+    .bind(schema)
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+/// Issue 48 item 3: a revision that waits longer than its lock timeout for a table lock is
+/// rolled back — so the reads queued behind its lock request go on — and the upgrade runs
+/// again after a pause; once the long transaction ends it applies, reporting its tries and the
+/// time they spent. A reader that gives up after a second never does meanwhile (the
+/// migration's queued lock request blocks it for at most the revision lock timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_waiting_on_a_long_transaction_gives_way_and_is_tried_again() {
+    let (schema, migrator, set, mut holder) = held_table().await;
+    let runner = Runner::new(set)
+        .with_revision_lock_timeout(std::time::Duration::from_millis(200))
+        .with_revision_tries(50);
+    let upgrade = tokio::spawn(async move { runner.open_with_report(&migrator).await });
+
+    // A reader under a 1 s lock_timeout keeps reading while the upgrade waits, backs off and
+    // waits again.
+    let mut reader = admin().await;
+    sqlx::raw_sql("SET lock_timeout = '1s'")
+        .execute(&mut reader)
+        .await
+        .unwrap();
+    let mut look = admin().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (mut waits_seen, mut was_waiting, mut reads) = (0, false, 0);
+    while waits_seen < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upgrade never waited twice"
+        );
+        let waiting = waiting_on_the_table(&mut look, &schema).await > 0;
+        if waiting && !was_waiting {
+            waits_seen += 1;
+        }
+        was_waiting = waiting;
+        sqlx::raw_sql(&format!("SELECT count(*) FROM {schema}.retry_items"))
+            .execute(&mut reader)
+            .await
+            .expect("a read never waits long behind the migration");
+        reads += 1;
+    }
+    assert!(reads > 0);
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    let report = upgrade
+        .await
+        .unwrap()
+        .expect("the upgrade applies once the table is free");
+    assert!(report.tries >= 2, "{report:?}");
+    assert!(
+        report.lock_waits >= std::time::Duration::from_millis(200),
+        "{report:?}"
+    );
+    assert_eq!(
+        tables_named(&schema, &["retry_items"]).await,
+        vec!["retry_items".to_string()]
+    );
+    drop_schema(&schema).await;
+}
+
+/// Issue 48 item 3: when every try gives up waiting, the upgrade fails with the lock timeout
+/// and leaves the store as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revision_that_never_gets_its_lock_fails_after_its_tries_and_changes_nothing() {
+    let (schema, migrator, set, mut holder) = held_table().await;
+    let err = Runner::new(set)
+        .with_revision_lock_timeout(std::time::Duration::from_millis(50))
+        .with_revision_tries(2)
+        .open_with_report(&migrator)
+        .await
+        .expect_err("the table stays held");
+    assert!(
+        matches!(&err, MigrateError::RevisionFailed { revision, source }
+            if revision == "0002_note" && source.is_retryable()),
+        "{err:?}"
+    );
+    assert_eq!(
+        migrator
+            .read_state("retry_app")
+            .await
+            .unwrap()
+            .stamp
+            .as_deref(),
+        Some("0001_items")
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    drop_schema(&schema).await;
+}

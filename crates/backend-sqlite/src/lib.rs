@@ -54,6 +54,7 @@ mod files;
 mod group;
 mod migrate;
 mod pool;
+mod shape;
 mod spool;
 mod sql;
 mod store;

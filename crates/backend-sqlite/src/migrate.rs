@@ -36,6 +36,9 @@ fn sql() -> &'static BookkeepingSql {
 pub struct SqliteMigrator {
     path: PathBuf,
     opts: SqliteOptions,
+    /// The directory of a throwaway store of a baseline ([`MigrationBackend::scratch`]),
+    /// which `discard` removes.
+    throwaway: Option<PathBuf>,
 }
 
 impl SqliteMigrator {
@@ -48,6 +51,7 @@ impl SqliteMigrator {
         Self {
             path: path.as_ref().to_path_buf(),
             opts,
+            throwaway: None,
         }
     }
 }
@@ -305,6 +309,39 @@ impl MigrationBackend for SqliteMigrator {
         let set = set.to_owned();
         self.read(Vec::new(), move |c| read_contracts(c, &set))
             .await
+    }
+
+    async fn shape(&self) -> Result<cairn_migrate::baseline::SchemaShape, MigrateError> {
+        self.read(Default::default(), crate::shape::shape).await
+    }
+
+    /// A new store file in a new directory of this machine's temporary directory.
+    async fn scratch(&self) -> Result<Box<dyn MigrationBackend>, MigrateError> {
+        let dir = std::env::temp_dir().join(cairn_core::scratch_name("cairn_baseline"));
+        std::fs::create_dir(&dir).map_err(|e| {
+            store_err(Error::backend(
+                "sqlite",
+                format!("cannot make a throwaway directory: {e}"),
+            ))
+        })?;
+        let opts = self.opts.clone().create_if_missing(true);
+        let mut scratch = SqliteMigrator::new(dir.join("baseline.db"), opts);
+        scratch.opts.share_file_with_application = false;
+        scratch.throwaway = Some(dir);
+        Ok(Box::new(scratch))
+    }
+
+    /// Removes the directory of a throwaway store [`MigrationBackend::scratch`] made.
+    async fn discard(&self) -> Result<(), MigrateError> {
+        match &self.throwaway {
+            Some(dir) => std::fs::remove_dir_all(dir).map_err(|e| {
+                store_err(Error::backend(
+                    "sqlite",
+                    format!("cannot remove a throwaway directory: {e}"),
+                ))
+            }),
+            None => Ok(()),
+        }
     }
 }
 

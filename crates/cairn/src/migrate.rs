@@ -56,6 +56,7 @@ pub use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
+pub use cairn_migrate::baseline::{Baselined, SchemaShape, TableShape};
 pub use cairn_migrate::escape_control;
 pub use cairn_migrate::fleet::{
     contract_blockers, Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL,
@@ -67,10 +68,57 @@ pub use cairn_migrate::{
     CAIRN_SET,
 };
 pub use cairn_migrate::{AppliedContract, Downgraded, OpenReport, CONTRACT_MARKER};
-pub use cairn_migrate::{Diagnostics, Integrity};
+pub use cairn_migrate::{Diagnostics, Integrity, InvalidIndex};
 use cairn_migrate::{MigrationBackend, Runner};
+pub use cairn_migrate::{
+    Plan, PlannedRevision, DEFAULT_REVISION_LOCK_TIMEOUT, DEFAULT_REVISION_TRIES,
+    NO_TRANSACTION_MARKER,
+};
 
 use crate::url::{DatabaseUrl, Scheme};
+
+/// How [`Migrations::upgrade_with`] runs an upgrade.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct UpgradeOptions {
+    /// Apply contract revisions even when live builds lack them.
+    pub force_contract: bool,
+    /// How long a revision's statement may wait for a table lock before the upgrade is rolled
+    /// back and tried again (Postgres).
+    pub revision_lock_timeout: Duration,
+    /// How many times the upgrade runs in all when a statement gives up waiting.
+    pub revision_tries: u32,
+}
+
+impl Default for UpgradeOptions {
+    fn default() -> Self {
+        Self {
+            force_contract: false,
+            revision_lock_timeout: DEFAULT_REVISION_LOCK_TIMEOUT,
+            revision_tries: DEFAULT_REVISION_TRIES,
+        }
+    }
+}
+
+impl UpgradeOptions {
+    /// Sets [`UpgradeOptions::force_contract`].
+    pub fn force_contract(mut self, force: bool) -> Self {
+        self.force_contract = force;
+        self
+    }
+
+    /// Sets [`UpgradeOptions::revision_lock_timeout`].
+    pub fn revision_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.revision_lock_timeout = timeout;
+        self
+    }
+
+    /// Sets [`UpgradeOptions::revision_tries`].
+    pub fn revision_tries(mut self, tries: u32) -> Self {
+        self.revision_tries = tries;
+        self
+    }
+}
 
 /// The migration state of one store, for operator tools: read it, upgrade it, roll it back,
 /// repair its lineage, list the live builds — without opening the store's other capabilities.
@@ -164,9 +212,54 @@ impl Migrations {
         set: &MigrationSet,
         force_contract: bool,
     ) -> Result<OpenReport, MigrateError> {
+        self.upgrade_with(
+            set,
+            &UpgradeOptions::default().force_contract(force_contract),
+        )
+        .await
+    }
+
+    /// [`Migrations::upgrade`] with its settings: whether contract revisions are forced, and
+    /// how long a revision's statement may wait for a table lock and how many times the
+    /// upgrade is tried when one gives up ([`OpenReport::tries`], [`OpenReport::lock_waits`]).
+    ///
+    /// # Errors
+    /// As [`Migrations::upgrade`], and [`MigrateError::RevisionFailedPartly`] when a
+    /// no-transaction revision had committed part of the upgrade.
+    pub async fn upgrade_with(
+        &self,
+        set: &MigrationSet,
+        opts: &UpgradeOptions,
+    ) -> Result<OpenReport, MigrateError> {
         Runner::new(set.clone())
-            .force_contract(force_contract)
+            .force_contract(opts.force_contract)
+            .with_revision_lock_timeout(opts.revision_lock_timeout)
+            .with_revision_tries(opts.revision_tries)
             .open_with_report(self.backend.as_ref())
+            .await
+    }
+
+    /// What [`Migrations::upgrade`] would run now (`cairn migrate up --dry-run`): the pending
+    /// revisions and their exact statements in the store's dialect, read without the lock;
+    /// nothing is written.
+    ///
+    /// # Errors
+    /// The refusals an upgrade would give; store errors.
+    pub async fn plan(&self, set: &MigrationSet) -> Result<Plan, MigrateError> {
+        Runner::new(set.clone()).plan(self.backend.as_ref()).await
+    }
+
+    /// Adopts the store at revision `at` of `set` without running its SQL (`cairn migrate
+    /// baseline`), when the store's tables are exactly what the set makes up to `at` (built on
+    /// a throwaway store of the same engine to compare) and it holds no stamp of `set`.
+    ///
+    /// # Errors
+    /// [`MigrateError::BaselineMismatch`] (with the differences),
+    /// [`MigrateError::BaselineRefused`], [`MigrateError::InvalidSet`] for an unknown `at`
+    /// (nothing written); [`MigrateError::LockTimeout`]; store errors.
+    pub async fn baseline(&self, set: &MigrationSet, at: &str) -> Result<Baselined, MigrateError> {
+        Runner::new(set.clone())
+            .baseline(self.backend.as_ref(), at)
             .await
     }
 

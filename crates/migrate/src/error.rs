@@ -85,6 +85,26 @@ pub enum MigrateError {
         #[source]
         source: cairn_core::Error,
     },
+    /// A baseline found the store's schema other than what the set's revision makes; nothing
+    /// was written.
+    #[error("migration set {set}: the store's schema is not what revision {revision} makes, so it cannot be baselined there ({}); nothing was changed", .differences.join("; "))]
+    BaselineMismatch {
+        /// The set.
+        set: String,
+        /// The revision asked for.
+        revision: String,
+        /// Each difference, one line.
+        differences: Vec<String>,
+    },
+    /// A baseline was asked of a store that already has a stamp of the set; nothing was
+    /// written.
+    #[error("migration set {set}: the store is already stamped at {} — a baseline adopts a store the set never ran on; use `cairn migrate status` and `up`", crate::text::escape_control(.stamp))]
+    BaselineRefused {
+        /// The set.
+        set: String,
+        /// The store's stamp.
+        stamp: String,
+    },
     /// `down` would have to undo revision `revision`, which has no stored down SQL (it was
     /// applied without a `*.down.sql` file, or by a build that predates stored down SQL);
     /// nothing was changed.
@@ -176,6 +196,8 @@ impl From<MigrateError> for cairn_core::Error {
             },
             MigrateError::Refused { .. }
             | MigrateError::ContractAhead { .. }
+            | MigrateError::BaselineMismatch { .. }
+            | MigrateError::BaselineRefused { .. }
             | MigrateError::UnsupportedDialect { .. } => cairn_core::Error::Incompatible {
                 detail: e.to_string(),
                 blockers: Vec::new(),

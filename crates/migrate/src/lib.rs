@@ -71,6 +71,7 @@
 
 pub mod additivity;
 pub mod backend;
+pub mod baseline;
 pub mod bookkeeping;
 mod cairn_set;
 mod checksum;
@@ -105,8 +106,8 @@ pub use revision::{MigrationSet, Revision};
 #[cfg(feature = "testkit")]
 pub use runner::RunnerHooks;
 pub use runner::{
-    AppliedContract, Downgraded, LockedMigration, MigrationBackend, OpenReport, Opened, Repaired,
-    Runner,
+    AppliedContract, Downgraded, LockedMigration, MigrationBackend, OpenReport, Opened, Plan,
+    PlannedRevision, Repaired, Runner, DEFAULT_REVISION_LOCK_TIMEOUT, DEFAULT_REVISION_TRIES,
 };
 pub use source::{CONTRACT_MARKER, NO_TRANSACTION_MARKER};
 pub use split::{split_statements, SplitError};

@@ -201,3 +201,88 @@ fn h_dialect<H: MigrationHarness>(h: &H) -> Dialect {
         Dialect::Sqlite
     }
 }
+
+/// The tables `items_set` makes up to `0002_two_alike`, created by hand (as another tool
+/// would have), with `name`'s type as given.
+async fn tables_by_hand<H: MigrationHarness>(h: &H, name_type: &str) {
+    // A cairn store first (the application's tables sit beside cairn's own).
+    h.open().await.expect("open the store");
+    for sql in [
+        format!(
+            "CREATE TABLE m12_items (id BIGINT NOT NULL PRIMARY KEY, name {name_type} NOT NULL)"
+        ),
+        "CREATE TABLE m12_before (id BIGINT NOT NULL PRIMARY KEY)".to_owned(),
+    ] {
+        h.execute_sql(&sql).await.expect("create a table by hand");
+    }
+}
+
+/// M12 (issue 48 item 4): a baseline adopts a store whose tables were made by hand exactly as
+/// the set's revision makes them: it is stamped there with the lineage, without running the
+/// revisions' SQL (the rows the revision would insert are not there), and the next upgrade
+/// applies only what follows. A store whose tables differ is refused with the difference
+/// named, and so is a store already stamped; neither is written.
+pub async fn m12_app_baseline_adopts_a_matching_schema_and_refuses_another<H: MigrationHarness>(
+    h: &H,
+) {
+    let set = items_set(false);
+    let m = h.migrator().await;
+
+    // A column of another type: refused, naming it, nothing stamped.
+    let other = h.fresh().await;
+    tables_by_hand(&other, "BIGINT").await;
+    let om = other.migrator().await;
+    let err = runner(set.clone())
+        .baseline(om.as_ref(), "0002_two_alike")
+        .await
+        .expect_err("M12: a schema that differs is refused");
+    assert!(
+        matches!(&err, MigrateError::BaselineMismatch { differences, .. }
+            if differences.iter().any(|d| d.contains("m12_items") && d.contains("name"))),
+        "{err:?}"
+    );
+    assert_eq!(
+        om.read_state(SET).await.unwrap().stamp,
+        None,
+        "M12: nothing stamped"
+    );
+
+    // The same tables as the revision makes: adopted.
+    tables_by_hand(h, "TEXT").await;
+    let done = runner(set.clone())
+        .baseline(m.as_ref(), "0002_two_alike")
+        .await
+        .expect("M12: a matching schema is adopted");
+    assert_eq!(done.at, "0002_two_alike");
+    let state = m.read_state(SET).await.unwrap();
+    assert_eq!(state.stamp.as_deref(), Some("0002_two_alike"));
+    assert_eq!(
+        state.lineage,
+        Some(set.up_to("0002_two_alike").unwrap().lineage(h_dialect(h)))
+    );
+    assert_eq!(
+        h.query_i64("SELECT count(*) FROM m12_items").await.unwrap(),
+        0,
+        "M12: the revisions' SQL did not run"
+    );
+
+    // Already stamped: refused.
+    let err = runner(set.clone())
+        .baseline(m.as_ref(), "0001_items")
+        .await
+        .expect_err("M12: a stamped store is not baselined again");
+    assert!(
+        matches!(err, MigrateError::BaselineRefused { .. }),
+        "{err:?}"
+    );
+
+    // The next upgrade applies only what follows.
+    assert_eq!(
+        run(h, &runner(set)).await.unwrap(),
+        Opened::Upgraded {
+            from: Some("0002_two_alike".into()),
+            applied: vec!["0003_index".into(), "0004_after".into()],
+        }
+    );
+    assert_eq!(index(h).await, (true, true));
+}

@@ -98,6 +98,8 @@ pub(super) struct PgLocked {
     /// The store's schema (a transaction opened again after a no-transaction revision re-reads
     /// it, as [`start`] does).
     schema: SchemaName,
+    /// The `lock_timeout` of every upgrade transaction, once the runner set it.
+    revision_lock_timeout: Option<std::time::Duration>,
 }
 
 impl PgLocked {
@@ -114,7 +116,22 @@ impl PgLocked {
             key,
             guarded,
             schema,
+            revision_lock_timeout: None,
         }
+    }
+
+    /// Applies the revision lock timeout, if set, to the open upgrade transaction.
+    async fn apply_lock_timeout(&mut self) -> Result<()> {
+        let Some(timeout) = self.revision_lock_timeout else {
+            return Ok(());
+        };
+        let conn = self.conn()?;
+        sqlx::query(sql::SET_LOCAL_LOCK_TIMEOUT)
+            .bind(timeout.as_millis().max(1).to_string())
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+        Ok(())
     }
 
     fn conn(&mut self) -> Result<&mut PgConnection> {
@@ -283,7 +300,17 @@ impl LockedMigration for PgLocked {
             conn.execute(sqlx::raw_sql(statement)).await.map_err(map)?;
         }
         self.guarded = start(conn, &schema, false).await?;
-        Ok(())
+        self.apply_lock_timeout().await
+    }
+
+    async fn set_revision_lock_timeout(&mut self, timeout: std::time::Duration) -> Result<()> {
+        self.revision_lock_timeout = Some(timeout);
+        self.apply_lock_timeout().await
+    }
+
+    /// SQLSTATE 55P03 (`lock_not_available`): the revision lock timeout ran out.
+    fn gave_up_waiting_for_a_lock(&self, error: &Error) -> bool {
+        matches!(error, Error::Retryable { detail, .. } if detail == "SQLSTATE 55P03")
     }
 
     async fn write_state(

@@ -8,6 +8,7 @@
 
 mod bookkeeping;
 mod locked;
+mod shape;
 mod sql;
 
 use std::time::{Duration, Instant};
@@ -50,6 +51,8 @@ pub struct PgMigrator {
     schema: SchemaName,
     /// The open store's pool the looks run on; `None`: a connection of their own.
     pool: Option<PgPool>,
+    /// A throwaway schema of a baseline ([`MigrationBackend::scratch`]), which `discard` drops.
+    throwaway: bool,
 }
 
 /// The connection one look runs on: pooled (returned when done) or its own (closed). Behind a
@@ -98,6 +101,7 @@ impl PgMigrator {
             opts,
             schema,
             pool: None,
+            throwaway: false,
         })
     }
 
@@ -109,6 +113,7 @@ impl PgMigrator {
             opts: store.options().clone(),
             schema: store.schema().clone(),
             pool: Some(store.pool().clone()),
+            throwaway: false,
         }
     }
 
@@ -297,6 +302,42 @@ impl MigrationBackend for PgMigrator {
         let contracts = read_contracts(look.conn(), set).await;
         look.done().await;
         Ok(contracts?)
+    }
+
+    async fn shape(&self) -> Result<cairn_migrate::baseline::SchemaShape, MigrateError> {
+        let mut look = self.look().await?;
+        let shape = shape::shape(look.conn(), self.schema.as_str()).await;
+        look.done().await;
+        shape
+    }
+
+    /// A new schema on the same server and database, named like the additivity check's
+    /// throwaway ones (`cairn_baseline_…`), created by the first open on it.
+    async fn scratch(&self) -> Result<Box<dyn MigrationBackend>, MigrateError> {
+        let name = cairn_core::scratch_name("cairn_baseline");
+        let opts = self.opts.clone().schema(name).create_if_missing(true);
+        let mut scratch = PgMigrator::new(opts)?;
+        scratch.throwaway = true;
+        Ok(Box::new(scratch))
+    }
+
+    /// Drops the schema, when this migrator is a throwaway one [`MigrationBackend::scratch`]
+    /// made.
+    async fn discard(&self) -> Result<(), MigrateError> {
+        if !self.throwaway {
+            return Ok(());
+        }
+        let mut conn = self.connection().await?;
+        let dropped = sqlx::query(&format!(
+            "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+            self.schema.as_str()
+        ))
+        .execute(&mut conn)
+        .await
+        .map(|_| ())
+        .map_err(map);
+        let _ = conn.close().await;
+        Ok(dropped?)
     }
 }
 

@@ -57,3 +57,7 @@ FROM pg_catalog.pg_class c \
 JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid \
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
 WHERE c.relname = $1 AND n.nspname = COALESCE($2, pg_catalog.current_schema())";
+
+/// The upgrade transaction's `lock_timeout`: `$1` milliseconds (text).
+pub(super) const SET_LOCAL_LOCK_TIMEOUT: &str =
+    "SELECT pg_catalog.set_config('lock_timeout', $1, true)";

@@ -13,11 +13,21 @@ use crate::error::MigrateError;
 use crate::fleet;
 use crate::revision::MigrationSet;
 
+/// How long a revision's statement waits for a table lock before the upgrade is rolled back
+/// and tried again ([`Runner::with_revision_lock_timeout`]).
+pub const DEFAULT_REVISION_LOCK_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// How many times an upgrade whose revision gave up waiting for a lock runs in all
+/// ([`Runner::with_revision_tries`]).
+pub const DEFAULT_REVISION_TRIES: u32 = 5;
+
 /// Opens stores for one build's migration set.
 #[derive(Clone, Debug)]
 pub struct Runner {
-    pub(super) set: MigrationSet,
-    pub(super) lock_timeout: Duration,
+    pub(crate) set: MigrationSet,
+    pub(crate) lock_timeout: Duration,
+    pub(super) revision_lock_timeout: Duration,
+    pub(super) revision_tries: u32,
     pub(super) hooks: RunnerHooks,
     pub(super) fleet: FleetGate,
 }
@@ -28,6 +38,8 @@ impl Runner {
         Self {
             set,
             lock_timeout: Duration::from_secs(30),
+            revision_lock_timeout: DEFAULT_REVISION_LOCK_TIMEOUT,
+            revision_tries: DEFAULT_REVISION_TRIES,
             hooks: RunnerHooks::default(),
             fleet: FleetGate {
                 clock: Arc::new(SystemClock),
@@ -72,6 +84,25 @@ impl Runner {
     /// Sets how long to wait for the migration lock.
     pub fn with_lock_timeout(mut self, timeout: Duration) -> Self {
         self.lock_timeout = timeout;
+        self
+    }
+
+    /// Sets how long a revision's statement may wait for a table lock (Postgres:
+    /// `lock_timeout` in the upgrade transaction; default [`DEFAULT_REVISION_LOCK_TIMEOUT`]).
+    /// A statement that waits longer fails, the upgrade is rolled back — so the queries queued
+    /// behind the migration's lock request go on — and it is run again after a pause, up to
+    /// [`Runner::with_revision_tries`] times ([`crate::OpenReport::tries`] and
+    /// [`crate::OpenReport::lock_waits`] say what happened). SQLite's upgrade holds the
+    /// database's write lock from its start, so its statements wait for no lock.
+    pub fn with_revision_lock_timeout(mut self, timeout: Duration) -> Self {
+        self.revision_lock_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Sets how many times an upgrade whose revision gave up waiting for a lock runs in all
+    /// (default [`DEFAULT_REVISION_TRIES`]; at least 1).
+    pub fn with_revision_tries(mut self, tries: u32) -> Self {
+        self.revision_tries = tries.max(1);
         self
     }
 

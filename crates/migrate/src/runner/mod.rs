@@ -10,15 +10,17 @@ mod config;
 mod down;
 mod gate;
 mod hooks;
+mod plan;
 mod repair;
 mod store;
 mod upgrade;
 
-pub use config::Runner;
+pub use config::{Runner, DEFAULT_REVISION_LOCK_TIMEOUT, DEFAULT_REVISION_TRIES};
 pub use down::Downgraded;
 pub use gate::{AppliedContract, DeferredContract};
 #[cfg(feature = "testkit")]
 pub use hooks::RunnerHooks;
+pub use plan::{Plan, PlannedRevision};
 pub use repair::Repaired;
 pub use store::{LockedMigration, MigrationBackend};
 pub use upgrade::{OpenReport, Opened};

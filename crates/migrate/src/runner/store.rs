@@ -67,6 +67,42 @@ pub trait MigrationBackend: Send + Sync {
     /// # Errors
     /// Store errors.
     async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError>;
+
+    /// The shape of the store's tables ([`crate::baseline::SchemaShape`]), read from the
+    /// catalog without locking or writing; what [`crate::Runner::baseline`] compares. The
+    /// default: the backend cannot read it.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn shape(&self) -> Result<crate::baseline::SchemaShape, MigrateError> {
+        Err(unsupported("read its schema's shape"))
+    }
+
+    /// A new, empty throwaway store of the same engine (and, for a server, the same server),
+    /// for [`crate::Runner::baseline`] to build a set on; [`MigrationBackend::discard`] removes
+    /// it. The default: the backend cannot make one.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn scratch(&self) -> Result<Box<dyn MigrationBackend>, MigrateError> {
+        Err(unsupported("make a throwaway store"))
+    }
+
+    /// Removes this store, when it is a throwaway one [`MigrationBackend::scratch`] made;
+    /// does nothing otherwise (the default).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn discard(&self) -> Result<(), MigrateError> {
+        Ok(())
+    }
+}
+
+fn unsupported(what: &str) -> MigrateError {
+    MigrateError::Store(cairn_core::Error::backend(
+        "migrate",
+        format!("this backend cannot {what}, which a baseline needs"),
+    ))
 }
 
 /// An open upgrade transaction holding the migration lock. Dropping it without
@@ -93,6 +129,23 @@ pub trait LockedMigration: Send {
     /// transaction, through [`LockedMigration::execute_outside`]. `false` (the default): it runs
     /// such a revision in the transaction as any other (SQLite).
     fn runs_outside_transaction(&self) -> bool {
+        false
+    }
+    /// Makes every statement of this upgrade transaction (and of the ones
+    /// [`LockedMigration::execute_outside`] opens after it) give up waiting for a table lock
+    /// after `timeout`. The default does nothing: the backend's statements wait for no lock
+    /// (SQLite's upgrade holds the database's write lock from its start).
+    async fn set_revision_lock_timeout(
+        &mut self,
+        timeout: std::time::Duration,
+    ) -> Result<(), cairn_core::Error> {
+        let _ = timeout;
+        Ok(())
+    }
+    /// Whether `error`, from [`LockedMigration::execute`], is a statement that gave up waiting
+    /// for a lock (the runner then rolls back and tries again). Default: never.
+    fn gave_up_waiting_for_a_lock(&self, error: &cairn_core::Error) -> bool {
+        let _ = error;
         false
     }
     /// Why this backend cannot run a no-transaction revision outside the transaction here, if

@@ -43,6 +43,12 @@ pub struct OpenReport {
     /// The contract revisions applied, oldest first (each recorded in the store's
     /// `cairn_contract` table with whether it was forced).
     pub contracts: Vec<AppliedContract>,
+    /// How many times the upgrade ran under the migration lock: 0 when it needed no lock, more
+    /// than 1 when a revision's statement gave up waiting for a table lock
+    /// ([`Runner::with_revision_lock_timeout`]) and the upgrade was rolled back and run again.
+    pub tries: u32,
+    /// The time the tries that gave up spent, waiting and backing off before the next.
+    pub lock_waits: std::time::Duration,
 }
 
 impl Runner {
@@ -134,6 +140,8 @@ impl Runner {
         let plain = |opened| OpenReport {
             opened,
             contracts: Vec::new(),
+            tries: 0,
+            lock_waits: std::time::Duration::ZERO,
         };
         self.set.require(backend.dialect())?;
         let state = backend.read_state(self.set.name()).await?;
@@ -159,26 +167,56 @@ impl Runner {
         if let Some(signal) = &self.hooks.before_lock {
             signal();
         }
-        let mut tx = backend.lock(self.lock_timeout).await?;
-        let result = self.migrate_locked(backend.dialect(), tx.as_mut()).await;
-        match result {
-            Ok(report) => {
-                tx.commit().await?;
-                self.committed();
-                // The second look found the store ahead (another build migrated meanwhile):
-                // the same refusal as on the first look.
-                if matches!(report.opened, Opened::Ahead { .. }) {
-                    self.check_contracts_known(backend).await?;
+        let mut tries = 0;
+        let mut lock_waits = std::time::Duration::ZERO;
+        loop {
+            tries += 1;
+            let started = std::time::Instant::now();
+            let mut tx = backend.lock(self.lock_timeout).await?;
+            let result = match tx
+                .set_revision_lock_timeout(self.revision_lock_timeout)
+                .await
+            {
+                Ok(()) => self.migrate_locked(backend.dialect(), tx.as_mut()).await,
+                Err(e) => Err(e.into()),
+            };
+            match result {
+                Ok(mut report) => {
+                    tx.commit().await?;
+                    self.committed();
+                    // The second look found the store ahead (another build migrated
+                    // meanwhile): the same refusal as on the first look.
+                    if matches!(report.opened, Opened::Ahead { .. }) {
+                        self.check_contracts_known(backend).await?;
+                    }
+                    report.tries = tries;
+                    report.lock_waits = lock_waits;
+                    return Ok(report);
                 }
-                Ok(report)
-            }
-            Err(e) => {
-                // The error that stopped the upgrade matters more than a failed rollback; the
-                // transaction is discarded either way.
-                let _ = tx.rollback().await;
-                Err(e)
+                Err(e) => {
+                    let again = tries < self.revision_tries
+                        && revision_error(&e).is_some_and(|s| tx.gave_up_waiting_for_a_lock(s));
+                    // The error that stopped the upgrade matters more than a failed rollback;
+                    // the transaction is discarded either way (and the lock released, so that
+                    // what it queued behind can finish).
+                    let _ = tx.rollback().await;
+                    if !again {
+                        return Err(e);
+                    }
+                    let pause = self.retry_pause(tries);
+                    tokio::time::sleep(pause).await;
+                    lock_waits += started.elapsed();
+                }
             }
         }
+    }
+
+    /// The pause before try `tries + 1` of an upgrade whose revision gave up waiting for a
+    /// lock: 250 ms doubled per try, at most 8 s.
+    fn retry_pause(&self, tries: u32) -> std::time::Duration {
+        std::time::Duration::from_millis(250)
+            .saturating_mul(1 << tries.saturating_sub(1).min(5))
+            .min(std::time::Duration::from_secs(8))
     }
 
     /// Refuses, without locking or writing, a store whose lineage holds a contract revision of
@@ -253,12 +291,16 @@ impl Runner {
                 return Ok(OpenReport {
                     opened: Opened::AtHead,
                     contracts,
+                    tries: 1,
+                    lock_waits: std::time::Duration::ZERO,
                 })
             }
             Classification::Ahead { stamp } => {
                 return Ok(OpenReport {
                     opened: Opened::Ahead { stamp },
                     contracts,
+                    tries: 1,
+                    lock_waits: std::time::Duration::ZERO,
                 })
             }
             Classification::Refused(refusal) => {
@@ -274,6 +316,8 @@ impl Runner {
                     return Ok(OpenReport {
                         opened: Opened::AtHead,
                         contracts,
+                        tries: 1,
+                        lock_waits: std::time::Duration::ZERO,
                     });
                 }
                 tx.write_state(name, &self.set.head().id, lineage).await?;
@@ -388,6 +432,20 @@ impl Runner {
                 ),
             });
         }
-        Ok(OpenReport { opened, contracts })
+        Ok(OpenReport {
+            opened,
+            contracts,
+            tries: 1,
+            lock_waits: std::time::Duration::ZERO,
+        })
+    }
+}
+
+/// The store error of a revision that failed, if `e` is one.
+fn revision_error(e: &MigrateError) -> Option<&cairn_core::Error> {
+    match e {
+        MigrateError::RevisionFailed { source, .. }
+        | MigrateError::RevisionFailedPartly { source, .. } => Some(source),
+        _ => None,
     }
 }
