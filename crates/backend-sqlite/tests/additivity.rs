@@ -226,20 +226,34 @@ async fn old_writes_to_an_application_table_must_still_succeed() {
 
 /// A scratch directory in the temporary directory as a check leaves it: the directory with a
 /// throwaway store in it, and its sibling lock file. Returns both paths.
-fn scratch_like_a_check() -> (std::path::PathBuf, std::path::PathBuf) {
+/// A scratch directory and its lock file as a check makes them; with `live`, the lock file is
+/// locked (as a running check holds it) before the directory exists, so a check running in
+/// another test meanwhile never sees it unlocked.
+fn scratch_like_a_check(
+    live: bool,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Option<std::fs::File>,
+) {
     let name = cairn_core::scratch_name("cairn_additivity");
     let dir = std::env::temp_dir().join(&name);
-    std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("check.db"), b"synthetic").unwrap();
     let lock = std::env::temp_dir().join(format!("{name}.lock"));
     std::fs::write(&lock, b"").unwrap();
-    (dir, lock)
+    let held = live.then(|| {
+        let held = std::fs::File::open(&lock).unwrap();
+        fs4::FileExt::try_lock(&held).expect("nobody else holds the new lock");
+        held
+    });
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("check.db"), b"synthetic").unwrap();
+    (dir, lock, held)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_checks_scratch_directory_is_removed_by_the_next_check() {
     // A killed check leaves its directory and an unlocked lock file (the kill released it).
-    let (dir, lock) = scratch_like_a_check();
+    let (dir, lock, _) = scratch_like_a_check(false);
     check(&["ALTER TABLE epoch_event ADD COLUMN note TEXT"]).await;
     assert!(
         !dir.exists(),
@@ -256,9 +270,7 @@ async fn a_killed_checks_scratch_directory_is_removed_by_the_next_check() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_checks_scratch_directory_survives_another_checks_cleanup() {
     // A live check holds the lock on its lock file for as long as it runs.
-    let (dir, lock) = scratch_like_a_check();
-    let held = std::fs::File::open(&lock).unwrap();
-    fs4::FileExt::try_lock(&held).expect("nobody else holds the new lock");
+    let (dir, lock, held) = scratch_like_a_check(true);
     check(&["ALTER TABLE epoch_event ADD COLUMN note TEXT"]).await;
     assert!(
         dir.join("check.db").exists(),
