@@ -250,6 +250,16 @@ pub trait MigrationHarness: Harness + Sized {
     /// …`; a Postgres `bigint`), as [`MigrationHarness::execute_sql`] does, and returns the
     /// value.
     async fn query_i64(&self, sql: &str) -> Result<i64>;
+
+    /// Holds a lock on table `table` the way a long application transaction does (Postgres:
+    /// an open transaction that read it, holding ACCESS SHARE) until the returned lock is
+    /// released; `None` (the default) for a backend whose upgrade waits for no table lock
+    /// (SQLite's holds the database's write lock from its start). The M12 lock-timeout case
+    /// runs an upgrade behind it.
+    async fn hold_table(&self, table: &str) -> Result<Option<Box<dyn HeldLock>>> {
+        let _ = table;
+        Ok(None)
+    }
 }
 
 /// What the additivity cases (A…) need on top of [`MigrationHarness`]: the backend's engine
@@ -514,6 +524,7 @@ macro_rules! suite {
             m12_app_no_transaction_revision_applies_outside_the_transaction,
             m12_app_failed_no_transaction_revision_keeps_what_ran_before_and_is_retried,
             m12_app_baseline_adopts_a_matching_schema_and_refuses_another,
+            m12_app_revision_waiting_for_a_table_gives_way_and_is_tried_again,
             m_app_rollback_story_end_to_end,
             m_app_two_builds_share_one_store,
             d1_app_older_build_runs_down_and_is_at_head,

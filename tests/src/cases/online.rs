@@ -286,3 +286,89 @@ pub async fn m12_app_baseline_adopts_a_matching_schema_and_refuses_another<H: Mi
     );
     assert_eq!(index(h).await, (true, true));
 }
+
+/// M12 (issue 48 item 3): an upgrade whose revision waits for a table an application
+/// transaction holds gives up after its revision lock timeout, is rolled back (releasing the
+/// migration lock and every query queued behind it) and runs again; once the transaction ends
+/// (here: released right before the second try) it applies, reporting its tries. When every
+/// try gives up, it fails with the lock timeout and changes nothing. Backends whose upgrades
+/// wait for no table lock (SQLite) apply it at the first try.
+pub async fn m12_app_revision_waiting_for_a_table_gives_way_and_is_tried_again<
+    H: MigrationHarness,
+>(
+    h: &H,
+) {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    let base = items_set(false).up_to("0001_items").unwrap();
+    run(h, &runner(base)).await.expect("the base applies");
+    let set = MigrationSet::from_files(
+        SET,
+        [
+            (
+                "0001_items.sql",
+                "CREATE TABLE m12_items (id BIGINT NOT NULL PRIMARY KEY, name TEXT NOT NULL)",
+            ),
+            (
+                "0002_note.sql",
+                "ALTER TABLE m12_items ADD COLUMN note TEXT",
+            ),
+        ],
+    )
+    .unwrap();
+    let Some(held) = h.hold_table("m12_items").await.expect("hold the table") else {
+        let report = runner(set)
+            .with_revision_lock_timeout(Duration::from_millis(50))
+            .open_with_report(h.migrator().await.as_ref())
+            .await
+            .expect("M12: nothing waits");
+        assert_eq!(report.tries, 1);
+        return;
+    };
+
+    // Every try gives up: the lock timeout, nothing changed.
+    let err = runner(set.clone())
+        .with_revision_lock_timeout(Duration::from_millis(50))
+        .with_revision_tries(2)
+        .open_with_report(h.migrator().await.as_ref())
+        .await
+        .expect_err("M12: the table stays held");
+    assert!(
+        matches!(&err, MigrateError::RevisionFailed { revision, source }
+            if revision == "0002_note" && source.is_retryable()),
+        "{err:?}"
+    );
+    assert_eq!(stamp(h).await.as_deref(), Some("0001_items"));
+
+    // Released before the second try: applied then.
+    let held = Arc::new(Mutex::new(Some(held)));
+    let tries = Arc::new(Mutex::new(0u32));
+    let hooks = cairn_migrate::RunnerHooks {
+        before_lock: Some(Arc::new({
+            let (held, tries) = (held.clone(), tries.clone());
+            move || {
+                let mut n = tries.lock().unwrap();
+                *n += 1;
+                if *n == 2 {
+                    if let Some(lock) = held.lock().unwrap().take() {
+                        // The hook is synchronous; the release runs at once on the runtime,
+                        // and a try that still finds the table held is followed by another.
+                        tokio::spawn(lock.release());
+                    }
+                }
+            }
+        })),
+        ..Default::default()
+    };
+    let report = runner(set)
+        .with_revision_lock_timeout(Duration::from_millis(50))
+        .with_revision_tries(100)
+        .with_hooks(hooks)
+        .open_with_report(h.migrator().await.as_ref())
+        .await
+        .expect("M12: applied once the table is free");
+    assert!(report.tries >= 2, "{report:?}");
+    assert!(report.lock_waits >= Duration::from_millis(50), "{report:?}");
+    assert_eq!(stamp(h).await.as_deref(), Some("0002_note"));
+}

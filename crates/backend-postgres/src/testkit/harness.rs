@@ -329,8 +329,43 @@ impl PgHarness {
     }
 }
 
+/// A table held by an open transaction on a connection of its own (see
+/// [`cairn_conformance::MigrationHarness::hold_table`]).
+struct PgHeldTable {
+    conn: PgConnection,
+}
+
+#[async_trait]
+impl HeldLock for PgHeldTable {
+    async fn release(mut self: Box<Self>) {
+        let _ = sqlx::query("ROLLBACK")
+            .persistent(false)
+            .execute(&mut self.conn)
+            .await;
+        let _ = self.conn.close().await;
+    }
+}
+
 #[async_trait]
 impl cairn_conformance::MigrationHarness for PgHarness {
+    async fn hold_table(&self, table: &str) -> Result<Option<Box<dyn HeldLock>>> {
+        let mut conn = self.connection().await?;
+        for statement in [
+            "BEGIN".to_owned(),
+            format!(
+                "LOCK TABLE \"{}\" IN ACCESS SHARE MODE",
+                table.replace('"', "")
+            ),
+        ] {
+            sqlx::query(&statement)
+                .persistent(false)
+                .execute(&mut conn)
+                .await
+                .map_err(map)?;
+        }
+        Ok(Some(Box::new(PgHeldTable { conn })))
+    }
+
     async fn fresh(&self) -> Self {
         let mut h = Self::empty(self.url.clone());
         h.store_url = self.store_url.clone();

@@ -7,7 +7,8 @@
 #[cfg_attr(not(feature = "testkit"), allow(unreachable_pub))]
 pub struct RunnerHooks {
     /// Called after the first look found work to do, just before waiting for the lock (lets a
-    /// test interleave another migration deterministically).
+    /// test interleave another migration deterministically); in an upgrade, before each try
+    /// (a try that gave up waiting for a table lock is followed by another).
     pub before_lock: Option<std::sync::Arc<dyn Fn() + Send + Sync>>,
     /// Upgrade without recording a lineage, as a runner that predates lineage does.
     pub skip_lineage: bool,

@@ -164,13 +164,14 @@ impl Runner {
             }
             | Classification::Upgrade { .. } => {}
         }
-        if let Some(signal) = &self.hooks.before_lock {
-            signal();
-        }
         let mut tries = 0;
         let mut lock_waits = std::time::Duration::ZERO;
         loop {
             tries += 1;
+            // Before every try: a test may act between two tries.
+            if let Some(signal) = &self.hooks.before_lock {
+                signal();
+            }
             let started = std::time::Instant::now();
             let mut tx = backend.lock(self.lock_timeout).await?;
             let result = match tx
