@@ -1954,3 +1954,49 @@ fn pages_end_at_their_byte_budget_on_sqlite() {
 fn pages_end_at_their_byte_budget_on_postgres() {
     common::on_postgres("cairn_pages", pages_end_at_their_byte_budget);
 }
+
+/// A `cairn serve` that opens a store while an older build without a contract revision is live
+/// in the fleet registry defers that revision, and says so in its log: which revision, and the
+/// builds that hold it back (an operator otherwise saw nothing until `doctor` warned).
+#[test]
+fn serve_logs_a_contract_revision_it_defers_with_the_builds_that_hold_it_back() {
+    use cairn_core::spool::{Clock, SystemClock};
+    let (_dir, db) = sqlite_db();
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let url = cairn::DatabaseUrl::parse(&db).unwrap();
+        let m = cairn::testkit::migration_backend(&url, true).unwrap();
+        let older = cairn_migrate::cairn_set()
+            .up_to("0007_spool_ready")
+            .unwrap();
+        cairn_migrate::Runner::new(older)
+            .open(m.as_ref())
+            .await
+            .unwrap();
+        let now = SystemClock.now();
+        let entry = cairn_migrate::FleetEntry {
+            instance: "older-instance-1".into(),
+            build: "cairn-older-build".into(),
+            heads: [("cairn".to_owned(), "0007_spool_ready".to_owned())].into(),
+            host: "elsewhere".into(),
+            pid: 4242,
+            started_at: now,
+            last_seen: now,
+        };
+        m.register(&entry, cairn_core::spool::Timestamp::from_unix_micros(0))
+            .await
+            .unwrap();
+    });
+    let server = Server::start(&db, &[]);
+    let (status, stderr) = server.stop();
+    assert!(status.success(), "{status:?}: {stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("contract revision deferred"))
+        .unwrap_or_else(|| panic!("no deferral logged:\n{stderr}"));
+    assert!(
+        line.contains("0008_spool_ready_contract")
+            && line.contains("cairn-older-build")
+            && line.contains("elsewhere"),
+        "{line}"
+    );
+}

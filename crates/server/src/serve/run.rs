@@ -29,6 +29,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             .map_err(|e| CliError::Config(format!("cannot set up the metrics: {e}")))?,
     );
     let store = open_with(target, IfMissing::Create, settings.spool).await?;
+    log_migrations(&store);
     let signal = shutdown_signal();
     let listener = tokio::net::TcpListener::bind(settings.listen)
         .await
@@ -180,6 +181,45 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Logs what the open did to each migration set that changed or stayed behind: an upgrade, a
+/// contract revision applied (forced or not), and a contract revision deferred because live
+/// builds lack it — the store stays behind this build until they are gone (`cairn migrate
+/// fleet` lists them; a later start or `cairn migrate up` applies it).
+fn log_migrations(store: &cairn::Store) {
+    for set in store.migrations() {
+        if let cairn::migrate::Opened::Upgraded { from, applied } = &set.outcome {
+            tracing::info!(
+                target: "cairn::serve",
+                set = %set.set,
+                from = from.as_deref().unwrap_or("(empty)"),
+                applied = %applied.join(" "),
+                "migrated the store"
+            );
+        }
+        for c in &set.contracts {
+            tracing::warn!(
+                target: "cairn::serve",
+                set = %set.set,
+                revision = %c.revision,
+                forced = c.forced,
+                "applied a contract revision"
+            );
+        }
+        if let Some(d) = &set.deferred {
+            let blockers: Vec<String> = d.blockers.iter().map(ToString::to_string).collect();
+            tracing::warn!(
+                target: "cairn::serve",
+                set = %set.set,
+                revision = %d.revision,
+                blockers = %blockers.join("; "),
+                "contract revision deferred: live builds lack it, so the store stays behind this \
+                 build until they are gone (cairn migrate fleet lists them; the next start or \
+                 cairn migrate up applies it)"
+            );
         }
     }
 }
