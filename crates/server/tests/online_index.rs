@@ -317,8 +317,59 @@ async fn a_killed_concurrent_build_is_shown_by_status_and_doctor_and_repaired_by
         assert!(Instant::now() < deadline, "the build never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // While it builds, status and doctor say a build is running, and by which process.
+    let status = ok(shop.migrate(&["status"]).output().unwrap());
+    assert!(
+        status.lines().any(|l| l.starts_with("invalid index: ")
+            && l.contains("items_by_key")
+            && l.contains("a build of it is still running (server process ")),
+        "{status}"
+    );
+    let doctor = common::cairn(&shop.url)
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let indexes = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "indexes")
+        .unwrap_or_else(|| panic!("no indexes check: {report}"))
+        .clone();
+    assert_eq!(indexes["level"], "warning", "{indexes}");
+    assert!(
+        indexes["detail"]
+            .as_str()
+            .unwrap()
+            .contains("being built by server process"),
+        "{indexes}"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
+    // The build's server process notices its client is gone (client_connection_check_interval)
+    // and stops: no build of the table is left running.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let building: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_stat_progress_create_index p \
+             JOIN pg_catalog.pg_class c ON c.oid = p.relid \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = 'items'",
+        )
+        .bind(&shop.schema)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if building == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the killed client's build is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     assert_eq!(shop.stamp().await, "0001_items");
     assert_eq!(
         shop.index("items_by_key").await,
@@ -337,6 +388,11 @@ async fn a_killed_concurrent_build_is_shown_by_status_and_doctor_and_repaired_by
         "{line}"
     );
     let doctor = common::cairn(&shop.url).arg("doctor").output().unwrap();
+    assert_eq!(
+        doctor.status.code(),
+        Some(1),
+        "an invalid index is a problem"
+    );
     let report = text(&doctor.stdout);
     assert!(
         report.contains("indexes") && report.contains("items_by_key"),
@@ -352,5 +408,65 @@ async fn a_killed_concurrent_build_is_shown_by_status_and_doctor_and_repaired_by
     let status = ok(shop.migrate(&["status"]).output().unwrap());
     assert!(!status.contains("invalid index"), "{status}");
     assert!(status.contains("state: at head"), "{status}");
+    shop.drop().await;
+}
+
+/// Issue 48 item 3 through the binary: `up --lock-timeout-ms 100 --tries 50` behind a
+/// transaction that holds the table: each try gives up after 100 ms and the upgrade runs again,
+/// applying once the transaction ends, and says how many tries it took.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_gives_way_to_a_long_transaction_and_reports_its_tries() {
+    let shop = Shop::new(10).await;
+    shop.revision(
+        "0002_note.sql",
+        "-- a note per item\nALTER TABLE items ADD COLUMN note TEXT;",
+    );
+    let mut holder = shop.connect().await;
+    sqlx::raw_sql("BEGIN; SELECT count(*) FROM items")
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    let child = shop
+        .migrate(&["up", "--lock-timeout-ms", "100", "--tries", "50"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Released once the upgrade was seen waiting for the table twice (two tries).
+    let mut look = shop.connect().await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut seen, mut was) = (0, false);
+    while seen < 2 {
+        assert!(Instant::now() < deadline, "the upgrade never waited twice");
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_catalog.pg_locks l \
+             JOIN pg_catalog.pg_class c ON c.oid = l.relation \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE NOT l.granted AND n.nspname = $1 AND c.relname = 'items'",
+        )
+        .bind(&shop.schema)
+        .fetch_one(&mut look)
+        .await
+        .unwrap();
+        if waiting > 0 && !was {
+            seen += 1;
+        }
+        was = waiting > 0;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let printed = ok(out);
+    let tries: u32 = printed
+        .lines()
+        .find_map(|l| l.strip_prefix("tries: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no tries line:\n{printed}"));
+    assert!(tries >= 2, "{printed}");
+    assert!(printed.contains("applied 0002_note"), "{printed}");
+    assert_eq!(shop.stamp().await, "0002_note");
     shop.drop().await;
 }
