@@ -2,7 +2,7 @@
 //! from the catalog pragmas: each column's declared type, `NOT NULL`, default and primary-key
 //! position (`pragma_table_info`); each index by name with its uniqueness, origin, partiality,
 //! columns and `CREATE INDEX` text (`pragma_index_list`, `pragma_index_info`); each foreign
-//! key (`pragma_foreign_key_list`).
+//! key (`pragma_foreign_key_list`); and each view and trigger with its `CREATE` text.
 
 use cairn_core::Result;
 use cairn_migrate::baseline::{SchemaShape, TableShape};
@@ -118,6 +118,20 @@ pub(crate) fn shape(conn: &Connection) -> Result<SchemaShape> {
                 .or_insert(def);
         }
         out.tables.insert(table, shape);
+    }
+    let others: Vec<(String, String, Option<String>)> = conn
+        .prepare(
+            "SELECT type, name, sql FROM sqlite_master WHERE type IN ('view', 'trigger') \
+             ORDER BY type, name",
+        )
+        .and_then(|mut s| {
+            s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                .collect()
+        })
+        .map_err(map)?;
+    for (kind, name, sql) in others {
+        out.others
+            .insert(format!("{kind} {name}"), squeeze(&sql.unwrap_or_default()));
     }
     Ok(out)
 }

@@ -56,12 +56,18 @@ pub use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 pub use cairn_migrate::additivity::{check_set, AdditivityEngine, RevisionReport, Rule, Violation};
+pub use cairn_migrate::additivity::{
+    check_set_locks, LockFinding, LockMode, LockReport, LockRule, TableLocks,
+};
 pub use cairn_migrate::baseline::{Baselined, SchemaShape, TableShape};
 pub use cairn_migrate::escape_control;
 pub use cairn_migrate::fleet::{
     contract_blockers, Blocker, FleetEntry, DEFAULT_EXPIRY, DEFAULT_HEARTBEAT_INTERVAL,
 };
+/// The rules of no-transaction revisions (`-- cairn:no-transaction`).
+pub use cairn_migrate::outside;
 use cairn_migrate::split_statements;
+pub use cairn_migrate::ACCEPT_LOCK_MARKER;
 pub use cairn_migrate::{
     cairn_set, classify, Checksum, Classification, Inconsistency, LineageEntry, LineageVerdict,
     MigrateError, MigrationSet, Opened, Refusal, Repaired, Revision, SplitError, StoredState,
@@ -130,6 +136,8 @@ impl UpgradeOptions {
 #[derive(Clone)]
 pub struct Migrations {
     backend: Arc<dyn MigrationBackend>,
+    /// The location, when the handle was made from one ([`Migrations::at`]).
+    url: Option<DatabaseUrl>,
 }
 
 impl std::fmt::Debug for Migrations {
@@ -152,6 +160,7 @@ impl Migrations {
     pub fn at(url: &DatabaseUrl, create_if_missing: bool) -> Result<Self> {
         Ok(Self {
             backend: migration_backend(url, create_if_missing)?,
+            url: Some(url.clone()),
         })
     }
 
@@ -162,6 +171,7 @@ impl Migrations {
     pub fn of(store: &crate::Store) -> Self {
         Self {
             backend: store.migrator(),
+            url: None,
         }
     }
 
@@ -249,17 +259,50 @@ impl Migrations {
         Runner::new(set.clone()).plan(self.backend.as_ref()).await
     }
 
-    /// Adopts the store at revision `at` of `set` without running its SQL (`cairn migrate
-    /// baseline`), when the store's tables are exactly what the set makes up to `at` (built on
-    /// a throwaway store of the same engine to compare) and it holds no stamp of `set`.
+    /// Adopts the store at revision `at` of `set` without running its SQL on the store (`cairn
+    /// migrate baseline`), when what the store holds is exactly what the set makes up to `at`
+    /// and it holds no stamp of `set`. To know what that is, the set's SQL runs on a throwaway
+    /// store: for a SQLite store a temporary file; for a Postgres store a new schema on
+    /// `scratch_server`, a Postgres server (and database) that holds no production data — a
+    /// revision's SQL may name other schemas — and never the store's own database. The
+    /// throwaway store is removed afterwards.
     ///
     /// # Errors
     /// [`MigrateError::BaselineMismatch`] (with the differences),
-    /// [`MigrateError::BaselineRefused`], [`MigrateError::InvalidSet`] for an unknown `at`
-    /// (nothing written); [`MigrateError::LockTimeout`]; store errors.
-    pub async fn baseline(&self, set: &MigrationSet, at: &str) -> Result<Baselined, MigrateError> {
+    /// [`MigrateError::BaselineRefused`], an invalid-input store error for an unknown `at`, a
+    /// Postgres store without `scratch_server` or with the store's own database as it (nothing
+    /// written); [`MigrateError::LockTimeout`]; store errors.
+    pub async fn baseline(
+        &self,
+        set: &MigrationSet,
+        at: &str,
+        scratch_server: Option<&DatabaseUrl>,
+    ) -> Result<Baselined, MigrateError> {
+        let invalid =
+            |why: &str| MigrateError::Store(Error::invalid("baseline scratch server", why));
+        let scratch = match self.dialect() {
+            Dialect::Sqlite => self.backend.scratch().await?,
+            Dialect::Postgres => {
+                let Some(server) = scratch_server else {
+                    return Err(invalid(
+                        "a Postgres baseline runs the set's SQL on a scratch server: name one \
+                         whose databases hold no production data",
+                    ));
+                };
+                let DatabaseUrl::Postgres { url: theirs, .. } = server else {
+                    return Err(invalid("the scratch server must be a Postgres URL"));
+                };
+                if matches!(&self.url, Some(DatabaseUrl::Postgres { url: ours, .. }) if ours == theirs)
+                {
+                    return Err(invalid(
+                        "the scratch server must not be the store's own database",
+                    ));
+                }
+                migration_backend(server, true)?.scratch().await?
+            }
+        };
         Runner::new(set.clone())
-            .baseline(self.backend.as_ref(), at)
+            .baseline(self.backend.as_ref(), scratch, at)
             .await
     }
 

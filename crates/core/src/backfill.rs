@@ -255,7 +255,9 @@ pub fn error_code(err: &Error) -> &'static str {
         Error::Corrupt { .. } => "corrupt",
         Error::StorageFull { .. } => "storage_full",
         Error::Incompatible { .. } => "incompatible",
-        Error::Migration { .. } | Error::MigrationDown { .. } => "migration",
+        Error::Migration { .. } | Error::MigrationPartly { .. } | Error::MigrationDown { .. } => {
+            "migration"
+        }
         Error::UnsafePath { .. } => "unsafe_path",
         Error::Reserved { .. } => "reserved",
         Error::StoreReplaced { .. } => "store_replaced",

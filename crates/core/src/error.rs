@@ -157,6 +157,21 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    /// A migration revision failed after its upgrade had committed part of its work: a
+    /// no-transaction revision commits what ran before it, and runs outside any transaction.
+    /// The store stays at `stamp` (`None`: no revision of its set). The cause is the
+    /// [`source`](std::error::Error::source).
+    #[error("revision {revision} failed; the store stays at {} (no-transaction revisions commit what ran before them), so fix the cause and run the upgrade again", .stamp.as_deref().unwrap_or("no revision"))]
+    MigrationPartly {
+        /// The revision whose statement failed.
+        revision: String,
+        /// The stamp the store stays at.
+        stamp: Option<String>,
+        /// The store error that stopped it.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A stored down statement of a revision failed and the whole down was rolled back:
     /// nothing was changed (the store is still at the revision it had). The cause is the
     /// [`source`](std::error::Error::source) ([`Error::report`] prints both).
@@ -366,9 +381,9 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         match self {
             Self::Retryable { .. } => true,
-            Self::Migration { source, .. } | Self::MigrationDown { source, .. } => {
-                source.is_retryable()
-            }
+            Self::Migration { source, .. }
+            | Self::MigrationPartly { source, .. }
+            | Self::MigrationDown { source, .. } => source.is_retryable(),
             _ => false,
         }
     }
@@ -378,9 +393,9 @@ impl Error {
     pub fn is_storage_full(&self) -> bool {
         match self {
             Self::StorageFull { .. } => true,
-            Self::Migration { source, .. } | Self::MigrationDown { source, .. } => {
-                source.is_storage_full()
-            }
+            Self::Migration { source, .. }
+            | Self::MigrationPartly { source, .. }
+            | Self::MigrationDown { source, .. } => source.is_storage_full(),
             _ => false,
         }
     }

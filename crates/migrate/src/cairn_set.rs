@@ -122,6 +122,12 @@ pub fn cairn_revisions() -> Vec<Revision> {
 pub fn cairn_set() -> MigrationSet {
     MigrationSet::new(CAIRN_SET, cairn_revisions())
         .and_then(|set| set.with_contract(SPOOL_READY_CONTRACT))
+        // The lock check's finding on 0008, accepted: its rebuild of spool_ready reads
+        // spool_run in full while the index drops before it hold ACCESS EXCLUSIVE on it, so
+        // spool reads and writes wait for the rebuild. The lock is what makes the rebuild
+        // exact (no writer interleaves with it: I-ready holds from its commit on); docs/
+        // OPERATIONS.md says when to apply it ("Rolling out the Postgres spool layout").
+        .and_then(|set| set.with_accepted_lock(SPOOL_READY_CONTRACT, "scan-under-lock"))
         .expect("cairn's own revisions form a valid chain")
 }
 

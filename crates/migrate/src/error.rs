@@ -183,11 +183,17 @@ impl From<MigrateError> for cairn_core::Error {
     fn from(e: MigrateError) -> Self {
         match e {
             MigrateError::Store(inner) => inner,
-            MigrateError::RevisionFailed { revision, source }
-            | MigrateError::RevisionFailedPartly {
-                revision, source, ..
-            } => cairn_core::Error::Migration {
+            MigrateError::RevisionFailed { revision, source } => cairn_core::Error::Migration {
                 revision,
+                source: Box::new(source),
+            },
+            MigrateError::RevisionFailedPartly {
+                revision,
+                stamp,
+                source,
+            } => cairn_core::Error::MigrationPartly {
+                revision,
+                stamp,
                 source: Box::new(source),
             },
             MigrateError::ContractRefused { ref blockers, .. } => cairn_core::Error::Incompatible {

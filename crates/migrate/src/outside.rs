@@ -41,6 +41,133 @@ pub fn allowed_outside_transaction(sql: &str) -> bool {
     }
 }
 
+/// Postgres's longest identifier, in bytes: a longer one is cut to it.
+const MAX_IDENTIFIER: usize = 63;
+
+/// Whether a no-transaction revision's Postgres statements follow the rules: exactly one
+/// statement (an interrupted run then leaves at most that statement's work behind, which the
+/// next upgrade can find and repair), one [`allowed_outside_transaction`], not `VACUUM FULL`
+/// (it locks the table out for the whole rewrite), and a concurrent build that names its index
+/// within Postgres's 63 bytes (so an interrupted build's invalid index can be found by name).
+/// The reason when not, in one line naming the statement.
+pub fn check_outside_revision(statements: &[String]) -> Result<(), String> {
+    let [sql] = statements else {
+        return Err(format!(
+            "it holds {} statements, and a no-transaction revision holds exactly one (an \
+             interrupted run must leave at most one statement's work behind); give each its \
+             own revision",
+            statements.len()
+        ));
+    };
+    let named = || format!("`{}`", crate::text::escape_control(&first_line(sql)));
+    if !allowed_outside_transaction(sql) {
+        return Err(format!(
+            "its statement {} may not run outside a transaction on postgres: only \
+             {ALLOWED_OUTSIDE} may; move it to a revision of its own without the mark",
+            named()
+        ));
+    }
+    if is_vacuum_full(sql) {
+        return Err(format!(
+            "its statement {} is VACUUM FULL, which locks the table out for the whole rewrite: \
+             not an online change",
+            named()
+        ));
+    }
+    let t = tokens(sql, 3);
+    if t.first().is_some_and(|w| w.upper == "CREATE") {
+        match concurrent_index_name(sql) {
+            None => {
+                return Err(format!(
+                    "its statement {} leaves the index's name to Postgres; name it, so that an \
+                     interrupted build's invalid index can be found and built again",
+                    named()
+                ))
+            }
+            Some((_, name)) if name.len() > MAX_IDENTIFIER => {
+                return Err(format!(
+                    "its statement {} names an index of {} bytes, which Postgres cuts to \
+                     {MAX_IDENTIFIER}; use a shorter name",
+                    named(),
+                    name.len()
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The statements of a revision *not* marked no-transaction that cannot run in its upgrade
+/// transaction, in `dialect`: on Postgres a concurrent index build, drop or reindex, and
+/// `VACUUM`; on SQLite `VACUUM`. The reason for the first one, if any.
+pub fn check_in_transaction(statements: &[String], postgres: bool) -> Result<(), String> {
+    for sql in statements {
+        let t = tokens(sql, 1);
+        let vacuum = t.first().is_some_and(|w| w.upper == "VACUUM");
+        if postgres
+            && allowed_outside_transaction(sql)
+            && in_transaction_form(sql).as_deref() != Some(sql.as_str())
+        {
+            return Err(format!(
+                "its statement `{}` cannot run inside a transaction on postgres; mark the \
+                 revision with a leading line `-- cairn:no-transaction` in its postgres file \
+                 (and give it that statement alone)",
+                crate::text::escape_control(&first_line(sql))
+            ));
+        }
+        if !postgres && vacuum {
+            return Err(format!(
+                "its statement `{}` cannot run in SQLite's upgrade transaction (the mark does \
+                 not change that on SQLite); put it in the revision's .postgres.sql file only",
+                crate::text::escape_control(&first_line(sql))
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `sql` is a `VACUUM` with `FULL` among its options.
+fn is_vacuum_full(sql: &str) -> bool {
+    let t = tokens(sql, 1);
+    t.first().is_some_and(|w| w.upper == "VACUUM")
+        && sql
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .any(|w| w.eq_ignore_ascii_case("FULL"))
+}
+
+/// What a `REINDEX INDEX|TABLE CONCURRENTLY [schema.]name` statement rebuilds: `(is a table,
+/// schema, name)`; `None` for any other statement. An interrupted one leaves invalid indexes
+/// named after the rebuilt ones with `_ccnew` (the new copy) or `_ccold` (the old one, once
+/// swapped) appended.
+pub fn concurrent_reindex_target(sql: &str) -> Option<(bool, Option<String>, String)> {
+    let t = tokens(sql, 6);
+    let word = |i: usize| t.get(i).map(|w| w.upper.as_str());
+    if word(0) != Some("REINDEX") || word(2) != Some("CONCURRENTLY") {
+        return None;
+    }
+    let table = match word(1)? {
+        "INDEX" => false,
+        "TABLE" => true,
+        _ => return None,
+    };
+    let first = t.get(3)?;
+    if t.get(4).is_some_and(|w| w.upper == ".") {
+        return Some((table, Some(first.ident.clone()), t.get(5)?.ident.clone()));
+    }
+    Some((table, None, first.ident.clone()))
+}
+
+/// A statement's first line, cut at 120 characters, for an error message.
+pub(crate) fn first_line(sql: &str) -> String {
+    let line = sql.trim().lines().next().unwrap_or_default();
+    let mut out: String = line.chars().take(120).collect();
+    if out.len() < line.len() || sql.trim().lines().nth(1).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 /// The index a `CREATE [UNIQUE] INDEX CONCURRENTLY [IF NOT EXISTS] name ON …` statement
 /// builds, as `(schema, name)` with unquoted identifiers folded to lower case as Postgres
 /// folds them; `None` for any other statement, or one that leaves the name to Postgres.
@@ -65,6 +192,19 @@ pub fn concurrent_index_name(sql: &str) -> Option<(Option<String>, String)> {
     if t.get(at + 1).is_some_and(|w| w.upper == ".") {
         let name = t.get(at + 2)?;
         return Some((Some(first.ident.clone()), name.ident.clone()));
+    }
+    // An unqualified index goes into its table's schema: `ON [ONLY] [schema.]table`.
+    let mut on = at + 1;
+    if t.get(on).is_some_and(|w| w.upper == "ON" && !w.quoted) {
+        on += 1;
+        if t.get(on).is_some_and(|w| w.upper == "ONLY" && !w.quoted) {
+            on += 1;
+        }
+        if let (Some(schema), Some(dot)) = (t.get(on), t.get(on + 1)) {
+            if dot.upper == "." {
+                return Some((Some(schema.ident.clone()), first.ident.clone()));
+            }
+        }
     }
     Some((None, first.ident.clone()))
 }
@@ -211,6 +351,69 @@ mod tests {
     }
 
     #[test]
+    fn a_no_transaction_revision_holds_one_named_online_statement() {
+        let one = |sql: &str| check_outside_revision(&[sql.to_owned()]);
+        assert!(one("CREATE INDEX CONCURRENTLY i ON t (c)").is_ok());
+        assert!(one("VACUUM (ANALYZE) t").is_ok());
+        assert!(one("ALTER TYPE m ADD VALUE 'x'").is_ok());
+        let two = check_outside_revision(&[
+            "CREATE INDEX CONCURRENTLY a ON t (c)".into(),
+            "CREATE INDEX CONCURRENTLY b ON t (d)".into(),
+        ]);
+        assert!(two.unwrap_err().contains("holds 2 statements"));
+        assert!(one("CREATE INDEX CONCURRENTLY ON t (c)")
+            .unwrap_err()
+            .contains("leaves the index's name to Postgres"));
+        let long = format!("CREATE INDEX CONCURRENTLY {} ON t (c)", "i".repeat(64));
+        assert!(one(&long).unwrap_err().contains("64 bytes"));
+        assert!(one("VACUUM (FULL, ANALYZE) t")
+            .unwrap_err()
+            .contains("VACUUM FULL"));
+        assert!(one("vacuum full t").unwrap_err().contains("VACUUM FULL"));
+        assert!(one("CREATE TABLE t (id BIGINT)")
+            .unwrap_err()
+            .contains("may not run outside a transaction"));
+    }
+
+    #[test]
+    fn what_cannot_run_in_the_upgrade_transaction_needs_the_mark() {
+        let pg = |sql: &str| check_in_transaction(&[sql.to_owned()], true);
+        let lite = |sql: &str| check_in_transaction(&[sql.to_owned()], false);
+        assert!(pg("CREATE INDEX i ON t (c)").is_ok());
+        assert!(pg("ALTER TYPE m ADD VALUE 'x'").is_ok());
+        for sql in [
+            "CREATE INDEX CONCURRENTLY i ON t (c)",
+            "DROP INDEX CONCURRENTLY i",
+            "REINDEX TABLE CONCURRENTLY t",
+            "VACUUM",
+        ] {
+            assert!(
+                pg(sql).unwrap_err().contains("-- cairn:no-transaction"),
+                "{sql}"
+            );
+        }
+        assert!(lite("VACUUM").unwrap_err().contains(".postgres.sql"));
+        assert!(lite("CREATE INDEX i ON t (c)").is_ok());
+    }
+
+    #[test]
+    fn a_concurrent_reindex_names_what_it_rebuilds() {
+        assert_eq!(
+            concurrent_reindex_target("REINDEX INDEX CONCURRENTLY Big_V"),
+            Some((false, None, "big_v".into()))
+        );
+        assert_eq!(
+            concurrent_reindex_target("reindex table concurrently app.big"),
+            Some((true, Some("app".into()), "big".into()))
+        );
+        assert_eq!(concurrent_reindex_target("REINDEX INDEX big_v"), None);
+        assert_eq!(
+            concurrent_reindex_target("REINDEX SCHEMA CONCURRENTLY app"),
+            None
+        );
+    }
+
+    #[test]
     fn the_checked_form_drops_concurrently_and_vacuum() {
         assert_eq!(
             in_transaction_form("CREATE UNIQUE INDEX CONCURRENTLY i ON t (c)").as_deref(),
@@ -251,6 +454,10 @@ mod tests {
         assert_eq!(
             concurrent_index_name("CREATE INDEX CONCURRENTLY \"on\" ON t (c)"),
             plain("on")
+        );
+        assert_eq!(
+            concurrent_index_name("CREATE INDEX CONCURRENTLY oix ON ONLY other.t (c)"),
+            Some((Some("other".into()), "oix".into()))
         );
         assert_eq!(
             concurrent_index_name("CREATE INDEX CONCURRENTLY ON t (c)"),

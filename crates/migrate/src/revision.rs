@@ -100,6 +100,9 @@ pub struct MigrationSet {
     /// Revisions marked *no-transaction* per dialect (`[sqlite, postgres]`,
     /// [`MigrationSet::with_no_transaction`]). Not part of any checksum: the statements are.
     no_transaction: BTreeMap<String, [bool; 2]>,
+    /// Lock-check findings accepted per revision, by rule name
+    /// ([`MigrationSet::with_accepted_lock`]). Not part of any checksum.
+    accepted_locks: BTreeMap<String, BTreeSet<String>>,
     /// The one engine the set is for ([`MigrationSet::only_on`]); `None`: both.
     only: Option<Dialect>,
     /// With `only`: the first revision that had no SQL for the other engine, named when a store
@@ -150,6 +153,7 @@ impl MigrationSet {
             down: BTreeMap::new(),
             contract: BTreeSet::new(),
             no_transaction: BTreeMap::new(),
+            accepted_locks: BTreeMap::new(),
             only: None,
             lacking: None,
         })
@@ -375,6 +379,12 @@ impl MigrationSet {
                 .filter(|(id, _)| keep(id))
                 .map(|(id, d)| (id.clone(), *d))
                 .collect(),
+            accepted_locks: self
+                .accepted_locks
+                .iter()
+                .filter(|(id, _)| keep(id))
+                .map(|(id, names)| (id.clone(), names.clone()))
+                .collect(),
             only: self.only,
             lacking: self
                 .lacking
@@ -416,18 +426,13 @@ impl MigrationSet {
             )));
         };
         if dialect == Dialect::Postgres {
-            let rev = &self.revisions[at];
-            if let Some(sql) = rev
-                .up(dialect)
-                .iter()
-                .find(|sql| !crate::outside::allowed_outside_transaction(sql))
-            {
-                return Err(invalid(format!(
-                    "revision {revision} is marked no-transaction, and its statement `{}` may not run outside a transaction on postgres: only {} may; move it to a revision of its own without the mark",
-                    crate::text::escape_control(&first_line(sql)),
-                    crate::outside::ALLOWED_OUTSIDE
-                )));
-            }
+            crate::outside::check_outside_revision(self.revisions[at].up(dialect)).map_err(
+                |why| {
+                    invalid(format!(
+                        "revision {revision} is marked no-transaction: {why}"
+                    ))
+                },
+            )?;
         }
         self.no_transaction.entry(revision.to_owned()).or_default()[dialect_index(dialect)] = true;
         Ok(self)
@@ -438,6 +443,39 @@ impl MigrationSet {
         self.no_transaction
             .get(revision)
             .is_some_and(|d| d[dialect_index(dialect)])
+    }
+
+    /// Accepts lock-check finding `rule` (a [`crate::additivity::LockRule`] name) for revision
+    /// `revision`: `cairn migrate check` still lists it, marked accepted, and does not fail on
+    /// it. In SQL files: a leading line `-- cairn:accept-lock NAME` in the revision's up file.
+    ///
+    /// # Errors
+    /// [`MigrateError::InvalidSet`] for a revision not in the set or an unknown rule name.
+    pub fn with_accepted_lock(mut self, revision: &str, rule: &str) -> Result<Self, MigrateError> {
+        let reason = if self.position(revision).is_none() {
+            format!("accept-lock mark on {revision}, which is not a revision of the set")
+        } else if crate::additivity::LockRule::from_name(rule).is_none() {
+            format!(
+                "accept-lock mark on {revision} names `{}`, which is no lock-check finding",
+                crate::text::escape_control(rule)
+            )
+        } else {
+            let names = self.accepted_locks.entry(revision.to_owned()).or_default();
+            names.insert(rule.to_owned());
+            return Ok(self);
+        };
+        Err(MigrateError::InvalidSet {
+            set: self.name.clone(),
+            reason,
+        })
+    }
+
+    /// The lock-check findings revision `revision` accepts, by rule name.
+    pub fn accepted_locks(&self, revision: &str) -> BTreeSet<String> {
+        self.accepted_locks
+            .get(revision)
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Position of `id` in the chain.
@@ -481,16 +519,6 @@ impl MigrationSet {
             })
             .collect()
     }
-}
-
-/// A statement's first line, cut at 120 characters, for an error message.
-fn first_line(sql: &str) -> String {
-    let line = sql.trim().lines().next().unwrap_or_default();
-    let mut out: String = line.chars().take(120).collect();
-    if out.len() < line.len() || sql.trim().lines().nth(1).is_some() {
-        out.push('…');
-    }
-    out
 }
 
 #[cfg(test)]

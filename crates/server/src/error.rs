@@ -44,6 +44,13 @@ impl From<cairn::Error> for CliError {
     }
 }
 
+impl From<cairn::migrate::MigrateError> for CliError {
+    /// A migration error, as the store error it maps to (one line; the cause in `report`).
+    fn from(e: cairn::migrate::MigrateError) -> Self {
+        Self::Store(e.into())
+    }
+}
+
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
         Self::Output(e)

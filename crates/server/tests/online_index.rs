@@ -379,6 +379,19 @@ async fn a_killed_concurrent_build_is_shown_by_status_and_doctor_and_repaired_by
 
     let status = ok(shop.migrate(&["status"]).output().unwrap());
     assert!(status.contains("pending: 0002_by_key"), "{status}");
+    // The dry run shows the drop `up` runs first.
+    let plan = ok(shop.migrate(&["up", "--dry-run"]).output().unwrap());
+    let lines: Vec<&str> = plan.lines().collect();
+    let drop_at = lines
+        .iter()
+        .position(|l| {
+            l.starts_with("DROP INDEX CONCURRENTLY IF EXISTS") && l.contains(".items_by_key")
+        })
+        .unwrap_or_else(|| panic!("no drop in the plan:\n{plan}"));
+    assert!(
+        lines[drop_at + 1].starts_with("CREATE INDEX CONCURRENTLY items_by_key"),
+        "{plan}"
+    );
     let line = status
         .lines()
         .find(|l| l.starts_with("invalid index: "))
@@ -468,5 +481,62 @@ async fn up_gives_way_to_a_long_transaction_and_reports_its_tries() {
     assert!(tries >= 2, "{printed}");
     assert!(printed.contains("applied 0002_note"), "{printed}");
     assert_eq!(shop.stamp().await, "0002_note");
+    shop.drop().await;
+}
+
+/// An interrupted `REINDEX INDEX CONCURRENTLY` leaves its new copy (`…_ccnew`) invalid: the
+/// next `up` drops it and rebuilds. The rebuild is made to fail on purpose: the index is on
+/// `picky(name)`, which raises while the table `picky_fails` has a row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_concurrent_reindex_is_repaired_by_the_next_up() {
+    let shop = Shop::new(50).await;
+    let mut conn = shop.connect().await;
+    for sql in [
+        "CREATE TABLE picky_fails (x INT)",
+        "CREATE FUNCTION picky(v TEXT) RETURNS TEXT LANGUAGE plpgsql IMMUTABLE AS \
+         $$ BEGIN IF EXISTS (SELECT 1 FROM picky_fails) THEN RAISE 'picky'; END IF; \
+         RETURN v; END $$",
+        "CREATE INDEX items_picky ON items (picky(name))",
+        "INSERT INTO picky_fails VALUES (1)",
+    ] {
+        sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+    }
+    shop.revision(
+        "0002_rebuild.sql",
+        "-- cairn:no-transaction\n-- rebuild the picky index online\n\
+         REINDEX INDEX CONCURRENTLY items_picky;",
+    );
+    let out = shop.migrate(&["up"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("the store stays at 0001_items"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        shop.index("items_picky_ccnew").await,
+        Some(false),
+        "the copy is left invalid"
+    );
+    let status = ok(shop.migrate(&["status"]).output().unwrap());
+    assert!(
+        status.contains("invalid index: ") && status.contains("items_picky_ccnew"),
+        "{status}"
+    );
+
+    sqlx::raw_sql("DELETE FROM picky_fails")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let up = ok(shop.migrate(&["up"]).output().unwrap());
+    assert!(up.contains("applied 0002_rebuild"), "{up}");
+    assert_eq!(
+        shop.index("items_picky_ccnew").await,
+        None,
+        "the leftover is dropped"
+    );
+    assert_eq!(shop.index("items_picky").await, Some(true));
+    let status = ok(shop.migrate(&["status"]).output().unwrap());
+    assert!(!status.contains("invalid index"), "{status}");
     shop.drop().await;
 }

@@ -233,7 +233,7 @@ pub async fn m12_app_baseline_adopts_a_matching_schema_and_refuses_another<H: Mi
     tables_by_hand(&other, "BIGINT").await;
     let om = other.migrator().await;
     let err = runner(set.clone())
-        .baseline(om.as_ref(), "0002_two_alike")
+        .baseline(om.as_ref(), om.scratch().await.unwrap(), "0002_two_alike")
         .await
         .expect_err("M12: a schema that differs is refused");
     assert!(
@@ -250,7 +250,7 @@ pub async fn m12_app_baseline_adopts_a_matching_schema_and_refuses_another<H: Mi
     // The same tables as the revision makes: adopted.
     tables_by_hand(h, "TEXT").await;
     let done = runner(set.clone())
-        .baseline(m.as_ref(), "0002_two_alike")
+        .baseline(m.as_ref(), m.scratch().await.unwrap(), "0002_two_alike")
         .await
         .expect("M12: a matching schema is adopted");
     assert_eq!(done.at, "0002_two_alike");
@@ -268,7 +268,7 @@ pub async fn m12_app_baseline_adopts_a_matching_schema_and_refuses_another<H: Mi
 
     // Already stamped: refused.
     let err = runner(set.clone())
-        .baseline(m.as_ref(), "0001_items")
+        .baseline(m.as_ref(), m.scratch().await.unwrap(), "0001_items")
         .await
         .expect_err("M12: a stamped store is not baselined again");
     assert!(

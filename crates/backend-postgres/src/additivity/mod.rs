@@ -59,6 +59,9 @@ mod checker;
 mod down;
 mod engine;
 mod judge;
+mod lock_sql;
+mod locks;
+mod probe;
 pub(crate) mod scratch;
 mod snapshot;
 mod sql;
@@ -68,7 +71,7 @@ use std::future::Future;
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
 use cairn_core::{scratch_name, Error};
-use cairn_migrate::additivity::{AdditivityEngine, CheckTarget, Violation};
+use cairn_migrate::additivity::{AdditivityEngine, CheckTarget, LockMeasurement, Violation};
 use cairn_migrate::{MigrateError, Revision};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
@@ -130,10 +133,10 @@ impl PgAdditivity {
     /// check ended: the schema is claimed for the whole check (other checks leave it alone while
     /// it is), leftovers of killed checks are dropped first, and a drop guard removes the schema
     /// if the check is abandoned. The check's error comes first, then the drop's.
-    async fn in_scratch<'a, F, Fut>(&'a self, check: F) -> Result<Vec<Violation>, MigrateError>
+    async fn in_scratch<'a, T, F, Fut>(&'a self, check: F) -> Result<T, MigrateError>
     where
         F: FnOnce(SchemaName) -> Fut,
-        Fut: Future<Output = Result<Vec<Violation>, MigrateError>> + 'a,
+        Fut: Future<Output = Result<T, MigrateError>> + 'a,
     {
         let schema = SchemaName::parse(&scratch_name(scratch::PREFIX))?;
         let mut owner = scratch::Owner::claim(&self.url, &schema).await?;
@@ -143,9 +146,9 @@ impl PgAdditivity {
         let dropped = self.drop_schema(&schema).await;
         guard.disarm();
         owner.release().await;
-        let violations = outcome?;
+        let outcome = outcome?;
         dropped?;
-        Ok(violations)
+        Ok(outcome)
     }
 
     async fn check_down_in(
@@ -234,6 +237,21 @@ impl AdditivityEngine for PgAdditivity {
     ) -> Result<Vec<Violation>, MigrateError> {
         self.in_scratch(|schema| async move { self.check_in(&schema, target, revision).await })
             .await
+    }
+
+    /// The executed lock check: see the `locks` module (a transactional revision measured
+    /// after each statement in its transaction, a no-transaction revision while each statement
+    /// runs).
+    async fn check_locks(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+    ) -> Result<Option<LockMeasurement>, MigrateError> {
+        self.in_scratch(
+            |schema| async move { self.check_locks_in(&schema, target, revision).await },
+        )
+        .await
+        .map(Some)
     }
 
     /// Up, then down, in the filled throwaway schema, in one transaction that is rolled back:

@@ -7,7 +7,7 @@ use cairn_core::schema::Dialect;
 use cairn_core::spool::Timestamp;
 use cairn_core::{Error, Result};
 use cairn_migrate::bookkeeping as bk;
-use cairn_migrate::outside::concurrent_index_name;
+use cairn_migrate::outside::{concurrent_index_name, concurrent_reindex_target};
 use cairn_migrate::{
     Blocker, FleetEntry, LineageEntry, LockedMigration, MigrateError, StoredState,
 };
@@ -182,6 +182,16 @@ impl PgLocked {
     }
 }
 
+/// Why a no-transaction revision is refused behind a transaction-mode pooler.
+pub(super) fn behind_a_pooler() -> Error {
+    Error::invalid(
+        "migration",
+        "a no-transaction revision runs outside the upgrade transaction, and behind a \
+         transaction-mode pooler (cairn_pooler=transaction) the migration lock ends with each \
+         transaction: run this upgrade over a direct connection to the server",
+    )
+}
+
 /// Drops index `name` (in `schema`, else the session's current schema) when it is invalid and
 /// no session is building it: what an interrupted `CREATE INDEX CONCURRENTLY` leaves. An
 /// invalid index some session is still building is an error saying which; a valid one, or
@@ -217,6 +227,43 @@ async fn drop_interrupted_build(
         }
         _ => Ok(()),
     }
+}
+
+/// Drops what an interrupted `REINDEX … CONCURRENTLY` of index `name` (or of every index of
+/// table `name`, with `table`) left: the invalid `…_ccnew` / `…_ccold` indexes no session is
+/// building. One still being built is an error saying which process builds it.
+async fn drop_interrupted_reindex(
+    conn: &mut PgConnection,
+    table: bool,
+    schema: Option<&str>,
+    name: &str,
+) -> Result<()> {
+    let left: Vec<(String, Option<i32>)> = sqlx::query_as(sql::REINDEX_LEFTOVERS)
+        .bind(name)
+        .bind(schema)
+        .bind(table)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map)?;
+    for (qualified, building) in left {
+        if let Some(pid) = building {
+            return Err(Error::invalid(
+                "migration",
+                format!(
+                    "index {} is invalid and still being built by server process {pid}; wait \
+                     for it to end or cancel it (SELECT pg_cancel_backend({pid})), then run the \
+                     upgrade again",
+                    cairn_core::escape_control(&qualified)
+                ),
+            ));
+        }
+        conn.execute(sqlx::raw_sql(&format!(
+            "DROP INDEX CONCURRENTLY IF EXISTS {qualified}"
+        )))
+        .await
+        .map_err(map)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -258,15 +305,7 @@ impl LockedMigration for PgLocked {
     }
 
     fn outside_refusal(&self) -> Option<Error> {
-        self.key.is_none().then(|| {
-            Error::invalid(
-                "migration",
-                "a no-transaction revision runs outside the upgrade transaction, and behind a \
-                 transaction-mode pooler (cairn_pooler=transaction) the migration lock ends \
-                 with each transaction: run this upgrade over a direct connection to the \
-                 server",
-            )
-        })
+        self.key.is_none().then(behind_a_pooler)
     }
 
     /// Commits the upgrade so far (the session's advisory lock stays held), runs each
@@ -296,6 +335,9 @@ impl LockedMigration for PgLocked {
         for statement in statements {
             if let Some((in_schema, name)) = concurrent_index_name(statement) {
                 drop_interrupted_build(conn, in_schema.as_deref(), &name).await?;
+            }
+            if let Some((table, in_schema, name)) = concurrent_reindex_target(statement) {
+                drop_interrupted_reindex(conn, table, in_schema.as_deref(), &name).await?;
             }
             conn.execute(sqlx::raw_sql(statement)).await.map_err(map)?;
         }

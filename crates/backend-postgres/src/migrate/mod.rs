@@ -304,6 +304,11 @@ impl MigrationBackend for PgMigrator {
         Ok(contracts?)
     }
 
+    fn outside_refusal(&self) -> Option<cairn_core::Error> {
+        // An unreadable pooler setting fails the real upgrade's connection anyway.
+        self.pooled().ok()?.then(locked::behind_a_pooler)
+    }
+
     async fn shape(&self) -> Result<cairn_migrate::baseline::SchemaShape, MigrateError> {
         let mut look = self.look().await?;
         let shape = shape::shape(look.conn(), self.schema.as_str()).await;
@@ -311,8 +316,9 @@ impl MigrationBackend for PgMigrator {
         shape
     }
 
-    /// A new schema on the same server and database, named like the additivity check's
-    /// throwaway ones (`cairn_baseline_…`), created by the first open on it.
+    /// A new schema on this migrator's server and database, named `cairn_baseline_…`, created
+    /// by the first open on it. A baseline asks it of a migrator for its scratch server,
+    /// never of the store's own.
     async fn scratch(&self) -> Result<Box<dyn MigrationBackend>, MigrateError> {
         let name = cairn_core::scratch_name("cairn_baseline");
         let opts = self.opts.clone().schema(name).create_if_missing(true);

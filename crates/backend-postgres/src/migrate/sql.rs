@@ -61,3 +61,21 @@ WHERE c.relname = $1 AND n.nspname = COALESCE($2, pg_catalog.current_schema())";
 /// The upgrade transaction's `lock_timeout`: `$1` milliseconds (text).
 pub(super) const SET_LOCAL_LOCK_TIMEOUT: &str =
     "SELECT pg_catalog.set_config('lock_timeout', $1, true)";
+
+/// The invalid `_ccnew`/`_ccold` indexes an interrupted `REINDEX … CONCURRENTLY` left: of index
+/// `$1` (`$3` false) or of every index of table `$1` (`$3` true), in schema `$2` (NULL: the
+/// current schema); each quoted and qualified, with the process building it now, if any.
+pub(super) const REINDEX_LEFTOVERS: &str = "\
+SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
+    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
+     WHERE p.index_relid = c.oid AND p.datid = \
+        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
+     LIMIT 1) \
+FROM pg_catalog.pg_index i \
+JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
+JOIN pg_catalog.pg_class t ON t.oid = i.indrelid \
+JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+WHERE NOT i.indisvalid AND n.nspname = COALESCE($2, pg_catalog.current_schema()) \
+    AND c.relname ~ '_cc(new|old)[0-9]*$' \
+    AND CASE WHEN $3 THEN t.relname = $1 \
+        ELSE pg_catalog.left(c.relname, pg_catalog.length($1) + 3) = $1 || '_cc' END";

@@ -17,6 +17,11 @@
 //! It is a **guard, stricter than compatibility needs**: it refuses some harmless changes (an
 //! identical table rebuild, replacing an index). It cannot see what rows *mean* to older code,
 //! nor side effects a migration has outside SQL.
+//!
+//! Beside it runs the executed **lock check** ([`check_set_locks`], [`LockReport`]): each
+//! revision runs on its own throwaway store while a probe session tries a read and a write on
+//! every existing table, and what the revision blocked, rewrote, indexed or read in full under
+//! a blocking lock is reported per table, with the way around it.
 
 use async_trait::async_trait;
 use cairn_core::schema::Dialect;
@@ -27,10 +32,15 @@ use crate::identity::CAIRN_SET;
 use crate::revision::{MigrationSet, Revision};
 
 pub mod hints;
+mod locks;
 mod multiset;
 mod seed;
 pub mod synth;
 
+pub use locks::{
+    judge, lock_report, LockFinding, LockMeasurement, LockMode, LockReport, LockRule,
+    StatementLocks, TableEffect, TableLocks,
+};
 pub use multiset::difference;
 pub use seed::seed_epoch_log;
 
@@ -252,6 +262,26 @@ pub trait AdditivityEngine: Send + Sync {
         down: &[String],
     ) -> Result<Vec<Violation>, MigrateError>;
 
+    /// The executed lock check of `revision` (what it blocks: see [`LockReport`]): on a throwaway
+    /// store built and filled from `target` exactly as for [`AdditivityEngine::check`], run
+    /// the revision as the runner would (in one transaction, or statement by statement outside
+    /// one when [`CheckTarget::no_transaction`]) while a probe session tries a read and a write
+    /// on every table that existed before, and measure per statement and table the lock held,
+    /// what the probe could not do, and whether the table was rewritten, indexed or read in
+    /// full. Nothing is kept. `None`: the engine does not measure locks (SQLite, whose every
+    /// migration transaction holds the database's one write lock).
+    ///
+    /// # Errors
+    /// When the throwaway store cannot be built, or a session of the check fails.
+    async fn check_locks(
+        &self,
+        target: &CheckTarget,
+        revision: &Revision,
+    ) -> Result<Option<LockMeasurement>, MigrateError> {
+        let _ = (target, revision);
+        Ok(None)
+    }
+
     /// Checks `revision` of cairn's own set on a throwaway store built at the end of `history`
     /// (base first; the revision's parent is `history`'s last entry): [`AdditivityEngine::check`]
     /// with no prelude. Engines need not implement it.
@@ -294,6 +324,32 @@ pub async fn check_set(
         });
     }
     Ok(out)
+}
+
+/// The executed lock check of every revision after the first of `set`, in order, each on a
+/// store built by [`CheckTarget::for_revision`] ([`AdditivityEngine::check_locks`]); a
+/// finding a revision accepts ([`MigrationSet::accepted_locks`]) is marked so. `None` when the
+/// engine does not measure locks.
+///
+/// # Errors
+/// When the engine cannot build a store for some revision's parent.
+pub async fn check_set_locks(
+    engine: &dyn AdditivityEngine,
+    set: &MigrationSet,
+) -> Result<Option<Vec<LockReport>>, MigrateError> {
+    let mut out = Vec::new();
+    for (i, revision) in set.revisions().iter().enumerate().skip(1) {
+        let target = CheckTarget::for_revision(set, i)?;
+        let Some(measured) = engine.check_locks(&target, revision).await? else {
+            return Ok(None);
+        };
+        out.push(lock_report(
+            &revision.id,
+            &measured,
+            &set.accepted_locks(&revision.id),
+        ));
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]

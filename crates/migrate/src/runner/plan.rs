@@ -76,24 +76,39 @@ impl Runner {
                     refusal,
                 })
             }
-            Classification::Upgrade { from, pending } => Plan::Upgrade {
-                from,
-                revisions: pending
+            Classification::Upgrade { from, pending } => {
+                // Refused as the upgrade would refuse it, before anything runs.
+                if let Some(id) = pending
                     .iter()
-                    .filter_map(|id| self.set.position(id))
-                    .map(|at| {
-                        let rev = &self.set.revisions()[at];
-                        PlannedRevision {
-                            id: rev.id.clone(),
-                            description: rev.description.clone(),
-                            statements: rev.up(dialect).to_vec(),
-                            outside_transaction: dialect == cairn_core::schema::Dialect::Postgres
-                                && self.set.is_no_transaction(&rev.id, dialect),
-                            contract: self.set.is_contract(&rev.id),
-                        }
-                    })
-                    .collect(),
-            },
+                    .find(|id| self.set.is_no_transaction(id, dialect))
+                {
+                    if let Some(source) = backend.outside_refusal() {
+                        return Err(MigrateError::RevisionFailed {
+                            revision: id.clone(),
+                            source,
+                        });
+                    }
+                }
+                Plan::Upgrade {
+                    from,
+                    revisions: pending
+                        .iter()
+                        .filter_map(|id| self.set.position(id))
+                        .map(|at| {
+                            let rev = &self.set.revisions()[at];
+                            PlannedRevision {
+                                id: rev.id.clone(),
+                                description: rev.description.clone(),
+                                statements: rev.up(dialect).to_vec(),
+                                outside_transaction: dialect
+                                    == cairn_core::schema::Dialect::Postgres
+                                    && self.set.is_no_transaction(&rev.id, dialect),
+                                contract: self.set.is_contract(&rev.id),
+                            }
+                        })
+                        .collect(),
+                }
+            }
         })
     }
 }

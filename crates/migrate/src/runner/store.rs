@@ -68,13 +68,20 @@ pub trait MigrationBackend: Send + Sync {
     /// Store errors.
     async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError>;
 
-    /// The shape of the store's tables ([`crate::baseline::SchemaShape`]), read from the
+    /// Why this backend would refuse a no-transaction revision here
+    /// ([`LockedMigration::outside_refusal`]), for a look without the lock (`up --dry-run`).
+    /// `None` (the default): it would not.
+    fn outside_refusal(&self) -> Option<cairn_core::Error> {
+        None
+    }
+
+    /// The shape of the store's tables ([`crate::shape::SchemaShape`]), read from the
     /// catalog without locking or writing; what [`crate::Runner::baseline`] compares. The
     /// default: the backend cannot read it.
     ///
     /// # Errors
     /// Store errors.
-    async fn shape(&self) -> Result<crate::baseline::SchemaShape, MigrateError> {
+    async fn shape(&self) -> Result<crate::shape::SchemaShape, MigrateError> {
         Err(unsupported("read its schema's shape"))
     }
 

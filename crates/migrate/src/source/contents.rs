@@ -14,6 +14,10 @@ pub const CONTRACT_MARKER: &str = "-- cairn:contract";
 /// ([`crate::MigrationSet::with_no_transaction`]).
 pub const NO_TRANSACTION_MARKER: &str = "-- cairn:no-transaction";
 
+/// The prefix of a leading line that accepts a lock-check finding for its revision
+/// ([`crate::MigrationSet::with_accepted_lock`]): `-- cairn:accept-lock NAME`.
+pub const ACCEPT_LOCK_MARKER: &str = "-- cairn:accept-lock";
+
 /// The leading marker lines of `text` (`-- cairn:` and a word), trimmed, in order.
 fn markers(text: &str) -> impl Iterator<Item = &str> {
     text.lines().map(str::trim).take_while(|l| {
@@ -32,15 +36,68 @@ pub(super) fn has_no_transaction_marker(text: &str) -> bool {
     markers(text).any(|m| m == NO_TRANSACTION_MARKER)
 }
 
+/// The finding names of `text`'s leading [`ACCEPT_LOCK_MARKER`] lines, in order (one per line;
+/// checked against the known names when the set is built).
+pub(super) fn accepted_locks(text: &str) -> impl Iterator<Item = &str> {
+    markers(text).filter_map(|m| {
+        m.strip_prefix(ACCEPT_LOCK_MARKER)
+            .filter(|rest| rest.starts_with(char::is_whitespace))
+            .map(str::trim)
+    })
+}
+
 /// Refuses a leading marker line cairn does not know (a misspelt marker would otherwise be a
 /// comment, and the revision would run as an unmarked one).
 pub(super) fn check_markers(file: &str, text: &str) -> Result<(), MigrateError> {
-    match markers(text).find(|m| *m != CONTRACT_MARKER && *m != NO_TRANSACTION_MARKER) {
-        Some(unknown) => Err(source_err(
+    // A marker written almost right (`--cairn:…`, `-- CAIRN:…`, `/* cairn:… */`, or after
+    // another comment or a blank line) would be a plain comment: refused too.
+    let leading = markers(text).count();
+    for (i, line) in text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| l.is_empty() || l.starts_with("--") || l.starts_with("/*"))
+        .enumerate()
+    {
+        let lower = line.to_ascii_lowercase();
+        let near = lower.find("cairn:").is_some_and(|at| {
+            lower[at + "cairn:".len()..].starts_with(|c: char| c.is_ascii_alphabetic())
+        });
+        if near && i >= leading {
+            return Err(source_err(
+                file,
+                format!(
+                    "has `{}`, which reads like a cairn marker but is not one: a marker is a \
+                     leading line written exactly `{CONTRACT_MARKER}`, `{NO_TRANSACTION_MARKER}` \
+                     or `{ACCEPT_LOCK_MARKER} NAME`, before any other line",
+                    crate::text::escape_control(line)
+                ),
+            ));
+        }
+    }
+    let accepting = |m: &str| {
+        m.strip_prefix(ACCEPT_LOCK_MARKER)
+            .is_some_and(|rest| rest.starts_with(char::is_whitespace))
+    };
+    if let Some(unknown) = markers(text)
+        .find(|m| *m != CONTRACT_MARKER && *m != NO_TRANSACTION_MARKER && !accepting(m))
+    {
+        return Err(source_err(
             file,
             format!(
-                "starts with the unknown marker `{}`; cairn knows `{CONTRACT_MARKER}` and `{NO_TRANSACTION_MARKER}`",
+                "starts with the unknown marker `{}`; cairn knows `{CONTRACT_MARKER}`, `{NO_TRANSACTION_MARKER}` and `{ACCEPT_LOCK_MARKER} NAME`",
                 crate::text::escape_control(unknown)
+            ),
+        ));
+    }
+    match accepted_locks(text).find(|name| crate::additivity::LockRule::from_name(name).is_none()) {
+        Some(name) => Err(source_err(
+            file,
+            format!(
+                "accepts the lock-check finding `{}`, which cairn does not report; it knows {}",
+                crate::text::escape_control(name),
+                crate::additivity::LockRule::ALL
+                    .map(|r| r.name())
+                    .join(", ")
             ),
         )),
         None => Ok(()),

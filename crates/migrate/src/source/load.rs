@@ -8,8 +8,8 @@ use std::path::Path;
 use cairn_core::schema::Dialect;
 
 use super::contents::{
-    check_markers, description, has_contract_marker, has_no_transaction_marker, statements,
-    CONTRACT_MARKER,
+    accepted_locks, check_markers, description, has_contract_marker, has_no_transaction_marker,
+    statements, CONTRACT_MARKER,
 };
 use super::file_name::{parse_name, source_err, Target};
 use crate::error::MigrateError;
@@ -113,6 +113,8 @@ impl MigrationSet {
             };
             let text = std::str::from_utf8(contents.as_ref())
                 .map_err(|e| source_err(file, format!("is not UTF-8 ({e})")))?;
+            // A byte-order mark some editors write is not SQL.
+            let text = text.strip_prefix('\u{feff}').unwrap_or(text);
             check_markers(file, text)?;
             let group = if parsed.down {
                 downs.entry(parsed.number).or_default()
@@ -148,6 +150,8 @@ impl MigrationSet {
         let mut revisions: Vec<Revision> = Vec::with_capacity(groups.len());
         let mut contracts = Vec::new();
         let mut outside = Vec::new();
+        let mut files_of = Vec::new();
+        let mut accepts: Vec<(String, String)> = Vec::new();
         let mut down_sql = Vec::with_capacity(downs.len());
         for (number, down) in &downs {
             let Some(up) = groups.get(number) else {
@@ -178,10 +182,17 @@ impl MigrationSet {
                 (Dialect::Postgres, &group.postgres),
             ] {
                 if let Some((file, text)) = own.as_ref().or(group.generic.as_ref()) {
-                    if used(dialect) && has_no_transaction_marker(text) {
-                        outside.push((group.stem.clone(), dialect, file.clone()));
+                    if used(dialect) {
+                        files_of.push((group.stem.clone(), dialect, file.clone()));
+                        if has_no_transaction_marker(text) {
+                            outside.push((group.stem.clone(), dialect, file.clone()));
+                        }
                     }
                 }
+            }
+            // The lock check runs on Postgres: its file (or the generic one) accepts findings.
+            if let Some((_, text)) = group.postgres.as_ref().or(group.generic.as_ref()) {
+                accepts.extend(accepted_locks(text).map(|n| (group.stem.clone(), n.to_owned())));
             }
             let (_, described) = group
                 .generic
@@ -232,6 +243,20 @@ impl MigrationSet {
                     MigrateError::InvalidSet { reason, .. } => source_err(&file, reason),
                     other => other,
                 })?;
+        }
+        // What cannot run in the upgrade transaction needs the mark (Postgres), or cannot run
+        // at all (VACUUM on SQLite): refused here, not by the server halfway through `up`.
+        for (revision, dialect, file) in files_of {
+            let postgres = dialect == Dialect::Postgres;
+            if postgres && set.is_no_transaction(&revision, dialect) {
+                continue;
+            }
+            let at = set.position(&revision).unwrap_or_default();
+            crate::outside::check_in_transaction(set.revisions()[at].up(dialect), postgres)
+                .map_err(|why| source_err(&file, format!("revision {revision}: {why}")))?;
+        }
+        for (revision, name) in accepts {
+            set = set.with_accepted_lock(&revision, &name)?;
         }
         Ok(set)
     }
@@ -636,8 +661,12 @@ mod tests {
                 "-- index a by name\nCREATE INDEX a_name ON a (name);",
             ),
             (
-                "0003_both.sql",
+                "0003_both.postgres.sql",
                 "-- cairn:contract\n-- cairn:no-transaction\n-- vacuum\nVACUUM;",
+            ),
+            (
+                "0003_both.sqlite.sql",
+                "-- cairn:no-transaction\n-- cairn:contract\n-- vacuum\nSELECT 1;",
             ),
         ])
         .unwrap();
@@ -665,17 +694,70 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(source_file(&e), "0002_idx.sql");
+        assert!(e.to_string().contains("holds 2 statements"), "{e}");
+        let e = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, name TEXT);"),
+            (
+                "0002_idx.sql",
+                "-- cairn:no-transaction\nCREATE TABLE sneaky (id BIGINT);",
+            ),
+        ])
+        .unwrap_err();
         let text = e.to_string();
         assert!(text.contains("CREATE TABLE sneaky"), "{text}");
         assert!(
             text.contains("CREATE [UNIQUE] INDEX CONCURRENTLY"),
             "{text}"
         );
+        // What cannot run in a transaction needs the mark; VACUUM never runs on SQLite.
+        let e = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, name TEXT);"),
+            (
+                "0002_idx.postgres.sql",
+                "CREATE INDEX CONCURRENTLY a_name ON a (name);",
+            ),
+            ("0002_idx.sqlite.sql", "CREATE INDEX a_name ON a (name);"),
+        ])
+        .unwrap_err();
+        assert_eq!(source_file(&e), "0002_idx.postgres.sql");
+        assert!(e.to_string().contains("-- cairn:no-transaction"), "{e}");
+        let e = set(&[("0001_a.sql", "-- cairn:no-transaction\nVACUUM;")]).unwrap_err();
+        assert_eq!(source_file(&e), "0001_a.sql");
+        assert!(e.to_string().contains(".postgres.sql"), "{e}");
 
         // A misspelt marker is refused, not taken for a comment.
         let e = set(&[("0001_a.sql", "-- cairn:no-transactions\nVACUUM;")]).unwrap_err();
         assert_eq!(source_file(&e), "0001_a.sql");
         assert!(e.to_string().contains("unknown marker"), "{e}");
+        // A marker written almost right is refused, not taken for a comment.
+        for near in [
+            "--cairn:no-transaction\nVACUUM;",
+            "-- CAIRN:NO-TRANSACTION\nVACUUM;",
+            "/* cairn:no-transaction */\nVACUUM;",
+            "-- index by name\n-- cairn:no-transaction\nVACUUM;",
+            "\n-- cairn:no-transaction\nVACUUM;",
+        ] {
+            let e = set(&[("0001_a.postgres.sql", near)]).unwrap_err();
+            assert!(
+                e.to_string().contains("reads like a cairn marker"),
+                "{near}: {e}"
+            );
+        }
+        // A byte-order mark before the marker is no obstacle.
+        let s = set(&[
+            ("0001_a.sql", "CREATE TABLE a (id BIGINT, name TEXT);"),
+            (
+                "0002_i.postgres.sql",
+                "\u{feff}-- cairn:no-transaction\nCREATE INDEX CONCURRENTLY i ON a (name);",
+            ),
+            ("0002_i.sqlite.sql", "\u{feff}CREATE INDEX i ON a (name);"),
+        ])
+        .unwrap();
+        assert!(s.is_no_transaction("0002_i", Dialect::Postgres));
+        assert_eq!(
+            s.revisions()[1].up(Dialect::Sqlite)[0],
+            "CREATE INDEX i ON a (name)"
+        );
         // A comment that merely mentions cairn is no marker.
         set(&[(
             "0001_a.sql",
@@ -698,7 +780,8 @@ mod tests {
         assert!(s.is_contract("0003_drop_old"));
         assert!(!s.is_contract("0002_b"));
         assert_eq!(s.head().description, "drop the old column");
-        // A marker that is not the first line is a plain comment.
+        // A marker after another line is refused: taken for a comment, it would let a
+        // contract revision through the fleet gate unmarked.
         let later = set(&[
             ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),
             (
@@ -706,8 +789,12 @@ mod tests {
                 "-- hello\n-- cairn:contract\nCREATE TABLE b (id BIGINT);",
             ),
         ])
-        .unwrap();
-        assert!(!later.is_contract("0002_b"));
+        .unwrap_err();
+        assert_eq!(source_file(&later), "0002_b.sql");
+        assert!(
+            later.to_string().contains("reads like a cairn marker"),
+            "{later}"
+        );
         // Per-dialect files must agree; the base cannot be a contract.
         let e = set(&[
             ("0001_a.sql", "CREATE TABLE a (id BIGINT);"),

@@ -35,6 +35,11 @@
 //! CONCURRENTLY` and a few more, [`crate::outside`]); on SQLite it runs as any other. A leading
 //! `-- cairn:` line cairn does not know is refused rather than taken for a comment.
 //!
+//! Leading lines `-- cairn:accept-lock NAME` (one name each) in a revision's Postgres or
+//! generic up file accept the lock-check finding NAME for that revision
+//! ([`MigrationSet::with_accepted_lock`], [`crate::additivity::LockRule::name`]); an unknown
+//! name is refused.
+//!
 //! The file names are parsed in `file_name.rs`, a file's text read in `contents.rs`, and the
 //! set assembled from its files in `load.rs`; this file only re-exports.
 //!
@@ -42,9 +47,10 @@
 //! [`MigrationSet::only_on`]: crate::MigrationSet::only_on
 //! [`MigrationSet::with_contract`]: crate::MigrationSet::with_contract
 //! [`MigrationSet::with_no_transaction`]: crate::MigrationSet::with_no_transaction
+//! [`MigrationSet::with_accepted_lock`]: crate::MigrationSet::with_accepted_lock
 
 mod contents;
 mod file_name;
 mod load;
 
-pub use contents::{CONTRACT_MARKER, NO_TRANSACTION_MARKER};
+pub use contents::{ACCEPT_LOCK_MARKER, CONTRACT_MARKER, NO_TRANSACTION_MARKER};

@@ -297,6 +297,35 @@ pub(crate) enum MigrateAction {
         /// revision as forced with the builds it was forced past.
         #[arg(long)]
         force: bool,
+        /// Print the revisions and the exact statements `up` would run, in order, in the
+        /// store's dialect, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long (milliseconds) a revision's statement may wait for a table lock before the
+        /// upgrade is rolled back, letting the queries queued behind it run, and tried again.
+        #[arg(long, value_name = "MS", default_value_t = 3000,
+              value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        lock_timeout_ms: u64,
+        /// How many times the upgrade runs in all when a statement gives up waiting.
+        #[arg(long, value_name = "N", default_value_t = 5,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        tries: u32,
+    },
+    /// Adopt a store whose schema already is what revision REV makes, without running its
+    /// SQL: the set up to REV is built on a throwaway store of the same engine and compared
+    /// table by table with the store; only when they agree is the store stamped at REV with the
+    /// lineage. Refused, listing the differences, when they do not; refused on a store that
+    /// already has a stamp of the set.
+    Baseline {
+        /// The revision the store's schema is at.
+        #[arg(long, value_name = "REV")]
+        at: String,
+        /// For a Postgres store: the scratch server the set's SQL runs on to learn what it
+        /// makes (a throwaway schema there, removed afterwards). Never the store's own
+        /// database: name a server whose databases hold no production data. Default:
+        /// `CAIRN_CHECK_POSTGRES_URL`.
+        #[arg(long, value_name = "URL")]
+        postgres_url: Option<String>,
     },
     /// List the live builds in the store's fleet registry: build id, host, pid, last seen and
     /// the newest revision each knows per set. Takes no lock and writes nothing.
@@ -324,7 +353,11 @@ pub(crate) enum MigrateAction {
     },
     /// Run the executed additivity check over every revision after the set's first, on
     /// throwaway stores; one line per revision and backend (ok, or each violation with its
-    /// reason). Exit 1 on any violation.
+    /// reason). On Postgres, also the executed lock check: the locks each revision takes on
+    /// existing tables, what they block, and findings (an index built, a table rewritten or
+    /// read in full while its writes are blocked) with the way around each. Exit 0 with no
+    /// violation and no finding, 1 with any (a finding accepted by a revision's
+    /// `-- cairn:accept-lock NAME` line does not count), 2 on a usage error.
     Check {
         /// Which engines to run.
         #[arg(long, value_enum, default_value_t = CheckBackend::All)]
@@ -339,6 +372,10 @@ pub(crate) enum MigrateAction {
         /// after the set's head, named after the file.
         #[arg(long, value_name = "FILE")]
         with_revision: Option<std::path::PathBuf>,
+        /// Print one JSON document (each engine's revisions with their additivity violations,
+        /// and on Postgres the locks each takes and the lock findings) instead of lines.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -2,15 +2,12 @@
 
 use std::io::Write;
 
-use std::sync::Arc;
-
 use cairn::migrate::{
-    additivity_engine, cairn_set, check_set, revision_from_sql, AdditivityEngine, Classification,
-    Dialect, FleetEntry, MigrateError, MigrationSet, Opened, Revision, CAIRN_SET,
+    cairn_set, Classification, Dialect, FleetEntry, MigrateError, MigrationSet, Opened, CAIRN_SET,
 };
 use cairn::{Clock, DatabaseUrl, Scheme, SystemClock};
 
-use super::args::{CheckBackend, MigrateAction, SetArgs};
+use super::args::{MigrateAction, SetArgs};
 use crate::error::CliError;
 use crate::open::{migrations, refuse_empty_location, IfMissing};
 
@@ -18,7 +15,7 @@ use crate::open::{migrations, refuse_empty_location, IfMissing};
 fn load_set(args: SetArgs) -> Result<MigrationSet, CliError> {
     match (args.set, args.source) {
         (Some(name), Some(dir)) if name != CAIRN_SET => {
-            MigrationSet::from_dir(name, &dir).map_err(store)
+            MigrationSet::from_dir(name, &dir).map_err(CliError::from)
         }
         (Some(_), Some(_)) => Err(CliError::Config(format!(
             "`{CAIRN_SET}` is cairn's own set, which ships with this build; drop --set and --source to act on it"
@@ -49,12 +46,12 @@ pub(crate) async fn run(
         action,
         MigrateAction::Check { .. } | MigrateAction::Fleet { .. } | MigrateAction::Down { .. }
     ) {
-        set.require(dialect).map_err(store)?;
+        set.require(dialect).map_err(CliError::from)?;
     }
     match action {
         MigrateAction::History => {
             let state = match migrations(target, IfMissing::Refuse) {
-                Ok(m) => Some(m.state(set.name()).await.map_err(store)?),
+                Ok(m) => Some(m.state(set.name()).await.map_err(CliError::from)?),
                 Err(CliError::NoStore(_)) => None,
                 Err(e) => return Err(e),
             };
@@ -80,7 +77,7 @@ pub(crate) async fn run(
         }
         MigrateAction::Status => {
             let m = migrations(target, IfMissing::Refuse)?;
-            let state = m.state(set.name()).await.map_err(store)?;
+            let state = m.state(set.name()).await.map_err(CliError::from)?;
             // A missing Postgres schema reads as an empty store: it gets the verdict a missing
             // SQLite file gets (issue 25).
             if state.stamp.is_none() && state.lineage.is_none() {
@@ -88,7 +85,7 @@ pub(crate) async fn run(
             }
             let class = m.classify(set, &state);
             if let Classification::Refused(refusal) = class {
-                return Err(store(MigrateError::Refused {
+                return Err(CliError::from(MigrateError::Refused {
                     set: set.name().into(),
                     refusal,
                 }));
@@ -96,7 +93,7 @@ pub(crate) async fn run(
             // The verdict `migrate up` gives: a store ahead that carries a contract revision
             // this build lacks is refused, not "ahead".
             if let Classification::Ahead { .. } = class {
-                m.check_contracts_known(set).await.map_err(store)?;
+                m.check_contracts_known(set).await.map_err(CliError::from)?;
             }
             writeln!(out, "set: {}", set.name())?;
             writeln!(
@@ -156,9 +153,36 @@ pub(crate) async fn run(
                 )?;
             }
         }
-        MigrateAction::Up { force } => {
+        MigrateAction::Up { dry_run: true, .. } => {
+            // Nothing is created or written: a missing store is refused as `status` refuses it.
+            let m = migrations(target, IfMissing::Refuse)?;
+            super::migrate_online::dry_run(target, &m, set, out).await?;
+        }
+        MigrateAction::Baseline { at, postgres_url } => {
+            let m = migrations(target, IfMissing::Refuse)?;
+            super::migrate_online::baseline(target, &m, set, &at, postgres_url, out).await?;
+        }
+        MigrateAction::Up {
+            force,
+            lock_timeout_ms,
+            tries,
+            ..
+        } => {
             let m = migrations(target, IfMissing::Create)?;
-            let report = m.upgrade(set, force).await.map_err(store)?;
+            let opts = cairn::migrate::UpgradeOptions::default()
+                .force_contract(force)
+                .revision_lock_timeout(std::time::Duration::from_millis(lock_timeout_ms))
+                .revision_tries(tries);
+            let report = m.upgrade_with(set, &opts).await.map_err(CliError::from)?;
+            if report.tries > 1 {
+                writeln!(
+                    out,
+                    "tries: {} (a statement gave up waiting for a table lock {} time(s); {} ms spent waiting and backing off)",
+                    report.tries,
+                    report.tries - 1,
+                    report.lock_waits.as_millis()
+                )?;
+            }
             for c in &report.contracts {
                 if c.forced {
                     let past: Vec<String> = c.blockers.iter().map(ToString::to_string).collect();
@@ -201,7 +225,7 @@ pub(crate) async fn run(
         }
         MigrateAction::Repair => {
             let m = migrations(target, IfMissing::Refuse)?;
-            let repaired = m.repair(set).await.map_err(store)?;
+            let repaired = m.repair(set).await.map_err(CliError::from)?;
             if let Some(stamp) = &repaired.stamp_restored {
                 writeln!(out, "stamp restored at {} from the lineage", esc(stamp))?;
             }
@@ -234,7 +258,7 @@ pub(crate) async fn run(
             let done = m.down(set, &to).await.map_err(|e| match e {
                 // Its store error would say "the upgrade was rolled back".
                 e @ MigrateError::DownFailed { .. } => CliError::Down(e),
-                e => store(e),
+                e => CliError::from(e),
             })?;
             if done.reverted.is_empty() {
                 writeln!(out, "already at {to}; nothing to do")?;
@@ -251,13 +275,15 @@ pub(crate) async fn run(
             backend,
             postgres_url,
             with_revision,
+            json,
         } => {
-            check(
+            super::migrate_check::check(
                 target,
                 set,
                 backend,
                 postgres_url,
                 with_revision.as_deref(),
+                json,
                 out,
             )
             .await?;
@@ -317,154 +343,7 @@ fn print_fleet(
     Ok(())
 }
 
-/// Environment variable naming the scratch Postgres server of `cairn migrate check`.
-const SCRATCH_POSTGRES_ENV: &str = "CAIRN_CHECK_POSTGRES_URL";
-
-async fn check(
-    target: &DatabaseUrl,
-    set: &MigrationSet,
-    backend: CheckBackend,
-    postgres_url: Option<String>,
-    with_revision: Option<&std::path::Path>,
-    out: &mut impl Write,
-) -> Result<(), CliError> {
-    let mut revisions = set.revisions().to_vec();
-    if let Some(file) = with_revision {
-        revisions.push(revision_from_file(file, &set.head().id)?);
-    }
-    // A single-engine set is checked on its engine: named explicitly, the other engine is
-    // refused naming the missing dialect; `--backend all` runs the set's engine only.
-    let runs = |engine: CheckBackend, dialect: Dialect| match backend {
-        CheckBackend::All => Ok(set.supports(dialect)),
-        b if b == engine => set.require(dialect).map(|()| true).map_err(store),
-        _ => Ok(false),
-    };
-    let (sqlite, postgres) = (
-        runs(CheckBackend::Sqlite, Dialect::Sqlite)?,
-        runs(CheckBackend::Postgres, Dialect::Postgres)?,
-    );
-    for (ran, skipped, only) in [
-        (sqlite, Scheme::Postgres, Scheme::Sqlite),
-        (postgres, Scheme::Sqlite, Scheme::Postgres),
-    ] {
-        if ran && set.only().is_some() {
-            writeln!(
-                out,
-                "{skipped}: not checked: set {} is {only}-only",
-                set.name()
-            )?;
-        }
-    }
-    // The set's contract marks carry over (a contract revision's findings are not violations).
-    let checked = MigrationSet::new(set.name(), revisions).map_err(store)?;
-    let set = set
-        .revisions()
-        .iter()
-        .filter(|r| set.is_contract(&r.id))
-        .try_fold(checked, |s, r| s.with_contract(&r.id))
-        .map_err(store)?;
-    let mut engines: Vec<(Scheme, Arc<dyn AdditivityEngine>)> = Vec::new();
-    if sqlite {
-        engines.push((Scheme::Sqlite, additivity_engine(Scheme::Sqlite, None)?));
-    }
-    if postgres {
-        // The check runs revisions on a server, inside throwaway schemas; it is never pointed
-        // at the store's own database by default (a revision could still take locks there, or
-        // reach further), so the server is always named explicitly. Without one it is a usage
-        // error (exit status 2), as a missing required flag is.
-        let Some(url) = postgres_url.or_else(|| std::env::var(SCRATCH_POSTGRES_ENV).ok()) else {
-            clap::Error::raw(
-                clap::error::ErrorKind::MissingRequiredArgument,
-                format!(
-                    "the Postgres additivity check needs a scratch server: pass --postgres-url URL \
-                     (or set {SCRATCH_POSTGRES_ENV}) naming a server whose databases hold no \
-                     production data, or run --backend sqlite\n"
-                ),
-            )
-            .exit()
-        };
-        if let DatabaseUrl::Postgres { url: store, .. } = target {
-            if DatabaseUrl::parse(&url).ok().is_some_and(|u| match u {
-                DatabaseUrl::Postgres { url, .. } => url == *store,
-                DatabaseUrl::Sqlite(_) => false,
-            }) {
-                return Err(CliError::Config(
-                    "the additivity check's scratch server must not be the store's own database; pass another --postgres-url".into(),
-                ));
-            }
-        }
-        engines.push((
-            Scheme::Postgres,
-            additivity_engine(Scheme::Postgres, Some(&url))?,
-        ));
-    }
-    let mut violations = 0;
-    for (name, engine) in engines {
-        writeln!(out, "{name} {}: base revision, exempt", set.base().id)?;
-        for report in check_set(engine.as_ref(), &set).await.map_err(store)? {
-            if report.violations.is_empty() {
-                writeln!(out, "{name} {}: ok", report.revision)?;
-            }
-            // A contract revision breaks older builds by design: the fleet registry gates it,
-            // so its findings are listed as what it contracts, not counted as violations.
-            let contract = set.is_contract(&report.revision);
-            for v in &report.violations {
-                if contract {
-                    writeln!(
-                        out,
-                        "{name} {}: contract (applied once no live build lacks it): {v}",
-                        report.revision
-                    )?;
-                } else {
-                    violations += 1;
-                    writeln!(out, "{name} {}: {v}", report.revision)?;
-                }
-            }
-        }
-    }
-    out.flush()?;
-    if violations > 0 {
-        return Err(CliError::Config(format!(
-            "{violations} additivity violation(s); a revision after the first may only add tables, nullable or defaulted columns and plain indexes"
-        )));
-    }
-    Ok(())
-}
-
-/// Most bytes a revision file for `check --with-revision` may hold.
-const MAX_REVISION_FILE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// Reads a revision for `check --with-revision`: the file's SQL statements, named after the
-/// file, following `parent`.
-fn revision_from_file(file: &std::path::Path, parent: &str) -> Result<Revision, CliError> {
-    let text = crate::small_file::read(file, MAX_REVISION_FILE_BYTES).map_err(|source| {
-        CliError::Store(cairn::Error::Io {
-            path: file.display().to_string(),
-            source,
-        })
-    })?;
-    let id = file
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| CliError::Config("the revision file needs a UTF-8 name".into()))?
-        .to_owned();
-    let revision = revision_from_sql(id, parent, &text, format!("from {}", file.display()))
-        .map_err(|e| CliError::Config(format!("{}: {e}", file.display())))?;
-    if revision.up(Dialect::Sqlite).is_empty() {
-        return Err(CliError::Config(format!(
-            "{} holds no SQL statement",
-            file.display()
-        )));
-    }
-    Ok(revision)
-}
-
 /// Text read from the store, escaped for one line of output.
 fn esc(text: &str) -> std::borrow::Cow<'_, str> {
     cairn::migrate::escape_control(text)
-}
-
-fn store(e: MigrateError) -> CliError {
-    CliError::Store(e.into())
 }

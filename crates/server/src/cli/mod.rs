@@ -10,6 +10,9 @@ mod commands;
 mod enqueue_file;
 mod import;
 mod migrate;
+mod migrate_check;
+mod migrate_online;
+mod migrate_report;
 mod remote;
 
 pub(crate) use self::args::{Cli, Command, SetArgs};
