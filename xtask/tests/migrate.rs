@@ -104,7 +104,7 @@ fn a_second_call_on_a_warm_target_compiles_nothing() {
 }
 
 /// `cargo xtask migrate --help` is the binary's own `cairn migrate --help`: every subcommand,
-/// `down` and `fleet` included.
+/// `baseline`, `down` and `fleet` included.
 #[test]
 fn help_lists_every_migrate_subcommand() {
     let (out, _) = xtask_migrate(&["--help"]);
@@ -119,7 +119,7 @@ fn help_lists_every_migrate_subcommand() {
         .collect();
     assert_eq!(
         listed,
-        ["status", "up", "fleet", "history", "repair", "down", "check", "help"],
+        ["status", "up", "baseline", "fleet", "history", "repair", "down", "check", "help"],
         "{stdout}"
     );
 }

@@ -289,9 +289,10 @@ pub(crate) enum MigrateAction {
     /// Print the stamp, the lineage, the classification, this build's head and the pending
     /// revisions. Takes no lock and writes nothing.
     Status,
-    /// Apply pending revisions (with the lineage, in one transaction). A contract revision
-    /// (first line `-- cairn:contract`) is refused while a live build in the fleet registry
-    /// lacks it, naming those builds.
+    /// Apply pending revisions (with the lineage, in one transaction; a revision marked
+    /// `-- cairn:no-transaction` commits what ran before it and runs alone, outside it). A
+    /// contract revision (first line `-- cairn:contract`) is refused while a live build in the
+    /// fleet registry lacks it, naming those builds.
     Up {
         /// Apply contract revisions even though live builds lack them; the store records the
         /// revision as forced with the builds it was forced past.
@@ -312,10 +313,10 @@ pub(crate) enum MigrateAction {
         tries: u32,
     },
     /// Adopt a store whose schema already is what revision REV makes, without running its
-    /// SQL: the set up to REV is built on a throwaway store of the same engine and compared
-    /// table by table with the store; only when they agree is the store stamped at REV with the
-    /// lineage. Refused, listing the differences, when they do not; refused on a store that
-    /// already has a stamp of the set.
+    /// SQL on it: the set up to REV is built on a throwaway store of the same engine (on
+    /// Postgres, on the scratch server --postgres-url names) and compared with the store;
+    /// only when they agree is the store stamped at REV with the lineage. Refused, listing the
+    /// differences, when they do not; refused on a store that already has a stamp of the set.
     Baseline {
         /// The revision the store's schema is at.
         #[arg(long, value_name = "REV")]
