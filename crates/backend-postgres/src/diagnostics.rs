@@ -233,16 +233,17 @@ impl Diagnostics for PgDiagnostics {
 
 /// The invalid indexes of schema `$1`: qualified name, qualified table, and the process
 /// building each now in this database.
-const INVALID_INDEXES: &str = "\
+const INVALID_INDEXES: &str = concat!(
+    "\
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
     pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(t.relname), \
-    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
-     WHERE p.index_relid = c.oid AND p.datid = \
-        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
-     LIMIT 1) \
+    ",
+    crate::sql::index_builder!(),
+    " \
 FROM pg_catalog.pg_index i \
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
 JOIN pg_catalog.pg_class t ON t.oid = i.indrelid \
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
 WHERE n.nspname = $1 AND NOT i.indisvalid \
-ORDER BY c.relname";
+ORDER BY c.relname"
+);

@@ -283,3 +283,14 @@ pub(crate) const RESET_PARALLEL_WORKERS: &str = "RESET max_parallel_workers_per_
 /// which restores the index without a rebuild.
 #[cfg(feature = "testkit")]
 pub(crate) const DROP_PARENT_INDEX: &str = "DROP INDEX epoch_parent_space_parent_child";
+
+/// The server process building index `c` (a `pg_class` row aliased `c`) in this database now,
+/// if any: a column for the queries that report or repair an interrupted concurrent build.
+macro_rules! index_builder {
+    () => {
+        "(SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
+          WHERE p.index_relid = c.oid AND p.datid = (SELECT d.oid FROM pg_catalog.pg_database d \
+          WHERE d.datname = pg_catalog.current_database()) LIMIT 1)"
+    };
+}
+pub(crate) use index_builder;

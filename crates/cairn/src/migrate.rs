@@ -298,7 +298,17 @@ impl Migrations {
                         "the scratch server must not be the store's own database",
                     ));
                 }
-                migration_backend(server, true)?.scratch().await?
+                // Compared as what each connection reaches, not as text: another spelling of
+                // the store's own URL (a host name, a socket, a parameter) reaches it too.
+                let on_scratch = migration_backend(server, true)?;
+                let theirs = on_scratch.database_identity().await?;
+                if theirs.is_some() && theirs == self.backend.database_identity().await? {
+                    return Err(invalid(
+                        "the scratch server must not be the store's own database (it is, under \
+                         another URL)",
+                    ));
+                }
+                on_scratch.scratch().await?
             }
         };
         Runner::new(set.clone())

@@ -135,11 +135,12 @@ impl InvalidIndex {
             Some(pid) => format!(
                 "a build of it is still running (server process {pid}): wait for it to end, or \
                  stop it with SELECT pg_cancel_backend({pid}); then `cairn migrate up` drops it \
-                 and builds it again"
+                 before it runs the statement that made it again"
             ),
             None => format!(
-                "no build of it is running: the next `cairn migrate up` drops it and builds it \
-                 again, or drop it yourself with DROP INDEX CONCURRENTLY {}",
+                "no build of it is running: the next `cairn migrate up` drops it before it runs \
+                 the statement that made it again, or drop it yourself with DROP INDEX \
+                 CONCURRENTLY {}",
                 self.name
             ),
         }

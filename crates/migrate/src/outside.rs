@@ -44,6 +44,18 @@ pub fn allowed_outside_transaction(sql: &str) -> bool {
 /// Postgres's longest identifier, in bytes: a longer one is cut to it.
 const MAX_IDENTIFIER: usize = 63;
 
+/// Whether `sql` is a `REINDEX (…)` whose option list holds `CONCURRENTLY` (or whose
+/// words do after one): cairn asks for the plain `REINDEX INDEX|TABLE CONCURRENTLY name` form,
+/// which it can recognise and repair.
+fn reindex_with_options_concurrently(sql: &str) -> bool {
+    let t = tokens(sql, 1);
+    t.first()
+        .is_some_and(|w| w.upper == "REINDEX" && sql[w.span.1..].trim_start().starts_with('('))
+        && sql
+            .split(|c: char| !c.is_ascii_alphanumeric() && c != '_')
+            .any(|w| w.eq_ignore_ascii_case("CONCURRENTLY"))
+}
+
 /// Whether a no-transaction revision's Postgres statements follow the rules: exactly one
 /// statement (an interrupted run then leaves at most that statement's work behind, which the
 /// next upgrade can find and repair), one [`allowed_outside_transaction`], not `VACUUM FULL`
@@ -60,6 +72,13 @@ pub fn check_outside_revision(statements: &[String]) -> Result<(), String> {
         ));
     };
     let named = || format!("`{}`", crate::text::escape_control(&first_line(sql)));
+    if reindex_with_options_concurrently(sql) {
+        return Err(format!(
+            "its statement {} reindexes concurrently through an option list; write it as \
+             REINDEX INDEX|TABLE CONCURRENTLY name",
+            named()
+        ));
+    }
     if !allowed_outside_transaction(sql) {
         return Err(format!(
             "its statement {} may not run outside a transaction on postgres: only \
@@ -105,6 +124,14 @@ pub fn check_in_transaction(statements: &[String], postgres: bool) -> Result<(),
     for sql in statements {
         let t = tokens(sql, 1);
         let vacuum = t.first().is_some_and(|w| w.upper == "VACUUM");
+        if postgres && reindex_with_options_concurrently(sql) {
+            return Err(format!(
+                "its statement `{}` reindexes concurrently, which cannot run inside a \
+                 transaction; write it as REINDEX INDEX|TABLE CONCURRENTLY name in a revision \
+                 of its own marked `-- cairn:no-transaction`",
+                crate::text::escape_control(&first_line(sql))
+            ));
+        }
         if postgres
             && allowed_outside_transaction(sql)
             && in_transaction_form(sql).as_deref() != Some(sql.as_str())
@@ -226,6 +253,13 @@ pub fn in_transaction_form(sql: &str) -> Option<String> {
         }
         _ => Some(sql.to_owned()),
     }
+}
+
+/// Up to `n` leading tokens of `sql` (words uppercased, a quoted identifier with its quotes, so
+/// that it never matches a keyword), skipping whitespace and `--` / `/* */` comments; the
+/// transaction-control check ([`crate::transaction_control`]) reads its first words with it.
+pub(crate) fn leading_words(sql: &str, n: usize) -> Vec<String> {
+    tokens(sql, n).into_iter().map(|t| t.upper).collect()
 }
 
 struct Token {
@@ -393,6 +427,25 @@ mod tests {
             );
         }
         assert!(lite("VACUUM").unwrap_err().contains(".postgres.sql"));
+        for sql in [
+            "REINDEX (VERBOSE) TABLE CONCURRENTLY t",
+            "REINDEX (CONCURRENTLY) TABLE t",
+        ] {
+            assert!(
+                pg(sql)
+                    .unwrap_err()
+                    .contains("REINDEX INDEX|TABLE CONCURRENTLY name"),
+                "{sql}"
+            );
+            assert!(
+                check_outside_revision(&[sql.to_owned()])
+                    .unwrap_err()
+                    .contains("through an option list"),
+                "{sql}"
+            );
+        }
+        assert!(pg("REINDEX (VERBOSE) TABLE t").is_ok());
+        assert!(pg("-- é\nREINDEX (VERBOSE) TABLE CONCURRENTLY t").is_err());
         assert!(lite("CREATE INDEX i ON t (c)").is_ok());
     }
 

@@ -14,7 +14,7 @@
 /// reported; neither is `BEGIN` inside a trigger or function body, which is not a statement's
 /// first word.
 pub fn transaction_control(statement: &str) -> Option<&'static str> {
-    let words = first_words(statement, 3);
+    let words = crate::outside::leading_words(statement, 3);
     let word = |i: usize| words.get(i).map(String::as_str);
     let rollback_to = |from: usize| {
         matches!(word(from), Some("TO"))
@@ -30,34 +30,6 @@ pub fn transaction_control(statement: &str) -> Option<&'static str> {
         "PREPARE" if word(1) == Some("TRANSACTION") => Some("PREPARE TRANSACTION"),
         _ => None,
     }
-}
-
-/// Up to `n` leading words of `sql`, uppercased, skipping whitespace and `--` / `/* */`
-/// comments; stops at the first character that is neither.
-fn first_words(sql: &str, n: usize) -> Vec<String> {
-    let b = sql.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < b.len() && out.len() < n {
-        match b[i] {
-            c if c.is_ascii_whitespace() => i += 1,
-            b'-' if b.get(i + 1) == Some(&b'-') => {
-                i = sql[i..].find('\n').map_or(b.len(), |k| i + k);
-            }
-            b'/' if b.get(i + 1) == Some(&b'*') => {
-                i = sql[i + 2..].find("*/").map_or(b.len(), |k| i + 2 + k + 2);
-            }
-            c if c.is_ascii_alphabetic() || c == b'_' => {
-                let start = i;
-                while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
-                    i += 1;
-                }
-                out.push(sql[start..i].to_ascii_uppercase());
-            }
-            _ => break,
-        }
-    }
-    out
 }
 
 #[cfg(test)]

@@ -261,6 +261,20 @@ async fn baseline_adopts_tables_made_without_cairn_and_refuses_others_on_both_en
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("must not be the store's own database"));
+    // Another spelling of the same database is refused too (compared as what it reaches).
+    let sep = if own.contains('?') { '&' } else { '?' };
+    let spelled = format!("{own}{sep}application_name=another_spelling");
+    let out = migrate(
+        &urls[1],
+        &src,
+        &["baseline", "--at", "0002_tags", "--postgres-url", &spelled],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("it is, under another URL"),
+        "{}",
+        text(&out.stderr)
+    );
     let baseline = |url: &str, at: &str| {
         let mut args = vec!["baseline", "--at", at];
         if !url.ends_with(".db") {

@@ -304,6 +304,16 @@ impl MigrationBackend for PgMigrator {
         Ok(contracts?)
     }
 
+    async fn database_identity(&self) -> Result<Option<String>, MigrateError> {
+        let mut look = self.look().await?;
+        let identity: Result<String, MigrateError> = sqlx::query_scalar(sql::DATABASE_IDENTITY)
+            .fetch_one(look.conn())
+            .await
+            .map_err(|e| map(e).into());
+        look.done().await;
+        Ok(Some(identity?))
+    }
+
     fn outside_refusal(&self) -> Option<cairn_core::Error> {
         // An unreadable pooler setting fails the real upgrade's connection anyway.
         self.pooled().ok()?.then(locked::behind_a_pooler)

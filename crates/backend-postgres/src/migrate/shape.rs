@@ -45,6 +45,8 @@ JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace \
 WHERE n.nspname = $1 \
 UNION ALL \
 SELECT t.relname::text, 'trigger ' || g.tgname::text, pg_catalog.pg_get_triggerdef(g.oid) \
+    || CASE g.tgenabled WHEN 'D' THEN ' (DISABLED)' WHEN 'R' THEN ' (ENABLE REPLICA)' \
+        WHEN 'A' THEN ' (ENABLE ALWAYS)' ELSE '' END \
 FROM pg_catalog.pg_trigger g \
 JOIN pg_catalog.pg_class t ON t.oid = g.tgrelid \
 JOIN pg_catalog.pg_namespace n ON n.oid = t.relnamespace \
@@ -68,6 +70,11 @@ SELECT 'type ' || t.typname, CASE t.typtype \
     WHEN 'e' THEN 'enum (' || (SELECT pg_catalog.string_agg(pg_catalog.quote_literal(e.enumlabel), ', ' \
         ORDER BY e.enumsortorder) FROM pg_catalog.pg_enum e WHERE e.enumtypid = t.oid) || ')' \
     WHEN 'd' THEN 'domain over ' || pg_catalog.format_type(t.typbasetype, t.typtypmod) \
+        || CASE WHEN t.typnotnull THEN ' NOT NULL' ELSE '' END \
+        || COALESCE(' DEFAULT ' || t.typdefault, '') \
+        || COALESCE((SELECT ' ' || pg_catalog.string_agg(k.conname || ' ' || \
+            pg_catalog.pg_get_constraintdef(k.oid), ', ' ORDER BY k.conname) \
+            FROM pg_catalog.pg_constraint k WHERE k.contypid = t.oid), '') \
     ELSE 'type of kind ' || t.typtype::text END \
 FROM pg_catalog.pg_type t JOIN pg_catalog.pg_namespace n ON n.oid = t.typnamespace \
 WHERE n.nspname = $1 AND t.typtype IN ('e', 'd', 'r', 'm') \

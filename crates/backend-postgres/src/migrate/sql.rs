@@ -46,17 +46,18 @@ pub(super) const CLIENT_CHECK_INTERVAL: &str = "SET client_connection_check_inte
 
 /// Index `$1` in schema `$2` (NULL: the current schema): its quoted qualified name, whether it
 /// is valid, and the server process building it now in this database, if any.
-pub(super) const INDEX_BUILD_STATE: &str = "\
+pub(super) const INDEX_BUILD_STATE: &str = concat!(
+    "\
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
     i.indisvalid, \
-    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
-     WHERE p.index_relid = c.oid AND p.datid = \
-        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
-     LIMIT 1) \
+    ",
+    crate::sql::index_builder!(),
+    " \
 FROM pg_catalog.pg_class c \
 JOIN pg_catalog.pg_index i ON i.indexrelid = c.oid \
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-WHERE c.relname = $1 AND n.nspname = COALESCE($2, pg_catalog.current_schema())";
+WHERE c.relname = $1 AND n.nspname = COALESCE($2, pg_catalog.current_schema())"
+);
 
 /// The upgrade transaction's `lock_timeout`: `$1` milliseconds (text).
 pub(super) const SET_LOCAL_LOCK_TIMEOUT: &str =
@@ -65,12 +66,12 @@ pub(super) const SET_LOCAL_LOCK_TIMEOUT: &str =
 /// The invalid `_ccnew`/`_ccold` indexes an interrupted `REINDEX … CONCURRENTLY` left: of index
 /// `$1` (`$3` false) or of every index of table `$1` (`$3` true), in schema `$2` (NULL: the
 /// current schema); each quoted and qualified, with the process building it now, if any.
-pub(super) const REINDEX_LEFTOVERS: &str = "\
+pub(super) const REINDEX_LEFTOVERS: &str = concat!(
+    "\
 SELECT pg_catalog.quote_ident(n.nspname) || '.' || pg_catalog.quote_ident(c.relname), \
-    (SELECT p.pid FROM pg_catalog.pg_stat_progress_create_index p \
-     WHERE p.index_relid = c.oid AND p.datid = \
-        (SELECT d.oid FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()) \
-     LIMIT 1) \
+    ",
+    crate::sql::index_builder!(),
+    " \
 FROM pg_catalog.pg_index i \
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid \
 JOIN pg_catalog.pg_class t ON t.oid = i.indrelid \
@@ -78,4 +79,11 @@ JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
 WHERE NOT i.indisvalid AND n.nspname = COALESCE($2, pg_catalog.current_schema()) \
     AND c.relname ~ '_cc(new|old)[0-9]*$' \
     AND CASE WHEN $3 THEN t.relname = $1 \
-        ELSE pg_catalog.left(c.relname, pg_catalog.length($1) + 3) = $1 || '_cc' END";
+        ELSE pg_catalog.left(c.relname, pg_catalog.length($1) + 3) = $1 || '_cc' END"
+);
+
+/// This connection's database, whatever address reached it: the server's start time (to the
+/// microsecond) and the database's oid.
+pub(super) const DATABASE_IDENTITY: &str = "\
+SELECT pg_catalog.pg_postmaster_start_time()::text || ' ' || d.oid::text \
+FROM pg_catalog.pg_database d WHERE d.datname = pg_catalog.current_database()";

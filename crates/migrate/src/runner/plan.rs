@@ -83,10 +83,12 @@ impl Runner {
                     .find(|id| self.set.is_no_transaction(id, dialect))
                 {
                     if let Some(source) = backend.outside_refusal() {
-                        return Err(MigrateError::RevisionFailed {
-                            revision: id.clone(),
-                            source,
-                        });
+                        return Err(MigrateError::Store(cairn_core::Error::invalid(
+                            "upgrade",
+                            format!(
+                                "up would refuse revision {id} before running anything: {source}"
+                            ),
+                        )));
                     }
                 }
                 Plan::Upgrade {

@@ -68,6 +68,17 @@ pub trait MigrationBackend: Send + Sync {
     /// Store errors.
     async fn read_contracts(&self, set: &str) -> Result<Vec<String>, MigrateError>;
 
+    /// What identifies the database this backend reaches, whatever URL reached it (Postgres:
+    /// the server's start time and the database's oid), for a baseline to refuse a scratch
+    /// server that is the store's own database under another spelling. `None` (the default):
+    /// the backend cannot tell.
+    ///
+    /// # Errors
+    /// Store errors (e.g. the server cannot be reached).
+    async fn database_identity(&self) -> Result<Option<String>, MigrateError> {
+        Ok(None)
+    }
+
     /// Why this backend would refuse a no-transaction revision here
     /// ([`LockedMigration::outside_refusal`]), for a look without the lock (`up --dry-run`).
     /// `None` (the default): it would not.

@@ -52,12 +52,10 @@ pub(super) fn check_markers(file: &str, text: &str) -> Result<(), MigrateError> 
     // A marker written almost right (`--cairn:…`, `-- CAIRN:…`, `/* cairn:… */`, or after
     // another comment or a blank line) would be a plain comment: refused too.
     let leading = markers(text).count();
-    for (i, line) in text
-        .lines()
-        .map(str::trim)
-        .take_while(|l| l.is_empty() || l.starts_with("--") || l.starts_with("/*"))
-        .enumerate()
-    {
+    for (i, line) in text.lines().map(str::trim).enumerate() {
+        if !(line.starts_with("--") || line.starts_with("/*")) {
+            continue;
+        }
         let lower = line.to_ascii_lowercase();
         let near = lower.find("cairn:").is_some_and(|at| {
             lower[at + "cairn:".len()..].starts_with(|c: char| c.is_ascii_alphabetic())
