@@ -244,7 +244,7 @@ async fn a_revision_waiting_on_a_long_transaction_gives_way_and_is_tried_again()
         .unwrap();
     let mut look = admin().await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let (mut waits_seen, mut was_waiting, mut reads) = (0, false, 0);
+    let (mut waits_seen, mut was_waiting) = (0, false);
     while waits_seen < 2 {
         assert!(
             std::time::Instant::now() < deadline,
@@ -259,9 +259,7 @@ async fn a_revision_waiting_on_a_long_transaction_gives_way_and_is_tried_again()
             .execute(&mut reader)
             .await
             .expect("a read never waits long behind the migration");
-        reads += 1;
     }
-    assert!(reads > 0);
     sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
     let report = upgrade
         .await

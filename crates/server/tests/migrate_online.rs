@@ -12,20 +12,7 @@ use sqlx::Connection;
 
 const SET: &str = "shop";
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
+use common::{ok, text};
 
 fn migrate(url: &str, dir: &Path, args: &[&str]) -> Output {
     common::cairn(url)

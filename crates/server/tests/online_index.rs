@@ -20,9 +20,7 @@ use sqlx::{Connection, PgConnection};
 
 const SET: &str = "shop";
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{ok, text};
 
 /// `cairn --database URL migrate --set shop --source DIR ARGS…`.
 fn migrate(url: &str, dir: &Path, args: &[&str]) -> Command {
@@ -31,17 +29,6 @@ fn migrate(url: &str, dir: &Path, args: &[&str]) -> Command {
         .arg(dir)
         .args(args);
     cmd
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "exit {:?}\nstdout: {}\nstderr: {}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    text(&out.stdout)
 }
 
 struct Shop {

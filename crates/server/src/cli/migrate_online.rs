@@ -122,7 +122,7 @@ pub(super) async fn baseline(
     out: &mut impl Write,
 ) -> Result<(), CliError> {
     let scratch = match target {
-        DatabaseUrl::Postgres { url: ours, .. } => {
+        DatabaseUrl::Postgres { .. } => {
             let Some(url) = postgres_url.or_else(|| std::env::var(SCRATCH_POSTGRES_ENV).ok())
             else {
                 clap::Error::raw(
@@ -135,14 +135,8 @@ pub(super) async fn baseline(
                 )
                 .exit()
             };
+            // `Migrations::baseline` refuses the store's own database, however spelled.
             let url = DatabaseUrl::parse(&url)?;
-            if matches!(&url, DatabaseUrl::Postgres { url, .. } if url == ours) {
-                return Err(CliError::Config(
-                    "the baseline's scratch server must not be the store's own database; pass \
-                     another --postgres-url"
-                        .into(),
-                ));
-            }
             Some(url)
         }
         DatabaseUrl::Sqlite(_) => None,

@@ -272,3 +272,20 @@ pub(crate) fn run_within(
     }
     (status, out.join().unwrap(), err.join().unwrap())
 }
+
+/// A command's output as text (lossy).
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The stdout of a command that must have succeeded; its exit code and both streams otherwise.
+pub(crate) fn ok(out: std::process::Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
