@@ -43,6 +43,9 @@ const SPOOL_READY_CONTRACT_POSTGRES: &str =
 /// cairn's own contract revision: builds older than `0007_spool_ready` claim through what it
 /// drops.
 pub(crate) const SPOOL_READY_CONTRACT: &str = "0008_spool_ready_contract";
+/// Revision 0009's fixed text per dialect, shipped with the build.
+const SPOOL_FLOW_SQLITE: &str = include_str!("../sql/0009_spool_flow.sqlite.sql");
+const SPOOL_FLOW_POSTGRES: &str = include_str!("../sql/0009_spool_flow.postgres.sql");
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -113,6 +116,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(SPOOL_READY_CONTRACT_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(SPOOL_READY_CONTRACT_POSTGRES, Dialect::Postgres),
             description: "spool ready, contract (Postgres: drops spool_run's claim, expiry and finished indexes and rebuilds spool_ready; SQLite: unchanged); refuses builds older than 0007"
+                .into(),
+        },
+        Revision {
+            id: "0009_spool_flow".into(),
+            parent: Some(SPOOL_READY_CONTRACT.into()),
+            up_sqlite: fixed_statements(SPOOL_FLOW_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_FLOW_POSTGRES, Dialect::Postgres),
+            description: "spool flow and schedules: spool_queue (pause, limits), spool_claim_tick (rate windows), spool_run.partition_key, spool_schedule (cron schedules)"
                 .into(),
         },
     ]
@@ -244,6 +255,18 @@ mod tests {
                     "a5d3357e3b7998b31494c7272f2e88bec0e6257da1dc12c55a999c6391840e57".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0009_spool_flow".to_owned(),
+                    Dialect::Sqlite,
+                    "46e2201301911a5574c661aa75e8477a0b02e3bb190fc06d822581bd0b1de503".to_owned(),
+                ),
+                (
+                    "0009_spool_flow".to_owned(),
+                    Dialect::Postgres,
+                    "247f54a432e394c5b25f13dbc2df65ddee899519ab5b9b98bc8d765e7e36639d".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -257,6 +280,7 @@ mod tests {
         assert_eq!(set.checksum_form(5), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(6), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(7), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(8), crate::ChecksumForm::PerDialect);
         assert!(set.is_contract(SPOOL_READY_CONTRACT));
         assert_eq!(
             set.revisions()
@@ -305,10 +329,10 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each revision from 0002 to 0006 create the same objects (tables,
-    /// indexes, and columns added to a table) in the same order, and create nothing else. 0007
-    /// and 0008 change Postgres's spool layout only (see their files), and SQLite's side of each
-    /// is one read of `spool_run`.
+    /// Both dialects of each revision from 0002 to 0006, and from 0009 on, create the same
+    /// objects (tables, indexes, and columns added to a table) in the same order, and create
+    /// nothing else. 0007 and 0008 change Postgres's spool layout only (see their files), and
+    /// SQLite's side of each is one read of `spool_run`.
     #[test]
     fn later_revisions_define_the_same_objects_on_both_engines() {
         let set = cairn_set();
@@ -336,7 +360,8 @@ mod tests {
                 .collect()
         };
         let mut tables = Vec::new();
-        for rev in &set.revisions()[1..6] {
+        let revs = set.revisions();
+        for rev in revs[1..6].iter().chain(&revs[8..]) {
             let sqlite = objects(&rev.up_sqlite);
             assert_eq!(sqlite, objects(&rev.up_postgres), "{}", rev.id);
             tables.extend(sqlite.into_iter().filter(|o| o.starts_with("TABLE ")));
@@ -350,9 +375,12 @@ mod tests {
                 "TABLE spool_import",
                 "TABLE cairn_fleet",
                 "TABLE cairn_contract",
+                "TABLE spool_queue",
+                "TABLE spool_claim_tick",
+                "TABLE spool_schedule",
             ]
         );
-        for rev in &set.revisions()[6..] {
+        for rev in &set.revisions()[6..8] {
             assert_eq!(
                 rev.up_sqlite,
                 ["SELECT count(*) FROM spool_run WHERE 0"],

@@ -244,6 +244,7 @@ mod tests {
                 // 0007_spool_ready: Postgres's narrow queue table; SQLite's spool keeps one.
                 all.push("spool_ready");
             }
+            all.extend(["spool_queue", "spool_claim_tick", "spool_schedule"]);
             assert_eq!(cairn_tables(dialect, None), all, "{dialect:?}");
             assert_eq!(
                 cairn_tables(dialect, Some("0003_spool_import")),
@@ -293,7 +294,7 @@ mod tests {
         assert_eq!(
             tables_integrity(d, None, &all),
             Integrity::Damaged {
-                detail: "missing tables: cairn_fleet, cairn_contract, spool_ready".into()
+                detail: "missing tables: cairn_fleet, cairn_contract, spool_ready, spool_queue, spool_claim_tick, spool_schedule".into()
             },
             "without a stamp, every table of this build is expected"
         );

@@ -171,6 +171,7 @@ impl RunRow {
             reason: self.reason,
             facts,
             events,
+            partition_key: None,
             stream: EventStream::from_stored(self.closed),
         }
     }

@@ -110,6 +110,7 @@ fn run_info(db: &Db<'_>, row: InfoRow) -> Result<RunInfo> {
         cancel_requested: row.cancel_requested,
         reason: row.reason,
         events: non_negative(row.events, "event count")?,
+        partition_key: None,
         stream: EventStream::from_stored(row.closed),
     })
 }

@@ -12,8 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
 use super::ids::{
-    ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, MAX_CONSUMER_LEN,
-    MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
+    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
+    MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
+    MAX_SCHEDULE_NAME,
 };
 use super::limits::{
     DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
@@ -60,6 +61,8 @@ macro_rules! checked_text_name {
 checked_text_name!(QueueName, "queue name", MAX_QUEUE_LEN);
 checked_text_name!(ConsumerId, "consumer id", MAX_CONSUMER_LEN);
 checked_text_name!(FactName, "fact name", MAX_FACT_NAME);
+checked_text_name!(PartitionKey, "partition key", MAX_PARTITION_KEY);
+checked_text_name!(ScheduleName, "schedule name", MAX_SCHEDULE_NAME);
 
 impl RunEventId {
     /// Validates and wraps an event id.

@@ -8,10 +8,12 @@ use async_trait::async_trait;
 
 use super::clock::Clock;
 use super::dedup::DedupKey;
-use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::flow::{QueueFlow, QueueLimits};
+use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, ScheduleName};
 use super::import::{ImportSource, ImportedRun, RunImportOutcome};
 use super::limits::MAX_BATCH;
 use super::retention::{RetentionBudget, RetentionPolicy, RetentionReport};
+use super::schedule::{Schedule, ScheduleFired, ScheduleInfo};
 use super::state::RunState;
 use super::timestamp::Timestamp;
 use super::types::{
@@ -492,4 +494,145 @@ pub trait Spool: Send + Sync + Debug + 'static {
         }
         Ok(earliest)
     }
+
+    /// Pauses or resumes `queue` in every process; returns its flow as stored.
+    ///
+    /// # Contract
+    /// - While paused, [`Spool::claim`] of the queue hands out nothing and settles nothing.
+    ///   Claimed runs keep their leases and heartbeat, ack, nack and release as usual;
+    ///   enqueues land as usual.
+    /// - Stored: it survives restarts and is seen by every process's next claim.
+    /// - Resuming wakes the queue's subscribers (as an enqueue does), in every process.
+    /// - Idempotent; the queue's limits are untouched.
+    ///
+    /// The provided body refuses, as for every flow and schedule method: a backend without
+    /// flow control says so rather than ignoring it.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend that does not implement flow control.
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        let _ = (queue, paused);
+        Err(flow_unsupported())
+    }
+
+    /// Replaces `queue`'s limits (every field; `None` removes that limit); returns its flow as
+    /// stored.
+    ///
+    /// # Contract
+    /// - Enforced by every later claim of the queue, in every process, inside the claim
+    ///   itself: concurrent claims never together exceed a limit (see
+    ///   the module docs of `flow.rs`). Runs claimed before a limit was lowered keep their
+    ///   leases; no new claim is made until the queue is under the new limit.
+    /// - A claim under [`QueueLimits::max_claimed`] or [`QueueLimits::per_partition`] counts
+    ///   the runs claimed at once: state `claimed` with `due_at` ahead of now.
+    /// - [`QueueLimits::rate`]: the runs handed out in any window of its length are at most
+    ///   its `claims` (windows over the spool's clock).
+    /// - The pause state is untouched. Raising or removing a limit wakes the queue's
+    ///   subscribers.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for limits [`check_limits`](crate::spool::check_limits)
+    /// refuses; [`crate::Error::Backend`] from a backend without flow control.
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        let _ = (queue, limits);
+        Err(flow_unsupported())
+    }
+
+    /// `queue`'s stored flow: running and unlimited ([`QueueFlow::default`]) when nothing was
+    /// ever set.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend without flow control.
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        let _ = queue;
+        Err(flow_unsupported())
+    }
+
+    /// Every queue whose flow was ever set, by queue name.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend without flow control.
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        Err(flow_unsupported())
+    }
+
+    /// Stores a schedule, creating it or replacing the one of its name.
+    ///
+    /// # Contract
+    /// - Created: the high-water mark is now, so the first tick enqueued is the first after
+    ///   now; the revision is 1.
+    /// - Replaced: every field is replaced, the revision is bumped, the high-water mark and
+    ///   creation time are kept (so an edit never re-enqueues a past tick); schedulers see the
+    ///   new version at their next tick.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a cron expression or time zone that does not parse,
+    /// a payload or options an enqueue would refuse, options with `not_before`, or a
+    /// `CatchUp::All` cap outside 1..=[`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP);
+    /// [`crate::Error::Backend`] from a backend without schedules.
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
+        let _ = schedule;
+        Err(flow_unsupported())
+    }
+
+    /// The schedule of `name`, if stored.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend without schedules.
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
+        let _ = name;
+        Err(flow_unsupported())
+    }
+
+    /// Every stored schedule, by name.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend without schedules.
+    async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        Err(flow_unsupported())
+    }
+
+    /// Removes the schedule of `name`; whether one was stored. Runs it enqueued stay.
+    ///
+    /// # Errors
+    /// [`crate::Error::Backend`] from a backend without schedules.
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
+        let _ = name;
+        Err(flow_unsupported())
+    }
+
+    /// Enqueues the runs of a schedule's `ticks` that lie after its high-water mark, and moves
+    /// the mark to the latest of them, in one transaction.
+    ///
+    /// # Contract
+    /// - Only when the stored schedule's revision is `revision`; otherwise (edited or removed
+    ///   since the caller read it) nothing is written and the result is
+    ///   [`ScheduleFired::Stale`].
+    /// - Each tick after the mark is enqueued on the schedule's queue under
+    ///   [`schedule_tick_key`](crate::spool::schedule_tick_key), with the stored payload and
+    ///   options; ticks at or before the mark are skipped. So a tick is enqueued at most once
+    ///   across all processes and all time, even after retention removed its run.
+    /// - Atomic: the runs and the mark commit together; created runs wake their queue.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for more than
+    /// [`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP) ticks or ticks not strictly ascending;
+    /// [`crate::Error::Backend`] from a backend without schedules.
+    async fn fire_schedule(
+        &self,
+        name: &ScheduleName,
+        revision: u64,
+        ticks: &[Timestamp],
+    ) -> Result<ScheduleFired> {
+        let _ = (name, revision, ticks);
+        Err(flow_unsupported())
+    }
+}
+
+/// The refusal of the provided flow-control and schedule methods.
+fn flow_unsupported() -> crate::Error {
+    crate::Error::backend(
+        "spool",
+        "queue flow control and schedules are not implemented by this backend yet; nothing was written",
+    )
 }

@@ -17,6 +17,10 @@ pub const MAX_CONSUMER_LEN: usize = 256;
 pub const MAX_FACT_NAME: usize = 128;
 /// Largest run event id, in bytes.
 pub const MAX_RUN_EVENT_ID: usize = 256;
+/// Largest partition key, in bytes.
+pub const MAX_PARTITION_KEY: usize = 256;
+/// Largest schedule name, in bytes.
+pub const MAX_SCHEDULE_NAME: usize = 128;
 
 macro_rules! text_name {
     ($(#[$doc:meta])* $name:ident) => {
@@ -48,6 +52,18 @@ text_name!(
     /// Who holds a lease (`host/pid/worker`), recorded on the run for operators: printable text
     /// of at most [`MAX_CONSUMER_LEN`] bytes.
     ConsumerId
+);
+text_name!(
+    /// A run's partition within its queue (one tenant, one repository), given at enqueue: a
+    /// queue's per-partition limit ([`QueueLimits::per_partition`](super::QueueLimits)) caps
+    /// how many runs sharing it are claimed at once. Printable text of at most
+    /// [`MAX_PARTITION_KEY`] bytes.
+    PartitionKey
+);
+text_name!(
+    /// The name of a stored schedule ([`Schedule`](super::Schedule)): printable text of at
+    /// most [`MAX_SCHEDULE_NAME`] bytes.
+    ScheduleName
 );
 text_name!(
     /// The name of a run fact (`stage.build`, `review`, `merged`): printable text of at most

@@ -78,6 +78,7 @@ mod clock;
 mod consumer;
 mod contract;
 mod dedup;
+mod flow;
 mod ids;
 mod import;
 pub mod legacy;
@@ -85,6 +86,7 @@ mod limits;
 mod memory;
 mod operator;
 mod retention;
+mod schedule;
 mod state;
 mod timestamp;
 mod transition;
@@ -103,9 +105,14 @@ pub use consumer::{
 };
 pub use contract::{Spool, Wakeup};
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
+pub use flow::{
+    check_limits, claim_allowance, pick_within_partitions, rate_window_start, QueueFlow,
+    QueueLimits, RateLimit, MAX_FLOW_LIMIT, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
+};
 pub use ids::{
-    ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, MAX_CONSUMER_LEN,
-    MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
+    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
+    MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
+    MAX_SCHEDULE_NAME,
 };
 pub use import::{
     check_import, ExistingRun, ImportMarker, ImportSource, ImportedEvent, ImportedRun,
@@ -124,6 +131,9 @@ pub use operator::{
 pub use retention::{
     plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
     RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
+};
+pub use schedule::{
+    schedule_tick_key, CatchUp, Schedule, ScheduleFired, ScheduleInfo, MAX_CATCH_UP, MAX_CRON_LEN,
 };
 pub use state::{closed_reason, Action, EventStream, RunState};
 pub use timestamp::Timestamp;

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::backoff::BackoffPolicy;
 use super::dedup::{DedupKey, SupersedeGroup};
-use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::ids::{ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId};
 use super::state::{EventStream, RunState};
 use super::timestamp::Timestamp;
 
@@ -30,6 +30,10 @@ pub struct EnqueueOptions {
     pub max_attempts: Option<u32>,
     /// Higher priorities are claimed first (default 0).
     pub priority: i32,
+    /// The run's partition within its queue: the queue's per-partition limit
+    /// ([`QueueLimits::per_partition`](super::QueueLimits)) caps how many runs sharing it are
+    /// claimed at once. `None`: the run belongs to no partition.
+    pub partition_key: Option<PartitionKey>,
 }
 
 impl EnqueueOptions {
@@ -54,6 +58,12 @@ impl EnqueueOptions {
     /// Sets the priority.
     pub fn priority(mut self, p: i32) -> Self {
         self.priority = p;
+        self
+    }
+
+    /// Sets the partition key.
+    pub fn partition(mut self, key: PartitionKey) -> Self {
+        self.partition_key = Some(key);
         self
     }
 }
@@ -276,6 +286,8 @@ pub struct RunInfo {
     pub events: u64,
     /// Whether its producer may still append events.
     pub stream: EventStream,
+    /// Its partition key, if it was enqueued with one.
+    pub partition_key: Option<PartitionKey>,
 }
 
 /// Which runs [`Spool::runs`](super::Spool::runs) lists. Results come in run id order,

@@ -98,6 +98,7 @@ impl State {
                     events,
                     event_ids,
                     stream: EventStream::Unmarked,
+                    partition: None,
                 },
             );
         }

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::sync::watch;
 
 use super::super::dedup::{DedupKey, SupersedeGroup};
-use super::super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::super::ids::{
+    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId,
+};
 use super::super::import::ImportMarker;
 use super::super::state::{Action, EventStream, RunState};
 use super::super::timestamp::Timestamp;
@@ -58,6 +60,7 @@ pub(super) struct Run {
     pub(super) event_ids: HashMap<RunEventId, u64>,
     pub(super) last_event_seq: u64,
     pub(super) stream: EventStream,
+    pub(super) partition: Option<PartitionKey>,
 }
 
 impl Run {
@@ -85,6 +88,7 @@ impl Run {
             facts: self.facts.clone(),
             events: self.events.len() as u64,
             stream: self.stream,
+            partition_key: self.partition.clone(),
         }
     }
 
@@ -163,6 +167,7 @@ impl State {
                 queue: queue.clone(),
                 key: key.clone(),
                 group: options.supersede_group,
+                partition: options.partition_key,
                 payload,
                 state: RunState::Queued,
                 attempts: 0,

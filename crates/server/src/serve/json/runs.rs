@@ -304,6 +304,7 @@ impl EnqueueRequest {
             not_before: self.not_before_us.map(Timestamp::from_unix_micros),
             max_attempts: self.max_attempts,
             priority: self.priority.unwrap_or(0),
+            partition_key: None,
         };
         options.effective_max_attempts()?;
         Ok(EnqueueItem {
