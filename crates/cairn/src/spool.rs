@@ -100,6 +100,14 @@ pub use cairn_core::spool::{
     DEFAULT_SHUTDOWN_TIMEOUT,
 };
 
+// Flow control of a queue (pause and resume, concurrency and rate limits) and the schedules
+// stored in the store (`Spool::set_queue_paused`, `Spool::put_schedule`, …).
+pub use cairn_core::spool::{
+    check_limits, schedule_tick_key, CatchUp, PartitionKey, QueueFlow, QueueLimits, RateLimit,
+    Schedule, ScheduleFired, ScheduleInfo, ScheduleName, MAX_CATCH_UP, MAX_CRON_LEN,
+    MAX_FLOW_LIMIT, MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MAX_SCHEDULE_NAME, MIN_RATE_INTERVAL,
+};
+
 // The in-memory reference model.
 pub use cairn_core::spool::MemorySpool;
 

@@ -113,7 +113,7 @@ pub(crate) enum Command {
         #[arg(
             long,
             value_name = "FILE",
-            conflicts_with_all = ["key", "key_parts", "payload", "supersede", "priority", "max_attempts"]
+            conflicts_with_all = ["key", "key_parts", "payload", "supersede", "priority", "max_attempts", "partition"]
         )]
         from_file: Option<std::path::PathBuf>,
         /// Supersede group: older queued runs of the group become `superseded`.
@@ -125,6 +125,10 @@ pub(crate) enum Command {
         /// Attempts before the run is parked (default: the spool's).
         #[arg(long)]
         max_attempts: Option<u32>,
+        /// The run's partition key: a queue's per-partition limit (`cairn queue limits
+        /// --per-partition`) caps how many runs sharing it are claimed at once.
+        #[arg(long, value_name = "KEY")]
+        partition: Option<String>,
         /// A running `cairn serve` to enqueue through (e.g. `http://127.0.0.1:7878`), with the
         /// bearer token from `CAIRN_TOKEN`. When no server answers there, the run is written
         /// straight to the store `--database` (or `CAIRN_DATABASE`) names, if it exists;
@@ -155,6 +159,19 @@ pub(crate) enum Command {
         /// What to do.
         #[command(subcommand)]
         action: RunAction,
+    },
+    /// Pause, resume and limit a queue, in every process that uses the store.
+    Queue {
+        /// What to do.
+        #[command(subcommand)]
+        action: super::flow::QueueAction,
+    },
+    /// Store, list and remove cron schedules: each tick enqueues one run, exactly once across
+    /// every process running a scheduler (`cairn serve` runs one).
+    Schedule {
+        /// What to do.
+        #[command(subcommand)]
+        action: super::flow::ScheduleAction,
     },
     /// Import the runs of the system cairn replaces (docs/LEGACY_FORMAT.md) into the spool,
     /// once: the files are validated first (a corrupt record changes nothing), copied to

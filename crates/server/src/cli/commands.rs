@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use cairn::spool::{self, RunFilter};
+use cairn::spool::{self, PartitionKey, RunFilter};
 use cairn::{
     DedupKey, EnqueueOptions, Error, Event, FeedCursor, FeedEvent, Head, QueueName, RepairOutcome,
     RunId, RunInfo, RunState, Seq, SpaceId, SupersedeGroup,
@@ -129,6 +129,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             supersede,
             priority,
             max_attempts,
+            partition,
             url,
             from_file: None,
         } => {
@@ -148,6 +149,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                     .transpose()?,
                 max_attempts,
                 priority,
+                partition_key: partition.clone().map(PartitionKey::new).transpose()?,
                 ..EnqueueOptions::default()
             };
             spool::check_payload("run payload", spool::MAX_RUN_PAYLOAD, payload.as_bytes())?;
@@ -159,6 +161,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                     supersede_group: supersede_text.map(|g| vec![g]),
                     priority,
                     max_attempts,
+                    partition_key: partition,
                 };
                 if let Some((id, created)) =
                     super::remote::enqueue(&url, queue.as_str(), &body).await?
@@ -236,12 +239,27 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 return Err(Error::invalid("run limit", "must be at least 1").into());
             }
             let store = open(&target, IfMissing::Refuse).await?;
-            for run in store.spool().runs(&filter, limit).await? {
+            let runs = store.spool().runs(&filter, limit).await?;
+            for run in &runs {
                 writeln!(
                     out,
                     "{} {} {} attempts={}",
                     run.run_id, run.queue, run.state, run.attempts
                 )?;
+            }
+            // A paused queue's runs wait for `cairn queue resume`: say so beside the list (on
+            // stderr, so the list itself stays one line per run). Best effort: a store whose
+            // upgrade has not reached flow control yet has no paused queue.
+            for (queue, flow) in store.spool().queue_flows().await.unwrap_or_default() {
+                let shown = filter
+                    .queue
+                    .as_ref()
+                    .map_or_else(|| runs.iter().any(|r| r.queue == queue), |q| *q == queue);
+                if flow.paused && shown {
+                    eprintln!(
+                        "note: queue {queue} is paused; `cairn queue resume {queue}` resumes it"
+                    );
+                }
             }
         }
         Command::Run {
@@ -301,6 +319,8 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             let done = store.spool().discard(id, &by).await?;
             writeln!(out, "discarded {id} event {}", done.event_seq)?;
         }
+        Command::Queue { action } => super::flow::queue(&target, action, &mut out).await?,
+        Command::Schedule { action } => super::flow::schedule(&target, action, &mut out).await?,
         Command::Import {
             legacy,
             queue,

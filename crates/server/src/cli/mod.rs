@@ -8,6 +8,7 @@ mod args;
 mod backfill;
 mod commands;
 mod enqueue_file;
+mod flow;
 mod import;
 mod migrate;
 mod migrate_check;

@@ -69,6 +69,8 @@ pub(crate) struct EnqueueBody {
     pub(crate) priority: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partition_key: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -42,6 +42,11 @@ pub(crate) struct Metrics {
     pub(crate) nacks: IntCounterVec,
     /// Runs by state (`pending`, `claimed`, `parked`), read from the store on every scrape.
     pub(crate) runs: IntGaugeVec,
+    /// Whether each queue whose flow was ever set is paused (1) or running (0), read from the
+    /// store on every scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
+    pub(crate) queue_paused: IntGaugeVec,
+    /// Stored schedules, read from the store on every scrape.
+    pub(crate) schedules: IntGauge,
     /// Delivery outcomes (`ack`, `retry`, `park`, `refresh`).
     pub(crate) delivery: IntCounterVec,
     /// Whether the background backfill is switched on (1) or off (0).
@@ -126,6 +131,17 @@ impl Metrics {
             ),
             &["state"],
         )?;
+        let queue_paused = IntGaugeVec::new(
+            Opts::new(
+                "cairn_spool_queue_paused",
+                "Whether the queue is paused (1) or running (0), for queues whose flow was set, read when scraped",
+            ),
+            &["queue"],
+        )?;
+        let schedules = IntGauge::new(
+            "cairn_spool_schedules",
+            "Schedules stored in the store, read when scraped",
+        )?;
         let delivery = IntCounterVec::new(
             Opts::new(
                 "cairn_delivery_outcomes_total",
@@ -156,6 +172,8 @@ impl Metrics {
         registry.register(Box::new(acks.clone()))?;
         registry.register(Box::new(nacks.clone()))?;
         registry.register(Box::new(runs.clone()))?;
+        registry.register(Box::new(queue_paused.clone()))?;
+        registry.register(Box::new(schedules.clone()))?;
         registry.register(Box::new(delivery.clone()))?;
         registry.register(Box::new(backfill_enabled.clone()))?;
         registry.register(Box::new(backfill_spaces.clone()))?;
@@ -231,6 +249,8 @@ impl Metrics {
             acks,
             nacks,
             runs,
+            queue_paused,
+            schedules,
             delivery,
             backfill_enabled,
             backfill_spaces,
@@ -252,6 +272,10 @@ impl Metrics {
         Ok(out)
     }
 }
+
+/// Most queues `cairn_spool_queue_paused` shows (the first by name): a label per queue, so a
+/// store with very many configured queues does not grow the exposition without bound.
+pub(crate) const MAX_FLOW_QUEUES_SHOWN: usize = 1000;
 
 /// The methods that are label values of their own; every other method is `other`.
 const METHODS: [&str; 9] = [

@@ -32,6 +32,7 @@ mod doctor;
 mod epochs;
 mod error;
 mod extract;
+mod flow;
 mod health;
 mod integer;
 pub(crate) mod json;

@@ -4,8 +4,9 @@ use std::sync::OnceLock;
 
 use axum::Json;
 use cairn::spool::{
-    MAX_CONSUMER_LEN, MAX_DEDUP_KEY, MAX_FACT_NAME, MAX_FACT_VALUE, MAX_QUEUE_LEN,
-    MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD, MAX_SUPERSEDE_GROUP,
+    MAX_CONSUMER_LEN, MAX_CRON_LEN, MAX_DEDUP_KEY, MAX_FACT_NAME, MAX_FACT_VALUE,
+    MAX_PARTITION_KEY, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID, MAX_RUN_EVENT_PAYLOAD, MAX_RUN_PAYLOAD,
+    MAX_SCHEDULE_NAME, MAX_SUPERSEDE_GROUP,
 };
 use cairn::{MAX_EVENT_PAYLOAD, MAX_KEY_LEN, MAX_KIND_LEN, MAX_SPACE_LEN};
 use serde_json::{json, Value};
@@ -13,7 +14,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::responses::NoToken;
-use super::{batch, doctor, epochs, health, json, runs, scrape};
+use super::{batch, doctor, epochs, flow, health, json, runs, scrape};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -65,6 +66,15 @@ use super::{batch, doctor, epochs, health, json, runs, scrape};
         runs::retry,
         runs::discard,
         runs::retry_parked,
+        flow::queues,
+        flow::flow,
+        flow::pause,
+        flow::resume,
+        flow::limits,
+        flow::schedules,
+        flow::schedule,
+        flow::put_schedule,
+        flow::remove_schedule,
     ),
     components(schemas(json::ErrorBody, json::ErrorDetail)),
     modifiers(&BearerAuth)
@@ -268,6 +278,12 @@ fn rules(doc: &mut Value) {
         ("RunEventIn", "payload", MAX_RUN_EVENT_PAYLOAD),
         ("FactIn", "value", MAX_FACT_VALUE),
         ("ClaimRequest", "consumer", MAX_CONSUMER_LEN),
+        ("ScheduleIn", "cron", MAX_CRON_LEN),
+        ("ScheduleIn", "time_zone", MAX_CRON_LEN),
+        ("ScheduleIn", "queue", MAX_QUEUE_LEN),
+        ("ScheduleIn", "payload", MAX_RUN_PAYLOAD),
+        ("ScheduleIn", "partition_key", MAX_PARTITION_KEY),
+        ("EnqueueRequest", "partition_key", MAX_PARTITION_KEY),
     ] {
         limit(doc, schema, name, bytes, false);
     }
@@ -278,12 +294,14 @@ fn rules(doc: &mut Value) {
         ("RunEventIn", "event_id_b64", MAX_RUN_EVENT_ID),
         ("RunEventIn", "payload_b64", MAX_RUN_EVENT_PAYLOAD),
         ("FactIn", "value_b64", MAX_FACT_VALUE),
+        ("ScheduleIn", "payload_b64", MAX_RUN_PAYLOAD),
     ] {
         limit(doc, schema, name, bytes, true);
     }
     for (schema, name, encoded) in [
         ("EnqueueRequest", "key_parts", MAX_DEDUP_KEY),
         ("EnqueueRequest", "supersede_group", MAX_SUPERSEDE_GROUP),
+        ("ScheduleIn", "supersede_group", MAX_SUPERSEDE_GROUP),
     ] {
         let mut v = field(doc, schema, name);
         v["x-max-encoded-bytes"] = json!(encoded);
@@ -325,6 +343,7 @@ fn rules(doc: &mut Value) {
             ],
         ),
         ("FactIn", vec![exactly_one("value", "value_b64")]),
+        ("ScheduleIn", vec![at_most_one("payload", "payload_b64")]),
     ] {
         let s = &mut doc["components"]["schemas"][schema];
         assert!(s.is_object(), "{schema} is in the document");
@@ -346,7 +365,7 @@ fn rules(doc: &mut Value) {
     let Some(paths) = doc["paths"].as_object_mut() else {
         return;
     };
-    for item in paths.values_mut() {
+    for (path, item) in paths.iter_mut() {
         let Some(ops) = item.as_object_mut() else {
             continue;
         };
@@ -366,6 +385,9 @@ fn rules(doc: &mut Value) {
                         schema["not"] = json!({"pattern": reserved});
                     }
                     "queue" => text_limit(schema, MAX_QUEUE_LEN),
+                    "name" if path.starts_with("/v1/schedules/") => {
+                        text_limit(schema, MAX_SCHEDULE_NAME)
+                    }
                     "name" => text_limit(schema, MAX_FACT_NAME),
                     _ => {}
                 }

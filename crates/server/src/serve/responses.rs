@@ -87,3 +87,16 @@ pub(crate) struct Busy(ErrorBody);
     description = "Busy or unavailable; retry (`retryable`, `storage_full`: nothing was written; `unavailable`: the connection to the store broke and the batch may or may not have committed)"
 )]
 pub(crate) struct BatchBusy(ErrorBody);
+
+/// 404: the schedule named by the path does not exist.
+#[derive(IntoResponses)]
+#[response(status = 404, description = "No such schedule")]
+pub(crate) struct NoSuchSchedule(ErrorBody);
+
+/// 422: a cron expression or time zone the scheduler cannot read.
+#[derive(IntoResponses)]
+#[response(
+    status = 422,
+    description = "The cron expression or time zone does not parse (`invalid_schedule`, naming which); nothing was stored"
+)]
+pub(crate) struct InvalidSchedule(ErrorBody);

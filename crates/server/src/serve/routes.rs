@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::layers::{require_loopback_host, time_limit, watch_storage, Limits};
 use super::metrics;
 use super::state::AppState;
-use super::{batch, doctor, epochs, health, openapi, runs, scrape};
+use super::{batch, doctor, epochs, flow, health, openapi, runs, scrape};
 
 /// The whole API. `/healthz` and `/readyz` need no token; everything else does (`/metrics`
 /// and `/v1/doctor` included; a read-only token suffices for them). The dashboard's `/ui`
@@ -60,6 +60,18 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/runs/{id}/retry", post(runs::retry))
         .route("/v1/runs/{id}/discard", post(runs::discard))
         .route("/v1/queues/{queue}/parked/retry", post(runs::retry_parked))
+        .route("/v1/queues", get(flow::queues))
+        .route("/v1/queues/{queue}/flow", get(flow::flow))
+        .route("/v1/queues/{queue}/pause", post(flow::pause))
+        .route("/v1/queues/{queue}/resume", post(flow::resume))
+        .route("/v1/queues/{queue}/limits", put(flow::limits))
+        .route("/v1/schedules", get(flow::schedules))
+        .route(
+            "/v1/schedules/{name}",
+            get(flow::schedule)
+                .put(flow::put_schedule)
+                .delete(flow::remove_schedule),
+        )
         .route_layer(middleware::from_fn_with_state(tokens, require_token));
     Router::new()
         .route("/healthz", get(health::healthz))

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::json::ErrorBody;
-use super::metrics::RUN_STATES;
+use super::metrics::{MAX_FLOW_QUEUES_SHOWN, RUN_STATES};
 use super::state::AppState;
 
 /// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
@@ -30,6 +30,20 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
             .with_label_values(&[label])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
+    let flows = state.spool.queue_flows().await?;
+    state.metrics.queue_paused.reset();
+    for (queue, flow) in flows.iter().take(MAX_FLOW_QUEUES_SHOWN) {
+        state
+            .metrics
+            .queue_paused
+            .with_label_values(&[queue.as_str()])
+            .set(i64::from(flow.paused));
+    }
+    let schedules = state.spool.schedules().await?.len();
+    state
+        .metrics
+        .schedules
+        .set(i64::try_from(schedules).unwrap_or(i64::MAX));
     let body = state.metrics.render().map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

@@ -220,6 +220,17 @@ impl ApiServer {
         wait_until(&mut self.child, within)
     }
 
+    /// `GET path` with the token; the body as text (`/metrics`).
+    pub(crate) fn send_text(&self, path: &str) -> String {
+        let mut resp = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        resp.body_mut().read_to_string().unwrap_or_default()
+    }
+
     /// `POST /v1/batch` with `ops`.
     pub(crate) fn batch(&self, ops: serde_json::Value) -> (u16, serde_json::Value) {
         self.send(

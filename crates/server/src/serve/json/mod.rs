@@ -14,6 +14,7 @@
 
 mod bytes;
 mod epochs;
+mod flow;
 mod lease;
 mod meta;
 mod paths;
@@ -21,7 +22,8 @@ mod runs;
 
 pub(crate) use self::bytes::{bytes_in, bytes_out};
 pub(crate) use self::epochs::*;
+pub(crate) use self::flow::*;
 pub(crate) use self::lease::*;
 pub(crate) use self::meta::{ErrorBody, ErrorDetail, Health};
-pub(crate) use self::paths::{FactPath, QueuePath, RunPath, SpacePath};
+pub(crate) use self::paths::{FactPath, QueuePath, RunPath, SchedulePath, SpacePath};
 pub(crate) use self::runs::*;

@@ -50,3 +50,14 @@ pub(crate) struct FactPath {
     #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     pub(crate) name: String,
 }
+
+/// The `{name}` of the schedule routes.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)] // Documentation only: the handlers take the segment as a string.
+pub(crate) struct SchedulePath {
+    /// The schedule's name: 1 to 128 bytes of UTF-8 (`x-max-bytes`) without control
+    /// characters.
+    #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) name: String,
+}

@@ -2,7 +2,7 @@
 //! request bodies become.
 
 use base64::Engine as _;
-use cairn::spool::{self, EnqueueItem, RunEvent};
+use cairn::spool::{self, EnqueueItem, PartitionKey, RunEvent};
 use cairn::{DedupKey, EnqueueOptions, RunEventId, RunInfo, SupersedeGroup, Timestamp};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -49,6 +49,11 @@ pub(crate) struct EnqueueRequest {
     #[schema(minimum = 0, maximum = 253_402_300_799_999_999_i64)]
     #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) not_before_us: Option<i64>,
+    /// The run's partition key (printable text, at most 256 bytes): a queue's per-partition
+    /// limit caps how many runs sharing it are claimed at once.
+    #[serde(default)]
+    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    pub(crate) partition_key: Option<String>,
 }
 
 /// What an enqueue did.
@@ -107,6 +112,9 @@ pub(crate) struct RunOut {
     /// Whether its producer may still append events: `open`, `closed`, or `unmarked` (written
     /// by an older build; the delivery worker closes it when it takes it).
     pub(crate) stream: &'static str,
+    /// Its partition key, when it was enqueued with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partition_key: Option<String>,
 }
 
 impl From<&RunInfo> for RunOut {
@@ -131,6 +139,7 @@ impl From<&RunInfo> for RunOut {
             facts: r.facts.len(),
             events: r.events,
             stream: r.stream.as_str(),
+            partition_key: r.partition_key.as_ref().map(|p| p.to_string()),
         }
     }
 }
@@ -304,7 +313,7 @@ impl EnqueueRequest {
             not_before: self.not_before_us.map(Timestamp::from_unix_micros),
             max_attempts: self.max_attempts,
             priority: self.priority.unwrap_or(0),
-            partition_key: None,
+            partition_key: self.partition_key.map(PartitionKey::new).transpose()?,
         };
         options.effective_max_attempts()?;
         Ok(EnqueueItem {

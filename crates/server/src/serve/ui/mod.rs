@@ -18,6 +18,7 @@ mod fleet;
 mod login;
 mod page;
 mod pages;
+mod queues;
 mod rates;
 mod router;
 pub(crate) mod session;

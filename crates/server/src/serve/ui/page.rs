@@ -30,6 +30,7 @@ pub(crate) enum Nav {
     Overview,
     Runs,
     Spaces,
+    Queues,
     Fleet,
 }
 
@@ -56,6 +57,7 @@ pub(crate) fn layout(viewer: Option<&Viewer>, title: &str, nav: Nav, body: Marku
                             (item(Nav::Overview, "/ui", "Overview"))
                             (item(Nav::Runs, "/ui/runs", "Runs"))
                             (item(Nav::Spaces, "/ui/spaces", "Spaces"))
+                            (item(Nav::Queues, "/ui/queues", "Queues"))
                             (item(Nav::Fleet, "/ui/fleet", "Fleet & migrations"))
                         }
                     }

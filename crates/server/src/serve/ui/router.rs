@@ -11,7 +11,7 @@ use axum::Router;
 use super::login::{login, login_form, logout};
 use super::page::UiError;
 use super::text::encode_query;
-use super::{fleet, pages, session, spaces};
+use super::{fleet, pages, queues, session, spaces};
 use crate::serve::state::AppState;
 
 /// The stylesheet, embedded in the binary.
@@ -31,6 +31,8 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .route("/ui/spaces/{space}", get(spaces::space))
         .route("/ui/spaces/{space}/graph.svg", get(spaces::graph_svg))
         .route("/ui/fleet", get(fleet::fleet))
+        .route("/ui/queues", get(queues::queues))
+        .route("/ui/queues/{queue}/{action}", post(queues::act))
         .route_layer(middleware::from_fn_with_state(state, gate))
         .layer(middleware::from_fn(headers))
 }

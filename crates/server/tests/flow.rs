@@ -1,0 +1,395 @@
+//! Flow control and schedules from the outside (issue 47): `cairn queue pause|resume|limits|
+//! show|list`, `cairn schedule put|show|list|remove`, `cairn enqueue --partition`, their HTTP
+//! routes (in the OpenAPI document), the paused gauge of `/metrics`, and what an operator sees
+//! of a paused queue in `cairn runs`. The CLI on SQLite and Postgres; the HTTP routes on both.
+
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+mod common;
+
+use common::{ok, text, ApiServer};
+
+const TOKEN: &str = "flow-token-7c1e9a3b5d";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn cairn(db: &str, args: &[&str]) -> Output {
+    common::cairn(db).args(args).output().unwrap()
+}
+
+/// Fails with the command's output unless it failed with a message containing `needle`.
+fn refused(out: Output, needle: &str) {
+    let err = text(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains(needle),
+        "expected a refusal naming {needle:?}; exit {:?}\nstdout: {}\nstderr: {err}",
+        out.status.code(),
+        text(&out.stdout)
+    );
+}
+
+fn queue_commands(db: &str) {
+    ok(cairn(
+        db,
+        &[
+            "enqueue",
+            "--queue",
+            "gate",
+            "--key",
+            "k1",
+            "--payload",
+            "p",
+        ],
+    ));
+    assert_eq!(
+        ok(cairn(db, &["queue", "show", "gate"])),
+        "gate running max_claimed=- per_partition=- rate=-\n"
+    );
+    assert_eq!(ok(cairn(db, &["queue", "list"])), "", "nothing set yet");
+    assert_eq!(
+        ok(cairn(db, &["queue", "pause", "gate"])),
+        "gate paused max_claimed=- per_partition=- rate=-\n"
+    );
+    let runs = cairn(db, &["runs", "--queue", "gate"]);
+    assert!(ok(runs.clone()).contains(" gate queued attempts=0"));
+    assert!(
+        text(&runs.stderr).contains("queue gate is paused"),
+        "{}",
+        text(&runs.stderr)
+    );
+    assert_eq!(
+        ok(cairn(
+            db,
+            &[
+                "queue",
+                "limits",
+                "gate",
+                "--max-claimed",
+                "3",
+                "--per-partition",
+                "1",
+                "--rate",
+                "10/1s"
+            ]
+        )),
+        "gate paused max_claimed=3 per_partition=1 rate=10/1s\n",
+        "limits leave the pause alone"
+    );
+    // Bad limits are refused before the store is touched: the stored flow is unchanged.
+    refused(
+        cairn(db, &["queue", "limits", "gate", "--max-claimed", "0"]),
+        "max claimed",
+    );
+    refused(
+        cairn(db, &["queue", "limits", "gate", "--rate", "10"]),
+        "N/DURATION",
+    );
+    refused(
+        cairn(db, &["queue", "limits", "gate", "--rate", "10/25h"]),
+        "rate interval",
+    );
+    assert_eq!(
+        ok(cairn(db, &["queue", "resume", "gate"])),
+        "gate running max_claimed=3 per_partition=1 rate=10/1s\n"
+    );
+    assert_eq!(
+        ok(cairn(db, &["queue", "list"])),
+        "gate running max_claimed=3 per_partition=1 rate=10/1s\n"
+    );
+    let runs = cairn(db, &["runs", "--queue", "gate"]);
+    assert!(!text(&runs.stderr).contains("paused"), "resumed");
+    assert_eq!(
+        ok(cairn(db, &["queue", "limits", "gate"])),
+        "gate running max_claimed=- per_partition=- rate=-\n",
+        "no flag removes every limit"
+    );
+    refused(cairn(db, &["queue", "pause", ""]), "queue name");
+}
+
+fn schedule_commands(db: &str) {
+    let put = ok(cairn(
+        db,
+        &[
+            "schedule",
+            "put",
+            "nightly",
+            "--cron",
+            "0 3 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+            "--payload",
+            "{}",
+            "--catch-up",
+            "all:5",
+        ],
+    ));
+    assert!(
+        put.starts_with("nightly reports \"0 3 * * *\" Europe/Berlin catch_up=all:5 high_water=")
+            && put.trim_end().ends_with("revision=1"),
+        "{put}"
+    );
+    let high_water = |line: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix("high_water="))
+            .unwrap()
+            .to_owned()
+    };
+    let again = ok(cairn(
+        db,
+        &[
+            "schedule",
+            "put",
+            "nightly",
+            "--cron",
+            "30 4 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+        ],
+    ));
+    assert!(again.trim_end().ends_with("revision=2"), "{again}");
+    assert_eq!(
+        high_water(&again),
+        high_water(&put),
+        "an edit keeps progress"
+    );
+    assert_eq!(ok(cairn(db, &["schedule", "show", "nightly"])), again);
+    assert_eq!(ok(cairn(db, &["schedule", "list"])), again);
+    refused(
+        cairn(
+            db,
+            &[
+                "schedule",
+                "put",
+                "bad",
+                "--cron",
+                "61 * * * *",
+                "--queue",
+                "q",
+            ],
+        ),
+        "cron",
+    );
+    refused(
+        cairn(
+            db,
+            &[
+                "schedule",
+                "put",
+                "bad",
+                "--cron",
+                "* * * * *",
+                "--tz",
+                "Mars/Olympus",
+                "--queue",
+                "q",
+            ],
+        ),
+        "time zone",
+    );
+    refused(
+        cairn(
+            db,
+            &[
+                "schedule",
+                "put",
+                "bad",
+                "--cron",
+                "* * * * *",
+                "--queue",
+                "q",
+                "--catch-up",
+                "some",
+            ],
+        ),
+        "catch-up",
+    );
+    refused(cairn(db, &["schedule", "show", "bad"]), "schedule bad");
+    assert_eq!(
+        ok(cairn(db, &["schedule", "remove", "nightly"])),
+        "removed nightly\n"
+    );
+    refused(
+        cairn(db, &["schedule", "remove", "nightly"]),
+        "schedule nightly",
+    );
+    assert_eq!(ok(cairn(db, &["schedule", "list"])), "");
+}
+
+#[test]
+fn queue_commands_pause_resume_and_limit_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    queue_commands(dir.path().join("s.db").to_str().unwrap());
+}
+
+#[test]
+fn queue_commands_pause_resume_and_limit_on_postgres() {
+    common::on_postgres("cairn_flow_cli", queue_commands);
+}
+
+#[test]
+fn schedule_commands_store_edit_and_remove_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let db = db.to_str().unwrap();
+    ok(cairn(db, &["migrate", "up"]));
+    schedule_commands(db);
+}
+
+#[test]
+fn schedule_commands_store_edit_and_remove_on_postgres() {
+    common::on_postgres("cairn_sched_cli", |db| {
+        ok(cairn(db, &["migrate", "up"]));
+        schedule_commands(db);
+    });
+}
+
+fn http_routes(db: &str) {
+    let server = ApiServer::start(db, TOKEN, DEADLINE);
+    let (status, flow) = server.send("GET", "/v1/queues/gate/flow", None);
+    assert_eq!((status, &flow["paused"]), (200, &json!(false)), "{flow}");
+    assert_eq!(
+        server.send("GET", "/v1/queues", None).1["queues"],
+        json!([])
+    );
+
+    // A partitioned run, enqueued while the queue is paused: it lands, and no claim takes it.
+    let (status, enq) = server.send(
+        "POST",
+        "/v1/queues/gate/runs",
+        Some(&json!({"key": "k", "payload": "p", "partition_key": "tenant-7"})),
+    );
+    assert_eq!(status, 201, "{enq}");
+    let (status, paused) = server.send("POST", "/v1/queues/gate/pause", None);
+    assert_eq!((status, &paused["paused"]), (200, &json!(true)), "{paused}");
+    let run = enq["run_id"].as_str().unwrap();
+    let (_, info) = server.send("GET", &format!("/v1/runs/{run}"), None);
+    assert_eq!(info["partition_key"], "tenant-7", "{info}");
+    let claim = json!({"consumer": "w", "lease_ms": 30_000, "limit": 10});
+    let (status, claimed) = server.send("POST", "/v1/queues/gate/claim", Some(&claim));
+    assert_eq!((status, &claimed["runs"]), (200, &json!([])), "{claimed}");
+    let metrics = server.send_text("/metrics");
+    assert!(
+        metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1"),
+        "{metrics}"
+    );
+
+    let (status, limited) = server.send(
+        "PUT",
+        "/v1/queues/gate/limits",
+        Some(&json!({"max_claimed": 3, "rate": {"claims": 10, "per_us": 1_000_000}})),
+    );
+    assert_eq!(status, 200, "{limited}");
+    assert_eq!(
+        (
+            &limited["max_claimed"],
+            &limited["rate"]["claims"],
+            &limited["paused"]
+        ),
+        (&json!(3), &json!(10), &json!(true))
+    );
+    for bad in [
+        json!({"max_claimed": 0}),
+        json!({"rate": {"claims": 10, "per_us": 999}}),
+        json!({"per_partition": 1, "surprise": 1}),
+    ] {
+        let (status, body) = server.send("PUT", "/v1/queues/gate/limits", Some(&bad));
+        assert_eq!(
+            (status, &body["code"]),
+            (400, &json!("invalid_input")),
+            "{bad}: {body}"
+        );
+    }
+    let (status, resumed) = server.send("POST", "/v1/queues/gate/resume", None);
+    assert_eq!((status, &resumed["paused"]), (200, &json!(false)));
+    assert_eq!(resumed["max_claimed"], 3, "resume keeps the limits");
+    let (_, claimed) = server.send("POST", "/v1/queues/gate/claim", Some(&claim));
+    assert_eq!(claimed["runs"][0]["run_id"], run, "{claimed}");
+    let (_, all) = server.send("GET", "/v1/queues", None);
+    assert_eq!(all["queues"][0]["queue"], "gate", "{all}");
+    assert!(server
+        .send_text("/metrics")
+        .contains("cairn_spool_queue_paused{queue=\"gate\"} 0"));
+
+    // Schedules.
+    let sched = json!({"cron": "*/5 * * * *", "queue": "reports", "payload": "{}",
+                       "catch_up": "all", "catch_up_cap": 3});
+    let (status, made) = server.send("PUT", "/v1/schedules/five", Some(&sched));
+    assert_eq!((status, &made["revision"]), (201, &json!(1)), "{made}");
+    assert_eq!(made["time_zone"], "UTC");
+    let (status, edited) = server.send(
+        "PUT",
+        "/v1/schedules/five",
+        Some(&json!({"cron": "*/10 * * * *", "queue": "reports"})),
+    );
+    assert_eq!((status, &edited["revision"]), (200, &json!(2)), "{edited}");
+    assert_eq!(edited["high_water_us"], made["high_water_us"]);
+    assert_eq!(edited["catch_up"], "none");
+    let (status, bad) = server.send(
+        "PUT",
+        "/v1/schedules/bad",
+        Some(&json!({"cron": "every day", "queue": "q"})),
+    );
+    assert_eq!(
+        (status, &bad["code"]),
+        (422, &json!("invalid_schedule")),
+        "{bad}"
+    );
+    let (status, bad) = server.send(
+        "PUT",
+        "/v1/schedules/bad",
+        Some(&json!({"cron": "* * * * *", "queue": "q", "payload": "a", "payload_b64": "YQ=="})),
+    );
+    assert_eq!(
+        (status, &bad["code"]),
+        (400, &json!("invalid_input")),
+        "{bad}"
+    );
+    assert_eq!(server.send("GET", "/v1/schedules/bad", None).0, 404);
+    let (_, list) = server.send("GET", "/v1/schedules", None);
+    assert_eq!(list["schedules"].as_array().unwrap().len(), 1, "{list}");
+    assert_eq!(list["schedules"][0]["cron"], "*/10 * * * *");
+    assert!(server
+        .send_text("/metrics")
+        .contains("cairn_spool_schedules 1"));
+    assert_eq!(server.send("DELETE", "/v1/schedules/five", None).0, 204);
+    assert_eq!(server.send("DELETE", "/v1/schedules/five", None).0, 404);
+}
+
+#[test]
+fn flow_and_schedule_routes_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    http_routes(dir.path().join("s.db").to_str().unwrap());
+}
+
+#[test]
+fn flow_and_schedule_routes_on_postgres() {
+    common::on_postgres("cairn_flow_http", http_routes);
+}
+
+/// The routes are in the served OpenAPI document.
+#[test]
+fn the_document_lists_the_flow_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ApiServer::start(dir.path().join("s.db").to_str().unwrap(), TOKEN, DEADLINE);
+    let (_, doc) = server.send("GET", "/v1/openapi.json", None);
+    let paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+    for path in [
+        "/v1/queues",
+        "/v1/queues/{queue}/flow",
+        "/v1/queues/{queue}/pause",
+        "/v1/queues/{queue}/resume",
+        "/v1/queues/{queue}/limits",
+        "/v1/schedules",
+        "/v1/schedules/{name}",
+    ] {
+        assert!(paths.iter().any(|p| *p == path), "{path} in {paths:?}");
+    }
+    let props: &Value = &doc["components"]["schemas"]["EnqueueRequest"]["properties"];
+    assert_eq!(props["partition_key"]["x-max-bytes"], 256);
+}
