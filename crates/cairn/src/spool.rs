@@ -96,8 +96,8 @@ pub use cairn_core::spool::{
 // The consumer: the worker loop a service runs.
 pub use cairn_core::spool::{
     Consumer, ConsumerBuilder, ConsumerStats, Handler, Job, Outcome, ShutdownReport, StopReason,
-    StopSignal, DEFAULT_CLAIM_COALESCE, DEFAULT_CONSUMER_LEASE, DEFAULT_POLL_INTERVAL,
-    DEFAULT_SHUTDOWN_TIMEOUT,
+    StopSignal, CLAIMED_METRIC, CONSUMER_OUTCOMES, DEFAULT_CLAIM_COALESCE, DEFAULT_CONSUMER_LEASE,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, HANDLED_METRIC, HANDLER_SECONDS_METRIC,
 };
 
 // Flow control of a queue (pause and resume, concurrency and rate limits) and the schedules

@@ -610,6 +610,20 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         let line = format!("cairn_delivery_outcomes_total{{outcome=\"{outcome}\"}} {n}\n");
         assert!(metrics.contains(&line), "{line} in {metrics}");
     }
+    // The library's own series, through the `metrics` facade: the delivery worker is a spool
+    // consumer, and what it handled is counted per queue and outcome (recorded once the run is
+    // settled, so waited for).
+    let handled =
+        "cairn_spool_consumer_handled_total{queue=\"telemetry\",outcome=\"succeeded\"} 8\n";
+    wait_until("the consumer's series show every acked run", || {
+        server.metrics().contains(handled)
+    });
+    let metrics = server.metrics();
+    assert!(
+        metrics.contains("cairn_spool_consumer_claimed_total{queue=\"telemetry\"} ")
+            && metrics.contains("cairn_spool_consumer_handler_seconds_count{queue=\"telemetry\"} "),
+        "{metrics}"
+    );
 
     let stderr = server.stop();
     for secret in [OLD_TOKEN, NEW_TOKEN, url.as_str()] {

@@ -27,11 +27,15 @@ mod handler;
 mod main_loop;
 mod report;
 mod run;
+mod telemetry;
 
 use ctx::{AbortOnDrop, Ctx, Shared, MIN_WAIT};
 pub use handler::{Handler, Job, Outcome, StopReason, StopSignal};
 use main_loop::{listen, main_loop};
 pub use report::{ConsumerStats, ShutdownReport};
+pub use telemetry::{
+    CLAIMED_METRIC, HANDLED_METRIC, HANDLER_SECONDS_METRIC, OUTCOMES as CONSUMER_OUTCOMES,
+};
 
 /// Default lease a consumer claims with.
 pub const DEFAULT_CONSUMER_LEASE: Duration = Duration::from_secs(30);

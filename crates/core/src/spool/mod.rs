@@ -100,8 +100,8 @@ pub use checks::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use consumer::{
     Consumer, ConsumerBuilder, ConsumerStats, Handler, Job, Outcome, ShutdownReport, StopReason,
-    StopSignal, DEFAULT_CLAIM_COALESCE, DEFAULT_CONSUMER_LEASE, DEFAULT_POLL_INTERVAL,
-    DEFAULT_SHUTDOWN_TIMEOUT,
+    StopSignal, CLAIMED_METRIC, CONSUMER_OUTCOMES, DEFAULT_CLAIM_COALESCE, DEFAULT_CONSUMER_LEASE,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, HANDLED_METRIC, HANDLER_SECONDS_METRIC,
 };
 pub use contract::{Spool, Wakeup};
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};

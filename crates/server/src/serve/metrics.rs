@@ -265,12 +265,35 @@ impl Metrics {
         })
     }
 
-    /// The registry in the Prometheus text format.
+    /// The registry in the Prometheus text format, then what the library recorded through
+    /// the `metrics` facade (once [`install_library_recorder`] ran).
     pub(crate) fn render(&self) -> Result<Vec<u8>, prometheus::Error> {
         let mut out = Vec::new();
         TextEncoder::new().encode(&self.registry.gather(), &mut out)?;
+        if let Some(library) = LIBRARY.get() {
+            out.extend_from_slice(library.render().as_bytes());
+        }
         Ok(out)
     }
+}
+
+/// The handle of the process's `metrics` recorder, when `cairn serve` installed it.
+static LIBRARY: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+    std::sync::OnceLock::new();
+
+/// Installs the process's `metrics` recorder, so what the library records (the delivery
+/// worker's consumer: `cairn_spool_consumer_*` per queue) is rendered in `/metrics` beside the
+/// server's own series. Once per process; a recorder installed before (an embedding program's)
+/// is left alone, and its series are then not rendered here.
+pub(crate) fn install_library_recorder() {
+    LIBRARY.get_or_init(|| {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::debug!(target: "cairn::serve", "a metrics recorder was installed already");
+        }
+        handle
+    });
 }
 
 /// Most queues `cairn_spool_queue_paused` shows (the first by name): a label per queue, so a

@@ -24,6 +24,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         return Err(CliError::Config("the settings were not prepared".into()));
     };
     crate::logging::init(settings.log_filter, settings.log_format);
+    metrics::install_library_recorder();
     let metrics = Arc::new(
         metrics::Metrics::new()
             .map_err(|e| CliError::Config(format!("cannot set up the metrics: {e}")))?,

@@ -10,7 +10,8 @@ use super::metrics::{MAX_FLOW_QUEUES_SHOWN, RUN_STATES};
 use super::state::AppState;
 
 /// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
-/// state are read from the store at each scrape.
+/// state, the paused queues and the number of schedules are read from the store at each
+/// scrape.
 #[utoipa::path(
     get, path = "/metrics", tag = "meta",
     responses(
@@ -30,20 +31,28 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
             .with_label_values(&[label])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
-    let flows = state.spool.queue_flows().await?;
+    // Flow and schedules exist once the store is at revision 0009: on a store whose upgrade
+    // stopped before it (a deferred contract revision), the run counts above still scrape.
     state.metrics.queue_paused.reset();
-    for (queue, flow) in flows.iter().take(MAX_FLOW_QUEUES_SHOWN) {
-        state
-            .metrics
-            .queue_paused
-            .with_label_values(&[queue.as_str()])
-            .set(i64::from(flow.paused));
+    match state.spool.queue_flows().await {
+        Ok(flows) => {
+            for (queue, flow) in flows.iter().take(MAX_FLOW_QUEUES_SHOWN) {
+                state
+                    .metrics
+                    .queue_paused
+                    .with_label_values(&[queue.as_str()])
+                    .set(i64::from(flow.paused));
+            }
+        }
+        Err(e) => tracing::debug!(target: "cairn::serve", error = %e, "queue flows not read"),
     }
-    let schedules = state.spool.schedules().await?.len();
-    state
-        .metrics
-        .schedules
-        .set(i64::try_from(schedules).unwrap_or(i64::MAX));
+    match state.spool.schedules().await {
+        Ok(all) => state
+            .metrics
+            .schedules
+            .set(i64::try_from(all.len()).unwrap_or(i64::MAX)),
+        Err(e) => tracing::debug!(target: "cairn::serve", error = %e, "schedules not read"),
+    }
     let body = state.metrics.render().map_err(|e| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,

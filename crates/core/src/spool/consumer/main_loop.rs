@@ -75,6 +75,7 @@ pub(super) async fn main_loop(
             {
                 Ok(runs) => {
                     let got = runs.len();
+                    super::telemetry::claimed(&ctx.queue, got);
                     let at = ctx.spool.clock().now();
                     {
                         let mut sh = ctx.shared();

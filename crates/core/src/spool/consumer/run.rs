@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::super::ids::{LeaseToken, RunId};
 use super::super::state::RunState;
@@ -15,6 +16,7 @@ use super::super::timestamp::Timestamp;
 use super::super::types::NackKind;
 use super::ctx::{idle_wait, lease_gone, transient, AbortOnDrop, Ctx, Held};
 use super::handler::{raise, Handler, Job, Outcome, StopReason, StopSignal};
+use super::telemetry;
 use crate::error::Result;
 
 /// How many times a consumer tries an ack or nack that failed with a retryable error.
@@ -31,6 +33,15 @@ pub(super) fn start_run(
         sh.held.remove(&held.claimed.run_id);
         sh.running.insert(held.claimed.run_id, stop_tx);
     }
+    let span = tracing::info_span!(
+        target: "cairn::spool",
+        "cairn.spool.run",
+        queue = %ctx.queue,
+        run_id = %held.claimed.run_id,
+        attempt = held.claimed.attempt,
+        consumer = %ctx.consumer,
+        outcome = tracing::field::Empty,
+    );
     let job = Job {
         queue: ctx.queue.clone(),
         claimed: held.claimed,
@@ -38,7 +49,7 @@ pub(super) fn start_run(
         stop: StopSignal { rx: stop_rx },
     };
     let slot = Slot::take(ctx.clone());
-    tasks.spawn(run_one(ctx.clone(), handler.clone(), job, held.at, slot));
+    tasks.spawn(run_one(ctx.clone(), handler.clone(), job, held.at, slot).instrument(span));
 }
 
 /// A handler's slot: counted in [`Ctx::handling`] from the run's start until the handler
@@ -80,12 +91,15 @@ async fn run_one(
         lost = beat(&ctx, run, token).await;
         next_beat = clock.now().saturating_add(every);
     }
+    let started = std::time::Instant::now();
     let outcome = if lost {
         None
     } else {
         // The handler runs on its own task so that a panic is caught; dropping this run's
-        // task (shutdown deadline) aborts it.
-        let mut work = AbortOnDrop(tokio::spawn(async move { handler.handle(job).await }));
+        // task (shutdown deadline) aborts it. It runs inside the run's span.
+        let mut work = AbortOnDrop(tokio::spawn(
+            async move { handler.handle(job).await }.in_current_span(),
+        ));
         Some(loop {
             if !lost && clock.now() >= next_beat {
                 lost = beat(&ctx, run, token).await;
@@ -106,12 +120,17 @@ async fn run_one(
             }
         })
     };
+    let took = outcome.is_some().then(|| started.elapsed());
     // The slot takes its next run while this one's ack or nack is on its way.
     drop(slot);
-    match outcome {
+    let settled = match outcome {
         Some(outcome) if !lost => settle(&ctx, run, token, outcome).await,
-        _ => ctx.shared().stats.lease_lost += 1,
-    }
+        _ => {
+            ctx.shared().stats.lease_lost += 1;
+            "lease_lost"
+        }
+    };
+    telemetry::handled(&ctx.queue, settled, took);
     ctx.shared().running.remove(&run);
     ctx.notify.notify_one();
 }
@@ -145,8 +164,9 @@ fn signal(ctx: &Ctx, run: RunId, reason: StopReason) {
 }
 
 /// Acks or nacks from the outcome, retrying transient failures a few times while the lease
-/// lasts; a run that cannot be settled is left to its lease expiry (and redelivered).
-async fn settle(ctx: &Ctx, run: RunId, token: LeaseToken, outcome: Outcome) {
+/// lasts; a run that cannot be settled is left to its lease expiry (and redelivered). Returns
+/// what happened, as [`telemetry::OUTCOMES`] names it.
+async fn settle(ctx: &Ctx, run: RunId, token: LeaseToken, outcome: Outcome) -> &'static str {
     let mut pause = Duration::from_millis(20);
     for attempt in 1..=SETTLE_TRIES {
         // `None`: released, which is not a settlement (`ConsumerStats::released`).
@@ -164,26 +184,27 @@ async fn settle(ctx: &Ctx, run: RunId, token: LeaseToken, outcome: Outcome) {
         match result {
             Ok(Some(state)) => {
                 *ctx.shared().stats.settled.entry(state).or_default() += 1;
-                return;
+                return state.as_str();
             }
             Ok(None) => {
                 ctx.shared().stats.released += 1;
-                return;
+                return "released";
             }
             Err(e) if lease_gone(&e) => {
                 ctx.shared().stats.lease_lost += 1;
-                return;
+                return "lease_lost";
             }
             Err(e) => {
                 ctx.error(&e);
                 if !transient(&e) || attempt == SETTLE_TRIES {
-                    return;
+                    return "unsettled";
                 }
                 tokio::time::sleep(pause.min(ctx.poll_interval)).await;
                 pause *= 2;
             }
         }
     }
+    "unsettled"
 }
 
 async fn nack(

@@ -2050,3 +2050,224 @@ async fn a_handlers_release_counts_as_released_not_settled() {
     let info = spool.run(id).await.unwrap().unwrap();
     assert_eq!((info.state, info.attempts), (RunState::Succeeded, 1));
 }
+
+/// What a service's own subscriber and recorder see of a consumer: a span per run with its
+/// queue, id, attempt and outcome (the handler's events inside it), and per-queue counters of
+/// claimed and handled runs and the handler's time.
+mod telemetry_seen_by_a_service {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use metrics::{
+        Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+    };
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+    use tracing_subscriber::registry::LookupSpan;
+    use tracing_subscriber::Layer;
+
+    use super::*;
+
+    /// Counter totals and histogram sample counts, by `name{label=value,…}` (labels sorted).
+    #[derive(Default)]
+    struct Recorded {
+        counters: Mutex<BTreeMap<String, u64>>,
+        samples: Mutex<BTreeMap<String, usize>>,
+    }
+
+    fn series(key: &Key) -> String {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        format!("{}{{{}}}", key.name(), labels.join(","))
+    }
+
+    struct Count(Arc<Recorded>, String);
+    impl metrics::CounterFn for Count {
+        fn increment(&self, v: u64) {
+            *self
+                .0
+                .counters
+                .lock()
+                .unwrap()
+                .entry(self.1.clone())
+                .or_default() += v;
+        }
+        fn absolute(&self, v: u64) {
+            self.0.counters.lock().unwrap().insert(self.1.clone(), v);
+        }
+    }
+    struct Sample(Arc<Recorded>, String);
+    impl metrics::HistogramFn for Sample {
+        fn record(&self, v: f64) {
+            assert!(v >= 0.0, "a handler's time is not negative: {v}");
+            *self
+                .0
+                .samples
+                .lock()
+                .unwrap()
+                .entry(self.1.clone())
+                .or_default() += 1;
+        }
+    }
+
+    struct Rec(Arc<Recorded>);
+    impl Recorder for Rec {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            Counter::from_arc(Arc::new(Count(self.0.clone(), series(key))))
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::from_arc(Arc::new(Sample(self.0.clone(), series(key))))
+        }
+    }
+
+    /// A span's name and fields.
+    type SpanSeen = (String, BTreeMap<String, String>);
+
+    /// The closed spans' names and fields, and the messages of events inside a run's span.
+    #[derive(Default)]
+    struct Spans {
+        open: Mutex<BTreeMap<u64, SpanSeen>>,
+        closed: Mutex<Vec<SpanSeen>>,
+        events_in_runs: Mutex<Vec<String>>,
+    }
+    struct Fields<'a>(&'a mut BTreeMap<String, String>);
+    impl Visit for Fields<'_> {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            self.0.insert(
+                field.name().to_owned(),
+                format!("{value:?}").trim_matches('"').to_owned(),
+            );
+        }
+    }
+    struct Capture(Arc<Spans>);
+    impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+        fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _: Context<'_, S>) {
+            let mut fields = BTreeMap::new();
+            attrs.record(&mut Fields(&mut fields));
+            let name = attrs.metadata().name().to_owned();
+            self.0
+                .open
+                .lock()
+                .unwrap()
+                .insert(id.into_u64(), (name, fields));
+        }
+        fn on_record(&self, id: &Id, values: &Record<'_>, _: Context<'_, S>) {
+            if let Some((_, fields)) = self.0.open.lock().unwrap().get_mut(&id.into_u64()) {
+                values.record(&mut Fields(fields));
+            }
+        }
+        fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
+            if ctx
+                .event_scope(event)
+                .is_some_and(|mut scope| scope.any(|s| s.name() == "cairn.spool.run"))
+            {
+                let mut fields = BTreeMap::new();
+                event.record(&mut Fields(&mut fields));
+                let message = fields.remove("message").unwrap_or_default();
+                self.0.events_in_runs.lock().unwrap().push(message);
+            }
+        }
+        fn on_close(&self, id: Id, _: Context<'_, S>) {
+            if let Some(span) = self.0.open.lock().unwrap().remove(&id.into_u64()) {
+                self.0.closed.lock().unwrap().push(span);
+            }
+        }
+    }
+
+    #[test]
+    fn a_consumer_reports_a_span_per_run_and_per_queue_metrics() {
+        let recorded = Arc::new(Recorded::default());
+        let spans = Arc::new(Spans::default());
+        let subscriber = tracing_subscriber::registry().with(Capture(spans.clone()));
+        let recorder = Rec(recorded.clone());
+        // A current-thread runtime: the consumer's tasks run on this thread, under this
+        // thread's subscriber and recorder (what a service installs globally).
+        let _tracing = tracing::subscriber::set_default(subscriber);
+        let _metrics = metrics::set_default_local_recorder(&recorder);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let ids = rt.block_on(async {
+            let (_clock, spool, q) = setup();
+            let ids = [
+                enqueue(&spool, &q, "done").await,
+                enqueue(&spool, &q, "fail").await,
+                enqueue(&spool, &q, "retry").await,
+            ];
+            let consumer = builder(&spool, &q)
+                .concurrency(3)
+                .spawn(|job: Job| async move {
+                    tracing::info!("handling {}", String::from_utf8_lossy(job.payload()));
+                    match job.payload() {
+                        b"done" => Outcome::Done,
+                        b"fail" => Outcome::Fail("bad input".into()),
+                        _ => Outcome::Retry("flaky".into()),
+                    }
+                })
+                .await
+                .unwrap();
+            eventually("all three settled", || async {
+                consumer.stats().settled.values().sum::<u64>() == 3
+            })
+            .await;
+            assert!(consumer.shutdown().await.is_clean());
+            ids
+        });
+
+        let closed = spans.closed.lock().unwrap();
+        let runs: BTreeMap<String, &BTreeMap<String, String>> = closed
+            .iter()
+            .filter(|(name, _)| name == "cairn.spool.run")
+            .map(|(_, f)| (f["run_id"].clone(), f))
+            .collect();
+        assert_eq!(runs.len(), 3, "one span per run: {closed:?}");
+        for (id, outcome) in ids.iter().zip(["succeeded", "parked", "queued"]) {
+            let f = runs[&id.to_string()];
+            assert_eq!(
+                (
+                    f["queue"].as_str(),
+                    f["attempt"].as_str(),
+                    f["consumer"].as_str()
+                ),
+                ("work", "1", "c1")
+            );
+            assert_eq!(f["outcome"], outcome, "{id}");
+        }
+        let mut seen = spans.events_in_runs.lock().unwrap().clone();
+        seen.retain(|m| m.starts_with("handling"));
+        seen.sort();
+        assert_eq!(
+            seen,
+            ["handling done", "handling fail", "handling retry"],
+            "the handler's events are inside its run's span"
+        );
+
+        let counters = recorded.counters.lock().unwrap();
+        let count = |s: &str| counters.get(s).copied().unwrap_or(0);
+        assert_eq!(count("cairn_spool_consumer_claimed_total{queue=work}"), 3);
+        for outcome in ["succeeded", "parked", "queued"] {
+            assert_eq!(
+                count(&format!(
+                    "cairn_spool_consumer_handled_total{{outcome={outcome},queue=work}}"
+                )),
+                1,
+                "{outcome}: {counters:?}"
+            );
+        }
+        assert_eq!(
+            recorded.samples.lock().unwrap()["cairn_spool_consumer_handler_seconds{queue=work}"],
+            3
+        );
+    }
+}
