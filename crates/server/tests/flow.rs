@@ -275,7 +275,8 @@ fn http_routes(db: &str) {
     assert_eq!((status, &claimed["runs"]), (200, &json!([])), "{claimed}");
     let metrics = server.send_text("/metrics");
     assert!(
-        metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1"),
+        metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1")
+            && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"queued\"} 1"),
         "{metrics}"
     );
 

@@ -42,6 +42,9 @@ pub(crate) struct Metrics {
     pub(crate) nacks: IntCounterVec,
     /// Runs by state (`pending`, `claimed`, `parked`), read from the store on every scrape.
     pub(crate) runs: IntGaugeVec,
+    /// Runs by queue and state (`queued`, `claimed`, `parked`), read from the store on every
+    /// scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
+    pub(crate) queue_runs: IntGaugeVec,
     /// Whether each queue whose flow was ever set is paused (1) or running (0), read from the
     /// store on every scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
     pub(crate) queue_paused: IntGaugeVec,
@@ -131,6 +134,13 @@ impl Metrics {
             ),
             &["state"],
         )?;
+        let queue_runs = IntGaugeVec::new(
+            Opts::new(
+                "cairn_spool_queue_runs",
+                "Runs by queue and state (queued, claimed, parked), read when scraped; at most 1000 queues, by name",
+            ),
+            &["queue", "state"],
+        )?;
         let queue_paused = IntGaugeVec::new(
             Opts::new(
                 "cairn_spool_queue_paused",
@@ -172,6 +182,7 @@ impl Metrics {
         registry.register(Box::new(acks.clone()))?;
         registry.register(Box::new(nacks.clone()))?;
         registry.register(Box::new(runs.clone()))?;
+        registry.register(Box::new(queue_runs.clone()))?;
         registry.register(Box::new(queue_paused.clone()))?;
         registry.register(Box::new(schedules.clone()))?;
         registry.register(Box::new(delivery.clone()))?;
@@ -249,6 +260,7 @@ impl Metrics {
             acks,
             nacks,
             runs,
+            queue_runs,
             queue_paused,
             schedules,
             delivery,
@@ -296,8 +308,9 @@ pub(crate) fn install_library_recorder() {
     });
 }
 
-/// Most queues `cairn_spool_queue_paused` shows (the first by name): a label per queue, so a
-/// store with very many configured queues does not grow the exposition without bound.
+/// Most queues `cairn_spool_queue_runs` and `cairn_spool_queue_paused` show (the first by
+/// name): a label per queue, so a store with very many queues does not grow the exposition
+/// without bound.
 pub(crate) const MAX_FLOW_QUEUES_SHOWN: usize = 1000;
 
 /// The methods that are label values of their own; every other method is `other`.

@@ -7,6 +7,13 @@ use axum::response::{IntoResponse, Response};
 use super::error::ApiError;
 use super::json::ErrorBody;
 use super::metrics::{MAX_FLOW_QUEUES_SHOWN, RUN_STATES};
+
+/// The states `cairn_spool_queue_runs` shows per queue, with their labels.
+const QUEUE_STATES: [(cairn::RunState, &str); 3] = [
+    (cairn::RunState::Queued, "queued"),
+    (cairn::RunState::Claimed, "claimed"),
+    (cairn::RunState::Parked, "parked"),
+];
 use super::state::AppState;
 
 /// The server's metrics in the Prometheus text format (version 0.0.4). The run counts by
@@ -30,6 +37,17 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
             .runs
             .with_label_values(&[label])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    state.metrics.queue_runs.reset();
+    for (queue, q) in stats.queues.iter().take(MAX_FLOW_QUEUES_SHOWN) {
+        for (s, label) in QUEUE_STATES {
+            let n = q.runs.get(&s).copied().unwrap_or(0);
+            state
+                .metrics
+                .queue_runs
+                .with_label_values(&[queue.as_str(), label])
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
     }
     // Flow and schedules exist once the store is at revision 0009: on a store whose upgrade
     // stopped before it (a deferred contract revision), the run counts above still scrape.
