@@ -21,8 +21,19 @@ pub(crate) const CONFIG_ENV: &str = "CAIRN_CONFIG";
 const ENV_PREFIX: &str = "CAIRN_";
 /// The top-level keys; other `CAIRN_…` variables (`CAIRN_URL`, `CAIRN_TOKEN`, …) belong to
 /// other commands and are not configuration.
-const SECTIONS: [&str; 10] = [
-    "database", "listen", "auth", "delivery", "backfill", "spool", "limits", "log", "doctor", "ui",
+const SECTIONS: [&str; 12] = [
+    "database",
+    "listen",
+    "auth",
+    "delivery",
+    "backfill",
+    "spool",
+    "limits",
+    "log",
+    "doctor",
+    "ui",
+    "otel",
+    "scheduler",
 ];
 /// Keys whose environment value is taken as raw text, never parsed.
 const RAW_ENV: [(&str, &str); 3] = [
@@ -298,6 +309,39 @@ impl Default for Log {
     }
 }
 
+/// `[otel]`: traces over OTLP, off unless `endpoint` is set.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct OtelSection {
+    /// The collector's OTLP/HTTP traces endpoint (`http://collector:4318/v1/traces`).
+    pub(crate) endpoint: Option<String>,
+    /// The `service.name` resource attribute of every span.
+    pub(crate) service_name: String,
+}
+
+impl Default for OtelSection {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            service_name: "cairn".into(),
+        }
+    }
+}
+
+/// `[scheduler]`: whether `cairn serve` runs a scheduler for the store's schedules.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct SchedulerSection {
+    /// Run the scheduler (default true): each tick is enqueued once whichever servers run one.
+    pub(crate) enabled: bool,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
 /// Most bytes a config file may hold; a larger one (or a device, a FIFO) is refused unread.
 pub(crate) const MAX_CONFIG_FILE_BYTES: u64 = 1024 * 1024;
 
@@ -324,6 +368,10 @@ pub(crate) struct Config {
     pub(crate) doctor: DoctorSection,
     /// `[ui]`.
     pub(crate) ui: UiSection,
+    /// `[otel]`.
+    pub(crate) otel: OtelSection,
+    /// `[scheduler]`.
+    pub(crate) scheduler: SchedulerSection,
 }
 
 /// Flag values that override the file and the environment, as `(dotted key, value)`.
@@ -477,6 +525,8 @@ impl Config {
         read!(log, "log");
         read!(doctor, "doctor");
         read!(ui, "ui");
+        read!(otel, "otel");
+        read!(scheduler, "scheduler");
         if let Ok(top) =
             figment.extract::<std::collections::BTreeMap<String, figment::value::Value>>()
         {

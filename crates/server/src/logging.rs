@@ -53,23 +53,126 @@ pub(crate) fn check_level(level: &str) -> Result<EnvFilter, String> {
         .map_err(|_| "log.level: expected a level (error, warn, info, debug, trace) or a tracing filter directive".to_owned())
 }
 
-/// Installs the subscriber for the rest of the process. A second call (never made by the
-/// binary) leaves the first in place.
-pub(crate) fn init(filter: EnvFilter, format: LogFormat) {
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+/// Where `cairn serve` sends spans over OTLP (`[otel]`).
+#[derive(Clone, Debug)]
+pub(crate) struct OtelSettings {
+    /// The collector's OTLP/HTTP traces endpoint.
+    pub(crate) endpoint: String,
+    /// The `service.name` of every span.
+    pub(crate) service_name: String,
+}
+
+/// Longest `otel.service_name`, in bytes.
+const MAX_SERVICE_NAME: usize = 128;
+
+/// Checks `[otel]`: no endpoint is no export; an endpoint is an `http` or `https` URL without
+/// credentials in it (a collector's token belongs in a header, which cairn does not send).
+pub(crate) fn check_otel(
+    section: &crate::config::OtelSection,
+) -> Result<Option<OtelSettings>, String> {
+    let name = &section.service_name;
+    if name.is_empty() || name.len() > MAX_SERVICE_NAME || name.chars().any(char::is_control) {
+        return Err(format!(
+            "otel.service_name: 1 to {MAX_SERVICE_NAME} bytes without control characters"
+        ));
+    }
+    let Some(endpoint) = &section.endpoint else {
+        return Ok(None);
+    };
+    let url = reqwest::Url::parse(endpoint)
+        .map_err(|_| "otel.endpoint: expected a URL such as http://127.0.0.1:4318/v1/traces")?;
+    if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+        return Err("otel.endpoint: expected an http:// or https:// URL with a host".to_owned());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("otel.endpoint: must not hold a user name or password".to_owned());
+    }
+    Ok(Some(OtelSettings {
+        endpoint: endpoint.clone(),
+        service_name: name.clone(),
+    }))
+}
+
+/// What must be flushed before the process exits: the span exporter, when one runs.
+pub(crate) struct Installed {
+    tracer: Option<opentelemetry_sdk::trace::SdkTracerProvider>,
+}
+
+impl Installed {
+    /// Exports the spans still buffered (bounded by the exporter's own timeout).
+    pub(crate) fn flush(self) {
+        if let Some(provider) = self.tracer {
+            if let Err(e) = provider.shutdown() {
+                tracing::warn!(target: "cairn::serve", error = %e, "spans not all exported");
+            }
+        }
+    }
+}
+
+/// Installs the subscriber for the rest of the process: log lines on stderr, and with
+/// `otel`, the spans of the `cairn` targets at `info` and above exported over OTLP/HTTP
+/// (JSON) in batches, continuing a run's enqueuer trace where the run carries one. A second
+/// call (never made by the binary) leaves the first in place.
+pub(crate) fn init(filter: EnvFilter, format: LogFormat, otel: Option<&OtelSettings>) -> Installed {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .with_target(true);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt
             .json()
             .flatten_event(true)
             .with_current_span(false)
             .with_span_list(false)
-            .try_init(),
+            .boxed(),
     };
+    let (tracer, otel_layer) = match otel.map(exporter) {
+        Some(Ok(provider)) => {
+            use opentelemetry::trace::TracerProvider as _;
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("cairn"))
+                .with_filter(
+                    tracing_subscriber::filter::Targets::new()
+                        .with_target("cairn", tracing::Level::INFO),
+                );
+            (Some(provider), Some(layer))
+        }
+        Some(Err(e)) => {
+            eprintln!("otel: the exporter cannot start, no spans are exported: {e}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel_layer)
+        .try_init();
+    Installed { tracer }
+}
+
+/// The OTLP/HTTP exporter and its batching tracer provider.
+fn exporter(
+    otel: &OtelSettings,
+) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
+    use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpJson)
+        .with_endpoint(&otel.endpoint)
+        .with_headers(std::collections::HashMap::new())
+        .build()?;
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(otel.service_name.clone())
+        .build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }
 
 #[cfg(test)]

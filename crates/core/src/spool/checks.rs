@@ -13,8 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use super::clock::Clock;
 use super::ids::{
     ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
-    MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
-    MAX_SCHEDULE_NAME,
+    TraceParent, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN,
+    MAX_RUN_EVENT_ID, MAX_SCHEDULE_NAME,
 };
 use super::limits::{
     DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
@@ -63,6 +63,42 @@ checked_text_name!(ConsumerId, "consumer id", MAX_CONSUMER_LEN);
 checked_text_name!(FactName, "fact name", MAX_FACT_NAME);
 checked_text_name!(PartitionKey, "partition key", MAX_PARTITION_KEY);
 checked_text_name!(ScheduleName, "schedule name", MAX_SCHEDULE_NAME);
+
+impl TraceParent {
+    /// Reads a W3C `traceparent` of version `00`: `00-<32 hex>-<16 hex>-<2 hex>`, lowercase,
+    /// with a trace id and a parent id that are not all zeros.
+    ///
+    /// # Errors
+    /// [`Error::InvalidInput`] for anything else (naming what is wrong, not echoing it).
+    pub fn parse(s: &str) -> Result<Self> {
+        let bad = |why: &str| Error::invalid("traceparent", why.to_owned());
+        let parts: Vec<&str> = s.split('-').collect();
+        let hex = |p: &str, n: usize| {
+            p.len() == n
+                && p.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        match parts.as_slice() {
+            [version, trace, parent, flags] => {
+                if *version != "00" {
+                    return Err(bad(
+                        "must be version 00 (`00-<trace id>-<parent id>-<flags>`)",
+                    ));
+                }
+                if !hex(trace, 32) || !hex(parent, 16) || !hex(flags, 2) {
+                    return Err(bad(
+                        "must be `00-` then 32, 16 and 2 lowercase hex digits, joined by `-`",
+                    ));
+                }
+                if trace.bytes().all(|b| b == b'0') || parent.bytes().all(|b| b == b'0') {
+                    return Err(bad("its trace id and parent id must not be all zeros"));
+                }
+                Ok(Self(s.to_owned()))
+            }
+            _ => Err(bad("must be `00-<trace id>-<parent id>-<flags>`")),
+        }
+    }
+}
 
 impl RunEventId {
     /// Validates and wraps an event id.
@@ -371,6 +407,34 @@ pub fn clip_reason(reason: &str) -> String {
 mod tests {
     use super::*;
     use crate::spool::{Clock, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID};
+
+    #[test]
+    fn traceparents_are_w3c_version_00() {
+        let tp =
+            TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap();
+        assert_eq!(tp.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(tp.parent_id(), "00f067aa0ba902b7");
+        assert!(tp.sampled());
+        assert!(
+            !TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+                .unwrap()
+                .sampled()
+        );
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-0g",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7+01",
+        ] {
+            let e = TraceParent::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("traceparent"), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn run_id_layout_and_round_trip() {

@@ -147,3 +147,38 @@ impl LeaseToken {
         Self(rand::random::<u128>().to_be_bytes())
     }
 }
+
+/// A W3C trace context `traceparent` (`00-<trace id>-<parent id>-<flags>`: 32 and 16 lowercase
+/// hex digits, neither all zeros, and 2 hex digits of flags), stored with a run so that the
+/// consumer that handles it continues the enqueuer's trace. Built by
+/// [`TraceParent::parse`](TraceParent::parse).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct TraceParent(pub(super) String);
+
+impl TraceParent {
+    /// The header's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The trace id: 32 lowercase hex digits.
+    pub fn trace_id(&self) -> &str {
+        &self.0[3..35]
+    }
+
+    /// The id of the enqueuer's span: 16 lowercase hex digits.
+    pub fn parent_id(&self) -> &str {
+        &self.0[36..52]
+    }
+
+    /// Whether the enqueuer's trace is sampled (flag bit 0).
+    pub fn sampled(&self) -> bool {
+        u8::from_str_radix(&self.0[53..55], 16).is_ok_and(|f| f & 1 == 1)
+    }
+}
+
+impl fmt::Display for TraceParent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}

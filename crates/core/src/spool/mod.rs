@@ -85,6 +85,8 @@ pub mod legacy;
 mod limits;
 mod memory;
 mod operator;
+#[cfg(feature = "otel")]
+mod otel;
 mod retention;
 mod schedule;
 mod state;
@@ -111,8 +113,8 @@ pub use flow::{
 };
 pub use ids::{
     ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
-    MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
-    MAX_SCHEDULE_NAME,
+    TraceParent, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN,
+    MAX_RUN_EVENT_ID, MAX_SCHEDULE_NAME,
 };
 pub use import::{
     check_import, ExistingRun, ImportMarker, ImportSource, ImportedEvent, ImportedRun,

@@ -23,7 +23,11 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
     let Some(settings) = args.prepared.take() else {
         return Err(CliError::Config("the settings were not prepared".into()));
     };
-    crate::logging::init(settings.log_filter, settings.log_format);
+    let telemetry = crate::logging::init(
+        settings.log_filter.clone(),
+        settings.log_format,
+        settings.otel.as_ref(),
+    );
     metrics::install_library_recorder();
     let metrics = Arc::new(
         metrics::Metrics::new()
@@ -135,6 +139,13 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         // transaction.
         let _ = backfill.await;
     }
+    // The spans of the runs handled above go out before the process ends (the exporter's
+    // own timeout bounds it; off the runtime, since the exporter blocks).
+    let _ = tokio::time::timeout(
+        CLOSE_FLOOR,
+        tokio::task::spawn_blocking(move || telemetry.flush()),
+    )
+    .await;
     // Closing waits for the connections in use (behind a transaction-mode pooler, for every
     // checkout to commit first); bounded, so that a connection that never comes back cannot
     // keep the process from exiting: what was still open is rolled back by the database when

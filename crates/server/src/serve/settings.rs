@@ -34,6 +34,10 @@ pub(crate) struct Settings {
     pub(crate) ui: UiSettings,
     pub(crate) log_filter: tracing_subscriber::EnvFilter,
     pub(crate) log_format: LogFormat,
+    /// Where spans go over OTLP, when `[otel] endpoint` is set.
+    pub(crate) otel: Option<crate::logging::OtelSettings>,
+    /// Whether the server runs a scheduler (`[scheduler] enabled`).
+    pub(crate) scheduler: bool,
 }
 
 /// Checks a loaded configuration (`problems` are those loading found) into the settings and
@@ -128,6 +132,10 @@ pub(crate) fn check(
             ));
         }
     }
+    let otel = crate::logging::check_otel(&config.otel).unwrap_or_else(|p| {
+        problems.push(p);
+        None
+    });
     // A sign-in lasts from a minute to 30 days.
     if !(60..=30 * 86_400).contains(&config.ui.session_secs) {
         problems.push("ui.session_secs: from 60 to 2592000 (30 days)".to_owned());
@@ -176,6 +184,8 @@ pub(crate) fn check(
                 },
                 log_filter,
                 log_format: config.log.format,
+                otel,
+                scheduler: config.scheduler.enabled,
             },
             config.database,
         )),
