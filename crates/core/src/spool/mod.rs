@@ -135,7 +135,7 @@ pub use retention::{
     RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
 };
 pub use schedule::{
-    check_fire_ticks, check_schedule, due_ticks, next_tick, schedule_tick_key,
+    check_fire_ticks, check_schedule, due_ticks, next_tick, schedule_tick_key, schedule_tick_of,
     schedules_need_revision, CatchUp, CronTicks, Schedule, ScheduleFired, ScheduleInfo,
     MAX_CATCH_UP, MAX_CRON_LEN,
 };
