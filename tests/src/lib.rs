@@ -146,6 +146,7 @@ use cairn_migrate::additivity::AdditivityEngine;
 use cairn_migrate::{MigrationBackend, Runner};
 
 pub mod cases;
+pub mod processes;
 
 /// A lock on one space, held open by the test (in an open transaction) until dropped or
 /// released.
