@@ -185,27 +185,28 @@ fn berlin_autumn_repeat_fixed_time_once_interval_twice() {
 fn check_schedule_refuses_bad_input_with_the_reason() {
     let now = utc(2027, 1, 15, 8, 0, 0);
     assert!(check_schedule(&schedule("0 * * * *", "UTC", CatchUp::None), now).is_ok());
-    let mut cases: Vec<(Schedule, &str)> = Vec::new();
-    cases.push((schedule("0 * * *", "UTC", CatchUp::None), "5 (minute"));
-    cases.push((schedule("0 * * * *", "Nowhere/City", CatchUp::None), "IANA"));
-    cases.push((
-        schedule("0 0 30 2 *", "UTC", CatchUp::None),
-        "would never fire",
-    ));
-    cases.push((
-        schedule("0 * * * *", "UTC", CatchUp::All { cap: 0 }),
-        "catch-up cap",
-    ));
-    cases.push((
-        schedule(
-            "0 * * * *",
-            "UTC",
-            CatchUp::All {
-                cap: MAX_CATCH_UP + 1,
-            },
+    let mut cases: Vec<(Schedule, &str)> = vec![
+        (schedule("0 * * *", "UTC", CatchUp::None), "5 (minute"),
+        (schedule("0 * * * *", "Nowhere/City", CatchUp::None), "IANA"),
+        (
+            schedule("0 0 30 2 *", "UTC", CatchUp::None),
+            "would never fire",
         ),
-        "catch-up cap",
-    ));
+        (
+            schedule("0 * * * *", "UTC", CatchUp::All { cap: 0 }),
+            "catch-up cap",
+        ),
+        (
+            schedule(
+                "0 * * * *",
+                "UTC",
+                CatchUp::All {
+                    cap: MAX_CATCH_UP + 1,
+                },
+            ),
+            "catch-up cap",
+        ),
+    ];
     let mut s = schedule("0 * * * *", "UTC", CatchUp::None);
     s.options.not_before = Some(now);
     cases.push((s, "not_before"));
