@@ -146,6 +146,7 @@ use cairn_migrate::additivity::AdditivityEngine;
 use cairn_migrate::{MigrationBackend, Runner};
 
 pub mod cases;
+pub mod processes;
 
 /// A lock on one space, held open by the test (in an open transaction) until dropped or
 /// released.
@@ -607,6 +608,9 @@ macro_rules! spool_suite {
             t4_bulk_dedups_repeated_keys_in_input_order,
             t4_bulk_answers_stored_keys_and_supersedes_in_order,
             t4_bulk_bad_input_refuses_the_whole_batch,
+            q5_each_tick_is_enqueued_once_across_schedulers,
+            q6_catch_up_policies_after_a_gap,
+            q7_edits_and_removals_take_effect_at_the_next_tick,
         );
     };
 }

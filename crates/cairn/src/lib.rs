@@ -108,7 +108,8 @@ mod url;
 pub use cairn_core::spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueOptions, Enqueued, FactName, Heartbeat,
     LeaseToken, ManualClock, MemorySpool, NackKind, QueueName, RunEventId, RunId, RunInfo,
-    RunState, Spool, SupersedeGroup, SystemClock, Timestamp, Wakeup,
+    RunState, Schedule, ScheduleName, Scheduler, Spool, SupersedeGroup, SystemClock, Timestamp,
+    Wakeup,
 };
 pub use cairn_core::{
     epoch_id, event_id, verify_epoch, Appended, BoxError, Epoch, EpochDiagnostics, EpochId,

@@ -11,7 +11,9 @@
 //! [`ConsumerBuilder`] runs the worker loop a service needs on top of any spool: claims as
 //! work arrives ([`Spool::subscribe`]), heartbeats while a [`Job`] runs, settles it from the
 //! handler's [`Outcome`], and shuts down in order ([`Consumer::shutdown`]). [`MemorySpool`] is
-//! the in-memory reference model, handy in a service's own tests.
+//! the in-memory reference model, handy in a service's own tests. [`Scheduler`] fires the
+//! stored cron schedules ([`Schedule`], [`Spool::put_schedule`]) of any spool: each tick is
+//! enqueued once, however many schedulers run.
 //!
 //! This module is the spool's public surface: the trait, its values, its limits and the input
 //! checks a front end runs before calling it ([`check_payload`], [`check_limit`],
@@ -106,6 +108,15 @@ pub use cairn_core::spool::{
     check_limits, schedule_tick_key, CatchUp, PartitionKey, QueueFlow, QueueLimits, RateLimit,
     Schedule, ScheduleFired, ScheduleInfo, ScheduleName, MAX_CATCH_UP, MAX_CRON_LEN,
     MAX_FLOW_LIMIT, MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MAX_SCHEDULE_NAME, MIN_RATE_INTERVAL,
+};
+
+// Schedules: cron expressions stored in the store ([`Spool::put_schedule`]), each tick
+// enqueued once across processes; the scheduler loop that fires them.
+pub use cairn_core::spool::{
+    check_schedule, next_tick, schedule_tick_key, schedule_tick_of, CatchUp, CronTicks, Schedule,
+    ScheduleFired, ScheduleFiring, ScheduleInfo, ScheduleName, Scheduler, SchedulerHandle,
+    SchedulerRound, SchedulerStats, DEFAULT_SCHEDULER_GRACE, DEFAULT_SCHEDULER_POLL, MAX_CATCH_UP,
+    MAX_CRON_LEN, MAX_SCHEDULE_NAME,
 };
 
 // The in-memory reference model.

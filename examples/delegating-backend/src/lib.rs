@@ -97,6 +97,7 @@ use cairn::spool::{
     RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
     Timestamp, Unparked, Wakeup,
 };
+use cairn::spool::{Schedule, ScheduleFired, ScheduleInfo, ScheduleName};
 use cairn::{
     Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary, Event, FeedCursor,
     FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
@@ -431,6 +432,36 @@ impl Spool for DelegatingSpool {
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
         self.calls.note("Spool::next_due");
         self.inner.next_due(queue).await
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
+        self.calls.note("Spool::put_schedule");
+        self.inner.put_schedule(schedule).await
+    }
+
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
+        self.calls.note("Spool::schedule");
+        self.inner.schedule(name).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        self.calls.note("Spool::schedules");
+        self.inner.schedules().await
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
+        self.calls.note("Spool::remove_schedule");
+        self.inner.remove_schedule(name).await
+    }
+
+    async fn fire_schedule(
+        &self,
+        name: &ScheduleName,
+        revision: u64,
+        ticks: &[Timestamp],
+    ) -> Result<ScheduleFired> {
+        self.calls.note("Spool::fire_schedule");
+        self.inner.fire_schedule(name, revision, ticks).await
     }
 }
 

@@ -310,6 +310,11 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "Spool::retention_pass",
     "Spool::subscribe",
     "Spool::import_runs",
+    "Spool::put_schedule",
+    "Spool::schedule",
+    "Spool::schedules",
+    "Spool::remove_schedule",
+    "Spool::fire_schedule",
 ];
 
 /// The suite's cases reach the store through the wrapper: run a selection of them (the model
@@ -338,6 +343,7 @@ async fn the_suite_goes_through_the_wrapper() {
     cases::s3_subscriber_wakes_for_another_instances_enqueue(&s).await;
     cases::s17_operator_retries_or_discards_a_parked_run(&s).await;
     cases::s19_payload_reads_back_the_enqueued_bytes(&s).await;
+    cases::q7_edits_and_removals_take_effect_at_the_next_tick(&s).await;
     let missed: Vec<&str> = CALLED_BY_THE_SUITE
         .iter()
         .copied()

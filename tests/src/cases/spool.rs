@@ -1,4 +1,4 @@
-//! Spool cases (S1–S18, in-process parts) and the spool model property test. Cases are
+//! Spool cases (S1–S18, in-process parts; Q5–Q7, schedules) and the spool model property test. Cases are
 //! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
 //! case advances the harness's [`cairn_core::ManualClock`].
 
@@ -13,6 +13,7 @@ mod lifecycle;
 mod model;
 mod operator;
 mod payload;
+mod schedule;
 mod shutdown;
 mod stats;
 pub(super) mod support;
@@ -29,6 +30,7 @@ pub use lifecycle::*;
 pub use model::*;
 pub use operator::*;
 pub use payload::*;
+pub use schedule::*;
 pub use shutdown::*;
 pub use stats::*;
 pub use versions::*;

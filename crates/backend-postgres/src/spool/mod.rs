@@ -39,7 +39,10 @@
 //! - append_event, close_run, acknowledge_events, set_fact: one statement each (a fact conflict
 //!   reads the stored value with a second);
 //! - retention: each batch is one transaction of one read and one `DELETE`;
-//! - import_runs: one transaction under the source's advisory lock.
+//! - import_runs: one transaction under the source's advisory lock;
+//! - schedules (`schedule`): put and remove one statement each; a fire one transaction that
+//!   locks the schedule's row, enqueues each due tick with the unbatched enqueue statement
+//!   (its `spool_ready` row and `NOTIFY` included) and moves the high-water mark.
 //!
 //! Wake-up: an enqueue that creates a run, a retryable nack, a release and an import of queued
 //! runs `NOTIFY` the queue's channel (`cairn_spool_` + 16 hex digits derived from schema and
@@ -93,6 +96,7 @@ mod layout;
 mod read;
 mod retention;
 mod row;
+mod schedule;
 pub(crate) mod settle;
 mod sql;
 mod sql_record;
@@ -111,6 +115,9 @@ use cairn_core::spool::{
     QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
     Timestamp, Unparked, Wakeup,
+};
+use cairn_core::spool::{
+    check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
 };
 use cairn_core::Result;
 
@@ -267,6 +274,34 @@ impl Spool for PgSpool {
         runs: Vec<ImportedRun>,
     ) -> Result<RunImportOutcome> {
         import::import_runs_tx(self, source, runs, self.now()).await
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
+        let now = self.now();
+        check_schedule(schedule, now)?;
+        schedule::put_schedule_tx(self, schedule, now).await
+    }
+
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
+        schedule::schedule_q(self, name).await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        schedule::schedules_q(self).await
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
+        schedule::remove_schedule_tx(self, name).await
+    }
+
+    async fn fire_schedule(
+        &self,
+        name: &ScheduleName,
+        revision: u64,
+        ticks: &[Timestamp],
+    ) -> Result<ScheduleFired> {
+        check_fire_ticks(ticks)?;
+        schedule::fire_schedule_tx(self, name, revision, ticks, self.now()).await
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {

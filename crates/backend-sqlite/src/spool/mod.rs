@@ -13,7 +13,8 @@
 //! One module per step, the same files and function names as the Postgres spool's: `enqueue`,
 //! `claim` (with the expired-lease settle), `settle` (heartbeat, ack, nack, release, cancel),
 //! `events` (run events, close, facts), `read` (run, runs, stats, next due), `import`,
-//! `retention`; `row` converts columns, `sql` holds the statements, `wake` the wake-up.
+//! `retention`, `schedule` (stored schedules and their fire); `row` converts columns, `sql`
+//! holds the statements, `wake` the wake-up.
 //!
 //! Hot paths: a duplicate enqueue is one indexed `SELECT` on a read connection, which never waits
 //! for the writer; a new enqueue is one `INSERT … ON CONFLICT (queue, dedup_key) DO NOTHING
@@ -29,6 +30,7 @@ mod import;
 mod read;
 mod retention;
 mod row;
+mod schedule;
 pub(crate) mod settle;
 mod sql;
 #[cfg(feature = "testkit")]
@@ -53,6 +55,9 @@ use cairn_core::spool::{
     RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
     SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
     MAX_RUN_EVENT_PAYLOAD,
+};
+use cairn_core::spool::{
+    check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
 };
 use cairn_core::{Error, Result};
 
@@ -479,6 +484,52 @@ impl Spool for SqliteSpool {
             self.wake.notify(queue);
         }
         Ok(outcome)
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
+        let now = self.now();
+        check_schedule(schedule, now)?;
+        let schedule = schedule.clone();
+        self.store
+            .with_writer(move |db| schedule::put_schedule_tx(db, &schedule, now))
+            .await
+    }
+
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
+        let name = name.clone();
+        self.store
+            .with_reader(move |db| schedule::schedule_q(db, &name))
+            .await
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        self.store.with_reader(schedule::schedules_q).await
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
+        let name = name.clone();
+        self.store
+            .with_writer(move |db| schedule::remove_schedule_tx(db, &name))
+            .await
+    }
+
+    async fn fire_schedule(
+        &self,
+        name: &ScheduleName,
+        revision: u64,
+        ticks: &[Timestamp],
+    ) -> Result<ScheduleFired> {
+        check_fire_ticks(ticks)?;
+        let now = self.now();
+        let (name, ticks) = (name.clone(), ticks.to_vec());
+        let (fired, woken) = self
+            .store
+            .with_writer(move |db| schedule::fire_schedule_tx(db, &name, revision, &ticks, now))
+            .await?;
+        if let Some(queue) = woken {
+            self.wake.notify(&queue);
+        }
+        Ok(fired)
     }
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {

@@ -566,10 +566,14 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///   new version at their next tick.
     ///
     /// # Errors
-    /// [`crate::Error::InvalidInput`] for a cron expression or time zone that does not parse,
-    /// a payload or options an enqueue would refuse, options with `not_before`, or a
-    /// `CatchUp::All` cap outside 1..=[`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP);
-    /// [`crate::Error::Backend`] from a backend without schedules.
+    /// [`crate::Error::InvalidInput`] for a cron expression or time zone that does not parse
+    /// or an expression that never fires, a payload or options an enqueue would refuse,
+    /// options with `not_before`, or a `CatchUp::All` cap outside
+    /// 1..=[`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP) (all of them
+    /// [`check_schedule`](crate::spool::check_schedule));
+    /// [`crate::Error::Backend`] from a backend without schedules;
+    /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
+    /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).
     async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
         let _ = schedule;
         Err(flow_unsupported())
@@ -578,7 +582,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// The schedule of `name`, if stored.
     ///
     /// # Errors
-    /// [`crate::Error::Backend`] from a backend without schedules.
+    /// [`crate::Error::Backend`] from a backend without schedules;
+    /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
+    /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).
     async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
         let _ = name;
         Err(flow_unsupported())
@@ -587,7 +593,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// Every stored schedule, by name.
     ///
     /// # Errors
-    /// [`crate::Error::Backend`] from a backend without schedules.
+    /// [`crate::Error::Backend`] from a backend without schedules;
+    /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
+    /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).
     async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
         Err(flow_unsupported())
     }
@@ -595,7 +603,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// Removes the schedule of `name`; whether one was stored. Runs it enqueued stay.
     ///
     /// # Errors
-    /// [`crate::Error::Backend`] from a backend without schedules.
+    /// [`crate::Error::Backend`] from a backend without schedules;
+    /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
+    /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).
     async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
         let _ = name;
         Err(flow_unsupported())
@@ -617,7 +627,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Errors
     /// [`crate::Error::InvalidInput`] for more than
     /// [`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP) ticks or ticks not strictly ascending;
-    /// [`crate::Error::Backend`] from a backend without schedules.
+    /// [`crate::Error::Backend`] from a backend without schedules;
+    /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
+    /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).
     async fn fire_schedule(
         &self,
         name: &ScheduleName,

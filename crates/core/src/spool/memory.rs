@@ -20,14 +20,15 @@ use super::checks::{
 use super::clock::{Clock, SystemClock};
 use super::contract::{Spool, Wakeup};
 use super::dedup::DedupKey;
-use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId};
+use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, ScheduleName};
 use super::import::{check_import, ImportSource, ImportedRun, RunImportOutcome};
 use super::limits::{MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD};
-use super::operator::{check_operator, check_producer_event_id, operator_event};
+use super::operator::check_producer_event_id;
 use super::retention::{
     EventMeta, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
     RunMeta,
 };
+use super::schedule::{check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo};
 use super::state::{Action, EventStream, RunState};
 use super::timestamp::Timestamp;
 use super::transition::{
@@ -42,7 +43,9 @@ use super::types::{
 use crate::error::{Error, Result};
 
 mod import;
+mod schedule;
 mod state;
+mod unpark;
 
 use state::{Lease, Run, State, StoredEvent};
 
@@ -104,65 +107,6 @@ impl MemorySpool {
             .config
             .backoff
             .delay(attempt, jitter_seed(queue, key, attempt))
-    }
-}
-
-impl MemorySpool {
-    /// [`Spool::retry_parked`] (`Requeue`) and [`Spool::discard`] (`Discard`): the transition,
-    /// the run's new fields and the operator event, under one lock.
-    fn unpark(&self, run: RunId, action: Action, by: &str) -> Result<Unparked> {
-        check_operator(by)?;
-        let now = self.now();
-        let mut st = self.lock();
-        let serial = st.next_event_serial;
-        let r = st.run_mut(run)?;
-        let to = transition(r.state, action)?;
-        let seq = r.last_event_seq + 1;
-        let (event_id, payload) =
-            operator_event(action, seq, by, now, r.reason.as_deref(), r.attempts)?;
-        if r.event_ids.contains_key(&event_id) {
-            return Err(Error::conflict(format!(
-                "run {run} holds a producer's event under the id this action records with \
-                 (ids beginning `cairn:` are the spool's); nothing was changed"
-            )));
-        }
-        if to == RunState::Queued {
-            r.state = to;
-            r.updated_at = now;
-            r.attempts = 0;
-            r.due_at = Some(now);
-            r.finished_at = None;
-            r.lease = None;
-            r.cancel_requested = false;
-        } else {
-            r.enter(to, now);
-        }
-        let parked_reason = r.reason.clone();
-        let queue = r.queue.clone();
-        let bytes = payload.len() as u64;
-        r.last_event_seq = seq;
-        r.event_ids.insert(event_id.clone(), seq);
-        r.events.insert(
-            seq,
-            StoredEvent {
-                id: event_id,
-                payload,
-                created_at: now,
-                serial,
-            },
-        );
-        st.next_event_serial += 1;
-        st.by_age.insert((now, serial), (run, seq));
-        st.event_bytes += bytes;
-        if to == RunState::Queued {
-            st.notify(&queue);
-        }
-        Ok(Unparked {
-            state: to,
-            parked_reason,
-            event_seq: seq,
-            at: now,
-        })
     }
 }
 
@@ -652,6 +596,35 @@ impl Spool for MemorySpool {
             .filter(|r| r.queue == *queue)
             .filter_map(|r| r.due_at)
             .min())
+    }
+
+    async fn put_schedule(&self, schedule: &Schedule) -> Result<ScheduleInfo> {
+        let now = self.now();
+        check_schedule(schedule, now)?;
+        Ok(self.lock().put_schedule(schedule, now))
+    }
+
+    async fn schedule(&self, name: &ScheduleName) -> Result<Option<ScheduleInfo>> {
+        Ok(self.lock().schedules.get(name).cloned())
+    }
+
+    async fn schedules(&self) -> Result<Vec<ScheduleInfo>> {
+        Ok(self.lock().schedules.values().cloned().collect())
+    }
+
+    async fn remove_schedule(&self, name: &ScheduleName) -> Result<bool> {
+        Ok(self.lock().schedules.remove(name).is_some())
+    }
+
+    async fn fire_schedule(
+        &self,
+        name: &ScheduleName,
+        revision: u64,
+        ticks: &[Timestamp],
+    ) -> Result<ScheduleFired> {
+        check_fire_ticks(ticks)?;
+        let now = self.now();
+        self.lock().fire_schedule(name, revision, ticks, now)
     }
 
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {

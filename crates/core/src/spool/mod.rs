@@ -27,8 +27,9 @@
 //! shares ([`transition`], [`backoff`], [`RetentionPass`]), the [`Clock`] all spool time comes
 //! from, and [`MemorySpool`], the in-memory reference model the conformance suite compares real
 //! backends with. On top of any spool: [`Consumer`], the worker loop a service runs
-//! ([`ConsumerBuilder`]), and [`legacy`], the planner that reads the replaced system's state
-//! directory for [`Spool::import_runs`].
+//! ([`ConsumerBuilder`]), [`Scheduler`], the loop that fires stored cron schedules
+//! ([`Schedule`]: each tick enqueued once across processes), and [`legacy`], the planner that
+//! reads the replaced system's state directory for [`Spool::import_runs`].
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -89,6 +90,7 @@ mod operator;
 mod otel;
 mod retention;
 mod schedule;
+mod scheduler;
 mod state;
 mod timestamp;
 mod transition;
@@ -135,7 +137,13 @@ pub use retention::{
     RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
 };
 pub use schedule::{
-    schedule_tick_key, CatchUp, Schedule, ScheduleFired, ScheduleInfo, MAX_CATCH_UP, MAX_CRON_LEN,
+    check_fire_ticks, check_schedule, due_ticks, next_tick, schedule_tick_key, schedule_tick_of,
+    schedules_need_revision, CatchUp, CronTicks, Schedule, ScheduleFired, ScheduleInfo,
+    MAX_CATCH_UP, MAX_CRON_LEN,
+};
+pub use scheduler::{
+    ScheduleFiring, Scheduler, SchedulerHandle, SchedulerRound, SchedulerStats,
+    DEFAULT_SCHEDULER_GRACE, DEFAULT_SCHEDULER_POLL,
 };
 pub use state::{closed_reason, Action, EventStream, RunState};
 pub use timestamp::Timestamp;

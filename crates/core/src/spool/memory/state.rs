@@ -8,9 +8,10 @@ use tokio::sync::watch;
 
 use super::super::dedup::{DedupKey, SupersedeGroup};
 use super::super::ids::{
-    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId,
+    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
 };
 use super::super::import::ImportMarker;
+use super::super::schedule::ScheduleInfo;
 use super::super::state::{Action, EventStream, RunState};
 use super::super::timestamp::Timestamp;
 use super::super::transition::transition;
@@ -117,6 +118,8 @@ pub(super) struct State {
     pub(super) wake: HashMap<QueueName, watch::Sender<u64>>,
     /// Completion markers of imports, by source fingerprint.
     pub(super) imports: HashMap<[u8; 32], ImportMarker>,
+    /// Stored schedules, by name (`memory/schedule.rs`).
+    pub(super) schedules: BTreeMap<ScheduleName, ScheduleInfo>,
 }
 
 impl State {
