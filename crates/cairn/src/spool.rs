@@ -102,12 +102,11 @@ pub use cairn_core::spool::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, HANDLED_METRIC, HANDLER_SECONDS_METRIC,
 };
 
-// Flow control of a queue (pause and resume, concurrency and rate limits) and the schedules
-// stored in the store (`Spool::set_queue_paused`, `Spool::put_schedule`, …).
+// Flow control of a queue (pause and resume, concurrency and rate limits:
+// `Spool::set_queue_paused`, `Spool::set_queue_limits`, …) and the trace context a run carries.
 pub use cairn_core::spool::{
-    check_limits, schedule_tick_key, CatchUp, PartitionKey, QueueFlow, QueueLimits, RateLimit,
-    Schedule, ScheduleFired, ScheduleInfo, ScheduleName, MAX_CATCH_UP, MAX_CRON_LEN,
-    MAX_FLOW_LIMIT, MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MAX_SCHEDULE_NAME, MIN_RATE_INTERVAL,
+    check_limits, PartitionKey, QueueFlow, QueueLimits, RateLimit, TraceParent, MAX_FLOW_LIMIT,
+    MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
 };
 
 // Schedules: cron expressions stored in the store ([`Spool::put_schedule`]), each tick

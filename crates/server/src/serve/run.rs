@@ -92,6 +92,34 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
         metrics.clone(),
         stopping.clone(),
     );
+    let scheduler = settings.scheduler.then(|| {
+        let mut signal = stopping.clone();
+        let scheduler = cairn::spool::Scheduler::new(store.spool()).on_fire(|firing| {
+            tracing::info!(
+                target: "cairn::schedule",
+                schedule = %firing.name,
+                queue = %firing.queue,
+                ticks = firing.runs.len(),
+                missed = firing.missed,
+                high_water = %firing.high_water,
+                "schedule fired"
+            );
+        });
+        tokio::spawn(async move {
+            let stats = scheduler
+                .run_until(async move {
+                    let _ = signal.wait_for(|s| *s).await;
+                })
+                .await;
+            tracing::info!(
+                target: "cairn::schedule",
+                rounds = stats.rounds,
+                ticks = stats.ticks,
+                errors = stats.errors,
+                "scheduler stopped"
+            );
+        })
+    });
     // The worker stops with the HTTP side (or when the server ends and drops the sender), so
     // both drains share the one drain bound.
     let worker = worker.map(|w| {
@@ -129,6 +157,10 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
     }
     if let Some(sampler) = sampler {
         let _ = sampler.await;
+    }
+    if let Some(scheduler) = scheduler {
+        // It stops between rounds; a round in flight is a few short transactions.
+        let _ = scheduler.await;
     }
     if let Some(retention) = retention {
         // It stops after the pass in flight, whose batches start within a short budget.
