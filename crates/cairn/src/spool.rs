@@ -100,6 +100,14 @@ pub use cairn_core::spool::{
     DEFAULT_SHUTDOWN_TIMEOUT,
 };
 
+// Queue flow control: pause and resume, limits on runs claimed at once (per queue and per
+// partition key) and on claims per interval ([`Spool::set_queue_paused`],
+// [`Spool::set_queue_limits`]).
+pub use cairn_core::spool::{
+    check_limits, PartitionKey, QueueFlow, QueueLimits, RateLimit, MAX_FLOW_LIMIT,
+    MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
+};
+
 // The in-memory reference model.
 pub use cairn_core::spool::MemorySpool;
 

@@ -93,9 +93,9 @@ use cairn::backend::{Backend, BackendParts, Diagnostics, MigrationBackend, Sessi
 use cairn::spool::{
     CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions,
     Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
-    LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPolicy, RetentionReport,
-    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
-    Timestamp, Unparked, Wakeup,
+    LeaseToken, NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget,
+    RetentionPolicy, RetentionReport, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome,
+    RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
 };
 use cairn::{
     Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary, Event, FeedCursor,
@@ -431,6 +431,26 @@ impl Spool for DelegatingSpool {
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
         self.calls.note("Spool::next_due");
         self.inner.next_due(queue).await
+    }
+
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        self.calls.note("Spool::set_queue_paused");
+        self.inner.set_queue_paused(queue, paused).await
+    }
+
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        self.calls.note("Spool::set_queue_limits");
+        self.inner.set_queue_limits(queue, limits).await
+    }
+
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        self.calls.note("Spool::queue_flow");
+        self.inner.queue_flow(queue).await
+    }
+
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        self.calls.note("Spool::queue_flows");
+        self.inner.queue_flows().await
     }
 }
 

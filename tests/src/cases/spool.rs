@@ -1,11 +1,13 @@
-//! Spool cases (S1–S18, in-process parts) and the spool model property test. Cases are
-//! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
-//! case advances the harness's [`cairn_core::ManualClock`].
+//! Spool cases (S1–S18, in-process parts; Q1–Q4, queue flow control) and the spool model
+//! property test. Cases are `pub async fn name<H: SpoolHarness>(h: &H)` against
+//! `Arc<dyn Spool>`; time moves only when a case advances the harness's
+//! [`cairn_core::ManualClock`].
 
 mod bad_input;
 mod bulk;
 mod close;
 mod events;
+mod flow;
 mod identity;
 mod leases;
 mod legacy_import;
@@ -22,6 +24,7 @@ pub use bad_input::*;
 pub use bulk::*;
 pub use close::*;
 pub use events::*;
+pub use flow::*;
 pub use identity::*;
 pub use leases::*;
 pub use legacy_import::*;

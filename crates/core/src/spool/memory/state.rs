@@ -15,6 +15,7 @@ use super::super::state::{Action, EventStream, RunState};
 use super::super::timestamp::Timestamp;
 use super::super::transition::transition;
 use super::super::types::{EnqueueOptions, Enqueued, LeaseInfo, RunInfo};
+use super::flow::FlowState;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -117,6 +118,8 @@ pub(super) struct State {
     pub(super) wake: HashMap<QueueName, watch::Sender<u64>>,
     /// Completion markers of imports, by source fingerprint.
     pub(super) imports: HashMap<[u8; 32], ImportMarker>,
+    /// Every queue's flow control (`memory/flow.rs`).
+    pub(super) flow: FlowState,
 }
 
 impl State {
