@@ -634,6 +634,7 @@ macro_rules! tx_suite {
             t6_close_run_and_set_fact_commit_with_the_transaction,
             t6_a_run_enqueued_filled_and_closed_in_one_transaction_is_all_or_nothing,
             t7_overlapping_transactions_that_lock_up_front_all_commit,
+            q3_partition_keys_commit_with_a_transaction,
         );
     };
 }

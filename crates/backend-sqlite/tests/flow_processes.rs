@@ -23,7 +23,7 @@ use cairn_core::spool::{PartitionKey, QueueLimits};
 use cairn_core::{DedupKey, EnqueueOptions, QueueName, RunId, Spool, SystemClock};
 use cairn_sqlite::{SqliteOptions, SqliteSpool};
 
-const SCHEMA_ENV: &str = "CAIRN_FLOW_CHILD_DB";
+const DB_ENV: &str = "CAIRN_FLOW_CHILD_DB";
 const QUEUE_ENV: &str = "CAIRN_FLOW_CHILD_QUEUE";
 const OUT: &str = "cairn-flow-child-out ";
 /// How long the parent waits for its children.
@@ -38,10 +38,10 @@ async fn spool_over(path: &str) -> SqliteSpool {
 
 /// Runs the child side when this process is a child; returns whether it was.
 async fn run_child_if_asked() -> bool {
-    let (Ok(schema), Ok(queue)) = (std::env::var(SCHEMA_ENV), std::env::var(QUEUE_ENV)) else {
+    let (Ok(db), Ok(queue)) = (std::env::var(DB_ENV), std::env::var(QUEUE_ENV)) else {
         return false;
     };
-    let spool = spool_over(&schema).await;
+    let spool = spool_over(&db).await;
     let q = QueueName::new(queue).expect("valid queue");
     // Tells the parent this child is up (a run of a queue of its own).
     let hello = QueueName::new(format!("{}-hello", q.as_str())).unwrap();
@@ -56,15 +56,15 @@ async fn run_child_if_asked() -> bool {
     true
 }
 
-/// Starts `n` children of `test_name` on `schema` and `queue`; returns their report lines once
+/// Starts `n` children of `test_name` on the store file `db` and `queue`; returns their report lines once
 /// they all exited (each must succeed).
-async fn children(test_name: &str, schema: &str, queue: &QueueName, n: usize) -> Vec<Vec<String>> {
+async fn children(test_name: &str, db: &str, queue: &QueueName, n: usize) -> Vec<Vec<String>> {
     let mut running = Vec::new();
     for _ in 0..n {
         running.push(
             Command::new(std::env::current_exe().expect("the test binary"))
                 .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
-                .env(SCHEMA_ENV, schema)
+                .env(DB_ENV, db)
                 .env(QUEUE_ENV, queue.as_str())
                 .stdin(Stdio::null())
                 .stdout(Stdio::piped())
@@ -122,8 +122,8 @@ async fn limits_hold_across_processes() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join("flow.db").to_string_lossy().into_owned();
-    let spool = spool_over(&schema).await;
+    let db = dir.path().join("flow.db").to_string_lossy().into_owned();
+    let spool = spool_over(&db).await;
     let q = random_queue("flow-limits");
     let limits = QueueLimits {
         max_claimed: Some(3),
@@ -132,7 +132,7 @@ async fn limits_hold_across_processes() {
     };
     spool.set_queue_limits(&q, &limits).await.unwrap();
     let enqueued = enqueue_runs(&spool, &q, "limits", 60).await;
-    let reports = children("limits_hold_across_processes", &schema, &q, 4).await;
+    let reports = children("limits_hold_across_processes", &db, &q, 4).await;
     check_limit_reports(&reports, &enqueued, 3, 1);
 }
 
@@ -142,14 +142,14 @@ async fn a_paused_queue_hands_out_nothing_across_processes() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let schema = dir.path().join("flow.db").to_string_lossy().into_owned();
-    let spool = spool_over(&schema).await;
+    let db = dir.path().join("flow.db").to_string_lossy().into_owned();
+    let spool = spool_over(&db).await;
     let q = random_queue("flow-pause");
     spool.set_queue_paused(&q, true).await.unwrap();
     let mut enqueued = enqueue_runs(&spool, &q, "before", 10).await;
     let name = "a_paused_queue_hands_out_nothing_across_processes";
-    let (schema2, q2) = (schema.clone(), q.clone());
-    let running = tokio::spawn(async move { children(name, &schema2, &q2, 2).await });
+    let (path2, q2) = (db.clone(), q.clone());
+    let running = tokio::spawn(async move { children(name, &path2, &q2, 2).await });
     // Both children are up (each enqueued its hello run).
     let hello = QueueName::new(format!("{}-hello", q.as_str())).unwrap();
     let start = Instant::now();

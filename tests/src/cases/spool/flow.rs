@@ -509,3 +509,42 @@ pub async fn q4_rate_limit_is_a_sliding_window<H: SpoolHarness>(h: &H) {
     assert!(!unlimited.limits.any());
     assert_eq!(claim(&b, 10).await, 1, "Q4: no limit, the rest");
 }
+
+/// Q3: a transaction's enqueues (single and bulk) store the partition key with the run, and
+/// the limit counts those runs once they committed.
+pub async fn q3_partition_keys_commit_with_a_transaction<H: crate::TxHarness>(h: &H) {
+    let backend = h.open_tx().await.expect("a transactional store");
+    let outside = open_spool(h).await;
+    let q = random_queue("q3-tx");
+    let limits = QueueLimits {
+        per_partition: Some(1),
+        ..QueueLimits::default()
+    };
+    outside.set_queue_limits(&q, &limits).await.unwrap();
+    let mut tx = backend.begin().await.expect("begin");
+    let one = tx
+        .enqueue(&q, &key(&["q3-tx-1"]), Vec::new(), in_partition("t"))
+        .await
+        .unwrap();
+    let many = tx
+        .enqueue_many(
+            &q,
+            vec![EnqueueItem {
+                key: key(&["q3-tx-2"]),
+                payload: Vec::new(),
+                options: in_partition("t"),
+            }],
+        )
+        .await
+        .unwrap();
+    within("Q3: commit", tx.commit()).await.unwrap();
+    for id in [one.run_id, many[0].run_id] {
+        assert_eq!(
+            info(outside.as_ref(), id).await.partition_key,
+            Some(partition("t")),
+            "Q3: a transaction's enqueue stores the partition key"
+        );
+    }
+    let got = outside.claim(&q, &consumer("q3"), LEASE, 10).await.unwrap();
+    assert_eq!(got.len(), 1, "Q3: one run of the partition at once");
+}
