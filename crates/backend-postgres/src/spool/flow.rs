@@ -226,9 +226,9 @@ pub(super) async fn pick_limited(
     let mut taken = 0;
     while taken < allowance {
         let full: Vec<String> = match flow.limits.per_partition {
-            Some(limit) => busy
+            Some(cap) => busy
                 .iter()
-                .filter(|(_, n)| **n >= u64::from(limit))
+                .filter(|(_, n)| **n >= u64::from(cap))
                 .map(|(p, _)| p.as_str().to_owned())
                 .collect(),
             None => Vec::new(),

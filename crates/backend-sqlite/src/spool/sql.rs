@@ -251,8 +251,6 @@ SET state = ?2, attempts = 0, updated_at = ?3, due_at = ?3, finished_at = NULL,
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0, last_event_seq = ?4
 WHERE run_no = ?1";
 
-/// Changes whenever another connection commits to the file.
-
 // Flow control (revision `0009_spool_flow`; not in [`ALL`]: a store whose upgrade stopped
 // before it has no such tables, and the spool uses them only once it saw the revision).
 
@@ -322,6 +320,7 @@ ORDER BY priority DESC, due_at, run_no";
 pub(super) const CANDIDATE: &str = "\
 SELECT run_no, run_id, dedup_key, state, attempts, payload FROM spool_run WHERE run_no = ?1";
 
+/// Changes whenever another connection commits to the file.
 pub(super) const DATA_VERSION: &str = "PRAGMA data_version";
 
 /// Every statement above that reads or writes the spool's tables, compiled when a spool is
