@@ -603,6 +603,11 @@ macro_rules! spool_suite {
             s17_bulk_retry_goes_on_past_a_run_it_cannot_retry,
             s18_stats_count_each_queues_runs,
             s19_payload_reads_back_the_enqueued_bytes,
+            q1_paused_queue_claims_nothing_until_resumed,
+            q2_max_claimed_holds_under_concurrent_claims,
+            q2_invalid_limits_are_refused_without_writes,
+            q3_per_partition_limits_each_partition_only,
+            q4_rate_limit_is_a_sliding_window,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
             t4_bulk_dedups_repeated_keys_in_input_order,
@@ -633,6 +638,7 @@ macro_rules! tx_suite {
             t6_close_run_and_set_fact_commit_with_the_transaction,
             t6_a_run_enqueued_filled_and_closed_in_one_transaction_is_all_or_nothing,
             t7_overlapping_transactions_that_lock_up_front_all_commit,
+            q3_partition_keys_commit_with_a_transaction,
         );
     };
 }

@@ -34,6 +34,7 @@ use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn_core::spool::FLOW_REVISION;
 use cairn_core::spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, ManualClock, QueueName,
     RunId, RunState, Spool, SpoolConfig, SystemClock,
@@ -814,7 +815,8 @@ async fn previous_release_postgres() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            applied: vec![CONTRACT.into()],
+            // The contract, then every revision after it (0009_spool_flow).
+            applied: vec![CONTRACT.into(), FLOW_REVISION.into()],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -824,7 +826,7 @@ async fn previous_release_postgres() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(pg()).await.as_deref(), Some(CONTRACT));
+    assert_eq!(stamp(pg()).await.as_deref(), Some(FLOW_REVISION));
     let kept = run_indexes(&mut conn, &schema).await;
     for gone in OLD_INDEXES {
         assert!(!kept.contains(gone), "{gone} is dropped: {kept:?}");

@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use cairn_core::spool::FLOW_REVISION;
 use cairn_core::spool::{
     Claimed, Clock, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, ManualClock, QueueName,
     RunId, RunState, Spool, SpoolConfig, SystemClock,
@@ -584,7 +585,8 @@ async fn previous_release_sqlite() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            applied: vec![CONTRACT.into()],
+            // The contract, then every revision after it (0009_spool_flow).
+            applied: vec![CONTRACT.into(), FLOW_REVISION.into()],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -594,7 +596,7 @@ async fn previous_release_sqlite() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(&path).await.as_deref(), Some(CONTRACT));
+    assert_eq!(stamp(&path).await.as_deref(), Some(FLOW_REVISION));
 
     // 5. The previous release is refused now.
     let refused = SqliteStore::open_migrated(&path, SqliteOptions::default(), &old::runner())

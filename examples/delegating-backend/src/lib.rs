@@ -93,9 +93,9 @@ use cairn::backend::{Backend, BackendParts, Diagnostics, MigrationBackend, Sessi
 use cairn::spool::{
     CancelOutcome, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions,
     Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun,
-    LeaseToken, NackKind, Nacked, QueueName, RetentionBudget, RetentionPolicy, RetentionReport,
-    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
-    Timestamp, Unparked, Wakeup,
+    LeaseToken, NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget,
+    RetentionPolicy, RetentionReport, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome,
+    RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
 };
 use cairn::spool::{Schedule, ScheduleFired, ScheduleInfo, ScheduleName};
 use cairn::{
@@ -462,6 +462,26 @@ impl Spool for DelegatingSpool {
     ) -> Result<ScheduleFired> {
         self.calls.note("Spool::fire_schedule");
         self.inner.fire_schedule(name, revision, ticks).await
+    }
+
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        self.calls.note("Spool::set_queue_paused");
+        self.inner.set_queue_paused(queue, paused).await
+    }
+
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        self.calls.note("Spool::set_queue_limits");
+        self.inner.set_queue_limits(queue, limits).await
+    }
+
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        self.calls.note("Spool::queue_flow");
+        self.inner.queue_flow(queue).await
+    }
+
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        self.calls.note("Spool::queue_flows");
+        self.inner.queue_flows().await
     }
 }
 

@@ -1,11 +1,14 @@
-//! Spool cases (S1–S18, in-process parts; Q5–Q7, schedules) and the spool model property test. Cases are
-//! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when a
-//! case advances the harness's [`cairn_core::ManualClock`].
+//! Spool cases (S1–S18, in-process parts; Q1–Q4, queue flow control; Q5–Q7, schedules) and
+//! the spool model property test. Cases are `pub async fn name<H: SpoolHarness>(h: &H)` against
+//! `Arc<dyn Spool>`; time moves only when a case advances the harness's
+//! [`cairn_core::ManualClock`].
 
 mod bad_input;
 mod bulk;
 mod close;
 mod events;
+mod flow;
+mod flow_processes;
 mod identity;
 mod leases;
 mod legacy_import;
@@ -23,6 +26,8 @@ pub use bad_input::*;
 pub use bulk::*;
 pub use close::*;
 pub use events::*;
+pub use flow::*;
+pub use flow_processes::*;
 pub use identity::*;
 pub use leases::*;
 pub use legacy_import::*;

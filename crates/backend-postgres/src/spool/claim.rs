@@ -18,13 +18,15 @@ use std::time::Duration;
 
 use cairn_core::spool::{
     check_lease, check_limit, expired_park_reason, expiry_action, transition, Action, Claimed,
-    ConsumerId, DedupKey, LeaseToken, QueueName, RunId, RunState, Timestamp,
+    ConsumerId, DedupKey, LeaseToken, QueueFlow, QueueName, RunId, RunState, Timestamp,
 };
 use cairn_core::{Error, Result};
 
+use super::flow;
 use super::handle::PgSpool;
 use super::row::{get, micros, run_id, state, u32_of};
 use super::sql;
+use super::sql_flow;
 use super::sql_record;
 use crate::error::map;
 
@@ -94,8 +96,9 @@ pub(super) async fn claim_tx(
 ) -> Result<Vec<Claimed>> {
     check_limit(limit)?;
     check_lease(lease)?;
+    let flow = s.flow_layout().await?;
     if one_statement_claims(s) {
-        if let Some(claimed) = claim_queued(s, queue, consumer, lease, limit, now).await? {
+        if let Some(claimed) = claim_queued(s, queue, consumer, lease, limit, now, flow).await? {
             #[cfg(feature = "testkit")]
             s.inner.hooks.claimed_by(0);
             return Ok(claimed);
@@ -103,7 +106,7 @@ pub(super) async fn claim_tx(
     }
     #[cfg(feature = "testkit")]
     s.inner.hooks.claimed_by(1);
-    claim_pick_apply(s, queue, consumer, lease, limit, now).await
+    claim_pick_apply(s, queue, consumer, lease, limit, now, flow).await
 }
 
 /// Whether a claim tries [`sql::CLAIM_QUEUED`] first: always, unless a test said otherwise
@@ -119,8 +122,10 @@ fn one_statement_claims(_: &PgSpool) -> bool {
     true
 }
 
-/// The one-statement claim ([`sql::CLAIM_QUEUED`]); `None` when it could not decide (an
-/// expired lease is due, or a run lacks its jitter), having written nothing.
+/// The one-statement claim ([`sql::CLAIM_QUEUED`]; with `flow`, the store holding revision
+/// `0009_spool_flow`, [`sql_flow::CLAIM_QUEUED_FLOW`]); `None` when it could not decide (an
+/// expired lease is due, a run lacks its jitter, or the queue is paused or limited), having
+/// written nothing.
 async fn claim_queued(
     s: &PgSpool,
     queue: &QueueName,
@@ -128,11 +133,14 @@ async fn claim_queued(
     lease: Duration,
     limit: usize,
     now: Timestamp,
+    flow: bool,
 ) -> Result<Option<Vec<Claimed>>> {
     let tokens: Vec<LeaseToken> = (0..limit).map(|_| LeaseToken::generate()).collect();
     let expires_at = now.saturating_add(lease);
     let policy = s.inner.config.backoff;
-    let statement = if s.ready_layout().await? {
+    let statement = if flow {
+        sql_flow::CLAIM_QUEUED_FLOW
+    } else if s.ready_layout().await? {
         sql::CLAIM_QUEUED
     } else {
         sql_record::CLAIM_QUEUED_RECORD
@@ -186,6 +194,9 @@ async fn claim_queued(
 
 /// The claim transaction: one locking pick ([`sql::CLAIM_PICK`]) of the expired leases and the
 /// next due runs, every run decided in Rust, and one batched write ([`sql::CLAIM_APPLY`]).
+/// With `flow` (the store holds revision `0009_spool_flow`) it reads the queue's flow first: a
+/// paused queue hands out and settles nothing, a limited one picks under its flow lock
+/// ([`flow::pick_limited`]) and records a rate-limited claim's time.
 async fn claim_pick_apply(
     s: &PgSpool,
     queue: &QueueName,
@@ -193,6 +204,7 @@ async fn claim_pick_apply(
     lease: Duration,
     limit: usize,
     now: Timestamp,
+    flow: bool,
 ) -> Result<Vec<Claimed>> {
     let statement = if s.ready_layout().await? {
         sql::CLAIM_PICK
@@ -200,13 +212,26 @@ async fn claim_pick_apply(
         sql_record::CLAIM_PICK_RECORD
     };
     let mut tx = s.pool().begin().await.map_err(map)?;
-    let rows = sqlx::query(statement)
-        .bind(queue.as_str())
-        .bind(micros(now))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(map)?;
+    let flow = if flow {
+        flow::read_flow(&mut tx, queue).await?
+    } else {
+        QueueFlow::default()
+    };
+    if flow.paused {
+        tx.rollback().await.map_err(map)?;
+        return Ok(Vec::new());
+    }
+    let rows = if flow.limited() {
+        flow::pick_limited(s, &mut tx, queue, &flow, now, limit).await?
+    } else {
+        sqlx::query(statement)
+            .bind(queue.as_str())
+            .bind(micros(now))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map)?
+    };
     let mut writes = ClaimWrites::default();
     let mut settled = HashSet::new();
     let mut out = Vec::new();
@@ -276,6 +301,7 @@ async fn claim_pick_apply(
             .await
             .map_err(map)?;
     }
+    flow::record_claim(&mut tx, queue, &flow, now, out.len()).await?;
     tx.commit().await.map_err(map)?;
     Ok(out)
 }

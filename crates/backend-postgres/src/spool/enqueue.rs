@@ -27,6 +27,7 @@ use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
 use super::batched::PendingEnqueue;
+use super::flow;
 use super::handle::PgSpool;
 use super::keys::{group_lock_key, wake_channel};
 use super::lane::{answer, Reply};
@@ -65,6 +66,9 @@ pub(super) async fn enqueue_tx(
     max_attempts: u32,
     now: Timestamp,
 ) -> Result<Enqueued> {
+    if options.partition_key.is_some() {
+        flow::require(s, "an enqueue with a partition key").await?;
+    }
     let new = NewRun {
         queue,
         key,
@@ -73,7 +77,7 @@ pub(super) async fn enqueue_tx(
         max_attempts,
         now,
     };
-    if options.supersede_group.is_none() {
+    if options.supersede_group.is_none() && options.partition_key.is_none() {
         let max_attempts = i32::try_from(max_attempts)
             .map_err(|_| Error::invalid("max attempts", "is too large"))?;
         let queued = PendingEnqueue {
@@ -142,12 +146,15 @@ fn new_run_id(_: &PgSpool, now: Timestamp) -> RunId {
 /// One run of [`sql::ENQUEUE`] on the pool: the id of the run that holds the key (`id` when
 /// it was created), or `None` when the statement must run again (see there).
 async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option<RunId>> {
-    match &new.options.supersede_group {
-        None => autocommit!(s, |on| enqueue_statement(s, id, new, on).await),
-        Some(group) => {
+    let options = new.options;
+    match &options.supersede_group {
+        None if options.partition_key.is_none() => {
+            autocommit!(s, |on| enqueue_statement(s, id, new, on).await)
+        }
+        group => {
             let mut tx = s.pool().begin().await.map_err(map)?;
             // The group's lock is held: an error rolls back at once.
-            match enqueue_in_group(s, &mut tx, id, new, group).await {
+            match enqueue_in_group(s, &mut tx, id, new, group.as_ref()).await {
                 Ok(row) => {
                     tx.commit().await.map_err(map)?;
                     Ok(row)
@@ -158,21 +165,29 @@ async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option
     }
 }
 
-/// [`sql::ENQUEUE`] after the supersede group's lock, on `conn` (inside a transaction, which
-/// holds the lock until it ends).
+/// [`sql::ENQUEUE`] after the supersede group's lock (if any), on `conn` (inside a
+/// transaction, which holds the lock until it ends), then the new run's partition key (if any:
+/// `flow::set_partitions`).
 async fn enqueue_in_group(
     s: &PgSpool,
     conn: &mut PgConnection,
     id: RunId,
     new: &NewRun<'_>,
-    group: &SupersedeGroup,
+    group: Option<&SupersedeGroup>,
 ) -> Result<Option<RunId>> {
-    sqlx::query(sql::LOCK_GROUP)
-        .bind(group_lock_key(&s.inner.schema, new.queue, group))
-        .execute(&mut *conn)
-        .await
-        .map_err(map)?;
-    enqueue_statement(s, id, new, &mut *conn).await
+    if let Some(group) = group {
+        sqlx::query(sql::LOCK_GROUP)
+            .bind(group_lock_key(&s.inner.schema, new.queue, group))
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    let stored = enqueue_statement(s, id, new, &mut *conn).await?;
+    if let (Some(p), true) = (&new.options.partition_key, stored == Some(id)) {
+        let run = vec![(id.as_bytes().to_vec(), p.as_str().to_owned())];
+        flow::set_partitions(s, conn, run).await?;
+    }
+    Ok(stored)
 }
 
 /// [`sql::ENQUEUE`] once, on `on`.
@@ -287,12 +302,13 @@ pub(crate) async fn enqueue_on(
         max_attempts,
         now,
     };
+    if options.partition_key.is_some() {
+        flow::require(s, "an enqueue with a partition key").await?;
+    }
     for _ in 0..ENQUEUE_RACES {
         let id = new_run_id(s, now);
-        let stored = match &options.supersede_group {
-            None => enqueue_statement(s, id, &new, &mut *conn).await?,
-            Some(group) => enqueue_in_group(s, conn, id, &new, group).await?,
-        };
+        let group = options.supersede_group.as_ref();
+        let stored = enqueue_in_group(s, conn, id, &new, group).await?;
         if let Some(stored) = stored {
             return Ok(Enqueued {
                 run_id: stored,
@@ -323,6 +339,9 @@ pub(crate) async fn enqueue_many_on(
     attempts: &[u32],
     now: Timestamp,
 ) -> Result<Vec<Enqueued>> {
+    if items.iter().any(|i| i.options.partition_key.is_some()) {
+        flow::require(s, "an enqueue with a partition key").await?;
+    }
     // The first item of each key, by index; the others answer from it.
     let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(items.len());
     let mut source = Vec::with_capacity(items.len());
@@ -454,6 +473,15 @@ pub(crate) async fn enqueue_many_on(
             }
         }
     }
+    let partitioned = (0..items.len())
+        .filter_map(|i| match (&results[i], &items[i].options.partition_key) {
+            (Some(e), Some(p)) if e.created => {
+                Some((e.run_id.as_bytes().to_vec(), p.as_str().to_owned()))
+            }
+            _ => None,
+        })
+        .collect();
+    flow::set_partitions(s, conn, partitioned).await?;
     (0..items.len())
         .map(|i| {
             let first = results[source[i]].ok_or_else(|| {

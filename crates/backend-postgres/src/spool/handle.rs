@@ -71,6 +71,8 @@ pub(super) struct Inner {
     pub(super) acks: AckLane,
     /// Whether claims go through `spool_ready` yet (`spool::layout`).
     pub(super) layout: Layout,
+    /// Whether the store holds revision `0009_spool_flow` yet (`spool::flow`).
+    pub(super) flow: Layout,
     /// Test support: forced run ids, the claim path counters and switch.
     #[cfg(feature = "testkit")]
     pub(super) hooks: TestHooks,
@@ -122,6 +124,7 @@ impl PgSpool {
                 enqueues: EnqueueLane::default(),
                 acks: AckLane::default(),
                 layout: Layout::default(),
+                flow: Layout::default(),
                 #[cfg(feature = "testkit")]
                 hooks: TestHooks::default(),
             }),
@@ -131,6 +134,10 @@ impl PgSpool {
     /// Whether claims find runs through `spool_ready` (the contract revision
     /// `0008_spool_ready_contract` is applied; `spool::layout`).
     pub(super) async fn ready_layout(&self) -> Result<bool> {
+        // 0009 comes after the contract revision 0008: a store that holds it holds 0008.
+        if self.inner.flow.seen() {
+            return Ok(true);
+        }
         self.inner
             .layout
             .ready(|| async {
@@ -140,6 +147,20 @@ impl PgSpool {
                 .fetch_one(on)
                 .await
                 .map_err(crate::error::map))
+            })
+            .await
+    }
+
+    /// Whether the store holds revision `0009_spool_flow` (flow control and partition keys;
+    /// `spool::flow`), asked as [`Self::ready_layout`] asks.
+    pub(super) async fn flow_layout(&self) -> Result<bool> {
+        self.inner
+            .flow
+            .ready(|| async {
+                autocommit!(self, |on| sqlx::query_scalar(super::sql_flow::FLOW_LAYOUT)
+                    .fetch_one(on)
+                    .await
+                    .map_err(crate::error::map))
             })
             .await
     }

@@ -1,5 +1,5 @@
-//! The spool's shared keys and constants: the wake-up channel names and the supersede-group lock
-//! keys every process of a store derives alike, and the compare-and-set retry bound with its
+//! The spool's shared keys and constants: the wake-up channel names, the supersede-group and
+//! queue-flow lock keys every process of a store derives alike, and the compare-and-set retry bound with its
 //! error. A leaf: it imports no sibling, so every step module may use it.
 
 use cairn_core::spool::{QueueName, RunId, SupersedeGroup};
@@ -13,6 +13,9 @@ const WAKE_CONTEXT: &str = "cairn 2026-11 postgres spool wake v1";
 
 /// The key-derivation context of the supersede-group locks.
 const GROUP_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool group lock v1";
+
+/// The key-derivation context of the queue flow locks.
+const FLOW_LOCK_CONTEXT: &str = "cairn 2026-11 postgres spool flow lock v1";
 
 /// How often a read-decide-write transition is retried when the run changed between its read
 /// and its compare-and-set write, before giving up with [`Error::Retryable`].
@@ -48,6 +51,15 @@ pub(crate) fn group_lock_key(
             queue.as_str().as_bytes(),
             group.as_bytes(),
         ],
+    )
+}
+
+/// The advisory-lock key that serializes the claims of one queue with a flow limit (every
+/// process of a store derives it alike).
+pub(crate) fn flow_lock_key(schema: &SchemaName, queue: &QueueName) -> i64 {
+    key64(
+        FLOW_LOCK_CONTEXT,
+        &[schema.as_str().as_bytes(), queue.as_str().as_bytes()],
     )
 }
 

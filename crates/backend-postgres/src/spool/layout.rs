@@ -1,5 +1,6 @@
 //! Which table a claim finds runs through: `spool_ready` once the store holds the contract
-//! revision `0008_spool_ready_contract`, else `spool_run`'s own claim indexes.
+//! revision `0008_spool_ready_contract`, else `spool_run`'s own claim indexes. (The same
+//! [`Layout`] also follows revision `0009_spool_flow`, which flow control needs: `spool::flow`.)
 //!
 //! Invariant: a spool claims through `spool_ready` only after it read, from the store, that
 //! the contract revision was applied. Before that revision `spool_ready` is not complete (builds
@@ -29,6 +30,11 @@ pub(super) struct Layout {
 }
 
 impl Layout {
+    /// Whether the revision was seen applied already (no look at the store).
+    pub(super) fn seen(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
     /// Whether claims find runs through `spool_ready`: true once `ask` (the store's answer to
     /// `sql_record::READY_LAYOUT`) said so; `ask` runs at most once per [`RECHECK`] until then.
     pub(super) async fn ready<F, Fut>(&self, ask: F) -> Result<bool>

@@ -86,6 +86,7 @@ mod batched;
 mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod events;
+mod flow;
 mod handle;
 #[cfg(feature = "testkit")]
 mod hooks;
@@ -99,6 +100,7 @@ mod row;
 mod schedule;
 pub(crate) mod settle;
 mod sql;
+mod sql_flow;
 mod sql_record;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -109,12 +111,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue, check_enqueue_batch, Action, CancelOutcome, CheckedEnqueue, Claimed, Clock,
-    CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
-    FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked,
-    QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport, RetentionStep,
-    RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats,
-    Timestamp, Unparked, Wakeup,
+    check_enqueue, check_enqueue_batch, check_limits, Action, CancelOutcome, CheckedEnqueue,
+    Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued,
+    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
+    NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget, RetentionPass,
+    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
+    RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
 };
 use cairn_core::spool::{
     check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
@@ -306,6 +308,23 @@ impl Spool for PgSpool {
 
     async fn next_due(&self, queue: &QueueName) -> Result<Option<Timestamp>> {
         read::next_due_q(self, queue).await
+    }
+
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        flow::set_paused_tx(self, queue, paused, self.now()).await
+    }
+
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        check_limits(limits)?;
+        flow::set_limits_tx(self, queue, limits, self.now()).await
+    }
+
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        flow::flow_q(self, queue).await
+    }
+
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        flow::flows_q(self).await
     }
 
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {

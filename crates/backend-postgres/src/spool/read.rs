@@ -6,11 +6,17 @@ use cairn_core::Result;
 use super::handle::PgSpool;
 use super::row::{corrupt, count, get, opt_ts, run_info, state};
 use super::sql;
+use super::sql_flow;
 use super::sql_record;
 use crate::error::map;
 
 pub(super) async fn run_tx(s: &PgSpool, run: RunId) -> Result<Option<RunInfo>> {
-    let row = sqlx::query(sql::RUN_INFO)
+    let statement = if s.flow_layout().await? {
+        sql_flow::RUN_INFO_FLOW
+    } else {
+        sql::RUN_INFO
+    };
+    let row = sqlx::query(statement)
         .bind(run.as_bytes().as_slice())
         .fetch_optional(s.pool())
         .await
@@ -28,7 +34,12 @@ pub(super) async fn payload_tx(s: &PgSpool, run: RunId) -> Result<Option<Vec<u8>
 
 pub(super) async fn runs_tx(s: &PgSpool, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
     check_limit(limit)?;
-    let rows = sqlx::query(sql::RUN_LIST)
+    let statement = if s.flow_layout().await? {
+        sql_flow::RUN_LIST_FLOW
+    } else {
+        sql::RUN_LIST
+    };
+    let rows = sqlx::query(statement)
         .bind(filter.after.map(|a| a.as_bytes().to_vec()))
         .bind(filter.queue.as_ref().map(|q| q.as_str().to_owned()))
         .bind(filter.state.map(|s| s.as_str()))

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use cairn_core::spool::{
-    jitter_seed, ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, QueueName,
-    RunId, RunInfo, RunState, SupersedeGroup, Timestamp,
+    jitter_seed, ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, PartitionKey,
+    QueueName, RunId, RunInfo, RunState, SupersedeGroup, Timestamp,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -178,7 +178,8 @@ impl RunRow {
 }
 
 /// A [`RunInfo`] from a row of `RUN_INFO` / `RUN_LIST`: the run columns, then the event count,
-/// the fact names and the fact values.
+/// the fact names and the fact values (and, from revision `0009_spool_flow` on, the partition
+/// key: `RUN_INFO_FLOW` / `RUN_LIST_FLOW`).
 pub(super) fn run_info(row: &PgRow) -> Result<RunInfo> {
     let run = RunRow::from_row(row)?;
     let events = count(get(row, RUN_COLUMNS)?)?;
@@ -194,5 +195,11 @@ pub(super) fn run_info(row: &PgRow) -> Result<RunInfo> {
             value,
         );
     }
-    Ok(run.info(events, facts))
+    let mut info = run.info(events, facts);
+    if row.len() > RUN_COLUMNS + 3 {
+        info.partition_key = get::<Option<String>>(row, RUN_COLUMNS + 3)?
+            .map(|p| PartitionKey::new(p).map_err(|_| corrupt("an invalid partition key")))
+            .transpose()?;
+    }
+    Ok(info)
 }

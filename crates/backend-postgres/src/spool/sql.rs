@@ -41,6 +41,7 @@ macro_rules! run_columns {
          r.cancel_requested, r.reason, r.closed"
     };
 }
+pub(super) use run_columns;
 
 /// The `spool_ready` upkeep of a statement that changed runs (I-ready, see the module doc):
 /// given a CTE `u` returning each changed run's new `run_no, queue, priority, due_at, state`,
@@ -217,23 +218,33 @@ pub(super) use claim_backoff_joins;
 /// this build's enqueue and nack; NULL on runs written before revision 0005 or by older
 /// builds). When not `ok` it writes nothing and the caller claims with the transaction.
 /// Returns one row `(ok, NULL…)` when it took nothing, else one row per run taken:
-/// `(ok, i, run id, dedup key, payload, attempts)` in claim order.
-pub(super) const CLAIM_QUEUED: &str = concat!(
-    "WITH p AS ( \
+/// `(ok, i, run id, dedup key, payload, attempts)` in claim order. With a gate
+/// (`super::sql_flow::CLAIM_QUEUED_FLOW`): `$f` adds CTEs after `late`, `$c` a condition of
+/// `c` and `$go` a conjunct of `go.ok` (each empty, or ending in a blank and `AND `).
+macro_rules! claim_queued {
+    ($f:literal, $c:literal, $go:literal) => {
+        concat!(
+            "WITH p AS ( \
         SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
     ), late AS ( \
         SELECT 1 FROM spool_ready q \
         WHERE q.queue = $1 AND q.claimed AND q.due_at <= $2 LIMIT 1 \
-    ), c AS ( \
+    ), ",
+            $f,
+            "c AS ( \
         SELECT r.run_no, q.priority, q.due_at, r.attempts, r.claim_attempt, r.claim_jitter \
         FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
         WHERE q.queue = $1 AND q.due_at <= $2 AND NOT q.claimed \
-            AND r.state = 'queued' AND r.due_at <= $2 \
+            AND r.state = 'queued' AND r.due_at <= $2 ",
+            $c,
+            " \
         ORDER BY q.priority DESC, q.due_at, q.run_no \
         LIMIT $3 \
         FOR NO KEY UPDATE OF r SKIP LOCKED \
     ), go AS ( \
-        SELECT NOT EXISTS (SELECT 1 FROM late) AND NOT EXISTS ( \
+        SELECT ",
+            $go,
+            "NOT EXISTS (SELECT 1 FROM late) AND NOT EXISTS ( \
             SELECT 1 FROM c WHERE c.claim_attempt IS NULL OR c.claim_jitter IS NULL \
                 OR c.claim_attempt::int8 <> c.attempts::int8 + 1 \
                 OR c.claim_jitter < 0 OR c.claim_jitter > 4294967295) AS ok \
@@ -243,8 +254,8 @@ pub(super) const CLAIM_QUEUED: &str = concat!(
         FROM c, go WHERE go.ok \
     ), w AS ( \
         SELECT n.run_no, n.attempt, n.i, d.due_at FROM n CROSS JOIN p ",
-    claim_backoff_joins!(),
-    " ), u AS ( \
+            claim_backoff_joins!(),
+            " ), u AS ( \
         UPDATE spool_run r SET state = 'claimed', attempts = w.attempt, \
             lease_token = ($4::bytea[])[w.i], lease_consumer = $5, \
             lease_expires_at = p.expires_at, due_at = w.due_at, finished_at = NULL, \
@@ -259,7 +270,12 @@ pub(super) const CLAIM_QUEUED: &str = concat!(
     ) \
     SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
     FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
-);
+        )
+    };
+}
+pub(super) use claim_queued;
+/// The one-statement claim: see [`claim_queued`].
+pub(super) const CLAIM_QUEUED: &str = claim_queued!("", "", "");
 
 /// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
 /// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease

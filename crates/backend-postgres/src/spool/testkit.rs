@@ -310,7 +310,7 @@ impl PgSpool {
 /// Test support for the claim's plan.
 impl PgSpool {
     /// The server's plan (`EXPLAIN`, text) for a one-statement claim of `limit` runs of `queue`
-    /// now, planned on one of this spool's connections — with its session setup, or with bitmap
+    /// now (the statement a claim sends: `CLAIM_QUEUED_FLOW` on a store at revision 0009), planned on one of this spool's connections — with its session setup, or with bitmap
     /// scans allowed again when `bitmap_scans` (to show what the setup prevents). Nothing is
     /// claimed.
     ///
@@ -330,20 +330,25 @@ impl PgSpool {
                 .await
                 .map_err(map)?;
         }
+        // The statement the claim sends: gated by the queue's flow once revision 0009 is in.
+        let statement = if self.flow_layout().await? {
+            super::sql_flow::CLAIM_QUEUED_FLOW
+        } else {
+            super::sql::CLAIM_QUEUED
+        };
         let now = cairn_core::spool::Clock::now(self.inner.clock.as_ref()).as_unix_micros();
-        let rows: Vec<String> =
-            sqlx::query_scalar(&format!("EXPLAIN {}", super::sql::CLAIM_QUEUED))
-                .bind(queue.as_str())
-                .bind(now)
-                .bind(limit)
-                .bind(Vec::<Vec<u8>>::new())
-                .bind("explain")
-                .bind(now)
-                .bind("1000000000")
-                .bind("60000000000")
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(map)?;
+        let rows: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {statement}"))
+            .bind(queue.as_str())
+            .bind(now)
+            .bind(limit)
+            .bind(Vec::<Vec<u8>>::new())
+            .bind("explain")
+            .bind(now)
+            .bind("1000000000")
+            .bind("60000000000")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(map)?;
         tx.rollback().await.map_err(map)?;
         Ok(rows.join("\n"))
     }

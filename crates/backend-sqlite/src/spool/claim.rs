@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use cairn_core::spool::{
     expired_park_reason, expiry_action, jitter_seed, transition, Action, BackoffPolicy, Claimed,
-    ConsumerId, DedupKey, LeaseToken, QueueName, RunState, Timestamp,
+    ConsumerId, DedupKey, LeaseToken, QueueFlow, QueueName, RunState, Timestamp,
 };
 use cairn_core::Result;
 use rusqlite::params;
 
+use super::flow;
 use super::row::{count, dedup_key, micros, run_id, state};
 use super::sql;
 use crate::db::{Db, End};
@@ -59,8 +60,21 @@ pub(super) fn settle_expired_tx(db: &Db<'_>, queue: &QueueName, now: Timestamp) 
 
 type CandidateRow = (i64, Vec<u8>, Vec<u8>, String, i64, Vec<u8>);
 
+fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CandidateRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+    ))
+}
+
 /// Claims up to `limit` due runs of `queue` for `consumer`, each leased until `now + lease`
-/// and due again after that plus the backoff of the attempt it starts.
+/// and due again after that plus the backoff of the attempt it starts. With `flow` (the store
+/// holds revision `0009_spool_flow`) the queue's stored flow is read first: a paused queue
+/// hands out and settles nothing, a limited one picks within its limits (`flow::pick_limited`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn claim_tx(
     db: &Db<'_>,
@@ -70,24 +84,32 @@ pub(super) fn claim_tx(
     limit: usize,
     now: Timestamp,
     backoff: &BackoffPolicy,
+    flow: bool,
 ) -> Result<Vec<Claimed>> {
     db.write_tx(|db| {
+        let flow = if flow {
+            flow::flow_q(db, queue)?
+        } else {
+            QueueFlow::default()
+        };
+        if flow.paused {
+            return Ok((Vec::new(), End::Rollback));
+        }
         let wrote = settle_expired_tx(db, queue, now)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows: Vec<CandidateRow> = db.rows(
-            sql::CANDIDATES,
-            params![queue.as_str(), micros(now), limit],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get(2)?,
-                    r.get(3)?,
-                    r.get(4)?,
-                    r.get(5)?,
-                ))
-            },
-        )?;
+        let rows: Vec<CandidateRow> = if flow.limited() {
+            let mut rows = Vec::new();
+            for run_no in flow::pick_limited(db, queue, &flow, now, limit)? {
+                rows.extend(db.rows(sql::CANDIDATE, params![run_no], candidate_row)?);
+            }
+            rows
+        } else {
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            db.rows(
+                sql::CANDIDATES,
+                params![queue.as_str(), micros(now), limit],
+                candidate_row,
+            )?
+        };
         let expires_at = now.saturating_add(lease);
         let mut out = Vec::with_capacity(rows.len());
         for (run_no, id, key, from, attempts, payload) in rows {
@@ -124,6 +146,7 @@ pub(super) fn claim_tx(
                 expires_at,
             });
         }
+        flow::record_claim(db, queue, &flow, now, out.len())?;
         let end = if wrote || !out.is_empty() {
             End::Commit
         } else {

@@ -12,6 +12,7 @@ use cairn_core::spool::{
 use cairn_core::Result;
 use rusqlite::params;
 
+use super::flow;
 use super::row::{len_i64, micros, run_id};
 use super::sql;
 use crate::db::{Db, End};
@@ -138,6 +139,9 @@ pub(crate) fn enqueue_row(
             run_id: run_id(existing)?,
             created: false,
         });
+    }
+    if let Some(partition) = &options.partition_key {
+        flow::set_partition(db, id.as_bytes(), partition)?;
     }
     if let Some(group) = group {
         let to = transition(RunState::Queued, Action::Supersede)?;

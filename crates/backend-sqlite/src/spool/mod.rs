@@ -26,6 +26,7 @@
 mod claim;
 pub(crate) mod enqueue;
 pub(crate) mod events;
+mod flow;
 mod import;
 mod read;
 mod retention;
@@ -47,14 +48,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue, check_enqueue_batch, check_import, check_lease, check_limit, check_payload,
-    check_producer_event_id, check_release_delay, Action, CancelOutcome, CheckedEnqueue, Claimed,
-    Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued,
-    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
-    NackKind, Nacked, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
-    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
-    SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
-    MAX_RUN_EVENT_PAYLOAD,
+    check_enqueue, check_enqueue_batch, check_import, check_lease, check_limit, check_limits,
+    check_payload, check_producer_event_id, check_release_delay, flow_revision_missing, Action,
+    CancelOutcome, CheckedEnqueue, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
+    ImportedRun, LeaseToken, NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget,
+    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
+    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp,
+    Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::spool::{
     check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
@@ -95,6 +96,8 @@ pub struct SqliteSpool {
     clock: Arc<dyn Clock>,
     config: SpoolConfig,
     wake: Arc<wake::WakeHub>,
+    /// Whether the store holds revision `0009_spool_flow` (`spool::flow`).
+    flow: Arc<flow::FlowSeen>,
 }
 
 impl fmt::Debug for SqliteSpool {
@@ -159,6 +162,7 @@ impl SqliteSpool {
             store: store.clone(),
             clock,
             config,
+            flow: Arc::default(),
         })
     }
 
@@ -183,6 +187,24 @@ impl SqliteSpool {
 
     pub(crate) fn now(&self) -> Timestamp {
         self.clock.now()
+    }
+
+    /// Whether the store holds revision `0009_spool_flow` (asked at most every 2 s until it
+    /// does; `spool::flow`).
+    async fn flow_applied(&self) -> Result<bool> {
+        let store = self.store.clone();
+        self.flow
+            .applied(|| async move { store.with_reader(flow::applied_q).await })
+            .await
+    }
+
+    /// Refuses `what` on a store without revision `0009_spool_flow`.
+    async fn require_flow(&self, what: &str) -> Result<()> {
+        if self.flow_applied().await? {
+            Ok(())
+        } else {
+            Err(flow_revision_missing(what))
+        }
     }
 
     /// An operator's retry or discard ([`settle::unpark_tx`]); a retry wakes the queue's
@@ -269,12 +291,13 @@ impl Spool for SqliteSpool {
     ) -> Result<Vec<Claimed>> {
         check_limit(limit)?;
         check_lease(lease)?;
+        let flow = self.flow_applied().await?;
         let now = self.now();
         let backoff = self.config.backoff;
         let (queue, consumer) = (queue.clone(), consumer.clone());
         self.store
             .with_writer_grouped(move |db| {
-                claim::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff)
+                claim::claim_tx(db, &queue, &consumer, lease, limit, now, &backoff, flow)
             })
             .await
     }
@@ -349,8 +372,9 @@ impl Spool for SqliteSpool {
     }
 
     async fn run(&self, run: RunId) -> Result<Option<RunInfo>> {
+        let flow = self.flow_applied().await?;
         self.store
-            .with_reader(move |db| read::run_tx(db, run))
+            .with_reader(move |db| read::run_tx(db, run, flow))
             .await
     }
 
@@ -363,8 +387,9 @@ impl Spool for SqliteSpool {
     async fn runs(&self, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
         check_limit(limit)?;
         let filter = filter.clone();
+        let flow = self.flow_applied().await?;
         self.store
-            .with_reader(move |db| read::runs_tx(db, &filter, limit))
+            .with_reader(move |db| read::runs_tx(db, &filter, limit, flow))
             .await
     }
 
@@ -537,5 +562,45 @@ impl Spool for SqliteSpool {
         self.store
             .with_reader(move |db| read::next_due_q(db, &queue))
             .await
+    }
+
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        self.require_flow("pausing or resuming a queue").await?;
+        let now = self.now();
+        let q = queue.clone();
+        let flow = self
+            .store
+            .with_writer(move |db| flow::set_paused_tx(db, &q, paused, now))
+            .await?;
+        if !paused {
+            // This instance's subscribers at once; other processes see the commit through
+            // `data_version`.
+            self.wake.notify(queue);
+        }
+        Ok(flow)
+    }
+
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        check_limits(limits)?;
+        self.require_flow("setting a queue's limits").await?;
+        let now = self.now();
+        let (q, limits) = (queue.clone(), *limits);
+        let flow = self
+            .store
+            .with_writer(move |db| flow::set_limits_tx(db, &q, &limits, now))
+            .await?;
+        self.wake.notify(queue);
+        Ok(flow)
+    }
+
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        self.require_flow("reading a queue's flow").await?;
+        let q = queue.clone();
+        self.store.with_reader(move |db| flow::flow_q(db, &q)).await
+    }
+
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        self.require_flow("listing queue flows").await?;
+        self.store.with_reader(flow::flows_q).await
     }
 }

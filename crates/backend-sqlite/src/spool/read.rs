@@ -11,6 +11,7 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use rusqlite::{params, Row};
 
+use super::flow::partition_q;
 use super::row::{count, dedup_key, non_negative, run_id, state, ts};
 use super::sql;
 use crate::db::Db;
@@ -75,7 +76,7 @@ pub(super) fn facts_of(db: &Db<'_>, run: &[u8]) -> Result<BTreeMap<FactName, Vec
     .collect()
 }
 
-fn run_info(db: &Db<'_>, row: InfoRow) -> Result<RunInfo> {
+fn run_info(db: &Db<'_>, row: InfoRow, flow: bool) -> Result<RunInfo> {
     let lease = match (row.consumer, row.expires_at) {
         (Some(consumer), Some(expires_at)) => Some(LeaseInfo {
             consumer: ConsumerId::new(consumer)
@@ -110,22 +111,29 @@ fn run_info(db: &Db<'_>, row: InfoRow) -> Result<RunInfo> {
         cancel_requested: row.cancel_requested,
         reason: row.reason,
         events: non_negative(row.events, "event count")?,
-        partition_key: None,
+        partition_key: partition_q(db, &row.id, flow)?,
         stream: EventStream::from_stored(row.closed),
     })
 }
 
-pub(super) fn run_tx(db: &Db<'_>, run: RunId) -> Result<Option<RunInfo>> {
+/// One run's info; `flow`: the store holds revision `0009_spool_flow` (its partition key is read).
+pub(super) fn run_tx(db: &Db<'_>, run: RunId, flow: bool) -> Result<Option<RunInfo>> {
     db.read_tx(|db| {
         let rows = db.rows(sql::RUN_INFO, params![run.as_bytes()], info_row)?;
         rows.into_iter()
             .next()
-            .map(|row| run_info(db, row))
+            .map(|row| run_info(db, row, flow))
             .transpose()
     })
 }
 
-pub(super) fn runs_tx(db: &Db<'_>, filter: &RunFilter, limit: usize) -> Result<Vec<RunInfo>> {
+/// A page of runs (see [`run_tx`] for `flow`).
+pub(super) fn runs_tx(
+    db: &Db<'_>,
+    filter: &RunFilter,
+    limit: usize,
+    flow: bool,
+) -> Result<Vec<RunInfo>> {
     let after: &[u8] = filter.after.as_ref().map_or(&[], |id| id.as_bytes());
     let queue = filter.queue.as_ref().map(QueueName::as_str);
     let st = filter.state.map(RunState::as_str);
@@ -133,7 +141,7 @@ pub(super) fn runs_tx(db: &Db<'_>, filter: &RunFilter, limit: usize) -> Result<V
     db.read_tx(|db| {
         db.rows(sql::RUNS_PAGE, params![after, queue, st, limit], info_row)?
             .into_iter()
-            .map(|row| run_info(db, row))
+            .map(|row| run_info(db, row, flow))
             .collect()
     })
 }

@@ -251,6 +251,75 @@ SET state = ?2, attempts = 0, updated_at = ?3, due_at = ?3, finished_at = NULL,
     lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = 0, last_event_seq = ?4
 WHERE run_no = ?1";
 
+// Flow control (revision `0009_spool_flow`; not in [`ALL`]: a store whose upgrade stopped
+// before it has no such tables, and the spool uses them only once it saw the revision).
+
+/// Whether the store holds revision `0009_spool_flow`.
+pub(super) const FLOW_APPLIED: &str = "\
+SELECT count(*) FROM cairn_migration_lineage
+WHERE set_name = 'cairn' AND revision = '0009_spool_flow'";
+
+/// A queue's stored flow: paused, max claimed, per partition, rate claims, rate interval (µs),
+/// updated at.
+pub(super) const QUEUE_FLOW: &str = "\
+SELECT paused, max_claimed, per_partition, rate_claims, rate_per_us, updated_at
+FROM spool_queue WHERE queue = ?1";
+
+/// Every stored flow, by queue name (byte order).
+pub(super) const QUEUE_FLOWS: &str = "\
+SELECT queue, paused, max_claimed, per_partition, rate_claims, rate_per_us, updated_at
+FROM spool_queue ORDER BY queue";
+
+/// Stores a queue's pause state (`?2`) at `?3`, its limits untouched.
+pub(super) const SET_PAUSED: &str = "\
+INSERT INTO spool_queue (queue, paused, updated_at) VALUES (?1, ?2, ?3)
+ON CONFLICT (queue) DO UPDATE SET paused = excluded.paused, updated_at = excluded.updated_at";
+
+/// Stores a queue's limits (`?2`..`?5`, NULL: none) at `?6`, its pause state untouched.
+pub(super) const SET_LIMITS: &str = "\
+INSERT INTO spool_queue (queue, paused, max_claimed, per_partition, rate_claims, rate_per_us,
+                         updated_at)
+VALUES (?1, 0, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (queue) DO UPDATE SET max_claimed = excluded.max_claimed,
+    per_partition = excluded.per_partition, rate_claims = excluded.rate_claims,
+    rate_per_us = excluded.rate_per_us, updated_at = excluded.updated_at";
+
+/// Sets a new run's partition key (`?2`).
+pub(super) const SET_PARTITION: &str = "UPDATE spool_run SET partition_key = ?2 WHERE run_id = ?1";
+
+/// A run's partition key.
+pub(super) const RUN_PARTITION: &str = "SELECT partition_key FROM spool_run WHERE run_id = ?1";
+
+/// Runs of queue `?1` claimed at once at `?2` (state `claimed`, `due_at` ahead), by partition
+/// key (NULL: none), through `spool_run_expiry`.
+pub(super) const HELD_BY_PARTITION: &str = "\
+SELECT partition_key, count(*) FROM spool_run
+WHERE queue = ?1 AND state = 'claimed' AND due_at > ?2
+GROUP BY partition_key";
+
+/// Drops queue `?1`'s claim times at or before `?2` (out of the rate window).
+pub(super) const DROP_OLD_TICKS: &str =
+    "DELETE FROM spool_claim_tick WHERE queue = ?1 AND at <= ?2";
+
+/// Runs handed out by queue `?1`'s claims after `?2` (in the rate window).
+pub(super) const WINDOW_RUNS: &str =
+    "SELECT coalesce(sum(runs), 0) FROM spool_claim_tick WHERE queue = ?1 AND at > ?2";
+
+/// Records a claim of queue `?1` at `?2` that handed out `?3` runs.
+pub(super) const INSERT_TICK: &str =
+    "INSERT INTO spool_claim_tick (queue, at, runs) VALUES (?1, ?2, ?3)";
+
+/// A limited claim's candidates: queue `?1`'s due runs in claim order with their partition
+/// keys (read lazily, as far as the pick needs).
+pub(super) const FLOW_CANDIDATES: &str = "\
+SELECT run_no, partition_key FROM spool_run
+WHERE queue = ?1 AND due_at <= ?2
+ORDER BY priority DESC, due_at, run_no";
+
+/// One picked candidate, as [`CANDIDATES`] returns it.
+pub(super) const CANDIDATE: &str = "\
+SELECT run_no, run_id, dedup_key, state, attempts, payload FROM spool_run WHERE run_no = ?1";
+
 /// Changes whenever another connection commits to the file.
 pub(super) const DATA_VERSION: &str = "PRAGMA data_version";
 

@@ -51,9 +51,10 @@ pub trait Wakeup: Send + Debug {
 /// per-run events and facts, retention and wake-up.
 ///
 /// Object safe: hold it as `Arc<dyn Spool>`. Every time the spool uses comes from its
-/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s17_…`) is the
-/// executable form of the contracts below; a backend is correct when it passes it and agrees
-/// with [`MemorySpool`](crate::spool::MemorySpool) on random operation sequences.
+/// [`Clock`]. The conformance suite (`cairn-conformance`, cases `s1_…` to `s19_…`, and `q1_…`
+/// to `q4_…` for flow control) is the executable form of the contracts below; a backend is
+/// correct when it passes it and agrees with [`MemorySpool`](crate::spool::MemorySpool) on
+/// random operation sequences.
 ///
 /// Unless stated otherwise every method is atomic (on error nothing was written) and durable
 /// on return (no false success: a failed durable write returns an error). Every method may also

@@ -19,6 +19,26 @@ use super::ids::PartitionKey;
 use super::timestamp::Timestamp;
 use crate::error::{Error, Result};
 
+/// The revision of cairn's migration set that stores flow control and partition keys. A build
+/// at or past it may run on a store whose upgrade stopped before it (a contract revision before
+/// it deferred while older builds are live): claims then ignore flow (there is none stored),
+/// and what needs the revision's tables refuses with [`flow_revision_missing`].
+pub const FLOW_REVISION: &str = "0009_spool_flow";
+
+/// The refusal of an operation that needs [`FLOW_REVISION`] on a store that has not applied
+/// it: [`Error::Incompatible`], naming the revision; nothing was written.
+pub fn flow_revision_missing(what: &str) -> Error {
+    Error::Incompatible {
+        detail: format!(
+            "{what} needs cairn's revision {FLOW_REVISION}, which this store has not applied \
+             yet (an upgrade stopped before it, e.g. a contract revision deferred while older \
+             builds are live); nothing was written. Open the store again once those builds \
+             are gone, or run `cairn migrate up`"
+        ),
+        blockers: Vec::new(),
+    }
+}
+
 /// Largest value of any flow limit (runs claimed at once, claims per interval).
 pub const MAX_FLOW_LIMIT: u32 = 1_000_000;
 /// Shortest interval of a rate limit.

@@ -3,7 +3,6 @@
 //! Its data and shared steps are in `memory/state.rs`, its import in `memory/import.rs`;
 //! this file holds each operation of the contract.
 
-use std::cmp::Reverse;
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,6 +19,7 @@ use super::checks::{
 use super::clock::{Clock, SystemClock};
 use super::contract::{Spool, Wakeup};
 use super::dedup::DedupKey;
+use super::flow::{check_limits, QueueFlow, QueueLimits};
 use super::ids::{ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, ScheduleName};
 use super::import::{check_import, ImportSource, ImportedRun, RunImportOutcome};
 use super::limits::{MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD};
@@ -32,8 +32,7 @@ use super::schedule::{check_fire_ticks, check_schedule, Schedule, ScheduleFired,
 use super::state::{Action, EventStream, RunState};
 use super::timestamp::Timestamp;
 use super::transition::{
-    check_token, exhausted_park_reason, expired_park_reason, expiry_action, nack_action,
-    release_action, transition,
+    check_token, exhausted_park_reason, nack_action, release_action, transition,
 };
 use super::types::{
     CancelOutcome, Claimed, CloseOutcome, EnqueueItem, EnqueueOptions, Enqueued, EventAppended,
@@ -42,6 +41,8 @@ use super::types::{
 };
 use crate::error::{Error, Result};
 
+mod claim;
+mod flow;
 mod import;
 mod schedule;
 mod state;
@@ -190,37 +191,11 @@ impl Spool for MemorySpool {
         check_limit(limit)?;
         check_lease(lease)?;
         let now = self.now();
-        let mut st = self.lock();
-        let mut candidates: Vec<(Reverse<i32>, Timestamp, u64, RunId)> = Vec::new();
-        for r in st.runs.values_mut() {
-            let due = r.queue == *queue
-                && matches!(r.state, RunState::Queued | RunState::Claimed)
-                && r.due_at.is_some_and(|d| d <= now);
-            if !due {
-                continue;
-            }
-            let action = match r.state {
-                RunState::Claimed => expiry_action(r.attempts, r.max_attempts, r.cancel_requested),
-                _ => Action::Claim,
-            };
-            match action {
-                Action::Claim | Action::Reclaim => {
-                    if let Some(due_at) = r.due_at {
-                        candidates.push((Reverse(r.priority), due_at, r.serial, r.id));
-                    }
-                }
-                settle => {
-                    let to = transition(r.state, settle)?;
-                    if settle == Action::Park {
-                        r.reason = Some(expired_park_reason(r.attempts));
-                    }
-                    r.enter(to, now);
-                }
-            }
-        }
-        candidates.sort();
+        let mut guard = self.lock();
+        let st = &mut *guard;
+        let picked = st.pick(queue, now, limit)?;
         let mut out = Vec::new();
-        for (_, _, _, id) in candidates.into_iter().take(limit) {
+        for id in picked {
             let delay_for = |r: &Run| self.retry_delay(&r.queue, &r.key, r.attempts);
             let Some(r) = st.runs.get_mut(&id) else {
                 continue;
@@ -251,6 +226,7 @@ impl Spool for MemorySpool {
                 expires_at,
             });
         }
+        st.flow.claimed(queue, now, out.len());
         Ok(out)
     }
 
@@ -625,6 +601,33 @@ impl Spool for MemorySpool {
         check_fire_ticks(ticks)?;
         let now = self.now();
         self.lock().fire_schedule(name, revision, ticks, now)
+    }
+
+    async fn set_queue_paused(&self, queue: &QueueName, paused: bool) -> Result<QueueFlow> {
+        let now = self.now();
+        let mut st = self.lock();
+        let flow = st.flow.set_paused(queue, paused, now);
+        if !paused {
+            st.notify(queue);
+        }
+        Ok(flow)
+    }
+
+    async fn set_queue_limits(&self, queue: &QueueName, limits: &QueueLimits) -> Result<QueueFlow> {
+        check_limits(limits)?;
+        let now = self.now();
+        let mut st = self.lock();
+        let flow = st.flow.set_limits(queue, *limits, now);
+        st.notify(queue);
+        Ok(flow)
+    }
+
+    async fn queue_flow(&self, queue: &QueueName) -> Result<QueueFlow> {
+        Ok(self.lock().flow.get(queue))
+    }
+
+    async fn queue_flows(&self) -> Result<Vec<(QueueName, QueueFlow)>> {
+        Ok(self.lock().flow.all())
     }
 
     async fn subscribe(&self, queue: &QueueName) -> Result<Box<dyn Wakeup>> {

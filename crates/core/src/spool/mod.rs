@@ -110,8 +110,9 @@ pub use consumer::{
 pub use contract::{Spool, Wakeup};
 pub use dedup::{DedupKey, SupersedeGroup, MAX_DEDUP_KEY, MAX_SUPERSEDE_GROUP};
 pub use flow::{
-    check_limits, claim_allowance, pick_within_partitions, rate_window_start, QueueFlow,
-    QueueLimits, RateLimit, MAX_FLOW_LIMIT, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
+    check_limits, claim_allowance, flow_revision_missing, pick_within_partitions,
+    rate_window_start, QueueFlow, QueueLimits, RateLimit, FLOW_REVISION, MAX_FLOW_LIMIT,
+    MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
 };
 pub use ids::{
     ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,

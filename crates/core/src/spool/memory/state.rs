@@ -16,6 +16,7 @@ use super::super::state::{Action, EventStream, RunState};
 use super::super::timestamp::Timestamp;
 use super::super::transition::transition;
 use super::super::types::{EnqueueOptions, Enqueued, LeaseInfo, RunInfo};
+use super::flow::FlowState;
 use crate::error::{Error, Result};
 
 #[derive(Debug, Clone)]
@@ -120,6 +121,8 @@ pub(super) struct State {
     pub(super) imports: HashMap<[u8; 32], ImportMarker>,
     /// Stored schedules, by name (`memory/schedule.rs`).
     pub(super) schedules: BTreeMap<ScheduleName, ScheduleInfo>,
+    /// Every queue's flow control (`memory/flow.rs`).
+    pub(super) flow: FlowState,
 }
 
 impl State {
