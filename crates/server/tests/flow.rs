@@ -301,7 +301,7 @@ fn http_routes(db: &str) {
     ] {
         let (status, body) = server.send("PUT", "/v1/queues/gate/limits", Some(&bad));
         assert_eq!(
-            (status, &body["code"]),
+            (status, &body["error"]["code"]),
             (400, &json!("invalid_input")),
             "{bad}: {body}"
         );
@@ -337,7 +337,7 @@ fn http_routes(db: &str) {
         Some(&json!({"cron": "every day", "queue": "q"})),
     );
     assert_eq!(
-        (status, &bad["code"]),
+        (status, &bad["error"]["code"]),
         (422, &json!("invalid_schedule")),
         "{bad}"
     );
@@ -347,7 +347,7 @@ fn http_routes(db: &str) {
         Some(&json!({"cron": "* * * * *", "queue": "q", "payload": "a", "payload_b64": "YQ=="})),
     );
     assert_eq!(
-        (status, &bad["code"]),
+        (status, &bad["error"]["code"]),
         (400, &json!("invalid_input")),
         "{bad}"
     );
