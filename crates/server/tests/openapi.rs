@@ -142,16 +142,17 @@ fn types(schema: &Value) -> Vec<&str> {
 }
 
 fn base_type(schema: &Value) -> &str {
-    types(schema)
-        .into_iter()
-        .find(|t| *t != "null")
-        .unwrap_or_else(|| {
-            if schema.get("properties").is_some() {
-                "object"
-            } else {
-                "any"
-            }
-        })
+    let ts = types(schema);
+    if ts == ["null"] {
+        return "null";
+    }
+    ts.into_iter().find(|t| *t != "null").unwrap_or_else(|| {
+        if schema.get("properties").is_some() {
+            "object"
+        } else {
+            "any"
+        }
+    })
 }
 
 fn usize_of(schema: &Value, key: &str) -> Option<usize> {
@@ -461,6 +462,8 @@ fn value_strategy(doc: &Arc<Doc>, schema: &Value) -> BoxedStrategy<Value> {
                 .boxed()
         }
         "boolean" => any::<bool>().prop_map(Value::Bool).boxed(),
+        // An optional object's absent form (`oneOf: [{type: null}, {$ref: …}]`).
+        "null" => Just(Value::Null).boxed(),
         "array" => {
             let min = usize_of(&schema, "minItems").unwrap_or(0);
             let max = usize_of(&schema, "maxItems").unwrap_or(MOST_ITEMS);
