@@ -586,6 +586,8 @@ fn object_strategy(doc: &Arc<Doc>, schema: &Value) -> BoxedStrategy<Value> {
 struct Param {
     name: String,
     path: bool,
+    /// A request header (`traceparent`), not a query parameter.
+    header: bool,
     required: bool,
     schema: Value,
 }
@@ -624,6 +626,7 @@ fn operations(doc: &Doc) -> Vec<Operation> {
                 .map(|p| Param {
                     name: p["name"].as_str().unwrap().to_owned(),
                     path: p["in"] == "path",
+                    header: p["in"] == "header",
                     required: p["required"] == true,
                     schema: p["schema"].clone(),
                 })
@@ -860,10 +863,18 @@ struct Answer {
 fn send(agent: &ureq::Agent, addr: &str, op: &Operation, req: &Request) -> (String, Answer) {
     let mut path = op.path.clone();
     let mut query = Vec::new();
+    let mut headers = Vec::new();
     for (p, v) in op.params.iter().zip(&req.params) {
         match (p.path, v) {
             (true, Some(v)) => {
                 path = path.replace(&format!("{{{}}}", p.name), &encode(&text_of(v)))
+            }
+            // A value no header can carry (a control character, say) cannot be sent at all:
+            // the request goes without it.
+            (false, Some(v)) if p.header => {
+                if let Ok(value) = ureq::http::HeaderValue::from_str(&text_of(v)) {
+                    headers.push((p.name.clone(), value));
+                }
             }
             (false, Some(v)) => query.push(format!("{}={}", encode(&p.name), encode(&text_of(v)))),
             (_, None) => {}
@@ -877,13 +888,15 @@ fn send(agent: &ureq::Agent, addr: &str, op: &Operation, req: &Request) -> (Stri
         Some(Body::Raw(s)) => s.as_bytes().to_vec(),
         None => Vec::new(),
     };
-    let request = ureq::http::Request::builder()
+    let mut request = ureq::http::Request::builder()
         .method(op.method.as_str())
         .uri(format!("http://{addr}{path}"))
         .header("Authorization", format!("Bearer {TOKEN}"))
-        .header("Content-Type", "application/json")
-        .body(body)
-        .unwrap();
+        .header("Content-Type", "application/json");
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value);
+    }
+    let request = request.body(body).unwrap();
     let mut resp = agent
         .run(request)
         .unwrap_or_else(|e| panic!("{} {path}: {e}", op.method));

@@ -1,0 +1,291 @@
+//! Traces from enqueue to handler (issue 47): a run enqueued with a W3C `traceparent` header is
+//! handled by `cairn serve`'s delivery worker — a spool consumer in another process — whose
+//! run span continues that trace, and the span reaches an OTLP/HTTP collector through the
+//! real exporter. The collector is this test: a loopback HTTP/1.1 endpoint that records what
+//! arrives at `/v1/traces` (OTLP JSON) and answers the delivery worker's posts to `/ingest`.
+//! Without `[otel] endpoint` nothing is exported.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+const TOKEN: &str = "otel-token-4b8e1d7c2a";
+const DEADLINE: Duration = Duration::from_secs(30);
+const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const PARENT: &str = "00f067aa0ba902b7";
+
+/// What the loopback collector received: OTLP trace exports and delivery posts.
+#[derive(Default)]
+struct Collector {
+    exports: Mutex<Vec<Value>>,
+    deliveries: Mutex<u64>,
+}
+
+impl Collector {
+    fn start() -> (Arc<Self>, String) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let me = Arc::new(Self::default());
+        let c = me.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let c = c.clone();
+                std::thread::spawn(move || c.serve(stream));
+            }
+        });
+        (me, format!("http://{addr}"))
+    }
+
+    fn serve(&self, stream: TcpStream) {
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut out = stream;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_owned();
+            let mut len = 0usize;
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                let h = h.trim_end();
+                if h.is_empty() {
+                    break;
+                }
+                if let Some((name, value)) = h.split_once(':') {
+                    if name.eq_ignore_ascii_case("content-length") {
+                        len = value.trim().parse().unwrap();
+                    }
+                }
+            }
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            if path == "/v1/traces" {
+                let export: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                self.exports.lock().unwrap().push(export);
+                let _ = write!(
+                    out,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+                );
+            } else {
+                *self.deliveries.lock().unwrap() += 1;
+                let _ = write!(out, "HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n");
+            }
+        }
+    }
+
+    /// Every exported span, flattened out of resource and scope spans.
+    fn spans(&self) -> Vec<Value> {
+        let mut all = Vec::new();
+        for export in self.exports.lock().unwrap().iter() {
+            for rs in export["resourceSpans"].as_array().into_iter().flatten() {
+                for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                    for span in ss["spans"].as_array().into_iter().flatten() {
+                        let mut span = span.clone();
+                        span["resource"] = rs["resource"].clone();
+                        all.push(span);
+                    }
+                }
+            }
+        }
+        all
+    }
+}
+
+fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a Value> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)
+        .map(|a| &a["value"])
+}
+
+/// Serves `db` with delivery to the collector and, with `export`, spans to its `/v1/traces`.
+fn serve(db: &str, collector: &str, export: bool) -> common::Serving {
+    let mut cmd = common::cairn(db);
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--delivery-url", &format!("{collector}/ingest")])
+        .args(["--delivery-poll-ms", "100"])
+        .env("CAIRN_AUTH__TOKENS", TOKEN)
+        .env("CAIRN_BACKFILL__ENABLED", "false");
+    if export {
+        cmd.env("CAIRN_OTEL__ENDPOINT", format!("{collector}/v1/traces"))
+            .env("CAIRN_OTEL__SERVICE_NAME", "cairn-otel-test");
+    }
+    common::serve(&mut cmd, DEADLINE)
+}
+
+fn call(addr: &str, method: &str, path: &str, traceparent: Option<&str>, body: Value) -> Value {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(DEADLINE))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .header("Content-Type", "application/json");
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
+    let mut resp = agent.run(req.body(body.to_string()).unwrap()).unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    assert!(status < 300, "{method} {path}: {status} {v}");
+    v
+}
+
+/// Enqueues one run with `traceparent`, closes it, and waits until the delivery worker acked
+/// it; returns its id.
+fn deliver_one(addr: &str, traceparent: Option<&str>) -> String {
+    let run = call(
+        addr,
+        "POST",
+        "/v1/queues/telemetry/runs",
+        traceparent,
+        json!({"key": "traced", "payload": "p"}),
+    );
+    let id = run["run_id"].as_str().unwrap().to_owned();
+    if let Some(tp) = traceparent {
+        let info = call(addr, "GET", &format!("/v1/runs/{id}"), None, Value::Null);
+        assert_eq!(info["traceparent"], tp, "stored with the run: {info}");
+    }
+    call(addr, "POST", &format!("/v1/runs/{id}/close"), None, Value::Null);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let info = call(addr, "GET", &format!("/v1/runs/{id}"), None, Value::Null);
+        if info["state"] == "succeeded" {
+            return id;
+        }
+        assert!(Instant::now() < deadline, "never delivered: {info}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops the server with SIGTERM (it flushes its spans on the way out).
+fn stop(mut serving: common::Serving) {
+    let pid = serving.child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = common::wait_until(&mut serving.child, DEADLINE).expect("the server exits");
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_run_enqueued_in_a_trace_is_handled_in_a_span_of_that_trace_exported_over_otlp() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (collector, url) = Collector::start();
+    let serving = serve(db.to_str().unwrap(), &url, true);
+    let tp = format!("00-{TRACE}-{PARENT}-01");
+    let run = deliver_one(&serving.addr, Some(&tp));
+    stop(serving);
+
+    let spans = collector.spans();
+    let handled: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "cairn.spool.run")
+        .collect();
+    assert_eq!(handled.len(), 1, "one run span: {spans:?}");
+    let span = handled[0];
+    assert_eq!(span["traceId"].as_str().map(str::to_lowercase).as_deref(), Some(TRACE));
+    assert_eq!(
+        span["parentSpanId"].as_str().map(str::to_lowercase).as_deref(),
+        Some(PARENT),
+        "the enqueuer's span is the parent: {span}"
+    );
+    assert_eq!(
+        attribute(span, "run_id").and_then(|v| v["stringValue"].as_str()),
+        Some(run.as_str())
+    );
+    assert_eq!(
+        attribute(span, "outcome").and_then(|v| v["stringValue"].as_str()),
+        Some("succeeded")
+    );
+    let service = span["resource"]["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == "service.name")
+        .map(|a| a["value"]["stringValue"].clone());
+    assert_eq!(service, Some(json!("cairn-otel-test")));
+    assert!(*collector.deliveries.lock().unwrap() >= 1);
+}
+
+#[test]
+fn a_run_without_a_trace_starts_its_own_and_nothing_is_exported_unless_configured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, url) = Collector::start();
+    // Exporting, a run enqueued without a trace context gets a trace of its own.
+    let serving = serve(dir.path().join("a.db").to_str().unwrap(), &url, true);
+    deliver_one(&serving.addr, None);
+    stop(serving);
+    let spans = collector.spans();
+    let run: Vec<&Value> = spans
+        .iter()
+        .filter(|s| s["name"] == "cairn.spool.run")
+        .collect();
+    assert_eq!(run.len(), 1, "{spans:?}");
+    assert_ne!(run[0]["traceId"].as_str().map(str::to_lowercase).as_deref(), Some(TRACE));
+    assert!(
+        run[0]["parentSpanId"].as_str().unwrap_or("").is_empty(),
+        "a root span: {}",
+        run[0]
+    );
+
+    // Not configured: the same work exports nothing.
+    let (quiet, url) = Collector::start();
+    let serving = serve(dir.path().join("b.db").to_str().unwrap(), &url, false);
+    deliver_one(&serving.addr, Some(&format!("00-{TRACE}-{PARENT}-01")));
+    stop(serving);
+    assert!(quiet.exports.lock().unwrap().is_empty());
+    assert!(*quiet.deliveries.lock().unwrap() >= 1);
+}
+
+#[test]
+fn a_malformed_traceparent_is_refused_and_nothing_is_enqueued() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (_collector, url) = Collector::start();
+    let serving = serve(db.to_str().unwrap(), &url, false);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    for bad in [
+        "garbage",
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ] {
+        let mut resp = agent
+            .post(format!("http://{}/v1/queues/q/runs", serving.addr))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .header("traceparent", bad)
+            .content_type("application/json")
+            .send(json!({"key": bad, "payload": "p"}).to_string())
+            .unwrap();
+        let body: Value =
+            serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+        assert_eq!(
+            (resp.status().as_u16(), &body["error"]["code"]),
+            (400, &json!("invalid_input")),
+            "{bad}: {body}"
+        );
+    }
+    let listed = common::ok(common::cairn(db.to_str().unwrap()).args(["runs"]).output().unwrap());
+    assert_eq!(listed, "", "nothing was enqueued");
+    stop(serving);
+}
