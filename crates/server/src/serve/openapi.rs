@@ -558,6 +558,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 25, "{paths:?}");
+        assert_eq!(paths.len(), 32, "{paths:?}");
     }
 }
