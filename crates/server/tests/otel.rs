@@ -160,7 +160,13 @@ fn deliver_one(addr: &str, traceparent: Option<&str>) -> String {
         let info = call(addr, "GET", &format!("/v1/runs/{id}"), None, Value::Null);
         assert_eq!(info["traceparent"], tp, "stored with the run: {info}");
     }
-    call(addr, "POST", &format!("/v1/runs/{id}/close"), None, Value::Null);
+    call(
+        addr,
+        "POST",
+        &format!("/v1/runs/{id}/close"),
+        None,
+        Value::Null,
+    );
     let deadline = Instant::now() + DEADLINE;
     loop {
         let info = call(addr, "GET", &format!("/v1/runs/{id}"), None, Value::Null);
@@ -201,9 +207,15 @@ fn a_run_enqueued_in_a_trace_is_handled_in_a_span_of_that_trace_exported_over_ot
         .collect();
     assert_eq!(handled.len(), 1, "one run span: {spans:?}");
     let span = handled[0];
-    assert_eq!(span["traceId"].as_str().map(str::to_lowercase).as_deref(), Some(TRACE));
     assert_eq!(
-        span["parentSpanId"].as_str().map(str::to_lowercase).as_deref(),
+        span["traceId"].as_str().map(str::to_lowercase).as_deref(),
+        Some(TRACE)
+    );
+    assert_eq!(
+        span["parentSpanId"]
+            .as_str()
+            .map(str::to_lowercase)
+            .as_deref(),
         Some(PARENT),
         "the enqueuer's span is the parent: {span}"
     );
@@ -239,7 +251,10 @@ fn a_run_without_a_trace_starts_its_own_and_nothing_is_exported_unless_configure
         .filter(|s| s["name"] == "cairn.spool.run")
         .collect();
     assert_eq!(run.len(), 1, "{spans:?}");
-    assert_ne!(run[0]["traceId"].as_str().map(str::to_lowercase).as_deref(), Some(TRACE));
+    assert_ne!(
+        run[0]["traceId"].as_str().map(str::to_lowercase).as_deref(),
+        Some(TRACE)
+    );
     assert!(
         run[0]["parentSpanId"].as_str().unwrap_or("").is_empty(),
         "a root span: {}",
@@ -277,15 +292,19 @@ fn a_malformed_traceparent_is_refused_and_nothing_is_enqueued() {
             .content_type("application/json")
             .send(json!({"key": bad, "payload": "p"}).to_string())
             .unwrap();
-        let body: Value =
-            serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
+        let body: Value = serde_json::from_str(&resp.body_mut().read_to_string().unwrap()).unwrap();
         assert_eq!(
             (resp.status().as_u16(), &body["error"]["code"]),
             (400, &json!("invalid_input")),
             "{bad}: {body}"
         );
     }
-    let listed = common::ok(common::cairn(db.to_str().unwrap()).args(["runs"]).output().unwrap());
+    let listed = common::ok(
+        common::cairn(db.to_str().unwrap())
+            .args(["runs"])
+            .output()
+            .unwrap(),
+    );
     assert_eq!(listed, "", "nothing was enqueued");
     stop(serving);
 }

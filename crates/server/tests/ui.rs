@@ -267,6 +267,7 @@ fn pages(server: &Server, session: &str, run: &str) -> Vec<(String, Answer)> {
         "/ui/spaces".to_owned(),
         space_path,
         "/ui/fleet".to_owned(),
+        "/ui/queues".to_owned(),
     ]
     .into_iter()
     .map(|p| {
@@ -688,5 +689,86 @@ fn the_pages_show_the_spools_state_and_page_through_runs() {
         assert!(f.body.contains("at head"), "{}", f.body);
         assert!(f.body.contains("Doctor"));
         assert!(f.body.contains("migrations:cairn"));
+    });
+}
+
+#[test]
+fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
+    on_both(|db| {
+        let (_ids, _live) = seed(db, "mail", &["queued-1"]);
+        let out = common::cairn(db)
+            .args([
+                "schedule",
+                "put",
+                "nightly",
+                "--cron",
+                "0 3 * * *",
+                "--queue",
+                "mail",
+            ])
+            .output()
+            .unwrap();
+        common::ok(out);
+        let out = common::cairn(db)
+            .args(["queue", "limits", "mail", "--max-claimed", "2"])
+            .output()
+            .unwrap();
+        common::ok(out);
+        let s = Server::start(db, &[]);
+        let session = s.sign_in(FULL);
+        let csrf = s.csrf(&session);
+        let page = s.get("/ui/queues", &session);
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains("nightly") && page.body.contains("0 3 * * *"));
+        assert!(page.body.contains(">running<") && page.body.contains("class=\"action-pause\""));
+        let a = s.post("/ui/queues/mail/pause", Some(&session), &[("csrf", &csrf)]);
+        assert_eq!(a.status, 303, "{}", a.body);
+        let page = s.get("/ui/queues", &session);
+        assert!(page.body.contains(">paused<") && page.body.contains("class=\"action-resume\""));
+        let shown = common::ok(
+            common::cairn(db)
+                .args(["queue", "show", "mail"])
+                .output()
+                .unwrap(),
+        );
+        assert!(shown.starts_with("mail paused max_claimed=2"), "{shown}");
+        // Without the session's CSRF token, or from a read-only session: refused, unchanged.
+        let a = s.post("/ui/queues/mail/resume", Some(&session), &[("csrf", "x")]);
+        assert_eq!(a.status, 403, "{}", a.body);
+        let read = s.sign_in(READ);
+        let page = s.get("/ui/queues", &read);
+        assert!(
+            !page.body.contains("action-resume"),
+            "no button for read-only"
+        );
+        let read_csrf = s.csrf(&read);
+        let a = s.post(
+            "/ui/queues/mail/resume",
+            Some(&read),
+            &[("csrf", &read_csrf)],
+        );
+        assert_eq!(a.status, 403, "{}", a.body);
+        let a = s.post(
+            "/ui/queues/mail/explode",
+            Some(&session),
+            &[("csrf", &csrf)],
+        );
+        assert_eq!(a.status, 404);
+        let shown = common::ok(
+            common::cairn(db)
+                .args(["queue", "show", "mail"])
+                .output()
+                .unwrap(),
+        );
+        assert!(shown.starts_with("mail paused"), "{shown}");
+        let a = s.post("/ui/queues/mail/resume", Some(&session), &[("csrf", &csrf)]);
+        assert_eq!(a.status, 303, "{}", a.body);
+        let shown = common::ok(
+            common::cairn(db)
+                .args(["queue", "show", "mail"])
+                .output()
+                .unwrap(),
+        );
+        assert!(shown.starts_with("mail running max_claimed=2"), "{shown}");
     });
 }

@@ -103,7 +103,7 @@ fn toggle(viewer: &Viewer, queue: &QueueName, flow: &QueueFlow) -> Markup {
     html! {
         form.inline method="post" action={"/ui/queues/" (encode_query(queue.as_str())) "/" (action)} {
             input type="hidden" name="csrf" value=(viewer.csrf);
-            button type="submit" { (label) }
+            button type="submit" class={"action-" (action)} { (label) }
         }
     }
 }
