@@ -95,6 +95,12 @@ pub use cairn_core::spool::{
     BackoffPolicy, RetentionBudget, RetentionPolicy, RetentionReport, SpoolConfig,
 };
 
+// The retention loop a service runs beside its consumers (`cairn serve` runs the same).
+pub use cairn_core::spool::{
+    RetentionHandle, RetentionWorker, DEFAULT_RETENTION_INTERVAL, DEFAULT_RETENTION_PASS_BUDGET,
+    RETENTION_CATCH_UP, RETENTION_PASSES_METRIC, RETENTION_REMOVED_METRIC,
+};
+
 // The consumer: the worker loop a service runs.
 pub use cairn_core::spool::{
     Consumer, ConsumerBuilder, ConsumerStats, Handler, Job, Outcome, ShutdownReport, StopReason,

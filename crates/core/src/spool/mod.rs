@@ -89,6 +89,7 @@ mod operator;
 #[cfg(feature = "otel")]
 mod otel;
 mod retention;
+mod retention_worker;
 mod schedule;
 mod scheduler;
 mod state;
@@ -136,6 +137,10 @@ pub use operator::{
 pub use retention::{
     plan_event_batch, plan_run_batch, EventBatch, EventMeta, RetentionBudget, RetentionPass,
     RetentionPolicy, RetentionReport, RetentionStep, RunMeta,
+};
+pub use retention_worker::{
+    RetentionHandle, RetentionWorker, DEFAULT_RETENTION_INTERVAL, DEFAULT_RETENTION_PASS_BUDGET,
+    RETENTION_CATCH_UP, RETENTION_PASSES_METRIC, RETENTION_REMOVED_METRIC,
 };
 pub use schedule::{
     check_fire_ticks, check_schedule, due_ticks, next_tick, schedule_tick_key, schedule_tick_of,

@@ -1,5 +1,6 @@
-//! The background retention pass of `cairn serve`: [`cairn::Spool::retention_pass`] with the
-//! configured policy (`spool.retention_max_bytes`, `spool.retention_max_age_secs`), once at
+//! The background retention pass of `cairn serve`: the library's
+//! [`RetentionWorker`](cairn::spool::RetentionWorker) (what a service that embeds cairn runs
+//! too) running [`cairn::Spool::retention_pass`] with the configured policy (`spool.retention_max_bytes`, `spool.retention_max_age_secs`), once at
 //! start and then every `spool.retention_interval_secs`; a pass the budget cut short is followed
 //! by the next one a second later, until one completes. Each pass starts no batch after
 //! [`PASS_BUDGET`] (every batch is one short transaction), so a pass in flight holds shutdown
@@ -11,7 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cairn::spool::{RetentionBudget, RetentionPolicy, RetentionReport};
+use cairn::spool::{RetentionPolicy, RetentionReport, RetentionWorker};
 use cairn::Spool;
 
 use super::metrics::Metrics;
@@ -26,10 +27,6 @@ pub(crate) struct RetentionSettings {
     /// Time between two complete passes (`spool.retention_interval_secs`).
     pub(crate) interval: Duration,
 }
-
-/// After a pass the budget cut short, the next one starts this soon (or at the interval, when
-/// that is shorter).
-const CATCH_UP: Duration = Duration::from_secs(1);
 
 /// How long one pass may start batches: short, so that a pass never delays shutdown for long;
 /// a pass cut short is continued a second later.
@@ -48,43 +45,29 @@ pub(crate) fn spawn(
         tracing::info!(target: "cairn::retention", "cairn retention: switched off");
         return None;
     }
+    // The library's loop (cairn::spool::RetentionWorker), which also counts every pass through
+    // the `metrics` facade; the server's own series and log lines come from its callback.
+    let worker = RetentionWorker::new(spool, settings.policy)
+        .interval(settings.interval)
+        .pass_budget(PASS_BUDGET)
+        .on_pass(move |result| match result {
+            Ok(report) => record(&metrics, report),
+            Err(e) => {
+                metrics
+                    .retention_passes
+                    .with_label_values(&["failed"])
+                    .inc();
+                tracing::warn!(
+                    target: "cairn::retention",
+                    code = cairn::backfill::error_code(e),
+                    "cairn retention: the pass failed; retrying at the next interval"
+                );
+            }
+        })
+        .spawn();
     Some(tokio::spawn(async move {
-        let budget = RetentionBudget {
-            max_duration: PASS_BUDGET,
-            ..RetentionBudget::default()
-        };
-        loop {
-            if *stopping.borrow() {
-                return;
-            }
-            let result = spool.retention_pass(&settings.policy, &budget).await;
-            let next = match result {
-                Ok(report) => {
-                    record(&metrics, &report);
-                    if report.complete {
-                        settings.interval
-                    } else {
-                        CATCH_UP.min(settings.interval)
-                    }
-                }
-                Err(e) => {
-                    metrics
-                        .retention_passes
-                        .with_label_values(&["failed"])
-                        .inc();
-                    tracing::warn!(
-                        target: "cairn::retention",
-                        code = cairn::backfill::error_code(&e),
-                        "cairn retention: the pass failed; retrying at the next interval"
-                    );
-                    settings.interval
-                }
-            };
-            tokio::select! {
-                () = tokio::time::sleep(next) => {}
-                _ = stopping.wait_for(|s| *s) => return,
-            }
-        }
+        let _ = stopping.wait_for(|s| *s).await;
+        worker.shutdown().await;
     }))
 }
 
