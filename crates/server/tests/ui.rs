@@ -721,7 +721,11 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         assert_eq!(page.status, 200, "{}", page.body);
         assert!(page.body.contains("nightly") && page.body.contains("0 3 * * *"));
         assert!(page.body.contains(">running<") && page.body.contains("class=\"action-pause\""));
-        let a = s.post("/ui/queues/mail/pause", Some(&session), &[("csrf", &csrf)]);
+        let a = s.post(
+            "/ui/queues/pause",
+            Some(&session),
+            &[("csrf", &csrf), ("queue", "mail")],
+        );
         assert_eq!(a.status, 303, "{}", a.body);
         let page = s.get("/ui/queues", &session);
         assert!(page.body.contains(">paused<") && page.body.contains("class=\"action-resume\""));
@@ -733,7 +737,11 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         );
         assert!(shown.starts_with("mail paused max_claimed=2"), "{shown}");
         // Without the session's CSRF token, or from a read-only session: refused, unchanged.
-        let a = s.post("/ui/queues/mail/resume", Some(&session), &[("csrf", "x")]);
+        let a = s.post(
+            "/ui/queues/resume",
+            Some(&session),
+            &[("csrf", "x"), ("queue", "mail")],
+        );
         assert_eq!(a.status, 403, "{}", a.body);
         let read = s.sign_in(READ);
         let page = s.get("/ui/queues", &read);
@@ -743,15 +751,15 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         );
         let read_csrf = s.csrf(&read);
         let a = s.post(
-            "/ui/queues/mail/resume",
+            "/ui/queues/resume",
             Some(&read),
-            &[("csrf", &read_csrf)],
+            &[("csrf", &read_csrf), ("queue", "mail")],
         );
         assert_eq!(a.status, 403, "{}", a.body);
         let a = s.post(
-            "/ui/queues/mail/explode",
+            "/ui/queues/explode",
             Some(&session),
-            &[("csrf", &csrf)],
+            &[("csrf", &csrf), ("queue", "mail")],
         );
         assert_eq!(a.status, 404);
         let shown = common::ok(
@@ -761,7 +769,11 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
                 .unwrap(),
         );
         assert!(shown.starts_with("mail paused"), "{shown}");
-        let a = s.post("/ui/queues/mail/resume", Some(&session), &[("csrf", &csrf)]);
+        let a = s.post(
+            "/ui/queues/resume",
+            Some(&session),
+            &[("csrf", &csrf), ("queue", "mail")],
+        );
         assert_eq!(a.status, 303, "{}", a.body);
         let shown = common::ok(
             common::cairn(db)

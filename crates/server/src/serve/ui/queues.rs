@@ -9,9 +9,8 @@ use cairn::spool::{CatchUp, QueueFlow};
 use cairn::QueueName;
 use maud::{html, Markup};
 
-use super::login::{check_csrf, CsrfForm};
 use super::page::{layout, read_permit, Nav, UiError};
-use super::session::Viewer;
+use super::session::{self, Viewer};
 use super::text::{age, encode_query, printable, when};
 use crate::serve::state::AppState;
 
@@ -100,24 +99,40 @@ fn toggle(viewer: &Viewer, queue: &QueueName, flow: &QueueFlow) -> Markup {
     } else {
         ("pause", "Pause")
     };
+    // The queue travels as a form field, never in the path: a name holding `/` or `..` would
+    // otherwise be read (or resolved by the browser) as other path segments.
     html! {
-        form.inline method="post" action={"/ui/queues/" (encode_query(queue.as_str())) "/" (action)} {
+        form.inline method="post" action={"/ui/queues/" (action)} {
             input type="hidden" name="csrf" value=(viewer.csrf);
+            input type="hidden" name="queue" value=(queue.as_str());
             button type="submit" class={"action-" (action)} { (label) }
         }
     }
 }
 
-/// `POST /ui/queues/{queue}/{action}`: pause or resume.
+/// The pause and resume forms: the session's CSRF token and the queue.
+#[derive(serde::Deserialize)]
+pub(crate) struct QueueForm {
+    csrf: String,
+    queue: String,
+}
+
+/// `POST /ui/queues/{action}` (form: `csrf`, `queue`): pause or resume.
 pub(crate) async fn act(
     State(state): State<AppState>,
     Extension(viewer): Extension<Viewer>,
-    Path((queue, action)): Path<(String, String)>,
-    form: Result<axum::Form<CsrfForm>, axum::extract::rejection::FormRejection>,
+    Path(action): Path<String>,
+    form: Result<axum::Form<QueueForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    if let Err(e) = check_csrf(&viewer, form) {
-        return e.into_response();
-    }
+    let queue =
+        match form {
+            Ok(axum::Form(f)) if session::same_secret(&f.csrf, &viewer.csrf) => f.queue,
+            _ => return UiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "This form's security token is missing or stale; reload the page and try again.",
+            )
+            .into_response(),
+        };
     let queue = match QueueName::new(queue) {
         Ok(q) => q,
         Err(e) => return UiError::bad_request(format!("queue: {e}")).into_response(),

@@ -32,7 +32,7 @@ pub(crate) fn router(state: AppState) -> Router<AppState> {
         .route("/ui/spaces/{space}/graph.svg", get(spaces::graph_svg))
         .route("/ui/fleet", get(fleet::fleet))
         .route("/ui/queues", get(queues::queues))
-        .route("/ui/queues/{queue}/{action}", post(queues::act))
+        .route("/ui/queues/{action}", post(queues::act))
         .route_layer(middleware::from_fn_with_state(state, gate))
         .layer(middleware::from_fn(headers))
 }
