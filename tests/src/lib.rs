@@ -616,6 +616,7 @@ macro_rules! spool_suite {
             q5_each_tick_is_enqueued_once_across_schedulers,
             q6_catch_up_policies_after_a_gap,
             q7_edits_and_removals_take_effect_at_the_next_tick,
+            q7_an_edited_expression_catches_up_nothing_from_before_the_edit,
         );
     };
 }

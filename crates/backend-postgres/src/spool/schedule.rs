@@ -22,8 +22,10 @@ use super::row::{corrupt, get, micros, ts};
 use crate::error::{map, rolled_back};
 
 /// Creates or replaces a schedule: a new one gets revision 1 and `$12` (now) as its mark and
-/// times; an edit replaces every field, bumps the revision and keeps the mark and creation
-/// time. Returns `(high_water, revision, created_at, updated_at)`.
+/// times; an edit replaces every field, bumps the revision and keeps the creation time and the
+/// mark — but an edit of the expression or its zone moves the mark up to now, so no tick of the
+/// new expression from before the edit is enqueued (catch-up is for ticks missed while no
+/// scheduler ran, not for an expression nobody ran). Returns `(high_water, revision, created_at, updated_at)`.
 const PUT: &str = "\
 INSERT INTO spool_schedule (name, cron, time_zone, queue, payload, priority, max_attempts, \
     supersede_group, partition_key, catch_up, catch_up_cap, high_water, revision, created_at, \
@@ -34,6 +36,10 @@ ON CONFLICT (name) DO UPDATE SET cron = excluded.cron, time_zone = excluded.time
     max_attempts = excluded.max_attempts, supersede_group = excluded.supersede_group, \
     partition_key = excluded.partition_key, catch_up = excluded.catch_up, \
     catch_up_cap = excluded.catch_up_cap, revision = spool_schedule.revision + 1, \
+    high_water = CASE WHEN spool_schedule.cron <> excluded.cron \
+        OR spool_schedule.time_zone <> excluded.time_zone \
+        THEN GREATEST(spool_schedule.high_water, excluded.high_water) \
+        ELSE spool_schedule.high_water END, \
     updated_at = excluded.updated_at \
 RETURNING high_water, revision, created_at, updated_at";
 

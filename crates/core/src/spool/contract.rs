@@ -562,9 +562,11 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// # Contract
     /// - Created: the high-water mark is now, so the first tick enqueued is the first after
     ///   now; the revision is 1.
-    /// - Replaced: every field is replaced, the revision is bumped, the high-water mark and
-    ///   creation time are kept (so an edit never re-enqueues a past tick); schedulers see the
-    ///   new version at their next tick.
+    /// - Replaced: every field is replaced, the revision is bumped, the creation time and the
+    ///   high-water mark are kept (so an edit never re-enqueues a past tick) — except that an
+    ///   edit of the cron expression or time zone moves the mark up to now, so none of the new
+    ///   expression's ticks before the edit is enqueued, whatever the catch-up policy;
+    ///   schedulers see the new version at their next tick.
     ///
     /// # Errors
     /// [`crate::Error::InvalidInput`] for a cron expression or time zone that does not parse

@@ -363,7 +363,8 @@ pub async fn q7_edits_and_removals_take_effect_at_the_next_tick<H: SpoolHarness>
         Some(&b"payload of q7-report"[..])
     );
 
-    // An edit: every field replaced; mark and creation time kept, revision bumped.
+    // An edit: every field replaced; creation time kept, revision bumped; a new expression
+    // moves the mark up to the edit.
     clock.advance(MINUTE);
     let mut edit = schedule("q7-report", "*/5 * * * *", "q7-b", CatchUp::Latest);
     edit.payload = b"edited payload".to_vec();
@@ -378,7 +379,11 @@ pub async fn q7_edits_and_removals_take_effect_at_the_next_tick<H: SpoolHarness>
     let second = put(&*spool, &edit).await;
     assert_eq!(second.schedule, edit);
     assert_eq!(second.revision, 2);
-    assert_eq!(second.high_water, t1, "an edit keeps the mark");
+    assert_eq!(
+        second.high_water,
+        clock.now(),
+        "an edit of the expression starts it from the edit"
+    );
     assert_eq!(second.created_at, first.created_at);
     assert_eq!(second.updated_at, clock.now());
     assert_eq!(spool.schedule(&n).await.unwrap(), Some(second.clone()));
@@ -504,4 +509,54 @@ pub async fn q7_edits_and_removals_take_effect_at_the_next_tick<H: SpoolHarness>
     );
     let other: Arc<dyn Spool> = open_spool(h).await;
     assert_eq!(other.schedules().await.unwrap(), vec![again]);
+}
+
+/// Q7: an edit of the expression starts the new expression from the edit — none of its earlier
+/// ticks is caught up, whatever the policy (catch-up is for ticks missed while no scheduler ran),
+/// while an edit that keeps the expression keeps the mark.
+pub async fn q7_an_edited_expression_catches_up_nothing_from_before_the_edit<H: SpoolHarness>(
+    h: &H,
+) {
+    let clock = h.clock();
+    align(clock, MINUTE * 10);
+    let spool = open_spool(h).await;
+    let q = queue("q7-burst");
+    let rare = schedule(
+        "q7-burst",
+        "0 0 1 1 *",
+        "q7-burst",
+        CatchUp::All { cap: 50 },
+    );
+    let first = put(&*spool, &rare).await;
+    let mut scheduler = Scheduler::new(spool.clone());
+    assert!(round(&mut scheduler).await.fired.is_empty());
+    clock.advance(MINUTE * 7);
+    assert!(
+        round(&mut scheduler).await.fired.is_empty(),
+        "a yearly tick"
+    );
+    // Seven minutes after creation, every minute instead: the seven minutes before the edit
+    // are not the new expression's to catch up.
+    let frequent = schedule(
+        "q7-burst",
+        "* * * * *",
+        "q7-burst",
+        CatchUp::All { cap: 50 },
+    );
+    let edited = put(&*spool, &frequent).await;
+    assert_eq!(edited.high_water, clock.now());
+    assert!(edited.high_water > first.high_water);
+    assert!(
+        round(&mut scheduler).await.fired.is_empty(),
+        "no burst of past ticks"
+    );
+    let next = clock.advance(MINUTE);
+    assert_eq!(created_in(&round(&mut scheduler).await, "q7-burst"), [next]);
+    // A payload-only edit keeps the mark.
+    let mut payload_only = frequent.clone();
+    payload_only.payload = b"other".to_vec();
+    clock.advance(Duration::from_secs(20));
+    let kept = put(&*spool, &payload_only).await;
+    assert_eq!(kept.high_water, next);
+    assert_eq!(ticks_on(&*spool, &q, "q7-burst").await, once_each(&[next]));
 }

@@ -9,12 +9,21 @@ use crate::error::Result;
 
 impl State {
     /// Stores `schedule` (checked by the caller) at `now`: a new one with the mark at `now`
-    /// and revision 1, an edit with the revision bumped and the mark and creation time kept.
+    /// and revision 1, an edit with the revision bumped and the creation time kept, and the
+    /// mark kept unless the expression or zone changed (then moved up to `now`).
     pub(super) fn put_schedule(&mut self, schedule: &Schedule, now: Timestamp) -> ScheduleInfo {
         let info = match self.schedules.get(&schedule.name) {
             Some(old) => ScheduleInfo {
                 schedule: schedule.clone(),
-                high_water: old.high_water,
+                // A new expression (or zone) starts from the edit: none of its earlier ticks
+                // are caught up.
+                high_water: if old.schedule.cron != schedule.cron
+                    || old.schedule.time_zone != schedule.time_zone
+                {
+                    old.high_water.max(now)
+                } else {
+                    old.high_water
+                },
                 revision: old.revision + 1,
                 created_at: old.created_at,
                 updated_at: now,
