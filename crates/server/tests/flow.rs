@@ -145,7 +145,7 @@ fn schedule_commands(db: &str) {
             "put",
             "nightly",
             "--cron",
-            "30 4 * * *",
+            "0 3 * * *",
             "--tz",
             "Europe/Berlin",
             "--queue",
@@ -156,7 +156,26 @@ fn schedule_commands(db: &str) {
     assert_eq!(
         high_water(&again),
         high_water(&put),
-        "an edit keeps progress"
+        "an edit of the same expression keeps progress"
+    );
+    let again = ok(cairn(
+        db,
+        &[
+            "schedule",
+            "put",
+            "nightly",
+            "--cron",
+            "30 4 * * *",
+            "--tz",
+            "Europe/Berlin",
+            "--queue",
+            "reports",
+        ],
+    ));
+    assert!(again.trim_end().ends_with("revision=3"), "{again}");
+    assert!(
+        high_water(&again) > high_water(&put),
+        "a new expression starts from the edit"
     );
     assert_eq!(ok(cairn(db, &["schedule", "show", "nightly"])), again);
     assert_eq!(ok(cairn(db, &["schedule", "list"])), again);
@@ -298,6 +317,8 @@ fn http_routes(db: &str) {
         json!({"max_claimed": 0}),
         json!({"rate": {"claims": 10, "per_us": 999}}),
         json!({"per_partition": 1, "surprise": 1}),
+        json!([]),
+        json!([5, 2]),
     ] {
         let (status, body) = server.send("PUT", "/v1/queues/gate/limits", Some(&bad));
         assert_eq!(
@@ -319,9 +340,14 @@ fn http_routes(db: &str) {
 
     // Schedules.
     let sched = json!({"cron": "*/5 * * * *", "queue": "reports", "payload": "{}",
-                       "catch_up": "all", "catch_up_cap": 3});
+                       "catch_up": "all", "catch_up_cap": 3, "supersede_group": ["g", "h"]});
     let (status, made) = server.send("PUT", "/v1/schedules/five", Some(&sched));
     assert_eq!((status, &made["revision"]), (201, &json!(1)), "{made}");
+    assert_eq!(
+        made["supersede_group"],
+        json!(["g", "h"]),
+        "read back: {made}"
+    );
     assert_eq!(made["time_zone"], "UTC");
     let (status, edited) = server.send(
         "PUT",
@@ -329,7 +355,10 @@ fn http_routes(db: &str) {
         Some(&json!({"cron": "*/10 * * * *", "queue": "reports"})),
     );
     assert_eq!((status, &edited["revision"]), (200, &json!(2)), "{edited}");
-    assert_eq!(edited["high_water_us"], made["high_water_us"]);
+    assert!(
+        edited["high_water_us"].as_i64() > made["high_water_us"].as_i64(),
+        "a new expression starts from the edit: {edited}"
+    );
     assert_eq!(edited["catch_up"], "none");
     let (status, bad) = server.send(
         "PUT",

@@ -41,8 +41,18 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 }
 
 /// Reads a request body as `T`: what [`Body`] does once the bytes are in (400 `invalid_input`
-/// for anything that is not JSON of `T`'s shape).
+/// for anything that is not a JSON object of `T`'s shape). Every body of the API is an object:
+/// serde would also read a struct from a JSON array of its fields in order, which the document
+/// does not allow (and `[]` would then be a valid body of all-optional fields).
 pub(crate) fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|b| *b != b'{') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "the body must be a JSON object; nothing was written",
+        ));
+    }
     serde_json::from_slice(bytes).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

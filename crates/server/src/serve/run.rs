@@ -100,7 +100,7 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
                 schedule = %firing.name,
                 queue = %firing.queue,
                 ticks = firing.runs.len(),
-                missed = firing.missed,
+                caught_up = firing.missed,
                 high_water = %firing.high_water,
                 "schedule fired"
             );

@@ -11,7 +11,7 @@ use cairn::{EnqueueOptions, QueueName, SupersedeGroup};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::bytes::{bytes_in, bytes_out};
+use super::bytes::{bytes_in, bytes_out, utf8_parts};
 
 /// A queue's stored flow.
 #[derive(Serialize, ToSchema)]
@@ -140,6 +140,10 @@ pub(crate) struct ScheduleOut {
     /// Each run's partition key.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) partition_key: Option<String>,
+    /// Each run's supersede group, as its parts (when they are UTF-8 text, as the API writes
+    /// them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) supersede_group: Option<Vec<String>>,
     /// `none`, `latest` or `all`: ticks missed while no scheduler ran.
     pub(crate) catch_up: &'static str,
     /// With `catch_up` `all`: most missed ticks enqueued.
@@ -175,6 +179,11 @@ impl From<&ScheduleInfo> for ScheduleOut {
             priority: s.options.priority,
             max_attempts: s.options.max_attempts,
             partition_key: s.options.partition_key.as_ref().map(ToString::to_string),
+            supersede_group: s
+                .options
+                .supersede_group
+                .as_ref()
+                .and_then(|g| utf8_parts(g.parts())),
             catch_up,
             catch_up_cap,
             high_water_us: info.high_water.as_unix_micros(),
