@@ -6,10 +6,11 @@
 //! without revision `0009_spool_flow` (`require_flow_columns`), before anything is written.
 //!
 //! An enqueue without a supersede group is queued on the spool's enqueue [`Lane`]; one drain at
-//! a time takes the queue. A lone enqueue takes the unbatched path ([`sql_enqueue::ENQUEUE`]: one
-//! statement); several become one [`sql_enqueue::ENQUEUE_MANY`] — a multi-row `INSERT … ON CONFLICT DO
-//! NOTHING RETURNING` over arrays, committed on its own (autocommit), which also wakes each
-//! queue's subscribers once. An enqueue with a supersede group runs [`sql_enqueue::ENQUEUE`] after the
+//! a time takes the queue. A lone enqueue takes the unbatched path
+//! ([`sql_enqueue::ENQUEUE`]: one statement); several become one
+//! [`sql_enqueue::ENQUEUE_MANY`] — a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING`
+//! over arrays, committed on its own (autocommit), which also wakes each queue's subscribers
+//! once. An enqueue with a supersede group runs [`sql_enqueue::ENQUEUE`] after the
 //! group's advisory lock in one transaction, so enqueues of one group supersede each other in
 //! commit order.
 //!
@@ -510,7 +511,8 @@ struct Plain<'a> {
     run_nos: Option<&'a [i64]>,
 }
 
-/// Writes `rows` in one [`sql_enqueue::ENQUEUE_MANY`] (or [`sql_enqueue::ENQUEUE_MANY_NUMBERED`]) and records
+/// Writes `rows` in one [`sql_enqueue::ENQUEUE_MANY`] (or
+/// [`sql_enqueue::ENQUEUE_MANY_NUMBERED`]) and records
 /// each created run in `results`.
 async fn write_plain(
     s: &PgSpool,

@@ -161,10 +161,10 @@ pub(super) async fn read_flow(conn: &mut PgConnection, queue: &QueueName) -> Res
 
 /// A limited claim's rows, inside its transaction: after the queue's flow lock, counts the runs
 /// claimed at once (per partition too) and the rate window (dropping its old claim times),
-/// then returns [`sql_flow::CLAIM_PICK_FLOW`]'s expired leases (kind `e`) and the candidates the claim
-/// takes (kind `c`, in claim order): pages of due runs in claim order, leaving out partitions
-/// that are full, each page picked by [`pick_within_partitions`] with what earlier pages took
-/// — so a busy partition at the head of the queue hides nothing behind it.
+/// then returns [`sql_flow::CLAIM_PICK_FLOW`]'s expired leases (kind `e`) and the candidates
+/// the claim takes (kind `c`, in claim order): pages of due runs in claim order, leaving out
+/// partitions that are full, each page picked by [`pick_within_partitions`] with what earlier
+/// pages took — so a busy partition at the head of the queue hides nothing behind it.
 pub(super) async fn pick_limited(
     s: &PgSpool,
     conn: &mut PgConnection,

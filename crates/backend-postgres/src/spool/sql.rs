@@ -18,9 +18,9 @@
 //! the `spool_ready` ones) and re-checks their state there, so builds old and new exclude each
 //! other by the same row locks.
 //!
-//! The hot paths: [`super::sql_enqueue::ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is one
-//! statement, [`CLAIM_QUEUED`], when no expired lease is due and every run it takes carries its
-//! next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
+//! The hot paths: [`super::sql_enqueue::ENQUEUE`] is one statement (upsert, supersede,
+//! wake-up); a claim is one statement, [`CLAIM_QUEUED`], when no expired lease is due and
+//! every run it takes carries its next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
 //! the next due runs in one statement) plus [`CLAIM_APPLY`] (writes every picked run in one
 //! statement); single-run transitions are one compare-and-set [`WRITE_RUN`] after one read.
 //!

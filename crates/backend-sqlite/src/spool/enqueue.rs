@@ -1,6 +1,8 @@
 //! Enqueue: a duplicate answered from a read connection, a new run inserted in one `BEGIN
 //! IMMEDIATE` transaction (or one savepoint of a group commit) on the writer, with its
-//! supersede group's older queued runs marked superseded in the same transaction.
+//! supersede group's older queued runs marked superseded in the same transaction. A run's
+//! partition key and trace context go into the same `INSERT` ([`sql::ENQUEUE_FLOW`], sent only
+//! by an enqueue that carries one, after checking the store holds revision `0009_spool_flow`).
 //!
 //! A duplicate that appeared between the read and the write ends in a rollback: it commits
 //! nothing, costs no fsync and wakes no subscriber.

@@ -39,7 +39,10 @@ pub struct EnqueueOptions {
     /// The enqueuer's W3C trace context, stored with the run and handed to every claim of it
     /// ([`Claimed::traceparent`]) so the consumer continues the enqueuer's trace. An enqueue
     /// that finds its key already present changes nothing: the run keeps the first
-    /// enqueuer's. `None`: the run carries no trace.
+    /// enqueuer's. `None`: the run carries no trace. Stored in revision `0009_spool_flow`'s
+    /// column: on a store whose upgrade stopped before it, an enqueue with one is refused with
+    /// [`Error::Incompatible`](crate::Error::Incompatible)
+    /// ([`flow_revision_missing`](super::flow_revision_missing)), as one with a partition key is.
     pub traceparent: Option<TraceParent>,
 }
 
