@@ -617,6 +617,7 @@ macro_rules! spool_suite {
             q6_catch_up_policies_after_a_gap,
             q7_edits_and_removals_take_effect_at_the_next_tick,
             q7_an_edited_expression_catches_up_nothing_from_before_the_edit,
+            q8_a_run_carries_its_enqueuers_trace_context,
         );
     };
 }
@@ -640,6 +641,7 @@ macro_rules! tx_suite {
             t6_a_run_enqueued_filled_and_closed_in_one_transaction_is_all_or_nothing,
             t7_overlapping_transactions_that_lock_up_front_all_commit,
             q3_partition_keys_commit_with_a_transaction,
+            q8_trace_context_commits_with_a_transaction,
         );
     };
 }

@@ -1,16 +1,17 @@
 //! This build's spool on a Postgres store whose upgrade stopped before revision
 //! `0009_spool_flow` (at `0007_spool_ready`, as when the contract revision 0008 is deferred
 //! while older builds are live, and at `0008_spool_ready_contract`): enqueues, claims, acks and
-//! reads keep working (flow ignored: none can be stored); the four flow methods and an enqueue
-//! with a partition key are refused with `Error::Incompatible` naming the revision, writing
-//! nothing; once another open applies the revision, the running spool picks flow up by itself.
+//! reads keep working (flow ignored: none can be stored; claims and reads carry no trace
+//! context); the four flow methods and an enqueue with a partition key or a traceparent are
+//! refused with `Error::Incompatible` naming the revision, writing nothing; once another open
+//! applies the revision, the running spool picks flow and trace contexts up by itself.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn_conformance::{random_queue, MigrationHarness};
 use cairn_core::spool::{
-    EnqueueItem, PartitionKey, QueueLimits, RunFilter, SpoolConfig, FLOW_REVISION,
+    EnqueueItem, PartitionKey, QueueLimits, RunFilter, SpoolConfig, TraceParent, FLOW_REVISION,
 };
 use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, Error, ManualClock, Result, Spool};
 use cairn_migrate::{cairn_set, Runner};
@@ -65,9 +66,11 @@ async fn a_store_before_the_flow_revision_claims_as_before_and_refuses_flow() {
         spool.enqueue_many(&q, items).await.unwrap();
         let got = spool.claim(&q, &me, LEASE, 2).await.unwrap();
         assert_eq!(got.len(), 2, "{head}: claims work");
+        assert!(got.iter().all(|c| c.traceparent.is_none()), "{head}");
         spool.ack(got[0].run_id, got[0].token).await.unwrap();
         let info = spool.run(got[1].run_id).await.unwrap().unwrap();
         assert_eq!(info.partition_key, None, "{head}");
+        assert_eq!(info.traceparent, None, "{head}");
         assert_eq!(spool.claim(&q, &me, LEASE, 5).await.unwrap().len(), 1);
 
         // Flow and partition keys need the revision: refused, nothing written.
@@ -109,6 +112,27 @@ async fn a_store_before_the_flow_revision_claims_as_before_and_refuses_flow() {
                 .await,
             "partitioned bulk enqueue",
         );
+        let traced = EnqueueOptions::default().traceparent(
+            TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").unwrap(),
+        );
+        assert_refused(
+            spool
+                .enqueue(&q, &key("t"), Vec::new(), traced.clone())
+                .await,
+            "traced enqueue",
+        );
+        assert_refused(
+            spool
+                .enqueue_many(
+                    &q,
+                    vec![
+                        EnqueueItem::new(key("u"), Vec::new()),
+                        EnqueueItem::new(key("t"), Vec::new()).with_options(traced.clone()),
+                    ],
+                )
+                .await,
+            "traced bulk enqueue",
+        );
         let filter = RunFilter {
             queue: Some(q.clone()),
             state: None,
@@ -144,6 +168,15 @@ async fn a_store_before_the_flow_revision_claims_as_before_and_refuses_flow() {
             .enqueue(&q, &key("p"), Vec::new(), partitioned)
             .await
             .unwrap();
+        let t = spool
+            .enqueue(&q, &key("t"), Vec::new(), traced.clone())
+            .await
+            .unwrap();
+        assert_eq!(
+            spool.run(t.run_id).await.unwrap().unwrap().traceparent,
+            traced.traceparent,
+            "{head}: stored once the revision is applied"
+        );
         spool.close().await;
     }
 }

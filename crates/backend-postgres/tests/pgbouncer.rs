@@ -136,6 +136,7 @@ mod spool {
         q2_invalid_limits_are_refused_without_writes,
         q3_per_partition_limits_each_partition_only,
         q4_rate_limit_is_a_sliding_window,
+        q8_a_run_carries_its_enqueuers_trace_context,
         t4_bulk_answers_stored_keys_and_supersedes_in_order,
         t4_bulk_bad_input_refuses_the_whole_batch,
         t4_bulk_dedups_repeated_keys_in_input_order,

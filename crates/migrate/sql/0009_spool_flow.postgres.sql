@@ -1,7 +1,7 @@
 -- spool flow control and schedules
 --
 -- Revision 0009 of cairn's own migration set, Postgres dialect; 0009_spool_flow.sqlite.sql
--- creates the same objects with the same meaning. Only new tables and one nullable column:
+-- creates the same objects with the same meaning. Only new tables and two nullable columns:
 -- builds at 0008 and older keep working on a store at 0009 (they neither read nor honour what
 -- it adds).
 --
@@ -14,6 +14,9 @@
 -- window are deleted by the next claim of the queue.
 -- spool_run.partition_key: the run's partition (cairn_core::spool::PartitionKey), NULL for none
 -- and for runs of older builds.
+-- spool_run.traceparent: the W3C trace context of the run's enqueuer (cairn_core::spool::
+-- TraceParent), so the consumer that handles the run continues its trace; NULL for none, for
+-- runs of older builds, imports and schedules.
 -- spool_schedule: stored cron schedules (cairn_core::spool::Schedule). high_water is the latest
 -- tick enqueued (or the creation time): no tick at or before it is enqueued again; revision is
 -- bumped by every edit, so a scheduler that read an older version fires nothing.
@@ -37,6 +40,8 @@ CREATE TABLE spool_claim_tick (
 CREATE INDEX spool_claim_tick_window ON spool_claim_tick (queue, at);
 
 ALTER TABLE spool_run ADD COLUMN partition_key TEXT;
+
+ALTER TABLE spool_run ADD COLUMN traceparent TEXT;
 
 CREATE TABLE spool_schedule (
     name TEXT NOT NULL PRIMARY KEY,

@@ -259,12 +259,12 @@ mod tests {
                 (
                     "0009_spool_flow".to_owned(),
                     Dialect::Sqlite,
-                    "46e2201301911a5574c661aa75e8477a0b02e3bb190fc06d822581bd0b1de503".to_owned(),
+                    "002ffb0b9e4e92b56c72e56d01a39b4ad5f91ffdfc5c723295acccf1716dec4a".to_owned(),
                 ),
                 (
                     "0009_spool_flow".to_owned(),
                     Dialect::Postgres,
-                    "247f54a432e394c5b25f13dbc2df65ddee899519ab5b9b98bc8d765e7e36639d".to_owned(),
+                    "097db0abc292e8298902f0784aed17eb78566cb46c667508458b02a4711926ac".to_owned(),
                 ),
             ],
         ]

@@ -1,7 +1,7 @@
-//! Spool cases (S1–S18, in-process parts; Q1–Q4, queue flow control; Q5–Q7, schedules) and
-//! the spool model property test. Cases are `pub async fn name<H: SpoolHarness>(h: &H)` against
-//! `Arc<dyn Spool>`; time moves only when a case advances the harness's
-//! [`cairn_core::ManualClock`].
+//! Spool cases (S1–S18, in-process parts; Q1–Q4, queue flow control; Q5–Q7, schedules; Q8,
+//! trace context) and the spool model property test. Cases are
+//! `pub async fn name<H: SpoolHarness>(h: &H)` against `Arc<dyn Spool>`; time moves only when
+//! a case advances the harness's [`cairn_core::ManualClock`].
 
 mod bad_input;
 mod bulk;
@@ -20,6 +20,7 @@ mod schedule;
 mod shutdown;
 mod stats;
 pub(super) mod support;
+mod trace;
 mod versions;
 
 pub use bad_input::*;
@@ -38,4 +39,5 @@ pub use payload::*;
 pub use schedule::*;
 pub use shutdown::*;
 pub use stats::*;
+pub use trace::*;
 pub use versions::*;

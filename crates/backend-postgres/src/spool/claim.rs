@@ -24,7 +24,7 @@ use cairn_core::{Error, Result};
 
 use super::flow;
 use super::handle::PgSpool;
-use super::row::{get, micros, run_id, state, u32_of};
+use super::row::{get, micros, run_id, state, traceparent_of, u32_of};
 use super::sql;
 use super::sql_flow;
 use super::sql_record;
@@ -123,9 +123,9 @@ fn one_statement_claims(_: &PgSpool) -> bool {
 }
 
 /// The one-statement claim ([`sql::CLAIM_QUEUED`]; with `flow`, the store holding revision
-/// `0009_spool_flow`, [`sql_flow::CLAIM_QUEUED_FLOW`]); `None` when it could not decide (an
-/// expired lease is due, a run lacks its jitter, or the queue is paused or limited), having
-/// written nothing.
+/// `0009_spool_flow`, [`sql_flow::CLAIM_QUEUED_FLOW`], which also returns each run's trace
+/// context); `None` when it could not decide (an expired lease is due, a run lacks its jitter,
+/// or the queue is paused or limited), having written nothing.
 async fn claim_queued(
     s: &PgSpool,
     queue: &QueueName,
@@ -187,6 +187,11 @@ async fn claim_queued(
             attempt: u32_of(get(row, 5)?)?,
             token,
             expires_at,
+            traceparent: if flow {
+                traceparent_of(get(row, 6)?)?
+            } else {
+                None
+            },
         });
     }
     Ok(Some(out))
@@ -196,7 +201,8 @@ async fn claim_queued(
 /// next due runs, every run decided in Rust, and one batched write ([`sql::CLAIM_APPLY`]).
 /// With `flow` (the store holds revision `0009_spool_flow`) it reads the queue's flow first: a
 /// paused queue hands out and settles nothing, a limited one picks under its flow lock
-/// ([`flow::pick_limited`]) and records a rate-limited claim's time.
+/// ([`flow::pick_limited`]) and records a rate-limited claim's time, and the pick returns each
+/// run's trace context ([`sql_flow::CLAIM_PICK_FLOW`]).
 async fn claim_pick_apply(
     s: &PgSpool,
     queue: &QueueName,
@@ -206,7 +212,11 @@ async fn claim_pick_apply(
     now: Timestamp,
     flow: bool,
 ) -> Result<Vec<Claimed>> {
-    let statement = if s.ready_layout().await? {
+    // 0009 comes after the contract revision 0008: a store that holds it holds 0008.
+    let traced = flow;
+    let statement = if traced {
+        sql_flow::CLAIM_PICK_FLOW
+    } else if s.ready_layout().await? {
         sql::CLAIM_PICK
     } else {
         sql_record::CLAIM_PICK_RECORD
@@ -277,6 +287,11 @@ async fn claim_pick_apply(
                 attempt,
                 token,
                 expires_at,
+                traceparent: if traced {
+                    traceparent_of(get(row, 11)?)?
+                } else {
+                    None
+                },
             });
         } else if settled.insert(id) {
             let to = transition(from, action)?;

@@ -1,10 +1,16 @@
 //! Enqueue, with its supersede and its batch lane.
 //!
+//! A run's partition key and trace context are written by the insert itself (the `_FLOW`
+//! forms of the statements, `super::sql_enqueue`), on every path: an enqueue that carries
+//! neither sends the plain statement, unchanged; one that carries either is refused on a store
+//! without revision `0009_spool_flow` (`require_flow_columns`), before anything is written.
+//!
 //! An enqueue without a supersede group is queued on the spool's enqueue [`Lane`]; one drain at
-//! a time takes the queue. A lone enqueue takes the unbatched path ([`sql::ENQUEUE`]: one
-//! statement); several become one [`sql::ENQUEUE_MANY`] — a multi-row `INSERT … ON CONFLICT DO
-//! NOTHING RETURNING` over arrays, committed on its own (autocommit), which also wakes each
-//! queue's subscribers once. An enqueue with a supersede group runs [`sql::ENQUEUE`] after the
+//! a time takes the queue. A lone enqueue takes the unbatched path
+//! ([`sql_enqueue::ENQUEUE`]: one statement); several become one
+//! [`sql_enqueue::ENQUEUE_MANY`] — a multi-row `INSERT … ON CONFLICT DO NOTHING RETURNING`
+//! over arrays, committed on its own (autocommit), which also wakes each queue's subscribers
+//! once. An enqueue with a supersede group runs [`sql_enqueue::ENQUEUE`] after the
 //! group's advisory lock in one transaction, so enqueues of one group supersede each other in
 //! commit order.
 //!
@@ -26,20 +32,20 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use sqlx::{PgConnection, PgExecutor};
 
-use super::batched::PendingEnqueue;
+use super::batched::{flow_columns_refusal, partition_text, traceparent_text, PendingEnqueue};
 use super::flow;
 use super::handle::PgSpool;
 use super::keys::{group_lock_key, wake_channel};
 use super::lane::{answer, Reply};
 use super::row::{bytes_len, claim_jitter, get, micros, run_id};
-use super::sql;
+use super::sql_enqueue;
 use crate::error::{map, rolled_back};
 
 /// Enqueues one batch takes at most (the statement binds 11 arrays of this length).
 const MAX_BATCH: usize = 256;
 
 /// How often an enqueue runs its statement again when the key's run was committed after the
-/// statement's snapshot ([`sql::ENQUEUE`] returns no row then), before giving up with
+/// statement's snapshot ([`sql_enqueue::ENQUEUE`] returns no row then), before giving up with
 /// [`Error::Retryable`].
 const ENQUEUE_RACES: usize = 16;
 
@@ -66,9 +72,7 @@ pub(super) async fn enqueue_tx(
     max_attempts: u32,
     now: Timestamp,
 ) -> Result<Enqueued> {
-    if options.partition_key.is_some() {
-        flow::require(s, "an enqueue with a partition key").await?;
-    }
+    require_flow_columns(s, &[&options]).await?;
     let new = NewRun {
         queue,
         key,
@@ -77,7 +81,7 @@ pub(super) async fn enqueue_tx(
         max_attempts,
         now,
     };
-    if options.supersede_group.is_none() && options.partition_key.is_none() {
+    if options.supersede_group.is_none() {
         let max_attempts = i32::try_from(max_attempts)
             .map_err(|_| Error::invalid("max attempts", "is too large"))?;
         let queued = PendingEnqueue {
@@ -89,6 +93,8 @@ pub(super) async fn enqueue_tx(
             now: micros(now),
             due: micros(options.not_before.unwrap_or(now)),
             payload: payload.clone(),
+            partition: partition_text(&options),
+            traceparent: traceparent_text(&options),
         };
         if let Some(done) = enqueue_batched(s, queued).await? {
             return Ok(done);
@@ -143,14 +149,12 @@ fn new_run_id(_: &PgSpool, now: Timestamp) -> RunId {
     RunId::generate(now)
 }
 
-/// One run of [`sql::ENQUEUE`] on the pool: the id of the run that holds the key (`id` when
+/// One run of [`sql_enqueue::ENQUEUE`] on the pool: the id of the run that holds the key (`id` when
 /// it was created), or `None` when the statement must run again (see there).
 async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option<RunId>> {
     let options = new.options;
     match &options.supersede_group {
-        None if options.partition_key.is_none() => {
-            autocommit!(s, |on| enqueue_statement(s, id, new, on).await)
-        }
+        None => autocommit!(s, |on| enqueue_statement(s, id, new, on).await),
         group => {
             let mut tx = s.pool().begin().await.map_err(map)?;
             // The group's lock is held: an error rolls back at once.
@@ -165,9 +169,8 @@ async fn enqueue_once(s: &PgSpool, id: RunId, new: &NewRun<'_>) -> Result<Option
     }
 }
 
-/// [`sql::ENQUEUE`] after the supersede group's lock (if any), on `conn` (inside a
-/// transaction, which holds the lock until it ends), then the new run's partition key (if any:
-/// `flow::set_partitions`).
+/// [`sql_enqueue::ENQUEUE`] after the supersede group's lock (if any), on `conn` (inside a
+/// transaction, which holds the lock until it ends).
 async fn enqueue_in_group(
     s: &PgSpool,
     conn: &mut PgConnection,
@@ -176,21 +179,17 @@ async fn enqueue_in_group(
     group: Option<&SupersedeGroup>,
 ) -> Result<Option<RunId>> {
     if let Some(group) = group {
-        sqlx::query(sql::LOCK_GROUP)
+        sqlx::query(sql_enqueue::LOCK_GROUP)
             .bind(group_lock_key(&s.inner.schema, new.queue, group))
             .execute(&mut *conn)
             .await
             .map_err(map)?;
     }
-    let stored = enqueue_statement(s, id, new, &mut *conn).await?;
-    if let (Some(p), true) = (&new.options.partition_key, stored == Some(id)) {
-        let run = vec![(id.as_bytes().to_vec(), p.as_str().to_owned())];
-        flow::set_partitions(s, conn, run).await?;
-    }
-    Ok(stored)
+    enqueue_statement(s, id, new, &mut *conn).await
 }
 
-/// [`sql::ENQUEUE`] once, on `on`.
+/// [`sql_enqueue::ENQUEUE`] once, on `on` ([`sql_enqueue::ENQUEUE_FLOW`] when the run carries
+/// a partition key or a trace context).
 async fn enqueue_statement<'e>(
     s: &PgSpool,
     id: RunId,
@@ -208,7 +207,14 @@ async fn enqueue_statement<'e>(
     let superseded = transition(RunState::Queued, Action::Supersede)?;
     let max_attempts =
         i32::try_from(max_attempts).map_err(|_| Error::invalid("max attempts", "is too large"))?;
-    let query = sqlx::query(sql::ENQUEUE)
+    let (partition, traceparent) = (partition_text(options), traceparent_text(options));
+    let flow = partition.is_some() || traceparent.is_some();
+    let statement = if flow {
+        sql_enqueue::ENQUEUE_FLOW
+    } else {
+        sql_enqueue::ENQUEUE
+    };
+    let mut query = sqlx::query(statement)
         .bind(id.as_bytes().as_slice())
         .bind(queue.as_str())
         .bind(key.as_bytes())
@@ -222,8 +228,21 @@ async fn enqueue_statement<'e>(
         .bind(superseded.as_str())
         .bind(wake_channel(&s.inner.schema, queue))
         .bind(claim_jitter(queue, key, 0));
+    if flow {
+        query = query.bind(partition).bind(traceparent);
+    }
     let row = query.fetch_optional(on).await.map_err(map)?;
     row.map(|row| run_id(&get::<Vec<u8>>(&row, 0)?)).transpose()
+}
+
+/// Refuses, with [`cairn_core::spool::flow_revision_missing`], enqueues that carry a partition
+/// key or a trace context on a store without revision `0009_spool_flow` (asked only when one
+/// does: an enqueue without either costs nothing here).
+async fn require_flow_columns(s: &PgSpool, options: &[&EnqueueOptions]) -> Result<()> {
+    match options.iter().find_map(|o| flow_columns_refusal(o)) {
+        Some(what) => flow::require(s, what).await,
+        None => Ok(()),
+    }
 }
 
 /// Queues `e` for the next batch and waits for its answer: `Some` when the batch (or the lone
@@ -302,9 +321,7 @@ pub(crate) async fn enqueue_on(
         max_attempts,
         now,
     };
-    if options.partition_key.is_some() {
-        flow::require(s, "an enqueue with a partition key").await?;
-    }
+    require_flow_columns(s, &[&options]).await?;
     for _ in 0..ENQUEUE_RACES {
         let id = new_run_id(s, now);
         let group = options.supersede_group.as_ref();
@@ -321,12 +338,12 @@ pub(crate) async fn enqueue_on(
     ))
 }
 
-/// Items one [`sql::ENQUEUE_MANY`] statement of a bulk enqueue binds at most.
+/// Items one [`sql_enqueue::ENQUEUE_MANY`] statement of a bulk enqueue binds at most.
 const BULK_CHUNK: usize = 1000;
 
 /// A bulk enqueue ([`cairn_core::Spool::enqueue_many`]) inside a transaction on `conn`: each
 /// key's first item is written in input order — runs of consecutive items without a supersede
-/// group by one [`sql::ENQUEUE_MANY`] each (at most [`BULK_CHUNK`]), an item with one alone,
+/// group by one [`sql_enqueue::ENQUEUE_MANY`] each (at most [`BULK_CHUNK`]), an item with one alone,
 /// after every group's lock (taken up front in key order, so concurrent batches cannot
 /// deadlock on them) — then the keys that were already stored are read in one statement. Later items of a key answer its first
 /// item's run. Wake-ups are `NOTIFY`s, delivered on commit. The caller checked the batch:
@@ -339,9 +356,8 @@ pub(crate) async fn enqueue_many_on(
     attempts: &[u32],
     now: Timestamp,
 ) -> Result<Vec<Enqueued>> {
-    if items.iter().any(|i| i.options.partition_key.is_some()) {
-        flow::require(s, "an enqueue with a partition key").await?;
-    }
+    let options: Vec<&EnqueueOptions> = items.iter().map(|i| &i.options).collect();
+    require_flow_columns(s, &options).await?;
     // The first item of each key, by index; the others answer from it.
     let mut first: HashMap<&[u8], usize> = HashMap::with_capacity(items.len());
     let mut source = Vec::with_capacity(items.len());
@@ -359,7 +375,7 @@ pub(crate) async fn enqueue_many_on(
     locks.sort_unstable();
     locks.dedup();
     for key in locks {
-        sqlx::query(sql::LOCK_GROUP)
+        sqlx::query(sql_enqueue::LOCK_GROUP)
             .bind(key)
             .execute(&mut *conn)
             .await
@@ -375,7 +391,7 @@ pub(crate) async fn enqueue_many_on(
         // with the `run_no` of its place in the input (the claim order's last tie-break).
         let count = i64::try_from(firsts.len())
             .map_err(|_| Error::invalid("enqueue batch", "is too large"))?;
-        let numbers: Vec<i64> = sqlx::query_scalar(sql::RUN_NOS)
+        let numbers: Vec<i64> = sqlx::query_scalar(sql_enqueue::RUN_NOS)
             .bind(count)
             .fetch_all(&mut *conn)
             .await
@@ -449,7 +465,7 @@ pub(crate) async fn enqueue_many_on(
         .map(|i| items[i].key.as_bytes().to_vec())
         .collect();
     if !missing.is_empty() {
-        let rows = sqlx::query(sql::RUN_IDS_BY_KEYS)
+        let rows = sqlx::query(sql_enqueue::RUN_IDS_BY_KEYS)
             .bind(queue.as_str())
             .bind(&missing)
             .fetch_all(&mut *conn)
@@ -473,15 +489,6 @@ pub(crate) async fn enqueue_many_on(
             }
         }
     }
-    let partitioned = (0..items.len())
-        .filter_map(|i| match (&results[i], &items[i].options.partition_key) {
-            (Some(e), Some(p)) if e.created => {
-                Some((e.run_id.as_bytes().to_vec(), p.as_str().to_owned()))
-            }
-            _ => None,
-        })
-        .collect();
-    flow::set_partitions(s, conn, partitioned).await?;
     (0..items.len())
         .map(|i| {
             let first = results[source[i]].ok_or_else(|| {
@@ -495,7 +502,7 @@ pub(crate) async fn enqueue_many_on(
         .collect()
 }
 
-/// Items of a bulk enqueue without a supersede group, for one [`sql::ENQUEUE_MANY`]: their
+/// Items of a bulk enqueue without a supersede group, for one [`sql_enqueue::ENQUEUE_MANY`]: their
 /// indices into `items` in write order, and (for the key-ordered path) each one's `run_no`.
 struct Plain<'a> {
     items: &'a [EnqueueItem],
@@ -504,7 +511,8 @@ struct Plain<'a> {
     run_nos: Option<&'a [i64]>,
 }
 
-/// Writes `rows` in one [`sql::ENQUEUE_MANY`] (or [`sql::ENQUEUE_MANY_NUMBERED`]) and records
+/// Writes `rows` in one [`sql_enqueue::ENQUEUE_MANY`] (or
+/// [`sql_enqueue::ENQUEUE_MANY_NUMBERED`]) and records
 /// each created run in `results`.
 async fn write_plain(
     s: &PgSpool,
@@ -532,6 +540,8 @@ async fn write_plain(
                 now: micros(now),
                 due: micros(item.options.not_before.unwrap_or(now)),
                 payload: item.payload.clone(),
+                partition: partition_text(&item.options),
+                traceparent: traceparent_text(&item.options),
             })
         })
         .collect::<Result<_>>()?;
@@ -549,11 +559,12 @@ async fn write_plain(
     Ok(())
 }
 
-/// The runs one [`sql::ENQUEUE_MANY`] created, by queue and dedup key.
+/// The runs one [`sql_enqueue::ENQUEUE_MANY`] created, by queue and dedup key.
 type CreatedRuns = HashMap<(String, Vec<u8>), RunId>;
 
-/// One [`sql::ENQUEUE_MANY`] of `batch` on `on` (with `run_nos`, one per row:
-/// [`sql::ENQUEUE_MANY_NUMBERED`]): the runs it created.
+/// One [`sql_enqueue::ENQUEUE_MANY`] of `batch` on `on` (with `run_nos`, one per row:
+/// [`sql_enqueue::ENQUEUE_MANY_NUMBERED`]; their `_FLOW` forms when a row carries a partition
+/// key or a trace context, which the caller checked the store holds): the runs it created.
 async fn enqueue_many_statement<'e>(
     s: &PgSpool,
     on: impl PgExecutor<'e>,
@@ -571,6 +582,8 @@ async fn enqueue_many_statement<'e>(
     let mut payloads = Vec::with_capacity(batch.len());
     let mut channels = Vec::with_capacity(batch.len());
     let mut jitters = Vec::with_capacity(batch.len());
+    let mut partitions = Vec::with_capacity(batch.len());
+    let mut traceparents = Vec::with_capacity(batch.len());
     for e in batch {
         ids.push(e.id.as_bytes().to_vec());
         queues.push(e.queue.as_str().to_owned());
@@ -583,10 +596,15 @@ async fn enqueue_many_statement<'e>(
         payloads.push(e.payload.clone());
         channels.push(wake_channel(&s.inner.schema, &e.queue));
         jitters.push(claim_jitter(&e.queue, &e.key, 0));
+        partitions.push(e.partition.clone());
+        traceparents.push(e.traceparent.clone());
     }
-    let statement = match run_nos {
-        None => sql::ENQUEUE_MANY,
-        Some(_) => sql::ENQUEUE_MANY_NUMBERED,
+    let flow = partitions.iter().chain(&traceparents).any(Option::is_some);
+    let statement = match (run_nos, flow) {
+        (None, false) => sql_enqueue::ENQUEUE_MANY,
+        (None, true) => sql_enqueue::ENQUEUE_MANY_FLOW,
+        (Some(_), false) => sql_enqueue::ENQUEUE_MANY_NUMBERED,
+        (Some(_), true) => sql_enqueue::ENQUEUE_MANY_NUMBERED_FLOW,
     };
     let mut query = sqlx::query(statement)
         .bind(ids)
@@ -602,6 +620,9 @@ async fn enqueue_many_statement<'e>(
         .bind(jitters);
     if let Some(run_nos) = run_nos {
         query = query.bind(run_nos.to_vec());
+    }
+    if flow {
+        query = query.bind(partitions).bind(traceparents);
     }
     let rows = query.fetch_all(on).await.map_err(map)?;
     let mut created = HashMap::with_capacity(rows.len());

@@ -29,7 +29,6 @@ use sqlx::PgConnection;
 use super::handle::PgSpool;
 use super::keys::{flow_lock_key, wake_channel};
 use super::row::{corrupt, get, micros, ts};
-use super::sql;
 use super::sql_flow;
 use crate::error::map;
 
@@ -162,10 +161,10 @@ pub(super) async fn read_flow(conn: &mut PgConnection, queue: &QueueName) -> Res
 
 /// A limited claim's rows, inside its transaction: after the queue's flow lock, counts the runs
 /// claimed at once (per partition too) and the rate window (dropping its old claim times),
-/// then returns [`sql::CLAIM_PICK`]'s expired leases (kind `e`) and the candidates the claim
-/// takes (kind `c`, in claim order): pages of due runs in claim order, leaving out partitions
-/// that are full, each page picked by [`pick_within_partitions`] with what earlier pages took
-/// — so a busy partition at the head of the queue hides nothing behind it.
+/// then returns [`sql_flow::CLAIM_PICK_FLOW`]'s expired leases (kind `e`) and the candidates
+/// the claim takes (kind `c`, in claim order): pages of due runs in claim order, leaving out
+/// partitions that are full, each page picked by [`pick_within_partitions`] with what earlier
+/// pages took — so a busy partition at the head of the queue hides nothing behind it.
 pub(super) async fn pick_limited(
     s: &PgSpool,
     conn: &mut PgConnection,
@@ -214,7 +213,7 @@ pub(super) async fn pick_limited(
     let allowance = claim_allowance(flow, in_flight, in_window, limit);
     // The expired leases the claim settles (and those it may take back, which come again as
     // candidates below).
-    let mut rows = sqlx::query(sql::CLAIM_PICK)
+    let mut rows = sqlx::query(sql_flow::CLAIM_PICK_FLOW)
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(0i64)
@@ -246,7 +245,7 @@ pub(super) async fn pick_limited(
             .map_err(map)?;
         let partitions = page
             .iter()
-            .map(|r| get::<Option<String>>(r, 11)?.map(partition).transpose())
+            .map(|r| get::<Option<String>>(r, 12)?.map(partition).transpose())
             .collect::<Result<Vec<_>>>()?;
         let chosen = pick_within_partitions(
             partitions.iter().map(Option::as_ref),
@@ -294,27 +293,6 @@ pub(super) async fn record_claim(
         .bind(queue.as_str())
         .bind(micros(now))
         .bind(i32::try_from(runs).unwrap_or(i32::MAX))
-        .execute(&mut *conn)
-        .await
-        .map_err(map)?;
-    Ok(())
-}
-
-/// Sets the partition keys of new runs (`(run id, key)`), inside their enqueue's transaction;
-/// refuses when the store has not applied the revision that holds them.
-pub(super) async fn set_partitions(
-    s: &PgSpool,
-    conn: &mut PgConnection,
-    runs: Vec<(Vec<u8>, String)>,
-) -> Result<()> {
-    if runs.is_empty() {
-        return Ok(());
-    }
-    require(s, "an enqueue with a partition key").await?;
-    let (ids, keys): (Vec<Vec<u8>>, Vec<String>) = runs.into_iter().unzip();
-    sqlx::query(sql_flow::SET_PARTITIONS)
-        .bind(ids)
-        .bind(keys)
         .execute(&mut *conn)
         .await
         .map_err(map)?;

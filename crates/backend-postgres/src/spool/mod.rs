@@ -100,6 +100,7 @@ mod row;
 mod schedule;
 pub(crate) mod settle;
 mod sql;
+mod sql_enqueue;
 mod sql_flow;
 mod sql_record;
 #[cfg(feature = "testkit")]

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use cairn_core::spool::{
     jitter_seed, ConsumerId, DedupKey, EventStream, FactName, LeaseInfo, LeaseToken, PartitionKey,
-    QueueName, RunId, RunInfo, RunState, SupersedeGroup, Timestamp,
+    QueueName, RunId, RunInfo, RunState, SupersedeGroup, Timestamp, TraceParent,
 };
 use cairn_core::{Error, Result};
 use sqlx::postgres::PgRow;
@@ -65,6 +65,13 @@ pub(super) fn claim_jitter(queue: &QueueName, key: &DedupKey, attempts: u32) -> 
     let next = next_attempt(attempts)?;
     let seed = jitter_seed(queue, key, u32::try_from(next).ok()?);
     Some(i64::try_from(seed >> 32).unwrap_or(i64::MAX))
+}
+
+/// A stored trace context (`spool_run.traceparent`).
+pub(super) fn traceparent_of(stored: Option<String>) -> Result<Option<TraceParent>> {
+    stored
+        .map(|t| TraceParent::parse(&t).map_err(|_| corrupt("an invalid traceparent")))
+        .transpose()
 }
 
 pub(super) fn ts(micros: i64) -> Timestamp {
@@ -172,6 +179,7 @@ impl RunRow {
             facts,
             events,
             partition_key: None,
+            traceparent: None,
             stream: EventStream::from_stored(self.closed),
         }
     }
@@ -179,7 +187,7 @@ impl RunRow {
 
 /// A [`RunInfo`] from a row of `RUN_INFO` / `RUN_LIST`: the run columns, then the event count,
 /// the fact names and the fact values (and, from revision `0009_spool_flow` on, the partition
-/// key: `RUN_INFO_FLOW` / `RUN_LIST_FLOW`).
+/// key and the trace context: `RUN_INFO_FLOW` / `RUN_LIST_FLOW`).
 pub(super) fn run_info(row: &PgRow) -> Result<RunInfo> {
     let run = RunRow::from_row(row)?;
     let events = count(get(row, RUN_COLUMNS)?)?;
@@ -200,6 +208,7 @@ pub(super) fn run_info(row: &PgRow) -> Result<RunInfo> {
         info.partition_key = get::<Option<String>>(row, RUN_COLUMNS + 3)?
             .map(|p| PartitionKey::new(p).map_err(|_| corrupt("an invalid partition key")))
             .transpose()?;
+        info.traceparent = traceparent_of(get(row, RUN_COLUMNS + 4)?)?;
     }
     Ok(info)
 }

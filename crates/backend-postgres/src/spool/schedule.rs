@@ -97,6 +97,8 @@ fn info(row: &PgRow) -> Result<ScheduleInfo> {
             .map(PartitionKey::new)
             .transpose()
             .map_err(|_| bad("partition key"))?,
+        // A schedule's runs carry no trace (`check_schedule` refuses one).
+        traceparent: None,
     };
     Ok(ScheduleInfo {
         schedule: Schedule {

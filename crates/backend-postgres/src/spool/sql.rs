@@ -18,9 +18,9 @@
 //! the `spool_ready` ones) and re-checks their state there, so builds old and new exclude each
 //! other by the same row locks.
 //!
-//! The hot paths: [`ENQUEUE`] is one statement (upsert, supersede, wake-up); a claim is one
-//! statement, [`CLAIM_QUEUED`], when no expired lease is due and every run it takes carries its
-//! next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
+//! The hot paths: [`super::sql_enqueue::ENQUEUE`] is one statement (upsert, supersede,
+//! wake-up); a claim is one statement, [`CLAIM_QUEUED`], when no expired lease is due and
+//! every run it takes carries its next attempt's jitter, and otherwise a transaction of [`CLAIM_PICK`] (locks the expired and
 //! the next due runs in one statement) plus [`CLAIM_APPLY`] (writes every picked run in one
 //! statement); single-run transitions are one compare-and-set [`WRITE_RUN`] after one read.
 //!
@@ -61,129 +61,6 @@ macro_rules! ready_sync {
     };
 }
 
-/// Enqueue in one statement: `$1` new run id, `$2` queue, `$3` dedup key, `$4` supersede
-/// group (NULL: none), `$5` max attempts, `$6` priority, `$7` now, `$8` due at, `$9` payload
-/// bytes, `$10` payload, `$11` the superseded state, `$12` the queue's wake channel, `$13` the
-/// claim jitter of attempt 1 (see [`CLAIM_QUEUED`]).
-///
-/// Returns one row `(run id, notified)`: the new run's id when it was created, else the id of
-/// the run that holds the key. A duplicate writes nothing (`DO NOTHING` takes no row lock and,
-/// having written nothing, its commit waits for no WAL flush), and its answer is read in the
-/// same statement. That read sees the statement's snapshot, so when the run holding the key
-/// committed after the snapshot was taken (a concurrent enqueue of the same key), the
-/// statement returns no row and the caller runs it again, on a new snapshot that sees the
-/// run. The supersede and the `NOTIFY` happen only when the run was created; data-modifying
-/// CTEs share one snapshot, so the new run never supersedes itself.
-pub(super) const ENQUEUE: &str = "\
-WITH ins AS ( \
-    INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
-        priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
-        claim_jitter, closed) \
-    VALUES ($1, $2, $3, $4, 'queued', $5, $6, $7, $7, $8, $9, $10, 1, $13, FALSE) \
-    ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id, run_no \
-), rdy AS ( \
-    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
-    SELECT ins.run_no, $2, $6, $8, FALSE FROM ins \
-), sup AS ( \
-    UPDATE spool_run s SET state = $11, updated_at = $7, due_at = NULL, finished_at = $7, \
-        lease_consumer = NULL, lease_expires_at = NULL, cancel_requested = FALSE \
-    WHERE $4::bytea IS NOT NULL AND s.queue = $2 AND s.supersede_group = $4 \
-        AND s.state = 'queued' AND s.run_id <> $1 \
-        AND EXISTS (SELECT 1 FROM ins WHERE ins.run_id = $1) \
-    RETURNING s.run_no \
-), unready AS ( \
-    DELETE FROM spool_ready q WHERE q.run_no IN (SELECT sup.run_no FROM sup) \
-), wake AS ( \
-    SELECT pg_catalog.pg_notify($12, '') FROM ins WHERE ins.run_id = $1 \
-) \
-SELECT ins.run_id, (SELECT pg_catalog.count(*) FROM wake) FROM ins \
-UNION ALL \
-SELECT r.run_id, 0 FROM spool_run r \
-WHERE r.queue = $2 AND r.dedup_key = $3 AND NOT EXISTS (SELECT 1 FROM ins)";
-
-/// Several enqueues (none with a supersede group) in one statement, over arrays of equal
-/// length: `$1` run ids, `$2` queues, `$3` dedup keys, `$4` max attempts, `$5` priorities, `$6`
-/// now (enqueued and updated at), `$7` due at, `$8` payload bytes, `$9` payloads, `$10` the
-/// queues' wake channels, `$11` the claim jitters of attempt 1 (see [`CLAIM_QUEUED`]).
-/// Returns `(run_id, queue, dedup_key)` of each run it created; a key already taken (by a
-/// committed run, or by an earlier row of the same batch) returns nothing for that row. Wakes
-/// each queue that got a run, once.
-pub(super) const ENQUEUE_MANY: &str = "\
-WITH input AS ( \
-    SELECT * FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[]), \
-        pg_catalog.unnest($3::bytea[]), pg_catalog.unnest($4::int4[]), \
-        pg_catalog.unnest($5::int4[]), pg_catalog.unnest($6::int8[]), \
-        pg_catalog.unnest($7::int8[]), pg_catalog.unnest($8::int8[]), \
-        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[]), \
-        pg_catalog.unnest($11::int8[])) \
-        WITH ORDINALITY AS t(run_id, queue, dedup_key, max_attempts, priority, now, due_at, \
-            payload_bytes, payload, channel, jitter, ord) \
-), ins AS ( \
-    INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, max_attempts, \
-        priority, enqueued_at, updated_at, due_at, payload_bytes, payload, claim_attempt, \
-        claim_jitter, closed) \
-    SELECT run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, due_at, \
-        payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
-    ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id, queue, dedup_key, run_no, priority, due_at \
-), rdy AS ( \
-    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
-    SELECT ins.run_no, ins.queue, ins.priority, ins.due_at, FALSE FROM ins \
-), wake AS ( \
-    SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
-        SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
-) \
-SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
-
-/// [`ENQUEUE_MANY`] with each row's `run_no` given (`$12`, taken from the column's identity
-/// sequence by [`RUN_NOS`] in the batch's input order): a bulk enqueue inserts its rows in
-/// dedup-key order, so that two batches of overlapping keys take their key locks in one
-/// order and cannot deadlock, while the claim order's last tie-break (`run_no`) stays the
-/// input order.
-pub(super) const ENQUEUE_MANY_NUMBERED: &str = "\
-WITH input AS ( \
-    SELECT * FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[]), \
-        pg_catalog.unnest($3::bytea[]), pg_catalog.unnest($4::int4[]), \
-        pg_catalog.unnest($5::int4[]), pg_catalog.unnest($6::int8[]), \
-        pg_catalog.unnest($7::int8[]), pg_catalog.unnest($8::int8[]), \
-        pg_catalog.unnest($9::bytea[]), pg_catalog.unnest($10::text[]), \
-        pg_catalog.unnest($11::int8[]), pg_catalog.unnest($12::int8[])) \
-        WITH ORDINALITY AS t(run_id, queue, dedup_key, max_attempts, priority, now, due_at, \
-            payload_bytes, payload, channel, jitter, run_no, ord) \
-), ins AS ( \
-    INSERT INTO spool_run (run_no, run_id, queue, dedup_key, supersede_group, state, \
-        max_attempts, priority, enqueued_at, updated_at, due_at, payload_bytes, payload, \
-        claim_attempt, claim_jitter, closed) \
-    OVERRIDING SYSTEM VALUE \
-    SELECT run_no, run_id, queue, dedup_key, NULL, 'queued', max_attempts, priority, now, now, \
-        due_at, payload_bytes, payload, 1, jitter, FALSE FROM input ORDER BY ord \
-    ON CONFLICT (queue, dedup_key) DO NOTHING \
-    RETURNING run_id, queue, dedup_key, run_no, priority, due_at \
-), rdy AS ( \
-    INSERT INTO spool_ready (run_no, queue, priority, due_at, claimed) \
-    SELECT ins.run_no, ins.queue, ins.priority, ins.due_at, FALSE FROM ins \
-), wake AS ( \
-    SELECT pg_catalog.pg_notify(c.channel, '') FROM ( \
-        SELECT DISTINCT i.channel FROM input i JOIN ins ON ins.run_id = i.run_id) c \
-) \
-SELECT ins.run_id, ins.queue, ins.dedup_key, (SELECT pg_catalog.count(*) FROM wake) FROM ins";
-
-/// `$1` new values of `spool_run.run_no`'s identity sequence, in increasing order.
-pub(super) const RUN_NOS: &str = "\
-SELECT pg_catalog.nextval(pg_catalog.pg_get_serial_sequence('spool_run', 'run_no')) \
-FROM pg_catalog.generate_series(1, $1) ORDER BY 1";
-
-/// The runs of queue `$1` holding the dedup keys `$2`: `(run_id, dedup_key)` (a bulk
-/// enqueue's keys that were stored already).
-pub(super) const RUN_IDS_BY_KEYS: &str = "\
-SELECT r.run_id, r.dedup_key FROM spool_run r \
-WHERE r.queue = $1 AND r.dedup_key = ANY($2::bytea[])";
-
-/// Serializes the enqueues of one supersede group (`$1`, a key derived from schema, queue and
-/// group), so each sees the runs the previous one created.
-pub(super) const LOCK_GROUP: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
-
 /// The backoff joins of [`CLAIM_QUEUED`]: from `p` (`expires_at` micros, `base_ns`, `cap_ns`
 /// numeric) and `n` (`attempt`, `jitter` = the top 32 bits of
 /// [`cairn_core::spool::jitter_seed`]), `d.due_at` is `expires_at` plus
@@ -220,9 +97,10 @@ pub(super) use claim_backoff_joins;
 /// Returns one row `(ok, NULL…)` when it took nothing, else one row per run taken:
 /// `(ok, i, run id, dedup key, payload, attempts)` in claim order. With a gate
 /// (`super::sql_flow::CLAIM_QUEUED_FLOW`): `$f` adds CTEs after `late`, `$c` a condition of
-/// `c` and `$go` a conjunct of `go.ok` (each empty, or ending in a blank and `AND `).
+/// `c` and `$go` a conjunct of `go.ok` (each empty, or ending in a blank and `AND `); `$t`
+/// (empty, or `, col…` unqualified) adds columns of the claimed runs after `attempts`.
 macro_rules! claim_queued {
-    ($f:literal, $c:literal, $go:literal) => {
+    ($f:literal, $c:literal, $go:literal, $t:literal) => {
         concat!(
             "WITH p AS ( \
         SELECT $6::int8 AS expires_at, $7::numeric AS base_ns, $8::numeric AS cap_ns \
@@ -262,37 +140,48 @@ macro_rules! claim_queued {
             updated_at = $2 \
         FROM w, p WHERE r.run_no = w.run_no \
             AND r.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
-        RETURNING w.i, r.run_id, r.dedup_key, r.payload, r.attempts \
+        RETURNING w.i, r.run_id, r.dedup_key, r.payload, r.attempts",
+            $t,
+            " \
     ), rq AS ( \
         UPDATE spool_ready q SET due_at = w.due_at, claimed = TRUE \
         FROM w WHERE q.run_no = w.run_no \
             AND q.run_no = ANY (ARRAY(SELECT w2.run_no FROM w w2)) \
     ) \
-    SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts \
-    FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
+    SELECT go.ok, u.i, u.run_id, u.dedup_key, u.payload, u.attempts",
+            $t,
+            " FROM go LEFT JOIN u ON TRUE ORDER BY u.i"
         )
     };
 }
 pub(super) use claim_queued;
 /// The one-statement claim: see [`claim_queued`].
-pub(super) const CLAIM_QUEUED: &str = claim_queued!("", "", "");
+pub(super) const CLAIM_QUEUED: &str = claim_queued!("", "", "", "");
 
 /// A claim's one read, locking what it returns (`SKIP LOCKED`: concurrent claimers take
 /// disjoint runs and never wait): kind `e` rows are every claimed run of queue `$1` whose lease
 /// plus backoff ran out by `$2` (the claim settles those that must not run again); kind `c`
 /// rows are the next `$3` due runs in claim order, leaving out expired runs that will be
 /// settled (cancel requested, or no attempt left: the SQL form of
-/// [`cairn_core::spool::expiry_action`], which the caller still applies to every row).
-pub(super) const CLAIM_PICK: &str = "\
+/// [`cairn_core::spool::expiry_action`], which the caller still applies to every row). `$t`
+/// (empty, or `, col…` unqualified) adds columns of the runs after `run_no`.
+macro_rules! claim_pick {
+    ($t:literal) => {
+        concat!(
+            "\
 WITH e AS ( \
-    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested \
+    SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested",
+            $t,
+            " \
     FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
     WHERE q.queue = $1 AND q.claimed AND q.due_at <= $2 \
         AND r.state = 'claimed' AND r.due_at <= $2 \
     FOR NO KEY UPDATE OF r SKIP LOCKED \
 ), c AS ( \
     SELECT r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested, r.dedup_key, \
-        r.payload, q.priority, q.due_at, q.run_no \
+        r.payload, q.priority, q.due_at, q.run_no",
+            $t,
+            " \
     FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
     WHERE q.queue = $1 AND q.due_at <= $2 AND r.due_at <= $2 \
         AND NOT (r.state = 'claimed' AND (r.cancel_requested OR r.attempts >= r.max_attempts)) \
@@ -303,14 +192,24 @@ WITH e AS ( \
 SELECT * FROM ( \
     SELECT 'e' AS kind, run_id, state, attempts, max_attempts, cancel_requested, \
         NULL::bytea AS dedup_key, NULL::bytea AS payload, 0 AS priority, 0::bigint AS due_at, \
-        0::bigint AS run_no \
+        0::bigint AS run_no",
+            $t,
+            " \
     FROM e \
     UNION ALL \
     SELECT 'c', run_id, state, attempts, max_attempts, cancel_requested, dedup_key, payload, \
-        priority, due_at, run_no \
+        priority, due_at, run_no",
+            $t,
+            " \
     FROM c \
 ) picked \
-ORDER BY kind DESC, priority DESC, due_at, run_no";
+ORDER BY kind DESC, priority DESC, due_at, run_no"
+        )
+    };
+}
+pub(super) use claim_pick;
+/// The pick: see [`claim_pick`].
+pub(super) const CLAIM_PICK: &str = claim_pick!("");
 
 /// Writes every run a claim picked, in one statement: `$1` now, then one array per column
 /// (`$2` run ids, `$3` states, `$4` attempts, `$5` lease tokens (NULL: keep), `$6` consumers,

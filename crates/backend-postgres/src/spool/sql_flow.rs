@@ -1,8 +1,10 @@
 //! The flow-control statements (revision `0009_spool_flow`: `spool_queue`, `spool_claim_tick`,
-//! `spool_run.partition_key`), used only once the spool read that the revision is applied
-//! ([`FLOW_LAYOUT`]; `super::flow`). The conventions are `super::sql`'s.
+//! `spool_run.partition_key`, `spool_run.traceparent`), used only once the spool read that the
+//! revision is applied ([`FLOW_LAYOUT`]; `super::flow`). The conventions are `super::sql`'s.
+//! The claims here also return each claimed run's trace context (`traceparent`, the last
+//! column of the runs), which the statements of a store before the revision cannot name.
 
-use super::sql::{claim_backoff_joins, claim_queued, run_columns};
+use super::sql::{claim_backoff_joins, claim_pick, claim_queued, run_columns};
 
 /// Whether the store holds revision `0009_spool_flow`.
 pub(super) const FLOW_LAYOUT: &str = "\
@@ -11,7 +13,8 @@ SELECT EXISTS (SELECT 1 FROM cairn_migration_lineage \
 
 /// [`super::sql::CLAIM_QUEUED`] that declines (`ok` false, nothing locked or written) when
 /// queue `$1` is paused or has a limit: one primary-key read of `spool_queue`, evaluated once
-/// per statement; such a claim is then the flow transaction (`super::flow`).
+/// per statement; such a claim is then the flow transaction (`super::flow`). Each claimed
+/// run's row ends with its `traceparent`.
 pub(super) const CLAIM_QUEUED_FLOW: &str = claim_queued!(
     "f AS ( \
         SELECT 1 FROM spool_queue fq WHERE fq.queue = $1 AND (fq.paused \
@@ -19,8 +22,12 @@ pub(super) const CLAIM_QUEUED_FLOW: &str = claim_queued!(
             OR fq.rate_claims IS NOT NULL) \
     ), ",
     "AND NOT EXISTS (SELECT 1 FROM f)",
-    "NOT EXISTS (SELECT 1 FROM f) AND "
+    "NOT EXISTS (SELECT 1 FROM f) AND ",
+    ", traceparent"
 );
+
+/// [`super::sql::CLAIM_PICK`] whose rows end with the run's `traceparent` (column 11).
+pub(super) const CLAIM_PICK_FLOW: &str = claim_pick!(", traceparent");
 
 /// Queue `$1`'s stored flow: `(paused, max_claimed, per_partition, rate_claims, rate_per_us,
 /// updated_at)`.
@@ -89,11 +96,11 @@ pub(super) const INSERT_TICK: &str =
 /// One page of a limited claim's candidates: queue `$1`'s due runs at `$2` in claim order
 /// after the position `($4, $5, $6)` = `(-priority, due_at, run_no)` of the previous page's
 /// last row, leaving out runs of the partitions `$7` (full), at most `$3`, locked as
-/// [`super::sql::CLAIM_PICK`] locks its `c` rows. The columns are `CLAIM_PICK`'s (kind `c`),
-/// then the partition key.
+/// [`super::sql::CLAIM_PICK`] locks its `c` rows. The columns are [`CLAIM_PICK_FLOW`]'s (kind
+/// `c`, the trace context last), then the partition key.
 pub(super) const FLOW_CANDIDATES: &str = "\
 SELECT 'c' AS kind, r.run_id, r.state, r.attempts, r.max_attempts, r.cancel_requested, \
-    r.dedup_key, r.payload, q.priority, q.due_at, q.run_no, r.partition_key \
+    r.dedup_key, r.payload, q.priority, q.due_at, q.run_no, r.traceparent, r.partition_key \
 FROM spool_ready q JOIN spool_run r ON r.run_no = q.run_no \
 WHERE q.queue = $1 AND q.due_at <= $2 AND r.due_at <= $2 \
     AND NOT (r.state = 'claimed' AND (r.cancel_requested OR r.attempts >= r.max_attempts)) \
@@ -103,32 +110,27 @@ ORDER BY q.priority DESC, q.due_at, q.run_no \
 LIMIT $3 \
 FOR NO KEY UPDATE OF r SKIP LOCKED";
 
-/// Sets the partition keys `$2` of the new runs `$1` (arrays of equal length).
-pub(super) const SET_PARTITIONS: &str = "\
-UPDATE spool_run r SET partition_key = p.partition_key \
-FROM ROWS FROM (pg_catalog.unnest($1::bytea[]), pg_catalog.unnest($2::text[])) \
-    AS p(run_id, partition_key) \
-WHERE r.run_id = p.run_id AND r.run_id = ANY ($1::bytea[])";
-
-/// [`super::sql::RUN_INFO`] with the partition key after the fact values.
+/// [`super::sql::RUN_INFO`] with the partition key and the trace context after the fact
+/// values.
 pub(super) const RUN_INFO_FLOW: &str = concat!(
     "SELECT ",
     run_columns!(),
     ", (SELECT pg_catalog.count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
      ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
      ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values, \
-     r.partition_key \
+     r.partition_key, r.traceparent \
      FROM spool_run r WHERE r.run_id = $1"
 );
 
-/// [`super::sql::RUN_LIST`] with the partition key after the fact values.
+/// [`super::sql::RUN_LIST`] with the partition key and the trace context after the fact
+/// values.
 pub(super) const RUN_LIST_FLOW: &str = concat!(
     "SELECT ",
     run_columns!(),
     ", (SELECT pg_catalog.count(*) FROM spool_event e WHERE e.run_id = r.run_id) AS events, \
      ARRAY(SELECT f.name FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_names, \
      ARRAY(SELECT f.value FROM spool_fact f WHERE f.run_id = r.run_id ORDER BY f.name) AS fact_values, \
-     r.partition_key \
+     r.partition_key, r.traceparent \
      FROM spool_run r \
      WHERE ($1::bytea IS NULL OR r.run_id > $1) AND ($2::text IS NULL OR r.queue = $2) \
         AND ($3::text IS NULL OR r.state = $3) \

@@ -690,6 +690,8 @@ impl OldSpool {
                 attempt: u32_of(get(row, 5)?)?,
                 token,
                 expires_at,
+                // The new core's field: the previous release stores no trace context.
+                traceparent: None,
             });
         }
         Ok(Some(out))
@@ -757,6 +759,8 @@ impl OldSpool {
                     attempt,
                     token,
                     expires_at,
+                    // The new core's field: the previous release stores no trace context.
+                    traceparent: None,
                 });
             } else if settled.insert(id) {
                 let to = transition(from, action)?;

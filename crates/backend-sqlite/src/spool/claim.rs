@@ -58,23 +58,30 @@ pub(super) fn settle_expired_tx(db: &Db<'_>, queue: &QueueName, now: Timestamp) 
     Ok(wrote)
 }
 
-type CandidateRow = (i64, Vec<u8>, Vec<u8>, String, i64, Vec<u8>);
+/// A candidate's `run_no`, run id, dedup key, state, attempts, payload and trace context.
+type CandidateRow = (i64, Vec<u8>, Vec<u8>, String, i64, Vec<u8>, Option<String>);
 
-fn candidate_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<CandidateRow> {
-    Ok((
-        r.get(0)?,
-        r.get(1)?,
-        r.get(2)?,
-        r.get(3)?,
-        r.get(4)?,
-        r.get(5)?,
-    ))
+/// A row of [`sql::CANDIDATES`] (no trace context: a store before revision `0009_spool_flow`
+/// has no such column), or with `traced` of [`sql::CANDIDATES_FLOW`] / [`sql::CANDIDATE`].
+fn candidate_row(traced: bool) -> impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<CandidateRow> {
+    move |r| {
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            r.get(2)?,
+            r.get(3)?,
+            r.get(4)?,
+            r.get(5)?,
+            if traced { r.get(6)? } else { None },
+        ))
+    }
 }
 
 /// Claims up to `limit` due runs of `queue` for `consumer`, each leased until `now + lease`
 /// and due again after that plus the backoff of the attempt it starts. With `flow` (the store
 /// holds revision `0009_spool_flow`) the queue's stored flow is read first: a paused queue
-/// hands out and settles nothing, a limited one picks within its limits (`flow::pick_limited`).
+/// hands out and settles nothing, a limited one picks within its limits (`flow::pick_limited`),
+/// and each run's trace context is read with it (before the revision: `None`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn claim_tx(
     db: &Db<'_>,
@@ -87,6 +94,7 @@ pub(super) fn claim_tx(
     flow: bool,
 ) -> Result<Vec<Claimed>> {
     db.write_tx(|db| {
+        let traced = flow;
         let flow = if flow {
             flow::flow_q(db, queue)?
         } else {
@@ -99,20 +107,25 @@ pub(super) fn claim_tx(
         let rows: Vec<CandidateRow> = if flow.limited() {
             let mut rows = Vec::new();
             for run_no in flow::pick_limited(db, queue, &flow, now, limit)? {
-                rows.extend(db.rows(sql::CANDIDATE, params![run_no], candidate_row)?);
+                rows.extend(db.rows(sql::CANDIDATE, params![run_no], candidate_row(true))?);
             }
             rows
         } else {
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let candidates = if traced {
+                sql::CANDIDATES_FLOW
+            } else {
+                sql::CANDIDATES
+            };
             db.rows(
-                sql::CANDIDATES,
+                candidates,
                 params![queue.as_str(), micros(now), limit],
-                candidate_row,
+                candidate_row(traced),
             )?
         };
         let expires_at = now.saturating_add(lease);
         let mut out = Vec::with_capacity(rows.len());
-        for (run_no, id, key, from, attempts, payload) in rows {
+        for (run_no, id, key, from, attempts, payload, traceparent) in rows {
             let from = state(&from)?;
             let action = if from == RunState::Queued {
                 Action::Claim
@@ -144,6 +157,7 @@ pub(super) fn claim_tx(
                 attempt,
                 token,
                 expires_at,
+                traceparent: flow::traceparent_of(traceparent)?,
             });
         }
         flow::record_claim(db, queue, &flow, now, out.len())?;

@@ -1,16 +1,18 @@
 //! Enqueue: a duplicate answered from a read connection, a new run inserted in one `BEGIN
 //! IMMEDIATE` transaction (or one savepoint of a group commit) on the writer, with its
-//! supersede group's older queued runs marked superseded in the same transaction.
+//! supersede group's older queued runs marked superseded in the same transaction. A run's
+//! partition key and trace context go into the same `INSERT` ([`sql::ENQUEUE_FLOW`], sent only
+//! by an enqueue that carries one, after checking the store holds revision `0009_spool_flow`).
 //!
 //! A duplicate that appeared between the read and the write ends in a rollback: it commits
 //! nothing, costs no fsync and wakes no subscriber.
 
 use cairn_core::spool::{
-    transition, Action, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, QueueName, RunId,
-    RunState, SupersedeGroup, Timestamp,
+    transition, Action, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, PartitionKey, QueueName,
+    RunId, RunState, SupersedeGroup, Timestamp, TraceParent,
 };
 use cairn_core::Result;
-use rusqlite::params;
+use rusqlite::{params, ToSql};
 
 use super::flow;
 use super::row::{len_i64, micros, run_id};
@@ -109,23 +111,31 @@ pub(crate) fn enqueue_row(
         .supersede_group
         .as_ref()
         .map(SupersedeGroup::as_bytes);
-    let inserted: Vec<Vec<u8>> = db.rows(
-        sql::ENQUEUE,
-        params![
-            id.as_bytes(),
-            queue.as_str(),
-            key.as_bytes(),
-            group,
-            RunState::Queued.as_str(),
-            max_attempts,
-            options.priority,
-            micros(now),
-            micros(due),
-            len_i64(payload),
-            payload
-        ],
-        |r| r.get(0),
-    )?;
+    let values = params![
+        id.as_bytes(),
+        queue.as_str(),
+        key.as_bytes(),
+        group,
+        RunState::Queued.as_str(),
+        max_attempts,
+        options.priority,
+        micros(now),
+        micros(due),
+        len_i64(payload),
+        payload
+    ];
+    let partition = options.partition_key.as_ref().map(PartitionKey::as_str);
+    let traceparent = options.traceparent.as_ref().map(TraceParent::as_str);
+    // Revision 0009's columns are named only by an enqueue that sets one of them, and only on
+    // a store that holds them (a store whose upgrade stopped before 0009 refuses it).
+    let inserted: Vec<Vec<u8>> = if partition.is_none() && traceparent.is_none() {
+        db.rows(sql::ENQUEUE, values, |r| r.get(0))?
+    } else {
+        flow::require_run_columns(db)?;
+        let mut flow_values = values.to_vec();
+        flow_values.extend([&partition as &dyn ToSql, &traceparent]);
+        db.rows(sql::ENQUEUE_FLOW, flow_values.as_slice(), |r| r.get(0))?
+    };
     if inserted.is_empty() {
         let existing: Vec<Vec<u8>> = db.rows(
             sql::RUN_ID_BY_KEY,
@@ -139,9 +149,6 @@ pub(crate) fn enqueue_row(
             run_id: run_id(existing)?,
             created: false,
         });
-    }
-    if let Some(partition) = &options.partition_key {
-        flow::set_partition(db, id.as_bytes(), partition)?;
     }
     if let Some(group) = group {
         let to = transition(RunState::Queued, Action::Supersede)?;

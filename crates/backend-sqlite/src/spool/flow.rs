@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use cairn_core::spool::{
     claim_allowance, flow_revision_missing, pick_within_partitions, rate_window_start,
-    PartitionKey, QueueFlow, QueueLimits, QueueName, RateLimit, Timestamp,
+    PartitionKey, QueueFlow, QueueLimits, QueueName, RateLimit, Timestamp, TraceParent,
 };
 use cairn_core::Result;
 use rusqlite::{params, OptionalExtension, Row};
@@ -193,27 +193,45 @@ pub(super) fn set_limits_tx(
     })
 }
 
-/// Stores a new run's partition key (inside the enqueue's transaction); refuses when the store
-/// has not applied the revision that holds it.
-pub(super) fn set_partition(db: &Db<'_>, run: &[u8], partition: &PartitionKey) -> Result<()> {
-    if !applied_q(db)? {
-        return Err(flow_revision_missing("an enqueue with a partition key"));
+/// Refuses an enqueue that carries a partition key or a trace context (inside the enqueue's
+/// transaction) when the store has not applied the revision whose columns hold them.
+pub(super) fn require_run_columns(db: &Db<'_>) -> Result<()> {
+    if applied_q(db)? {
+        Ok(())
+    } else {
+        Err(flow_revision_missing(
+            "an enqueue with a partition key or a traceparent",
+        ))
     }
-    db.exec(sql::SET_PARTITION, params![run, partition.as_str()])
-        .map(drop)
 }
 
-/// A run's partition key (`None`: none, or a store before the revision: `flow` false).
-pub(super) fn partition_q(db: &Db<'_>, run: &[u8], flow: bool) -> Result<Option<PartitionKey>> {
+/// A run's partition key and trace context (`None`: none, or a store before the revision:
+/// `flow` false).
+pub(super) fn run_flow_columns_q(
+    db: &Db<'_>,
+    run: &[u8],
+    flow: bool,
+) -> Result<(Option<PartitionKey>, Option<TraceParent>)> {
     if !flow {
-        return Ok(None);
+        return Ok((None, None));
     }
-    let found: Vec<Option<String>> = db.rows(sql::RUN_PARTITION, params![run], |r| r.get(0))?;
-    found
-        .into_iter()
-        .flatten()
-        .next()
+    let found: Vec<(Option<String>, Option<String>)> =
+        db.rows(sql::RUN_FLOW_COLUMNS, params![run], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })?;
+    let Some((partition, traceparent)) = found.into_iter().next() else {
+        return Ok((None, None));
+    };
+    let partition = partition
         .map(|p| PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid")))
+        .transpose()?;
+    Ok((partition, traceparent_of(traceparent)?))
+}
+
+/// A stored trace context.
+pub(super) fn traceparent_of(stored: Option<String>) -> Result<Option<TraceParent>> {
+    stored
+        .map(|t| TraceParent::parse(&t).map_err(|_| corrupt("a stored traceparent is invalid")))
         .transpose()
 }
 

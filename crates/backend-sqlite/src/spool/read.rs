@@ -11,7 +11,7 @@ use cairn_core::spool::{
 use cairn_core::{Error, Result};
 use rusqlite::{params, Row};
 
-use super::flow::partition_q;
+use super::flow::run_flow_columns_q;
 use super::row::{count, dedup_key, non_negative, run_id, state, ts};
 use super::sql;
 use crate::db::Db;
@@ -85,6 +85,7 @@ fn run_info(db: &Db<'_>, row: InfoRow, flow: bool) -> Result<RunInfo> {
         }),
         _ => None,
     };
+    let (partition_key, traceparent) = run_flow_columns_q(db, &row.id, flow)?;
     Ok(RunInfo {
         run_id: run_id(&row.id)?,
         facts: facts_of(db, &row.id)?,
@@ -111,12 +112,14 @@ fn run_info(db: &Db<'_>, row: InfoRow, flow: bool) -> Result<RunInfo> {
         cancel_requested: row.cancel_requested,
         reason: row.reason,
         events: non_negative(row.events, "event count")?,
-        partition_key: partition_q(db, &row.id, flow)?,
+        partition_key,
+        traceparent,
         stream: EventStream::from_stored(row.closed),
     })
 }
 
-/// One run's info; `flow`: the store holds revision `0009_spool_flow` (its partition key is read).
+/// One run's info; `flow`: the store holds revision `0009_spool_flow` (its partition key and
+/// trace context are read).
 pub(super) fn run_tx(db: &Db<'_>, run: RunId, flow: bool) -> Result<Option<RunInfo>> {
     db.read_tx(|db| {
         let rows = db.rows(sql::RUN_INFO, params![run.as_bytes()], info_row)?;

@@ -117,6 +117,8 @@ fn info(c: Columns) -> Result<ScheduleInfo> {
             .map(PartitionKey::new)
             .transpose()
             .map_err(|_| bad("partition key"))?,
+        // A schedule's runs carry no trace (`check_schedule` refuses one).
+        traceparent: None,
     };
     Ok(ScheduleInfo {
         schedule: Schedule {

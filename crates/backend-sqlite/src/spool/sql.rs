@@ -284,11 +284,19 @@ ON CONFLICT (queue) DO UPDATE SET max_claimed = excluded.max_claimed,
     per_partition = excluded.per_partition, rate_claims = excluded.rate_claims,
     rate_per_us = excluded.rate_per_us, updated_at = excluded.updated_at";
 
-/// Sets a new run's partition key (`?2`).
-pub(super) const SET_PARTITION: &str = "UPDATE spool_run SET partition_key = ?2 WHERE run_id = ?1";
+/// [`ENQUEUE`] with the run's partition key (`?12`) and trace context (`?13`), either NULL:
+/// an enqueue that carries one of them.
+pub(super) const ENQUEUE_FLOW: &str = "\
+INSERT INTO spool_run (run_id, queue, dedup_key, supersede_group, state, attempts, max_attempts,
+                       priority, enqueued_at, updated_at, due_at, payload_bytes, payload, closed,
+                       partition_key, traceparent)
+VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6, ?7, ?8, ?8, ?9, ?10, ?11, 0, ?12, ?13)
+ON CONFLICT (queue, dedup_key) DO NOTHING
+RETURNING run_id";
 
-/// A run's partition key.
-pub(super) const RUN_PARTITION: &str = "SELECT partition_key FROM spool_run WHERE run_id = ?1";
+/// A run's partition key and trace context.
+pub(super) const RUN_FLOW_COLUMNS: &str =
+    "SELECT partition_key, traceparent FROM spool_run WHERE run_id = ?1";
 
 /// Runs of queue `?1` claimed at once at `?2` (state `claimed`, `due_at` ahead), by partition
 /// key (NULL: none), through `spool_run_expiry`.
@@ -316,9 +324,18 @@ SELECT run_no, partition_key FROM spool_run
 WHERE queue = ?1 AND due_at <= ?2
 ORDER BY priority DESC, due_at, run_no";
 
-/// One picked candidate, as [`CANDIDATES`] returns it.
+/// One picked candidate, as [`CANDIDATES_FLOW`] returns it.
 pub(super) const CANDIDATE: &str = "\
-SELECT run_no, run_id, dedup_key, state, attempts, payload FROM spool_run WHERE run_no = ?1";
+SELECT run_no, run_id, dedup_key, state, attempts, payload, traceparent FROM spool_run
+WHERE run_no = ?1";
+
+/// [`CANDIDATES`] with each run's trace context.
+pub(super) const CANDIDATES_FLOW: &str = "\
+SELECT run_no, run_id, dedup_key, state, attempts, payload, traceparent
+FROM spool_run
+WHERE queue = ?1 AND due_at <= ?2
+ORDER BY priority DESC, due_at, run_no
+LIMIT ?3";
 
 /// Changes whenever another connection commits to the file.
 pub(super) const DATA_VERSION: &str = "PRAGMA data_version";

@@ -436,6 +436,8 @@ impl OldSpool {
                         attempt,
                         token,
                         expires_at,
+                        // The new core's field: the previous release stores no trace context.
+                        traceparent: None,
                     });
                 }
                 let end = if wrote || !out.is_empty() {

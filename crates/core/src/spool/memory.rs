@@ -224,6 +224,7 @@ impl Spool for MemorySpool {
                 attempt: r.attempts,
                 token,
                 expires_at,
+                traceparent: r.traceparent.clone(),
             });
         }
         st.flow.claimed(queue, now, out.len());

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use super::backoff::BackoffPolicy;
 use super::dedup::{DedupKey, SupersedeGroup};
-use super::ids::{ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId};
+use super::ids::{
+    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, TraceParent,
+};
 use super::state::{EventStream, RunState};
 use super::timestamp::Timestamp;
 
@@ -34,6 +36,14 @@ pub struct EnqueueOptions {
     /// ([`QueueLimits::per_partition`](super::QueueLimits)) caps how many runs sharing it are
     /// claimed at once. `None`: the run belongs to no partition.
     pub partition_key: Option<PartitionKey>,
+    /// The enqueuer's W3C trace context, stored with the run and handed to every claim of it
+    /// ([`Claimed::traceparent`]) so the consumer continues the enqueuer's trace. An enqueue
+    /// that finds its key already present changes nothing: the run keeps the first
+    /// enqueuer's. `None`: the run carries no trace. Stored in revision `0009_spool_flow`'s
+    /// column: on a store whose upgrade stopped before it, an enqueue with one is refused with
+    /// [`Error::Incompatible`](crate::Error::Incompatible)
+    /// ([`flow_revision_missing`](super::flow_revision_missing)), as one with a partition key is.
+    pub traceparent: Option<TraceParent>,
 }
 
 impl EnqueueOptions {
@@ -64,6 +74,12 @@ impl EnqueueOptions {
     /// Sets the partition key.
     pub fn partition(mut self, key: PartitionKey) -> Self {
         self.partition_key = Some(key);
+        self
+    }
+
+    /// Sets the enqueuer's trace context.
+    pub fn traceparent(mut self, tp: TraceParent) -> Self {
+        self.traceparent = Some(tp);
         self
     }
 }
@@ -121,6 +137,10 @@ pub struct Claimed {
     pub token: LeaseToken,
     /// When the lease expires unless extended.
     pub expires_at: Timestamp,
+    /// The trace context the run was enqueued with
+    /// ([`EnqueueOptions::traceparent`]): the consumer's span continues that trace. `None` for
+    /// a run enqueued without one, an imported run and a schedule's run.
+    pub traceparent: Option<TraceParent>,
 }
 
 /// What [`Spool::heartbeat`](super::Spool::heartbeat) returns.
@@ -288,6 +308,8 @@ pub struct RunInfo {
     pub stream: EventStream,
     /// Its partition key, if it was enqueued with one.
     pub partition_key: Option<PartitionKey>,
+    /// The trace context it was enqueued with ([`EnqueueOptions::traceparent`]), if any.
+    pub traceparent: Option<TraceParent>,
 }
 
 /// Which runs [`Spool::runs`](super::Spool::runs) lists. Results come in run id order,

@@ -204,6 +204,7 @@ pub(crate) async fn schedule(
                     priority: args.priority,
                     partition_key: args.partition.map(PartitionKey::new).transpose()?,
                     not_before: None,
+                    traceparent: None,
                 },
                 catch_up: parse_catch_up(&args.catch_up)?,
             };

@@ -375,6 +375,7 @@ pub async fn q7_edits_and_removals_take_effect_at_the_next_tick<H: SpoolHarness>
         supersede_group: Some(SupersedeGroup::from_parts(["q7"]).unwrap()),
         partition_key: Some(PartitionKey::new("tenant-1").unwrap()),
         not_before: None,
+        traceparent: None,
     };
     let second = put(&*spool, &edit).await;
     assert_eq!(second.schedule, edit);

@@ -99,6 +99,7 @@ impl State {
                     event_ids,
                     stream: EventStream::Unmarked,
                     partition: None,
+                    traceparent: None,
                 },
             );
         }

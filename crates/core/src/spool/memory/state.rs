@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use super::super::dedup::{DedupKey, SupersedeGroup};
 use super::super::ids::{
     ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
+    TraceParent,
 };
 use super::super::import::ImportMarker;
 use super::super::schedule::ScheduleInfo;
@@ -63,6 +64,8 @@ pub(super) struct Run {
     pub(super) last_event_seq: u64,
     pub(super) stream: EventStream,
     pub(super) partition: Option<PartitionKey>,
+    /// The enqueuer's trace context, handed to every claim.
+    pub(super) traceparent: Option<TraceParent>,
 }
 
 impl Run {
@@ -91,6 +94,7 @@ impl Run {
             events: self.events.len() as u64,
             stream: self.stream,
             partition_key: self.partition.clone(),
+            traceparent: self.traceparent.clone(),
         }
     }
 
@@ -174,6 +178,7 @@ impl State {
                 key: key.clone(),
                 group: options.supersede_group,
                 partition: options.partition_key,
+                traceparent: options.traceparent,
                 payload,
                 state: RunState::Queued,
                 attempts: 0,

@@ -15,7 +15,8 @@ use crate::error::{Error, Result};
 /// # Errors
 /// [`Error::InvalidInput`] for an expression or time zone [`CronTicks::parse`] refuses, an
 /// expression that matches no time after `now`, a payload or options an enqueue would refuse,
-/// options with `not_before` (a tick's run is due at its tick), or a
+/// options with `not_before` (a tick's run is due at its tick) or a `traceparent` (a
+/// schedule's runs carry no trace: no enqueuer's span is waiting on them), or a
 /// [`CatchUp::All`] cap outside 1..=[`MAX_CATCH_UP`].
 pub fn check_schedule(schedule: &Schedule, now: Timestamp) -> Result<CronTicks> {
     let ticks = CronTicks::parse(&schedule.cron, &schedule.time_zone)?;
@@ -24,6 +25,12 @@ pub fn check_schedule(schedule: &Schedule, now: Timestamp) -> Result<CronTicks> 
         return Err(Error::invalid(
             "schedule options",
             "must not set not_before: each tick's run is due at its tick",
+        ));
+    }
+    if schedule.options.traceparent.is_some() {
+        return Err(Error::invalid(
+            "schedule options",
+            "must not set traceparent: a schedule's runs carry no trace",
         ));
     }
     schedule.options.effective_max_attempts()?;

@@ -211,6 +211,12 @@ fn check_schedule_refuses_bad_input_with_the_reason() {
     s.options.not_before = Some(now);
     cases.push((s, "not_before"));
     let mut s = schedule("0 * * * *", "UTC", CatchUp::None);
+    s.options.traceparent = Some(
+        crate::spool::TraceParent::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .unwrap(),
+    );
+    cases.push((s, "traceparent"));
+    let mut s = schedule("0 * * * *", "UTC", CatchUp::None);
     s.options.max_attempts = Some(0);
     cases.push((s, "max attempts"));
     let mut s = schedule("0 * * * *", "UTC", CatchUp::None);

@@ -86,7 +86,8 @@ pub struct Schedule {
     pub queue: QueueName,
     /// Each run's payload.
     pub payload: Vec<u8>,
-    /// Each run's enqueue options (`not_before` must be unset: a tick's run is due at once).
+    /// Each run's enqueue options (`not_before` must be unset: a tick's run is due at once;
+    /// `traceparent` too: a schedule's runs carry no trace).
     pub options: EnqueueOptions,
     /// Ticks missed while no scheduler ran.
     pub catch_up: CatchUp,

@@ -286,6 +286,7 @@ impl ScheduleIn {
             max_attempts: self.max_attempts,
             priority: self.priority.unwrap_or(0),
             partition_key: self.partition_key.map(PartitionKey::new).transpose()?,
+            traceparent: None,
         };
         options.effective_max_attempts()?;
         let catch_up = match (self.catch_up, self.catch_up_cap) {

@@ -314,6 +314,7 @@ impl EnqueueRequest {
             max_attempts: self.max_attempts,
             priority: self.priority.unwrap_or(0),
             partition_key: self.partition_key.map(PartitionKey::new).transpose()?,
+            traceparent: None,
         };
         options.effective_max_attempts()?;
         Ok(EnqueueItem {
