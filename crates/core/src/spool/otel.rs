@@ -31,7 +31,7 @@ impl TraceParent {
 }
 
 /// Makes `span` a child of the remote span `parent` names (before the span is entered).
-pub(super) fn continue_trace(span: &tracing::Span, parent: &TraceParent) {
+pub(crate) fn continue_trace(span: &tracing::Span, parent: &TraceParent) {
     let (Ok(trace), Ok(id)) = (
         TraceId::from_hex(parent.trace_id()),
         SpanId::from_hex(parent.parent_id()),

@@ -374,6 +374,11 @@ fn rules(doc: &mut Value) {
                 continue;
             };
             for param in params {
+                if param["in"] == "header" && param["name"] == "traceparent" {
+                    // Neither id may be all zeros (W3C trace context).
+                    param["schema"]["not"] = json!({"pattern": "^00-(0{32}-|[0-9a-f]{32}-0{16}-)"});
+                    continue;
+                }
                 if param["in"] != "path" {
                     continue;
                 }

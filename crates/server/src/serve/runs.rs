@@ -14,6 +14,7 @@ use super::json::{
     EnqueueResponse, ErrorBody, FactIn, FactOut, FactPath, FactSet, FactsResponse,
     HeartbeatRequest, HeartbeatResponse, Nack, NackRequest, QueuePath, RunEventAppended,
     RunEventIn, RunEventOut, RunEventsQuery, RunEventsResponse, RunOut, RunPath, RunStateResponse,
+    TraceParentHeader,
 };
 use super::page;
 use super::responses::{
@@ -24,6 +25,20 @@ use super::state::AppState;
 /// Run events per page when a request names no limit.
 const DEFAULT_EVENTS_LIMIT: usize = 100;
 
+/// The W3C `traceparent` header, when sent: stored with the run, so the consumer that
+/// handles it continues the enqueuer's trace. One that does not read is refused (400).
+pub(crate) fn traceparent(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<spool::TraceParent>, ApiError> {
+    let Some(value) = headers.get("traceparent") else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| cairn::Error::invalid("traceparent", "must be ASCII"))?;
+    Ok(Some(spool::TraceParent::parse(text)?))
+}
+
 fn run_id(s: &str) -> Result<RunId, ApiError> {
     Ok(RunId::parse(s)?)
 }
@@ -31,7 +46,7 @@ fn run_id(s: &str) -> Result<RunId, ApiError> {
 /// Enqueues a run, or finds the run already under its key.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/runs", tag = "spool",
-    params(QueuePath),
+    params(QueuePath, TraceParentHeader),
     request_body = EnqueueRequest,
     responses(
         (status = 201, description = "Created", body = EnqueueResponse),
@@ -47,14 +62,16 @@ fn run_id(s: &str) -> Result<RunId, ApiError> {
 pub(crate) async fn enqueue(
     State(state): State<AppState>,
     PathArgs(queue): PathArgs<String>,
+    headers: axum::http::HeaderMap,
     Body(req): Body<EnqueueRequest>,
 ) -> Result<(StatusCode, Json<EnqueueResponse>), ApiError> {
     let queue = QueueName::new(queue)?;
     let spool::EnqueueItem {
         key,
         payload,
-        options,
+        mut options,
     } = req.into_enqueue()?;
+    options.traceparent = traceparent(&headers)?;
     let enqueued = state.spool.enqueue(&queue, &key, payload, options).await?;
     state
         .metrics

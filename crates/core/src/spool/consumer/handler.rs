@@ -107,6 +107,12 @@ impl Job {
         &self.claimed.payload
     }
 
+    /// The enqueuer's trace context, when the run was enqueued with one (the run's span
+    /// continues it with the feature `otel`).
+    pub fn traceparent(&self) -> Option<&super::super::ids::TraceParent> {
+        self.claimed.traceparent.as_ref()
+    }
+
     /// Which delivery this is (1 for the first).
     pub fn attempt(&self) -> u32 {
         self.claimed.attempt

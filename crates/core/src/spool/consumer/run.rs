@@ -42,6 +42,12 @@ pub(super) fn start_run(
         consumer = %ctx.consumer,
         outcome = tracing::field::Empty,
     );
+    // The enqueuer's trace, when the run carries one: the run span is its child (feature
+    // `otel`; without it the span starts a trace of its own in whatever the service installed).
+    #[cfg(feature = "otel")]
+    if let Some(parent) = &held.claimed.traceparent {
+        super::super::otel::continue_trace(&span, parent);
+    }
     let job = Job {
         queue: ctx.queue.clone(),
         claimed: held.claimed,

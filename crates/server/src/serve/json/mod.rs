@@ -25,5 +25,7 @@ pub(crate) use self::epochs::*;
 pub(crate) use self::flow::*;
 pub(crate) use self::lease::*;
 pub(crate) use self::meta::{ErrorBody, ErrorDetail, Health};
-pub(crate) use self::paths::{FactPath, QueuePath, RunPath, SchedulePath, SpacePath};
+pub(crate) use self::paths::{
+    FactPath, QueuePath, RunPath, SchedulePath, SpacePath, TraceParentHeader,
+};
 pub(crate) use self::runs::*;

@@ -61,3 +61,15 @@ pub(crate) struct SchedulePath {
     #[param(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
     pub(crate) name: String,
 }
+
+/// The W3C trace-context header an enqueue may carry.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)] // Documentation only: the handler reads the header itself.
+pub(crate) struct TraceParentHeader {
+    /// The enqueuer's trace context (W3C `traceparent`, version 00: `00-` then 32, 16 and 2
+    /// lowercase hex digits joined by `-`; neither id all zeros), stored with the run so the
+    /// consumer's span continues that trace.
+    #[param(pattern = r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")]
+    pub(crate) traceparent: Option<String>,
+}

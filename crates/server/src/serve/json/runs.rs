@@ -115,6 +115,9 @@ pub(crate) struct RunOut {
     /// Its partition key, when it was enqueued with one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) partition_key: Option<String>,
+    /// The enqueuer's trace context (W3C `traceparent`), when it sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) traceparent: Option<String>,
 }
 
 impl From<&RunInfo> for RunOut {
@@ -140,6 +143,7 @@ impl From<&RunInfo> for RunOut {
             events: r.events,
             stream: r.stream.as_str(),
             partition_key: r.partition_key.as_ref().map(|p| p.to_string()),
+            traceparent: r.traceparent.as_ref().map(ToString::to_string),
         }
     }
 }
