@@ -113,7 +113,7 @@ impl PgSpool {
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
         let old = enter_schema(conn, self.schema()).await?;
-        let r = match check_enqueue(&payload, &options, self.clock()) {
+        let r = match check_enqueue(key, &payload, &options, self.clock()) {
             Ok(CheckedEnqueue { max_attempts, now }) => {
                 enqueue::enqueue_on(self, conn, queue, key, payload, options, max_attempts, now)
                     .await
@@ -264,7 +264,7 @@ impl Transaction for PgTransaction {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let r = match check_enqueue(&payload, &options, self.spool.clock()) {
+        let r = match check_enqueue(key, &payload, &options, self.spool.clock()) {
             Ok(CheckedEnqueue { max_attempts, now }) => {
                 let (spool, conn) = (&self.spool, &mut *self.tx);
                 enqueue::enqueue_on(spool, conn, queue, key, payload, options, max_attempts, now)

@@ -135,7 +135,7 @@ impl<'a> SqliteTx<'a> {
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
         let CheckedEnqueue { max_attempts, now } =
-            check_enqueue(&payload, &options, self.spool.clock())?;
+            check_enqueue(key, &payload, &options, self.spool.clock())?;
         let done =
             enqueue::enqueue_tx(&self.db, queue, key, &payload, &options, max_attempts, now)?;
         self.created(queue, done.created);

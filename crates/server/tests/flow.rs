@@ -338,6 +338,21 @@ fn http_routes(db: &str) {
         .send_text("/metrics")
         .contains("cairn_spool_queue_paused{queue=\"gate\"} 0"));
 
+    // A tick's key is the scheduler's alone: a producer cannot take a tick's place.
+    let (status, body) = server.send(
+        "POST",
+        "/v1/queues/reports/runs",
+        Some(
+            &json!({"key_parts": ["cairn:schedule", "five", "2030-01-01T00:00:00.000000Z"],
+                     "payload": "EVIL"}),
+        ),
+    );
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &json!("reserved")),
+        "{body}"
+    );
+
     // Schedules.
     let sched = json!({"cron": "*/5 * * * *", "queue": "reports", "payload": "{}",
                        "catch_up": "all", "catch_up_cap": 3, "supersede_group": ["g", "h"]});

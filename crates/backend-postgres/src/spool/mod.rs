@@ -141,7 +141,8 @@ impl Spool for PgSpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
+        let CheckedEnqueue { max_attempts, now } =
+            check_enqueue(key, &payload, &options, self.clock())?;
         enqueue::enqueue_tx(self, queue, key, payload, options, max_attempts, now).await
     }
 

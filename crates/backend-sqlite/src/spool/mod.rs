@@ -236,7 +236,8 @@ impl Spool for SqliteSpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
+        let CheckedEnqueue { max_attempts, now } =
+            check_enqueue(key, &payload, &options, self.clock())?;
         let (q, k) = (queue.clone(), key.clone());
         if let Some(run_id) = self
             .store

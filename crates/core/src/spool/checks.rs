@@ -11,6 +11,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
+use super::dedup::DedupKey;
 use super::ids::{
     ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
     TraceParent, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN,
@@ -254,10 +255,12 @@ pub struct CheckedEnqueue {
 /// # Errors
 /// [`Error::InvalidInput`] for an oversized payload or invalid options (the clock is not read).
 pub fn check_enqueue(
+    key: &DedupKey,
     payload: &[u8],
     options: &EnqueueOptions,
     clock: &dyn Clock,
 ) -> Result<CheckedEnqueue> {
+    check_producer_key(key)?;
     check_payload("run payload", MAX_RUN_PAYLOAD, payload)?;
     let max_attempts = options.effective_max_attempts()?;
     Ok(CheckedEnqueue {
@@ -297,7 +300,8 @@ pub fn check_enqueue_batch(items: &[EnqueueItem]) -> Result<Vec<u32>> {
         .iter()
         .enumerate()
         .map(|(index, item)| {
-            check_payload("run payload", MAX_RUN_PAYLOAD, &item.payload)
+            check_producer_key(&item.key)
+                .and_then(|()| check_payload("run payload", MAX_RUN_PAYLOAD, &item.payload))
                 .and_then(|()| item.options.effective_max_attempts())
                 .map_err(|e| Error::InvalidBatchItem {
                     index,
@@ -305,6 +309,27 @@ pub fn check_enqueue_batch(items: &[EnqueueItem]) -> Result<Vec<u32>> {
                 })
         })
         .collect()
+}
+
+/// The first dedup-key part of a schedule's tick runs ([`schedule_tick_key`](super::schedule_tick_key)).
+pub const SCHEDULE_KEY_PART: &str = "cairn:schedule";
+
+/// Refuses a producer's dedup key in the spool's own namespace: keys whose first part is
+/// [`SCHEDULE_KEY_PART`] are the schedules' ticks, which only
+/// [`Spool::fire_schedule`](super::Spool::fire_schedule) enqueues — a producer's run under one
+/// would take a tick's place.
+///
+/// # Errors
+/// [`Error::Reserved`].
+pub fn check_producer_key(key: &DedupKey) -> Result<()> {
+    let first = key.parts().and_then(|p| p.into_iter().next());
+    if first.as_deref() == Some(SCHEDULE_KEY_PART.as_bytes()) {
+        return Err(Error::Reserved {
+            what: "dedup key",
+            name: format!("starting with the part {SCHEDULE_KEY_PART:?}"),
+        });
+    }
+    Ok(())
 }
 
 /// The append rule ([`EventStream`]): refuses an event for a run in a terminal state or
@@ -573,7 +598,14 @@ mod tests {
     #[test]
     fn an_enqueue_is_checked_before_the_clock_is_read() {
         let clock = crate::spool::ManualClock::default();
-        let ok = check_enqueue(b"{}", &EnqueueOptions::default().max_attempts(3), &clock).unwrap();
+        let k = DedupKey::from_parts(["k"]).unwrap();
+        let ok = check_enqueue(
+            &k,
+            b"{}",
+            &EnqueueOptions::default().max_attempts(3),
+            &clock,
+        )
+        .unwrap();
         assert_eq!(
             ok,
             CheckedEnqueue {
@@ -582,9 +614,16 @@ mod tests {
             }
         );
         let big = vec![0u8; MAX_RUN_PAYLOAD + 1];
-        assert!(check_enqueue(&big, &EnqueueOptions::default(), &clock).is_err());
+        assert!(check_enqueue(&k, &big, &EnqueueOptions::default(), &clock).is_err());
         let zero = EnqueueOptions::default().max_attempts(0);
-        assert!(check_enqueue(b"", &zero, &clock).is_err());
+        assert!(check_enqueue(&k, b"", &zero, &clock).is_err());
+        let tick = DedupKey::from_parts(["cairn:schedule", "s", "2026-01-01T00:00:00Z"]).unwrap();
+        assert!(matches!(
+            check_enqueue(&tick, b"", &EnqueueOptions::default(), &clock),
+            Err(Error::Reserved { .. })
+        ));
+        let near = DedupKey::from_parts(["cairn:schedules", "s"]).unwrap();
+        check_enqueue(&near, b"", &EnqueueOptions::default(), &clock).unwrap();
     }
 
     #[test]

@@ -140,7 +140,8 @@ impl Spool for MemorySpool {
         payload: Vec<u8>,
         options: EnqueueOptions,
     ) -> Result<Enqueued> {
-        let CheckedEnqueue { max_attempts, now } = check_enqueue(&payload, &options, self.clock())?;
+        let CheckedEnqueue { max_attempts, now } =
+            check_enqueue(key, &payload, &options, self.clock())?;
         let mut st = self.lock();
         let done = st.enqueue(queue, key, payload, options, max_attempts, now);
         if done.created {

@@ -28,8 +28,10 @@ use super::{batch, doctor, epochs, flow, health, json, runs, scrape};
                        suffice for /metrics and /v1/doctor). Every rule the server checks is \
                        stated here: a request valid under this document is never answered 400 \
                        `invalid_input` or `invalid_batch_item` (but for what is stated in \
-                       words: the payload bytes of a batch enqueue together, and run event ids \
-                       starting with `cairn:`, which a batch refuses as `invalid_batch_item`). \
+                       words: the payload bytes of a batch enqueue together, run event ids \
+                       starting with `cairn:`, which a batch refuses as `invalid_batch_item`, \
+                       and dedup keys whose first part is `cairn:schedule`, the schedules' \
+                       own: 400 `reserved`, in a batch `invalid_batch_item`). \
                        Batches are all or nothing: \
                        an error names the refused item's `index`, and nothing of the batch is \
                        written. Text limits are in bytes of UTF-8: `maxLength` (which \

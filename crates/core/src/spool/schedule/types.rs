@@ -134,7 +134,7 @@ pub fn schedule_tick_key(name: &ScheduleName, tick: Timestamp) -> Result<DedupKe
     let at = tick
         .to_rfc3339()
         .unwrap_or_else(|| tick.as_unix_micros().to_string());
-    DedupKey::from_parts(["cairn:schedule", name.as_str(), &at])
+    DedupKey::from_parts([crate::spool::SCHEDULE_KEY_PART, name.as_str(), &at])
 }
 
 /// The schedule and tick of a run's dedup key, when it is a [`schedule_tick_key`]: the inverse
