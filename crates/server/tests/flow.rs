@@ -277,6 +277,13 @@ fn http_routes(db: &str) {
         json!([])
     );
 
+    // A run due in an hour is scheduled, not part of the queue's backlog.
+    let (status, later) = server.send(
+        "POST",
+        "/v1/queues/gate/runs",
+        Some(&json!({"key": "later", "payload": "p", "not_before_us": 4_102_444_800_000_000_i64})),
+    );
+    assert_eq!(status, 201, "{later}");
     // A partitioned run, enqueued while the queue is paused: it lands, and no claim takes it.
     let (status, enq) = server.send(
         "POST",
@@ -295,7 +302,10 @@ fn http_routes(db: &str) {
     let metrics = server.send_text("/metrics");
     assert!(
         metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1")
-            && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"queued\"} 1"),
+            && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"queued\"} 1")
+            && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"scheduled\"} 1")
+            && metrics.contains("cairn_spool_runs{state=\"pending\"} 1")
+            && metrics.contains("cairn_spool_runs{state=\"scheduled\"} 1"),
         "{metrics}"
     );
 

@@ -51,7 +51,9 @@ pub(super) async fn runs_tx(s: &PgSpool, filter: &RunFilter, limit: usize) -> Re
 }
 
 pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
+    let now = cairn_core::spool::Spool::clock(s).now();
     let rows = sqlx::query(sql::STATS)
+        .bind(now.as_unix_micros())
         .fetch_all(s.pool())
         .await
         .map_err(map)?;
@@ -62,6 +64,8 @@ pub(super) async fn stats_tx(s: &PgSpool) -> Result<SpoolStats> {
         if let (Some(queue), Some(name)) = (queue, name) {
             let queue = QueueName::new(queue).map_err(|_| corrupt("an invalid queue name"))?;
             let n: Option<i64> = get(row, 2)?;
+            let scheduled: Option<i64> = get(row, 7)?;
+            stats.add_scheduled(queue.clone(), count(scheduled.unwrap_or(0))?);
             stats.add_runs(
                 queue,
                 state(&name)?,

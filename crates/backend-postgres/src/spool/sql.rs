@@ -485,11 +485,12 @@ WHERE r.run_id = $1";
 /// event count, their payload bytes and the oldest event's time. The spool-wide run counts
 /// are the rows' sums.
 pub(super) const STATS: &str = "\
-SELECT s.queue, s.state, s.n, s.oldest, ev.n, ev.bytes, ev.oldest \
+SELECT s.queue, s.state, s.n, s.oldest, ev.n, ev.bytes, ev.oldest, s.scheduled \
 FROM (SELECT pg_catalog.count(*) AS n, coalesce(pg_catalog.sum(payload_bytes), 0)::bigint AS bytes, \
         pg_catalog.min(created_at) AS oldest FROM spool_event) ev \
 LEFT JOIN (SELECT queue, state, pg_catalog.count(*) AS n, \
-        pg_catalog.min(enqueued_at) FILTER (WHERE state = 'queued') AS oldest \
+        pg_catalog.min(enqueued_at) FILTER (WHERE state = 'queued') AS oldest, \
+        pg_catalog.count(*) FILTER (WHERE state = 'queued' AND due_at > $1) AS scheduled \
         FROM spool_run GROUP BY queue, state) s ON TRUE";
 
 /// Retention's event window: the total event payload bytes on every row, plus the oldest `$1`

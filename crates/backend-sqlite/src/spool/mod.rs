@@ -395,7 +395,10 @@ impl Spool for SqliteSpool {
     }
 
     async fn stats(&self) -> Result<SpoolStats> {
-        self.store.with_reader(read::stats_tx).await
+        let now = self.clock().now();
+        self.store
+            .with_reader(move |db| read::stats_tx(db, now))
+            .await
     }
 
     async fn append_event(

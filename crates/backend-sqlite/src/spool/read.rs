@@ -149,16 +149,18 @@ pub(super) fn runs_tx(
     })
 }
 
-pub(super) fn stats_tx(db: &Db<'_>) -> Result<SpoolStats> {
+pub(super) fn stats_tx(db: &Db<'_>, now: Timestamp) -> Result<SpoolStats> {
     db.read_tx(|db| {
         let mut stats = SpoolStats::default();
-        let groups: Vec<(String, String, i64, Option<i64>)> =
-            db.rows(sql::QUEUE_STATE_COUNTS, [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })?;
-        for (queue, st, n, oldest) in groups {
+        let groups: Vec<(String, String, i64, Option<i64>, i64)> = db.rows(
+            sql::QUEUE_STATE_COUNTS,
+            params![now.as_unix_micros()],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )?;
+        for (queue, st, n, oldest, scheduled) in groups {
             let queue =
                 QueueName::new(queue).map_err(|_| corrupt("a stored queue name is invalid"))?;
+            stats.add_scheduled(queue.clone(), non_negative(scheduled, "run count")?);
             stats.add_runs(
                 queue,
                 state(&st)?,

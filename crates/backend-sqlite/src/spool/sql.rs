@@ -138,7 +138,8 @@ pub(super) const RUN_PAYLOAD: &str = "SELECT payload FROM spool_run WHERE run_id
 /// Run counts per queue and state, with the enqueue time of each queue's oldest queued run on
 /// its `queued` row (NULL on the others). The spool-wide counts are their sums.
 pub(super) const QUEUE_STATE_COUNTS: &str = "\
-SELECT queue, state, count(*), min(CASE WHEN state = 'queued' THEN enqueued_at END)
+SELECT queue, state, count(*), min(CASE WHEN state = 'queued' THEN enqueued_at END),
+    sum(CASE WHEN state = 'queued' AND due_at > ?1 THEN 1 ELSE 0 END)
 FROM spool_run
 GROUP BY queue, state";
 

@@ -341,6 +341,7 @@ impl Spool for MemorySpool {
     }
 
     async fn stats(&self) -> Result<SpoolStats> {
+        let now = self.now();
         let st = self.lock();
         let mut stats = SpoolStats {
             events: st.by_age.len() as u64,
@@ -350,6 +351,9 @@ impl Spool for MemorySpool {
         };
         for r in st.runs.values() {
             stats.add_runs(r.queue.clone(), r.state, 1, Some(r.enqueued_at));
+            if r.state == RunState::Queued && r.due_at.is_some_and(|d| d > now) {
+                stats.add_scheduled(r.queue.clone(), 1);
+            }
         }
         Ok(stats)
     }

@@ -351,9 +351,19 @@ pub struct QueueStats {
     pub runs: BTreeMap<RunState, u64>,
     /// Enqueue time of the queue's oldest queued run (`None` when none is queued).
     pub oldest_queued: Option<Timestamp>,
+    /// Of its queued runs, those not due yet at the time of the read (a `not_before` or a
+    /// retry's backoff ahead): the rest are the backlog a claim can take now.
+    pub scheduled: u64,
 }
 
 impl SpoolStats {
+    /// Records that `n` of `queue`'s queued runs are not due yet ([`QueueStats::scheduled`]).
+    pub fn add_scheduled(&mut self, queue: QueueName, n: u64) {
+        if n > 0 {
+            self.queues.entry(queue).or_default().scheduled += n;
+        }
+    }
+
     /// Adds `n` runs of `queue` in `state`, the oldest of them (for `Queued`) enqueued at
     /// `oldest`, to the queue's counts and to the totals. Backends build their stats from
     /// per-queue, per-state groups with it, so the totals are the sums by construction.
@@ -403,6 +413,7 @@ mod tests {
             QueueStats {
                 runs: BTreeMap::from([(RunState::Queued, 3), (RunState::Succeeded, 3)]),
                 oldest_queued: Some(t(20)),
+                scheduled: 0,
             },
             "only queued runs' times count"
         );
@@ -411,6 +422,7 @@ mod tests {
             QueueStats {
                 runs: BTreeMap::from([(RunState::Queued, 1)]),
                 oldest_queued: Some(t(10)),
+                scheduled: 0,
             },
             "no zero counts"
         );

@@ -137,7 +137,7 @@ impl Metrics {
         let queue_runs = IntGaugeVec::new(
             Opts::new(
                 "cairn_spool_queue_runs",
-                "Runs by queue and state (queued, claimed, parked), read when scraped; at most 1000 queues, by name",
+                "Runs by queue and state (queued: due now, scheduled: queued but not due yet, claimed, parked), read when scraped; at most 1000 queues, by name",
             ),
             &["queue", "state"],
         )?;
@@ -250,6 +250,7 @@ impl Metrics {
         for (_, label) in RUN_STATES {
             runs.with_label_values(&[label]);
         }
+        runs.with_label_values(&["scheduled"]);
         Ok(Self {
             registry,
             http_requests,

@@ -30,24 +30,43 @@ use super::state::AppState;
 )]
 pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, ApiError> {
     let stats = state.spool.stats().await?;
+    // Queued runs not due yet (a not-before or a retry's backoff ahead) are `scheduled`, not
+    // part of the backlog a claim can take now (`pending`, `queued`).
+    let scheduled: u64 = stats.queues.values().map(|q| q.scheduled).sum();
     for (s, label) in RUN_STATES {
-        let n = stats.runs.get(&s).copied().unwrap_or(0);
+        let mut n = stats.runs.get(&s).copied().unwrap_or(0);
+        if s == cairn::RunState::Queued {
+            n = n.saturating_sub(scheduled);
+        }
         state
             .metrics
             .runs
             .with_label_values(&[label])
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
+    state
+        .metrics
+        .runs
+        .with_label_values(&["scheduled"])
+        .set(i64::try_from(scheduled).unwrap_or(i64::MAX));
     state.metrics.queue_runs.reset();
     for (queue, q) in stats.queues.iter().take(MAX_FLOW_QUEUES_SHOWN) {
         for (s, label) in QUEUE_STATES {
-            let n = q.runs.get(&s).copied().unwrap_or(0);
+            let mut n = q.runs.get(&s).copied().unwrap_or(0);
+            if s == cairn::RunState::Queued {
+                n = n.saturating_sub(q.scheduled);
+            }
             state
                 .metrics
                 .queue_runs
                 .with_label_values(&[queue.as_str(), label])
                 .set(i64::try_from(n).unwrap_or(i64::MAX));
         }
+        state
+            .metrics
+            .queue_runs
+            .with_label_values(&[queue.as_str(), "scheduled"])
+            .set(i64::try_from(q.scheduled).unwrap_or(i64::MAX));
     }
     // Flow and schedules exist once the store is at revision 0009: on a store whose upgrade
     // stopped before it (a deferred contract revision), the run counts above still scrape.

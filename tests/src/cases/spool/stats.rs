@@ -11,11 +11,12 @@ use cairn_core::{Clock, EnqueueOptions, NackKind, QueueName, RunEventId, Timesta
 use super::support::{consumer, enqueue_new, enqueue_with, info};
 use crate::{random_queue, SpoolHarness};
 
-/// One queue's expected counts.
-fn queue(runs: &[(RunState, u64)], oldest_queued: Option<Timestamp>) -> QueueStats {
+/// One queue's expected counts, with `scheduled` of its queued runs not due yet.
+fn queue(runs: &[(RunState, u64)], oldest_queued: Option<Timestamp>, scheduled: u64) -> QueueStats {
     QueueStats {
         runs: runs.iter().copied().collect(),
         oldest_queued,
+        scheduled,
     }
 }
 
@@ -76,7 +77,8 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
     clock.advance(second);
     enqueue_new(s, &qa, "a3").await;
     clock.advance(second);
-    // Queued, but not due for a long time: still counted as queued.
+    // Queued, but not due for a long time: still counted as queued, and as scheduled (not the
+    // backlog a claim can take now).
     let later = clock
         .now()
         .saturating_add(Duration::from_secs(30 * 24 * 3600));
@@ -119,17 +121,22 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
     let expected: BTreeMap<QueueName, QueueStats> = [
         (
             qa.clone(),
-            queue(&[(RunState::Queued, 2), (RunState::Claimed, 1)], Some(t_a2)),
+            queue(
+                &[(RunState::Queued, 2), (RunState::Claimed, 1)],
+                Some(t_a2),
+                0,
+            ),
         ),
         (
             qb.clone(),
             queue(
                 &[(RunState::Queued, 1), (RunState::Succeeded, 1)],
                 Some(t_b2),
+                1,
             ),
         ),
-        (qc.clone(), queue(&[(RunState::Parked, 1)], None)),
-        (qd.clone(), queue(&[(RunState::Canceled, 1)], None)),
+        (qc.clone(), queue(&[(RunState::Parked, 1)], None, 0)),
+        (qd.clone(), queue(&[(RunState::Canceled, 1)], None, 0)),
     ]
     .into_iter()
     .collect();
@@ -181,9 +188,13 @@ pub async fn s18_stats_count_each_queues_runs<H: SpoolHarness>(h: &H) {
     let expected: BTreeMap<QueueName, QueueStats> = [
         (
             qa,
-            queue(&[(RunState::Queued, 2), (RunState::Claimed, 1)], Some(t_a2)),
+            queue(
+                &[(RunState::Queued, 2), (RunState::Claimed, 1)],
+                Some(t_a2),
+                0,
+            ),
         ),
-        (qb, queue(&[(RunState::Queued, 1)], Some(t_b2))),
+        (qb, queue(&[(RunState::Queued, 1)], Some(t_b2), 1)),
     ]
     .into_iter()
     .collect();
