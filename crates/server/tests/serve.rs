@@ -1122,8 +1122,13 @@ fn metrics_move_by_what_the_api_did_and_parse_as_prometheus_text() {
     let runs = "cairn_spool_runs";
     assert_eq!(
         sample(&after, runs, &[("state", "pending")]),
+        0.0,
+        "nothing is due now"
+    );
+    assert_eq!(
+        sample(&after, runs, &[("state", "scheduled")]),
         1.0,
-        "b, retrying"
+        "b, queued again, due after its backoff"
     );
     assert_eq!(sample(&after, runs, &[("state", "claimed")]), 0.0);
     assert_eq!(sample(&after, runs, &[("state", "parked")]), 1.0, "c");

@@ -50,9 +50,9 @@ type OnPass = Arc<dyn Fn(&Result<RetentionReport>) + Send + Sync>;
 /// let worker = RetentionWorker::new(spool, policy)
 ///     .interval(Duration::from_secs(300))
 ///     .spawn();
-/// // … the service runs …
+/// // … the service runs; a pass at start, then one every five minutes …
 /// let passes = worker.shutdown().await;
-/// assert!(passes >= 1, "the first pass runs at start");
+/// println!("{passes} retention passes");
 /// # Ok(())
 /// # }
 /// ```
