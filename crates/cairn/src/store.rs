@@ -38,6 +38,9 @@ use crate::url::{DatabaseUrl, Scheme};
 #[derive(Clone)]
 pub struct Store {
     backend: Arc<dyn Backend>,
+    /// The background retention loop [`StoreBuilder::retention`] asked for: stopped by
+    /// [`Store::close`], or when the last clone is dropped.
+    retention: Option<Arc<tokio::sync::Mutex<Option<crate::spool::RetentionHandle>>>>,
 }
 
 impl fmt::Debug for Store {
@@ -100,7 +103,10 @@ impl Store {
     /// # Ok(()) }
     /// ```
     pub fn from_backend(backend: Arc<dyn Backend>) -> Self {
-        Self { backend }
+        Self {
+            backend,
+            retention: None,
+        }
     }
 
     /// The backend handle.
@@ -194,6 +200,11 @@ impl Store {
     /// # Errors
     /// The backend's shutdown errors; the built-in backends have none.
     pub async fn close(self) -> Result<()> {
+        if let Some(retention) = &self.retention {
+            if let Some(handle) = retention.lock().await.take() {
+                handle.shutdown().await;
+            }
+        }
         self.backend.close().await
     }
 }
@@ -223,6 +234,7 @@ pub struct StoreBuilder {
     source: Source,
     engine: EngineOptions,
     open: OpenOptions,
+    retention: Option<(crate::spool::RetentionPolicy, std::time::Duration)>,
 }
 
 impl fmt::Debug for StoreBuilder {
@@ -241,7 +253,24 @@ impl StoreBuilder {
             source,
             engine: EngineOptions::default(),
             open: OpenOptions::default(),
+            retention: None,
         }
+    }
+
+    /// Runs the spool's retention in the background of the opened store, as `cairn serve`
+    /// does: a pass at open and then every `interval` (a pass cut short by its 2 s budget is
+    /// continued a second later), keeping `policy` — finished runs and events older than
+    /// `max_age`, events over `max_bytes` — on the library's
+    /// [`RetentionWorker`](crate::spool::RetentionWorker), counted through the `metrics`
+    /// facade. It stops at [`Store::close`] (after the pass in flight) or when the last clone
+    /// of the store is dropped. Off by default. Needs a Tokio runtime at `open`.
+    pub fn retention(
+        mut self,
+        policy: crate::spool::RetentionPolicy,
+        interval: std::time::Duration,
+    ) -> Self {
+        self.retention = Some((policy, interval));
+        self
     }
 
     /// What an open does when an application set's pending contract revision is lacked by
@@ -411,6 +440,13 @@ impl StoreBuilder {
             )),
         };
         let backend = engine.open(&self.engine, self.open).await?;
-        Ok(Store::from_backend(backend))
+        let mut store = Store::from_backend(backend);
+        if let Some((policy, interval)) = self.retention {
+            let handle = crate::spool::RetentionWorker::new(store.spool(), policy)
+                .interval(interval)
+                .spawn();
+            store.retention = Some(Arc::new(tokio::sync::Mutex::new(Some(handle))));
+        }
+        Ok(store)
     }
 }

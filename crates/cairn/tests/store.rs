@@ -772,3 +772,61 @@ fn the_postgres_additivity_engine_needs_a_postgres_url_and_says_which_is_missing
         "{foreign}"
     );
 }
+
+/// `StoreBuilder::retention`: a library store bounds what finished work leaves behind in the
+/// background, as `cairn serve` does — a finished run older than the policy's age is removed by
+/// a later pass, a young one is kept — and `close` stops the loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_built_with_retention_removes_old_finished_runs_in_the_background() {
+    use std::time::{Duration, Instant};
+
+    use cairn::spool::{EnqueueOptions, RetentionPolicy};
+    for loc in Location::each().await {
+        let policy = RetentionPolicy {
+            max_age: Duration::from_secs(1),
+            max_bytes: 1 << 30,
+        };
+        let store = Store::builder(loc.url())
+            .retention(policy, Duration::from_millis(100))
+            .open()
+            .await
+            .unwrap();
+        let spool = store.spool();
+        let q = cairn::QueueName::new("retained").unwrap();
+        let key = cairn::DedupKey::from_parts(["old"]).unwrap();
+        let run = spool
+            .enqueue(&q, &key, b"p".to_vec(), EnqueueOptions::default())
+            .await
+            .unwrap();
+        let me = cairn::ConsumerId::new("w").unwrap();
+        let claimed = spool
+            .claim(&q, &me, Duration::from_secs(30), 1)
+            .await
+            .unwrap();
+        spool.ack(run.run_id, claimed[0].token).await.unwrap();
+        let live = spool
+            .enqueue(
+                &q,
+                &cairn::DedupKey::from_parts(["live"]).unwrap(),
+                b"p".to_vec(),
+                EnqueueOptions::default(),
+            )
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while spool.run(run.run_id).await.unwrap().is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}: the finished run was not removed in time",
+                loc.scheme()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            spool.run(live.run_id).await.unwrap().is_some(),
+            "a live run is never removed"
+        );
+        store.close().await.unwrap();
+        loc.cleanup().await;
+    }
+}

@@ -93,7 +93,11 @@ pub struct ConsumerBuilder {
     poll_interval: Duration,
     claim_coalesce: Duration,
     shutdown_timeout: Duration,
+    context: Option<JobContext>,
 }
+
+/// What [`ConsumerBuilder::context`] shares with every [`Job`].
+pub(crate) type JobContext = Arc<dyn std::any::Any + Send + Sync>;
 
 impl ConsumerBuilder {
     /// A consumer of `queue` on `spool`, recorded on its leases as `consumer`, with the
@@ -111,7 +115,16 @@ impl ConsumerBuilder {
             poll_interval: DEFAULT_POLL_INTERVAL,
             claim_coalesce: DEFAULT_CLAIM_COALESCE,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            context: None,
         }
+    }
+
+    /// Shares `context` (the service's state: a database pool, a client, its settings) with
+    /// every handler call, as [`Job::context`], so a handler need not clone it into its
+    /// closure. One per consumer; a second call replaces the first.
+    pub fn context<T: std::any::Any + Send + Sync>(mut self, context: Arc<T>) -> Self {
+        self.context = Some(context);
+        self
     }
 
     /// Most runs handled at once (1 to [`MAX_BATCH`]).
@@ -233,6 +246,7 @@ impl ConsumerBuilder {
             lease: self.lease,
             poll_interval: self.poll_interval,
             claim_coalesce: self.claim_coalesce,
+            context: self.context,
             notify: Notify::new(),
             handling: AtomicUsize::new(0),
             shared: Mutex::new(Shared::default()),

@@ -134,22 +134,37 @@ impl RetentionWorker {
                 }
             }
         });
-        RetentionHandle { stop, task }
+        RetentionHandle {
+            stop,
+            task: Some(task),
+        }
     }
 }
 
-/// A running [`RetentionWorker`].
+/// A running [`RetentionWorker`]. Dropped without [`RetentionHandle::shutdown`], it stops the
+/// loop at once (a pass in flight is abandoned between its batches' transactions).
 #[derive(Debug)]
 pub struct RetentionHandle {
     stop: watch::Sender<bool>,
-    task: JoinHandle<u64>,
+    task: Option<JoinHandle<u64>>,
 }
 
 impl RetentionHandle {
     /// Stops the loop after the pass in flight (if any) and answers how many passes ran.
-    pub async fn shutdown(self) -> u64 {
+    pub async fn shutdown(mut self) -> u64 {
         let _ = self.stop.send(true);
-        self.task.await.unwrap_or(0)
+        match self.task.take() {
+            Some(task) => task.await.unwrap_or(0),
+            None => 0,
+        }
+    }
+}
+
+impl Drop for RetentionHandle {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
     }
 }
 

@@ -47,6 +47,8 @@ pub(super) struct Ctx {
     pub(super) lease: Duration,
     pub(super) poll_interval: Duration,
     pub(super) claim_coalesce: Duration,
+    /// What every job shares ([`super::ConsumerBuilder::context`]).
+    pub(super) context: Option<super::JobContext>,
     /// Poked by the wake-up listener, by finished runs and by shutdown. One stored permit
     /// keeps a poke that arrives while the loop is busy.
     pub(super) notify: Notify,

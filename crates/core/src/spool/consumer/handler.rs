@@ -84,6 +84,7 @@ pub struct Job {
     pub(super) claimed: Claimed,
     pub(super) spool: Arc<dyn Spool>,
     pub(super) stop: StopSignal,
+    pub(super) context: Option<super::JobContext>,
 }
 
 impl Job {
@@ -105,6 +106,12 @@ impl Job {
     /// The payload given at enqueue.
     pub fn payload(&self) -> &[u8] {
         &self.claimed.payload
+    }
+
+    /// The value [`ConsumerBuilder::context`](super::ConsumerBuilder::context) shared, when it
+    /// is a `T` (`None` when none was given, or one of another type).
+    pub fn context<T: std::any::Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.context.clone()?.downcast::<T>().ok()
     }
 
     /// The enqueuer's trace context, when the run was enqueued with one (the run's span

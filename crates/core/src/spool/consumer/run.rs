@@ -49,6 +49,7 @@ pub(super) fn start_run(
         super::super::otel::continue_trace(&span, parent);
     }
     let job = Job {
+        context: ctx.context.clone(),
         queue: ctx.queue.clone(),
         claimed: held.claimed,
         spool: ctx.spool.clone(),

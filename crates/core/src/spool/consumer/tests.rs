@@ -2271,3 +2271,42 @@ mod telemetry_seen_by_a_service {
         );
     }
 }
+
+/// The consumer's context reaches every handler call as the type it was given (and as nothing
+/// else), without the handler cloning it into its closure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_share_the_consumers_context() {
+    struct App {
+        seen: Mutex<Vec<String>>,
+    }
+    let (_clock, spool, q) = setup();
+    enqueue(&spool, &q, "a").await;
+    enqueue(&spool, &q, "b").await;
+    let app = Arc::new(App {
+        seen: Mutex::new(Vec::new()),
+    });
+    let consumer = builder(&spool, &q)
+        .context(app.clone())
+        .spawn(|job: Job| async move {
+            let Some(app) = job.context::<App>() else {
+                return Outcome::Fail("no context".into());
+            };
+            if job.context::<String>().is_some() {
+                return Outcome::Fail("a context of another type".into());
+            }
+            let payload = String::from_utf8_lossy(job.payload()).into_owned();
+            app.seen.lock().unwrap().push(payload);
+            Outcome::Done
+        })
+        .await
+        .unwrap();
+    eventually("both handled", || async {
+        consumer.stats().settled.values().sum::<u64>() == 2
+    })
+    .await;
+    let report = consumer.shutdown().await;
+    assert_eq!(report.stats.settled[&RunState::Succeeded], 2, "{report:?}");
+    let mut seen = app.seen.lock().unwrap().clone();
+    seen.sort();
+    assert_eq!(seen, ["a", "b"]);
+}
