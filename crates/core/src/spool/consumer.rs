@@ -93,11 +93,8 @@ pub struct ConsumerBuilder {
     poll_interval: Duration,
     claim_coalesce: Duration,
     shutdown_timeout: Duration,
-    context: Option<JobContext>,
+    context: Option<handler::JobContext>,
 }
-
-/// What [`ConsumerBuilder::context`] shares with every [`Job`].
-pub(crate) type JobContext = Arc<dyn std::any::Any + Send + Sync>;
 
 impl ConsumerBuilder {
     /// A consumer of `queue` on `spool`, recorded on its leases as `consumer`, with the

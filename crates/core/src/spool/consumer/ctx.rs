@@ -48,7 +48,7 @@ pub(super) struct Ctx {
     pub(super) poll_interval: Duration,
     pub(super) claim_coalesce: Duration,
     /// What every job shares ([`super::ConsumerBuilder::context`]).
-    pub(super) context: Option<super::JobContext>,
+    pub(super) context: Option<super::handler::JobContext>,
     /// Poked by the wake-up listener, by finished runs and by shutdown. One stored permit
     /// keeps a poke that arrives while the loop is busy.
     pub(super) notify: Notify,

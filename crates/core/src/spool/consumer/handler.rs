@@ -77,6 +77,10 @@ impl StopSignal {
     }
 }
 
+/// What [`ConsumerBuilder::context`](super::ConsumerBuilder::context) shares with every
+/// [`Job`].
+pub(crate) type JobContext = Arc<dyn std::any::Any + Send + Sync>;
+
 /// One claimed run, handed to a [`Handler`].
 #[derive(Debug)]
 pub struct Job {
@@ -84,7 +88,7 @@ pub struct Job {
     pub(super) claimed: Claimed,
     pub(super) spool: Arc<dyn Spool>,
     pub(super) stop: StopSignal,
-    pub(super) context: Option<super::JobContext>,
+    pub(super) context: Option<JobContext>,
 }
 
 impl Job {
