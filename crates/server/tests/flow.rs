@@ -513,13 +513,37 @@ fn serve_with_the_scheduler_off_fires_nothing() {
         .env("CAIRN_BACKFILL__ENABLED", "false")
         .env("CAIRN_SCHEDULER__ENABLED", "false");
     let mut serving = common::serve(&mut cmd, DEADLINE);
-    // A second scheduler-less process proves the point only if a tick passed while it ran: wait
-    // until the clock has moved two seconds past the schedule's mark.
+    // The control: the same schedule on a store whose server runs its scheduler. Once that one
+    // has fired two ticks, two ticks have passed while the scheduler-less server ran.
+    let control = dir.path().join("control.db");
+    let control = control.to_str().unwrap();
+    ok(cairn(
+        control,
+        &[
+            "schedule",
+            "put",
+            "s",
+            "--cron",
+            "* * * * * *",
+            "--queue",
+            "ticks",
+        ],
+    ));
     let mark = ok(cairn(db, &["schedule", "show", "s"]));
-    let start = std::time::Instant::now();
-    while start.elapsed() < Duration::from_secs(2) {
+    let fired = ApiServer::start(control, TOKEN, DEADLINE);
+    let deadline = std::time::Instant::now() + DEADLINE;
+    while ok(cairn(control, &["runs", "--queue", "ticks"]))
+        .lines()
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the control scheduler fired no two ticks within {DEADLINE:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
+    drop(fired);
     assert_eq!(ok(cairn(db, &["runs", "--queue", "ticks"])), "");
     assert_eq!(ok(cairn(db, &["schedule", "show", "s"])), mark);
     let _ = serving.child.kill();
