@@ -582,6 +582,7 @@ macro_rules! spool_suite {
             s10_permanent_failed_and_expired_last_attempt,
             s10_success_after_failed_attempts_clears_the_reason,
             s10_claim_order_priority_then_due_time,
+            s10_retry_after_uses_the_callers_delay,
             s11_retention_keeps_store_under_cap_in_long_run,
             s11_retention_order_and_batches,
             s11_retention_limits_are_exact,

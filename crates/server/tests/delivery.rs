@@ -149,6 +149,13 @@ impl Collector {
                          2\r\nab\r\n6\r\ncdefgh\r\n0\r\n\r\n"
                     );
                 }
+                // Too many requests, come back in an hour.
+                "429wait" => {
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 429 Too Many\r\nretry-after: 3600\r\ncontent-length: 4\r\n\r\nslow"
+                    );
+                }
                 "redirect" => {
                     let _ = write!(
                         out,
@@ -390,6 +397,14 @@ impl Drop for Server {
     }
 }
 
+/// The wall clock in microseconds since the Unix epoch, as the server reads it.
+fn now_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    i64::try_from(since.as_micros()).expect("in range")
+}
+
 fn sqlite_db(dir: &tempfile::TempDir) -> String {
     dir.path().join("cairn.db").display().to_string()
 }
@@ -521,6 +536,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         ("refresh", "auth"),
         ("forbidden", "403"),
         ("limited", "429,202"),
+        ("waits", "429wait,202"),
         ("failing", "500,503,202"),
         ("slow", "hang,202"),
         ("moved", "redirect"),
@@ -535,6 +551,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         })
         .collect();
     server.close(&gate);
+    let released_us = now_us();
     collector.release.store(true, Ordering::SeqCst);
     server.wait_state(&gate, "succeeded");
     assert_eq!(collector.for_run(&gate).len(), 1);
@@ -570,6 +587,20 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     assert_eq!(v["attempts"], 2);
     assert_eq!(collector.for_run(&limited).len(), 2);
 
+    // A 429 with `Retry-After`: the run waits what the collector asked, not the backoff.
+    let waits = ids["waits"].clone();
+    let v = server.wait_state(&waits, "queued");
+    let reason = v["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("retry after 3600 s"), "{v}");
+    assert_eq!(v["attempts"], 1, "{v}");
+    let due = v["due_at_us"].as_i64().unwrap();
+    let hour = 3_600_000_000i64;
+    assert!(
+        (released_us + hour..=now_us() + hour).contains(&due),
+        "due an hour after the 429 (answered after {released_us} µs), not after the backoff: {v}"
+    );
+    assert_eq!(collector.for_run(&waits).len(), 1);
+
     let failing = ids["failing"].clone();
     let v = server.wait_state(&failing, "succeeded");
     assert_eq!(v["attempts"], 3);
@@ -602,7 +633,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     let metrics = server.metrics();
     for (outcome, n) in [
         ("ack", 8),
-        ("retry", 4),
+        ("retry", 5),
         ("park", 1),
         ("refresh", 1),
         ("refused", 1),

@@ -178,6 +178,14 @@ fn str_of<'a>(body: &'a Value, field: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{field} in {body}"))
 }
 
+/// The wall clock in microseconds since the Unix epoch, as the server reads it.
+fn now_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    i64::try_from(since.as_micros()).expect("in range")
+}
+
 fn sqlite_db() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("serve.db").display().to_string();
@@ -339,6 +347,47 @@ fn flow(db: &str) {
     }
     let (s, body) = server.call("POST", &format!("{run_path}/cancel"), Some(FULL), None);
     assert_eq!((s, code(&body)), (409, "invalid_transition"), "{body}");
+
+    // A retry with its own delay is due that long after the nack instead of after the
+    // backoff; a delay over 24 h or negative is refused, writing nothing.
+    let (s, _) = server.send(
+        "POST",
+        "/v1/queues/later/runs",
+        &json!({"key": "later", "payload": ""}),
+    );
+    assert_eq!(s, 201);
+    let (_, claimed) = server.send("POST", "/v1/queues/later/claim", &json!({"consumer": "w"}));
+    let later = &claimed["runs"][0];
+    let later_nack = format!("/v1/runs/{}/nack", str_of(later, "run_id"));
+    for (body, what) in [
+        (
+            json!({"token": later["token"], "retry_after_ms": 86_400_001u64}),
+            "a delay over 24 h",
+        ),
+        (
+            json!({"token": later["token"], "retry_after_ms": -1}),
+            "a negative delay",
+        ),
+    ] {
+        let (s, body) = server.send("POST", &later_nack, &body);
+        assert_eq!((s, code(&body)), (400, "invalid_input"), "{what}: {body}");
+    }
+    let (_, info) = server.get(&format!("/v1/runs/{}", str_of(later, "run_id")));
+    assert_eq!(str_of(&info, "state"), "claimed", "nothing was written");
+    let hour_us = 3_600_000_000i64;
+    let before = now_us();
+    let (s, body) = server.send(
+        "POST",
+        &later_nack,
+        &json!({"token": later["token"], "reason": "limited", "retry_after_ms": 3_600_000}),
+    );
+    let after = now_us();
+    assert_eq!((s, str_of(&body, "state")), (200, "queued"), "{body}");
+    let at = body["retry_at_us"].as_i64().expect("retry_at_us");
+    assert!(
+        (before + hour_us..=after + hour_us).contains(&at),
+        "due an hour after the nack: {at} not in {before}..={after} + 1 h"
+    );
 
     // Nack the gate run as failed; cancel a fresh queued run.
     let (_, claimed) = server.send("POST", "/v1/queues/gate/claim", &json!({"consumer": "w"}));

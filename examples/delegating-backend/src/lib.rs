@@ -331,6 +331,17 @@ impl Spool for DelegatingSpool {
         self.inner.nack(run, token, kind, reason).await
     }
 
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<Nacked> {
+        self.calls.note("Spool::retry_after");
+        self.inner.retry_after(run, token, reason, delay).await
+    }
+
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
         self.calls.note("Spool::cancel");
         self.inner.cancel(run).await

@@ -293,6 +293,7 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "Spool::heartbeat",
     "Spool::ack",
     "Spool::nack",
+    "Spool::retry_after",
     "Spool::cancel",
     "Spool::run",
     "Spool::payload",
@@ -343,6 +344,7 @@ async fn the_suite_goes_through_the_wrapper() {
     cases::s3_subscriber_wakes_for_another_instances_enqueue(&s).await;
     cases::s17_operator_retries_or_discards_a_parked_run(&s).await;
     cases::s19_payload_reads_back_the_enqueued_bytes(&s).await;
+    cases::s10_retry_after_uses_the_callers_delay(&s).await;
     cases::q7_edits_and_removals_take_effect_at_the_next_tick(&s).await;
     let missed: Vec<&str> = CALLED_BY_THE_SUITE
         .iter()

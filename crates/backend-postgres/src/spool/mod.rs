@@ -112,12 +112,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use cairn_core::spool::{
-    check_enqueue, check_enqueue_batch, check_limits, Action, CancelOutcome, CheckedEnqueue,
-    Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued,
-    EventAppended, FactName, FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken,
-    NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget, RetentionPass,
-    RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId, RunFilter, RunId,
-    RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
+    check_enqueue, check_enqueue_batch, check_limits, check_retry_delay, Action, CancelOutcome,
+    CheckedEnqueue, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem,
+    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
+    ImportedRun, LeaseToken, NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget,
+    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
+    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
 };
 use cairn_core::spool::{
     check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
@@ -183,7 +183,28 @@ impl Spool for PgSpool {
         kind: NackKind,
         reason: &str,
     ) -> Result<Nacked> {
-        settle::nack_tx(self, run, token, kind, reason, self.now()).await
+        settle::nack_tx(self, run, token, kind, reason, self.now(), None).await
+    }
+
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<Nacked> {
+        check_retry_delay(delay)?;
+        let now = self.now();
+        settle::nack_tx(
+            self,
+            run,
+            token,
+            NackKind::Retryable,
+            reason,
+            now,
+            Some(delay),
+        )
+        .await
     }
 
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {

@@ -180,6 +180,7 @@ pub(super) async fn ack_tx(
     Err(changed_too_often(run))
 }
 
+/// A nack; a run queued again is due after `retry_in`, or after the queue's backoff without one.
 pub(super) async fn nack_tx(
     s: &PgSpool,
     run: RunId,
@@ -187,6 +188,7 @@ pub(super) async fn nack_tx(
     kind: NackKind,
     reason: &str,
     now: Timestamp,
+    retry_in: Option<Duration>,
 ) -> Result<Nacked> {
     for _ in 0..CAS_ROUNDS {
         let before = read_existing(s.pool(), run).await?;
@@ -206,11 +208,10 @@ pub(super) async fn nack_tx(
         });
         let mut retry_at = None;
         if to == RunState::Queued {
-            let at = now.saturating_add(s.retry_delay(
-                &before.queue,
-                &before.dedup_key,
-                before.attempts,
-            ));
+            let wait = retry_in.unwrap_or_else(|| {
+                s.retry_delay(&before.queue, &before.dedup_key, before.attempts)
+            });
+            let at = now.saturating_add(wait);
             after.state = to;
             after.updated_at = now;
             after.consumer = None;

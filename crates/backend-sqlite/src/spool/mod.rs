@@ -49,13 +49,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cairn_core::spool::{
     check_enqueue, check_enqueue_batch, check_import, check_lease, check_limit, check_limits,
-    check_payload, check_producer_event_id, check_release_delay, flow_revision_missing, Action,
-    CancelOutcome, CheckedEnqueue, Claimed, Clock, CloseOutcome, ConsumerId, DedupKey, EnqueueItem,
-    EnqueueOptions, Enqueued, EventAppended, FactName, FactOutcome, Heartbeat, ImportSource,
-    ImportedRun, LeaseToken, NackKind, Nacked, QueueFlow, QueueLimits, QueueName, RetentionBudget,
-    RetentionPass, RetentionPolicy, RetentionReport, RetentionStep, RunEvent, RunEventId,
-    RunFilter, RunId, RunImportOutcome, RunInfo, Spool, SpoolConfig, SpoolStats, Timestamp,
-    Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE, MAX_RUN_EVENT_PAYLOAD,
+    check_payload, check_producer_event_id, check_release_delay, check_retry_delay,
+    flow_revision_missing, Action, CancelOutcome, CheckedEnqueue, Claimed, Clock, CloseOutcome,
+    ConsumerId, DedupKey, EnqueueItem, EnqueueOptions, Enqueued, EventAppended, FactName,
+    FactOutcome, Heartbeat, ImportSource, ImportedRun, LeaseToken, NackKind, Nacked, QueueFlow,
+    QueueLimits, QueueName, RetentionBudget, RetentionPass, RetentionPolicy, RetentionReport,
+    RetentionStep, RunEvent, RunEventId, RunFilter, RunId, RunImportOutcome, RunInfo, Spool,
+    SpoolConfig, SpoolStats, Timestamp, Unparked, Wakeup, MAX_ACK_IDS, MAX_FACT_VALUE,
+    MAX_RUN_EVENT_PAYLOAD,
 };
 use cairn_core::spool::{
     check_fire_ticks, check_schedule, Schedule, ScheduleFired, ScheduleInfo, ScheduleName,
@@ -221,6 +222,34 @@ impl SqliteSpool {
         }
         Ok(unparked)
     }
+
+    /// A nack ([`settle::nack_tx`]); a run queued again wakes the queue's subscribers once it
+    /// committed.
+    async fn nack_with(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+        retry_in: Option<Duration>,
+    ) -> Result<Nacked> {
+        let now = self.now();
+        let wait = match retry_in {
+            Some(d) => settle::RetryWait::Fixed(d),
+            None => settle::RetryWait::Backoff(self.config.backoff),
+        };
+        let reason = reason.to_owned();
+        let (nacked, retry_queue) = self
+            .store
+            .with_writer_grouped(move |db| {
+                settle::nack_tx(db, run, token, kind, &reason, now, wait)
+            })
+            .await?;
+        if let Some(queue) = retry_queue {
+            self.wake.notify(&queue);
+        }
+        Ok(nacked)
+    }
 }
 
 #[async_trait]
@@ -328,19 +357,19 @@ impl Spool for SqliteSpool {
         kind: NackKind,
         reason: &str,
     ) -> Result<Nacked> {
-        let now = self.now();
-        let backoff = self.config.backoff;
-        let reason = reason.to_owned();
-        let (nacked, retry_queue) = self
-            .store
-            .with_writer_grouped(move |db| {
-                settle::nack_tx(db, run, token, kind, &reason, now, &backoff)
-            })
-            .await?;
-        if let Some(queue) = retry_queue {
-            self.wake.notify(&queue);
-        }
-        Ok(nacked)
+        self.nack_with(run, token, kind, reason, None).await
+    }
+
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<Nacked> {
+        check_retry_delay(delay)?;
+        self.nack_with(run, token, NackKind::Retryable, reason, Some(delay))
+            .await
     }
 
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {

@@ -127,6 +127,15 @@ pub(super) fn ack_tx(db: &Db<'_>, run: RunId, token: LeaseToken, now: Timestamp)
     })
 }
 
+/// How long a run a nack queues again waits.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum RetryWait {
+    /// The queue's backoff for the attempt ([`Spool::nack`](cairn_core::Spool::nack)).
+    Backoff(BackoffPolicy),
+    /// The caller's own delay ([`Spool::retry_after`](cairn_core::Spool::retry_after)).
+    Fixed(Duration),
+}
+
 /// A nack's outcome and, for a retry, the queue whose subscribers to wake.
 pub(super) fn nack_tx(
     db: &Db<'_>,
@@ -135,7 +144,7 @@ pub(super) fn nack_tx(
     kind: NackKind,
     reason: &str,
     now: Timestamp,
-    backoff: &BackoffPolicy,
+    wait: RetryWait,
 ) -> Result<(Nacked, Option<QueueName>)> {
     db.write_tx(|db| {
         let row = lease_row(db, run)?;
@@ -148,7 +157,11 @@ pub(super) fn nack_tx(
             clip_reason(reason)
         };
         if to == RunState::Queued {
-            let at = now.saturating_add(delay(backoff, &row.queue, &row.key, row.attempts));
+            let wait = match wait {
+                RetryWait::Backoff(backoff) => delay(&backoff, &row.queue, &row.key, row.attempts),
+                RetryWait::Fixed(d) => d,
+            };
+            let at = now.saturating_add(wait);
             db.exec(
                 sql::RETRY,
                 params![row.run_no, to.as_str(), reason, micros(now), micros(at)],

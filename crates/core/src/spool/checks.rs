@@ -349,6 +349,21 @@ pub fn check_append(run: RunId, state: RunState, stream: EventStream) -> Result<
     }
 }
 
+/// Checks the delay of a [`Spool::retry_after`](super::Spool::retry_after): at most
+/// [`MAX_LEASE`], as a release's.
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a longer delay.
+pub fn check_retry_delay(delay: Duration) -> Result<()> {
+    if delay > MAX_LEASE {
+        return Err(Error::invalid(
+            "retry delay",
+            format!("is {delay:?}; it must be at most {MAX_LEASE:?}"),
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the delay of a [`Spool::release`](super::Spool::release): at most [`MAX_LEASE`].
 ///
 /// # Errors

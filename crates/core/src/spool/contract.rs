@@ -195,6 +195,29 @@ pub trait Spool: Send + Sync + Debug + 'static {
         reason: &str,
     ) -> Result<Nacked>;
 
+    /// A retryable nack whose retry is due after the caller's `delay` instead of the queue's
+    /// backoff: for a handler that knows when trying again makes sense (a rate limit's
+    /// `Retry-After`, a dependency's maintenance window).
+    ///
+    /// # Contract
+    /// - As [`Spool::nack`] with [`NackKind::Retryable`], except that a run queued again is due
+    ///   at `now + delay` (`delay` may be zero: due at once). The attempt is spent: on the last
+    ///   attempt the run is parked ([`exhausted_park_reason`](crate::spool::exhausted_park_reason)),
+    ///   and a requested cancel ends it `canceled`, whatever the delay.
+    /// - A delay over [`MAX_LEASE`](crate::spool::MAX_LEASE) is refused before anything is
+    ///   read or written ([`check_retry_delay`](crate::spool::check_retry_delay)).
+    ///
+    /// # Errors
+    /// As [`Spool::nack`]; [`crate::Error::InvalidInput`] for a delay over
+    /// [`MAX_LEASE`](crate::spool::MAX_LEASE).
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<Nacked>;
+
     /// Cancels a run.
     ///
     /// # Contract

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use super::backoff::jitter_seed;
 use super::checks::{
     check_append, check_enqueue, check_enqueue_batch, check_lease, check_limit, check_payload,
-    check_release_delay, clip_reason, CheckedEnqueue,
+    check_release_delay, check_retry_delay, clip_reason, CheckedEnqueue,
 };
 use super::clock::{Clock, SystemClock};
 use super::contract::{Spool, Wakeup};
@@ -108,6 +108,46 @@ impl MemorySpool {
             .config
             .backoff
             .delay(attempt, jitter_seed(queue, key, attempt))
+    }
+
+    /// A nack; a run queued again is due after `delay`, or after the backoff without one.
+    fn nack_with(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        kind: NackKind,
+        reason: &str,
+        delay: Option<Duration>,
+    ) -> Result<Nacked> {
+        let now = self.now();
+        let mut st = self.lock();
+        let r = st.run_mut(run)?;
+        check_token(run, r.token, token)?;
+        let action = nack_action(kind, r.attempts, r.max_attempts, r.cancel_requested);
+        let to = transition(r.state, action)?;
+        let mut retry_at = None;
+        r.reason = Some(if action == Action::Park && kind == NackKind::Retryable {
+            exhausted_park_reason(r.attempts, reason)
+        } else {
+            clip_reason(reason)
+        });
+        if to == RunState::Queued {
+            let delay = delay.unwrap_or_else(|| self.retry_delay(&r.queue, &r.key, r.attempts));
+            let at = now.saturating_add(delay);
+            r.state = to;
+            r.updated_at = now;
+            r.lease = None;
+            r.due_at = Some(at);
+            retry_at = Some(at);
+            let queue = r.queue.clone();
+            st.notify(&queue);
+        } else {
+            r.enter(to, now);
+        }
+        Ok(Nacked {
+            state: to,
+            retry_at,
+        })
     }
 }
 
@@ -271,36 +311,18 @@ impl Spool for MemorySpool {
         kind: NackKind,
         reason: &str,
     ) -> Result<Nacked> {
-        let now = self.now();
-        let mut st = self.lock();
-        let r = st.run_mut(run)?;
-        check_token(run, r.token, token)?;
-        let action = nack_action(kind, r.attempts, r.max_attempts, r.cancel_requested);
-        let to = transition(r.state, action)?;
-        let mut retry_at = None;
-        r.reason = Some(if action == Action::Park && kind == NackKind::Retryable {
-            exhausted_park_reason(r.attempts, reason)
-        } else {
-            clip_reason(reason)
-        });
-        if to == RunState::Queued {
-            let at = now.saturating_add(self.retry_delay(&r.queue, &r.key, r.attempts));
-            r.state = to;
-            r.updated_at = now;
-            r.lease = None;
-            r.due_at = Some(at);
-            retry_at = Some(at);
-        } else {
-            r.enter(to, now);
-        }
-        if to == RunState::Queued {
-            let queue = r.queue.clone();
-            st.notify(&queue);
-        }
-        Ok(Nacked {
-            state: to,
-            retry_at,
-        })
+        self.nack_with(run, token, kind, reason, None)
+    }
+
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<Nacked> {
+        check_retry_delay(delay)?;
+        self.nack_with(run, token, NackKind::Retryable, reason, Some(delay))
     }
 
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {

@@ -356,7 +356,7 @@ pub(crate) async fn ack(
     }))
 }
 
-/// Gives a claimed run back: retry, park or fail it.
+/// Gives a claimed run back: retry (after the backoff or `retry_after_ms`), park or fail it.
 #[utoipa::path(
     post, path = "/v1/runs/{id}/nack", tag = "spool",
     params(RunPath),
@@ -382,8 +382,12 @@ pub(crate) async fn nack(
         kind,
         label,
         reason,
+        retry_after,
     } = req.into_nack()?;
-    let nacked = state.spool.nack(id, token, kind, &reason).await?;
+    let nacked = match retry_after {
+        Some(delay) => state.spool.retry_after(id, token, &reason, delay).await?,
+        None => state.spool.nack(id, token, kind, &reason).await?,
+    };
     state.metrics.nacks.with_label_values(&[label]).inc();
     Ok(Json(RunStateResponse {
         run_id: id.to_string(),

@@ -4,7 +4,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use cairn_core::spool::{
-    expired_park_reason, jitter_seed, BackoffPolicy, CancelOutcome, Nacked, RunState,
+    expired_park_reason, jitter_seed, BackoffPolicy, CancelOutcome, Nacked, RunState, MAX_LEASE,
     MAX_REASON_LEN,
 };
 use cairn_core::{Claimed, Clock, EnqueueOptions, Enqueued, NackKind, RunId, SupersedeGroup};
@@ -386,4 +386,115 @@ pub async fn s10_claim_order_priority_then_due_time<H: SpoolHarness>(h: &H) {
         "S10: once due, priority first, then the earlier due time"
     );
     assert_eq!(ids(s.claim(&q, &me, LEASE, 2).await.unwrap()), vec![c]);
+}
+
+/// S10: a retry with the caller's own delay ([`Spool::retry_after`](cairn_core::Spool::retry_after))
+/// requeues the run due exactly that delay later (zero: due at once) instead of after the
+/// backoff, spending the attempt: the last attempt parks, a requested cancel wins, and a delay
+/// over the longest lease, a stale token and an unknown run are refused with nothing written.
+pub async fn s10_retry_after_uses_the_callers_delay<H: SpoolHarness>(h: &H) {
+    let s = open_spool(h).await;
+    let s = s.as_ref();
+    let clock = h.clock();
+    let q = random_queue("s10r");
+    let me = consumer("s10r");
+    let id = enqueue_with(s, &q, "later", EnqueueOptions::default().max_attempts(3)).await;
+
+    let c = s.claim(&q, &me, LEASE, 1).await.unwrap();
+    assert_eq!(c[0].attempt, 1);
+    let delay = Duration::from_secs(90);
+    let now = clock.now();
+    let n = s
+        .retry_after(id, c[0].token, "rate limited", delay)
+        .await
+        .unwrap();
+    assert_eq!(
+        n,
+        Nacked {
+            state: RunState::Queued,
+            retry_at: Some(now.saturating_add(delay))
+        },
+        "S10: due after the caller's delay, not the backoff"
+    );
+    let i = info(s, id).await;
+    assert_eq!(
+        (i.state, i.due_at, i.lease),
+        (RunState::Queued, n.retry_at, None)
+    );
+    assert_eq!(i.reason.as_deref(), Some("rate limited"));
+    clock.advance(delay - Duration::from_micros(1));
+    assert!(
+        s.claim(&q, &me, LEASE, 1).await.unwrap().is_empty(),
+        "S10: not claimable before the caller's delay passed"
+    );
+    clock.advance(Duration::from_micros(1));
+    let c = s.claim(&q, &me, LEASE, 1).await.unwrap();
+    assert_eq!(c.len(), 1, "S10: claimable once the delay passed");
+    assert_eq!(c[0].attempt, 2, "S10: the retry spent an attempt");
+
+    // Too long a delay is refused before anything is written.
+    assert_err(
+        s.retry_after(id, c[0].token, "never", MAX_LEASE + Duration::from_secs(1))
+            .await,
+        "InvalidInput",
+        "a retry delay over the longest lease",
+    );
+    let i = info(s, id).await;
+    assert_eq!(i.state, RunState::Claimed, "S10: nothing was written");
+    assert_eq!(i.reason.as_deref(), Some("rate limited"));
+
+    // A zero delay: due at once.
+    let now = clock.now();
+    let n = s
+        .retry_after(id, c[0].token, "again", Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(n.retry_at, Some(now));
+    let c = s.claim(&q, &me, LEASE, 1).await.unwrap();
+    assert_eq!(c.len(), 1, "S10: a zero delay is due at once");
+    assert_eq!(c[0].attempt, 3);
+
+    // The last attempt parks, whatever the delay.
+    let n = s
+        .retry_after(id, c[0].token, "still limited", Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(
+        n,
+        Nacked {
+            state: RunState::Parked,
+            retry_at: None
+        },
+        "S10: the last attempt parks"
+    );
+    let reason = info(s, id).await.reason.unwrap_or_default();
+    assert!(
+        reason.contains("attempts exhausted") && reason.contains("still limited"),
+        "S10: the park reason says why: {reason}"
+    );
+
+    // A requested cancel wins; a stale token and an unknown run are refused.
+    let other = enqueue_with(s, &q, "canceled", EnqueueOptions::default().max_attempts(3)).await;
+    let first = s.claim(&q, &me, LEASE, 1).await.unwrap();
+    assert_eq!(first[0].run_id, other);
+    clock.advance(LEASE * 2);
+    let taken = s.claim(&q, &consumer("d"), LEASE, 1).await.unwrap();
+    assert_eq!(taken.len(), 1, "the expired lease was taken over");
+    assert_err(
+        s.retry_after(other, first[0].token, "stale", delay).await,
+        "LeaseLost",
+        "a stale token",
+    );
+    s.cancel(other).await.unwrap();
+    let n = s
+        .retry_after(other, taken[0].token, "stopping", delay)
+        .await
+        .unwrap();
+    assert_eq!(n.state, RunState::Canceled, "S10: a requested cancel wins");
+    assert_err(
+        s.retry_after(RunId([7; 16]), taken[0].token, "who", delay)
+            .await,
+        "UnknownRun",
+        "an unknown run",
+    );
 }

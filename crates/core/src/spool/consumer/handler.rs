@@ -22,6 +22,11 @@ pub enum Outcome {
     /// A transient failure: nack as [`NackKind::Retryable`] (retried after backoff while
     /// attempts remain, else parked).
     Retry(String),
+    /// A transient failure whose retry is due after the handler's own delay instead of the
+    /// queue's backoff (a rate limit's `Retry-After`): [`Spool::retry_after`]. It spends the
+    /// attempt as [`Outcome::Retry`] does, so the last attempt parks the run. A delay over
+    /// [`MAX_LEASE`](crate::spool::MAX_LEASE) (the longest a spool takes) is cut to it.
+    RetryAfter(Duration, String),
     /// A failure retrying cannot fix: nack as [`NackKind::Permanent`] (parked with the reason
     /// for an operator).
     Fail(String),

@@ -11,6 +11,7 @@ use tokio::task::JoinSet;
 use tracing::Instrument;
 
 use super::super::ids::{LeaseToken, RunId};
+use super::super::limits::MAX_LEASE;
 use super::super::state::RunState;
 use super::super::timestamp::Timestamp;
 use super::super::types::NackKind;
@@ -184,6 +185,11 @@ async fn settle(ctx: &Ctx, run: RunId, token: LeaseToken, outcome: Outcome) -> &
                 .await
                 .map(|()| Some(RunState::Succeeded)),
             Outcome::Retry(why) => nack(ctx, run, token, NackKind::Retryable, why).await,
+            Outcome::RetryAfter(delay, why) => ctx
+                .spool
+                .retry_after(run, token, why, (*delay).min(MAX_LEASE))
+                .await
+                .map(|n| Some(n.state)),
             Outcome::Fail(why) => nack(ctx, run, token, NackKind::Permanent, why).await,
             Outcome::Nack(kind, why) => nack(ctx, run, token, *kind, why).await,
             Outcome::Release(delay) => ctx.spool.release(run, token, *delay).await.map(|_| None),

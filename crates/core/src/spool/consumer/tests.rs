@@ -16,7 +16,7 @@ use super::run::SETTLE_TRIES;
 use super::*;
 use crate::spool::{
     backoff_ceiling, BackoffPolicy, CancelOutcome, Claimed, Clock, DedupKey, EnqueueOptions,
-    ManualClock, MemorySpool, NackKind, RunState, SystemClock, Timestamp, Wakeup,
+    ManualClock, MemorySpool, NackKind, RunState, SystemClock, Timestamp, Wakeup, MAX_LEASE,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -115,6 +115,57 @@ async fn outcomes_map_to_ack_and_nack_kinds() {
     assert_eq!(info.reason.as_deref(), Some("flaky"));
     assert_eq!(report.stats.claimed, 4);
     assert_eq!(report.stats.settled[&RunState::Queued], 1);
+}
+
+/// `Outcome::RetryAfter` requeues the run due after the handler's own delay (not the
+/// backoff), spending the attempt; a delay over the longest the spool takes is cut to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_requeues_after_the_handlers_delay() {
+    let (clock, spool, q) = setup();
+    let soon = enqueue(&spool, &q, "soon").await;
+    let far = enqueue(&spool, &q, "far").await;
+    let t0 = clock.now();
+    let consumer = builder(&spool, &q)
+        .concurrency(2)
+        .spawn(|job: Job| async move {
+            match (job.attempt(), job.payload()) {
+                (1, b"soon") => Outcome::RetryAfter(Duration::from_secs(45), "limited".into()),
+                (1, _) => Outcome::RetryAfter(MAX_LEASE * 3, "much later".into()),
+                _ => Outcome::Done,
+            }
+        })
+        .await
+        .unwrap();
+    eventually("both requeued", || async {
+        consumer.stats().settled.get(&RunState::Queued) == Some(&2)
+    })
+    .await;
+    let info = spool.run(soon).await.unwrap().unwrap();
+    assert_eq!(info.state, RunState::Queued);
+    assert_eq!(
+        info.due_at,
+        Some(t0.saturating_add(Duration::from_secs(45)))
+    );
+    assert_eq!(info.reason.as_deref(), Some("limited"));
+    assert_eq!(info.attempts, 1, "the attempt was spent");
+    let info = spool.run(far).await.unwrap().unwrap();
+    assert_eq!(
+        info.due_at,
+        Some(t0.saturating_add(MAX_LEASE)),
+        "cut to the longest delay a spool takes"
+    );
+    clock.advance(Duration::from_secs(45));
+    eventually("the near retry ran again and succeeded", || async {
+        state(&spool, soon).await == RunState::Succeeded
+    })
+    .await;
+    assert_eq!(state(&spool, far).await, RunState::Queued);
+    clock.advance(MAX_LEASE);
+    eventually("the far retry ran again and succeeded", || async {
+        state(&spool, far).await == RunState::Succeeded
+    })
+    .await;
+    assert!(consumer.shutdown().await.is_clean());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -457,6 +508,15 @@ async fn next_due_default_body_agrees_with_the_model() {
             reason: &str,
         ) -> Result<crate::spool::Nacked> {
             self.0.nack(run, token, kind, reason).await
+        }
+        async fn retry_after(
+            &self,
+            run: RunId,
+            token: crate::spool::LeaseToken,
+            reason: &str,
+            delay: Duration,
+        ) -> Result<crate::spool::Nacked> {
+            self.0.retry_after(run, token, reason, delay).await
         }
         async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
             self.0.cancel(run).await
@@ -801,6 +861,16 @@ impl Spool for Faulty {
     ) -> Result<crate::spool::Nacked> {
         self.settle_fault()?;
         self.inner.nack(run, token, kind, reason).await
+    }
+    async fn retry_after(
+        &self,
+        run: RunId,
+        token: crate::spool::LeaseToken,
+        reason: &str,
+        delay: Duration,
+    ) -> Result<crate::spool::Nacked> {
+        self.settle_fault()?;
+        self.inner.retry_after(run, token, reason, delay).await
     }
     async fn cancel(&self, run: RunId) -> Result<CancelOutcome> {
         self.inner.cancel(run).await

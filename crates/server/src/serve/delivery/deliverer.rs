@@ -4,14 +4,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use cairn::spool::{EventStream, Job, Outcome, RunEvent, RunId, MAX_LEASE};
 use hyper::body::Bytes;
 
 use super::batch::{take_batch, Batch};
 use super::config::Settings;
-use super::verdict::{classify, excerpt, Verdict};
+use super::verdict::{excerpt, verdict, Verdict};
 use crate::serve::json::bytes_out;
 use crate::serve::metrics::Metrics;
 
@@ -96,7 +96,7 @@ impl Deliverer {
     pub(super) fn record(&self, outcome: &Outcome) {
         let label = match outcome {
             Outcome::Done => "ack",
-            Outcome::Retry(_) => "retry",
+            Outcome::Retry(_) | Outcome::RetryAfter(..) => "retry",
             Outcome::Fail(_) | Outcome::Nack(..) => "park",
             Outcome::Release(_) => "release",
         };
@@ -198,6 +198,7 @@ impl Deliverer {
                     return Outcome::Release(wait);
                 }
                 Verdict::Retry(why) => return Outcome::Retry(why),
+                Verdict::RetryAfter(why, wait) => return Outcome::RetryAfter(wait, why),
                 Verdict::Park(why) => {
                     self.forget(run);
                     return Outcome::Fail(why);
@@ -262,6 +263,11 @@ impl Deliverer {
             Err(e) => return Verdict::Retry(describe(&e)),
         };
         let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         // Read at most the cap; the rest is dropped with the connection.
         let mut head = Vec::new();
         while head.len() < self.settings.max_response_bytes {
@@ -275,7 +281,12 @@ impl Deliverer {
                 Err(_) => break,
             }
         }
-        classify(status, &excerpt(&head, REASON_EXCERPT))
+        verdict(
+            status,
+            &excerpt(&head, REASON_EXCERPT),
+            retry_after.as_deref(),
+            SystemTime::now(),
+        )
     }
 }
 

@@ -1,5 +1,7 @@
 //! What a collector's answer means for a run: a pure decision, tested on its own.
 
+use std::time::{Duration, SystemTime};
+
 /// What to do with a run after one POST to the collector.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Verdict {
@@ -12,6 +14,9 @@ pub(crate) enum Verdict {
     Refused(u16),
     /// 408, 429, 5xx, timeouts, connection errors: try again after backoff.
     Retry(String),
+    /// 429 or 503 with a `Retry-After` the worker honours ([`retry_after`]): try again after
+    /// that wait instead of the backoff (`Outcome::RetryAfter`), spending the attempt.
+    RetryAfter(String, Duration),
     /// The other 4xx, redirects: retrying cannot help; park the run with the reason.
     Park(String),
 }
@@ -33,6 +38,45 @@ pub(crate) fn classify(status: u16, detail: &str) -> Verdict {
         400..=499 => Verdict::Park(said),
         // 1xx and codes outside the registry: nothing says retrying is useless.
         _ => Verdict::Retry(said),
+    }
+}
+
+/// The longest `Retry-After` the worker honours; a collector asking for more is retried after
+/// this, so a hostile or broken answer cannot hold a run back for days.
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(60 * 60);
+
+/// The shortest: a collector answering `Retry-After: 0` again and again is not hammered in a
+/// tight loop.
+pub(crate) const MIN_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The wait a 429 or 503 answer's `Retry-After` header asks for (RFC 9110 §10.2.3: a number
+/// of seconds or an HTTP date, read against `now`), clamped to [`MIN_RETRY_AFTER`] ..=
+/// [`MAX_RETRY_AFTER`]; `None` for other statuses, a missing header, or one that does not
+/// parse (the backoff applies).
+pub(crate) fn retry_after(status: u16, header: Option<&str>, now: SystemTime) -> Option<Duration> {
+    if !matches!(status, 429 | 503) {
+        return None;
+    }
+    let value = header?.trim();
+    let wait = if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        // Seconds; more digits than a u64 holds is simply "very long".
+        Duration::from_secs(value.parse().unwrap_or(u64::MAX))
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(wait.clamp(MIN_RETRY_AFTER, MAX_RETRY_AFTER))
+}
+
+/// The verdict for a whole answer: [`classify`], then a retry with the wait the collector
+/// asked for when it gave one ([`retry_after`]).
+pub(crate) fn verdict(status: u16, detail: &str, header: Option<&str>, now: SystemTime) -> Verdict {
+    match (classify(status, detail), retry_after(status, header, now)) {
+        (Verdict::Retry(why), Some(wait)) => {
+            let why = format!("{why}; it asked to retry after {} s", wait.as_secs());
+            Verdict::RetryAfter(why, wait)
+        }
+        (v, _) => v,
     }
 }
 
@@ -65,6 +109,44 @@ mod tests {
         for park in [301, 302, 307, 308, 400, 404, 409, 410, 413, 422, 499] {
             assert!(matches!(classify(park, ""), Verdict::Park(_)), "{park}");
         }
+    }
+
+    #[test]
+    fn retry_after_is_honoured_on_429_and_503_within_bounds() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let secs = |s| Some(Duration::from_secs(s));
+        assert_eq!(retry_after(429, Some("120"), now), secs(120));
+        assert_eq!(retry_after(503, Some(" 7 "), now), secs(7));
+        assert_eq!(retry_after(429, Some("0"), now), Some(MIN_RETRY_AFTER));
+        assert_eq!(retry_after(429, Some("86400"), now), Some(MAX_RETRY_AFTER));
+        assert_eq!(
+            retry_after(429, Some("99999999999999999999999"), now),
+            Some(MAX_RETRY_AFTER),
+            "more digits than a u64 is long, not an error"
+        );
+        let date = httpdate::fmt_http_date(now + Duration::from_secs(90));
+        assert_eq!(retry_after(503, Some(&date), now), secs(90));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(90));
+        assert_eq!(retry_after(503, Some(&past), now), Some(MIN_RETRY_AFTER));
+        for junk in ["", "-5", "1.5", "soon", "12abc", "0x10"] {
+            assert_eq!(retry_after(429, Some(junk), now), None, "{junk:?}");
+        }
+        assert_eq!(retry_after(429, None, now), None);
+        for other in [408, 500, 502, 504, 202, 404] {
+            assert_eq!(retry_after(other, Some("120"), now), None, "{other}");
+        }
+        assert_eq!(
+            verdict(429, "slow down", Some("120"), now),
+            Verdict::RetryAfter(
+                "the collector answered 429: slow down; it asked to retry after 120 s".into(),
+                Duration::from_secs(120)
+            )
+        );
+        assert_eq!(
+            verdict(500, "", Some("120"), now),
+            Verdict::Retry("the collector answered 500".into())
+        );
+        assert_eq!(verdict(202, "", Some("120"), now), Verdict::Delivered);
     }
 
     #[test]

@@ -140,6 +140,13 @@ pub(crate) struct NackRequest {
     /// Why (recorded on the run with each NUL character replaced by U+FFFD, cut to 4096
     /// bytes; never refused).
     pub(crate) reason: Option<String>,
+    /// When the run is retried (kind `retryable` with attempts left), it is due this many
+    /// milliseconds from now (0 to 24 h) instead of after the queue's backoff. The attempt is
+    /// spent as with any retry, so the last attempt still parks the run; the other kinds never
+    /// retry, so it changes nothing for them.
+    #[schema(minimum = 0, maximum = 86_400_000)]
+    #[serde(default, deserialize_with = "crate::serve::integer::opt")]
+    pub(crate) retry_after_ms: Option<u64>,
 }
 
 /// A run's state after ack, nack or cancel.
@@ -200,6 +207,8 @@ pub(crate) struct Nack {
     pub(crate) label: &'static str,
     /// Why (empty when not given).
     pub(crate) reason: String,
+    /// A retry's own delay (`retry_after_ms`), checked as the spool checks it.
+    pub(crate) retry_after: Option<Duration>,
 }
 
 impl NackRequest {
@@ -217,11 +226,20 @@ impl NackRequest {
                 ))
             }
         };
+        let retry_after = match self.retry_after_ms.map(Duration::from_millis) {
+            Some(delay) => {
+                spool::check_retry_delay(delay)?;
+                // Only a retryable nack is retried: the delay of another kind has no effect.
+                (kind == NackKind::Retryable).then_some(delay)
+            }
+            None => None,
+        };
         Ok(Nack {
             token,
             kind,
             label,
             reason: self.reason.unwrap_or_default(),
+            retry_after,
         })
     }
 }
