@@ -7,8 +7,12 @@
 //! process until a consumer waiting in another OS process holds the run; (6) bulk enqueue:
 //! 10,000 distinct keys in batches of 1,000, one bulk call per batch ([`bulk`]); (7) an
 //! enqueue inside the application's own transaction next to one application row, against
-//! the same transaction with a bare insert of a row as wide as the queue's ([`in_tx`]).
-//! `--rows` picks the rows to run.
+//! the same transaction with a bare insert of a row as wide as the queue's ([`in_tx`]); (8)
+//! a drain of queued runs with batching allowed, (9) end-to-end latency across processes,
+//! (10) CPU per job of row 8 ([`drain`]); (11) a drain under a per-partition limit
+//! (`QueueLimits::per_partition`, runs spread round-robin over the partition keys) against the
+//! same drain on a queue without limits, cairn only ([`partition`]). `--rows` picks the rows
+//! to run.
 //!
 //! The peers live in `bench/peers/`, a cargo project outside the workspace (they link another
 //! sqlx and libsqlite3-sys than cairn's rusqlite); `--peers` builds it in release and runs it,
@@ -22,11 +26,13 @@ mod costs;
 mod drain;
 mod fresh;
 mod in_tx;
+mod partition;
 mod peers;
 mod rates;
 mod rows;
 mod runs;
 mod table;
+mod timed;
 mod wake;
 
 use super::chart::{self, Bar};
@@ -82,6 +88,7 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             failed: None,
         }];
         let mut in_tx = in_tx::Runs::default();
+        let mut partition = partition::Runs::default();
         for run in 0..args.runs {
             eprintln!("{}: run {} of {}…", backend.name(), run + 1, args.runs);
             fsync.push(
@@ -122,6 +129,9 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
             if args.row(7) {
                 in_tx::measure(backend, pg_url.as_deref(), &args, &mut in_tx).await?;
             }
+            if args.row(11) {
+                partition::measure(backend, pg_url.as_deref(), &args, &mut partition).await?;
+            }
         }
         let wake = if args.row(5) {
             wake_latency(backend, pg_url.as_deref(), args.wake_samples).await
@@ -153,7 +163,10 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         if args.drains() || args.row(9) {
             drain::print_settings(backend, &args, &systems);
         }
-        charts.push((backend, systems, in_tx));
+        if args.row(11) {
+            partition::print_table(backend, &args, &partition);
+        }
+        charts.push((backend, systems, in_tx, partition));
     }
     if args.chart.is_none() && !args.all_rows() {
         println!("\nNo chart written: not every row ran (pass --chart FILE to write one anyway).");
@@ -165,11 +178,12 @@ pub(crate) async fn run(args: SpoolArgs) -> Result<(), String> {
         .unwrap_or_else(|| workspace_root().join("docs").join("bench-spool.svg"));
     let groups: Vec<(String, Vec<Bar>)> = charts
         .iter()
-        .flat_map(|(backend, systems, in_tx)| {
+        .flat_map(|(backend, systems, in_tx, partition)| {
             let mut groups = chart_rows(*backend, systems);
             groups.extend(bulk::chart_rows(*backend, systems));
             groups.extend(in_tx::chart_rows(*backend, in_tx));
             groups.extend(drain::chart_rows(*backend, &args, systems));
+            groups.extend(partition::chart_rows(*backend, &args, partition));
             groups
         })
         .filter(|(_, bars)| !bars.is_empty())

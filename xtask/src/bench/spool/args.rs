@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use cairn::spool::MAX_FLOW_LIMIT;
+
 use super::super::setup::Backend;
 
 /// Options of `bench spool`.
@@ -62,8 +64,17 @@ pub(crate) struct SpoolArgs {
     /// Row 9's samples (after 20 warm-up runs).
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub(super) latency_samples: u64,
-    /// The rows to run, e.g. `--rows 6,7` (default: all, 1–10).
-    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=10))]
+    /// Runs queued before each of row 11's two drains (the limited queue's and the baseline's).
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) partition_runs: u64,
+    /// Row 11's partition keys, given to the runs round-robin.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(super) partitions: u64,
+    /// Row 11's limit: runs of one partition claimed at once (`QueueLimits::per_partition`).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_FLOW_LIMIT)))]
+    pub(super) partition_limit: u32,
+    /// The rows to run, e.g. `--rows 6,7` (default: all, 1–11).
+    #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=11))]
     pub(super) rows: Vec<u32>,
     /// Where to write the SVG chart (default: `docs/bench-spool.svg` in the checkout, written
     /// only when every row ran).
@@ -78,7 +89,7 @@ impl SpoolArgs {
     }
 
     pub(super) fn all_rows(&self) -> bool {
-        (1..=10).all(|n| self.row(n))
+        (1..=11).all(|n| self.row(n))
     }
 
     /// Whether row 8's drain runs (row 10 is its CPU figures).

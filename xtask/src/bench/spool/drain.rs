@@ -24,20 +24,20 @@
 //!   wrote per job, and the row versions and index entries cairn's drain wrote per job
 //!   ([`costs`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use cairn::spool::{ConsumerBuilder, EnqueueItem, Job, Outcome};
-use cairn::{ConsumerId, EnqueueOptions, QueueName, RunState};
+use cairn::{ConsumerId, EnqueueOptions, QueueName};
 
 use super::super::chart::Bar;
-use super::super::cpu::CpuMeter;
 use super::super::figures::thousands;
 use super::super::setup::{store_err, Backend};
 use super::args::{LatencyConsumerArgs, SpoolArgs};
 use super::consumer::{now_micros, open_spool, ConsumerChild};
 use super::fresh::{key, queue, Fresh};
-use super::rates::{fmt_rate, median, rate};
+use super::rates::{fmt_rate, median};
 use super::runs::{DrainRun, LatencyRun, Runs, System};
+use super::timed::{self, DrainSettings};
 
 use super::costs;
 
@@ -136,12 +136,7 @@ pub(super) async fn measure_cairn(
             Some(counted) => &counted.enqueuer,
             None => fresh.spool.as_ref(),
         };
-        for chunk in items.chunks(1_000) {
-            enqueuer
-                .enqueue_many(&q, chunk.to_vec())
-                .await
-                .map_err(store_err)?;
-        }
+        timed::fill(enqueuer, &q, &items).await?;
         let before = match &counted {
             Some(counted) => counted
                 .before()
@@ -151,63 +146,21 @@ pub(super) async fn measure_cairn(
             None => None,
         };
         let lsn = wal_lsn(&fresh).await;
-        let t = Instant::now();
-        let cpu = CpuMeter::start();
-        let consumer = ConsumerBuilder::new(
-            fresh.spool.clone(),
-            q.clone(),
-            ConsumerId::new("bench-drain").map_err(store_err)?,
-        )
-        .concurrency(usize::try_from(c).map_err(|e| e.to_string())?)
-        .prefetch(usize::try_from(args.drain_prefetch).map_err(|e| e.to_string())?)
-        .spawn(|_job: Job| async { Outcome::Done })
-        .await
-        .map_err(store_err)?;
-        let deadline = Instant::now() + Duration::from_secs(600);
-        loop {
-            let done = consumer
-                .stats()
-                .settled
-                .get(&RunState::Succeeded)
-                .copied()
-                .unwrap_or(0);
-            if done >= args.drain {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "the drain did not finish in 600 s ({done} of {} done)",
-                    args.drain
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        let took = t.elapsed();
-        let used = cpu.stop(args.drain);
-        let wal_bytes = wal_since(&fresh, lsn).await;
-        let report = consumer.shutdown().await;
-        if !report.is_clean() || report.stats.errors > 0 {
-            return Err(format!(
-                "the drain consumer did not finish cleanly: {report:?}"
-            ));
-        }
+        let settings = DrainSettings {
+            concurrency: c,
+            prefetch: args.drain_prefetch,
+        };
+        let drained =
+            timed::drain(fresh.spool.clone(), &q, "bench-drain", settings, args.drain).await?;
+        let run = drained.run(wal_since(&fresh, lsn).await);
+        drained.stop().await?;
         if let (Some(counted), Some(before)) = (&counted, &before) {
             match counted.after(before, c, args.drain).await {
                 Ok(run) => costs::record(run),
                 Err(e) => eprintln!("cairn postgres: the drain's writes are not counted: {e}"),
             }
         }
-        let secs = took.as_secs_f64();
-        runs.drain.push(DrainRun {
-            concurrency: c,
-            jobs: args.drain,
-            rate: rate(args.drain, took),
-            busy_cpu_s: used.busy_cores.map(|b| b * secs),
-            own_cpu_s: used
-                .process_per_op
-                .map(|d| d.as_secs_f64() * args.drain as f64),
-            wal_bytes,
-        });
+        runs.drain.push(run);
         fresh.close().await?;
     }
     Ok(())
