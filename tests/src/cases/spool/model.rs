@@ -69,6 +69,11 @@ enum Op {
         lease: usize,
         delay_secs: u8,
     },
+    /// A retry with the caller's own delay (`Spool::retry_after`).
+    RetryAfter {
+        lease: usize,
+        delay_secs: u8,
+    },
     Append {
         key: u8,
         event: u8,
@@ -115,6 +120,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => key.clone().prop_map(|key| Op::RetryParked { key }),
         1 => key.clone().prop_map(|key| Op::Discard { key }),
         1 => (any::<usize>(), 0u8..30).prop_map(|(lease, delay_secs)| Op::Release { lease, delay_secs }),
+        1 => (any::<usize>(), 0u8..30).prop_map(|(lease, delay_secs)| Op::RetryAfter { lease, delay_secs }),
         3 => (key.clone(), 0u8..6, 0u8..200).prop_map(|(key, event, size)| Op::Append { key, event, size }),
         1 => (key.clone(), prop::collection::vec(0u8..6, 0..3)).prop_map(|(key, events)| Op::AckEvents { key, events }),
         1 => (key, 0u8..2, 0u8..2).prop_map(|(key, name, value)| Op::SetFact { key, name, value }),
@@ -381,6 +387,14 @@ impl Pair {
                     let r = outcome(real.release(rr, rt, d).await);
                     let m = outcome(model.release(mr, mt, d).await);
                     check(step, op, "release", &r, &m)?;
+                }
+            }
+            Op::RetryAfter { lease, delay_secs } => {
+                if let Some((rr, rt, mr, mt)) = self.lease(*lease) {
+                    let d = Duration::from_secs(u64::from(*delay_secs));
+                    let r = outcome(real.retry_after(rr, rt, "model retry", d).await);
+                    let m = outcome(model.retry_after(mr, mt, "model retry", d).await);
+                    check(step, op, "retry_after", &r, &m)?;
                 }
             }
             Op::Append { key, event, size } => {
