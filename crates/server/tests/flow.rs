@@ -105,6 +105,11 @@ fn queue_commands(db: &str) {
         "gate running max_claimed=- per_partition=- rate=-\n",
         "no flag removes every limit"
     );
+    assert_eq!(
+        ok(cairn(db, &["queue", "list"])),
+        "",
+        "running and unlimited again: nothing stored, nothing listed"
+    );
     refused(cairn(db, &["queue", "pause", ""]), "queue name");
 }
 

@@ -19,7 +19,8 @@ use cairn::DatabaseUrl;
 /// `cairn queue …`.
 #[derive(Subcommand)]
 pub(crate) enum QueueAction {
-    /// Print every queue whose flow was ever set, one line each:
+    /// Print every queue that is paused or has a limit (a queue set back to running and
+    /// unlimited is not listed), one line each:
     /// `<queue> running|paused max_claimed=N|- per_partition=N|- rate=N/DURATION|-`.
     List,
     /// Print one queue's flow line (a queue nobody set anything for is running, unlimited).

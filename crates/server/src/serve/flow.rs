@@ -16,7 +16,8 @@ use super::json::{
 use super::responses::{Busy, InvalidInput, InvalidSchedule, NoSuchSchedule, NoToken, ReadOnly};
 use super::state::AppState;
 
-/// Every queue whose flow (pause, limits) was ever set.
+/// Every queue with a stored flow: paused, or with a limit (a queue set back to running and
+/// unlimited is not listed).
 #[utoipa::path(
     get, path = "/v1/queues", tag = "flow",
     responses(

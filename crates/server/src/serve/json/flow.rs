@@ -29,7 +29,8 @@ pub(crate) struct QueueFlowOut {
     /// At most `claims` runs handed out in any window of `per_us` microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rate: Option<RateOut>,
-    /// When the flow last changed (absent: never set).
+    /// When the stored flow last changed (absent: none is stored — never set, or set back to
+    /// running and unlimited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) updated_at_us: Option<i64>,
 }
@@ -63,7 +64,7 @@ impl QueueFlowOut {
 /// `GET /v1/queues`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct QueueFlowsResponse {
-    /// Every queue whose flow was ever set, by name.
+    /// Every queue with a stored flow (paused, or with a limit), by name.
     pub(crate) queues: Vec<QueueFlowOut>,
 }
 
