@@ -233,6 +233,34 @@ fn schedule_commands(db: &str) {
         ),
         "catch-up",
     );
+    // Names that could display as another are refused, and nothing is stored.
+    for (name, partition, needle) in [
+        (
+            "night\u{202E}ly",
+            "p",
+            "bidirectional control character (found U+202E)",
+        ),
+        (" nightly", "p", "must not start or end with whitespace"),
+        ("nightly2", "t\u{2066}1", "partition key"),
+    ] {
+        refused(
+            cairn(
+                db,
+                &[
+                    "schedule",
+                    "put",
+                    name,
+                    "--cron",
+                    "* * * * *",
+                    "--queue",
+                    "q",
+                    "--partition",
+                    partition,
+                ],
+            ),
+            needle,
+        );
+    }
     refused(cairn(db, &["schedule", "show", "bad"]), "schedule bad");
     assert_eq!(
         ok(cairn(db, &["schedule", "remove", "nightly"])),

@@ -319,7 +319,7 @@ pub(super) async fn pick_limited(
 }
 
 fn partition(p: String) -> Result<PartitionKey> {
-    PartitionKey::new(p).map_err(|_| corrupt("an invalid partition key"))
+    PartitionKey::from_stored(p).map_err(|_| corrupt("an invalid partition key"))
 }
 
 /// Records that a claim of `queue` at `now` handed out `runs` runs (rate-limited queues only),

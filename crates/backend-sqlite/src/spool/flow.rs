@@ -240,7 +240,9 @@ pub(super) fn run_flow_columns_q(
         return Ok((None, None));
     };
     let partition = partition
-        .map(|p| PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid")))
+        .map(|p| {
+            PartitionKey::from_stored(p).map_err(|_| corrupt("a stored partition key is invalid"))
+        })
         .transpose()?;
     Ok((partition, traceparent_of(traceparent)?))
 }
@@ -274,8 +276,8 @@ pub(super) fn pick_limited(
         let n = u64::try_from(n).map_err(|_| corrupt("a negative count"))?;
         in_flight += n;
         if let Some(p) = partition {
-            let p =
-                PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid"))?;
+            let p = PartitionKey::from_stored(p)
+                .map_err(|_| corrupt("a stored partition key is invalid"))?;
             busy.insert(p, n);
         }
     }
@@ -315,7 +317,8 @@ pub(super) fn pick_limited(
             let partition: Option<String> = r.get(1).map_err(map)?;
             let partition = partition
                 .map(|p| {
-                    PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid"))
+                    PartitionKey::from_stored(p)
+                        .map_err(|_| corrupt("a stored partition key is invalid"))
                 })
                 .transpose()?;
             page.push((r.get(0).map_err(map)?, partition));

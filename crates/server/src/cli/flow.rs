@@ -178,7 +178,8 @@ pub(crate) async fn schedule(
             }
         }
         ScheduleAction::Show { name } => {
-            let name = ScheduleName::new(name)?;
+            // Any name a store may hold, an earlier build's too (`put` checks more).
+            let name = ScheduleName::from_stored(name)?;
             let store = open(target, IfMissing::Refuse).await?;
             let info = store
                 .spool()
@@ -214,7 +215,8 @@ pub(crate) async fn schedule(
             writeln!(out, "{}", schedule_line(&info))?;
         }
         ScheduleAction::Remove { name } => {
-            let name = ScheduleName::new(name)?;
+            // Any name a store may hold, so an earlier build's can still be removed.
+            let name = ScheduleName::from_stored(name)?;
             let store = open(target, IfMissing::Refuse).await?;
             if !store.spool().remove_schedule(&name).await? {
                 return Err(Error::NotFound {

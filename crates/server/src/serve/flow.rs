@@ -170,7 +170,7 @@ pub(crate) async fn schedule(
     State(state): State<AppState>,
     PathArgs(name): PathArgs<String>,
 ) -> Result<Json<ScheduleOut>, ApiError> {
-    let name = ScheduleName::new(name)?;
+    let name = ScheduleName::from_stored(name)?;
     match state.spool.schedule(&name).await? {
         Some(info) => Ok(Json(ScheduleOut::from(&info))),
         None => Err(no_such_schedule(&name)),
@@ -242,7 +242,7 @@ pub(crate) async fn remove_schedule(
     State(state): State<AppState>,
     PathArgs(name): PathArgs<String>,
 ) -> Result<StatusCode, ApiError> {
-    let name = ScheduleName::new(name)?;
+    let name = ScheduleName::from_stored(name)?;
     if state.spool.remove_schedule(&name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -241,9 +241,13 @@ pub(crate) struct ScheduleIn {
     #[serde(default)]
     #[schema(min_items = 1)]
     pub(crate) supersede_group: Option<Vec<String>>,
-    /// Each run's partition key: 1 to 256 bytes without control characters.
+    /// Each run's partition key: 1 to 256 bytes without control characters or bidirectional
+    /// controls.
     #[serde(default)]
-    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    #[schema(
+        min_length = 1,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$"
+    )]
     pub(crate) partition_key: Option<String>,
     /// Ticks missed while no scheduler ran: `none` (default), `latest`, or `all` (the latest
     /// `catch_up_cap` of them).
