@@ -90,6 +90,10 @@ fn queue_commands(db: &str) {
         cairn(db, &["queue", "limits", "gate", "--rate", "10/25h"]),
         "rate interval",
     );
+    refused(
+        cairn(db, &["queue", "limits", "gate", "--rate", "10/1500us"]),
+        "the unit must be ms, s, m or h",
+    );
     assert_eq!(
         ok(cairn(db, &["queue", "resume", "gate"])),
         "gate running max_claimed=3 per_partition=1 rate=10/1s\n"
