@@ -609,6 +609,7 @@ macro_rules! spool_suite {
             q2_invalid_limits_are_refused_without_writes,
             q3_per_partition_limits_each_partition_only,
             q4_rate_limit_is_a_sliding_window,
+            q1_a_queue_back_to_its_defaults_keeps_no_flow_row,
             spool_bad_input_is_refused_without_writes,
             spool_model_random_ops_match_reference,
             t4_bulk_dedups_repeated_keys_in_input_order,

@@ -111,8 +111,8 @@ pub use cairn_core::spool::{
 // Flow control of a queue (pause and resume, concurrency and rate limits:
 // `Spool::set_queue_paused`, `Spool::set_queue_limits`, …) and the trace context a run carries.
 pub use cairn_core::spool::{
-    check_limits, PartitionKey, QueueFlow, QueueLimits, RateLimit, TraceParent, MAX_FLOW_LIMIT,
-    MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
+    check_limits, is_bidi_control, PartitionKey, QueueFlow, QueueLimits, RateLimit, TraceParent,
+    MAX_FLOW_LIMIT, MAX_PARTITION_KEY, MAX_RATE_INTERVAL, MIN_RATE_INTERVAL,
 };
 
 // Schedules: cron expressions stored in the store ([`Spool::put_schedule`]), each tick

@@ -21,7 +21,7 @@ pub(crate) const CONFIG_ENV: &str = "CAIRN_CONFIG";
 const ENV_PREFIX: &str = "CAIRN_";
 /// The top-level keys; other `CAIRN_…` variables (`CAIRN_URL`, `CAIRN_TOKEN`, …) belong to
 /// other commands and are not configuration.
-const SECTIONS: [&str; 12] = [
+pub(crate) const SECTIONS: [&str; 12] = [
     "database",
     "listen",
     "auth",

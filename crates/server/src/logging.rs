@@ -13,6 +13,8 @@ use tracing_subscriber::EnvFilter;
 
 use crate::config::LogFormat;
 
+mod watched;
+
 /// The most bytes of a client-chosen value (a user agent, an invented method) a log line
 /// carries; longer values are clipped and end with `…`.
 pub(crate) const FIELD_MAX: usize = 64;
@@ -155,7 +157,8 @@ pub(crate) fn init(filter: EnvFilter, format: LogFormat, otel: Option<&OtelSetti
     Installed { tracer }
 }
 
-/// The OTLP/HTTP exporter and its batching tracer provider.
+/// The OTLP/HTTP exporter, watched for failed exports ([`watched::Watched`]: a warning in the
+/// log, at most one a minute), and its batching tracer provider.
 fn exporter(
     otel: &OtelSettings,
 ) -> Result<opentelemetry_sdk::trace::SdkTracerProvider, opentelemetry_otlp::ExporterBuildError> {
@@ -170,7 +173,7 @@ fn exporter(
         .with_service_name(otel.service_name.clone())
         .build();
     Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
+        .with_batch_exporter(watched::Watched::new(exporter))
         .with_resource(resource)
         .build())
 }

@@ -74,7 +74,10 @@ fn a_healthy_store_passes_every_check() {
     let stdout = text(&out.stdout);
     assert!(stdout.contains("ok integrity: quick_check: ok"), "{stdout}");
     assert!(stdout.contains("ok migrations:cairn:"), "{stdout}");
-    assert!(stdout.contains("pending=0 claimed=0 parked=0"), "{stdout}");
+    assert!(
+        stdout.contains("pending=0 scheduled=0 claimed=0 parked=0"),
+        "{stdout}"
+    );
     assert!(
         stdout.contains("ok head_caches: 1 space(s) sampled"),
         "{stdout}"
@@ -234,6 +237,53 @@ async fn a_healthy_postgres_store_passes_every_check() {
 /// A parked run is a warning naming the commands that show and retry it (the store stays
 /// healthy; `crates/server/tests/parked.rs` has the threshold); run-event bytes over the cap
 /// configured in the environment (`CAIRN_SPOOL__RETENTION_MAX_BYTES`) are a problem.
+/// `pending` counts the queued runs due now, `scheduled` those due later, as `/metrics` does.
+#[tokio::test]
+async fn runs_due_later_are_scheduled_not_pending() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let db = path.to_str().unwrap().to_owned();
+    {
+        use cairn::spool::EnqueueOptions;
+        let store = cairn::Store::open(&db).await.unwrap();
+        let spool = store.spool();
+        let queue = cairn::QueueName::new("gate").unwrap();
+        let later = cairn::Timestamp::from_system_time(
+            std::time::SystemTime::now() + std::time::Duration::from_secs(24 * 3600),
+        )
+        .unwrap();
+        for (key, not_before) in [
+            ("now", None),
+            ("later-1", Some(later)),
+            ("later-2", Some(later)),
+        ] {
+            let options = EnqueueOptions {
+                not_before,
+                ..EnqueueOptions::default()
+            };
+            spool
+                .enqueue(
+                    &queue,
+                    &cairn::DedupKey::from_parts([key]).unwrap(),
+                    Vec::new(),
+                    options,
+                )
+                .await
+                .unwrap();
+        }
+        store.close().await.unwrap();
+    }
+    let out = tokio::task::spawn_blocking(move || run(&db, &["doctor"]))
+        .await
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("pending=1 scheduled=2 claimed=0 parked=0 oldest_queued_age="),
+        "{stdout}"
+    );
+}
+
 #[tokio::test]
 async fn parked_runs_are_a_warning_and_retention_over_the_configured_cap_a_problem() {
     let dir = tempfile::tempdir().unwrap();

@@ -90,6 +90,10 @@ fn queue_commands(db: &str) {
         cairn(db, &["queue", "limits", "gate", "--rate", "10/25h"]),
         "rate interval",
     );
+    refused(
+        cairn(db, &["queue", "limits", "gate", "--rate", "10/1500us"]),
+        "the unit must be ms, s, m or h",
+    );
     assert_eq!(
         ok(cairn(db, &["queue", "resume", "gate"])),
         "gate running max_claimed=3 per_partition=1 rate=10/1s\n"
@@ -104,6 +108,11 @@ fn queue_commands(db: &str) {
         ok(cairn(db, &["queue", "limits", "gate"])),
         "gate running max_claimed=- per_partition=- rate=-\n",
         "no flag removes every limit"
+    );
+    assert_eq!(
+        ok(cairn(db, &["queue", "list"])),
+        "",
+        "running and unlimited again: nothing stored, nothing listed"
     );
     refused(cairn(db, &["queue", "pause", ""]), "queue name");
 }
@@ -228,6 +237,34 @@ fn schedule_commands(db: &str) {
         ),
         "catch-up",
     );
+    // Names that could display as another are refused, and nothing is stored.
+    for (name, partition, needle) in [
+        (
+            "night\u{202E}ly",
+            "p",
+            "bidirectional control character (found U+202E)",
+        ),
+        (" nightly", "p", "must not start or end with whitespace"),
+        ("nightly2", "t\u{2066}1", "partition key"),
+    ] {
+        refused(
+            cairn(
+                db,
+                &[
+                    "schedule",
+                    "put",
+                    name,
+                    "--cron",
+                    "* * * * *",
+                    "--queue",
+                    "q",
+                    "--partition",
+                    partition,
+                ],
+            ),
+            needle,
+        );
+    }
     refused(cairn(db, &["schedule", "show", "bad"]), "schedule bad");
     assert_eq!(
         ok(cairn(db, &["schedule", "remove", "nightly"])),

@@ -684,7 +684,16 @@ fn breakers(doc: &Doc, schema: &Value) -> Vec<Value> {
         "string" => {
             keep(&mut out, json!(12));
             keep(&mut out, json!(""));
-            for bad in ["\u{1}", "g", "-", "!!", "\u{7f}x", "c1.zz.1"] {
+            for bad in [
+                "\u{1}",
+                "g",
+                "-",
+                "!!",
+                "\u{7f}x",
+                "c1.zz.1",
+                "\u{202e}x",
+                " x",
+            ] {
                 keep(&mut out, json!(bad));
             }
             if let Some(m) = usize_of(schema, "maxLength").filter(|m| *m <= 70_000) {

@@ -148,12 +148,17 @@ fn call(addr: &str, method: &str, path: &str, traceparent: Option<&str>, body: V
 /// Enqueues one run with `traceparent`, closes it, and waits until the delivery worker acked
 /// it; returns its id.
 fn deliver_one(addr: &str, traceparent: Option<&str>) -> String {
+    deliver_keyed(addr, "traced", traceparent)
+}
+
+/// [`deliver_one`] under the dedup key `key`.
+fn deliver_keyed(addr: &str, key: &str, traceparent: Option<&str>) -> String {
     let run = call(
         addr,
         "POST",
         "/v1/queues/telemetry/runs",
         traceparent,
-        json!({"key": "traced", "payload": "p"}),
+        json!({"key": key, "payload": "p"}),
     );
     let id = run["run_id"].as_str().unwrap().to_owned();
     if let Some(tp) = traceparent {
@@ -280,6 +285,65 @@ fn a_run_without_a_trace_starts_its_own_and_nothing_is_exported_unless_configure
     stop(serving);
     assert!(quiet.exports.lock().unwrap().is_empty());
     assert!(*quiet.deliveries.lock().unwrap() >= 1);
+}
+
+/// An endpoint nobody listens on: every export fails, and the log says so — once at first
+/// (then at most once a minute), not once per span, and without the endpoint's URL.
+#[test]
+fn an_unreachable_collector_is_reported_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (collector, url) = Collector::start();
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let endpoint = format!("http://{closed}/v1/traces");
+    let mut cmd = common::cairn(dir.path().join("s.db").to_str().unwrap());
+    cmd.args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--delivery-url", &format!("{url}/ingest")])
+        .args(["--delivery-poll-ms", "100"])
+        .env("CAIRN_AUTH__TOKENS", TOKEN)
+        .env("CAIRN_BACKFILL__ENABLED", "false")
+        .env("CAIRN_OTEL__ENDPOINT", &endpoint)
+        // The SDK's batch interval (default 5 s), so the first export comes soon.
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let serving = common::serve(&mut cmd, DEADLINE);
+    let log = |s: &common::Serving| String::from_utf8_lossy(&s.stderr.lock().unwrap()).into_owned();
+    const WARNING: &str = "span export to the [otel] endpoint failed";
+    // Runs handled in spans, in several batches, until the first warning shows.
+    let deadline = Instant::now() + DEADLINE;
+    let mut runs = 0;
+    while !log(&serving).contains(WARNING) {
+        assert!(
+            Instant::now() < deadline,
+            "no warning about failed exports within {DEADLINE:?}: {}",
+            log(&serving)
+        );
+        if runs < 3 {
+            deliver_keyed(&serving.addr, &format!("early-{runs}"), None);
+            runs += 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // More failed batches after the first warning: still one warning.
+    for i in 0..2 {
+        deliver_keyed(&serving.addr, &format!("late-{i}"), None);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let text = log(&serving);
+    stop(serving);
+    let warnings: Vec<&str> = text.lines().filter(|l| l.contains(WARNING)).collect();
+    assert_eq!(warnings.len(), 1, "rate-limited: {text}");
+    assert!(
+        warnings[0].contains("WARN")
+            && warnings[0].contains("cairn::otel")
+            && warnings[0].contains("failed_exports=1")
+            && warnings[0].contains("network error"),
+        "{}",
+        warnings[0]
+    );
+    assert!(!text.contains(&closed.to_string()), "no URL logged: {text}");
+    assert!(collector.exports.lock().unwrap().is_empty());
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! limited, it takes the queue's transaction-scoped advisory lock
 //! ([`super::keys::flow_lock_key`]) before counting what is in flight and in the rate window
 //! and picking ([`pick_limited`]), so the limited claims of a queue run one at a time in every
-//! process and never together exceed a limit.
+//! process and never together exceed a limit. A change of a queue's flow takes the same lock,
+//! drops the queue's rate window when it has no rate limit and its row when the flow is back
+//! to the defaults, so a queue nobody limits keeps no row (and no window).
 //!
 //! A store whose upgrade stopped before the revision has none of these tables: claims ignore
 //! flow there (none can be stored) and the flow methods and partition keys refuse with
@@ -80,15 +82,19 @@ pub(super) async fn set_paused_tx(
     now: Timestamp,
 ) -> Result<QueueFlow> {
     require(s, "pausing or resuming a queue").await?;
-    let row = autocommit!(s, |on| sqlx::query(sql_flow::SET_PAUSED)
+    let mut tx = s.pool().begin().await.map_err(map)?;
+    lock_flow(s, &mut tx, queue).await?;
+    let row = sqlx::query(sql_flow::SET_PAUSED)
         .bind(queue.as_str())
         .bind(paused)
         .bind(micros(now))
         .bind(wake_channel(s.schema(), queue))
-        .fetch_one(on)
+        .fetch_one(&mut *tx)
         .await
-        .map_err(map))?;
-    decode(&row, 0)
+        .map_err(map)?;
+    let flow = settle(&mut tx, queue, decode(&row, 0)?).await?;
+    tx.commit().await.map_err(map)?;
+    Ok(flow)
 }
 
 /// Stores `queue`'s limits (checked by the caller) and notifies its wake channel; returns the
@@ -104,7 +110,9 @@ pub(super) async fn set_limits_tx(
     let rate_us = limits
         .rate
         .map(|r| i64::try_from(r.per.as_micros()).unwrap_or(i64::MAX));
-    let row = autocommit!(s, |on| sqlx::query(sql_flow::SET_LIMITS)
+    let mut tx = s.pool().begin().await.map_err(map)?;
+    lock_flow(s, &mut tx, queue).await?;
+    let row = sqlx::query(sql_flow::SET_LIMITS)
         .bind(queue.as_str())
         .bind(int(limits.max_claimed))
         .bind(int(limits.per_partition))
@@ -112,10 +120,47 @@ pub(super) async fn set_limits_tx(
         .bind(rate_us)
         .bind(micros(now))
         .bind(wake_channel(s.schema(), queue))
-        .fetch_one(on)
+        .fetch_one(&mut *tx)
         .await
-        .map_err(map))?;
-    decode(&row, 0)
+        .map_err(map)?;
+    let flow = settle(&mut tx, queue, decode(&row, 0)?).await?;
+    tx.commit().await.map_err(map)?;
+    Ok(flow)
+}
+
+/// Takes `queue`'s flow lock inside a transaction that changes its flow: the change waits for
+/// a limited claim of the queue under way, and such a claim that read the old flow and waits
+/// for the lock sees the change when it records its rate window ([`sql_flow::INSERT_TICK`]).
+async fn lock_flow(s: &PgSpool, conn: &mut PgConnection, queue: &QueueName) -> Result<()> {
+    sqlx::query(sql_flow::LOCK_FLOW)
+        .bind(flow_lock_key(s.schema(), queue))
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    Ok(())
+}
+
+/// After a change of `queue`'s flow to `flow` (its row locked by the change, under the flow
+/// lock): drops the queue's rate window when it has no rate limit, and its row when the flow
+/// is back to the defaults (running, unlimited: a queue nobody set keeps no row); returns the
+/// flow as stored.
+async fn settle(conn: &mut PgConnection, queue: &QueueName, flow: QueueFlow) -> Result<QueueFlow> {
+    if flow.limits.rate.is_none() {
+        sqlx::query(sql_flow::DROP_TICKS)
+            .bind(queue.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(map)?;
+    }
+    if !flow.is_default() {
+        return Ok(flow);
+    }
+    sqlx::query(sql_flow::DELETE_FLOW)
+        .bind(queue.as_str())
+        .execute(&mut *conn)
+        .await
+        .map_err(map)?;
+    Ok(QueueFlow::default())
 }
 
 /// `queue`'s stored flow ([`QueueFlow::default`] when none).
@@ -274,7 +319,7 @@ pub(super) async fn pick_limited(
 }
 
 fn partition(p: String) -> Result<PartitionKey> {
-    PartitionKey::new(p).map_err(|_| corrupt("an invalid partition key"))
+    PartitionKey::from_stored(p).map_err(|_| corrupt("an invalid partition key"))
 }
 
 /// Records that a claim of `queue` at `now` handed out `runs` runs (rate-limited queues only),

@@ -206,7 +206,7 @@ pub(super) fn run_info(row: &PgRow) -> Result<RunInfo> {
     let mut info = run.info(events, facts);
     if row.len() > RUN_COLUMNS + 3 {
         info.partition_key = get::<Option<String>>(row, RUN_COLUMNS + 3)?
-            .map(|p| PartitionKey::new(p).map_err(|_| corrupt("an invalid partition key")))
+            .map(|p| PartitionKey::from_stored(p).map_err(|_| corrupt("an invalid partition key")))
             .transpose()?;
         info.traceparent = traceparent_of(get(row, RUN_COLUMNS + 4)?)?;
     }

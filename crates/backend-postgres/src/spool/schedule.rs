@@ -94,7 +94,7 @@ fn info(row: &PgRow) -> Result<ScheduleInfo> {
             .map_err(|_| bad("max attempts"))?,
         priority: get(row, 5)?,
         partition_key: partition
-            .map(PartitionKey::new)
+            .map(PartitionKey::from_stored)
             .transpose()
             .map_err(|_| bad("partition key"))?,
         // A schedule's runs carry no trace (`check_schedule` refuses one).
@@ -102,7 +102,7 @@ fn info(row: &PgRow) -> Result<ScheduleInfo> {
     };
     Ok(ScheduleInfo {
         schedule: Schedule {
-            name: ScheduleName::new(get::<String>(row, 0)?).map_err(|_| bad("name"))?,
+            name: ScheduleName::from_stored(get::<String>(row, 0)?).map_err(|_| bad("name"))?,
             cron: get(row, 1)?,
             time_zone: get(row, 2)?,
             queue: QueueName::new(get::<String>(row, 3)?).map_err(|_| bad("queue"))?,

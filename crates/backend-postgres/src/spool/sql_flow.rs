@@ -69,7 +69,8 @@ WITH up AS ( \
 ) \
 SELECT up.*, (SELECT pg_catalog.count(*) FROM wake) FROM up";
 
-/// Serializes the limited claims of one queue (`$1`: `super::keys::flow_lock_key`).
+/// Serializes the limited claims of one queue and the changes of its flow (`$1`:
+/// `super::keys::flow_lock_key`).
 pub(super) const LOCK_FLOW: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1)";
 
 /// Runs of queue `$1` claimed at once at `$2` (`claimed`, `due_at` ahead; through
@@ -89,9 +90,20 @@ pub(super) const WINDOW_RUNS: &str = "\
 SELECT COALESCE(pg_catalog.sum(runs), 0)::int8 FROM spool_claim_tick \
 WHERE queue = $1 AND at > $2";
 
-/// Records a claim of queue `$1` at `$2` that handed out `$3` runs.
-pub(super) const INSERT_TICK: &str =
-    "INSERT INTO spool_claim_tick (queue, at, runs) VALUES ($1, $2, $3)";
+/// Records a claim of queue `$1` at `$2` that handed out `$3` runs — if the queue still has a
+/// rate limit: the claim read its flow before its flow lock, and a change that removed the
+/// limit meanwhile (under the same lock) dropped the queue's window, which this must not
+/// bring back.
+pub(super) const INSERT_TICK: &str = "\
+INSERT INTO spool_claim_tick (queue, at, runs) \
+SELECT $1::text, $2::int8, $3::int4 \
+WHERE EXISTS (SELECT 1 FROM spool_queue fq WHERE fq.queue = $1 AND fq.rate_claims IS NOT NULL)";
+
+/// Drops queue `$1`'s rate window (it has no rate limit any more).
+pub(super) const DROP_TICKS: &str = "DELETE FROM spool_claim_tick WHERE queue = $1";
+
+/// Drops queue `$1`'s flow row (its flow is back to the defaults: running, unlimited).
+pub(super) const DELETE_FLOW: &str = "DELETE FROM spool_queue WHERE queue = $1";
 
 /// One page of a limited claim's candidates: queue `$1`'s due runs at `$2` in claim order
 /// after the position `($4, $5, $6)` = `(-priority, due_at, run_no)` of the previous page's

@@ -4,7 +4,9 @@
 //! Every claim runs on the one writer (`BEGIN IMMEDIATE`, or a savepoint of a group commit),
 //! so a claim's count of what is in flight and its pick are serialized with every other claim
 //! of the store, in every process. A claim reads its queue's flow row first (one primary-key
-//! read); a queue without a row, or without a limit, claims as before.
+//! read); a queue without a row, or without a limit, claims as before. A queue whose flow is
+//! set back to the defaults (running, unlimited) keeps no row, and one without a rate limit no
+//! rate window.
 //!
 //! A store whose upgrade stopped before the revision (a contract revision before it deferred
 //! while older builds are live) has none of these tables: [`FlowSeen`] says whether the spool
@@ -163,8 +165,23 @@ pub(super) fn set_paused_tx(
             sql::SET_PAUSED,
             params![queue.as_str(), paused, micros(now)],
         )?;
-        Ok((flow_q(db, queue)?, crate::db::End::Commit))
+        Ok((settle(db, queue)?, crate::db::End::Commit))
     })
+}
+
+/// After a change of `queue`'s flow, inside its transaction: drops the queue's rate window
+/// when it has no rate limit, and its row when the flow is back to the defaults (running,
+/// unlimited: a queue nobody set keeps no row); returns the flow as stored.
+fn settle(db: &Db<'_>, queue: &QueueName) -> Result<QueueFlow> {
+    let flow = flow_q(db, queue)?;
+    if flow.limits.rate.is_none() {
+        db.exec(sql::DROP_TICKS, params![queue.as_str()])?;
+    }
+    if flow.is_default() {
+        db.exec(sql::DELETE_FLOW, params![queue.as_str()])?;
+        return Ok(QueueFlow::default());
+    }
+    Ok(flow)
 }
 
 /// Stores `queue`'s limits (checked by the caller); returns the stored flow.
@@ -189,7 +206,7 @@ pub(super) fn set_limits_tx(
                 micros(now)
             ],
         )?;
-        Ok((flow_q(db, queue)?, crate::db::End::Commit))
+        Ok((settle(db, queue)?, crate::db::End::Commit))
     })
 }
 
@@ -223,7 +240,9 @@ pub(super) fn run_flow_columns_q(
         return Ok((None, None));
     };
     let partition = partition
-        .map(|p| PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid")))
+        .map(|p| {
+            PartitionKey::from_stored(p).map_err(|_| corrupt("a stored partition key is invalid"))
+        })
         .transpose()?;
     Ok((partition, traceparent_of(traceparent)?))
 }
@@ -257,8 +276,8 @@ pub(super) fn pick_limited(
         let n = u64::try_from(n).map_err(|_| corrupt("a negative count"))?;
         in_flight += n;
         if let Some(p) = partition {
-            let p =
-                PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid"))?;
+            let p = PartitionKey::from_stored(p)
+                .map_err(|_| corrupt("a stored partition key is invalid"))?;
             busy.insert(p, n);
         }
     }
@@ -298,7 +317,8 @@ pub(super) fn pick_limited(
             let partition: Option<String> = r.get(1).map_err(map)?;
             let partition = partition
                 .map(|p| {
-                    PartitionKey::new(p).map_err(|_| corrupt("a stored partition key is invalid"))
+                    PartitionKey::from_stored(p)
+                        .map_err(|_| corrupt("a stored partition key is invalid"))
                 })
                 .transpose()?;
             page.push((r.get(0).map_err(map)?, partition));

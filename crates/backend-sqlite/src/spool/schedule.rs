@@ -114,7 +114,7 @@ fn info(c: Columns) -> Result<ScheduleInfo> {
         priority: c.priority,
         partition_key: c
             .partition_key
-            .map(PartitionKey::new)
+            .map(PartitionKey::from_stored)
             .transpose()
             .map_err(|_| bad("partition key"))?,
         // A schedule's runs carry no trace (`check_schedule` refuses one).
@@ -122,7 +122,7 @@ fn info(c: Columns) -> Result<ScheduleInfo> {
     };
     Ok(ScheduleInfo {
         schedule: Schedule {
-            name: ScheduleName::new(c.name).map_err(|_| bad("name"))?,
+            name: ScheduleName::from_stored(c.name).map_err(|_| bad("name"))?,
             cron: c.cron,
             time_zone: c.time_zone,
             queue: QueueName::new(c.queue).map_err(|_| bad("queue"))?,

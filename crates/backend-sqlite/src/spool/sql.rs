@@ -285,6 +285,12 @@ ON CONFLICT (queue) DO UPDATE SET max_claimed = excluded.max_claimed,
     per_partition = excluded.per_partition, rate_claims = excluded.rate_claims,
     rate_per_us = excluded.rate_per_us, updated_at = excluded.updated_at";
 
+/// Drops queue `?1`'s flow row (its flow is back to the defaults).
+pub(super) const DELETE_FLOW: &str = "DELETE FROM spool_queue WHERE queue = ?1";
+
+/// Drops queue `?1`'s rate window (it has no rate limit).
+pub(super) const DROP_TICKS: &str = "DELETE FROM spool_claim_tick WHERE queue = ?1";
+
 /// [`ENQUEUE`] with the run's partition key (`?12`) and trace context (`?13`), either NULL:
 /// an enqueue that carries one of them.
 pub(super) const ENQUEUE_FLOW: &str = "\

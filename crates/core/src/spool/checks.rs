@@ -6,16 +6,16 @@
 //!
 //! The value types themselves are in leaf modules (`ids.rs`, `state.rs`, `timestamp.rs`): the
 //! error type names some of them, so they cannot import it; their constructors that can fail
-//! are here.
+//! are here (those of [`ScheduleName`](super::ScheduleName) and
+//! [`PartitionKey`](super::PartitionKey), which refuse more, in `checks/names.rs`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::Clock;
 use super::dedup::DedupKey;
 use super::ids::{
-    ConsumerId, FactName, LeaseToken, PartitionKey, QueueName, RunEventId, RunId, ScheduleName,
-    TraceParent, MAX_CONSUMER_LEN, MAX_FACT_NAME, MAX_PARTITION_KEY, MAX_QUEUE_LEN,
-    MAX_RUN_EVENT_ID, MAX_SCHEDULE_NAME,
+    ConsumerId, FactName, LeaseToken, QueueName, RunEventId, RunId, TraceParent, MAX_CONSUMER_LEN,
+    MAX_FACT_NAME, MAX_QUEUE_LEN, MAX_RUN_EVENT_ID,
 };
 use super::limits::{
     DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_ENQUEUE_BATCH,
@@ -26,21 +26,10 @@ use super::timestamp::Timestamp;
 use super::types::{EnqueueItem, EnqueueOptions};
 use crate::error::{Error, Result};
 
-fn check_text(what: &'static str, max: usize, s: &str) -> Result<()> {
-    if s.is_empty() {
-        return Err(Error::invalid(what, "must not be empty"));
-    }
-    if s.len() > max {
-        return Err(Error::invalid(
-            what,
-            format!("is {} bytes; the limit is {max}", s.len()),
-        ));
-    }
-    if s.chars().any(char::is_control) {
-        return Err(Error::invalid(what, "must not contain control characters"));
-    }
-    Ok(())
-}
+mod names;
+mod text;
+pub use names::is_bidi_control;
+use text::check_text;
 
 macro_rules! checked_text_name {
     ($name:ident, $what:literal, $max:ident) => {
@@ -62,8 +51,7 @@ macro_rules! checked_text_name {
 checked_text_name!(QueueName, "queue name", MAX_QUEUE_LEN);
 checked_text_name!(ConsumerId, "consumer id", MAX_CONSUMER_LEN);
 checked_text_name!(FactName, "fact name", MAX_FACT_NAME);
-checked_text_name!(PartitionKey, "partition key", MAX_PARTITION_KEY);
-checked_text_name!(ScheduleName, "schedule name", MAX_SCHEDULE_NAME);
+// `ScheduleName` and `PartitionKey`, which operators read in listings, check more: `names.rs`.
 
 impl TraceParent {
     /// Reads a W3C `traceparent` of version `00`: `00-<32 hex>-<16 hex>-<2 hex>`, lowercase,

@@ -528,6 +528,9 @@ pub trait Spool: Send + Sync + Debug + 'static {
     /// - Stored: it survives restarts and is seen by every process's next claim.
     /// - Resuming wakes the queue's subscribers (as an enqueue does), in every process.
     /// - Idempotent; the queue's limits are untouched.
+    /// - Resuming a queue without limits leaves it at the defaults, which the store does not
+    ///   keep: the answer is [`QueueFlow::default`] (`updated_at` `None`) and
+    ///   [`Spool::queue_flows`] no longer lists the queue.
     ///
     /// The provided body refuses, as for every flow and schedule method: a backend without
     /// flow control says so rather than ignoring it.
@@ -553,6 +556,10 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///   its `claims` (windows over the spool's clock).
     /// - The pause state is untouched. Raising or removing a limit wakes the queue's
     ///   subscribers.
+    /// - Removing the rate limit forgets its window (a rate limit set again starts with an
+    ///   empty one). Removing every limit of a running queue leaves it at the defaults, which
+    ///   the store does not keep: the answer is [`QueueFlow::default`] (`updated_at` `None`)
+    ///   and [`Spool::queue_flows`] no longer lists the queue.
     ///
     /// # Errors
     /// [`crate::Error::InvalidInput`] for limits [`check_limits`](crate::spool::check_limits)
@@ -562,8 +569,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
         Err(flow_unsupported())
     }
 
-    /// `queue`'s stored flow: running and unlimited ([`QueueFlow::default`]) when nothing was
-    /// ever set.
+    /// `queue`'s stored flow: running and unlimited ([`QueueFlow::default`]) when none is
+    /// stored (nothing was ever set, or the queue was set back to running and unlimited).
     ///
     /// # Errors
     /// [`crate::Error::Backend`] from a backend without flow control.
@@ -572,7 +579,8 @@ pub trait Spool: Send + Sync + Debug + 'static {
         Err(flow_unsupported())
     }
 
-    /// Every queue whose flow was ever set, by queue name.
+    /// Every queue with a stored flow — paused, or with a limit — by queue name. A queue set
+    /// back to running and unlimited is not listed.
     ///
     /// # Errors
     /// [`crate::Error::Backend`] from a backend without flow control.

@@ -79,7 +79,9 @@ impl QueueLimits {
 }
 
 /// A queue's stored flow state: what [`Spool::queue_flow`](super::Spool::queue_flow) returns.
-/// A queue nobody set anything for is running and unlimited.
+/// A queue nobody set anything for is running and unlimited ([`QueueFlow::default`]), and so
+/// is a queue set back to that: the store keeps a flow only for a queue that is paused or
+/// has a limit ([`QueueFlow::is_default`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueFlow {
     /// Whether the queue is paused: claims hand out nothing (in-flight runs still heartbeat,
@@ -87,7 +89,8 @@ pub struct QueueFlow {
     pub paused: bool,
     /// The queue's limits.
     pub limits: QueueLimits,
-    /// When the queue's flow was last changed (`None`: never).
+    /// When the queue's stored flow was last changed (`None`: none is stored — never set, or
+    /// set back to running and unlimited).
     pub updated_at: Option<Timestamp>,
 }
 
@@ -96,6 +99,12 @@ impl QueueFlow {
     /// what is in flight (a limit is set); a paused queue hands out nothing either way.
     pub fn limited(&self) -> bool {
         self.limits.any()
+    }
+
+    /// Whether this is the default flow, running and unlimited (whatever `updated_at` says):
+    /// a queue whose flow returns to it keeps no stored flow.
+    pub fn is_default(&self) -> bool {
+        !self.paused && !self.limits.any()
     }
 }
 

@@ -57,12 +57,15 @@ text_name!(
     /// A run's partition within its queue (one tenant, one repository), given at enqueue: a
     /// queue's per-partition limit ([`QueueLimits::per_partition`](super::QueueLimits)) caps
     /// how many runs sharing it are claimed at once. Printable text of at most
-    /// [`MAX_PARTITION_KEY`] bytes.
+    /// [`MAX_PARTITION_KEY`] bytes, without bidirectional controls
+    /// ([`is_bidi_control`](super::is_bidi_control)).
     PartitionKey
 );
 text_name!(
     /// The name of a stored schedule ([`Schedule`](super::Schedule)): printable text of at
-    /// most [`MAX_SCHEDULE_NAME`] bytes.
+    /// most [`MAX_SCHEDULE_NAME`] bytes, without bidirectional controls
+    /// ([`is_bidi_control`](super::is_bidi_control)) and without leading or trailing
+    /// whitespace.
     ScheduleName
 );
 text_name!(

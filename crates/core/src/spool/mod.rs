@@ -100,8 +100,8 @@ mod types;
 pub use backoff::{backoff, backoff_ceiling, jitter_seed, BackoffPolicy};
 pub use checks::{
     check_append, check_enqueue, check_enqueue_batch, check_lease, check_limit, check_payload,
-    check_producer_key, check_release_delay, check_retry_delay, clip_reason, CheckedEnqueue,
-    SCHEDULE_KEY_PART,
+    check_producer_key, check_release_delay, check_retry_delay, clip_reason, is_bidi_control,
+    CheckedEnqueue, SCHEDULE_KEY_PART,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use consumer::{

@@ -107,7 +107,7 @@ pub(crate) enum Command {
         /// Enqueue every item of FILE (`-`: stdin) instead, in one atomic batch: JSON lines,
         /// one item a line in the shape of the HTTP enqueue body (`key_parts` or `key`,
         /// `payload` or `payload_b64`, `supersede_group`, `priority`, `max_attempts`,
-        /// `not_before_us`); blank lines are skipped. At most 10000 items, 64 MiB of payloads
+        /// `not_before_us`, `partition_key`); blank lines are skipped. At most 10000 items, 64 MiB of payloads
         /// and 8 MiB a line; a line that does not read refuses the whole file (`line N: …`)
         /// and nothing is written.
         #[arg(
@@ -415,4 +415,34 @@ pub(crate) enum CheckBackend {
     Postgres,
     /// Both.
     All,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// `cairn enqueue --help` names every field an item of `--from-file` may hold: the HTTP
+    /// enqueue body's.
+    #[test]
+    fn the_from_file_help_names_every_field_of_an_item() {
+        use utoipa::openapi::schema::Schema;
+        use utoipa::openapi::RefOr;
+        let mut cmd = Cli::command();
+        let help = cmd
+            .find_subcommand_mut("enqueue")
+            .expect("cairn enqueue")
+            .render_long_help()
+            .to_string();
+        let RefOr::T(Schema::Object(body)) =
+            <crate::serve::json::EnqueueRequest as utoipa::PartialSchema>::schema()
+        else {
+            panic!("the enqueue body is an object schema");
+        };
+        assert!(!body.properties.is_empty());
+        for field in body.properties.keys() {
+            assert!(help.contains(&format!("`{field}`")), "{field}: {help}");
+        }
+    }
 }

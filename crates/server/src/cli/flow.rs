@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use cairn::spool::{
     check_limits, CatchUp, PartitionKey, QueueFlow, QueueLimits, RateLimit, Schedule, ScheduleInfo,
-    ScheduleName,
+    ScheduleName, MIN_RATE_INTERVAL,
 };
 use cairn::{EnqueueOptions, Error, QueueName, SupersedeGroup};
 use clap::{Args, Subcommand};
@@ -19,7 +19,8 @@ use cairn::DatabaseUrl;
 /// `cairn queue …`.
 #[derive(Subcommand)]
 pub(crate) enum QueueAction {
-    /// Print every queue whose flow was ever set, one line each:
+    /// Print every queue that is paused or has a limit (a queue set back to running and
+    /// unlimited is not listed), one line each:
     /// `<queue> running|paused max_claimed=N|- per_partition=N|- rate=N/DURATION|-`.
     List,
     /// Print one queue's flow line (a queue nobody set anything for is running, unlimited).
@@ -54,7 +55,9 @@ pub(crate) struct LimitArgs {
     /// At most N runs sharing one partition key claimed at once.
     #[arg(long, value_name = "N")]
     per_partition: Option<u32>,
-    /// At most N runs handed out per interval, as `N/DURATION` (`10/1s`, `600/1m`, `5/250ms`).
+    /// At most N runs handed out in any window of DURATION, as `N/DURATION` (`10/1s`, `600/1m`,
+    /// `5/250ms`): N from 1 to 1000000; DURATION a whole number with the unit `ms`, `s`, `m`
+    /// or `h`, from 1ms to 24h (no smaller unit: a window is at least a millisecond).
     #[arg(long, value_name = "N/DURATION")]
     rate: Option<String>,
 }
@@ -177,7 +180,8 @@ pub(crate) async fn schedule(
             }
         }
         ScheduleAction::Show { name } => {
-            let name = ScheduleName::new(name)?;
+            // Any name a store may hold, an earlier build's too (`put` checks more).
+            let name = ScheduleName::from_stored(name)?;
             let store = open(target, IfMissing::Refuse).await?;
             let info = store
                 .spool()
@@ -213,7 +217,8 @@ pub(crate) async fn schedule(
             writeln!(out, "{}", schedule_line(&info))?;
         }
         ScheduleAction::Remove { name } => {
-            let name = ScheduleName::new(name)?;
+            // Any name a store may hold, so an earlier build's can still be removed.
+            let name = ScheduleName::from_stored(name)?;
             let store = open(target, IfMissing::Refuse).await?;
             if !store.spool().remove_schedule(&name).await? {
                 return Err(Error::NotFound {
@@ -281,27 +286,37 @@ pub(crate) fn parse_catch_up(text: &str) -> Result<CatchUp, Error> {
     }
 }
 
-/// Reads `N/DURATION` (`10/1s`, `600/1m`, `5/250ms`).
+/// Reads `N/DURATION` (`10/1s`, `600/1m`, `5/250ms`); the range of each part is
+/// [`check_limits`]'s, checked by the caller.
 pub(crate) fn parse_rate(text: &str) -> Result<RateLimit, Error> {
     let bad = || {
         Error::invalid(
             "rate limit",
-            format!("{text:?} is not N/DURATION (e.g. 10/1s, 600/1m, 5/250ms)"),
+            format!("{text:?} is not N/DURATION (e.g. 10/1s, 600/1m, 5/250ms; units ms, s, m, h)"),
         )
     };
     let (n, per) = text.split_once('/').ok_or_else(bad)?;
     let claims: u32 = n.trim().parse().map_err(|_| bad())?;
-    let per = parse_duration(per.trim()).ok_or_else(bad)?;
+    let per = per.trim();
+    if per.ends_with("us") || per.ends_with("µs") || per.ends_with("ns") {
+        return Err(Error::invalid(
+            "rate interval",
+            format!(
+                "{per:?}: the unit must be ms, s, m or h (a rate window is at least \
+                 {MIN_RATE_INTERVAL:?})"
+            ),
+        ));
+    }
+    let per = parse_duration(per).ok_or_else(bad)?;
     Ok(RateLimit { claims, per })
 }
 
-/// A duration written as a whole number and a unit: `us`, `ms`, `s`, `m`, `h`.
+/// A duration written as a whole number and a unit: `ms`, `s`, `m`, `h`.
 fn parse_duration(text: &str) -> Option<Duration> {
     let digits = text.find(|c: char| !c.is_ascii_digit())?;
     let (n, unit) = text.split_at(digits);
     let n: u64 = n.parse().ok()?;
     let micros = match unit {
-        "us" => Some(n),
         "ms" => n.checked_mul(1_000),
         "s" => n.checked_mul(1_000_000),
         "m" => n.checked_mul(60_000_000),
@@ -311,7 +326,9 @@ fn parse_duration(text: &str) -> Option<Duration> {
     Some(Duration::from_micros(micros))
 }
 
-/// The shortest exact form `parse_duration` reads back.
+/// The shortest exact form `parse_duration` reads back; a window that is not a whole number
+/// of milliseconds (stored through the HTTP API or the library, which take microseconds)
+/// prints in `us`, which `--rate` does not take.
 pub(crate) fn format_duration(d: Duration) -> String {
     let us = d.as_micros();
     for (unit, size) in [
@@ -353,6 +370,40 @@ mod tests {
         ] {
             assert!(parse_rate(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn units_below_a_millisecond_are_refused() {
+        for bad in [
+            "10/500us",
+            "10/1000us",
+            "10/1500us",
+            "10/900µs",
+            "10/1000000ns",
+        ] {
+            let e = parse_rate(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("rate interval") && e.contains("ms, s, m or h"),
+                "{bad}: {e}"
+            );
+        }
+        assert_eq!(
+            parse_rate("10/1ms").unwrap().per,
+            cairn::spool::MIN_RATE_INTERVAL
+        );
+        // The range is the core's: the CLI checks it with `check_limits` before the store.
+        let day = parse_rate("1/24h").unwrap();
+        assert!(check_limits(&QueueLimits {
+            rate: Some(day),
+            ..QueueLimits::default()
+        })
+        .is_ok());
+        let over = parse_rate("1/1441m").unwrap();
+        assert!(check_limits(&QueueLimits {
+            rate: Some(over),
+            ..QueueLimits::default()
+        })
+        .is_err());
     }
 
     #[test]

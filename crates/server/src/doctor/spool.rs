@@ -30,9 +30,12 @@ pub(super) async fn store_checks(
                     cairn::Timestamp::from_system_time(std::time::SystemTime::now()).unwrap_or(t);
                 format!("{}s", now.duration_since(t).as_secs())
             });
+            // As `/metrics` counts them: `pending` the queued runs a claim can take now,
+            // `scheduled` those not due yet (a not-before or a retry's backoff ahead).
+            let scheduled: u64 = stats.queues.values().map(|q| q.scheduled).sum();
             let counts = format!(
-                "pending={} claimed={} parked={} oldest_pending_age={age}",
-                n(RunState::Queued),
+                "pending={} scheduled={scheduled} claimed={} parked={} oldest_queued_age={age}",
+                n(RunState::Queued).saturating_sub(scheduled),
                 n(RunState::Claimed),
                 n(RunState::Parked)
             );

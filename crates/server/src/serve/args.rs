@@ -12,7 +12,10 @@ use crate::config::{Config, LogFormat, Overrides, Problems};
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
     /// A TOML config file (sections `[auth]`, `[delivery]`, `[backfill]`, `[spool]`,
-    /// `[limits]`, `[log]`; top-level `database` and `listen`). Default: `CAIRN_CONFIG`.
+    /// `[limits]`, `[log]`, `[doctor]`, `[ui]`, `[otel]` — `endpoint` exports spans over
+    /// OTLP/HTTP, `service_name` — and `[scheduler]` — `enabled`, default true, runs the
+    /// schedules; top-level `database` and `listen`). Each key also reads from `CAIRN_…`
+    /// (`CAIRN_OTEL__ENDPOINT`, `CAIRN_SCHEDULER__ENABLED`). Default: `CAIRN_CONFIG`.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Address to listen on (`127.0.0.1:0` picks a free port); the bound address is printed as
@@ -182,4 +185,24 @@ pub(crate) fn prepare(args: &mut ServeArgs) -> Result<Option<String>, Problems> 
     let (settings, database) = check(config, problems)?;
     args.prepared = Some(Box::new(settings));
     Ok(database)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServeArgs;
+
+    /// `cairn serve --help` names every section a config file may hold.
+    #[test]
+    fn the_config_help_names_every_section() {
+        use clap::Args as _;
+        let mut cmd = ServeArgs::augment_args(clap::Command::new("serve"));
+        let help = cmd.render_long_help().to_string();
+        for section in crate::config::SECTIONS {
+            if matches!(section, "database" | "listen") {
+                assert!(help.contains(&format!("`{section}`")), "{section}: {help}");
+            } else {
+                assert!(help.contains(&format!("[{section}]")), "{section}: {help}");
+            }
+        }
+    }
 }

@@ -16,7 +16,8 @@ use super::json::{
 use super::responses::{Busy, InvalidInput, InvalidSchedule, NoSuchSchedule, NoToken, ReadOnly};
 use super::state::AppState;
 
-/// Every queue whose flow (pause, limits) was ever set.
+/// Every queue with a stored flow: paused, or with a limit (a queue set back to running and
+/// unlimited is not listed).
 #[utoipa::path(
     get, path = "/v1/queues", tag = "flow",
     responses(
@@ -169,7 +170,7 @@ pub(crate) async fn schedule(
     State(state): State<AppState>,
     PathArgs(name): PathArgs<String>,
 ) -> Result<Json<ScheduleOut>, ApiError> {
-    let name = ScheduleName::new(name)?;
+    let name = ScheduleName::from_stored(name)?;
     match state.spool.schedule(&name).await? {
         Some(info) => Ok(Json(ScheduleOut::from(&info))),
         None => Err(no_such_schedule(&name)),
@@ -241,7 +242,7 @@ pub(crate) async fn remove_schedule(
     State(state): State<AppState>,
     PathArgs(name): PathArgs<String>,
 ) -> Result<StatusCode, ApiError> {
-    let name = ScheduleName::new(name)?;
+    let name = ScheduleName::from_stored(name)?;
     if state.spool.remove_schedule(&name).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {

@@ -45,7 +45,8 @@ pub(crate) struct Metrics {
     /// Runs by queue and state (`queued`, `claimed`, `parked`), read from the store on every
     /// scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
     pub(crate) queue_runs: IntGaugeVec,
-    /// Whether each queue whose flow was ever set is paused (1) or running (0), read from the
+    /// Whether each queue with a stored flow (paused or limited) is paused (1) or running (0),
+    /// read from the
     /// store on every scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
     pub(crate) queue_paused: IntGaugeVec,
     /// Stored schedules, read from the store on every scrape.
@@ -144,7 +145,7 @@ impl Metrics {
         let queue_paused = IntGaugeVec::new(
             Opts::new(
                 "cairn_spool_queue_paused",
-                "Whether the queue is paused (1) or running (0), for queues whose flow was set, read when scraped",
+                "Whether the queue is paused (1) or running (0), for queues with a stored flow (paused or limited), read when scraped",
             ),
             &["queue"],
         )?;

@@ -371,7 +371,7 @@ fn rules(doc: &mut Value) {
         let Some(ops) = item.as_object_mut() else {
             continue;
         };
-        for op in ops.values_mut() {
+        for (method, op) in ops.iter_mut() {
             let Some(params) = op.get_mut("parameters").and_then(Value::as_array_mut) else {
                 continue;
             };
@@ -393,7 +393,13 @@ fn rules(doc: &mut Value) {
                     }
                     "queue" => text_limit(schema, MAX_QUEUE_LEN),
                     "name" if path.starts_with("/v1/schedules/") => {
-                        text_limit(schema, MAX_SCHEDULE_NAME)
+                        text_limit(schema, MAX_SCHEDULE_NAME);
+                        // A new name is checked more than one read back (`ScheduleName::new`,
+                        // `ScheduleName::from_stored`): an earlier build's can still be shown
+                        // and removed.
+                        if method == "put" {
+                            schema["pattern"] = json!(NEW_SCHEDULE_NAME);
+                        }
                     }
                     "name" => text_limit(schema, MAX_FACT_NAME),
                     _ => {}
@@ -402,6 +408,10 @@ fn rules(doc: &mut Value) {
         }
     }
 }
+
+/// A schedule name a `PUT` stores (`ScheduleName::new`): no control character, no
+/// bidirectional control ([`cairn::spool::is_bidi_control`]), no whitespace at either end.
+const NEW_SCHEDULE_NAME: &str = r"^[^\s\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069](?:[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*[^\s\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069])?$";
 
 /// This API's OpenAPI 3 document.
 #[utoipa::path(
@@ -420,6 +430,71 @@ pub(crate) async fn document() -> Json<&'static Value> {
 mod tests {
     use cairn::spool::{MAX_ATTEMPTS_LIMIT, MAX_BATCH, MAX_LEASE, MIN_LEASE};
     use serde_json::Value;
+
+    /// The documented patterns of partition keys and schedule names refuse what the core
+    /// refuses: every bidirectional control, and (a new schedule name) whitespace at either
+    /// end; a schedule read or removed by name takes any name a store may hold.
+    #[test]
+    fn the_name_patterns_are_the_cores_checks() {
+        use cairn::spool::{PartitionKey, ScheduleName};
+        let doc = super::served();
+        let re = |v: &Value| regex::Regex::new(v.as_str().expect("a pattern")).unwrap();
+        let props = |name: &str| &doc["components"]["schemas"][name]["properties"];
+        let name_param = |method: &str| {
+            let params = doc["paths"]["/v1/schedules/{name}"][method]["parameters"]
+                .as_array()
+                .unwrap();
+            let p = params.iter().find(|p| p["name"] == "name").unwrap();
+            re(&p["schema"]["pattern"])
+        };
+        let keys = [
+            re(&props("EnqueueRequest")["partition_key"]["pattern"]),
+            re(&props("ScheduleIn")["partition_key"]["pattern"]),
+        ];
+        let put = name_param("put");
+        let bidi: Vec<char> = (0..=0x10FFFF)
+            .filter_map(char::from_u32)
+            .filter(|c| cairn::spool::is_bidi_control(*c))
+            .collect();
+        assert_eq!(bidi.len(), 12);
+        let mut samples: Vec<String> = bidi.iter().map(|c| format!("a{c}b")).collect();
+        samples.extend(
+            [
+                " x",
+                "x ",
+                "\u{3000}x",
+                "nightly report",
+                "tenant-1",
+                "é€𝄞",
+                "a\u{1}b",
+            ]
+            .map(String::from),
+        );
+        for s in &samples {
+            for key in &keys {
+                assert_eq!(
+                    key.is_match(s),
+                    PartitionKey::new(s.as_str()).is_ok(),
+                    "{s:?}"
+                );
+            }
+            assert_eq!(
+                put.is_match(s),
+                ScheduleName::new(s.as_str()).is_ok(),
+                "{s:?}"
+            );
+        }
+        for method in ["get", "delete"] {
+            let read = name_param(method);
+            for s in &samples {
+                assert_eq!(
+                    read.is_match(s),
+                    ScheduleName::from_stored(s.as_str()).is_ok(),
+                    "{method} {s:?}"
+                );
+            }
+        }
+    }
 
     /// The numbers written as literals in the annotations are the core's limits.
     #[test]

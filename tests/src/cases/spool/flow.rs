@@ -510,6 +510,124 @@ pub async fn q4_rate_limit_is_a_sliding_window<H: SpoolHarness>(h: &H) {
     assert_eq!(claim(&b, 10).await, 1, "Q4: no limit, the rest");
 }
 
+/// Q1 (flow rows): a queue whose flow goes back to the defaults — running and unlimited — keeps
+/// no stored flow: the answer is [`QueueFlow::default`], `queue_flows` no longer lists it (in
+/// any spool, after reopening too), and a rate limit removed forgets its window.
+pub async fn q1_a_queue_back_to_its_defaults_keeps_no_flow_row<H: SpoolHarness>(h: &H) {
+    let (a, b) = (open_spool(h).await, open_spool(h).await);
+    let clock = h.clock();
+    let q = random_queue("q1-rows");
+    let listed = |s: Arc<dyn Spool>, q: QueueName| async move {
+        s.queue_flows()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|(n, _)| *n == q)
+            .map(|(_, f)| f)
+    };
+    let unlimited = QueueLimits::default();
+
+    // Paused, then resumed.
+    let paused = a.set_queue_paused(&q, true).await.unwrap();
+    assert_eq!(listed(b.clone(), q.clone()).await, Some(paused));
+    let resumed = a.set_queue_paused(&q, false).await.unwrap();
+    assert_eq!(resumed, QueueFlow::default(), "Q1: resumed, nothing stored");
+    assert_eq!(b.queue_flow(&q).await.unwrap(), QueueFlow::default());
+    assert_eq!(
+        listed(b.clone(), q.clone()).await,
+        None,
+        "Q1: a resumed queue without limits is not listed"
+    );
+
+    // Limited, then unlimited.
+    let limited = b.set_queue_limits(&q, &max_claimed(2)).await.unwrap();
+    assert_eq!(listed(a.clone(), q.clone()).await, Some(limited));
+    assert_eq!(
+        b.set_queue_limits(&q, &unlimited).await.unwrap(),
+        QueueFlow::default()
+    );
+    assert_eq!(
+        listed(a.clone(), q.clone()).await,
+        None,
+        "Q1: a running queue whose limits are removed is not listed"
+    );
+
+    // Both set: the row goes only with the last of them.
+    a.set_queue_limits(&q, &max_claimed(2)).await.unwrap();
+    a.set_queue_paused(&q, true).await.unwrap();
+    let still_limited = a.set_queue_paused(&q, false).await.unwrap();
+    assert_eq!(still_limited.limits, max_claimed(2));
+    assert_eq!(
+        listed(b.clone(), q.clone()).await,
+        Some(still_limited),
+        "Q1: resumed but limited, still listed"
+    );
+    a.set_queue_paused(&q, true).await.unwrap();
+    let still_paused = b.set_queue_limits(&q, &unlimited).await.unwrap();
+    assert!(still_paused.paused);
+    assert_eq!(
+        listed(a.clone(), q.clone()).await,
+        Some(still_paused),
+        "Q1: unlimited but paused, still listed"
+    );
+    assert_eq!(
+        b.set_queue_paused(&q, false).await.unwrap(),
+        QueueFlow::default()
+    );
+    assert_eq!(listed(a.clone(), q.clone()).await, None);
+
+    // A rate limit removed forgets its window: set again at once, it starts empty.
+    let rate = QueueLimits {
+        rate: Some(RateLimit {
+            claims: 1,
+            per: Duration::from_secs(60),
+        }),
+        ..QueueLimits::default()
+    };
+    for i in 0..4 {
+        enqueue_new(a.as_ref(), &q, &format!("q1-rows-{i}")).await;
+    }
+    let claim = |s: &Arc<dyn Spool>| {
+        let (s, q) = (s.clone(), q.clone());
+        async move {
+            s.claim(&q, &consumer("q1-rows"), LEASE, 5)
+                .await
+                .unwrap()
+                .len()
+        }
+    };
+    a.set_queue_limits(&q, &rate).await.unwrap();
+    assert_eq!(claim(&a).await, 1);
+    assert_eq!(claim(&b).await, 0, "Q1: one run per minute");
+    clock.advance(Duration::from_secs(1));
+    // Another limit instead of the rate: the window goes.
+    b.set_queue_limits(&q, &max_claimed(10)).await.unwrap();
+    a.set_queue_limits(&q, &rate).await.unwrap();
+    assert_eq!(
+        claim(&b).await,
+        1,
+        "Q1: a rate limit set again starts with an empty window"
+    );
+    clock.advance(Duration::from_secs(1));
+    // Back to the defaults: the window goes with the row.
+    a.set_queue_limits(&q, &unlimited).await.unwrap();
+    assert_eq!(listed(b.clone(), q.clone()).await, None);
+    b.set_queue_limits(&q, &rate).await.unwrap();
+    assert_eq!(claim(&a).await, 1, "Q1: and after the defaults too");
+    assert_eq!(claim(&a).await, 0);
+    a.set_queue_limits(&q, &unlimited).await.unwrap();
+
+    // Stored: a spool opened now lists nothing for the queue either.
+    let c = open_spool(h).await;
+    assert_eq!(c.queue_flow(&q).await.unwrap(), QueueFlow::default());
+    assert_eq!(
+        listed(c.clone(), q.clone()).await,
+        None,
+        "Q1: nothing stored after reopening"
+    );
+    assert_eq!(claim(&c).await, 1, "Q1: the queue runs freely");
+}
+
 /// Q3: a transaction's enqueues (single and bulk) store the partition key with the run, and
 /// the limit counts those runs once they committed.
 pub async fn q3_partition_keys_commit_with_a_transaction<H: crate::TxHarness>(h: &H) {

@@ -14,19 +14,20 @@ use super::super::timestamp::Timestamp;
 /// Every queue's flow and rate window.
 #[derive(Debug, Default)]
 pub(super) struct FlowState {
-    /// The queues whose flow was ever set.
+    /// The queues with a stored flow (paused or limited); a queue back to its defaults has
+    /// none.
     flows: BTreeMap<QueueName, QueueFlow>,
     /// Per rate-limited queue, the claims that handed out runs: `(at, runs)`, oldest first.
     ticks: HashMap<QueueName, Vec<(Timestamp, u64)>>,
 }
 
 impl FlowState {
-    /// `queue`'s flow (running and unlimited when never set).
+    /// `queue`'s flow (running and unlimited when none is stored).
     pub(super) fn get(&self, queue: &QueueName) -> QueueFlow {
         self.flows.get(queue).copied().unwrap_or_default()
     }
 
-    /// Every queue whose flow was ever set, by name.
+    /// Every queue with a stored flow, by name.
     pub(super) fn all(&self) -> Vec<(QueueName, QueueFlow)> {
         self.flows.iter().map(|(q, f)| (q.clone(), *f)).collect()
     }
@@ -41,7 +42,7 @@ impl FlowState {
         let flow = self.flows.entry(queue.clone()).or_default();
         flow.paused = paused;
         flow.updated_at = Some(now);
-        *flow
+        self.settle(queue)
     }
 
     /// Stores `queue`'s limits (checked by the caller); returns the stored flow.
@@ -54,10 +55,22 @@ impl FlowState {
         let flow = self.flows.entry(queue.clone()).or_default();
         flow.limits = limits;
         flow.updated_at = Some(now);
-        if limits.rate.is_none() {
+        self.settle(queue)
+    }
+
+    /// After a change of `queue`'s flow: forgets its rate window when it has no rate limit,
+    /// and its flow when that is back to the defaults (running, unlimited); returns the flow
+    /// as stored ([`QueueFlow::default`] when none is).
+    fn settle(&mut self, queue: &QueueName) -> QueueFlow {
+        let flow = self.get(queue);
+        if flow.limits.rate.is_none() {
             self.ticks.remove(queue);
         }
-        *flow
+        if flow.is_default() {
+            self.flows.remove(queue);
+            return QueueFlow::default();
+        }
+        flow
     }
 
     /// Which of `candidates` (due runs of `queue` in claim order, with their partitions) a

@@ -148,7 +148,7 @@ pub fn schedule_tick_of(key: &DedupKey) -> Option<(ScheduleName, Timestamp)> {
     if tag.as_slice() != b"cairn:schedule" {
         return None;
     }
-    let name = ScheduleName::new(String::from_utf8(name.clone()).ok()?).ok()?;
+    let name = ScheduleName::from_stored(String::from_utf8(name.clone()).ok()?).ok()?;
     let at = std::str::from_utf8(at).ok()?;
     let tick = parse_tick(at).or_else(|| at.parse().ok().map(Timestamp::from_unix_micros))?;
     (schedule_tick_key(&name, tick).ok()? == *key).then_some((name, tick))

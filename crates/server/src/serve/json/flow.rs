@@ -29,7 +29,8 @@ pub(crate) struct QueueFlowOut {
     /// At most `claims` runs handed out in any window of `per_us` microseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) rate: Option<RateOut>,
-    /// When the flow last changed (absent: never set).
+    /// When the stored flow last changed (absent: none is stored — never set, or set back to
+    /// running and unlimited).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) updated_at_us: Option<i64>,
 }
@@ -63,7 +64,7 @@ impl QueueFlowOut {
 /// `GET /v1/queues`.
 #[derive(Serialize, ToSchema)]
 pub(crate) struct QueueFlowsResponse {
-    /// Every queue whose flow was ever set, by name.
+    /// Every queue with a stored flow (paused, or with a limit), by name.
     pub(crate) queues: Vec<QueueFlowOut>,
 }
 
@@ -240,9 +241,13 @@ pub(crate) struct ScheduleIn {
     #[serde(default)]
     #[schema(min_items = 1)]
     pub(crate) supersede_group: Option<Vec<String>>,
-    /// Each run's partition key: 1 to 256 bytes without control characters.
+    /// Each run's partition key: 1 to 256 bytes without control characters or bidirectional
+    /// controls.
     #[serde(default)]
-    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    #[schema(
+        min_length = 1,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$"
+    )]
     pub(crate) partition_key: Option<String>,
     /// Ticks missed while no scheduler ran: `none` (default), `latest`, or `all` (the latest
     /// `catch_up_cap` of them).

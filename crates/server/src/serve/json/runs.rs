@@ -49,10 +49,13 @@ pub(crate) struct EnqueueRequest {
     #[schema(minimum = 0, maximum = 253_402_300_799_999_999_i64)]
     #[serde(default, deserialize_with = "crate::serve::integer::opt")]
     pub(crate) not_before_us: Option<i64>,
-    /// The run's partition key (printable text, at most 256 bytes): a queue's per-partition
-    /// limit caps how many runs sharing it are claimed at once.
+    /// The run's partition key (printable text without bidirectional controls, at most 256
+    /// bytes): a queue's per-partition limit caps how many runs sharing it are claimed at once.
     #[serde(default)]
-    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001F\u007F-\u009F]*$")]
+    #[schema(
+        min_length = 1,
+        pattern = r"^[^\u0000-\u001F\u007F-\u009F\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]*$"
+    )]
     pub(crate) partition_key: Option<String>,
 }
 

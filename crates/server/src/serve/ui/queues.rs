@@ -1,5 +1,5 @@
-//! The queues and schedules page: every queue whose flow was set (paused or running, its
-//! limits) with pause and resume buttons for full-access sessions, and the stored schedules
+//! The queues and schedules page: every queue with a stored flow (paused, or running with a
+//! limit) with pause and resume buttons for full-access sessions, and the stored schedules
 //! with their progress.
 
 use axum::extract::{Path, State};
