@@ -121,7 +121,7 @@ pub use cairn_core::spool::{
     check_schedule, next_tick, schedule_tick_key, schedule_tick_of, CatchUp, CronTicks, Schedule,
     ScheduleFired, ScheduleFiring, ScheduleInfo, ScheduleName, Scheduler, SchedulerHandle,
     SchedulerRound, SchedulerStats, DEFAULT_SCHEDULER_GRACE, DEFAULT_SCHEDULER_POLL, MAX_CATCH_UP,
-    MAX_CRON_LEN, MAX_SCHEDULE_NAME,
+    MAX_CRON_LEN, MAX_FIRE_TICKS, MAX_SCHEDULE_NAME,
 };
 
 // The in-memory reference model.

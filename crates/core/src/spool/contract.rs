@@ -660,7 +660,7 @@ pub trait Spool: Send + Sync + Debug + 'static {
     ///
     /// # Errors
     /// [`crate::Error::InvalidInput`] for more than
-    /// [`MAX_CATCH_UP`](crate::spool::MAX_CATCH_UP) ticks or ticks not strictly ascending;
+    /// [`MAX_FIRE_TICKS`](crate::spool::MAX_FIRE_TICKS) ticks or ticks not strictly ascending;
     /// [`crate::Error::Backend`] from a backend without schedules;
     /// [`crate::Error::Incompatible`] from a store older than revision `0009_spool_flow`
     /// ([`schedules_need_revision`](crate::spool::schedules_need_revision)).

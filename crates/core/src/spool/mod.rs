@@ -146,7 +146,7 @@ pub use retention_worker::{
 pub use schedule::{
     check_fire_ticks, check_schedule, due_ticks, next_tick, schedule_tick_key, schedule_tick_of,
     schedules_need_revision, CatchUp, CronTicks, Schedule, ScheduleFired, ScheduleInfo,
-    MAX_CATCH_UP, MAX_CRON_LEN,
+    MAX_CATCH_UP, MAX_CRON_LEN, MAX_FIRE_TICKS,
 };
 pub use scheduler::{
     ScheduleFiring, Scheduler, SchedulerHandle, SchedulerRound, SchedulerStats,

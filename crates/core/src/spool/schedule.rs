@@ -21,7 +21,7 @@ pub use cron::CronTicks;
 pub use due::{check_fire_ticks, check_schedule, due_ticks, next_tick, schedules_need_revision};
 pub use types::{
     schedule_tick_key, schedule_tick_of, CatchUp, Schedule, ScheduleFired, ScheduleInfo,
-    MAX_CATCH_UP, MAX_CRON_LEN,
+    MAX_CATCH_UP, MAX_CRON_LEN, MAX_FIRE_TICKS,
 };
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 use cairn_core::spool::{
     schedule_tick_of, CatchUp, Clock, PartitionKey, RetentionBudget, RetentionPolicy, RunFilter,
     Schedule, ScheduleFired, ScheduleInfo, ScheduleName, Scheduler, SchedulerRound, SupersedeGroup,
-    MAX_BATCH, MAX_CATCH_UP, MAX_CRON_LEN, MAX_RUN_PAYLOAD,
+    MAX_BATCH, MAX_CATCH_UP, MAX_CRON_LEN, MAX_FIRE_TICKS, MAX_RUN_PAYLOAD,
 };
 use cairn_core::{EnqueueOptions, ManualClock, QueueName, RunInfo, Spool, Timestamp};
 
@@ -472,7 +472,7 @@ pub async fn q7_edits_and_removals_take_effect_at_the_next_tick<H: SpoolHarness>
         "InvalidInput",
         "ticks not ascending",
     );
-    let too_many: Vec<Timestamp> = (0..=u64::from(MAX_CATCH_UP))
+    let too_many: Vec<Timestamp> = (0..=u64::from(MAX_FIRE_TICKS))
         .map(|i| t3.saturating_add(Duration::from_secs(i)))
         .collect();
     assert_err(

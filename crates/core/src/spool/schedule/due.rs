@@ -6,7 +6,7 @@ use super::super::checks::check_payload;
 use super::super::limits::MAX_RUN_PAYLOAD;
 use super::super::timestamp::Timestamp;
 use super::cron::CronTicks;
-use super::types::{CatchUp, Schedule, ScheduleInfo, MAX_CATCH_UP};
+use super::types::{CatchUp, Schedule, ScheduleInfo, MAX_CATCH_UP, MAX_FIRE_TICKS};
 use crate::error::{Error, Result};
 
 /// Checks a schedule as [`Spool::put_schedule`](crate::spool::Spool::put_schedule) must
@@ -55,16 +55,16 @@ pub fn check_schedule(schedule: &Schedule, now: Timestamp) -> Result<CronTicks> 
 }
 
 /// Checks the ticks given to [`Spool::fire_schedule`](crate::spool::Spool::fire_schedule)
-/// before anything is read or written: at most [`MAX_CATCH_UP`], strictly ascending, each a
+/// before anything is read or written: at most [`MAX_FIRE_TICKS`], strictly ascending, each a
 /// time cairn stores ([`Timestamp::check`]).
 ///
 /// # Errors
 /// [`Error::InvalidInput`] saying which rule the ticks break.
 pub fn check_fire_ticks(ticks: &[Timestamp]) -> Result<()> {
-    if ticks.len() > MAX_CATCH_UP as usize {
+    if ticks.len() > MAX_FIRE_TICKS as usize {
         return Err(Error::invalid(
             "schedule ticks",
-            format!("are {}; the limit is {MAX_CATCH_UP}", ticks.len()),
+            format!("are {}; the limit is {MAX_FIRE_TICKS}", ticks.len()),
         ));
     }
     for t in ticks {
@@ -94,8 +94,9 @@ pub fn check_fire_ticks(ticks: &[Timestamp]) -> Result<()> {
 ///
 /// So a scheduler restarted after five missed ticks of a running schedule enqueues none of
 /// them (None), the fifth (Latest), or all five (All with a cap of 5 or more; the latest
-/// `cap` with a smaller one), and every later tick as it comes due. At most
-/// [`MAX_CATCH_UP`] ticks are returned (the latest ones). Missed ticks that are not fired stay
+/// `cap` with a smaller one), and every later tick as it comes due. At most [`MAX_CATCH_UP`]
+/// missed and [`MAX_CATCH_UP`] on-time ticks are returned (the latest ones; a scheduler that
+/// slept through more on-time ticks fires the latest). Missed ticks that are not fired stay
 /// before the mark once a later tick is fired, so they are never considered again.
 ///
 /// The search runs back from `now` and stops as soon as the policy is satisfied, so its cost
@@ -116,10 +117,10 @@ pub fn due_ticks(
         CatchUp::All { cap } => cap.min(MAX_CATCH_UP) as usize,
     };
     let mut fire = Vec::new();
-    let mut missed = 0usize;
+    let (mut missed, mut on_time) = (0usize, 0usize);
     let mut at = ticks.latest_at_or_before(now);
     while let Some(t) = at {
-        if t <= info.high_water || fire.len() >= MAX_CATCH_UP as usize {
+        if t <= info.high_water {
             break;
         }
         if t < watched_since {
@@ -127,6 +128,11 @@ pub fn due_ticks(
                 break;
             }
             missed += 1;
+        } else {
+            if on_time >= MAX_CATCH_UP as usize {
+                break;
+            }
+            on_time += 1;
         }
         fire.push(t);
         at = ticks.latest_before(t);

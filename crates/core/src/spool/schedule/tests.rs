@@ -236,7 +236,7 @@ fn fire_ticks_must_be_ascending_bounded_and_in_range() {
     assert!(check_fire_ticks(&[t, later]).is_ok());
     assert!(invalid_reason(check_fire_ticks(&[later, t]).unwrap_err()).contains("ascending"));
     assert!(invalid_reason(check_fire_ticks(&[t, t]).unwrap_err()).contains("ascending"));
-    let many: Vec<Timestamp> = (0..=i64::from(MAX_CATCH_UP))
+    let many: Vec<Timestamp> = (0..=i64::from(MAX_FIRE_TICKS))
         .map(|i| Timestamp::from_unix_micros(t.as_unix_micros() + i * 1_000_000))
         .collect();
     assert!(invalid_reason(check_fire_ticks(&many).unwrap_err()).contains("limit"));
@@ -314,7 +314,9 @@ fn missed_and_on_time_ticks_together() {
 }
 
 /// An every-second schedule whose mark is ten years old: the search stops at the policy, and
-/// never returns more than [`MAX_CATCH_UP`] ticks.
+/// never returns more than [`MAX_CATCH_UP`] missed ticks beside the due one (`all:1000` is
+/// not `all:999`: an outside check found the due tick took a missed tick's place), nor more
+/// than [`MAX_CATCH_UP`] on-time ticks.
 #[test]
 fn a_long_gap_costs_no_more_than_the_policy() {
     let last = utc(2017, 1, 15, 8, 0, 0);
@@ -328,8 +330,25 @@ fn a_long_gap_costs_no_more_than_the_policy() {
         now,
     )
     .unwrap();
-    assert_eq!(all.len(), MAX_CATCH_UP as usize);
+    assert_eq!(
+        all.len(),
+        MAX_CATCH_UP as usize + 1,
+        "1000 missed and the due one"
+    );
     assert_eq!(all.last(), Some(&now));
+    check_fire_ticks(&all).expect("what due_ticks returns is fired in one call");
+    let both = due_ticks(
+        &info("* * * * * *", CatchUp::All { cap: MAX_CATCH_UP }, last),
+        now,
+        utc(2027, 1, 14, 8, 0, 0),
+    )
+    .unwrap();
+    assert_eq!(
+        both.len(),
+        MAX_CATCH_UP as usize,
+        "a day of on-time ticks: the latest 1000, and the missed ones are older still"
+    );
+    assert_eq!(both.last(), Some(&now));
     assert!(all.windows(2).all(|w| w[0] < w[1]));
     // Everything on time (a scheduler that slept ten years) is still capped.
     let slept = due_ticks(&info("* * * * * *", CatchUp::None, last), now, last).unwrap();

@@ -6,9 +6,11 @@ use super::super::timestamp::Timestamp;
 use super::super::types::{EnqueueOptions, Enqueued};
 use crate::error::Result;
 
-/// Most ticks [`CatchUp::All`] enqueues after a pause, and most ticks one
-/// [`Spool::fire_schedule`](crate::spool::Spool::fire_schedule) takes.
+/// Most missed ticks [`CatchUp::All`] enqueues after a pause.
 pub const MAX_CATCH_UP: u32 = 1000;
+/// Most ticks one [`Spool::fire_schedule`](crate::spool::Spool::fire_schedule) takes: the
+/// most missed ticks a catch-up enqueues ([`MAX_CATCH_UP`]) beside as many on-time ones.
+pub const MAX_FIRE_TICKS: u32 = 2 * MAX_CATCH_UP;
 /// Longest cron expression or time zone name, in bytes.
 pub const MAX_CRON_LEN: usize = 256;
 
