@@ -339,6 +339,7 @@ fn http_routes(db: &str) {
     let metrics = server.send_text("/metrics");
     assert!(
         metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1")
+            && metrics.contains("\ncairn_spool_queues_paused 1\n")
             && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"queued\"} 1")
             && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"scheduled\"} 1")
             && metrics.contains("cairn_spool_runs{state=\"pending\"} 1")
@@ -381,9 +382,13 @@ fn http_routes(db: &str) {
     assert_eq!(claimed["runs"][0]["run_id"], run, "{claimed}");
     let (_, all) = server.send("GET", "/v1/queues", None);
     assert_eq!(all["queues"][0]["queue"], "gate", "{all}");
-    assert!(server
-        .send_text("/metrics")
-        .contains("cairn_spool_queue_paused{queue=\"gate\"} 0"));
+    // A running queue has no paused series, even with limits stored; the count says none is.
+    let metrics = server.send_text("/metrics");
+    assert!(
+        !metrics.contains("cairn_spool_queue_paused{")
+            && metrics.contains("\ncairn_spool_queues_paused 0\n"),
+        "{metrics}"
+    );
 
     // A tick's key is the scheduler's alone: a producer cannot take a tick's place.
     let (status, body) = server.send(
