@@ -710,7 +710,15 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
             .unwrap();
         common::ok(out);
         let out = common::cairn(db)
-            .args(["queue", "limits", "mail", "--max-claimed", "2"])
+            .args([
+                "queue",
+                "limits",
+                "mail",
+                "--max-claimed",
+                "2",
+                "--rate",
+                "5/250ms",
+            ])
             .output()
             .unwrap();
         common::ok(out);
@@ -721,6 +729,8 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         assert_eq!(page.status, 200, "{}", page.body);
         assert!(page.body.contains("nightly") && page.body.contains("0 3 * * *"));
         assert!(page.body.contains(">running<") && page.body.contains("class=\"action-pause\""));
+        // The rate window exactly, as `cairn queue list` prints it (not rounded to seconds).
+        assert!(page.body.contains(">5/250ms<"), "{}", page.body);
         let a = s.post(
             "/ui/queues/pause",
             Some(&session),

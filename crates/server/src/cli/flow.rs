@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
+use crate::shown::format_duration;
 use cairn::DatabaseUrl;
 
 /// `cairn queue …`.
@@ -324,24 +325,6 @@ fn parse_duration(text: &str) -> Option<Duration> {
         _ => None,
     }?;
     Some(Duration::from_micros(micros))
-}
-
-/// The shortest exact form `parse_duration` reads back; a window that is not a whole number
-/// of milliseconds (stored through the HTTP API or the library, which take microseconds)
-/// prints in `us`, which `--rate` does not take.
-pub(crate) fn format_duration(d: Duration) -> String {
-    let us = d.as_micros();
-    for (unit, size) in [
-        ("h", 3_600_000_000),
-        ("m", 60_000_000),
-        ("s", 1_000_000),
-        ("ms", 1_000),
-    ] {
-        if us >= size && us % size == 0 {
-            return format!("{}{unit}", us / size);
-        }
-    }
-    format!("{us}us")
 }
 
 #[cfg(test)]

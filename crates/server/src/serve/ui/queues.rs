@@ -11,8 +11,9 @@ use maud::{html, Markup};
 
 use super::page::{layout, read_permit, Nav, UiError};
 use super::session::{self, Viewer};
-use super::text::{age, encode_query, printable, when};
+use super::text::{encode_query, printable, when};
 use crate::serve::state::AppState;
+use crate::shown::format_duration;
 
 /// `GET /ui/queues`.
 pub(crate) async fn queues(
@@ -78,10 +79,11 @@ fn limit(n: Option<u32>) -> String {
     n.map_or_else(|| "—".to_owned(), |n| n.to_string())
 }
 
+/// The rate limit as `cairn queue list` prints it (`5/250ms`): exact, never rounded.
 fn rate(flow: &QueueFlow) -> String {
     flow.limits.rate.map_or_else(
         || "—".to_owned(),
-        |r| format!("{} per {}", r.claims, age(r.per)),
+        |r| format!("{}/{}", r.claims, format_duration(r.per)),
     )
 }
 
