@@ -1,5 +1,5 @@
-//! How the CLI and the dashboard both print values: durations (`250ms`, `1m`). A leaf module,
-//! so both sides use it.
+//! How the CLI and the dashboard both print values: durations (`250ms`, `1m`) and which
+//! characters of a name must never be printed raw. A leaf module, so both sides use it.
 
 use std::time::Duration;
 
@@ -21,6 +21,31 @@ pub(crate) fn format_duration(d: Duration) -> String {
     format!("{us}us")
 }
 
+/// Characters that show as nothing, or as a plain space or line break, so that a name holding
+/// them reads as another name: zero-width spaces and joiners, the word joiner and invisible
+/// operators, the byte-order mark, the soft hyphen, the line and paragraph separators, and
+/// the like.
+pub(crate) fn invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00ad}'
+            | '\u{034f}'
+            | '\u{061c}'
+            | '\u{115f}'
+            | '\u{1160}'
+            | '\u{17b4}'
+            | '\u{17b5}'
+            | '\u{180e}'
+            | '\u{200b}'..='\u{200d}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{3164}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -35,6 +60,19 @@ mod tests {
             (Duration::from_micros(1500), "1500us"),
         ] {
             assert_eq!(format_duration(d), shown);
+        }
+    }
+
+    #[test]
+    fn invisible_characters_are_named() {
+        for c in [
+            '\u{200b}', '\u{200c}', '\u{200d}', '\u{2060}', '\u{feff}', '\u{2028}', '\u{2029}',
+            '\u{00ad}',
+        ] {
+            assert!(invisible(c), "{c:?}");
+        }
+        for c in ['a', ' ', 'é', '\u{200e}', '\u{2065}'] {
+            assert!(!invisible(c), "{c:?}");
         }
     }
 }
