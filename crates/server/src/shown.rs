@@ -1,6 +1,7 @@
 //! How the CLI and the dashboard both print values: durations (`250ms`, `1m`) and which
 //! characters of a name must never be printed raw. A leaf module, so both sides use it.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// The shortest exact form the CLI's `--rate` reads back (`1h`, `90s`, `250ms`); a duration
@@ -46,6 +47,42 @@ pub(crate) fn invisible(c: char) -> bool {
     )
 }
 
+/// A character a name printed in a line of words must not hold raw: whitespace, a quote or
+/// backslash, a control, bidirectional or invisible character.
+fn not_plain(c: char) -> bool {
+    c.is_whitespace()
+        || matches!(c, '"' | '\'' | '\\')
+        || c.is_control()
+        || cairn::spool::is_bidi_control(c)
+        || invisible(c)
+}
+
+/// A name as one word of a CLI line: a plain name (not empty, none of [`not_plain`]'s
+/// characters) as it is, any other in double quotes with `"`, `\`, `\n`, `\r`, `\t` escaped
+/// by a backslash and other such characters as `\u{…}` (Rust's `{:?}` style), so a name can
+/// never pass for other words of the line, or for another name.
+pub(crate) fn word(name: &str) -> Cow<'_, str> {
+    if !name.is_empty() && !name.chars().any(not_plain) {
+        return Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 2);
+    out.push('"');
+    for c in name.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            ' ' | '\'' => out.push(c),
+            c if not_plain(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    Cow::Owned(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +97,31 @@ mod tests {
             (Duration::from_micros(1500), "1500us"),
         ] {
             assert_eq!(format_duration(d), shown);
+        }
+    }
+
+    #[test]
+    fn plain_names_print_as_they_are_and_others_quoted() {
+        for plain in ["mail", "tenant-7/reports", "é", "a.b_c:d"] {
+            assert_eq!(word(plain), plain);
+        }
+        for (name, shown) in [
+            ("", r#""""#),
+            (
+                "x paused max_claimed=5 per_partition=- rate=-",
+                r#""x paused max_claimed=5 per_partition=- rate=-""#,
+            ),
+            ("a\"b", r#""a\"b""#),
+            ("a\\b", r#""a\\b""#),
+            ("it's", r#""it's""#),
+            ("a\nb\tc\r", r#""a\nb\tc\r""#),
+            ("a\u{200b}b", r#""a\u{200b}b""#),
+            ("a\u{202e}b", r#""a\u{202e}b""#),
+            ("a\u{7}b", r#""a\u{7}b""#),
+            ("a\u{a0}b", r#""a\u{a0}b""#),
+            ("a\u{2028}b", r#""a\u{2028}b""#),
+        ] {
+            assert_eq!(word(name), shown, "{name:?}");
         }
     }
 

@@ -283,6 +283,72 @@ fn queue_commands_pause_resume_and_limit_on_sqlite() {
     queue_commands(dir.path().join("s.db").to_str().unwrap());
 }
 
+/// A name that is not plain (spaces, quotes, invisible characters …) prints quoted and
+/// escaped in `cairn queue list`, `cairn schedule list` and `cairn runs`, so it cannot forge the
+/// words of a line or pass for another name; a plain name prints as it is.
+#[test]
+fn names_that_are_not_plain_print_quoted_in_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let db = db.to_str().unwrap();
+    ok(cairn(db, &["migrate", "up"]));
+    let forged = "x paused max_claimed=5 per_partition=- rate=-";
+    ok(cairn(
+        db,
+        &["queue", "limits", forged, "--max-claimed", "1"],
+    ));
+    ok(cairn(
+        db,
+        &["queue", "limits", "a\u{200b}b", "--max-claimed", "2"],
+    ));
+    ok(cairn(db, &["queue", "pause", "plain"]));
+    let listed = ok(cairn(db, &["queue", "list"]));
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "\"a\\u{200b}b\" running max_claimed=2 per_partition=- rate=-",
+            "plain paused max_claimed=- per_partition=- rate=-",
+            "\"x paused max_claimed=5 per_partition=- rate=-\" running max_claimed=1 per_partition=- rate=-",
+        ],
+        "{listed}"
+    );
+    ok(cairn(
+        db,
+        &[
+            "schedule",
+            "put",
+            "night ly",
+            "--cron",
+            "0 3 * * *",
+            "--queue",
+            forged,
+        ],
+    ));
+    let schedules = ok(cairn(db, &["schedule", "list"]));
+    assert!(
+        schedules.starts_with(&format!("\"night ly\" \"{forged}\" \"0 3 * * *\" ")),
+        "{schedules}"
+    );
+    ok(cairn(
+        db,
+        &[
+            "enqueue",
+            "--queue",
+            "a\u{200b}b",
+            "--key",
+            "k",
+            "--payload",
+            "p",
+        ],
+    ));
+    let runs = ok(cairn(db, &["runs"]));
+    assert!(
+        runs.contains(" \"a\\u{200b}b\" queued attempts=0"),
+        "{runs}"
+    );
+}
+
 #[test]
 fn queue_commands_pause_resume_and_limit_on_postgres() {
     common::on_postgres("cairn_flow_cli", queue_commands);

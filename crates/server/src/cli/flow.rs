@@ -14,7 +14,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
-use crate::shown::format_duration;
+use crate::shown::{format_duration, word};
 use cairn::DatabaseUrl;
 
 /// `cairn queue …`.
@@ -227,13 +227,13 @@ pub(crate) async fn schedule(
                 }
                 .into());
             }
-            writeln!(out, "removed {name}")?;
+            writeln!(out, "removed {}", word(name.as_str()))?;
         }
     }
     Ok(())
 }
 
-/// A queue's flow as one line.
+/// A queue's flow as one line (a name that is not plain quoted, see [`word`]).
 pub(crate) fn flow_line(queue: &QueueName, flow: &QueueFlow) -> String {
     let n = |v: Option<u32>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     let rate = flow.limits.rate.map_or_else(
@@ -241,22 +241,23 @@ pub(crate) fn flow_line(queue: &QueueName, flow: &QueueFlow) -> String {
         |r| format!("{}/{}", r.claims, format_duration(r.per)),
     );
     format!(
-        "{queue} {} max_claimed={} per_partition={} rate={rate}",
+        "{} {} max_claimed={} per_partition={} rate={rate}",
+        word(queue.as_str()),
         if flow.paused { "paused" } else { "running" },
         n(flow.limits.max_claimed),
         n(flow.limits.per_partition),
     )
 }
 
-/// A schedule as one line.
+/// A schedule as one line (names that are not plain quoted, see [`word`]).
 pub(crate) fn schedule_line(info: &ScheduleInfo) -> String {
     let s = &info.schedule;
     format!(
         "{} {} {:?} {} catch_up={} high_water={} revision={}",
-        s.name,
-        s.queue,
+        word(s.name.as_str()),
+        word(s.queue.as_str()),
         s.cron,
-        s.time_zone,
+        word(&s.time_zone),
         catch_up_text(s.catch_up),
         info.high_water,
         info.revision
