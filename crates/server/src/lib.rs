@@ -22,6 +22,7 @@ pub(crate) mod graph;
 mod logging;
 mod open;
 mod serve;
+mod shown;
 mod small_file;
 
 #[cfg(feature = "fuzzing")]

@@ -283,6 +283,72 @@ fn queue_commands_pause_resume_and_limit_on_sqlite() {
     queue_commands(dir.path().join("s.db").to_str().unwrap());
 }
 
+/// A name that is not plain (spaces, quotes, invisible characters …) prints quoted and
+/// escaped in `cairn queue list`, `cairn schedule list` and `cairn runs`, so it cannot forge the
+/// words of a line or pass for another name; a plain name prints as it is.
+#[test]
+fn names_that_are_not_plain_print_quoted_in_listings() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let db = db.to_str().unwrap();
+    ok(cairn(db, &["migrate", "up"]));
+    let forged = "x paused max_claimed=5 per_partition=- rate=-";
+    ok(cairn(
+        db,
+        &["queue", "limits", forged, "--max-claimed", "1"],
+    ));
+    ok(cairn(
+        db,
+        &["queue", "limits", "a\u{200b}b", "--max-claimed", "2"],
+    ));
+    ok(cairn(db, &["queue", "pause", "plain"]));
+    let listed = ok(cairn(db, &["queue", "list"]));
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "\"a\\u{200b}b\" running max_claimed=2 per_partition=- rate=-",
+            "plain paused max_claimed=- per_partition=- rate=-",
+            "\"x paused max_claimed=5 per_partition=- rate=-\" running max_claimed=1 per_partition=- rate=-",
+        ],
+        "{listed}"
+    );
+    ok(cairn(
+        db,
+        &[
+            "schedule",
+            "put",
+            "night ly",
+            "--cron",
+            "0 3 * * *",
+            "--queue",
+            forged,
+        ],
+    ));
+    let schedules = ok(cairn(db, &["schedule", "list"]));
+    assert!(
+        schedules.starts_with(&format!("\"night ly\" \"{forged}\" \"0 3 * * *\" ")),
+        "{schedules}"
+    );
+    ok(cairn(
+        db,
+        &[
+            "enqueue",
+            "--queue",
+            "a\u{200b}b",
+            "--key",
+            "k",
+            "--payload",
+            "p",
+        ],
+    ));
+    let runs = ok(cairn(db, &["runs"]));
+    assert!(
+        runs.contains(" \"a\\u{200b}b\" queued attempts=0"),
+        "{runs}"
+    );
+}
+
 #[test]
 fn queue_commands_pause_resume_and_limit_on_postgres() {
     common::on_postgres("cairn_flow_cli", queue_commands);
@@ -339,6 +405,7 @@ fn http_routes(db: &str) {
     let metrics = server.send_text("/metrics");
     assert!(
         metrics.contains("cairn_spool_queue_paused{queue=\"gate\"} 1")
+            && metrics.contains("\ncairn_spool_queues_paused 1\n")
             && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"queued\"} 1")
             && metrics.contains("cairn_spool_queue_runs{queue=\"gate\",state=\"scheduled\"} 1")
             && metrics.contains("cairn_spool_runs{state=\"pending\"} 1")
@@ -381,9 +448,13 @@ fn http_routes(db: &str) {
     assert_eq!(claimed["runs"][0]["run_id"], run, "{claimed}");
     let (_, all) = server.send("GET", "/v1/queues", None);
     assert_eq!(all["queues"][0]["queue"], "gate", "{all}");
-    assert!(server
-        .send_text("/metrics")
-        .contains("cairn_spool_queue_paused{queue=\"gate\"} 0"));
+    // A running queue has no paused series, even with limits stored; the count says none is.
+    let metrics = server.send_text("/metrics");
+    assert!(
+        !metrics.contains("cairn_spool_queue_paused{")
+            && metrics.contains("\ncairn_spool_queues_paused 0\n"),
+        "{metrics}"
+    );
 
     // A tick's key is the scheduler's alone: a producer cannot take a tick's place.
     let (status, body) = server.send(

@@ -384,3 +384,86 @@ fn a_malformed_traceparent_is_refused_and_nothing_is_enqueued() {
     assert_eq!(listed, "", "nothing was enqueued");
     stop(serving);
 }
+
+/// Posts `body` to `path` with each of `traceparents` as a `traceparent` header of its own;
+/// answers the status and the JSON body.
+fn post_traced(addr: &str, path: &str, traceparents: &[&str], body: &Value) -> (u16, Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(DEADLINE))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder()
+        .method("POST")
+        .uri(format!("http://{addr}{path}"))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .header("Content-Type", "application/json");
+    for tp in traceparents {
+        req = req.header("traceparent", *tp);
+    }
+    let mut resp = agent.run(req.body(body.to_string()).unwrap()).unwrap();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        resp.status().as_u16(),
+        serde_json::from_str(&text).unwrap_or(Value::Null),
+    )
+}
+
+/// A request body for a run keyed `key`.
+type Body = fn(&str) -> Value;
+
+#[test]
+fn batch_routes_check_and_store_the_traceparent_header_and_one_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("s.db");
+    let (_collector, url) = Collector::start();
+    let serving = serve(db.to_str().unwrap(), &url, false);
+    let addr = serving.addr.to_string();
+    let good = format!("00-{TRACE}-{PARENT}-01");
+    let other = format!("00-{TRACE}-{}-01", "1".repeat(16));
+    let routes: [(&str, Body); 3] = [
+        (
+            "/v1/queues/q/runs/batch",
+            |key| json!({"items": [{"key": key, "payload": "p"}, {"key": format!("{key}-2"), "payload": "p"}]}),
+        ),
+        (
+            "/v1/batch",
+            |key| json!({"ops": [{"op": "enqueue", "queue": "q", "key": key, "payload": "p"}]}),
+        ),
+        (
+            "/v1/queues/q/runs",
+            |key| json!({"key": key, "payload": "p"}),
+        ),
+    ];
+    // A header that does not read, or two of them (even two good ones): refused, nothing stored.
+    for (path, body) in &routes {
+        for bad in [vec!["garbage"], vec![good.as_str(), other.as_str()]] {
+            let (status, answer) = post_traced(&addr, path, &bad, &body("refused"));
+            assert_eq!(
+                (status, &answer["error"]["code"]),
+                (400, &json!("invalid_input")),
+                "{path} {bad:?}: {answer}"
+            );
+        }
+    }
+    let listed = common::ok(
+        common::cairn(db.to_str().unwrap())
+            .args(["runs"])
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(listed, "", "nothing was enqueued");
+    // One good header: stored on every run the batch enqueued.
+    for (i, (path, body)) in routes.iter().take(2).enumerate() {
+        let (status, answer) = post_traced(&addr, path, &[&good], &body(&format!("k{i}")));
+        assert_eq!(status, 200, "{path}: {answer}");
+        let results = answer["results"].as_array().unwrap();
+        assert!(!results.is_empty(), "{answer}");
+        for r in results {
+            let run = r["run_id"].as_str().unwrap();
+            let info = call(&addr, "GET", &format!("/v1/runs/{run}"), None, Value::Null);
+            assert_eq!(info["traceparent"], json!(good), "{path}: {info}");
+        }
+    }
+    stop(serving);
+}

@@ -94,6 +94,26 @@ impl Server {
             }
             None => String::new(),
         };
+        self.run(req, body, method, path)
+    }
+
+    /// A form POST of `body` as it is (already encoded), with `cookie`.
+    fn post_raw(&self, path: &str, cookie: &str, body: &str) -> Answer {
+        let req = ureq::http::Request::builder()
+            .method("POST")
+            .uri(format!("{}{path}", self.base))
+            .header("Cookie", cookie)
+            .header("Content-Type", "application/x-www-form-urlencoded");
+        self.run(req, body.to_owned(), "POST", path)
+    }
+
+    fn run(
+        &self,
+        req: ureq::http::request::Builder,
+        body: String,
+        method: &str,
+        path: &str,
+    ) -> Answer {
         let mut resp = self
             .agent
             .run(req.body(body).unwrap())
@@ -710,7 +730,21 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
             .unwrap();
         common::ok(out);
         let out = common::cairn(db)
-            .args(["queue", "limits", "mail", "--max-claimed", "2"])
+            .args([
+                "queue",
+                "limits",
+                "mail",
+                "--max-claimed",
+                "2",
+                "--rate",
+                "5/250ms",
+            ])
+            .output()
+            .unwrap();
+        common::ok(out);
+        // A name holding an invisible character must not look like the name without it.
+        let out = common::cairn(db)
+            .args(["queue", "limits", "a\u{200b}b", "--max-claimed", "1"])
             .output()
             .unwrap();
         common::ok(out);
@@ -721,6 +755,13 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         assert_eq!(page.status, 200, "{}", page.body);
         assert!(page.body.contains("nightly") && page.body.contains("0 3 * * *"));
         assert!(page.body.contains(">running<") && page.body.contains("class=\"action-pause\""));
+        // The rate window exactly, as `cairn queue list` prints it (not rounded to seconds).
+        assert!(page.body.contains(">5/250ms<"), "{}", page.body);
+        assert!(
+            page.body.contains(">a\\u{200b}b<") && !page.body.contains("a\u{200b}b<"),
+            "{}",
+            page.body
+        );
         let a = s.post(
             "/ui/queues/pause",
             Some(&session),
@@ -743,6 +784,26 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
             &[("csrf", "x"), ("queue", "mail")],
         );
         assert_eq!(a.status, 403, "{}", a.body);
+        // A good token but no queue, two queues, or one that is not UTF-8: refused as such.
+        let a = s.post("/ui/queues/resume", Some(&session), &[("csrf", &csrf)]);
+        assert_eq!(a.status, 400, "{}", a.body);
+        assert!(a.body.contains("no `queue` field"), "{}", a.body);
+        let a = s.post(
+            "/ui/queues/resume",
+            Some(&session),
+            &[("csrf", &csrf), ("queue", "mail"), ("queue", "other")],
+        );
+        assert_eq!(a.status, 400, "{}", a.body);
+        assert!(a.body.contains("more than one `queue` field"), "{}", a.body);
+        let a = s.post_raw(
+            "/ui/queues/pause",
+            &session,
+            &format!("csrf={csrf}&queue=%FF%FE"),
+        );
+        assert_eq!(a.status, 400, "{}", a.body);
+        assert!(a.body.contains("not valid UTF-8"), "{}", a.body);
+        let listed = common::ok(common::cairn(db).args(["queue", "list"]).output().unwrap());
+        assert!(!listed.contains('\u{fffd}'), "{listed}");
         let read = s.sign_in(READ);
         let page = s.get("/ui/queues", &read);
         assert!(

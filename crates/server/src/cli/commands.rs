@@ -244,7 +244,10 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                 writeln!(
                     out,
                     "{} {} {} attempts={}",
-                    run.run_id, run.queue, run.state, run.attempts
+                    run.run_id,
+                    crate::shown::word(run.queue.as_str()),
+                    run.state,
+                    run.attempts
                 )?;
             }
             // A paused queue's runs wait for `cairn queue resume`: say so beside the list (on
@@ -256,6 +259,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
                     .as_ref()
                     .map_or_else(|| runs.iter().any(|r| r.queue == queue), |q| *q == queue);
                 if flow.paused && shown {
+                    let queue = crate::shown::word(queue.as_str());
                     eprintln!(
                         "note: queue {queue} is paused; `cairn queue resume {queue}` resumes it"
                     );

@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 
 use crate::error::CliError;
 use crate::open::{open, IfMissing};
+use crate::shown::{format_duration, word};
 use cairn::DatabaseUrl;
 
 /// `cairn queue …`.
@@ -226,13 +227,13 @@ pub(crate) async fn schedule(
                 }
                 .into());
             }
-            writeln!(out, "removed {name}")?;
+            writeln!(out, "removed {}", word(name.as_str()))?;
         }
     }
     Ok(())
 }
 
-/// A queue's flow as one line.
+/// A queue's flow as one line (a name that is not plain quoted, see [`word`]).
 pub(crate) fn flow_line(queue: &QueueName, flow: &QueueFlow) -> String {
     let n = |v: Option<u32>| v.map_or_else(|| "-".to_owned(), |v| v.to_string());
     let rate = flow.limits.rate.map_or_else(
@@ -240,22 +241,23 @@ pub(crate) fn flow_line(queue: &QueueName, flow: &QueueFlow) -> String {
         |r| format!("{}/{}", r.claims, format_duration(r.per)),
     );
     format!(
-        "{queue} {} max_claimed={} per_partition={} rate={rate}",
+        "{} {} max_claimed={} per_partition={} rate={rate}",
+        word(queue.as_str()),
         if flow.paused { "paused" } else { "running" },
         n(flow.limits.max_claimed),
         n(flow.limits.per_partition),
     )
 }
 
-/// A schedule as one line.
+/// A schedule as one line (names that are not plain quoted, see [`word`]).
 pub(crate) fn schedule_line(info: &ScheduleInfo) -> String {
     let s = &info.schedule;
     format!(
         "{} {} {:?} {} catch_up={} high_water={} revision={}",
-        s.name,
-        s.queue,
+        word(s.name.as_str()),
+        word(s.queue.as_str()),
         s.cron,
-        s.time_zone,
+        word(&s.time_zone),
         catch_up_text(s.catch_up),
         info.high_water,
         info.revision
@@ -324,24 +326,6 @@ fn parse_duration(text: &str) -> Option<Duration> {
         _ => None,
     }?;
     Some(Duration::from_micros(micros))
-}
-
-/// The shortest exact form `parse_duration` reads back; a window that is not a whole number
-/// of milliseconds (stored through the HTTP API or the library, which take microseconds)
-/// prints in `us`, which `--rate` does not take.
-pub(crate) fn format_duration(d: Duration) -> String {
-    let us = d.as_micros();
-    for (unit, size) in [
-        ("h", 3_600_000_000),
-        ("m", 60_000_000),
-        ("s", 1_000_000),
-        ("ms", 1_000),
-    ] {
-        if us >= size && us % size == 0 {
-            return format!("{}{unit}", us / size);
-        }
-    }
-    format!("{us}us")
 }
 
 #[cfg(test)]

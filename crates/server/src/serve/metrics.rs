@@ -45,10 +45,11 @@ pub(crate) struct Metrics {
     /// Runs by queue and state (`queued`, `claimed`, `parked`), read from the store on every
     /// scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
     pub(crate) queue_runs: IntGaugeVec,
-    /// Whether each queue with a stored flow (paused or limited) is paused (1) or running (0),
-    /// read from the
-    /// store on every scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] queues, by name.
+    /// 1 for each paused queue (running queues have no series), read from the store on every
+    /// scrape; at most [`MAX_FLOW_QUEUES_SHOWN`] paused queues, by name.
     pub(crate) queue_paused: IntGaugeVec,
+    /// How many queues are paused, all of them (the per-queue series above are capped).
+    pub(crate) queues_paused: IntGauge,
     /// Stored schedules, read from the store on every scrape.
     pub(crate) schedules: IntGauge,
     /// Delivery outcomes (`ack`, `retry`, `park`, `refresh`).
@@ -145,9 +146,13 @@ impl Metrics {
         let queue_paused = IntGaugeVec::new(
             Opts::new(
                 "cairn_spool_queue_paused",
-                "Whether the queue is paused (1) or running (0), for queues with a stored flow (paused or limited), read when scraped",
+                "1 for each paused queue (a running queue has no series), read when scraped; at most 1000 paused queues, the first by name (cairn_spool_queues_paused counts them all)",
             ),
             &["queue"],
+        )?;
+        let queues_paused = IntGauge::new(
+            "cairn_spool_queues_paused",
+            "Paused queues in the store, all of them, read when scraped",
         )?;
         let schedules = IntGauge::new(
             "cairn_spool_schedules",
@@ -185,6 +190,7 @@ impl Metrics {
         registry.register(Box::new(runs.clone()))?;
         registry.register(Box::new(queue_runs.clone()))?;
         registry.register(Box::new(queue_paused.clone()))?;
+        registry.register(Box::new(queues_paused.clone()))?;
         registry.register(Box::new(schedules.clone()))?;
         registry.register(Box::new(delivery.clone()))?;
         registry.register(Box::new(backfill_enabled.clone()))?;
@@ -264,6 +270,7 @@ impl Metrics {
             runs,
             queue_runs,
             queue_paused,
+            queues_paused,
             schedules,
             delivery,
             backfill_enabled,
@@ -311,7 +318,7 @@ pub(crate) fn install_library_recorder() {
 }
 
 /// Most queues `cairn_spool_queue_runs` and `cairn_spool_queue_paused` show (the first by
-/// name): a label per queue, so a store with very many queues does not grow the exposition
+/// name; `cairn_spool_queue_paused` shows paused queues only): a label per queue, so a store with very many queues does not grow the exposition
 /// without bound.
 pub(crate) const MAX_FLOW_QUEUES_SHOWN: usize = 1000;
 

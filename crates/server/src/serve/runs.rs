@@ -25,13 +25,22 @@ use super::state::AppState;
 /// Run events per page when a request names no limit.
 const DEFAULT_EVENTS_LIMIT: usize = 100;
 
-/// The W3C `traceparent` header, when sent: stored with the run, so the consumer that
-/// handles it continues the enqueuer's trace. One that does not read is refused (400).
+/// The W3C `traceparent` header, when sent: stored with the run (each run of a batch), so the
+/// consumer that handles it continues the enqueuer's trace. One that does not read, or more
+/// than one, is refused (400).
 pub(crate) fn traceparent(
     headers: &axum::http::HeaderMap,
 ) -> Result<Option<spool::TraceParent>, ApiError> {
-    let Some(value) = headers.get("traceparent") else {
-        return Ok(None);
+    let mut all = headers.get_all("traceparent").iter();
+    let (Some(value), None) = (all.next(), all.next()) else {
+        return match headers.contains_key("traceparent") {
+            false => Ok(None),
+            true => Err(cairn::Error::invalid(
+                "traceparent",
+                "send one traceparent header, not several",
+            )
+            .into()),
+        };
     };
     let text = value
         .to_str()

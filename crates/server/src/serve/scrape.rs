@@ -73,13 +73,18 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
     state.metrics.queue_paused.reset();
     match state.spool.queue_flows().await {
         Ok(flows) => {
-            for (queue, flow) in flows.iter().take(MAX_FLOW_QUEUES_SHOWN) {
+            let (total, shown) = paused_queues(&flows, MAX_FLOW_QUEUES_SHOWN);
+            for queue in shown {
                 state
                     .metrics
                     .queue_paused
-                    .with_label_values(&[queue.as_str()])
-                    .set(i64::from(flow.paused));
+                    .with_label_values(&[queue])
+                    .set(1);
             }
+            state
+                .metrics
+                .queues_paused
+                .set(i64::try_from(total).unwrap_or(i64::MAX));
         }
         Err(e) => tracing::debug!(target: "cairn::serve", error = %e, "queue flows not read"),
     }
@@ -105,4 +110,54 @@ pub(crate) async fn scrape(State(state): State<AppState>) -> Result<Response, Ap
         body,
     )
         .into_response())
+}
+
+/// The paused queues among `flows`: how many there are, and the names of the first `cap` of
+/// them by name (a running queue, limited or not, is never among them, so it cannot push a
+/// paused one out).
+fn paused_queues(
+    flows: &[(cairn::spool::QueueName, cairn::spool::QueueFlow)],
+    cap: usize,
+) -> (usize, Vec<&str>) {
+    let mut paused: Vec<&str> = flows
+        .iter()
+        .filter(|(_, flow)| flow.paused)
+        .map(|(queue, _)| queue.as_str())
+        .collect();
+    paused.sort_unstable();
+    let total = paused.len();
+    paused.truncate(cap);
+    (total, paused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paused_queues;
+    use cairn::spool::{QueueFlow, QueueName};
+
+    fn flow(paused: bool) -> QueueFlow {
+        QueueFlow {
+            paused,
+            ..QueueFlow::default()
+        }
+    }
+
+    /// Running queues (limited ones keep a stored flow) sorting before the paused ones do not
+    /// take the cap's places: the paused queues are listed, and all of them are counted.
+    #[test]
+    fn only_paused_queues_are_listed_and_all_are_counted() {
+        let flows: Vec<(QueueName, QueueFlow)> = [
+            ("a", false),
+            ("b", false),
+            ("y", true),
+            ("z", true),
+            ("zz", true),
+        ]
+        .into_iter()
+        .map(|(q, p)| (QueueName::new(q).unwrap(), flow(p)))
+        .collect();
+        assert_eq!(paused_queues(&flows, 2), (3, vec!["y", "z"]));
+        assert_eq!(paused_queues(&flows, 10), (3, vec!["y", "z", "zz"]));
+        assert_eq!(paused_queues(&flows[..2], 10), (0, vec![]));
+    }
 }

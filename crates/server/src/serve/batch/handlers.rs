@@ -12,14 +12,15 @@ use super::wire::{
 };
 use crate::serve::error::ApiError;
 use crate::serve::extract::{Body, PathArgs};
-use crate::serve::json::{EnqueueRequest, ErrorBody, QueuePath};
+use crate::serve::json::{EnqueueRequest, ErrorBody, QueuePath, TraceParentHeader};
 use crate::serve::responses::{BatchBusy, NoToken, ReadOnly, TooLargeNothingWritten};
+use crate::serve::runs::traceparent;
 use crate::serve::state::AppState;
 
 /// Enqueues many runs of a queue at once, atomically.
 #[utoipa::path(
     post, path = "/v1/queues/{queue}/runs/batch", tag = "spool",
-    params(QueuePath),
+    params(QueuePath, TraceParentHeader),
     request_body = EnqueueBatchRequest,
     responses(
         (status = 200, description = "Every item enqueued or found, in one transaction; one result per item, in order", body = EnqueueBatchResponse),
@@ -34,9 +35,11 @@ use crate::serve::state::AppState;
 pub(crate) async fn enqueue_batch(
     State(state): State<AppState>,
     PathArgs(queue): PathArgs<String>,
+    headers: axum::http::HeaderMap,
     Body(req): Body<EnqueueBatchRequest>,
 ) -> Result<Json<EnqueueBatchResponse>, ApiError> {
     let queue = QueueName::new(queue)?;
+    let trace = traceparent(&headers)?;
     let items = req
         .items
         .into_iter()
@@ -44,6 +47,10 @@ pub(crate) async fn enqueue_batch(
         .map(|(index, raw)| {
             EnqueueRequest::from_json(raw.get())
                 .and_then(EnqueueRequest::into_enqueue)
+                .map(|mut e| {
+                    e.options.traceparent.clone_from(&trace);
+                    e
+                })
                 .map_err(item(index))
         })
         .collect::<cairn::Result<Vec<EnqueueItem>>>()?;
@@ -78,6 +85,7 @@ pub(super) fn outcome(created: bool) -> &'static str {
 /// run, after the commit.
 #[utoipa::path(
     post, path = "/v1/batch", tag = "batch",
+    params(TraceParentHeader),
     request_body = BatchRequest,
     responses(
         (status = 200, description = "Every op done, committed together; one result per op, in order", body = BatchResponse),
@@ -94,12 +102,17 @@ pub(super) fn outcome(created: bool) -> &'static str {
 )]
 pub(crate) async fn batch(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     Body(req): Body<BatchRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
+    let trace = traceparent(&headers)?;
     let mut ops = Vec::with_capacity(req.ops.len());
     let mut payload_bytes = 0usize;
     for (index, raw) in req.ops.into_iter().enumerate() {
-        let op = Op::from_json(raw.get()).map_err(item(index))?;
+        let mut op = Op::from_json(raw.get()).map_err(item(index))?;
+        if let Op::Enqueue { item, .. } = &mut op {
+            item.options.traceparent.clone_from(&trace);
+        }
         drop(raw);
         payload_bytes = payload_bytes.saturating_add(op.payload_bytes());
         check_payload_bytes(payload_bytes)?;

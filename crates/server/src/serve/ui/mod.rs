@@ -143,7 +143,16 @@ mod tests {
                 "{c:?}"
             );
         }
-        for fine in ['\u{200d}', '\u{2029}', '\u{206a}', 'é'] {
+        // Invisible characters too, so "a\u{200b}b" does not pass for "ab" (payloads keep
+        // them: a zero-width joiner is part of many emoji).
+        for c in [
+            '\u{200b}', '\u{200c}', '\u{200d}', '\u{2060}', '\u{feff}', '\u{2028}', '\u{2029}',
+            '\u{00ad}',
+        ] {
+            let name = format!("a{c}b");
+            assert_eq!(printable(&name), format!("a\\u{{{:x}}}b", c as u32));
+        }
+        for fine in ['\u{206a}', 'é'] {
             let name = format!("a{fine}b");
             assert_eq!(printable(&name), name, "{fine:?}");
         }

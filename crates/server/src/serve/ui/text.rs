@@ -42,15 +42,23 @@ fn reorders(c: char) -> bool {
     matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
-/// A name or id as text anyone can read: control and bidirectional-formatting characters are
-/// shown as `\u{…}` escapes (maud then escapes the markup).
+/// Characters a name must not show raw: control, reordering and invisible ones
+/// ([`crate::shown::invisible`]: zero-width, soft hyphen, line separators …).
+fn hidden(c: char) -> bool {
+    c.is_control() || reorders(c) || crate::shown::invisible(c)
+}
+
+/// A name or id as text anyone can read: control, bidirectional-formatting and invisible
+/// characters (zero-width spaces and joiners, the word joiner, the byte-order mark, the soft
+/// hyphen, line and paragraph separators) are shown as `\u{…}` escapes, so two different
+/// names never look the same (maud then escapes the markup).
 pub(crate) fn printable(s: &str) -> String {
-    if !s.chars().any(|c| c.is_control() || reorders(c)) {
+    if !s.chars().any(hidden) {
         return s.to_owned();
     }
     s.chars()
         .map(|c| {
-            if c.is_control() || reorders(c) {
+            if hidden(c) {
                 format!("\\u{{{:x}}}", c as u32)
             } else {
                 c.to_string()
