@@ -397,14 +397,6 @@ impl Drop for Server {
     }
 }
 
-/// The wall clock in microseconds since the Unix epoch, as the server reads it.
-fn now_us() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970");
-    i64::try_from(since.as_micros()).expect("in range")
-}
-
 fn sqlite_db(dir: &tempfile::TempDir) -> String {
     dir.path().join("cairn.db").display().to_string()
 }
@@ -551,7 +543,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
         })
         .collect();
     server.close(&gate);
-    let released_us = now_us();
+    let released_us = common::now_us();
     collector.release.store(true, Ordering::SeqCst);
     server.wait_state(&gate, "succeeded");
     assert_eq!(collector.for_run(&gate).len(), 1);
@@ -596,7 +588,7 @@ fn collector_answers_ack_refresh_park_or_retry_each_run() {
     let due = v["due_at_us"].as_i64().unwrap();
     let hour = 3_600_000_000i64;
     assert!(
-        (released_us + hour..=now_us() + hour).contains(&due),
+        (released_us + hour..=common::now_us() + hour).contains(&due),
         "due an hour after the 429 (answered after {released_us} µs), not after the backoff: {v}"
     );
     assert_eq!(collector.for_run(&waits).len(), 1);

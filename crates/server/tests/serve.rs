@@ -178,14 +178,6 @@ fn str_of<'a>(body: &'a Value, field: &str) -> &'a str {
         .unwrap_or_else(|| panic!("{field} in {body}"))
 }
 
-/// The wall clock in microseconds since the Unix epoch, as the server reads it.
-fn now_us() -> i64 {
-    let since = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970");
-    i64::try_from(since.as_micros()).expect("in range")
-}
-
 fn sqlite_db() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("serve.db").display().to_string();
@@ -375,13 +367,13 @@ fn flow(db: &str) {
     let (_, info) = server.get(&format!("/v1/runs/{}", str_of(later, "run_id")));
     assert_eq!(str_of(&info, "state"), "claimed", "nothing was written");
     let hour_us = 3_600_000_000i64;
-    let before = now_us();
+    let before = common::now_us();
     let (s, body) = server.send(
         "POST",
         &later_nack,
         &json!({"token": later["token"], "reason": "limited", "retry_after_ms": 3_600_000}),
     );
-    let after = now_us();
+    let after = common::now_us();
     assert_eq!((s, str_of(&body, "state")), (200, "queued"), "{body}");
     let at = body["retry_at_us"].as_i64().expect("retry_at_us");
     assert!(

@@ -343,13 +343,7 @@ pub fn check_append(run: RunId, state: RunState, stream: EventStream) -> Result<
 /// # Errors
 /// [`Error::InvalidInput`] for a longer delay.
 pub fn check_retry_delay(delay: Duration) -> Result<()> {
-    if delay > MAX_LEASE {
-        return Err(Error::invalid(
-            "retry delay",
-            format!("is {delay:?}; it must be at most {MAX_LEASE:?}"),
-        ));
-    }
-    Ok(())
+    check_delay("retry delay", delay)
 }
 
 /// Checks the delay of a [`Spool::release`](super::Spool::release): at most [`MAX_LEASE`].
@@ -357,9 +351,14 @@ pub fn check_retry_delay(delay: Duration) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidInput`] for a longer delay.
 pub fn check_release_delay(delay: Duration) -> Result<()> {
+    check_delay("release delay", delay)
+}
+
+/// A delay a run waits before it is due again: at most [`MAX_LEASE`].
+fn check_delay(what: &'static str, delay: Duration) -> Result<()> {
     if delay > MAX_LEASE {
         return Err(Error::invalid(
-            "release delay",
+            what,
             format!("is {delay:?}; it must be at most {MAX_LEASE:?}"),
         ));
     }

@@ -300,3 +300,11 @@ pub(crate) fn ok(out: std::process::Output) -> String {
     );
     text(&out.stdout)
 }
+
+/// The wall clock in microseconds since the Unix epoch, as the server reads it.
+pub(crate) fn now_us() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970");
+    i64::try_from(since.as_micros()).expect("in range")
+}
