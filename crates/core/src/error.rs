@@ -68,6 +68,21 @@ pub enum Error {
         actual: EpochId,
     },
 
+    /// A sync's receiving store refused an epoch its sending store gave (its id does not
+    /// recompute, a parent is in neither store, …): nothing of the batch it was in was
+    /// imported, and the sync stopped there. The cause is the
+    /// [`source`](std::error::Error::source).
+    #[error("epoch {epoch} from {from} was refused; nothing of its batch was imported")]
+    EpochRefused {
+        /// The refused epoch's claimed id.
+        epoch: EpochId,
+        /// The sending side, as the sync names it.
+        from: String,
+        /// Why the receiving store refused it.
+        #[source]
+        error: Box<Error>,
+    },
+
     /// An imported epoch names a parent this space does not have; import the parent first.
     #[error("parent epoch {parent} is not in this space; import it first")]
     UnknownParent {

@@ -47,6 +47,7 @@ pub mod schema;
 mod seq;
 pub mod spool;
 mod store;
+pub mod sync;
 mod tx;
 mod types;
 

@@ -1,6 +1,6 @@
 //! The in-memory reference backend: the model the conformance suite checks real stores against.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 use crate::ids::{EpochId, EventId};
 use crate::seq::{next_seq, HeadProbe};
 use crate::store::{EpochDiagnostics, EpochStore};
+use crate::sync::types::{
+    batch_item_error, check_import_batch, epoch_bytes, StoreId, SyncCursor, SyncPeer,
+};
 use crate::types::{
     Appended, Epoch, EpochSummary, Event, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
     ImportOutcome, RepairOutcome, Seq, SpaceId,
@@ -25,6 +28,8 @@ struct Space {
     has_child: BTreeSet<EpochId>,
     /// The head cache: id → seq.
     cache: BTreeMap<EpochId, Seq>,
+    /// Sync cursors kept for sending stores.
+    peers: BTreeMap<StoreId, SyncPeer>,
 }
 
 impl Space {
@@ -92,13 +97,23 @@ impl Space {
 /// fallback, cache write), so the conformance suite can compare heads, cache rows and seqs of
 /// a real store with it after every step. It is also a convenient store for unit tests of code
 /// that takes an `Arc<dyn EpochStore>`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct MemoryStore {
     spaces: Arc<Mutex<BTreeMap<SpaceId, Space>>>,
+    id: StoreId,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self {
+            spaces: Arc::default(),
+            id: StoreId::random(),
+        }
+    }
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store (with a fresh [`StoreId`]).
     pub fn new() -> Self {
         Self::default()
     }
@@ -251,6 +266,44 @@ impl EpochStore for MemoryStore {
             .cloned())
     }
 
+    async fn store_id(&self) -> Result<StoreId> {
+        Ok(self.id.clone())
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        check_import_batch(space, &epochs, cursor)?;
+        let mut spaces = self.lock();
+        let sp = spaces.entry(space.clone()).or_default();
+        let (outcomes, imported, bytes) = Self::import_batch_locked(sp, space, epochs)?;
+        if let Some(c) = cursor {
+            let peer = sp.peers.entry(c.peer.clone()).or_insert_with(|| SyncPeer {
+                cursor: c.clone(),
+                epochs: 0,
+                bytes: 0,
+                updated_at_us: at_us,
+            });
+            peer.cursor = c.clone();
+            peer.epochs += imported;
+            peer.bytes += bytes;
+            peer.updated_at_us = at_us;
+        }
+        Ok(outcomes)
+    }
+
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        Ok(self
+            .lock()
+            .get(space)
+            .map(|sp| sp.peers.values().cloned().collect())
+            .unwrap_or_default())
+    }
+
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
         if limit == 0 {
             return Err(Error::invalid("page limit", "must be at least 1"));
@@ -262,6 +315,57 @@ impl EpochStore for MemoryStore {
             .take(limit)
             .map(|(id, _)| id.clone())
             .collect())
+    }
+}
+
+impl MemoryStore {
+    /// The batch import's decisions under the lock: every check first, then the writes,
+    /// which cannot fail, so a refused batch leaves the space as it was.
+    fn import_batch_locked(
+        sp: &mut Space,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+    ) -> Result<(Vec<ImportOutcome>, u64, u64)> {
+        let mut known: HashSet<EpochId> = HashSet::new();
+        for (index, epoch) in epochs.iter().enumerate() {
+            if sp.by_id.contains_key(&epoch.id) || known.contains(&epoch.id) {
+                continue;
+            }
+            let unknown = epoch
+                .parents
+                .iter()
+                .find(|p| !sp.by_id.contains_key(p) && !known.contains(p));
+            if let Some(parent) = unknown {
+                return Err(batch_item_error(
+                    index,
+                    Error::UnknownParent { parent: *parent },
+                ));
+            }
+            known.insert(epoch.id);
+        }
+        let (mut imported, mut bytes) = (0, 0);
+        let mut outcomes = Vec::with_capacity(epochs.len());
+        for epoch in epochs {
+            if let Some(seq) = sp.by_id.get(&epoch.id) {
+                outcomes.push(ImportOutcome::AlreadyPresent(*seq));
+                continue;
+            }
+            imported += 1;
+            bytes += epoch_bytes(&epoch);
+            let mut heads: BTreeMap<EpochId, Seq> = sp
+                .current_heads()
+                .into_iter()
+                .map(|h| (h.id, h.seq))
+                .collect();
+            let e = sp.insert(space, epoch.parents, epoch.events);
+            for p in &e.parents {
+                heads.remove(p);
+            }
+            heads.insert(e.id, e.seq);
+            sp.cache = heads;
+            outcomes.push(ImportOutcome::Imported(e.seq));
+        }
+        Ok((outcomes, imported, bytes))
     }
 }
 

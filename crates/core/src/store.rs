@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::error::Result;
 use crate::ids::EpochId;
+use crate::sync::types::{check_missing_ids, StoreId, SyncCursor, SyncPeer};
 use crate::types::{
     Appended, Epoch, EpochSummary, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome,
     RepairOutcome, Seq, SpaceId,
@@ -120,6 +121,69 @@ pub trait EpochStore: Send + Sync + Debug + 'static {
     /// # Errors
     /// Backend errors only.
     async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>>;
+
+    /// Which of `ids` the space lacks, in the order given (a space with no epoch lacks them
+    /// all): the `need` list of a sync. Reading writes nothing.
+    ///
+    /// The default asks [`EpochStore::epoch`] per id; the SQL backends answer with one query.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for more than [`crate::sync::MAX_MISSING_IDS`] ids.
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        check_missing_ids(ids)?;
+        let mut out = Vec::new();
+        for id in ids {
+            if self.epoch(space, id).await?.is_none() {
+                out.push(*id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// This store's identity for sync ([`StoreId`]): made at random and stored the first time
+    /// it is asked (by whichever process asks first), the same answer ever after.
+    ///
+    /// # Errors
+    /// Backend errors; [`crate::Error::Incompatible`] on a store whose upgrade stopped before
+    /// the revision that stores sync state (`0010_epoch_sync`).
+    async fn store_id(&self) -> Result<StoreId>;
+
+    /// Imports `epochs` (parents first: an epoch's parents are in the space or earlier in the
+    /// batch) in **one transaction**, and, when `cursor` is given, records it as this store's
+    /// cursor for `cursor.peer` in `space` in the same transaction, stamped `at_us`
+    /// (microseconds since the Unix epoch).
+    ///
+    /// # Contract
+    /// - All or nothing: on any error nothing of the batch, and no cursor, was written.
+    /// - Each epoch as [`EpochStore::import`] would: its id recomputed before anything is
+    ///   written ([`crate::sync::check_import_batch`]), an epoch present already (or earlier
+    ///   in the batch) answered [`ImportOutcome::AlreadyPresent`] and written no more, the
+    ///   others given the next local seqs in batch order; the head cache stays exact.
+    /// - The cursor row is replaced (its seq may move back: the caller knows it is true); its
+    ///   counters grow by the epochs this batch imported and their stored bytes. An empty
+    ///   batch with a cursor moves the cursor only.
+    /// - One outcome per epoch, in batch order.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidInput`] for a batch over [`crate::sync::MAX_IMPORT_BATCH`];
+    /// [`crate::Error::InvalidBatchItem`] naming the first epoch refused, with
+    /// [`crate::Error::HashMismatch`], [`crate::Error::UnknownParent`] (a parent neither in the
+    /// space nor earlier in the batch) or [`crate::Error::InvalidInput`] inside;
+    /// [`crate::Error::Incompatible`] as [`EpochStore::store_id`].
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>>;
+
+    /// The sync cursors this store keeps for `space` (one per sending store), by peer id.
+    /// Empty for a space never synced into this store.
+    ///
+    /// # Errors
+    /// Backend errors; [`crate::Error::Incompatible`] as [`EpochStore::store_id`].
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>>;
 
     /// Space ids in byte order, strictly after `after`, at most `limit` of them (for paced
     /// backfill).

@@ -1,0 +1,187 @@
+//! One side of a sync as the driver sees it ([`SyncEndpoint`]), and that side for a store
+//! this process opened ([`LocalEndpoint`]). `cairn serve`'s HTTP client is the other
+//! implementation (`cairn-server`'s `sync` module).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Error, Result};
+use crate::ids::EpochId;
+use crate::store::EpochDiagnostics;
+use crate::sync::types::{StoreId, SyncCursor, SyncPeer};
+use crate::types::{Epoch, EpochSummary, ForeignEpoch, Head, ImportOutcome, Seq, SpaceId};
+
+/// What the sync driver asks of each side: a source answers the reads, a destination the
+/// `missing` check and the batch import. Every method maps to one store call (one HTTP request
+/// for `cairn serve`), so a sync's traffic is what the driver asks for.
+#[async_trait]
+pub trait SyncEndpoint: Send + Sync + Debug {
+    /// The side as a report names it (a URL without its secrets).
+    fn label(&self) -> String;
+
+    /// The store's identity ([`crate::EpochStore::store_id`]).
+    async fn store_id(&self) -> Result<StoreId>;
+
+    /// Non-reserved space ids in byte order after `after`, at most `limit`.
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>>;
+
+    /// The space's heads; empty when the space has no epoch.
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>>;
+
+    /// The space's epochs with `seq < before` (all when `None`), newest first, at most `limit`
+    /// (1..=[`crate::MAX_RECENT_EPOCHS`]), without events; empty when the space has none.
+    async fn summaries(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>>;
+
+    /// The epochs `ids` with their events, in the order given.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] when one of them is not in the space.
+    async fn epochs(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<Epoch>>;
+
+    /// Which of `ids` the space lacks ([`crate::EpochStore::missing`]).
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>>;
+
+    /// The cursors the side keeps for `space` ([`crate::EpochStore::sync_peers`]).
+    async fn peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>>;
+
+    /// [`crate::EpochStore::import_batch`].
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>>;
+
+    /// Waits until `space` may hold an epoch with a seq above `seen` (its newest seq when the
+    /// caller last looked; `None` for a space it has not seen), or until `timeout` passed.
+    /// Returns early on a change; a spurious return is allowed. The default polls the heads
+    /// every 250 ms; `cairn serve` answers from its own wake-up.
+    async fn wait_change(
+        &self,
+        space: &SpaceId,
+        seen: Option<Seq>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let newest = self.heads(space).await?.iter().map(|h| h.seq).max();
+            if newest > seen {
+                return Ok(());
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            tokio::time::sleep((deadline - now).min(Duration::from_millis(250))).await;
+        }
+    }
+}
+
+/// A store this process opened, as a side of a sync.
+#[derive(Clone, Debug)]
+pub struct LocalEndpoint {
+    store: Arc<dyn EpochDiagnostics>,
+    label: String,
+}
+
+impl LocalEndpoint {
+    /// `store` under the name `label` (a URL without its secrets, say).
+    pub fn new(store: Arc<dyn EpochDiagnostics>, label: impl Into<String>) -> Self {
+        Self {
+            store,
+            label: label.into(),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn EpochDiagnostics> {
+        &self.store
+    }
+}
+
+/// `Ok(empty)` for a space the store does not have.
+fn or_empty<T>(r: Result<Vec<T>>) -> Result<Vec<T>> {
+    match r {
+        Err(Error::NotFound { .. }) => Ok(Vec::new()),
+        other => other,
+    }
+}
+
+#[async_trait]
+impl SyncEndpoint for LocalEndpoint {
+    fn label(&self) -> String {
+        self.label.clone()
+    }
+
+    async fn store_id(&self) -> Result<StoreId> {
+        self.store.store_id().await
+    }
+
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        let mut after = after.cloned();
+        loop {
+            let page = self.store.list_spaces(after.as_ref(), limit).await?;
+            let full = page.len() == limit;
+            after = page.last().cloned();
+            let kept: Vec<SpaceId> = page.into_iter().filter(|s| !s.is_reserved()).collect();
+            if !kept.is_empty() || !full {
+                return Ok(kept);
+            }
+        }
+    }
+
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        or_empty(self.store.heads(space).await)
+    }
+
+    async fn summaries(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        or_empty(self.store.recent_epochs(space, before, limit).await)
+    }
+
+    async fn epochs(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<Epoch>> {
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            match self.store.epoch(space, id).await? {
+                Some(e) => out.push(e),
+                None => {
+                    return Err(Error::NotFound {
+                        what: format!("epoch {id}"),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        self.store.missing(space, ids).await
+    }
+
+    async fn peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        self.store.sync_peers(space).await
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        self.store.import_batch(space, epochs, cursor, at_us).await
+    }
+}
