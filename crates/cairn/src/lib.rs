@@ -102,6 +102,7 @@ pub mod legacy;
 pub mod migrate;
 pub mod spool;
 mod store;
+pub mod sync;
 mod tx;
 mod url;
 
