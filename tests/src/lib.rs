@@ -147,6 +147,7 @@ use cairn_migrate::{MigrationBackend, Runner};
 
 pub mod cases;
 pub mod processes;
+pub mod sync;
 
 /// A lock on one space, held open by the test (in an open transaction) until dropped or
 /// released.
@@ -702,6 +703,38 @@ macro_rules! __cases {
             async fn $case() {
                 let harness = $harness.await;
                 $crate::cases::$case(&harness).await;
+            }
+        )*
+    };
+}
+
+/// The sync cases (`r1_…`–`r6_…` and the property test) for one pair of side kinds: `$pair`
+/// evaluates to a [`sync::SyncPair`]. Put each pair in its own module.
+#[macro_export]
+macro_rules! sync_suite {
+    ($pair:expr) => {
+        $crate::__sync_cases!($pair;
+            r1_sync_leaves_both_sides_the_union,
+            r2_a_second_sync_transfers_nothing,
+            r3_an_interrupted_sync_leaves_both_consistent_and_resumes,
+            r4_a_forged_epoch_is_refused_with_nothing_after_it,
+            r5_forks_made_apart_converge_and_the_next_append_merges,
+            r6_a_replaced_sender_fails_the_cursor_check_and_is_negotiated,
+            r6_negotiation_reads_in_proportion_to_the_difference,
+            r_random_dags_and_partitions_converge_to_the_union,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sync_cases {
+    ($pair:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let pair = $pair;
+                $crate::cases::$case(&pair).await;
             }
         )*
     };

@@ -13,6 +13,7 @@ mod online;
 mod recent_epochs;
 mod spool;
 mod support;
+mod sync;
 mod tx;
 
 pub use additivity::*;
@@ -26,4 +27,5 @@ pub use multi_node::*;
 pub use online::*;
 pub use recent_epochs::*;
 pub use spool::*;
+pub use sync::*;
 pub use tx::*;
