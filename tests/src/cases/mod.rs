@@ -14,6 +14,7 @@ mod recent_epochs;
 mod spool;
 mod support;
 mod sync;
+mod sync_batch;
 mod tx;
 
 pub use additivity::*;
@@ -28,4 +29,5 @@ pub use online::*;
 pub use recent_epochs::*;
 pub use spool::*;
 pub use sync::*;
+pub use sync_batch::*;
 pub use tx::*;
