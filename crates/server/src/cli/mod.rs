@@ -15,6 +15,7 @@ mod migrate_check;
 mod migrate_online;
 mod migrate_report;
 mod remote;
+mod sync;
 
 pub(crate) use self::args::{Cli, Command, SetArgs};
 pub(crate) use self::commands::run;
