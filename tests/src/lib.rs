@@ -147,6 +147,7 @@ use cairn_migrate::{MigrationBackend, Runner};
 
 pub mod cases;
 pub mod processes;
+pub mod sync;
 
 /// A lock on one space, held open by the test (in an open transaction) until dropped or
 /// released.
@@ -486,6 +487,15 @@ macro_rules! suite {
             e10_feed_pages_within_bytes,
             e11_append_statement_budget_is_fixed,
             e13_recent_epochs_newest_first_with_parents_and_counts,
+            e14_batch_imports_a_chain_in_order_with_an_exact_cache,
+            e14_refused_batch_writes_nothing,
+            e14_oversized_batch_is_refused_before_writing,
+            e14_present_epochs_are_answered_and_not_counted,
+            e14_empty_batch_moves_the_cursor_only,
+            e14_sync_peers_lists_cursors_per_peer_with_summed_counters,
+            e14_missing_answers_the_absent_ids_in_order,
+            e14_store_id_is_stable,
+            e14_batch_fork_leaves_two_heads_and_the_next_append_merges,
             bad_input_is_refused_without_writes,
             reopen_keeps_history_and_cache,
             list_spaces_pages_in_id_order,
@@ -496,6 +506,8 @@ macro_rules! suite {
         $crate::suite!($harness);
         $crate::__cases!($harness;
             e5_cached_head_deleted_by_hand_and_its_seq_reused_is_not_trusted,
+            e14_two_stores_have_different_ids,
+            e14_a_store_before_the_sync_revision_refuses_sync_state_by_name,
             m2_real_stores_match_the_model,
             m3_one_line_of_history_never_refuses,
             m4_older_build_uses_newer_store_without_the_lock,
@@ -702,6 +714,38 @@ macro_rules! __cases {
             async fn $case() {
                 let harness = $harness.await;
                 $crate::cases::$case(&harness).await;
+            }
+        )*
+    };
+}
+
+/// The sync cases (`r1_…`–`r6_…` and the property test) for one pair of side kinds: `$pair`
+/// evaluates to a [`sync::SyncPair`]. Put each pair in its own module.
+#[macro_export]
+macro_rules! sync_suite {
+    ($pair:expr) => {
+        $crate::__sync_cases!($pair;
+            r1_sync_leaves_both_sides_the_union,
+            r2_a_second_sync_transfers_nothing,
+            r3_an_interrupted_sync_leaves_both_consistent_and_resumes,
+            r4_a_forged_epoch_is_refused_with_nothing_after_it,
+            r5_forks_made_apart_converge_and_the_next_append_merges,
+            r6_a_replaced_sender_fails_the_cursor_check_and_is_negotiated,
+            r6_negotiation_reads_in_proportion_to_the_difference,
+            r_random_dags_and_partitions_converge_to_the_union,
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __sync_cases {
+    ($pair:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let pair = $pair;
+                $crate::cases::$case(&pair).await;
             }
         )*
     };

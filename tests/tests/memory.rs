@@ -3,3 +3,7 @@
 
 cairn_conformance::suite!(async { cairn_conformance::MemoryHarness::new() });
 cairn_conformance::spool_suite!(async { cairn_conformance::MemoryHarness::new() });
+
+mod sync_memory_memory {
+    cairn_conformance::sync_suite!(cairn_conformance::sync::memory_pair());
+}

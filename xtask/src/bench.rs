@@ -12,6 +12,7 @@ mod readers;
 mod server;
 mod setup;
 mod spool;
+mod sync;
 
 use clap::Subcommand;
 
@@ -29,6 +30,9 @@ pub(crate) enum Bench {
     Spool(spool::SpoolArgs),
     /// Epoch-log append throughput: 1 writer vs the raw commit rate, 8 appenders vs 1.
     Appends(appends::AppendsArgs),
+    /// `cairn sync`: bytes moved for two copies a few epochs apart (negotiated and by cursor),
+    /// and a first sync's epochs per second, for every pair of engines.
+    Sync(sync::SyncArgs),
     /// Row 5's consumer process (started by `bench spool`).
     #[command(hide = true)]
     WakeConsumer(spool::WakeConsumerArgs),
@@ -49,6 +53,7 @@ pub(crate) fn run(bench: Bench) -> Result<(), String> {
         Bench::Server(args) => runtime.block_on(server::run(args)),
         Bench::Spool(args) => runtime.block_on(spool::run(args)),
         Bench::Appends(args) => runtime.block_on(appends::run(args)),
+        Bench::Sync(args) => runtime.block_on(sync::run(args)),
         Bench::WakeConsumer(args) => runtime.block_on(spool::wake_consumer(args)),
         Bench::LatencyConsumer(args) => runtime.block_on(spool::latency_consumer(args)),
     }

@@ -189,6 +189,40 @@ pub(crate) const EPOCH_SEQ: &str = "SELECT seq FROM epoch WHERE space = $1 AND i
 pub(crate) const KNOWN_EPOCHS: &str =
     "SELECT id FROM epoch WHERE space = $1 AND id = ANY($2::bytea[])";
 
+// Sync state (revision `0010_epoch_sync`; a store whose upgrade stopped before it has no such
+// tables, and the store uses them only once it saw the revision: `store::sync`).
+
+/// Whether the store holds revision `0010_epoch_sync`.
+pub(crate) const SYNC_APPLIED: &str = "\
+SELECT EXISTS (SELECT 1 FROM cairn_migration_lineage \
+    WHERE set_name = 'cairn' AND revision = '0010_epoch_sync')";
+
+/// The store's sync id, or no row before the first `store_id` call.
+pub(crate) const STORE_ID: &str = "SELECT store_id FROM epoch_sync_self WHERE one = 1";
+
+/// Stores the fresh sync id `$1` unless one is there already (a concurrent first call's,
+/// waited for when it is not committed yet). Its own statement, so the read after it sees
+/// whichever id won.
+pub(crate) const INSERT_STORE_ID: &str = "\
+INSERT INTO epoch_sync_self (one, store_id) VALUES (1, $1) ON CONFLICT (one) DO NOTHING";
+
+/// Replaces the cursor kept for peer `$2` in space `$1`, its counters grown by `$5` epochs and
+/// `$6` bytes.
+pub(crate) const UPSERT_PEER: &str = "\
+INSERT INTO epoch_sync_peer (space, peer, seq, id, epochs, bytes, updated_at_us) \
+VALUES ($1, $2, $3, $4, $5, $6, $7) \
+ON CONFLICT (space, peer) DO UPDATE SET \
+    seq = EXCLUDED.seq, \
+    id = EXCLUDED.id, \
+    epochs = epoch_sync_peer.epochs + EXCLUDED.epochs, \
+    bytes = epoch_sync_peer.bytes + EXCLUDED.bytes, \
+    updated_at_us = EXCLUDED.updated_at_us";
+
+/// The cursors kept for space `$1`, by peer id (byte order, whatever the database's collation).
+pub(crate) const SYNC_PEERS: &str = "\
+SELECT peer, seq, id, epochs, bytes, updated_at_us FROM epoch_sync_peer \
+WHERE space = $1 ORDER BY peer COLLATE \"C\"";
+
 /// One epoch with its sorted parents and its events in order.
 pub(crate) const EPOCH: &str = "\
 SELECT e.seq, \

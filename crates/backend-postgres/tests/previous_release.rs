@@ -41,6 +41,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{scratch_name, Error};
 use cairn_migrate::fleet::{default_build_id, FleetEntry, PRUNE_AFTER};
+use cairn_migrate::SYNC_REVISION;
 use cairn_migrate::{Backend, MigrationBackend, OpenOptions, Opened, CAIRN_SET};
 use cairn_postgres::testkit::test_server_url;
 use cairn_postgres::{PgBackend, PgMigrator, PgOptions, PgStore};
@@ -815,8 +816,8 @@ async fn previous_release_postgres() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            // The contract, then every revision after it (0009_spool_flow).
-            applied: vec![CONTRACT.into(), FLOW_REVISION.into()],
+            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync).
+            applied: vec![CONTRACT.into(), FLOW_REVISION.into(), SYNC_REVISION.into(),],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -826,7 +827,7 @@ async fn previous_release_postgres() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(pg()).await.as_deref(), Some(FLOW_REVISION));
+    assert_eq!(stamp(pg()).await.as_deref(), Some(SYNC_REVISION));
     let kept = run_indexes(&mut conn, &schema).await;
     for gone in OLD_INDEXES {
         assert!(!kept.contains(gone), "{gone} is dropped: {kept:?}");

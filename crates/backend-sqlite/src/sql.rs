@@ -120,6 +120,53 @@ WITH RECURSIVE s(space, n) AS (
 )
 SELECT space FROM s WHERE space IS NOT NULL";
 
+/// Which of a list of ids the space holds, in one statement: `?2` is the ids' 32-byte forms
+/// concatenated, `?3` how many there are; each is cut out (`substr` on a blob counts bytes)
+/// and looked up by the `(space, id)` primary key.
+pub(crate) const KNOWN_EPOCHS: &str = "\
+WITH RECURSIVE ask(i) AS (
+    SELECT 0 WHERE ?3 > 0
+    UNION ALL
+    SELECT i + 1 FROM ask WHERE i + 1 < ?3
+)
+SELECT e.id
+FROM ask
+JOIN epoch AS e ON e.space = ?1 AND e.id = substr(?2, ask.i * 32 + 1, 32)";
+
+// Sync state (revision `0010_epoch_sync`; a store whose upgrade stopped before it has no such
+// tables, and the store uses them only once it saw the revision).
+
+/// Whether the store holds revision `0010_epoch_sync`.
+pub(crate) const SYNC_APPLIED: &str = "\
+SELECT count(*) FROM cairn_migration_lineage
+WHERE set_name = 'cairn' AND revision = '0010_epoch_sync'";
+
+/// The store's sync id, or no row before the first `store_id` call.
+pub(crate) const STORE_ID: &str = "SELECT store_id FROM epoch_sync_self WHERE one = 1";
+
+/// Stores a fresh sync id unless one is there already (a concurrent first call's).
+pub(crate) const INSERT_STORE_ID: &str = "\
+INSERT INTO epoch_sync_self (one, store_id) VALUES (1, ?1) ON CONFLICT (one) DO NOTHING";
+
+/// Replaces the cursor kept for a peer in a space, its counters grown by `?5` epochs and `?6`
+/// bytes.
+pub(crate) const UPSERT_PEER: &str = "\
+INSERT INTO epoch_sync_peer (space, peer, seq, id, epochs, bytes, updated_at_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (space, peer) DO UPDATE SET
+    seq = excluded.seq,
+    id = excluded.id,
+    epochs = epoch_sync_peer.epochs + excluded.epochs,
+    bytes = epoch_sync_peer.bytes + excluded.bytes,
+    updated_at_us = excluded.updated_at_us";
+
+/// The cursors kept for a space, by peer id.
+pub(crate) const SYNC_PEERS: &str = "\
+SELECT peer, seq, id, epochs, bytes, updated_at_us
+FROM epoch_sync_peer
+WHERE space = ?1
+ORDER BY peer";
+
 /// The database's own tables (SQLite's internal ones left out).
 pub(crate) const USER_TABLES: &str =
     "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'";
@@ -155,6 +202,45 @@ mod tests {
         ] {
             conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
         }
+    }
+
+    fn sync_schema() -> rusqlite::Connection {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+        let set = cairn_migrate::cairn_set();
+        let sync = set
+            .revisions()
+            .iter()
+            .find(|r| r.id == cairn_migrate::SYNC_REVISION)
+            .unwrap();
+        for stmt in sync.up(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(stmt).unwrap();
+        }
+        conn
+    }
+
+    #[test]
+    fn sync_statements_compile_against_revision_0010() {
+        let conn = sync_schema();
+        for sql in [
+            STORE_ID,
+            INSERT_STORE_ID,
+            UPSERT_PEER,
+            SYNC_PEERS,
+            KNOWN_EPOCHS,
+        ] {
+            conn.prepare(sql).unwrap_or_else(|e| panic!("{sql}: {e}"));
+        }
+    }
+
+    #[test]
+    fn known_epochs_seeks_the_primary_key_per_id() {
+        let conn = sync_schema();
+        let known = plan(&conn, KNOWN_EPOCHS);
+        assert!(!known.contains("SCAN e"), "{known}");
+        assert!(known.contains("SEARCH e USING"), "{known}");
     }
 
     fn plan(conn: &rusqlite::Connection, sql: &str) -> String {

@@ -35,6 +35,7 @@ use cairn_core::spool::{
 };
 use cairn_core::{scratch_name, Error};
 use cairn_migrate::fleet::{default_build_id, FleetEntry, PRUNE_AFTER};
+use cairn_migrate::SYNC_REVISION;
 use cairn_migrate::{Backend, MigrationBackend, OpenOptions, Opened, CAIRN_SET};
 use cairn_sqlite::{SqliteBackend, SqliteMigrator, SqliteOptions, SqliteStore};
 
@@ -585,8 +586,8 @@ async fn previous_release_sqlite() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            // The contract, then every revision after it (0009_spool_flow).
-            applied: vec![CONTRACT.into(), FLOW_REVISION.into()],
+            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync).
+            applied: vec![CONTRACT.into(), FLOW_REVISION.into(), SYNC_REVISION.into(),],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -596,7 +597,7 @@ async fn previous_release_sqlite() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(&path).await.as_deref(), Some(FLOW_REVISION));
+    assert_eq!(stamp(&path).await.as_deref(), Some(SYNC_REVISION));
 
     // 5. The previous release is refused now.
     let refused = SqliteStore::open_migrated(&path, SqliteOptions::default(), &old::runner())

@@ -48,7 +48,8 @@ async fn spool_revisions_pass_the_additivity_check_on_sqlite() {
             "0006_spool_run_close",
             "0007_spool_ready",
             "0008_spool_ready_contract",
-            "0009_spool_flow"
+            "0009_spool_flow",
+            "0010_epoch_sync",
         ]
     );
     let reports = check_set(&SqliteAdditivity::new(), &set)
@@ -97,6 +98,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0007_spool_ready".into(),
                 "0008_spool_ready_contract".into(),
                 "0009_spool_flow".into(),
+                "0010_epoch_sync".into(),
             ],
         }
     );

@@ -46,6 +46,30 @@ pub(crate) const SPOOL_READY_CONTRACT: &str = "0008_spool_ready_contract";
 /// Revision 0009's fixed text per dialect, shipped with the build.
 const SPOOL_FLOW_SQLITE: &str = include_str!("../sql/0009_spool_flow.sqlite.sql");
 const SPOOL_FLOW_POSTGRES: &str = include_str!("../sql/0009_spool_flow.postgres.sql");
+/// Revision 0010's fixed text per dialect, shipped with the build.
+const EPOCH_SYNC_SQLITE: &str = include_str!("../sql/0010_epoch_sync.sqlite.sql");
+const EPOCH_SYNC_POSTGRES: &str = include_str!("../sql/0010_epoch_sync.postgres.sql");
+
+/// The revision of cairn's set that stores sync state (`epoch_sync_self`, `epoch_sync_peer`).
+/// A build at or past it may run on a store whose upgrade stopped before it (a contract
+/// revision before it deferred while older builds are live): what needs its tables
+/// ([`cairn_core::EpochStore::store_id`], `import_batch`, `sync_peers`) then refuses with
+/// [`sync_revision_missing`].
+pub const SYNC_REVISION: &str = "0010_epoch_sync";
+
+/// The refusal of an operation that needs [`SYNC_REVISION`] on a store that has not applied
+/// it: [`cairn_core::Error::Incompatible`], naming the revision; nothing was written.
+pub fn sync_revision_missing(what: &str) -> cairn_core::Error {
+    cairn_core::Error::Incompatible {
+        detail: format!(
+            "{what} needs cairn's revision {SYNC_REVISION}, which this store has not applied \
+             yet (an upgrade stopped before it, e.g. a contract revision deferred while older \
+             builds are live); nothing was written. Open the store again once those builds \
+             are gone, or run `cairn migrate up`"
+        ),
+        blockers: Vec::new(),
+    }
+}
 
 fn fixed_statements(text: &str, dialect: Dialect) -> Vec<String> {
     split_statements(text, dialect).expect("cairn's own revision files split into statements")
@@ -124,6 +148,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(SPOOL_FLOW_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(SPOOL_FLOW_POSTGRES, Dialect::Postgres),
             description: "spool flow and schedules: spool_queue (pause, limits), spool_claim_tick (rate windows), spool_run.partition_key, spool_schedule (cron schedules)"
+                .into(),
+        },
+        Revision {
+            id: SYNC_REVISION.into(),
+            parent: Some("0009_spool_flow".into()),
+            up_sqlite: fixed_statements(EPOCH_SYNC_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(EPOCH_SYNC_POSTGRES, Dialect::Postgres),
+            description: "epoch sync: epoch_sync_self (the store's sync id), epoch_sync_peer (the cursor kept per sending store and space)"
                 .into(),
         },
     ]
@@ -267,6 +299,18 @@ mod tests {
                     "097db0abc292e8298902f0784aed17eb78566cb46c667508458b02a4711926ac".to_owned(),
                 ),
             ],
+            [
+                (
+                    SYNC_REVISION.to_owned(),
+                    Dialect::Sqlite,
+                    "3d2db2daeac61368310eb6a7ff64a23cf0db36f445774b2fca400f1f834bbbfe".to_owned(),
+                ),
+                (
+                    SYNC_REVISION.to_owned(),
+                    Dialect::Postgres,
+                    "f916766873b132e1333929aadc3606a913c54636f031b9b3a8301f14e78d0769".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -281,6 +325,7 @@ mod tests {
         assert_eq!(set.checksum_form(6), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(7), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(8), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(9), crate::ChecksumForm::PerDialect);
         assert!(set.is_contract(SPOOL_READY_CONTRACT));
         assert_eq!(
             set.revisions()
@@ -378,6 +423,8 @@ mod tests {
                 "TABLE spool_queue",
                 "TABLE spool_claim_tick",
                 "TABLE spool_schedule",
+                "TABLE epoch_sync_self",
+                "TABLE epoch_sync_peer",
             ]
         );
         for rev in &set.revisions()[6..8] {

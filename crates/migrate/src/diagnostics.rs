@@ -245,6 +245,7 @@ mod tests {
                 all.push("spool_ready");
             }
             all.extend(["spool_queue", "spool_claim_tick", "spool_schedule"]);
+            all.extend(["epoch_sync_self", "epoch_sync_peer"]);
             assert_eq!(cairn_tables(dialect, None), all, "{dialect:?}");
             assert_eq!(
                 cairn_tables(dialect, Some("0003_spool_import")),
@@ -294,7 +295,7 @@ mod tests {
         assert_eq!(
             tables_integrity(d, None, &all),
             Integrity::Damaged {
-                detail: "missing tables: cairn_fleet, cairn_contract, spool_ready, spool_queue, spool_claim_tick, spool_schedule".into()
+                detail: "missing tables: cairn_fleet, cairn_contract, spool_ready, spool_queue, spool_claim_tick, spool_schedule, epoch_sync_self, epoch_sync_peer".into()
             },
             "without a stamp, every table of this build is expected"
         );

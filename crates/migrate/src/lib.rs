@@ -95,7 +95,7 @@ mod transaction;
 pub use backend::{Backend, BackendParts, Engine, EngineOptions};
 pub use bookkeeping::BOOKKEEPING_TABLES;
 pub use cairn_macros::embed_migrations;
-pub use cairn_set::{cairn_revisions, cairn_set, CAIRN_SET};
+pub use cairn_set::{cairn_revisions, cairn_set, sync_revision_missing, CAIRN_SET, SYNC_REVISION};
 pub use checksum::{Checksum, ChecksumForm, LineageEntry};
 pub use classify::{classify, Classification, StoredState};
 pub use diagnostics::{Diagnostics, Integrity, InvalidIndex};

@@ -98,6 +98,7 @@ use cairn::spool::{
     RunInfo, Spool, SpoolStats, Timestamp, Unparked, Wakeup,
 };
 use cairn::spool::{Schedule, ScheduleFired, ScheduleInfo, ScheduleName};
+use cairn::sync::{StoreId, SyncCursor, SyncPeer};
 use cairn::{
     Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary, Event, FeedCursor,
     FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result, Seq, SpaceId,
@@ -202,6 +203,32 @@ impl EpochStore for DelegatingEpochs {
     async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
         self.calls.note("EpochStore::epoch");
         self.inner.epoch(space, id).await
+    }
+
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        self.calls.note("EpochStore::missing");
+        self.inner.missing(space, ids).await
+    }
+
+    async fn store_id(&self) -> Result<StoreId> {
+        self.calls.note("EpochStore::store_id");
+        self.inner.store_id().await
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        self.calls.note("EpochStore::import_batch");
+        self.inner.import_batch(space, epochs, cursor, at_us).await
+    }
+
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        self.calls.note("EpochStore::sync_peers");
+        self.inner.sync_peers(space).await
     }
 
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {

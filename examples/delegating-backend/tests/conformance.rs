@@ -283,6 +283,10 @@ const CALLED_BY_THE_SUITE: &[&str] = &[
     "EpochStore::events_since",
     "EpochStore::epoch",
     "EpochStore::list_spaces",
+    "EpochStore::missing",
+    "EpochStore::store_id",
+    "EpochStore::import_batch",
+    "EpochStore::sync_peers",
     "EpochDiagnostics::cached_heads",
     "EpochDiagnostics::computed_heads",
     "EpochDiagnostics::next_seq",
@@ -334,6 +338,9 @@ async fn the_suite_goes_through_the_wrapper() {
     cases::e11_append_statement_budget_is_fixed(&h).await;
     cases::list_spaces_pages_in_id_order(&h).await;
     cases::e13_recent_epochs_newest_first_with_parents_and_counts(&h).await;
+    cases::e14_present_epochs_are_answered_and_not_counted(&h).await;
+    cases::e14_missing_answers_the_absent_ids_in_order(&h).await;
+    cases::e14_store_id_is_stable(&h).await;
     let s = DelegatingSpoolHarness::new(
         cairn::testkit::sqlite::spool_testkit::spool_harness(),
         calls.clone(),

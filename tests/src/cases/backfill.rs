@@ -98,6 +98,21 @@ impl EpochStore for FailingRepair {
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
         self.inner.list_spaces(after, limit).await
     }
+    async fn store_id(&self) -> Result<cairn_core::sync::StoreId> {
+        self.inner.store_id().await
+    }
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&cairn_core::sync::SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        self.inner.import_batch(space, epochs, cursor, at_us).await
+    }
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<cairn_core::sync::SyncPeer>> {
+        self.inner.sync_peers(space).await
+    }
 }
 
 #[async_trait]

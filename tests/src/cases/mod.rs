@@ -13,6 +13,8 @@ mod online;
 mod recent_epochs;
 mod spool;
 mod support;
+mod sync;
+mod sync_batch;
 mod tx;
 
 pub use additivity::*;
@@ -26,4 +28,6 @@ pub use multi_node::*;
 pub use online::*;
 pub use recent_epochs::*;
 pub use spool::*;
+pub use sync::*;
+pub use sync_batch::*;
 pub use tx::*;

@@ -355,7 +355,7 @@ pub(crate) async fn trip_cost(
 }
 
 /// A fresh epoch store and what it takes to remove it.
-enum Fresh {
+pub(super) enum Fresh {
     Sqlite {
         store: SqliteStore,
         /// Keeps the store's directory until the end of the measurement.
@@ -365,7 +365,7 @@ enum Fresh {
 }
 
 impl Fresh {
-    async fn open(backend: Backend, pg_url: Option<&str>) -> Result<Self, String> {
+    pub(super) async fn open(backend: Backend, pg_url: Option<&str>) -> Result<Self, String> {
         match backend {
             Backend::Sqlite => {
                 let dir = tempfile::Builder::new()
@@ -393,14 +393,22 @@ impl Fresh {
         }
     }
 
-    fn store(&self) -> Arc<dyn EpochStore> {
+    pub(super) fn store(&self) -> Arc<dyn EpochStore> {
         match self {
             Self::Sqlite { store, .. } => Arc::new(store.clone()),
             Self::Postgres(s, _, _) => Arc::new(s.clone()),
         }
     }
 
-    async fn close(self) -> Result<(), String> {
+    /// The store with its diagnostics (what a sync side reads).
+    pub(super) fn diagnostics(&self) -> Arc<dyn cairn::EpochDiagnostics> {
+        match self {
+            Self::Sqlite { store, .. } => Arc::new(store.clone()),
+            Self::Postgres(s, _, _) => Arc::new(s.clone()),
+        }
+    }
+
+    pub(super) async fn close(self) -> Result<(), String> {
         if let Self::Postgres(store, admin, schema) = self {
             store.close().await;
             sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))

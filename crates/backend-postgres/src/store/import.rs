@@ -58,8 +58,15 @@ pub(crate) async fn import_tx(
     schema: &SchemaName,
     epoch: ForeignEpoch,
 ) -> Result<ImportOutcome> {
+    lock_spaces(db, schema, &[&epoch.space]).await?;
+    import_locked(db, epoch).await
+}
+
+/// Imports the verified `epoch` in the open transaction `db`, which holds its space's lock:
+/// nothing is written when it is present already; an unknown parent refuses it (the caller
+/// rolls back).
+pub(crate) async fn import_locked(db: &mut Db<'_>, epoch: ForeignEpoch) -> Result<ImportOutcome> {
     let space = &epoch.space;
-    lock_spaces(db, schema, &[space]).await?;
     if let Some(seq) = epoch_seq(db, space, &epoch.id).await? {
         return Ok(ImportOutcome::AlreadyPresent(seq));
     }

@@ -6,7 +6,9 @@
 //! through the migration runner and the pool), `append` ([`append_tx`], with [`probe`],
 //! [`working_heads`] and [`insert_epoch`]), `read` ([`heads_tx`], [`events_since_tx`],
 //! [`epoch_tx`], [`list_spaces_q`], [`recent_epochs_q`], [`anti_join`]), `import`
-//! ([`import_tx`]), `repair` ([`repair_tx`], [`cache_exact`] and the diagnostics' reads); and,
+//! ([`import_tx`]), `repair` ([`repair_tx`], [`cache_exact`] and the diagnostics' reads),
+//! `sync` (revision `0010_epoch_sync`'s store id and cursors, the batch import
+//! [`sync::import_batch_tx`] and the `need` query [`sync::missing_q`]); and,
 //! Postgres only, `lock` (the space locks) and `row` (row conversions). Where SQLite runs
 //! `insert_epoch` and `cache_sole_head` as separate statements, Postgres folds the cache write
 //! into the one statement that inserts the epoch ([`CacheWrite`]), which is what keeps a
@@ -19,12 +21,14 @@ mod open;
 pub(crate) mod read;
 pub(crate) mod repair;
 pub(crate) mod row;
+mod sync;
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use cairn_core::sync::{check_import_batch, check_missing_ids, StoreId, SyncCursor, SyncPeer};
 use cairn_core::{
     next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary,
     Error, Event, EventId, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome,
@@ -33,7 +37,7 @@ use cairn_core::{
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, PgPool, Postgres, Transaction};
 
-use cairn_migrate::Opened;
+use cairn_migrate::{sync_revision_missing, Opened};
 
 use append::append_tx;
 use import::import_tx;
@@ -41,6 +45,9 @@ use lock::{lock_spaces, space_lock_key};
 use read::{anti_join, epoch_tx, events_since_tx, heads_tx, list_spaces_q, recent_epochs_q};
 use repair::{cached_heads, max_seq, repair_tx};
 use row::EventColumns;
+use sync::{
+    import_batch_tx, make_store_id, missing_q, store_id_q, sync_applied_q, sync_peers_q, SyncSeen,
+};
 
 use crate::config::{PgOptions, SchemaName};
 use crate::db::Db;
@@ -77,6 +84,8 @@ struct Inner {
     statements: AtomicU64,
     /// Behind a transaction-mode pooler: the pool's checkouts, which closing waits for.
     checkouts: Option<Arc<crate::pooler::Checkouts>>,
+    /// Whether the store holds revision `0010_epoch_sync` (`sync`).
+    sync: SyncSeen,
 }
 
 impl fmt::Debug for PgStore {
@@ -222,6 +231,24 @@ impl PgStore {
     async fn reader(&self) -> Result<PoolConnection<Postgres>> {
         self.inner.pool.acquire().await.map_err(map)
     }
+
+    /// Refuses `what` on a store without revision `0010_epoch_sync` (asked at most every 2 s
+    /// until it is there; `sync`).
+    async fn require_sync(&self, what: &str) -> Result<()> {
+        let applied = self
+            .inner
+            .sync
+            .applied(|| async {
+                let mut conn = self.reader().await?;
+                sync_applied_q(&mut Db::new(&mut conn, self.statements())).await
+            })
+            .await?;
+        if applied {
+            Ok(())
+        } else {
+            Err(sync_revision_missing(what))
+        }
+    }
 }
 
 #[async_trait]
@@ -311,6 +338,52 @@ impl EpochStore for PgStore {
     async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
         let mut conn = self.reader().await?;
         epoch_tx(&mut Db::new(&mut conn, self.statements()), space, id).await
+    }
+
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        check_missing_ids(ids)?;
+        let mut conn = self.reader().await?;
+        missing_q(&mut Db::new(&mut conn, self.statements()), space, ids).await
+    }
+
+    async fn store_id(&self) -> Result<StoreId> {
+        self.require_sync("the store's sync id").await?;
+        let mut conn = self.reader().await?;
+        let mut db = Db::new(&mut conn, self.statements());
+        // Read first: only the first call ever writes.
+        match store_id_q(&mut db).await? {
+            Some(id) => Ok(id),
+            None => make_store_id(&mut db).await,
+        }
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        check_import_batch(space, &epochs, cursor)?;
+        self.require_sync("a sync's batch import").await?;
+        let mut tx = self.begin().await?;
+        // The space's lock is held from the first statement: an error rolls back at once.
+        let done = import_batch_tx(
+            &mut Db::new(&mut tx, self.statements()),
+            self.schema(),
+            space,
+            epochs,
+            cursor,
+            at_us,
+        )
+        .await;
+        self.end(tx, done).await
+    }
+
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        self.require_sync("the store's sync cursors").await?;
+        let mut conn = self.reader().await?;
+        sync_peers_q(&mut Db::new(&mut conn, self.statements()), space).await
     }
 
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {

@@ -142,6 +142,7 @@ impl PgStore {
                 cairn,
                 statements: AtomicU64::new(0),
                 checkouts,
+                sync: Default::default(),
             }),
         })
     }

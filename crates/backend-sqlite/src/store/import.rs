@@ -11,30 +11,42 @@ use crate::db::{Db, End};
 /// Imports `epoch` (its hash verified by the caller) in one write transaction; nothing is
 /// written when it is present already.
 pub(crate) fn import_tx(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
-    let space = &epoch.space;
-    let ids = event_ids(&epoch.events);
     db.write_tx(|db| {
-        if let Some(seq) = epoch_seq(db, space, &epoch.id)? {
-            return Ok((ImportOutcome::AlreadyPresent(seq), End::Rollback));
-        }
-        for p in &epoch.parents {
-            if epoch_seq(db, space, p)?.is_none() {
-                return Err(Error::UnknownParent { parent: *p });
-            }
-        }
-        let probe = probe(db, space)?;
-        let before = working_heads(db, space, &probe)?;
-        let seq = probe.next();
-        let id = insert_epoch(db, space, seq, &epoch.parents, &epoch.events, &ids)?;
-        if id != epoch.id {
-            // verify_epoch ran before the transaction; this would be a bug, not bad input.
-            return Err(Error::HashMismatch {
-                claimed: epoch.id,
-                actual: id,
-            });
-        }
-        let heads = heads_after_import(&before, &epoch.parents, Head { id, seq });
-        cache_exact(db, space, &probe.cached, &heads)?;
-        Ok((ImportOutcome::Imported(seq), End::Commit))
+        let outcome = import_in(db, epoch)?;
+        let end = match outcome {
+            ImportOutcome::Imported(_) => End::Commit,
+            ImportOutcome::AlreadyPresent(_) => End::Rollback,
+        };
+        Ok((outcome, end))
     })
+}
+
+/// Imports `epoch` (its hash verified by the caller) inside the open write transaction `db`:
+/// nothing is written when it is present already; an unknown parent refuses it (the caller
+/// rolls back).
+pub(crate) fn import_in(db: &Db<'_>, epoch: &ForeignEpoch) -> Result<ImportOutcome> {
+    let space = &epoch.space;
+    if let Some(seq) = epoch_seq(db, space, &epoch.id)? {
+        return Ok(ImportOutcome::AlreadyPresent(seq));
+    }
+    for p in &epoch.parents {
+        if epoch_seq(db, space, p)?.is_none() {
+            return Err(Error::UnknownParent { parent: *p });
+        }
+    }
+    let ids = event_ids(&epoch.events);
+    let probe = probe(db, space)?;
+    let before = working_heads(db, space, &probe)?;
+    let seq = probe.next();
+    let id = insert_epoch(db, space, seq, &epoch.parents, &epoch.events, &ids)?;
+    if id != epoch.id {
+        // verify_epoch ran before the transaction; this would be a bug, not bad input.
+        return Err(Error::HashMismatch {
+            claimed: epoch.id,
+            actual: id,
+        });
+    }
+    let heads = heads_after_import(&before, &epoch.parents, Head { id, seq });
+    cache_exact(db, space, &probe.cached, &heads)?;
+    Ok(ImportOutcome::Imported(seq))
 }

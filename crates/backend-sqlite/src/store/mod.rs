@@ -25,6 +25,9 @@
 //! - `import`: [`import_tx`];
 //! - `repair`: [`repair_tx`], with [`repair::cache_exact`], and the diagnostics'
 //!   [`cached_heads`];
+//! - `sync`: the sync state of revision `0010_epoch_sync` ([`sync::SyncSeen`], the store id,
+//!   the cursors) and the batch import ([`sync::import_batch_tx`]) and `need` query
+//!   ([`sync::missing_q`]);
 //! - `row`: row conversions.
 //!
 //! Where Postgres keeps `probe` and `working_heads` in `append`, SQLite reads the heads through
@@ -36,6 +39,7 @@ mod open;
 mod read;
 mod repair;
 mod row;
+mod sync;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -44,12 +48,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use cairn_core::sync::{check_import_batch, check_missing_ids, StoreId, SyncCursor, SyncPeer};
 use cairn_core::{
     next_seq, verify_epoch, Appended, Epoch, EpochDiagnostics, EpochId, EpochStore, EpochSummary,
     Error, Event, FeedCursor, FeedPage, ForeignEpoch, Head, ImportOutcome, RepairOutcome, Result,
     Seq, SpaceId,
 };
-use cairn_migrate::Opened;
+use cairn_migrate::{sync_revision_missing, Opened};
 use rusqlite::Connection;
 
 pub(crate) use append::append_tx;
@@ -70,6 +75,10 @@ use crate::db::blocking;
 use crate::files;
 use crate::group::{GroupStats, Pending};
 use crate::pool::ReadPool;
+use sync::{
+    import_batch_tx, make_store_id_tx, missing_q, store_id_q, sync_applied_q, sync_peers_q,
+    SyncSeen,
+};
 
 /// The epoch log on one SQLite file. Cheap to clone (shared handle).
 #[derive(Clone)]
@@ -95,6 +104,8 @@ struct Inner {
     /// Set once the write-ahead log was checkpointed away after the store file was found
     /// replaced (`open::check_files`).
     wal_scrubbed: AtomicBool,
+    /// Whether the store holds revision `0010_epoch_sync` (`sync`).
+    sync: SyncSeen,
 }
 
 /// How often an open store's identity watcher looks at the store file and its `-wal` file
@@ -147,6 +158,22 @@ impl SqliteStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &SqliteOptions {
         &self.inner.opts
+    }
+
+    /// Refuses `what` on a store without revision `0010_epoch_sync` (asked at most every 2 s
+    /// until it is there; `sync`).
+    async fn require_sync(&self, what: &str) -> Result<()> {
+        let store = self.clone();
+        let applied = self
+            .inner
+            .sync
+            .applied(|| async move { store.with_reader(sync_applied_q).await })
+            .await?;
+        if applied {
+            Ok(())
+        } else {
+            Err(sync_revision_missing(what))
+        }
     }
 }
 
@@ -202,6 +229,42 @@ impl EpochStore for SqliteStore {
     async fn epoch(&self, space: &SpaceId, id: &EpochId) -> Result<Option<Epoch>> {
         let (space, id) = (space.clone(), *id);
         self.with_reader(move |db| epoch_tx(db, &space, &id)).await
+    }
+
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        check_missing_ids(ids)?;
+        let (space, ids) = (space.clone(), ids.to_vec());
+        self.with_reader(move |db| missing_q(db, &space, &ids))
+            .await
+    }
+
+    async fn store_id(&self) -> Result<StoreId> {
+        self.require_sync("the store's sync id").await?;
+        // Read first: only the first call ever writes.
+        if let Some(id) = self.with_reader(store_id_q).await? {
+            return Ok(id);
+        }
+        self.with_writer(make_store_id_tx).await
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        check_import_batch(space, &epochs, cursor)?;
+        self.require_sync("a sync's batch import").await?;
+        let (space, cursor) = (space.clone(), cursor.cloned());
+        self.with_writer(move |db| import_batch_tx(db, &space, &epochs, cursor.as_ref(), at_us))
+            .await
+    }
+
+    async fn sync_peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        self.require_sync("the store's sync cursors").await?;
+        let space = space.clone();
+        self.with_reader(move |db| sync_peers_q(db, &space)).await
     }
 
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {

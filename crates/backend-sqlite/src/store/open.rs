@@ -134,6 +134,7 @@ fn connect(
             groups: GroupStats::default(),
             identity,
             wal_scrubbed: AtomicBool::new(false),
+            sync: Default::default(),
         }),
     })
 }

@@ -220,3 +220,54 @@ where
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Sync;
+    use crate::sync::LocalEndpoint;
+    use crate::{EpochStore, Event, MemoryStore, SpaceId};
+
+    /// A follow keeps the receiver converging: each append on the sender reaches it (waited
+    /// for with a deadline), and the follow ends when told to.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn follow_carries_each_append_until_stopped() {
+        let (a, b) = (MemoryStore::new(), MemoryStore::new());
+        let space = SpaceId::new("follow").unwrap();
+        a.append(&space, vec![Event::new("t", "0")]).await.unwrap();
+        let sync = Sync::new(
+            Arc::new(LocalEndpoint::new(Arc::new(a.clone()), "a")),
+            Arc::new(LocalEndpoint::new(Arc::new(b.clone()), "b")),
+        )
+        .space(space.clone());
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            sync.follow(
+                Duration::from_secs(5),
+                async {
+                    let _ = stop_rx.await;
+                },
+                |_| {},
+            )
+            .await
+        });
+        for i in 1..=3 {
+            let e = a
+                .append(&space, vec![Event::new("t", format!("{i}"))])
+                .await
+                .unwrap();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+            while b.heads(&space).await.ok().map(|h| h[0].id) != Some(e.id) {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "append {i} never arrived"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        stop_tx.send(()).unwrap();
+        task.await.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,340 @@
+//! `cargo xtask bench sync`: what `cairn sync` costs. Two rows per pair of engines:
+//!
+//! - **difference**: two copies of a space holding the same `--history` epochs, the sender
+//!   `--diff` epochs ahead — once negotiated (a sender the receiver holds no cursor for:
+//!   heads, then the history newest first with one `need` call per page) and once by the
+//!   receiver's cursor — with the bytes moved between the sides;
+//! - **first sync**: `--initial` epochs into an empty store, epochs per second.
+//!
+//! Bytes are counted by a metering side in front of each store, in a fixed encoding: an id 32
+//! bytes, a seq or a count 8, an event its stored bytes (kind, key, payload) plus 8 — what any
+//! wire format must carry at least. Over HTTP, `cairn serve`'s own test of the routes reports
+//! the bytes on the wire.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use cairn::sync::{StoreId, Sync, SyncCursor, SyncEndpoint, SyncOptions, SyncPeer, SyncReport};
+use cairn::{
+    epoch_id, Epoch, EpochId, EpochSummary, Event, ForeignEpoch, Head, ImportOutcome, Result, Seq,
+    SpaceId,
+};
+
+use super::appends::Fresh;
+use super::figures::{printable_command, thousands};
+use super::setup::{random_tag, store_err, Backend};
+
+/// Options of `bench sync`.
+#[derive(clap::Args)]
+pub(crate) struct SyncArgs {
+    /// Engines to pair, or `all` (every ordered pair).
+    #[arg(long, value_enum)]
+    backend: super::spool::BackendChoice,
+    /// Epochs both copies share in the difference row.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    history: u64,
+    /// Epochs the sender is ahead by.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    diff: u64,
+    /// Epochs of the first-sync row.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    initial: u64,
+}
+
+/// The stored bytes of a bench event.
+const PAYLOAD: usize = 100;
+
+/// `n` epochs of a chain in `space` after `parent`, made here (ids computed as any store
+/// computes them), so every store holds the very same history.
+fn chain(space: &SpaceId, parent: Option<EpochId>, n: u64, tag: &str) -> Vec<ForeignEpoch> {
+    let mut out = Vec::with_capacity(usize::try_from(n).unwrap_or(0));
+    let mut parent = parent;
+    for i in 0..n {
+        let mut payload = format!("{tag}-{i}-").into_bytes();
+        payload.resize(PAYLOAD, b'.');
+        let events = vec![Event::new("bench.sync", payload)];
+        let parents: Vec<EpochId> = parent.into_iter().collect();
+        let ids: Vec<_> = events.iter().map(Event::id).collect();
+        let id = epoch_id(space, &parents, &ids);
+        out.push(ForeignEpoch {
+            space: space.clone(),
+            id,
+            parents,
+            events,
+        });
+        parent = Some(id);
+    }
+    out
+}
+
+/// Imports `epochs` in batches of 1,000 (one transaction each); returns epochs per second.
+async fn fill(store: &Fresh, space: &SpaceId, epochs: Vec<ForeignEpoch>) -> Result<f64> {
+    let t = Instant::now();
+    let n = epochs.len();
+    let diag = store.diagnostics();
+    let mut epochs = epochs.into_iter().peekable();
+    while epochs.peek().is_some() {
+        let batch: Vec<ForeignEpoch> = epochs.by_ref().take(1000).collect();
+        diag.import_batch(space, batch, None, 0).await?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// A side that counts what crosses it, in the fixed encoding of the module docs.
+#[derive(Debug)]
+struct Metered {
+    inner: Arc<dyn SyncEndpoint>,
+    bytes: Arc<AtomicU64>,
+    /// Answers a fresh id instead of the store's: a sender the receiver never synced from.
+    id: Option<StoreId>,
+}
+
+fn epoch_size(parents: usize, events: &[Event]) -> u64 {
+    (48 + 32 * parents + events.iter().map(|e| e.stored_bytes() + 8).sum::<usize>()) as u64
+}
+
+impl Metered {
+    fn add(&self, n: u64) {
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[async_trait]
+impl SyncEndpoint for Metered {
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+    async fn store_id(&self) -> Result<StoreId> {
+        self.add(32);
+        match &self.id {
+            Some(id) => Ok(id.clone()),
+            None => self.inner.store_id().await,
+        }
+    }
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        let l = self.inner.list_spaces(after, limit).await?;
+        self.add(l.iter().map(|s| s.as_bytes().len() as u64 + 8).sum());
+        Ok(l)
+    }
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        let h = self.inner.heads(space).await?;
+        self.add(40 * h.len() as u64);
+        Ok(h)
+    }
+    async fn summaries(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        let s = self.inner.summaries(space, before, limit).await?;
+        self.add(
+            16 + s
+                .iter()
+                .map(|e| 48 + 32 * e.parents.len() as u64)
+                .sum::<u64>(),
+        );
+        Ok(s)
+    }
+    async fn epochs(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<Epoch>> {
+        let e = self.inner.epochs(space, ids).await?;
+        self.add(
+            32 * ids.len() as u64
+                + e.iter()
+                    .map(|e| epoch_size(e.parents.len(), &e.events))
+                    .sum::<u64>(),
+        );
+        Ok(e)
+    }
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        let m = self.inner.missing(space, ids).await?;
+        self.add(32 * (ids.len() + m.len()) as u64);
+        Ok(m)
+    }
+    async fn peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        let p = self.inner.peers(space).await?;
+        self.add(96 * p.len() as u64);
+        Ok(p)
+    }
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        self.add(
+            epochs
+                .iter()
+                .map(|e| epoch_size(e.parents.len(), &e.events))
+                .sum::<u64>()
+                + 80,
+        );
+        let o = self
+            .inner
+            .import_batch(space, epochs, cursor, at_us)
+            .await?;
+        self.add(8 * o.len() as u64);
+        Ok(o)
+    }
+}
+
+struct Measured {
+    report: SyncReport,
+    bytes: u64,
+    took: Duration,
+}
+
+/// One sync from `from` to `to` of `space`, metered on both sides.
+async fn measure(from: &Fresh, to: &Fresh, space: &SpaceId, fresh_id: bool) -> Result<Measured> {
+    let bytes = Arc::new(AtomicU64::new(0));
+    let side = |f: &Fresh, label: &str, id: Option<StoreId>| -> Arc<dyn SyncEndpoint> {
+        Arc::new(Metered {
+            inner: Arc::new(cairn::sync::LocalEndpoint::new(f.diagnostics(), label)),
+            bytes: bytes.clone(),
+            id,
+        })
+    };
+    let from = side(from, "sender", fresh_id.then(StoreId::random));
+    let to = side(to, "receiver", None);
+    let t = Instant::now();
+    let report = Sync::new(from, to)
+        .space(space.clone())
+        .options(SyncOptions::default())
+        .run()
+        .await?;
+    Ok(Measured {
+        report,
+        took: t.elapsed(),
+        bytes: bytes.load(Ordering::Relaxed),
+    })
+}
+
+fn row(pair: &str, what: &str, m: &Measured) {
+    let r = &m.report.spaces[0];
+    println!(
+        "| {pair} | {what} | {:?} | {} | {} | {} | {} | {:.1} ms |",
+        r.path,
+        thousands(r.epochs),
+        thousands(r.summaries),
+        thousands(r.ids_checked),
+        thousands(m.bytes),
+        m.took.as_secs_f64() * 1000.0
+    );
+}
+
+/// Runs the benchmark and prints its report.
+pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
+    let backends = args.backend.backends();
+    let pg_url = if backends.contains(&Backend::Postgres) {
+        Some(cairn::testkit::postgres::testkit::test_server_url().await?)
+    } else {
+        None
+    };
+    let url = pg_url.as_deref();
+    println!(
+        "`{}` — history {} epochs, sender ahead by {}, first sync of {}; release profile: {}",
+        printable_command(std::env::args().skip(1)),
+        thousands(args.history),
+        args.diff,
+        thousands(args.initial),
+        !cfg!(debug_assertions)
+    );
+    let space = SpaceId::new(format!("bench-sync-{}", random_tag())).map_err(store_err)?;
+    let history = chain(&space, None, args.history, "shared");
+    let tip = history.last().map(|e| e.id);
+    let mut pairs = Vec::new();
+    for a in &backends {
+        for b in &backends {
+            pairs.push((*a, *b));
+        }
+    }
+    println!();
+    println!("| sender → receiver | sync | path | epochs moved | summaries read | ids checked | bytes moved | time |");
+    println!("|---|---|---|---:|---:|---:|---:|---:|");
+    let mut fills = Vec::new();
+    for (n, (a, b)) in pairs.iter().enumerate() {
+        let pair = format!("{} → {}", a.name(), b.name());
+        eprintln!(
+            "{pair}: filling two copies of {} epochs…",
+            thousands(args.history)
+        );
+        let (from, to) = (Fresh::open(*a, url).await?, Fresh::open(*b, url).await?);
+        fills.push((
+            a.name(),
+            fill(&from, &space, history.clone())
+                .await
+                .map_err(store_err)?,
+        ));
+        fills.push((
+            b.name(),
+            fill(&to, &space, history.clone())
+                .await
+                .map_err(store_err)?,
+        ));
+        // The sender's new epochs, after the shared tip, made on the sender alone.
+        let ahead = chain(&space, tip, args.diff, &format!("ahead-{n}"));
+        let last = ahead.last().map(|e| e.id);
+        fill(&from, &space, ahead).await.map_err(store_err)?;
+        let negotiated = measure(&from, &to, &space, true).await.map_err(store_err)?;
+        row(
+            &pair,
+            &format!("{} apart, no cursor", args.diff),
+            &negotiated,
+        );
+        let more = chain(&space, last, args.diff, &format!("more-{n}"));
+        fill(&from, &space, more).await.map_err(store_err)?;
+        // The receiver now keeps a cursor for the sender's real id after one sync by it.
+        let _ = measure(&from, &to, &space, false)
+            .await
+            .map_err(store_err)?;
+        let tail = from
+            .diagnostics()
+            .heads(&space)
+            .await
+            .map_err(store_err)?
+            .first()
+            .map(|h| h.id);
+        fill(
+            &from,
+            &space,
+            chain(&space, tail, args.diff, &format!("tail-{n}")),
+        )
+        .await
+        .map_err(store_err)?;
+        let cursor = measure(&from, &to, &space, false)
+            .await
+            .map_err(store_err)?;
+        row(&pair, &format!("{} apart, by cursor", args.diff), &cursor);
+        from.close().await?;
+        to.close().await?;
+
+        let first =
+            SpaceId::new(format!("bench-sync-first-{}", random_tag())).map_err(store_err)?;
+        let (from, to) = (Fresh::open(*a, url).await?, Fresh::open(*b, url).await?);
+        fill(&from, &first, chain(&first, None, args.initial, "first"))
+            .await
+            .map_err(store_err)?;
+        let m = measure(&from, &to, &first, false)
+            .await
+            .map_err(store_err)?;
+        row(
+            &pair,
+            &format!("first sync of {}", thousands(args.initial)),
+            &m,
+        );
+        println!(
+            "| {pair} | first sync: {:.0} epochs/s | | | | | | |",
+            m.report.epochs() as f64 / m.took.as_secs_f64().max(1e-9)
+        );
+        from.close().await?;
+        to.close().await?;
+    }
+    println!();
+    for (engine, rate) in fills {
+        eprintln!("fill ({engine}, batches of 1,000 by import_batch): {rate:.0} epochs/s");
+    }
+    Ok(())
+}
