@@ -111,10 +111,14 @@ where
     })
 }
 
+/// A side maker of fresh model stores.
+pub fn memory_sides() -> OpenSide {
+    Arc::new(|| {
+        Box::pin(async { SyncSide::local(Arc::new(cairn_core::MemoryStore::new()), "memory") })
+    })
+}
+
 /// The model on both sides.
 pub fn memory_pair() -> SyncPair {
-    let side: OpenSide = Arc::new(|| {
-        Box::pin(async { SyncSide::local(Arc::new(cairn_core::MemoryStore::new()), "memory") })
-    });
-    SyncPair::new("memory→memory", side.clone(), side)
+    SyncPair::new("memory→memory", memory_sides(), memory_sides())
 }
