@@ -3,18 +3,18 @@
 //! (`sqlite://…`, a file path, `postgres://…`) or a running `cairn serve` (`http(s)://…`).
 //!
 //! The engine is `cairn::sync` ([`Sync`]); this file reads the command line, opens the sides
-//! and prints the report. A side is only ever named by its label, a URL without its user
-//! name, password, query or fragment ([`side_label`]): never the URL as given, never a token.
+//! ([`crate::sync::endpoint_for`]) and prints the report. A side is only ever named by its
+//! label ([`crate::sync::label_for`]: no password, no query but the schema), never a token.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::sync::{SpaceReport, Sync, SyncEndpoint, SyncOptions, SyncPath, SyncReport};
-use cairn::{DatabaseUrl, SpaceId, Store};
+use cairn::{DatabaseUrl, SpaceId};
 
 use crate::error::CliError;
-use crate::open::{open, IfMissing};
+use crate::open::refuse_empty_location;
 
 /// Environment variable with the bearer token for an `http(s)://` source.
 const SOURCE_TOKEN_ENV: &str = "CAIRN_SOURCE_TOKEN";
@@ -70,70 +70,23 @@ pub(crate) struct SyncArgs {
     dest_token: Option<String>,
 }
 
-/// One opened side: its endpoint, and the store this process opened for it (closed at the
-/// end), if any.
-struct Side {
-    endpoint: Arc<dyn SyncEndpoint>,
-    store: Option<Store>,
+/// Opens one side ([`crate::sync::endpoint_for`]). A store side that must exist (the source)
+/// is looked for first, read-only, so that a mistyped source creates no empty store.
+async fn open_side(
+    url: &str,
+    token: Option<String>,
+    must_exist: bool,
+) -> Result<Arc<dyn SyncEndpoint>, CliError> {
+    if must_exist && !is_http(url) {
+        refuse_empty_location(&DatabaseUrl::parse(url)?).await?;
+    }
+    Ok(crate::sync::endpoint_for(url, token).await?)
 }
 
 /// Whether the side is a running `cairn serve`.
 fn is_http(url: &str) -> bool {
     let scheme = url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
     matches!(scheme.as_deref(), Some("http" | "https"))
-}
-
-/// A side as reports and errors name it: for a URL, its scheme, host, port and path only (no
-/// user name, password, query or fragment), with a Postgres store's schema; for a SQLite
-/// store, its file.
-pub(crate) fn side_label(url: &str) -> String {
-    if is_http(url) {
-        return reqwest::Url::parse(url).map_or_else(|_| "an http(s) URL".to_owned(), |u| bare(&u));
-    }
-    match DatabaseUrl::parse(url) {
-        Ok(DatabaseUrl::Sqlite(path)) => path.display().to_string(),
-        Ok(DatabaseUrl::Postgres { url, schema }) => {
-            let base = reqwest::Url::parse(&url)
-                .map_or_else(|_| "a postgres URL".to_owned(), |u| bare(&u));
-            match schema {
-                Some(s) => format!("{base}?{}={s}", cairn::SCHEMA_PARAM),
-                None => base,
-            }
-        }
-        Err(_) => "a store URL".to_owned(),
-    }
-}
-
-/// `scheme://host:port/path` of `u`.
-fn bare(u: &reqwest::Url) -> String {
-    let host = u.host_str().unwrap_or_default();
-    let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
-    let path = u.path();
-    let path = if path == "/" { "" } else { path };
-    format!("{}://{host}{port}{path}", u.scheme())
-}
-
-/// Opens one side. A store side is opened through the migration runner as every command
-/// opens its store (`create`: whether a missing store is made).
-async fn open_side(url: &str, token: Option<String>, create: bool) -> Result<Side, CliError> {
-    let label = side_label(url);
-    if is_http(url) {
-        let _ = token;
-        return Err(CliError::Config(format!(
-            "{label}: this build cannot sync with a `cairn serve` over HTTP yet"
-        )));
-    }
-    let target = DatabaseUrl::parse(url)?;
-    let if_missing = if create {
-        IfMissing::Create
-    } else {
-        IfMissing::Refuse
-    };
-    let store = open(&target, if_missing).await?;
-    Ok(Side {
-        endpoint: store.sync_endpoint(Some(&label)),
-        store: Some(store),
-    })
 }
 
 /// Runs `cairn sync`.
@@ -151,15 +104,9 @@ pub(crate) async fn run(args: SyncArgs, out: &mut impl Write) -> Result<(), CliE
     // Registered before anything is opened, so a signal during the first pass is not lost to
     // the default action (which would end the process with a signal status).
     let stop = args.follow.then(shutdown_signal);
-    let source = open_side(&args.source, args.source_token.clone(), false).await?;
-    let dest = match open_side(&args.dest, args.dest_token.clone(), true).await {
-        Ok(d) => d,
-        Err(e) => {
-            close(source).await?;
-            return Err(e);
-        }
-    };
-    let mut sync = Sync::new(source.endpoint.clone(), dest.endpoint.clone())
+    let source = open_side(&args.source, args.source_token, true).await?;
+    let dest = open_side(&args.dest, args.dest_token, false).await?;
+    let mut sync = Sync::new(source, dest)
         .both_ways(args.both_ways)
         .options(options);
     sync = if args.all_spaces {
@@ -167,15 +114,10 @@ pub(crate) async fn run(args: SyncArgs, out: &mut impl Write) -> Result<(), CliE
     } else {
         spaces.into_iter().fold(sync, Sync::space)
     };
-    let done = match stop {
-        None => match sync.run().await {
-            Ok(report) => print(out, &report, args.json).map_err(CliError::from),
-            Err(e) => Err(e.into()),
-        },
+    match stop {
+        None => Ok(print(out, &sync.run().await?, args.json)?),
         Some(stop) => follow(&sync, stop, args.json, out).await,
-    };
-    let closed = close(source).await.and(close(dest).await);
-    done.and(closed)
+    }
 }
 
 /// Runs passes until `stop` resolves (a pass under way is abandoned: each batch is one
@@ -213,13 +155,6 @@ async fn follow(
         return Err(e.into());
     }
     Ok(followed?)
-}
-
-async fn close(side: Side) -> Result<(), CliError> {
-    if let Some(store) = side.store {
-        store.close().await?;
-    }
-    Ok(())
 }
 
 fn path_name(path: SyncPath) -> &'static str {
@@ -314,32 +249,6 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     async {
         if tokio::signal::ctrl_c().await.is_err() {
             std::future::pending::<()>().await;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::side_label;
-
-    #[test]
-    fn labels_hold_no_secret() {
-        for (url, label) in [
-            (
-                "postgres://u:hunter2@db.example:5433/app?sslmode=disable&cairn_schema=edge",
-                "postgres://db.example:5433/app?cairn_schema=edge",
-            ),
-            ("postgresql://u:hunter2@h/app", "postgresql://h/app"),
-            (
-                "https://u:hunter2@central.example/cairn?token=hunter2#x",
-                "https://central.example/cairn",
-            ),
-            ("http://127.0.0.1:7878/", "http://127.0.0.1:7878"),
-            ("sqlite:///tmp/edge.db", "/tmp/edge.db"),
-            ("edge.db", "edge.db"),
-            ("mysql://u:hunter2@h/db", "a store URL"),
-        ] {
-            assert_eq!(side_label(url), label, "{url}");
         }
     }
 }
