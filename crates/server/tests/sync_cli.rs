@@ -180,6 +180,15 @@ fn bad_arguments() {
         "s",
     ]));
     assert!(!msg.contains("hunter2"), "{msg}");
+    let msg = fails(sync(&[
+        &src,
+        &dst,
+        "--space",
+        "s",
+        "--dest-token",
+        "token-hunter2",
+    ]));
+    assert!(msg.contains("token") && !msg.contains("hunter2"), "{msg}");
     let msg = fails(sync(&[&src, "mysql://u:hunter2@h/db", "--space", "s"]));
     assert!(!msg.contains("hunter2") && msg.contains("scheme"), "{msg}");
     rt.block_on(source.close()).unwrap();

@@ -30,6 +30,14 @@ fn sync_follow() {
         rt.block_on(append(e.as_ref(), &s, "before", 3));
 
         let server = common::ApiServer::start(pg, TOKEN, DEADLINE);
+        // A wrong token: one line, without the token.
+        let out = sync_common::cairn()
+            .args(["sync", &edge_url, &server.base, "--space", "follow"])
+            .env("CAIRN_DEST_TOKEN", "wrong-token-0d9f")
+            .output()
+            .unwrap();
+        let msg = sync_common::fails(out);
+        assert!(!msg.contains("wrong-token"), "{msg}");
         let mut follower = sync_common::cairn()
             .args([
                 "sync",
