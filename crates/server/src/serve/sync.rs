@@ -175,6 +175,9 @@ pub(crate) async fn summaries(
             &format!("is {limit}; it must be between 1 and {MAX_RECENT_EPOCHS}"),
         ));
     }
+    if q.before == Some(0) {
+        return Err(ApiError::invalid("before", "must be at least 1"));
+    }
     let before = q.before.map(|b| seq_in("before", b)).transpose()?;
     let epochs = match state.diagnostics.recent_epochs(&space, before, limit).await {
         Ok(e) => e,

@@ -82,7 +82,7 @@ mod tests {
         assert!(hub.try_wait().is_none());
         drop(held);
         assert!(hub.try_wait().is_some());
-        let mut rx = hub.subscribe();
+        let rx = hub.subscribe();
         hub.changed();
         assert!(rx.has_changed().unwrap());
     }

@@ -30,7 +30,8 @@ const LONGEST_POLL: Duration = Duration::from_secs(25);
 /// A `cairn serve` as a side of a sync, over its `/v1/sync/…` routes: one HTTP request per
 /// [`SyncEndpoint`] call, except where the server's bounds split one (a page of epochs cut at
 /// its page budget is asked again for the rest; an import batch over its body limit goes in
-/// several requests, the cursor with the last).
+/// several requests, each in its own transaction, the batch's cursor with the last, the
+/// receiver's kept cursor with the others so that they count in the peer's counters).
 ///
 /// Errors map back from the API's codes to [`cairn::Error`]'s kinds (a refused epoch of an
 /// import is [`Error::InvalidBatchItem`] with its position and the store's reason, so a sync
@@ -490,6 +491,10 @@ impl SyncEndpoint for HttpEndpoint {
         let mut budget = self.max_body().await?.max(2 * BODY_MARGIN) - BODY_MARGIN;
         let mut out = Vec::with_capacity(epochs.len());
         let mut start = 0;
+        // The cursor a part before the last carries: the one the receiver keeps for the peer
+        // already (true before the batch, so true during it), which makes the part count in
+        // the peer's counters; none on a first sync, whose earlier parts then go uncounted.
+        let mut kept: Option<Option<SyncCursor>> = None;
         loop {
             // As many epochs as fit the body limit (one at least), the cursor with the last.
             let mut end = start;
@@ -501,13 +506,28 @@ impl SyncEndpoint for HttpEndpoint {
                 end += 1;
             }
             let last = end == encoded.len();
+            let carried = match cursor {
+                Some(c) if !last => {
+                    if kept.is_none() {
+                        let peers = self.peers(space).await?;
+                        kept = Some(
+                            peers
+                                .into_iter()
+                                .map(|p| p.cursor)
+                                .find(|k| k.peer == c.peer),
+                        );
+                    }
+                    kept.clone().flatten()
+                }
+                other => other.cloned(),
+            };
             let part = self
                 .import_part(
                     &path,
                     &epochs,
                     start,
                     &encoded[start..end],
-                    if last { cursor } else { None },
+                    carried.as_ref(),
                 )
                 .await;
             match part {

@@ -204,7 +204,12 @@ impl CursorIn {
     /// The cursor, checked.
     pub(crate) fn cursor(&self) -> Result<SyncCursor, ApiError> {
         let seq = Seq(self.seq);
-        seq.to_i64()?;
+        if i64::try_from(self.seq).is_err() {
+            return Err(ApiError::invalid(
+                "sync cursor",
+                "its seq must be at most 2^63-1",
+            ));
+        }
         if seq < Seq::FIRST {
             return Err(ApiError::invalid(
                 "sync cursor",
