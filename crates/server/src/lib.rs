@@ -11,6 +11,9 @@
 //! [`main()`]. With the `fuzzing` feature (which only `crates/fuzz` enables) it also has the
 //! hidden `fuzzing` module, which exposes the server's request-body decoding and configuration
 //! checking to the fuzz targets; it is not an API.
+//!
+//! [`sync`] is the one API of the library: the sides of `cairn sync` — a `cairn serve` reached
+//! over HTTP ([`sync::HttpEndpoint`]) or a store opened here ([`sync::endpoint_for`]).
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +27,7 @@ mod open;
 mod serve;
 mod shown;
 mod small_file;
+pub mod sync;
 
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

@@ -845,3 +845,63 @@ fn the_queues_page_pauses_and_resumes_a_queue_and_lists_schedules() {
         assert!(shown.starts_with("mail running max_claimed=2"), "{shown}");
     });
 }
+
+#[test]
+fn a_space_page_lists_the_stores_that_synced_into_it() {
+    on_both(|db| {
+        let s = Server::start(db, &[]);
+        // One epoch made elsewhere, imported by the sync route with its sender's cursor.
+        let space = cairn::SpaceId::new("peered").unwrap();
+        let event = cairn::Event::new("k", "hello");
+        let id = cairn::epoch_id(&space, &[], &[event.id()]).to_string();
+        let peer = "ab".repeat(16);
+        let body = serde_json::json!({
+            "epochs": [{"id": id, "parents": [], "events": [{"kind": "k", "payload": "hello"}]}],
+            "cursor": {"peer": peer, "seq": 7, "id": id},
+        })
+        .to_string();
+        let req = ureq::http::Request::builder()
+            .method("POST")
+            .uri(format!("{}/v1/spaces/peered/sync/import", s.base))
+            .header("Authorization", format!("Bearer {FULL}"))
+            .header("Content-Type", "application/json");
+        let a = s.run(req, body, "POST", "/v1/spaces/peered/sync/import");
+        assert_eq!(a.status, 201, "{}", a.body);
+        let lonely = s.run(
+            ureq::http::Request::builder()
+                .method("POST")
+                .uri(format!("{}/v1/spaces/lonely/epochs", s.base))
+                .header("Authorization", format!("Bearer {FULL}"))
+                .header("Content-Type", "application/json"),
+            r#"{"events": [{"kind": "k", "payload": "x"}]}"#.to_owned(),
+            "POST",
+            "/v1/spaces/lonely/epochs",
+        );
+        assert_eq!(lonely.status, 201, "{}", lonely.body);
+
+        let session = s.sign_in(READ);
+        let page = s.get(&format!("/ui/spaces/{}", enc_hex("peered")), &session);
+        assert_eq!(page.status, 200, "{}", page.body);
+        let peers = &page.body[page.body.find("Sync peers").expect("a peers section")..];
+        for shown in [
+            peer.as_str(),
+            "<td class=\"num\">7</td>",
+            id.as_str(),
+            "<td class=\"num\">1</td>",
+            "<td class=\"num\">6</td>",
+            " UTC</td>",
+        ] {
+            assert!(peers.contains(shown), "{shown} in {peers}");
+        }
+        let page = s.get(&format!("/ui/spaces/{}", enc_hex("lonely")), &session);
+        assert!(
+            page.body.contains("No store has synced into this space."),
+            "{}",
+            page.body
+        );
+    });
+}
+
+fn enc_hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}

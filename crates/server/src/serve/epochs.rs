@@ -48,6 +48,7 @@ pub(crate) async fn append(
     let events = events_in(req.events)?;
     let appended = state.epochs.append(&space, events).await?;
     state.metrics.appends.inc();
+    state.sync.changed();
     Ok((
         StatusCode::CREATED,
         Json(AppendResponse {
@@ -158,7 +159,10 @@ pub(crate) async fn import(
     let space = space(space_id)?;
     let epoch = req.into_epoch(space)?;
     let (status, outcome, seq) = match state.epochs.import(epoch).await? {
-        ImportOutcome::Imported(seq) => (StatusCode::CREATED, "imported", seq),
+        ImportOutcome::Imported(seq) => {
+            state.sync.changed();
+            (StatusCode::CREATED, "imported", seq)
+        }
         ImportOutcome::AlreadyPresent(seq) => (StatusCode::OK, "already_present", seq),
     };
     Ok((

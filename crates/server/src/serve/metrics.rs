@@ -21,6 +21,7 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
+use super::sync_metrics::SyncCounters;
 use crate::logging::clip;
 
 /// Every metric the server exports.
@@ -75,6 +76,8 @@ pub(crate) struct Metrics {
     pub(crate) retention_removed: IntCounterVec,
     /// Payload bytes of the run events retention removed.
     pub(crate) retention_bytes_freed: IntCounter,
+    /// Epochs and bytes imported through the sync import route, per sending store.
+    pub(crate) sync: SyncCounters,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -235,6 +238,7 @@ impl Metrics {
         registry.register(Box::new(retention_passes.clone()))?;
         registry.register(Box::new(retention_removed.clone()))?;
         registry.register(Box::new(retention_bytes_freed.clone()))?;
+        let sync = SyncCounters::new(&registry)?;
         for outcome in ["complete", "partial", "failed"] {
             retention_passes.with_label_values(&[outcome]);
         }
@@ -283,6 +287,7 @@ impl Metrics {
             retention_passes,
             retention_removed,
             retention_bytes_freed,
+            sync,
         })
     }
 

@@ -49,7 +49,10 @@ mod scrape;
 mod settings;
 mod state;
 pub(crate) mod storage;
+mod sync;
+mod sync_metrics;
 mod ui;
+mod wake;
 
 pub(crate) use self::args::{prepare, ServeArgs};
 #[cfg(feature = "fuzzing")]

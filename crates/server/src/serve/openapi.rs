@@ -14,7 +14,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::responses::NoToken;
-use super::{batch, doctor, epochs, flow, health, json, runs, scrape};
+use super::{batch, doctor, epochs, flow, health, json, runs, scrape, sync};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -51,6 +51,14 @@ use super::{batch, doctor, epochs, flow, health, json, runs, scrape};
         epochs::heads,
         epochs::feed,
         epochs::import,
+        sync::store_id,
+        sync::spaces,
+        sync::summaries,
+        sync::epochs,
+        sync::missing,
+        sync::peers,
+        sync::import,
+        sync::wait,
         runs::enqueue,
         batch::handlers::enqueue_batch,
         batch::handlers::batch,
@@ -310,9 +318,15 @@ fn rules(doc: &mut Value) {
         text_limit(&mut v["items"], longest_part(encoded));
         put(doc, schema, name, v);
     }
-    let mut parents = field(doc, "ImportRequest", "parents");
-    parents["items"]["pattern"] = json!(r"^[0-9a-fA-F]{64}$");
-    put(doc, "ImportRequest", "parents", parents);
+    for (schema, name) in [
+        ("ImportRequest", "parents"),
+        ("EpochsRequest", "ids"),
+        ("MissingRequest", "ids"),
+    ] {
+        let mut ids = field(doc, schema, name);
+        ids["items"]["pattern"] = json!(r"^[0-9a-fA-F]{64}$");
+        put(doc, schema, name, ids);
+    }
     let mut kind = field(doc, "NackRequest", "kind");
     kind["enum"] = json!(["retryable", "permanent", "failed", null]);
     put(doc, "NackRequest", "kind", kind);
@@ -640,6 +654,6 @@ mod tests {
     fn every_route_is_documented() {
         let doc = super::spec();
         let paths: Vec<&String> = doc.paths.paths.keys().collect();
-        assert_eq!(paths.len(), 32, "{paths:?}");
+        assert_eq!(paths.len(), 40, "{paths:?}");
     }
 }

@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::layers::{require_loopback_host, time_limit, watch_storage, Limits};
 use super::metrics;
 use super::state::AppState;
-use super::{batch, doctor, epochs, flow, health, openapi, runs, scrape};
+use super::{batch, doctor, epochs, flow, health, openapi, runs, scrape, sync};
 
 /// The whole API. `/healthz` and `/readyz` need no token; everything else does (`/metrics`
 /// and `/v1/doctor` included; a read-only token suffices for them). The dashboard's `/ui`
@@ -38,6 +38,14 @@ pub(crate) fn router(state: AppState, tokens: Arc<Tokens>, limits: Limits) -> Ro
         .route("/v1/spaces/{space}/heads", get(epochs::heads))
         .route("/v1/spaces/{space}/events", get(epochs::feed))
         .route("/v1/spaces/{space}/import", post(epochs::import))
+        .route("/v1/sync/id", get(sync::store_id))
+        .route("/v1/sync/spaces", get(sync::spaces))
+        .route("/v1/spaces/{space}/sync/summaries", get(sync::summaries))
+        .route("/v1/spaces/{space}/sync/epochs", post(sync::epochs))
+        .route("/v1/spaces/{space}/sync/missing", post(sync::missing))
+        .route("/v1/spaces/{space}/sync/peers", get(sync::peers))
+        .route("/v1/spaces/{space}/sync/import", post(sync::import))
+        .route("/v1/spaces/{space}/sync/wait", get(sync::wait))
         .route("/v1/queues/{queue}/runs", post(runs::enqueue))
         .route(
             "/v1/queues/{queue}/runs/batch",

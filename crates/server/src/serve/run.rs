@@ -11,6 +11,7 @@ use cairn::DatabaseUrl;
 use super::args::{prepare, ServeArgs};
 use super::state::{AppState, Target};
 use super::ui::{Rates, Ui};
+use super::wake::SyncHub;
 use super::{backfill, connections, delivery, metrics, retention, routes, storage};
 use crate::error::CliError;
 use crate::open::{open_with, IfMissing};
@@ -69,6 +70,10 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
             .enabled
             .then(|| Arc::new(Ui::new(tokens.clone(), &settings.ui, rates.clone()))),
         page_bytes: settings.page_bytes,
+        sync: Arc::new(SyncHub::new(
+            settings.limits.request_timeout,
+            settings.limits.max_body_bytes,
+        )),
     };
     let ui_enabled = state.ui.is_some();
     let app = routes::router(state, tokens, settings.limits);

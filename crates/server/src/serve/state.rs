@@ -8,6 +8,7 @@ use cairn::{DatabaseUrl, EpochDiagnostics, EpochStore, Spool};
 use super::metrics::Metrics;
 use super::storage::Watch;
 use super::ui::Ui;
+use super::wake::SyncHub;
 
 /// What every handler reads: the store (for transactions) and its capabilities, the metrics
 /// and what doctor needs.
@@ -24,6 +25,8 @@ pub(crate) struct AppState {
     /// Most bytes of JSON a feed or run-events page holds before it ends early
     /// (`limits.max_page_bytes`); its first item always goes out.
     pub(crate) page_bytes: usize,
+    /// The sync routes' wake-up, long-poll bound and limits.
+    pub(crate) sync: Arc<SyncHub>,
 }
 
 /// What the report is about: the store the server serves and the configured retention cap.

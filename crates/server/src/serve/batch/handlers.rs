@@ -140,7 +140,10 @@ pub(crate) async fn batch(
                     .with_label_values(&[outcome(*created)])
                     .inc();
             }
-            OpOut::Append { .. } => state.metrics.appends.inc(),
+            OpOut::Append { .. } => {
+                state.metrics.appends.inc();
+                state.sync.changed();
+            }
             OpOut::AppendEvent { .. }
             | OpOut::Cancel { .. }
             | OpOut::CloseRun { .. }

@@ -24,7 +24,7 @@ pub(crate) struct ErrorDetail {
     /// `reserved`, `unauthorized`, `forbidden`, `not_found`, `unknown_run`, `conflict`,
     /// `lease_lost`, `fact_conflict`, `invalid_transition`, `run_closed`, `body_too_large`,
     /// `hash_mismatch`, `unknown_parent`, `retryable`, `unavailable`, `store_replaced`,
-    /// `timeout`, `method_not_allowed`, `internal`).
+    /// `timeout`, `too_many_waiters`, `method_not_allowed`, `internal`).
     pub(crate) code: String,
     /// What happened and what to do, for people.
     pub(crate) message: String,

@@ -19,6 +19,7 @@ mod lease;
 mod meta;
 mod paths;
 mod runs;
+mod sync;
 
 pub(crate) use self::bytes::{bytes_in, bytes_out};
 pub(crate) use self::epochs::*;
@@ -29,3 +30,4 @@ pub(crate) use self::paths::{
     FactPath, QueuePath, RunPath, SchedulePath, SpacePath, TraceParentHeader,
 };
 pub(crate) use self::runs::*;
+pub(crate) use self::sync::*;

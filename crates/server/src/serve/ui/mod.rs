@@ -202,6 +202,10 @@ mod tests {
             }),
             ui: ui.then(|| Arc::new(Ui::new(tokens, &settings, Arc::default()))),
             page_bytes: 1 << 20,
+            sync: Arc::new(crate::serve::wake::SyncHub::new(
+                Duration::from_secs(30),
+                1 << 20,
+            )),
         }
     }
 

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use super::page::{layout, read_permit, Nav, UiError};
 use super::session::Viewer;
-use super::text::{printable, trusted};
+use super::text::{age, printable, trusted, when};
 use crate::serve::state::AppState;
 
 /// Spaces per page of the list.
@@ -134,7 +134,9 @@ pub(crate) async fn space(
     let heads = state.epochs.heads(&space).await?;
     let next = state.diagnostics.next_seq(&space).await?;
     let dag = dag(&state, &space, &q).await?;
+    let peers = state.epochs.sync_peers(&space).await?;
     drop(permit);
+    let now = cairn::spool::Timestamp::from_unix_micros(now_us());
     let svg = crate::graph::svg(&dag);
     let path = space_path(&space);
     let body = html! {
@@ -144,6 +146,28 @@ pub(crate) async fn space(
         table.heads {
             thead { tr { th.num { "seq" } th { "head" } } }
             tbody { @for h in &heads { tr { td.num { (h.seq.0) } td.mono { (hex::encode(h.id.as_bytes())) } } } }
+        }
+        h2 { "Sync peers" }
+        @if peers.is_empty() { p.empty { "No store has synced into this space." } }
+        @else {
+            table.peers {
+                thead { tr { th { "peer store" } th.num { "cursor seq" } th { "cursor epoch" }
+                    th.num { "epochs received" } th.num { "bytes received" } th { "last update" } th.num { "age" } } }
+                tbody {
+                    @for p in &peers {
+                        @let at = cairn::spool::Timestamp::from_unix_micros(p.updated_at_us);
+                        tr {
+                            td.mono { (p.cursor.peer.as_str()) }
+                            td.num { (p.cursor.seq.0) }
+                            td.mono { (hex::encode(p.cursor.id.as_bytes())) }
+                            td.num { (p.epochs) }
+                            td.num { (p.bytes) }
+                            td { (when(at)) }
+                            td.num { (age(now.duration_since(at))) }
+                        }
+                    }
+                }
+            }
         }
         h2 { "Recent epochs" }
         p.note { "Newest at the top; an edge runs from an epoch to each of its parents; heads are outlined. "
@@ -155,6 +179,13 @@ pub(crate) async fn space(
         }
     };
     Ok(layout(Some(&viewer), "Space", Nav::Spaces, body))
+}
+
+/// Microseconds since the Unix epoch, on this server's clock.
+fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
 }
 
 /// `GET /ui/spaces/{space}/graph.svg`: the same picture as a file.

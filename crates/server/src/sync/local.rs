@@ -1,0 +1,150 @@
+//! [`endpoint_for`]: a side of a sync from a string, and the name a report gives it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use cairn::sync::{StoreId, SyncCursor, SyncEndpoint, SyncPeer};
+use cairn::{Epoch, EpochId, EpochSummary, Error, ForeignEpoch, Head, ImportOutcome, Result, Seq};
+use cairn::{SpaceId, Store};
+use reqwest::Url;
+
+use super::http::HttpEndpoint;
+
+/// Whether `url` names a `cairn serve` (`http://` or `https://`).
+fn is_http(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
+/// `url` as a report may print it: without a password, and of a Postgres URL's query only
+/// `cairn_schema` (a query may hold `password=` or a key file's path); a file path as given.
+pub fn label_for(url: &str) -> String {
+    let Some((scheme, _)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    if scheme.eq_ignore_ascii_case("sqlite") {
+        return url.to_owned();
+    }
+    let Ok(mut parsed) = Url::parse(url) else {
+        return format!("{scheme}://…");
+    };
+    let _ = parsed.set_password(None);
+    let schema: Vec<(String, String)> = parsed
+        .query_pairs()
+        .filter(|(k, _)| k == cairn::SCHEMA_PARAM)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    parsed.set_query(None);
+    parsed.set_fragment(None);
+    if !schema.is_empty() {
+        parsed.query_pairs_mut().extend_pairs(schema);
+    }
+    parsed.to_string()
+}
+
+/// A side of a sync from a string: an `http://` or `https://` URL is a `cairn serve`
+/// ([`HttpEndpoint`], with the bearer `token`); anything else is a store URL or file path,
+/// opened here with [`Store::open`] (created when missing, like any open) and kept open while
+/// the side lives. Reports name the side by [`label_for`].
+///
+/// # Errors
+/// [`Error::InvalidInput`] for a bad URL, or a token given for a store opened here; the open's
+/// errors.
+pub async fn endpoint_for(url: &str, token: Option<String>) -> Result<Arc<dyn SyncEndpoint>> {
+    if is_http(url) {
+        return Ok(Arc::new(HttpEndpoint::new(url, token)?));
+    }
+    if token.is_some() {
+        return Err(Error::invalid(
+            "sync token",
+            "a token is for a side reached over http:// or https://; a store opened here takes none",
+        ));
+    }
+    let store = Store::open(url).await?;
+    let inner = store.sync_endpoint(Some(&label_for(url)));
+    Ok(Arc::new(OpenedStore { store, inner }))
+}
+
+/// A store opened for a sync, kept open as long as its side.
+#[derive(Debug)]
+struct OpenedStore {
+    #[allow(dead_code)] // Held: the store stays open while the side lives.
+    store: Store,
+    inner: Arc<dyn SyncEndpoint>,
+}
+
+#[async_trait]
+impl SyncEndpoint for OpenedStore {
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    async fn store_id(&self) -> Result<StoreId> {
+        self.inner.store_id().await
+    }
+
+    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        self.inner.list_spaces(after, limit).await
+    }
+
+    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
+        self.inner.heads(space).await
+    }
+
+    async fn summaries(
+        &self,
+        space: &SpaceId,
+        before: Option<Seq>,
+        limit: usize,
+    ) -> Result<Vec<EpochSummary>> {
+        self.inner.summaries(space, before, limit).await
+    }
+
+    async fn epochs(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<Epoch>> {
+        self.inner.epochs(space, ids).await
+    }
+
+    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
+        self.inner.missing(space, ids).await
+    }
+
+    async fn peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
+        self.inner.peers(space).await
+    }
+
+    async fn import_batch(
+        &self,
+        space: &SpaceId,
+        epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
+        at_us: i64,
+    ) -> Result<Vec<ImportOutcome>> {
+        self.inner.import_batch(space, epochs, cursor, at_us).await
+    }
+
+    async fn wait_change(
+        &self,
+        space: &SpaceId,
+        seen: Option<Seq>,
+        timeout: Duration,
+    ) -> Result<()> {
+        self.inner.wait_change(space, seen, timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_hold_no_secret() {
+        assert_eq!(
+            label_for("postgres://u:pw@db:5432/app?password=x&cairn_schema=s1&sslkey=/k"),
+            "postgres://u@db:5432/app?cairn_schema=s1"
+        );
+        assert_eq!(label_for("/var/lib/edge.db"), "/var/lib/edge.db");
+        assert_eq!(label_for("sqlite:///var/x.db"), "sqlite:///var/x.db");
+        assert!(is_http("HTTPS://x") && is_http("http://x") && !is_http("h"));
+    }
+}
