@@ -185,6 +185,31 @@ ON CONFLICT (space, id) DO UPDATE SET seq = EXCLUDED.seq";
 /// Seq of epoch `$2` in space `$1`.
 pub(crate) const EPOCH_SEQ: &str = "SELECT seq FROM epoch WHERE space = $1 AND id = $2";
 
+/// The ids `$2` that are epochs of space `$1`, with their seqs.
+pub(crate) const KNOWN_EPOCH_SEQS: &str =
+    "SELECT id, seq FROM epoch WHERE space = $1 AND id = ANY($2::bytea[])";
+
+/// A batch import's write, one statement: the epochs (`$2` ids, `$3` seqs), their parent edges
+/// (`$4` children, `$5` parents), their events (`$6`–`$12`, one row each) and the head cache
+/// set to `$13` ids / `$14` seqs (as [`IMPORT_WRITE`]). The foreign keys are checked at the
+/// statement's end, so a parent inserted by the same statement counts.
+pub(crate) const IMPORT_BATCH_WRITE: &str = "\
+WITH new_epochs AS (\
+ INSERT INTO epoch (space, id, seq) \
+ SELECT $1, e.id, e.seq FROM unnest($2::bytea[], $3::int8[]) AS e(id, seq)), \
+new_parents AS (\
+ INSERT INTO epoch_parent (space, parent, child) \
+ SELECT $1, p.parent, p.child FROM unnest($4::bytea[], $5::bytea[]) AS p(child, parent)), \
+new_events AS (\
+ INSERT INTO epoch_event (space, seq, epoch_seq, epoch, event_id, kind, key, payload) \
+ SELECT $1, e.seq, e.epoch_seq, e.epoch, e.event_id, e.kind, e.key, e.payload \
+ FROM unnest($6::int8[], $7::int4[], $8::bytea[], $9::bytea[], $10::text[], $11::bytea[], $12::bytea[]) \
+ AS e(seq, epoch_seq, epoch, event_id, kind, key, payload)), \
+old_heads AS (DELETE FROM epoch_head WHERE space = $1 AND id <> ALL($13::bytea[])) \
+INSERT INTO epoch_head (space, id, seq) \
+SELECT $1, h.id, h.seq FROM unnest($13::bytea[], $14::int8[]) AS h(id, seq) \
+ON CONFLICT (space, id) DO UPDATE SET seq = EXCLUDED.seq";
+
 /// Which of the ids `$2` are epochs of space `$1`.
 pub(crate) const KNOWN_EPOCHS: &str =
     "SELECT id FROM epoch WHERE space = $1 AND id = ANY($2::bytea[])";

@@ -15,6 +15,7 @@
 //! single-event append at 5 statements.
 
 pub(crate) mod append;
+mod batch;
 pub(crate) mod import;
 pub(crate) mod lock;
 mod open;

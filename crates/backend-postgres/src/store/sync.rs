@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_core::sync::{batch_item_error, epoch_bytes, StoreId, SyncCursor, SyncPeer};
+use cairn_core::sync::{StoreId, SyncCursor, SyncPeer};
 use cairn_core::{EpochId, Error, ForeignEpoch, ImportOutcome, Result, Seq, SpaceId};
 use sqlx::Row;
 
-use super::import::import_locked;
+use super::batch::{write_batch, Written};
 use super::lock::lock_spaces;
 use super::row::{corrupt, epoch_id_from, id_bytes};
 use crate::config::SchemaName;
@@ -125,7 +125,8 @@ pub(crate) async fn missing_q(
 }
 
 /// Imports the checked batch `epochs` of `space` in order and records `cursor`, in the open
-/// transaction `db`: the space's lock once, then each epoch as an import does; the caller
+/// transaction `db`: the space's lock once, then the batch's reads and its one write
+/// ([`write_batch`]); the caller
 /// commits, or rolls everything back after an error.
 pub(crate) async fn import_batch_tx(
     db: &mut Db<'_>,
@@ -136,19 +137,11 @@ pub(crate) async fn import_batch_tx(
     at_us: i64,
 ) -> Result<Vec<ImportOutcome>> {
     lock_spaces(db, schema, &[space]).await?;
-    let mut outcomes = Vec::with_capacity(epochs.len());
-    let (mut imported, mut bytes) = (0u64, 0u64);
-    for (index, epoch) in epochs.into_iter().enumerate() {
-        let size = epoch_bytes(&epoch);
-        let outcome = import_locked(db, epoch)
-            .await
-            .map_err(|e| batch_item_error(index, e))?;
-        if let ImportOutcome::Imported(_) = outcome {
-            imported += 1;
-            bytes += size;
-        }
-        outcomes.push(outcome);
-    }
+    let Written {
+        outcomes,
+        imported,
+        bytes,
+    } = write_batch(db, space, epochs).await?;
     if let Some(c) = cursor {
         sqlx::query(sql::UPSERT_PEER)
             .bind(space.as_bytes())
