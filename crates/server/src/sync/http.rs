@@ -500,7 +500,7 @@ impl SyncEndpoint for HttpEndpoint {
             let mut end = start;
             let mut size = 0;
             while end < encoded.len()
-                && (end == start || size + encoded[end].get().len() + 1 <= budget)
+                && (end == start || size + encoded[end].get().len() < budget)
             {
                 size += encoded[end].get().len() + 1;
                 end += 1;
