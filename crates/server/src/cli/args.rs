@@ -208,6 +208,13 @@ pub(crate) enum Command {
         #[command(flatten)]
         set: SetArgs,
     },
+    /// Replicate spaces from SOURCE to DEST (and back with `--both-ways`): each side a store
+    /// URL (`sqlite://…`, a path, `postgres://…`) or a running `cairn serve` (`http(s)://…`,
+    /// with `--source-token`/`--dest-token` or `CAIRN_SOURCE_TOKEN`/`CAIRN_DEST_TOKEN`). Only
+    /// what the receiver lacks is sent, parents first, in batches that each commit with the
+    /// receiver's cursor, so an interrupted sync resumes where it stopped. Prints one line per
+    /// space and direction, then `total …`. `--database` is not used.
+    Sync(Box<super::sync::SyncArgs>),
     /// Serve the store over HTTP: the JSON API under `/v1` (OpenAPI document at
     /// `/v1/openapi.json`), `/healthz` and `/readyz`; bearer-token auth; stops gracefully on
     /// SIGINT/SIGTERM.

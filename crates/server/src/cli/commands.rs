@@ -339,6 +339,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             let app = crate::doctor::app_set(set)?;
             crate::doctor::run(&target, app, json, &mut out).await?;
         }
+        Command::Sync(args) => super::sync::run(*args, &mut out).await?,
         Command::Serve(args) => {
             drop(out);
             return crate::serve::run(&target, args).await;

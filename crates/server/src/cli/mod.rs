@@ -1,6 +1,6 @@
 //! The operator CLI: the command line ([`args`]), the dispatch of each command ([`commands`])
 //! and the commands that are more than a few lines: `migrate`, `import`, `backfill`,
-//! `enqueue --file` and the `--url` client of a running server. `cairn serve` is the HTTP
+//! `enqueue --file`, `sync` and the `--url` client of a running server. `cairn serve` is the HTTP
 //! service in [`crate::serve`]; `cairn doctor` and `cairn graph` are [`crate::doctor`] and
 //! [`crate::graph`], which the dashboard shares.
 
@@ -15,6 +15,7 @@ mod migrate_check;
 mod migrate_online;
 mod migrate_report;
 mod remote;
+mod sync;
 
 pub(crate) use self::args::{Cli, Command, SetArgs};
 pub(crate) use self::commands::run;
