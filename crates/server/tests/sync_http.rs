@@ -271,16 +271,14 @@ fn every_sync_route_answers_and_refuses_hostile_input_on_both_engines() {
                 "invalid_input",
             );
         }
-        refused(
-            s.call(
-                "POST",
-                "/v1/spaces/alpha/sync/epochs",
-                Some(READ),
-                Some(json!({"ids": [e1]})),
-            ),
-            403,
-            "forbidden",
-        );
+        // The two reads sent as POST take a read-only token.
+        for (path, body) in [
+            ("/v1/spaces/alpha/sync/epochs", json!({"ids": [e1]})),
+            ("/v1/spaces/alpha/sync/missing", json!({"ids": [e1]})),
+        ] {
+            let (st, b) = s.call("POST", path, Some(READ), Some(body));
+            assert_eq!(st, 200, "{path}: {b}");
+        }
 
         // What the space lacks.
         let unknown = ids(1)[0].clone();
@@ -623,9 +621,22 @@ fn a_served_sqlite_store_and_a_local_postgres_store_converge_through_http() {
                 sorted_heads(&served, &other).await,
                 sorted_heads(&pg, &other).await
             );
-            // A read-only token reads but cannot import.
+            // A read-only token is enough for a sending side, not for a receiving one.
             let reader: Arc<dyn SyncEndpoint> =
                 Arc::new(HttpEndpoint::new(&server.base, Some(READ.to_owned())).unwrap());
+            let fresh = cairn::MemoryStore::new();
+            let copy = Sync::new(
+                reader.clone(),
+                Arc::new(cairn::sync::LocalEndpoint::new(
+                    Arc::new(fresh.clone()),
+                    "copy",
+                )),
+            )
+            .space(space.clone())
+            .run()
+            .await
+            .unwrap();
+            assert_eq!(copy.epochs(), 43, "{copy:#?}");
             pg.epochs()
                 .append(&space, ev("for the reader"))
                 .await

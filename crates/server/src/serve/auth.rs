@@ -1,4 +1,5 @@
-//! Bearer-token auth: full-access tokens may do everything, read-only tokens only `GET`.
+//! Bearer-token auth: full-access tokens may do everything, read-only tokens only `GET` (and
+//! the two sync reads sent as `POST`, [`READING_POSTS`]).
 //!
 //! Tokens come from the configuration: `[auth] tokens` (`CAIRN_AUTH__TOKENS`, comma-separated),
 //! `token_file` (`--token-file`, one token a line, `#` comments and blank lines ignored) and
@@ -7,7 +8,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -175,6 +176,23 @@ fn mutates(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD)
 }
 
+/// The `POST` routes that only read, whose bodies are id lists too long for a URL: a sync's
+/// sender answers them, so a read-only token may send them.
+const READING_POSTS: [&str; 2] = [
+    "/v1/spaces/{space}/sync/epochs",
+    "/v1/spaces/{space}/sync/missing",
+];
+
+/// Whether a request may change the store: [`mutates`], but for the [`READING_POSTS`].
+fn changes_store(req: &Request) -> bool {
+    mutates(req.method())
+        && !(req.method() == Method::POST
+            && req
+                .extensions()
+                .get::<MatchedPath>()
+                .is_some_and(|m| READING_POSTS.contains(&m.as_str())))
+}
+
 /// The token of an `Authorization: Bearer <token>` header (the scheme is case-insensitive).
 fn bearer(header: &[u8]) -> Option<&[u8]> {
     let (scheme, rest) = header.split_at_checked(7)?;
@@ -200,7 +218,7 @@ pub(crate) async fn require_token(
         .and_then(|v| bearer(v.as_bytes()));
     match presented.and_then(|t| tokens.access(t)) {
         None => ApiError::unauthorized().into_response(),
-        Some(Access::Read) if mutates(req.method()) => ApiError::forbidden().into_response(),
+        Some(Access::Read) if changes_store(&req) => ApiError::forbidden().into_response(),
         Some(_) => next.run(req).await,
     }
 }

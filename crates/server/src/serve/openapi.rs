@@ -25,7 +25,8 @@ use super::{batch, doctor, epochs, flow, health, json, runs, scrape, sync};
                        both; responses: `x` when the bytes are UTF-8). Times are microseconds \
                        since the Unix epoch (`*_us`). Every route but /healthz and /readyz needs \
                        `Authorization: Bearer <token>`; read-only tokens may only GET (they \
-                       suffice for /metrics and /v1/doctor). Every rule the server checks is \
+                       suffice for /metrics and /v1/doctor), and POST the two sync reads \
+                       (`sync/epochs`, `sync/missing`). Every rule the server checks is \
                        stated here: a request valid under this document is never answered 400 \
                        `invalid_input` or `invalid_batch_item` (but for what is stated in \
                        words: the payload bytes of a batch enqueue together, run event ids \

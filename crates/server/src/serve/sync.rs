@@ -1,9 +1,9 @@
 //! The sync protocol's routes: what `cairn sync`'s HTTP side ([`crate::sync::HttpEndpoint`])
 //! asks of a served store, one store call per request ([`cairn::sync::SyncEndpoint`]).
 //!
-//! Reads (`GET`) take a read-only token; `missing` and `epochs` are reads sent as `POST` (their
-//! id lists do not fit a URL) and, like every `POST`, need a full-access token, as the import
-//! does. A refused epoch of an import names its position (`index`) and its id; nothing of the
+//! Reads take a read-only token — `missing` and `epochs` too, reads sent as `POST` because
+//! their id lists do not fit a URL (`auth::READING_POSTS`) —; the import needs a full-access
+//! token. A refused epoch of an import names its position (`index`) and its id; nothing of the
 //! batch is written. The long poll (`wait`) is bounded in time and in concurrent waiters
 //! ([`super::wake`]).
 
@@ -189,7 +189,8 @@ pub(crate) async fn summaries(
     }))
 }
 
-/// Whole epochs by id, in the order asked, under the page byte budget.
+/// Whole epochs by id, in the order asked, under the page byte budget (a read: a read-only
+/// token may send it).
 #[utoipa::path(
     post, path = "/v1/spaces/{space}/sync/epochs", tag = "sync",
     params(SpacePath),
@@ -198,7 +199,6 @@ pub(crate) async fn summaries(
         (status = 200, description = "The epochs asked for, or the first of them (`limits.max_page_bytes`)", body = EpochsResponse),
         InvalidInputOrReserved,
         NoToken,
-        ReadOnly,
         (status = 404, description = "An epoch asked for is not in the space (`not_found`)", body = ErrorBody),
         TooLarge,
         Busy,
@@ -236,7 +236,7 @@ pub(crate) async fn epochs(
     }))
 }
 
-/// Which of the ids the space lacks.
+/// Which of the ids the space lacks (a read: a read-only token may send it).
 #[utoipa::path(
     post, path = "/v1/spaces/{space}/sync/missing", tag = "sync",
     params(SpacePath),
@@ -245,8 +245,7 @@ pub(crate) async fn epochs(
         (status = 200, description = "The ids the space lacks, in the order asked", body = MissingResponse),
         InvalidInputOrReserved,
         NoToken,
-        ReadOnly,
-        TooLarge,
+                TooLarge,
         Busy,
     ),
     security(("bearer" = []))

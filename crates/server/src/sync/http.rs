@@ -499,8 +499,7 @@ impl SyncEndpoint for HttpEndpoint {
             // As many epochs as fit the body limit (one at least), the cursor with the last.
             let mut end = start;
             let mut size = 0;
-            while end < encoded.len()
-                && (end == start || size + encoded[end].get().len() + 1 <= budget)
+            while end < encoded.len() && (end == start || size + encoded[end].get().len() < budget)
             {
                 size += encoded[end].get().len() + 1;
                 end += 1;
