@@ -127,13 +127,17 @@ impl SyncEndpoint for LocalEndpoint {
     }
 
     async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
+        // A full page means more may follow: reserved spaces left out are made up from the
+        // next pages, so a short answer means the end (as the sync's listing reads it).
         let mut after = after.cloned();
+        let mut kept = Vec::new();
         loop {
             let page = self.store.list_spaces(after.as_ref(), limit).await?;
             let full = page.len() == limit;
             after = page.last().cloned();
-            let kept: Vec<SpaceId> = page.into_iter().filter(|s| !s.is_reserved()).collect();
-            if !kept.is_empty() || !full {
+            kept.extend(page.into_iter().filter(|s| !s.is_reserved()));
+            if kept.len() >= limit || !full {
+                kept.truncate(limit);
                 return Ok(kept);
             }
         }
@@ -183,5 +187,34 @@ impl SyncEndpoint for LocalEndpoint {
         at_us: i64,
     ) -> Result<Vec<ImportOutcome>> {
         self.store.import_batch(space, epochs, cursor, at_us).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{LocalEndpoint, SyncEndpoint};
+    use crate::{EpochStore, Event, MemoryStore, SpaceId};
+
+    /// A page that held a reserved space is made up from the next page, so a sync listing all
+    /// spaces (which stops at a short page) skips none.
+    #[tokio::test]
+    async fn a_page_short_of_reserved_spaces_is_filled() {
+        let store = MemoryStore::new();
+        let reserved = SpaceId::from_stored(b"\0cairn/marker".to_vec()).unwrap();
+        for s in [
+            reserved,
+            SpaceId::new("a").unwrap(),
+            SpaceId::new("b").unwrap(),
+            SpaceId::new("c").unwrap(),
+        ] {
+            store.append(&s, vec![Event::new("t", "x")]).await.unwrap();
+        }
+        let side = LocalEndpoint::new(Arc::new(store), "m");
+        let names = |v: Vec<SpaceId>| v.iter().map(ToString::to_string).collect::<Vec<_>>();
+        assert_eq!(names(side.list_spaces(None, 2).await.unwrap()), ["a", "b"]);
+        let b = SpaceId::new("b").unwrap();
+        assert_eq!(names(side.list_spaces(Some(&b), 2).await.unwrap()), ["c"]);
     }
 }

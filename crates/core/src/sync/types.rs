@@ -121,9 +121,11 @@ pub fn check_import_batch(
         ));
     }
     if let Some(c) = cursor {
-        c.seq.to_i64()?;
-        if c.seq < Seq::FIRST {
-            return Err(Error::invalid("sync cursor", "its seq must be at least 1"));
+        if c.seq < Seq::FIRST || c.seq.to_i64().is_err() {
+            return Err(Error::invalid(
+                "sync cursor",
+                "its seq must be between 1 and 2^63 - 1",
+            ));
         }
     }
     for (index, epoch) in epochs.iter().enumerate() {
