@@ -189,6 +189,14 @@ fn bad_arguments() {
         "token-hunter2",
     ]));
     assert!(msg.contains("token") && !msg.contains("hunter2"), "{msg}");
+    // A token in the environment is for a `cairn serve` side: a sync between files ignores it.
+    let out = sync_common::cairn()
+        .args(["sync", &src, &dst, "--space", "s"])
+        .env("CAIRN_SOURCE_TOKEN", "exported-for-another-sync")
+        .env("CAIRN_DEST_TOKEN", "exported-for-another-sync")
+        .output()
+        .expect("the cairn binary runs");
+    ok(out);
     let msg = fails(sync(&[&src, "mysql://u:hunter2@h/db", "--space", "s"]));
     assert!(!msg.contains("hunter2") && msg.contains("scheme"), "{msg}");
     rt.block_on(source.close()).unwrap();

@@ -225,6 +225,72 @@ fn row(pair: &str, what: &str, m: &Measured) {
     );
 }
 
+/// Copies `from`'s epoch log into the empty store `to` of the same engine with the engine's
+/// own bulk copy (the tables row for row): a second copy of a long history without importing
+/// it again.
+async fn copy_log(from: &Fresh, to: &Fresh) -> std::result::Result<(), String> {
+    const TABLES: [&str; 4] = ["epoch", "epoch_parent", "epoch_event", "epoch_head"];
+    match (from, to) {
+        (Fresh::Sqlite { _dir: a, .. }, Fresh::Sqlite { _dir: b, .. }) => {
+            let (src, dst) = (a.path().join("log.db"), b.path().join("log.db"));
+            tokio::task::spawn_blocking(move || {
+                let conn = rusqlite::Connection::open(&dst).map_err(|e| e.to_string())?;
+                conn.busy_timeout(Duration::from_secs(30))
+                    .map_err(|e| e.to_string())?;
+                conn.execute("ATTACH DATABASE ?1 AS src", [src.display().to_string()])
+                    .map_err(|e| e.to_string())?;
+                let mut sql = String::from("BEGIN IMMEDIATE;");
+                for t in TABLES {
+                    sql.push_str(&format!("INSERT INTO main.{t} SELECT * FROM src.{t};"));
+                }
+                sql.push_str("COMMIT;");
+                conn.execute_batch(&sql).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        }
+        (Fresh::Postgres(_, pool, a), Fresh::Postgres(_, _, b)) => {
+            let mut sql = String::from("BEGIN;");
+            for t in TABLES {
+                sql.push_str(&format!("INSERT INTO {b}.{t} SELECT * FROM {a}.{t};"));
+            }
+            sql.push_str("COMMIT;");
+            sqlx::raw_sql(&sql)
+                .execute(pool)
+                .await
+                .map(|_| ())
+                .map_err(|e| format!("cannot copy the bench history: {e}"))
+        }
+        _ => Err("a copy goes between stores of one engine".into()),
+    }
+}
+
+/// The space's newest head on `store`.
+async fn tip(store: &Fresh, space: &SpaceId) -> std::result::Result<Option<EpochId>, String> {
+    let heads = store.diagnostics().heads(space).await.map_err(store_err)?;
+    Ok(heads.iter().max_by_key(|h| h.seq).map(|h| h.id))
+}
+
+/// Appends `n` epochs after the space's newest head on `store`.
+async fn extend(
+    store: &Fresh,
+    space: &SpaceId,
+    n: u64,
+    tag: &str,
+) -> std::result::Result<(), String> {
+    let after = tip(store, space).await?;
+    fill(store, space, chain(space, after, n, tag))
+        .await
+        .map_err(store_err)?;
+    Ok(())
+}
+
+/// Two copies of one history per engine: the sender and the receiver of its pairs.
+struct Copies {
+    sender: Fresh,
+    receiver: Fresh,
+}
+
 /// Runs the benchmark and prints its report.
 pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
     let backends = args.backend.backends();
@@ -242,99 +308,74 @@ pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
         thousands(args.initial),
         !cfg!(debug_assertions)
     );
-    let space = SpaceId::new(format!("bench-sync-{}", random_tag())).map_err(store_err)?;
-    let history = chain(&space, None, args.history, "shared");
-    let tip = history.last().map(|e| e.id);
-    let mut pairs = Vec::new();
-    for a in &backends {
-        for b in &backends {
-            pairs.push((*a, *b));
-        }
+    let tag = random_tag();
+    let space = SpaceId::new(format!("bench-sync-{tag}")).map_err(store_err)?;
+    let first = SpaceId::new(format!("bench-sync-first-{tag}")).map_err(store_err)?;
+    let mut copies = Vec::new();
+    for b in &backends {
+        eprintln!(
+            "{}: importing {} epochs…",
+            b.name(),
+            thousands(args.history)
+        );
+        let sender = Fresh::open(*b, url).await?;
+        let rate = fill(&sender, &space, chain(&space, None, args.history, "shared"))
+            .await
+            .map_err(store_err)?;
+        eprintln!(
+            "{}: {rate:.0} epochs/s (import_batch, 1,000 per batch); copying…",
+            b.name()
+        );
+        let receiver = Fresh::open(*b, url).await?;
+        copy_log(&sender, &receiver).await?;
+        fill(&sender, &first, chain(&first, None, args.initial, "first"))
+            .await
+            .map_err(store_err)?;
+        copies.push((*b, Copies { sender, receiver }));
     }
     println!();
     println!("| sender → receiver | sync | path | epochs moved | summaries read | ids checked | bytes moved | time |");
     println!("|---|---|---|---:|---:|---:|---:|---:|");
-    let mut fills = Vec::new();
-    for (n, (a, b)) in pairs.iter().enumerate() {
-        let pair = format!("{} → {}", a.name(), b.name());
-        eprintln!(
-            "{pair}: filling two copies of {} epochs…",
-            thousands(args.history)
-        );
-        let (from, to) = (Fresh::open(*a, url).await?, Fresh::open(*b, url).await?);
-        fills.push((
-            a.name(),
-            fill(&from, &space, history.clone())
-                .await
-                .map_err(store_err)?,
-        ));
-        fills.push((
-            b.name(),
-            fill(&to, &space, history.clone())
-                .await
-                .map_err(store_err)?,
-        ));
-        // The sender's new epochs, after the shared tip, made on the sender alone.
-        let ahead = chain(&space, tip, args.diff, &format!("ahead-{n}"));
-        let last = ahead.last().map(|e| e.id);
-        fill(&from, &space, ahead).await.map_err(store_err)?;
-        let negotiated = measure(&from, &to, &space, true).await.map_err(store_err)?;
-        row(
-            &pair,
-            &format!("{} apart, no cursor", args.diff),
-            &negotiated,
-        );
-        let more = chain(&space, last, args.diff, &format!("more-{n}"));
-        fill(&from, &space, more).await.map_err(store_err)?;
-        // The receiver now keeps a cursor for the sender's real id after one sync by it.
-        let _ = measure(&from, &to, &space, false)
-            .await
-            .map_err(store_err)?;
-        let tail = from
-            .diagnostics()
-            .heads(&space)
-            .await
-            .map_err(store_err)?
-            .first()
-            .map(|h| h.id);
-        fill(
-            &from,
-            &space,
-            chain(&space, tail, args.diff, &format!("tail-{n}")),
-        )
-        .await
-        .map_err(store_err)?;
-        let cursor = measure(&from, &to, &space, false)
-            .await
-            .map_err(store_err)?;
-        row(&pair, &format!("{} apart, by cursor", args.diff), &cursor);
-        from.close().await?;
-        to.close().await?;
+    let mut n = 0;
+    for (a, from) in &copies {
+        for (b, to) in &copies {
+            n += 1;
+            let pair = format!("{} → {}", a.name(), b.name());
+            eprintln!("{pair}…");
+            let (from, to) = (&from.sender, &to.receiver);
+            // Equal copies first (earlier pairs moved epochs), with a cursor for the sender.
+            measure(from, to, &space, false).await.map_err(store_err)?;
+            extend(from, &space, args.diff, &format!("ahead-{n}")).await?;
+            let negotiated = measure(from, to, &space, true).await.map_err(store_err)?;
+            row(
+                &pair,
+                &format!("{} apart, no cursor", args.diff),
+                &negotiated,
+            );
+            measure(from, to, &space, false).await.map_err(store_err)?;
+            extend(from, &space, args.diff, &format!("more-{n}")).await?;
+            let cursor = measure(from, to, &space, false).await.map_err(store_err)?;
+            row(&pair, &format!("{} apart, by cursor", args.diff), &cursor);
 
-        let first =
-            SpaceId::new(format!("bench-sync-first-{}", random_tag())).map_err(store_err)?;
-        let (from, to) = (Fresh::open(*a, url).await?, Fresh::open(*b, url).await?);
-        fill(&from, &first, chain(&first, None, args.initial, "first"))
-            .await
-            .map_err(store_err)?;
-        let m = measure(&from, &to, &first, false)
-            .await
-            .map_err(store_err)?;
-        row(
-            &pair,
-            &format!("first sync of {}", thousands(args.initial)),
-            &m,
-        );
-        println!(
-            "| {pair} | first sync: {:.0} epochs/s | | | | | | |",
-            m.report.epochs() as f64 / m.took.as_secs_f64().max(1e-9)
-        );
-        from.close().await?;
-        to.close().await?;
+            let empty = Fresh::open(*b, url).await?;
+            let m = measure(from, &empty, &first, false)
+                .await
+                .map_err(store_err)?;
+            row(
+                &pair,
+                &format!("first sync of {}", thousands(args.initial)),
+                &m,
+            );
+            println!(
+                "| {pair} | first sync: {:.0} epochs/s | | | | | | |",
+                m.report.epochs() as f64 / m.took.as_secs_f64().max(1e-9)
+            );
+            empty.close().await?;
+        }
     }
-    println!();
-    for (engine, rate) in fills {
-        eprintln!("fill ({engine}, batches of 1,000 by import_batch): {rate:.0} epochs/s");
+    for (_, c) in copies {
+        c.sender.close().await?;
+        c.receiver.close().await?;
     }
     Ok(())
 }

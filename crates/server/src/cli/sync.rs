@@ -63,10 +63,10 @@ pub(crate) struct SyncArgs {
     #[arg(long)]
     json: bool,
     /// Bearer token for an http(s):// SOURCE (default CAIRN_SOURCE_TOKEN).
-    #[arg(long, env = SOURCE_TOKEN_ENV, hide_env_values = true, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN")]
     source_token: Option<String>,
     /// Bearer token for an http(s):// DEST (default CAIRN_DEST_TOKEN).
-    #[arg(long, env = DEST_TOKEN_ENV, hide_env_values = true, value_name = "TOKEN")]
+    #[arg(long, value_name = "TOKEN")]
     dest_token: Option<String>,
 }
 
@@ -81,6 +81,18 @@ async fn open_side(
         refuse_empty_location(&DatabaseUrl::parse(url)?).await?;
     }
     Ok(crate::sync::endpoint_for(url, token).await?)
+}
+
+/// A side's token: the one given on the command line (refused for a store side, which takes
+/// none), else the environment's for a `cairn serve` side. An environment token is ignored for
+/// a store side, so one exported for another sync does not break a sync between files.
+fn token(url: &str, given: Option<String>, env: &str) -> Option<String> {
+    given.or_else(|| {
+        is_http(url)
+            .then(|| std::env::var(env).ok())
+            .flatten()
+            .filter(|t| !t.is_empty())
+    })
 }
 
 /// Whether the side is a running `cairn serve`.
@@ -104,8 +116,10 @@ pub(crate) async fn run(args: SyncArgs, out: &mut impl Write) -> Result<(), CliE
     // Registered before anything is opened, so a signal during the first pass is not lost to
     // the default action (which would end the process with a signal status).
     let stop = args.follow.then(shutdown_signal);
-    let source = open_side(&args.source, args.source_token, true).await?;
-    let dest = open_side(&args.dest, args.dest_token, false).await?;
+    let source_token = token(&args.source, args.source_token, SOURCE_TOKEN_ENV);
+    let dest_token = token(&args.dest, args.dest_token, DEST_TOKEN_ENV);
+    let source = open_side(&args.source, source_token, true).await?;
+    let dest = open_side(&args.dest, dest_token, false).await?;
     let mut sync = Sync::new(source, dest)
         .both_ways(args.both_ways)
         .options(options);
