@@ -22,8 +22,8 @@
 use std::sync::Arc;
 
 pub use cairn_core::sync::{
-    pull, LocalEndpoint, SpaceReport, Spaces, StoreId, Sync, SyncCursor, SyncEndpoint, SyncOptions,
-    SyncPath, SyncPeer, SyncReport, MAX_IMPORT_BATCH, MAX_MISSING_IDS,
+    epoch_bytes, pull, LocalEndpoint, SpaceReport, Spaces, StoreId, Sync, SyncCursor, SyncEndpoint,
+    SyncOptions, SyncPath, SyncPeer, SyncReport, MAX_IMPORT_BATCH, MAX_MISSING_IDS,
 };
 
 use crate::Store;

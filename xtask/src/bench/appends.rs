@@ -400,6 +400,18 @@ impl Fresh {
         }
     }
 
+    /// The store's URL, for another process (`pg_url`: the server it was made on).
+    pub(super) fn url(&self, pg_url: Option<&str>) -> String {
+        match self {
+            Self::Sqlite { _dir, .. } => _dir.path().join("log.db").display().to_string(),
+            Self::Postgres(_, _, schema) => {
+                let base = pg_url.unwrap_or_default();
+                let sep = if base.contains('?') { '&' } else { '?' };
+                format!("{base}{sep}cairn_schema={schema}")
+            }
+        }
+    }
+
     /// The store with its diagnostics (what a sync side reads).
     pub(super) fn diagnostics(&self) -> Arc<dyn cairn::EpochDiagnostics> {
         match self {

@@ -36,7 +36,7 @@ pub(crate) struct ServerArgs {
 }
 
 /// The bearer token of the benchmarked server (loopback only, for this run).
-const TOKEN: &str = "bench-server-token-0123456789";
+pub(super) const TOKEN: &str = "bench-server-token-0123456789";
 
 /// One side's figures for one operation.
 struct Figures {
@@ -389,7 +389,7 @@ async fn http_op(
 }
 
 /// Builds the `cairn` binary with xtask's own profile; returns its path.
-fn build_cairn() -> Result<std::path::PathBuf, String> {
+pub(super) fn build_cairn() -> Result<std::path::PathBuf, String> {
     let release = !cfg!(debug_assertions);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
@@ -416,13 +416,13 @@ fn build_cairn() -> Result<std::path::PathBuf, String> {
 }
 
 /// A running `cairn serve`.
-struct Served {
+pub(super) struct Served {
     child: Child,
-    base: String,
+    pub(super) base: String,
 }
 
 impl Served {
-    fn start(binary: &std::path::Path, url: &str) -> Result<Self, String> {
+    pub(super) fn start(binary: &std::path::Path, url: &str) -> Result<Self, String> {
         use std::io::BufRead;
         let mut child = Command::new(binary)
             .env_remove("CAIRN_CONFIG")
@@ -451,7 +451,7 @@ impl Served {
         })
     }
 
-    fn stop(&mut self) {
+    pub(super) fn stop(&mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();

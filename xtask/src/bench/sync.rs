@@ -6,10 +6,11 @@
 //!   receiver's cursor — with the bytes moved between the sides;
 //! - **first sync**: `--initial` epochs into an empty store, epochs per second.
 //!
-//! Bytes are counted by a metering side in front of each store, in a fixed encoding: an id 32
-//! bytes, a seq or a count 8, an event its stored bytes (kind, key, payload) plus 8 — what any
-//! wire format must carry at least. Over HTTP, `cairn serve`'s own test of the routes reports
-//! the bytes on the wire.
+//! Between stores opened here, bytes are counted by a metering side in front of each store, in
+//! a fixed encoding: an id 32 bytes, a seq or a count 8, an event its stored bytes (kind, key,
+//! payload) plus 8 — what any wire format must carry at least. Over HTTP (`cairn sync` into a
+//! `cairn serve` over the receiver), a counting TCP proxy between the two counts the bytes on
+//! the wire, both ways, HTTP headers and JSON included.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -41,6 +42,9 @@ pub(crate) struct SyncArgs {
     /// Epochs of the first-sync row.
     #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     initial: u64,
+    /// Leave out the rows over HTTP (`cairn sync` into a `cairn serve`, which this builds).
+    #[arg(long)]
+    no_http: bool,
 }
 
 /// The stored bytes of a bench event.
@@ -308,6 +312,11 @@ pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
         thousands(args.initial),
         !cfg!(debug_assertions)
     );
+    let binary = if args.no_http {
+        None
+    } else {
+        Some(super::server::build_cairn()?)
+    };
     let tag = random_tag();
     let space = SpaceId::new(format!("bench-sync-{tag}")).map_err(store_err)?;
     let first = SpaceId::new(format!("bench-sync-first-{tag}")).map_err(store_err)?;
@@ -371,6 +380,24 @@ pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
                 m.report.epochs() as f64 / m.took.as_secs_f64().max(1e-9)
             );
             empty.close().await?;
+
+            if let Some(binary) = &binary {
+                extend(from, &space, args.diff, &format!("http-{n}")).await?;
+                let h = over_http(binary, from, to, &space, url).await?;
+                http_row(&pair, &format!("{} apart, by cursor", args.diff), h);
+                let empty = Fresh::open(*b, url).await?;
+                let h = over_http(binary, from, &empty, &first, url).await?;
+                http_row(
+                    &pair,
+                    &format!("first sync of {}", thousands(args.initial)),
+                    h,
+                );
+                println!(
+                    "| {pair} | first sync over HTTP: {:.0} epochs/s (the command's start and opens included) | | | | | | |",
+                    h.0 as f64 / h.2.as_secs_f64().max(1e-9)
+                );
+                empty.close().await?;
+            }
         }
     }
     for (_, c) in copies {
@@ -378,4 +405,103 @@ pub(crate) async fn run(args: SyncArgs) -> std::result::Result<(), String> {
         c.receiver.close().await?;
     }
     Ok(())
+}
+
+/// A loopback TCP proxy in front of `upstream` that counts every byte it carries, both ways:
+/// the bytes an HTTP sync puts on the wire, headers included.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    bytes: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(upstream: &str) -> std::result::Result<Self, String> {
+        let upstream = upstream
+            .strip_prefix("http://")
+            .ok_or("the server's address is not http://")?
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| e.to_string())?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let bytes = Arc::new(AtomicU64::new(0));
+        let counted = bytes.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (upstream, counted) = (upstream.clone(), counted.clone());
+                tokio::spawn(async move {
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = tokio::io::copy(&mut cr, &mut sw);
+                    let down = tokio::io::copy(&mut sr, &mut cw);
+                    let (a, b) = tokio::join!(up, down);
+                    counted.fetch_add(a.unwrap_or(0) + b.unwrap_or(0), Ordering::Relaxed);
+                });
+            }
+        });
+        Ok(Self { addr, bytes, task })
+    }
+}
+
+/// `cairn sync SENDER http://proxy --space S` into a `cairn serve` over `to`; the bytes on the
+/// wire and the time the command took (its start and the sender's open included).
+async fn over_http(
+    binary: &std::path::Path,
+    from: &Fresh,
+    to: &Fresh,
+    space: &SpaceId,
+    pg_url: Option<&str>,
+) -> std::result::Result<(u64, u64, Duration), String> {
+    let mut served = super::server::Served::start(binary, &to.url(pg_url))?;
+    let proxy = Proxy::start(&served.base).await?;
+    let t = Instant::now();
+    let out = tokio::process::Command::new(binary)
+        .env_remove("CAIRN_CONFIG")
+        .env("CAIRN_DEST_TOKEN", super::server::TOKEN)
+        .args(["sync", &from.url(pg_url), &format!("http://{}", proxy.addr)])
+        .args(["--space", &space.to_string(), "--json"])
+        .output()
+        .await
+        .map_err(|e| format!("cannot run cairn sync: {e}"))?;
+    let took = t.elapsed();
+    served.stop();
+    // The server closed its connections: the proxy's copies have ended.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut bytes = proxy.bytes.load(Ordering::Relaxed);
+    while Instant::now() < deadline {
+        tokio::task::yield_now().await;
+        let now = proxy.bytes.load(Ordering::Relaxed);
+        if now == bytes && now > 0 {
+            break;
+        }
+        bytes = now;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.task.abort();
+    if !out.status.success() {
+        return Err(format!(
+            "cairn sync failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("cairn sync --json printed no report: {e}"))?;
+    let epochs = report
+        .pointer("/epochs")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| format!("no total epochs in {report}"))?;
+    Ok((epochs, bytes, took))
+}
+
+fn http_row(pair: &str, what: &str, (epochs, bytes, took): (u64, u64, Duration)) {
+    println!(
+        "| {pair} | {what} | over HTTP | {} | | | {} on the wire | {:.1} ms |",
+        thousands(epochs),
+        thousands(bytes),
+        took.as_secs_f64() * 1000.0
+    );
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use cairn::sync::{MAX_IMPORT_BATCH, MAX_MISSING_IDS};
-use cairn::{EpochId, ForeignEpoch, ImportOutcome, Seq, SpaceId, MAX_RECENT_EPOCHS};
+use cairn::sync::{epoch_bytes, MAX_IMPORT_BATCH, MAX_MISSING_IDS};
+use cairn::{EpochId, ImportOutcome, Seq, SpaceId, MAX_RECENT_EPOCHS};
 
 use super::error::ApiError;
 use super::extract::{Body, Params, PathArgs};
@@ -63,11 +63,6 @@ fn now_us() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-/// The stored bytes of an epoch's events, as a sync peer's byte count sums them.
-fn epoch_bytes(epoch: &ForeignEpoch) -> u64 {
-    epoch.events.iter().map(|e| e.stored_bytes() as u64).sum()
 }
 
 /// The space's newest seq; `None` when it has no epoch.
