@@ -731,6 +731,7 @@ macro_rules! sync_suite {
             r4_a_forged_epoch_is_refused_with_nothing_after_it,
             r5_forks_made_apart_converge_and_the_next_append_merges,
             r6_a_replaced_sender_fails_the_cursor_check_and_is_negotiated,
+            r6_a_restored_sender_with_new_work_below_the_cursor_is_negotiated,
             r6_negotiation_reads_in_proportion_to_the_difference,
             r_random_dags_and_partitions_converge_to_the_union,
         );

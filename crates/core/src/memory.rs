@@ -12,7 +12,8 @@ use crate::ids::{EpochId, EventId};
 use crate::seq::{next_seq, HeadProbe};
 use crate::store::{EpochDiagnostics, EpochStore};
 use crate::sync::types::{
-    batch_item_error, check_import_batch, epoch_bytes, StoreId, SyncCursor, SyncPeer,
+    batch_item_error, check_import_batch, cursor_epoch_missing, epoch_bytes, StoreId, SyncCursor,
+    SyncPeer,
 };
 use crate::types::{
     Appended, Epoch, EpochSummary, Event, FeedCursor, FeedEvent, FeedPage, ForeignEpoch, Head,
@@ -280,7 +281,7 @@ impl EpochStore for MemoryStore {
         check_import_batch(space, &epochs, cursor)?;
         let mut spaces = self.lock();
         let sp = spaces.entry(space.clone()).or_default();
-        let (outcomes, imported, bytes) = Self::import_batch_locked(sp, space, epochs)?;
+        let (outcomes, imported, bytes) = Self::import_batch_locked(sp, space, epochs, cursor)?;
         if let Some(c) = cursor {
             let peer = sp.peers.entry(c.peer.clone()).or_insert_with(|| SyncPeer {
                 cursor: c.clone(),
@@ -325,6 +326,7 @@ impl MemoryStore {
         sp: &mut Space,
         space: &SpaceId,
         epochs: Vec<ForeignEpoch>,
+        cursor: Option<&SyncCursor>,
     ) -> Result<(Vec<ImportOutcome>, u64, u64)> {
         let mut known: HashSet<EpochId> = HashSet::new();
         for (index, epoch) in epochs.iter().enumerate() {
@@ -342,6 +344,11 @@ impl MemoryStore {
                 ));
             }
             known.insert(epoch.id);
+        }
+        if let Some(c) = cursor {
+            if !sp.by_id.contains_key(&c.id) && !known.contains(&c.id) {
+                return Err(cursor_epoch_missing(c));
+            }
         }
         let (mut imported, mut bytes) = (0, 0);
         let mut outcomes = Vec::with_capacity(epochs.len());

@@ -159,6 +159,8 @@ pub trait EpochStore: Send + Sync + Debug + 'static {
     ///   written ([`crate::sync::check_import_batch`]), an epoch present already (or earlier
     ///   in the batch) answered [`ImportOutcome::AlreadyPresent`] and written no more, the
     ///   others given the next local seqs in batch order; the head cache stays exact.
+    /// - The cursor's epoch must be in the space once the batch is in (stored before, or in the
+    ///   batch): else [`crate::Error::InvalidInput`] and nothing is written.
     /// - The cursor row is replaced (its seq may move back: the caller knows it is true); its
     ///   counters grow by the epochs this batch imported and their stored bytes. An empty
     ///   batch with a cursor moves the cursor only.

@@ -326,12 +326,13 @@ pub async fn e14_present_epochs_are_answered_and_not_counted<H: Harness>(h: &H) 
 }
 
 /// E14: an empty batch with a cursor moves the cursor only (back as well as forward: the
-/// caller knows it is true), in a space with history and in one with no epoch; an empty batch
-/// without one writes nothing.
+/// caller knows it is true); a cursor must name an epoch the space holds (in a space with no
+/// epoch, none does), else nothing is written; an empty batch without one writes nothing.
 pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
     let store = open(h).await;
     let space = random_space("e14-empty");
     let a1 = store.append(&space, ev("e14-e-a1")).await.unwrap();
+    let a2 = store.append(&space, ev("e14-e-a2")).await.unwrap();
     let before = snapshot(store.as_ref(), &space).await;
     let p = peer('e');
     let moved = |seq, id, at| SyncPeer {
@@ -340,24 +341,22 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
         bytes: 0,
         updated_at_us: at,
     };
-    let far = absent("the sender's epoch at 7");
     let out = store
-        .import_batch(&space, Vec::new(), Some(&cursor(&p, 7, far)), 100)
+        .import_batch(&space, Vec::new(), Some(&cursor(&p, 7, a2.id)), 100)
         .await
         .unwrap();
     assert!(out.is_empty(), "E14: no outcome for an empty batch");
     assert_eq!(
         store.sync_peers(&space).await.unwrap(),
-        [moved(7, far, 100)]
+        [moved(7, a2.id, 100)]
     );
-    let back = absent("the sender's epoch at 3");
     store
-        .import_batch(&space, Vec::new(), Some(&cursor(&p, 3, back)), 200)
+        .import_batch(&space, Vec::new(), Some(&cursor(&p, 3, a1.id)), 200)
         .await
         .unwrap();
     assert_eq!(
         store.sync_peers(&space).await.unwrap(),
-        [moved(3, back, 200)],
+        [moved(3, a1.id, 200)],
         "E14: the cursor row is replaced, its seq may move back"
     );
     assert_eq!(
@@ -366,16 +365,31 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
         "E14: a cursor-only batch writes no epoch"
     );
 
-    // A space with no epoch keeps a cursor and still has no epoch.
-    let none = random_space("e14-empty-none");
-    store
-        .import_batch(&none, Vec::new(), Some(&cursor(&p, 1, a1.id)), 300)
+    // A cursor naming an epoch the space does not hold is refused; nothing moves.
+    let far = absent("the sender's epoch at 9");
+    match store
+        .import_batch(&space, Vec::new(), Some(&cursor(&p, 9, far)), 250)
         .await
-        .unwrap();
+    {
+        Err(Error::InvalidInput { .. }) => {}
+        other => {
+            panic!("E14: a cursor naming an absent epoch: expected InvalidInput, got {other:?}")
+        }
+    }
     assert_eq!(
-        store.sync_peers(&none).await.unwrap(),
-        [moved(1, a1.id, 300)]
+        store.sync_peers(&space).await.unwrap(),
+        [moved(3, a1.id, 200)]
     );
+
+    // A space with no epoch holds no cursor's epoch: refused, and still no epoch nor cursor.
+    let none = random_space("e14-empty-none");
+    assert!(matches!(
+        store
+            .import_batch(&none, Vec::new(), Some(&cursor(&p, 1, a1.id)), 300)
+            .await,
+        Err(Error::InvalidInput { .. })
+    ));
+    assert!(store.sync_peers(&none).await.unwrap().is_empty());
     assert!(matches!(
         EpochStore::heads(store.as_ref(), &none).await,
         Err(Error::NotFound { .. })
@@ -398,7 +412,7 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
 
     // A cursor's seq below 1 is refused.
     match store
-        .import_batch(&space, Vec::new(), Some(&cursor(&p, 0, back)), 500)
+        .import_batch(&space, Vec::new(), Some(&cursor(&p, 0, a1.id)), 500)
         .await
     {
         Err(Error::InvalidInput { .. }) => {}
@@ -406,7 +420,7 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
     }
     assert_eq!(
         store.sync_peers(&space).await.unwrap(),
-        [moved(3, back, 200)]
+        [moved(3, a1.id, 200)]
     );
 }
 
@@ -462,8 +476,9 @@ pub async fn e14_sync_peers_lists_cursors_per_peer_with_summed_counters<H: Harne
         store.sync_peers(&other).await.unwrap().is_empty(),
         "E14: a space never synced into keeps no cursor"
     );
+    let o1 = store.append(&other, ev("e14-pe-o1")).await.unwrap();
     store
-        .import_batch(&other, Vec::new(), Some(&cursor(&low, 1, a1.id)), 50)
+        .import_batch(&other, Vec::new(), Some(&cursor(&low, 1, o1.id)), 50)
         .await
         .unwrap();
     assert_eq!(store.sync_peers(&other).await.unwrap().len(), 1);

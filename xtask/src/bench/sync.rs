@@ -459,13 +459,14 @@ async fn over_http(
     let mut served = super::server::Served::start(binary, &to.url(pg_url))?;
     let proxy = Proxy::start(&served.base).await?;
     let t = Instant::now();
-    let out = tokio::process::Command::new(binary)
-        .env_remove("CAIRN_CONFIG")
+    let mut cmd = std::process::Command::new(binary);
+    cmd.env_remove("CAIRN_CONFIG")
         .env("CAIRN_DEST_TOKEN", super::server::TOKEN)
         .args(["sync", &from.url(pg_url), &format!("http://{}", proxy.addr)])
-        .args(["--space", &space.to_string(), "--json"])
-        .output()
+        .args(["--space", &space.to_string(), "--json"]);
+    let out = tokio::task::spawn_blocking(move || cmd.output())
         .await
+        .map_err(|e| e.to_string())?
         .map_err(|e| format!("cannot run cairn sync: {e}"))?;
     let took = t.elapsed();
     served.stop();

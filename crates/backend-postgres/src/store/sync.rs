@@ -15,11 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_core::sync::{StoreId, SyncCursor, SyncPeer};
+use cairn_core::sync::{cursor_epoch_missing, StoreId, SyncCursor, SyncPeer};
 use cairn_core::{EpochId, Error, ForeignEpoch, ImportOutcome, Result, Seq, SpaceId};
 use sqlx::Row;
 
 use super::batch::{write_batch, Written};
+use super::import::epoch_seq;
 use super::lock::lock_spaces;
 use super::row::{corrupt, epoch_id_from, id_bytes};
 use crate::config::SchemaName;
@@ -143,6 +144,9 @@ pub(crate) async fn import_batch_tx(
         bytes,
     } = write_batch(db, space, epochs).await?;
     if let Some(c) = cursor {
+        if epoch_seq(db, space, &c.id).await?.is_none() {
+            return Err(cursor_epoch_missing(c));
+        }
         sqlx::query(sql::UPSERT_PEER)
             .bind(space.as_bytes())
             .bind(c.peer.as_str())

@@ -1,6 +1,8 @@
 //! The head cache's repair and the diagnostics' read of it: the cached heads, and the rewrite
 //! of the cache to what the anti-join computes.
 
+use std::collections::HashSet;
+
 use cairn_core::{Error, Head, RepairOutcome, Result, SpaceId};
 use rusqlite::params;
 
@@ -25,10 +27,12 @@ pub(crate) fn cache_exact(
     after: &[Head],
 ) -> Result<()> {
     let s = space.as_bytes();
-    for h in before.iter().filter(|h| !after.contains(h)) {
+    let (was, is): (HashSet<&Head>, HashSet<&Head>) =
+        (before.iter().collect(), after.iter().collect());
+    for h in before.iter().filter(|h| !is.contains(h)) {
         db.exec(sql::DELETE_HEAD, params![s, h.id.as_bytes()])?;
     }
-    for h in after.iter().filter(|h| !before.contains(h)) {
+    for h in after.iter().filter(|h| !was.contains(h)) {
         db.exec(
             sql::INSERT_HEAD,
             params![s, h.id.as_bytes(), h.seq.to_i64()?],

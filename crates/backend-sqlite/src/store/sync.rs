@@ -14,11 +14,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use cairn_core::sync::{batch_item_error, epoch_bytes, StoreId, SyncCursor, SyncPeer};
+use cairn_core::sync::{cursor_epoch_missing, epoch_bytes, StoreId, SyncCursor, SyncPeer};
 use cairn_core::{EpochId, Error, ForeignEpoch, ImportOutcome, Result, Seq, SpaceId};
 use rusqlite::params;
 
-use super::import::import_in;
+use super::import::import_batch_in;
+use super::read::epoch_seq;
 use super::row::epoch_id_from;
 use crate::db::{Db, End};
 use crate::error::corrupt;
@@ -121,17 +122,18 @@ pub(crate) fn import_batch_tx(
     at_us: i64,
 ) -> Result<Vec<ImportOutcome>> {
     db.write_tx(|db| {
-        let mut outcomes = Vec::with_capacity(epochs.len());
+        let outcomes = import_batch_in(db, space, epochs)?;
         let (mut imported, mut bytes) = (0u64, 0u64);
-        for (index, epoch) in epochs.iter().enumerate() {
-            let outcome = import_in(db, epoch).map_err(|e| batch_item_error(index, e))?;
+        for (epoch, outcome) in epochs.iter().zip(&outcomes) {
             if let ImportOutcome::Imported(_) = outcome {
                 imported += 1;
                 bytes += epoch_bytes(epoch);
             }
-            outcomes.push(outcome);
         }
         if let Some(c) = cursor {
+            if epoch_seq(db, space, &c.id)?.is_none() {
+                return Err(cursor_epoch_missing(c));
+            }
             db.exec(
                 sql::UPSERT_PEER,
                 params![

@@ -111,15 +111,27 @@ pub async fn pull(
         .into_iter()
         .find(|p| p.cursor.peer == peer)
         .map(|p| p.cursor);
+    let head_ids: Vec<EpochId> = heads.iter().map(|h| h.id).collect();
     if let Some(c) = kept {
-        if c == newest {
+        // The cursor is a shortcut, never the proof: after it, the receiver must hold every
+        // head the sender had — and so, a store holding an epoch with its ancestors, all of
+        // the sender's epochs. A sender restored from a backup or cloned (its id kept, its
+        // history below the cursor changed) fails that check, or names a parent the receiver
+        // lacks, and the sync negotiates.
+        let by_cursor = if c == newest {
             run.r.path = SyncPath::UpToDate;
-            return Ok(r);
-        }
-        if c.seq < top.seq && run.digest_holds(&c).await? {
+            Some(Ok(()))
+        } else if c.seq < top.seq && run.digest_holds(&c).await? {
             run.r.path = SyncPath::Cursor;
-            run.forward(c.seq, top, &peer, false).await?;
-            return Ok(r);
+            Some(run.forward(c.seq, top, &peer, false).await)
+        } else {
+            None
+        };
+        match by_cursor {
+            Some(Ok(())) if run.lacking(&head_ids).await?.is_empty() => return Ok(r),
+            Some(Err(Error::EpochRefused { error, .. })) if names_unknown_parent(&error) => {}
+            Some(Err(e)) => return Err(e),
+            Some(Ok(())) | None => {}
         }
         run.r.cursor_reset = true;
     }
@@ -132,6 +144,12 @@ pub async fn pull(
     let needed = run.walk(&heads).await?;
     run.transfer(&needed, &newest).await?;
     Ok(r)
+}
+
+/// Whether a batch was refused for a parent the receiver lacks (below the cursor, a cursor
+/// that no longer holds).
+fn names_unknown_parent(error: &Error) -> bool {
+    matches!(error, Error::InvalidBatchItem { error, .. } if matches!(**error, Error::UnknownParent { .. }))
 }
 
 /// One pull's state.

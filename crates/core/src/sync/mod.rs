@@ -23,6 +23,6 @@ pub use endpoint::{LocalEndpoint, SyncEndpoint};
 pub use report::{SpaceReport, SyncPath, SyncReport};
 pub use run::{Spaces, Sync};
 pub use types::{
-    batch_item_error, check_import_batch, check_missing_ids, epoch_bytes, StoreId, SyncCursor,
-    SyncPeer, MAX_IMPORT_BATCH, MAX_MISSING_IDS,
+    batch_item_error, check_import_batch, check_missing_ids, cursor_epoch_missing, epoch_bytes,
+    StoreId, SyncCursor, SyncPeer, MAX_IMPORT_BATCH, MAX_MISSING_IDS,
 };

@@ -159,6 +159,19 @@ pub fn batch_item_error(index: usize, error: Error) -> Error {
     }
 }
 
+/// The refusal of a cursor whose epoch the receiving space does not hold once its batch is
+/// in: a cursor names the sender's epoch at its seq, and every epoch up to it is in the
+/// receiver, that one included.
+pub fn cursor_epoch_missing(cursor: &SyncCursor) -> Error {
+    Error::invalid(
+        "sync cursor",
+        format!(
+            "names epoch {}, which this space does not hold (a cursor's epoch is in the store or in its batch)",
+            cursor.id
+        ),
+    )
+}
+
 /// Checks the ids of a [`crate::EpochStore::missing`] call.
 ///
 /// # Errors
