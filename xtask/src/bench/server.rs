@@ -388,8 +388,18 @@ async fn http_op(
     Ok(())
 }
 
-/// Builds the `cairn` binary with xtask's own profile; returns its path.
+/// Builds the `cairn` binary with xtask's own profile; returns its path. `CAIRN_BENCH_BINARY`
+/// names one built already (e.g. by `cargo build --release -p xtask -p cairn-server`, whose
+/// features differ from `-p cairn-server` alone and would build the tree again).
 pub(super) fn build_cairn() -> Result<std::path::PathBuf, String> {
+    if let Some(given) = std::env::var_os("CAIRN_BENCH_BINARY") {
+        let given = std::path::PathBuf::from(given);
+        return if given.is_file() {
+            Ok(given)
+        } else {
+            Err(format!("CAIRN_BENCH_BINARY: no file at {}", given.display()))
+        };
+    }
     let release = !cfg!(debug_assertions);
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut cmd = Command::new(cargo);
