@@ -30,10 +30,10 @@ use crate::Store;
 
 impl Store {
     /// This store as a side of a sync, named `label` in reports (the engine's name when
-    /// `None`).
+    /// `None`); the side holds a handle of the store, so the store stays open while it lives.
     pub fn sync_endpoint(&self, label: Option<&str>) -> Arc<dyn SyncEndpoint> {
         let label = label.map_or_else(|| format!("{} store", self.engine()), str::to_owned);
-        Arc::new(LocalEndpoint::new(self.diagnostics(), label))
+        Arc::new(LocalEndpoint::new(self.diagnostics(), label).keeping(Arc::new(self.clone())))
     }
 
     /// A sync from this store to `other` (add spaces, [`Sync::both_ways`], then

@@ -86,6 +86,7 @@ pub mod outside;
 mod refusal;
 mod revision;
 mod runner;
+mod seen;
 mod shape;
 pub mod source;
 mod split;
@@ -110,6 +111,7 @@ pub use runner::{
     AppliedContract, Downgraded, LockedMigration, MigrationBackend, OpenReport, Opened, Plan,
     PlannedRevision, Repaired, Runner, DEFAULT_REVISION_LOCK_TIMEOUT, DEFAULT_REVISION_TRIES,
 };
+pub use seen::{RevisionSeen, REVISION_RECHECK};
 pub use source::{ACCEPT_LOCK_MARKER, CONTRACT_MARKER, NO_TRANSACTION_MARKER};
 pub use split::{split_statements, SplitError};
 pub use text::escape_control;

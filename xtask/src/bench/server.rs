@@ -397,7 +397,10 @@ pub(super) fn build_cairn() -> Result<std::path::PathBuf, String> {
         return if given.is_file() {
             Ok(given)
         } else {
-            Err(format!("CAIRN_BENCH_BINARY: no file at {}", given.display()))
+            Err(format!(
+                "CAIRN_BENCH_BINARY: no file at {}",
+                given.display()
+            ))
         };
     }
     let release = !cfg!(debug_assertions);

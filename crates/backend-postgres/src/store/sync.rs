@@ -10,10 +10,6 @@
 //! works on every store.
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use cairn_core::sync::{cursor_epoch_missing, StoreId, SyncCursor, SyncPeer};
 use cairn_core::{EpochId, Error, ForeignEpoch, ImportOutcome, Result, Seq, SpaceId};
@@ -28,45 +24,8 @@ use crate::db::Db;
 use crate::error::map;
 use crate::sql;
 
-/// How often a store that has not seen the revision looks again.
-const RECHECK: Duration = Duration::from_secs(2);
-
-/// Whether the store holds `0010_epoch_sync`, as far as this instance knows: once seen it is
-/// cached for good (a revision is never undone); until then the store is asked at most once
-/// per [`RECHECK`] (as the spool's layout and flow checks do).
-#[derive(Debug, Default)]
-pub(crate) struct SyncSeen {
-    seen: AtomicBool,
-    asked: Mutex<Option<Instant>>,
-}
-
-impl SyncSeen {
-    /// Whether the revision is applied; `ask` (the store's answer) runs at most once per
-    /// [`RECHECK`] until it says yes.
-    pub(crate) async fn applied<F, Fut>(&self, ask: F) -> Result<bool>
-    where
-        F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<bool>>,
-    {
-        if self.seen.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let fresh = self
-            .asked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| at.elapsed() < RECHECK);
-        if fresh {
-            return Ok(false);
-        }
-        let applied = ask().await?;
-        if applied {
-            self.seen.store(true, Ordering::Release);
-        }
-        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        Ok(applied)
-    }
-}
+/// Whether the store holds the revision, as far as this handle knows.
+pub(crate) use cairn_migrate::RevisionSeen as SyncSeen;
 
 /// The store's answer: whether `0010_epoch_sync` is in cairn's lineage.
 pub(crate) async fn sync_applied_q(db: &mut Db<'_>) -> Result<bool> {

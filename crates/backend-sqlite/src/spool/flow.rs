@@ -14,14 +14,13 @@
 //! methods and partition keys refuse with [`flow_revision_missing`].
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use cairn_core::spool::{
     claim_allowance, flow_revision_missing, pick_within_partitions, rate_window_start,
     PartitionKey, QueueFlow, QueueLimits, QueueName, RateLimit, Timestamp, TraceParent,
 };
+use std::time::Duration;
+
 use cairn_core::Result;
 use rusqlite::{params, OptionalExtension, Row};
 
@@ -30,45 +29,8 @@ use super::sql;
 use crate::db::Db;
 use crate::error::{corrupt, map};
 
-/// How often a spool that has not seen the revision looks again.
-const RECHECK: Duration = Duration::from_secs(2);
-
-/// Whether the store holds `0009_spool_flow`, as far as this spool knows: once seen it is
-/// cached for good (a revision is never undone); until then the store is asked at most once
-/// per [`RECHECK`].
-#[derive(Debug, Default)]
-pub(super) struct FlowSeen {
-    seen: AtomicBool,
-    asked: Mutex<Option<Instant>>,
-}
-
-impl FlowSeen {
-    /// Whether the revision is applied; `ask` (the store's answer) runs at most once per
-    /// [`RECHECK`] until it says yes.
-    pub(super) async fn applied<F, Fut>(&self, ask: F) -> Result<bool>
-    where
-        F: FnOnce() -> Fut,
-        Fut: std::future::Future<Output = Result<bool>>,
-    {
-        if self.seen.load(Ordering::Acquire) {
-            return Ok(true);
-        }
-        let fresh = self
-            .asked
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(|at| at.elapsed() < RECHECK);
-        if fresh {
-            return Ok(false);
-        }
-        let applied = ask().await?;
-        if applied {
-            self.seen.store(true, Ordering::Release);
-        }
-        *self.asked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        Ok(applied)
-    }
-}
+/// Whether the store holds the revision, as far as this handle knows.
+pub(super) use cairn_migrate::RevisionSeen as FlowSeen;
 
 /// The store's answer: whether `0009_spool_flow` is in cairn's lineage.
 pub(super) fn applied_q(db: &Db<'_>) -> Result<bool> {

@@ -2,7 +2,7 @@
 //! this process opened ([`LocalEndpoint`]). `cairn serve`'s HTTP client is the other
 //! implementation (`cairn-server`'s `sync` module).
 
-use std::fmt::Debug;
+use std::fmt::{self, Debug};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -87,10 +87,21 @@ pub trait SyncEndpoint: Send + Sync + Debug {
 }
 
 /// A store this process opened, as a side of a sync.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct LocalEndpoint {
     store: Arc<dyn EpochDiagnostics>,
     label: String,
+    /// What must live as long as the side (the handle that keeps the store open).
+    keep: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+impl fmt::Debug for LocalEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalEndpoint")
+            .field("store", &self.store)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LocalEndpoint {
@@ -99,7 +110,15 @@ impl LocalEndpoint {
         Self {
             store,
             label: label.into(),
+            keep: None,
         }
+    }
+
+    /// Keeps `keep` (the handle that keeps the store open, say) alive as long as the side.
+    #[must_use]
+    pub fn keeping(mut self, keep: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.keep = Some(keep);
+        self
     }
 
     /// The store.

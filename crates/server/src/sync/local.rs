@@ -1,12 +1,9 @@
 //! [`endpoint_for`]: a side of a sync from a string, and the name a report gives it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use cairn::sync::{StoreId, SyncCursor, SyncEndpoint, SyncPeer};
-use cairn::{Epoch, EpochId, EpochSummary, Error, ForeignEpoch, Head, ImportOutcome, Result, Seq};
-use cairn::{SpaceId, Store};
+use cairn::sync::SyncEndpoint;
+use cairn::{Error, Result, Store};
 use reqwest::Url;
 
 use super::http::HttpEndpoint;
@@ -46,7 +43,7 @@ pub fn label_for(url: &str) -> String {
 /// A side of a sync from a string: an `http://` or `https://` URL is a `cairn serve`
 /// ([`HttpEndpoint`], with the bearer `token`); anything else is a store URL or file path,
 /// opened here with [`Store::open`] (created when missing, like any open) and kept open while
-/// the side lives. Reports name the side by [`label_for`].
+/// the side lives ([`Store::sync_endpoint`]). Reports name the side by [`label_for`].
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a bad URL, or a token given for a store opened here; the open's
@@ -62,75 +59,8 @@ pub async fn endpoint_for(url: &str, token: Option<String>) -> Result<Arc<dyn Sy
         ));
     }
     let store = Store::open(url).await?;
-    let inner = store.sync_endpoint(Some(&label_for(url)));
-    Ok(Arc::new(OpenedStore { store, inner }))
-}
-
-/// A store opened for a sync, kept open as long as its side.
-#[derive(Debug)]
-struct OpenedStore {
-    #[allow(dead_code)] // Held: the store stays open while the side lives.
-    store: Store,
-    inner: Arc<dyn SyncEndpoint>,
-}
-
-#[async_trait]
-impl SyncEndpoint for OpenedStore {
-    fn label(&self) -> String {
-        self.inner.label()
-    }
-
-    async fn store_id(&self) -> Result<StoreId> {
-        self.inner.store_id().await
-    }
-
-    async fn list_spaces(&self, after: Option<&SpaceId>, limit: usize) -> Result<Vec<SpaceId>> {
-        self.inner.list_spaces(after, limit).await
-    }
-
-    async fn heads(&self, space: &SpaceId) -> Result<Vec<Head>> {
-        self.inner.heads(space).await
-    }
-
-    async fn summaries(
-        &self,
-        space: &SpaceId,
-        before: Option<Seq>,
-        limit: usize,
-    ) -> Result<Vec<EpochSummary>> {
-        self.inner.summaries(space, before, limit).await
-    }
-
-    async fn epochs(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<Epoch>> {
-        self.inner.epochs(space, ids).await
-    }
-
-    async fn missing(&self, space: &SpaceId, ids: &[EpochId]) -> Result<Vec<EpochId>> {
-        self.inner.missing(space, ids).await
-    }
-
-    async fn peers(&self, space: &SpaceId) -> Result<Vec<SyncPeer>> {
-        self.inner.peers(space).await
-    }
-
-    async fn import_batch(
-        &self,
-        space: &SpaceId,
-        epochs: Vec<ForeignEpoch>,
-        cursor: Option<&SyncCursor>,
-        at_us: i64,
-    ) -> Result<Vec<ImportOutcome>> {
-        self.inner.import_batch(space, epochs, cursor, at_us).await
-    }
-
-    async fn wait_change(
-        &self,
-        space: &SpaceId,
-        seen: Option<Seq>,
-        timeout: Duration,
-    ) -> Result<()> {
-        self.inner.wait_change(space, seen, timeout).await
-    }
+    // The side keeps a handle of the store: it stays open as long as the side.
+    Ok(store.sync_endpoint(Some(&label_for(url))))
 }
 
 #[cfg(test)]
