@@ -51,8 +51,9 @@ pub enum Error {
         what: String,
     },
 
-    /// A feed cursor was malformed or belongs to another space. Restart from the beginning of
-    /// the feed (no cursor) or pass a cursor this space's feed returned.
+    /// A feed cursor was malformed or belongs to another space (restart from the beginning of
+    /// the feed, no cursor, or pass a cursor this space's feed returned); or a sync cursor
+    /// named an epoch the space does not hold (nothing was written).
     #[error("bad feed cursor: {reason}")]
     BadCursor {
         /// Why it was refused.

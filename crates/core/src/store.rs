@@ -160,7 +160,7 @@ pub trait EpochStore: Send + Sync + Debug + 'static {
     ///   in the batch) answered [`ImportOutcome::AlreadyPresent`] and written no more, the
     ///   others given the next local seqs in batch order; the head cache stays exact.
     /// - The cursor's epoch must be in the space once the batch is in (stored before, or in the
-    ///   batch): else [`crate::Error::InvalidInput`] and nothing is written.
+    ///   batch): else [`crate::Error::BadCursor`] and nothing is written.
     /// - The cursor row is replaced (its seq may move back: the caller knows it is true); its
     ///   counters grow by the epochs this batch imported and their stored bytes. An empty
     ///   batch with a cursor moves the cursor only.
@@ -171,6 +171,7 @@ pub trait EpochStore: Send + Sync + Debug + 'static {
     /// [`crate::Error::InvalidBatchItem`] naming the first epoch refused, with
     /// [`crate::Error::HashMismatch`], [`crate::Error::UnknownParent`] (a parent neither in the
     /// space nor earlier in the batch) or [`crate::Error::InvalidInput`] inside;
+    /// [`crate::Error::BadCursor`] for a cursor naming an epoch the space does not hold;
     /// [`crate::Error::Incompatible`] as [`EpochStore::store_id`].
     async fn import_batch(
         &self,

@@ -371,9 +371,9 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
         .import_batch(&space, Vec::new(), Some(&cursor(&p, 9, far)), 250)
         .await
     {
-        Err(Error::InvalidInput { .. }) => {}
+        Err(Error::BadCursor { .. }) => {}
         other => {
-            panic!("E14: a cursor naming an absent epoch: expected InvalidInput, got {other:?}")
+            panic!("E14: a cursor naming an absent epoch: expected BadCursor, got {other:?}")
         }
     }
     assert_eq!(
@@ -387,7 +387,7 @@ pub async fn e14_empty_batch_moves_the_cursor_only<H: Harness>(h: &H) {
         store
             .import_batch(&none, Vec::new(), Some(&cursor(&p, 1, a1.id)), 300)
             .await,
-        Err(Error::InvalidInput { .. })
+        Err(Error::BadCursor { .. })
     ));
     assert!(store.sync_peers(&none).await.unwrap().is_empty());
     assert!(matches!(

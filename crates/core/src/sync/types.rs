@@ -163,13 +163,12 @@ pub fn batch_item_error(index: usize, error: Error) -> Error {
 /// in: a cursor names the sender's epoch at its seq, and every epoch up to it is in the
 /// receiver, that one included.
 pub fn cursor_epoch_missing(cursor: &SyncCursor) -> Error {
-    Error::invalid(
-        "sync cursor",
-        format!(
-            "names epoch {}, which this space does not hold (a cursor's epoch is in the store or in its batch)",
+    Error::BadCursor {
+        reason: format!(
+            "the sync cursor names epoch {}, which this space does not hold (a cursor's epoch is in the store or in its batch)",
             cursor.id
         ),
-    )
+    }
 }
 
 /// Checks the ids of a [`crate::EpochStore::missing`] call.
