@@ -26,6 +26,7 @@ mod logging;
 mod open;
 mod serve;
 mod shown;
+mod signals;
 mod small_file;
 pub mod sync;
 

@@ -6,6 +6,7 @@
 //! ([`crate::sync::endpoint_for`]) and prints the report. A side is only ever named by its
 //! label ([`crate::sync::label_for`]: no password, no query but the schema), never a token.
 
+use crate::signals::shutdown_signal;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -235,34 +236,4 @@ fn space_json(s: &SpaceReport) -> serde_json::Value {
         "summaries": s.summaries,
         "ids_checked": s.ids_checked,
     })
-}
-
-/// Resolves on SIGINT or (on Unix) SIGTERM; both are registered when this is called.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, Signal, SignalKind};
-        let interrupt = signal(SignalKind::interrupt()).ok();
-        let terminate = signal(SignalKind::terminate()).ok();
-        async move {
-            async fn recv(s: Option<Signal>) {
-                match s {
-                    Some(mut s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            }
-            tokio::select! {
-                () = recv(interrupt) => {},
-                () = recv(terminate) => {},
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }

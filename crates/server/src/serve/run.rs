@@ -2,6 +2,7 @@
 //! tasks (head-cache backfill, retention, delivery, dashboard rates), and on SIGINT or SIGTERM
 //! drain, stop the tasks and close the store.
 
+use crate::signals::shutdown_signal;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
@@ -202,37 +203,6 @@ pub(crate) async fn run(target: &DatabaseUrl, mut args: Box<ServeArgs>) -> Resul
 /// The least time closing the store gets on shutdown, whatever `--drain-timeout` says (an
 /// orderly close takes milliseconds).
 const CLOSE_FLOOR: Duration = Duration::from_secs(5);
-
-/// Registers for SIGINT and (on Unix) SIGTERM at once, so that a signal sent as soon as the
-/// address is printed is not lost to the default action; the future resolves on either.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, Signal, SignalKind};
-        let interrupt = signal(SignalKind::interrupt()).ok();
-        let terminate = signal(SignalKind::terminate()).ok();
-        async move {
-            async fn recv(s: Option<Signal>) {
-                match s {
-                    Some(mut s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending::<()>().await,
-                }
-            }
-            tokio::select! {
-                () = recv(interrupt) => {},
-                () = recv(terminate) => {},
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
-}
 
 /// Logs what the open did to each migration set that changed or stayed behind: an upgrade, a
 /// contract revision applied (forced or not), and a contract revision deferred because live
