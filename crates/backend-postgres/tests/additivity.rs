@@ -139,6 +139,39 @@ async fn an_additive_revision_has_no_violations() {
     assert!(v.is_empty(), "{v:?}");
 }
 
+/// A storage parameter (fill factor, autovacuum settings, …) changes how rows are laid out or
+/// vacuumed, never what an older build's statement returns: setting or resetting one is
+/// additive. Any other table option, and a storage parameter set in the same `ALTER TABLE` as
+/// another change, is still reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_parameter_is_additive_and_other_table_options_are_not() {
+    let v = check(&[
+        "ALTER TABLE epoch_event SET (fillfactor = 50)",
+        "ALTER TABLE epoch_head SET (autovacuum_vacuum_scale_factor = 0.01, toast.autovacuum_enabled = false)",
+        "ALTER TABLE epoch_head RESET (autovacuum_vacuum_scale_factor)",
+    ])
+    .await;
+    assert!(v.is_empty(), "{v:?}");
+
+    let v = check(&["ALTER TABLE epoch_event SET (user_catalog_table = true)"]).await;
+    assert_eq!(
+        rules_on(&v, "epoch_event"),
+        BTreeSet::from([Rule::StatementKind, Rule::Definition]),
+        "{v:?}"
+    );
+    assert!(
+        v.iter()
+            .any(|x| x.detail.contains("user_catalog_table=true")),
+        "the option is named: {v:?}"
+    );
+
+    let v = check(&["ALTER TABLE epoch_event SET (fillfactor = 50), ALTER COLUMN kind SET STATISTICS 10, SET (user_catalog_table = true)"]).await;
+    assert!(
+        rules_on(&v, "epoch_event").contains(&Rule::StatementKind),
+        "a storage parameter does not hide another change of the same statement: {v:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_identical_rebuild_is_a_rebuild_and_its_drop_a_forbidden_statement() {
     let v = check(&[

@@ -58,6 +58,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const EXPAND: &str = "0007_spool_ready";
 /// The contract revision the fleet registry gates.
 const CONTRACT: &str = "0008_spool_ready_contract";
+/// The head of cairn's set in this build (after the contract revision and the ones it held back).
+const ROOM: &str = "0011_spool_ready_room";
 /// The indexes of `spool_run` the previous release claims through, which the contract drops.
 const OLD_INDEXES: [&str; 3] = ["spool_run_claim", "spool_run_expiry", "spool_run_finished"];
 
@@ -816,8 +818,14 @@ async fn previous_release_postgres() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync).
-            applied: vec![CONTRACT.into(), FLOW_REVISION.into(), SYNC_REVISION.into(),],
+            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync,
+            // 0011_spool_ready_room).
+            applied: vec![
+                CONTRACT.into(),
+                FLOW_REVISION.into(),
+                SYNC_REVISION.into(),
+                ROOM.into(),
+            ],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -827,7 +835,7 @@ async fn previous_release_postgres() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(pg()).await.as_deref(), Some(SYNC_REVISION));
+    assert_eq!(stamp(pg()).await.as_deref(), Some(ROOM));
     let kept = run_indexes(&mut conn, &schema).await;
     for gone in OLD_INDEXES {
         assert!(!kept.contains(gone), "{gone} is dropped: {kept:?}");

@@ -82,6 +82,7 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
             "0008_spool_ready_contract",
             "0009_spool_flow",
             "0010_epoch_sync",
+            "0011_spool_ready_room",
         ]
     );
     let reports = check_set(&PgAdditivity::new(url().await), &set)
@@ -101,6 +102,37 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
             r.violations
         );
     }
+}
+
+/// Revision `0011_spool_ready_room` leaves half of each `spool_ready` page free (a claim's new
+/// row version then stays on its page), and `0008_spool_ready_contract` half of each
+/// `spool_run` page (a claim's and an ack's HOT updates): both storage parameters are set on a
+/// store at this build's head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spool_tables_leave_room_on_their_pages() {
+    let h = harness().await;
+    let conn_opts = PgConnectOptions::from_str(&url().await).expect("test server URL");
+    let mut conn = PgConnection::connect_with(&conn_opts)
+        .await
+        .expect("connect to the test server");
+    for table in ["spool_ready", "spool_run"] {
+        let options: Option<Vec<String>> = sqlx::query_scalar(
+            "SELECT c.reloptions FROM pg_catalog.pg_class c \
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2",
+        )
+        .bind(h.schema())
+        .bind(table)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the table exists");
+        assert_eq!(
+            options,
+            Some(vec!["fillfactor=50".to_owned()]),
+            "{table}'s storage parameters"
+        );
+    }
+    let _ = conn.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,6 +167,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0008_spool_ready_contract".into(),
                 "0009_spool_flow".into(),
                 "0010_epoch_sync".into(),
+                "0011_spool_ready_room".into(),
             ],
         }
     );

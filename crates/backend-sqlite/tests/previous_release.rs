@@ -49,6 +49,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 const EXPAND: &str = "0007_spool_ready";
 /// The contract revision the fleet registry gates.
 const CONTRACT: &str = "0008_spool_ready_contract";
+/// The head of cairn's set in this build (after the contract revision and the ones it held back).
+const ROOM: &str = "0011_spool_ready_room";
 
 /// Which build did something.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -586,8 +588,14 @@ async fn previous_release_sqlite() {
         cairn.outcome,
         Opened::Upgraded {
             from: Some(EXPAND.into()),
-            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync).
-            applied: vec![CONTRACT.into(), FLOW_REVISION.into(), SYNC_REVISION.into(),],
+            // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync,
+            // 0011_spool_ready_room).
+            applied: vec![
+                CONTRACT.into(),
+                FLOW_REVISION.into(),
+                SYNC_REVISION.into(),
+                ROOM.into(),
+            ],
         }
     );
     assert!(cairn.deferred.is_none(), "{:?}", cairn.deferred);
@@ -597,7 +605,7 @@ async fn previous_release_sqlite() {
         .map(|c| (c.revision.as_str(), c.forced))
         .collect();
     assert_eq!(applied, [(CONTRACT, false)]);
-    assert_eq!(stamp(&path).await.as_deref(), Some(SYNC_REVISION));
+    assert_eq!(stamp(&path).await.as_deref(), Some(ROOM));
 
     // 5. The previous release is refused now.
     let refused = SqliteStore::open_migrated(&path, SqliteOptions::default(), &old::runner())

@@ -49,6 +49,9 @@ const SPOOL_FLOW_POSTGRES: &str = include_str!("../sql/0009_spool_flow.postgres.
 /// Revision 0010's fixed text per dialect, shipped with the build.
 const EPOCH_SYNC_SQLITE: &str = include_str!("../sql/0010_epoch_sync.sqlite.sql");
 const EPOCH_SYNC_POSTGRES: &str = include_str!("../sql/0010_epoch_sync.postgres.sql");
+/// Revision 0011's fixed text per dialect, shipped with the build.
+const SPOOL_READY_ROOM_SQLITE: &str = include_str!("../sql/0011_spool_ready_room.sqlite.sql");
+const SPOOL_READY_ROOM_POSTGRES: &str = include_str!("../sql/0011_spool_ready_room.postgres.sql");
 
 /// The revision of cairn's set that stores sync state (`epoch_sync_self`, `epoch_sync_peer`).
 /// A build at or past it may run on a store whose upgrade stopped before it (a contract
@@ -156,6 +159,14 @@ pub fn cairn_revisions() -> Vec<Revision> {
             up_sqlite: fixed_statements(EPOCH_SYNC_SQLITE, Dialect::Sqlite),
             up_postgres: fixed_statements(EPOCH_SYNC_POSTGRES, Dialect::Postgres),
             description: "epoch sync: epoch_sync_self (the store's sync id), epoch_sync_peer (the cursor kept per sending store and space)"
+                .into(),
+        },
+        Revision {
+            id: "0011_spool_ready_room".into(),
+            parent: Some(SYNC_REVISION.into()),
+            up_sqlite: fixed_statements(SPOOL_READY_ROOM_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_READY_ROOM_POSTGRES, Dialect::Postgres),
+            description: "spool ready room (Postgres: spool_ready's fillfactor 50, so a claim rewrites a run's row on its page; SQLite: unchanged)"
                 .into(),
         },
     ]
@@ -311,6 +322,18 @@ mod tests {
                     "f916766873b132e1333929aadc3606a913c54636f031b9b3a8301f14e78d0769".to_owned(),
                 ),
             ],
+            [
+                (
+                    "0011_spool_ready_room".to_owned(),
+                    Dialect::Sqlite,
+                    "5d8eec4e03a5d089b62195bdd3f15b913f1a92efba516af7d1babfadd9d8014b".to_owned(),
+                ),
+                (
+                    "0011_spool_ready_room".to_owned(),
+                    Dialect::Postgres,
+                    "2c48e7a113e7bc37cbe9261a903d8346b79c8aad250061d3ac934d1915eae60e".to_owned(),
+                ),
+            ],
         ]
         .into_iter()
         .flatten()
@@ -326,6 +349,7 @@ mod tests {
         assert_eq!(set.checksum_form(7), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(8), crate::ChecksumForm::PerDialect);
         assert_eq!(set.checksum_form(9), crate::ChecksumForm::PerDialect);
+        assert_eq!(set.checksum_form(10), crate::ChecksumForm::PerDialect);
         assert!(set.is_contract(SPOOL_READY_CONTRACT));
         assert_eq!(
             set.revisions()
@@ -374,9 +398,9 @@ mod tests {
         assert_eq!(app.checksum_form(0), crate::ChecksumForm::PerDialect);
     }
 
-    /// Both dialects of each revision from 0002 to 0006, and from 0009 on, create the same
-    /// objects (tables, indexes, and columns added to a table) in the same order, and create
-    /// nothing else. 0007 and 0008 change Postgres's spool layout only (see their files), and
+    /// Both dialects of each revision from 0002 to 0006, 0009 and 0010 create the same objects
+    /// (tables, indexes, and columns added to a table) in the same order, and create nothing
+    /// else. 0007, 0008 and 0011 change Postgres's spool layout only (see their files), and
     /// SQLite's side of each is one read of `spool_run`.
     #[test]
     fn later_revisions_define_the_same_objects_on_both_engines() {
@@ -406,7 +430,7 @@ mod tests {
         };
         let mut tables = Vec::new();
         let revs = set.revisions();
-        for rev in revs[1..6].iter().chain(&revs[8..]) {
+        for rev in revs[1..6].iter().chain(&revs[8..10]) {
             let sqlite = objects(&rev.up_sqlite);
             assert_eq!(sqlite, objects(&rev.up_postgres), "{}", rev.id);
             tables.extend(sqlite.into_iter().filter(|o| o.starts_with("TABLE ")));
@@ -427,7 +451,7 @@ mod tests {
                 "TABLE epoch_sync_peer",
             ]
         );
-        for rev in &set.revisions()[6..8] {
+        for rev in set.revisions()[6..8].iter().chain(&set.revisions()[10..]) {
             assert_eq!(
                 rev.up_sqlite,
                 ["SELECT count(*) FROM spool_run WHERE 0"],
@@ -436,5 +460,14 @@ mod tests {
             );
         }
         assert!(set.revisions()[6].up_postgres[0].starts_with("CREATE TABLE spool_ready"));
+        assert_eq!(
+            set.revisions()[10].up_postgres,
+            ["ALTER TABLE spool_ready SET (fillfactor = 50)"]
+        );
+        assert_eq!(
+            set.revisions().len(),
+            11,
+            "a new revision is checked here too"
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use cairn_migrate::additivity::{Rule, Violation};
 
 use super::capture::LogRow;
-use super::snapshot::{Column, Snapshot};
+use super::snapshot::{Column, Snapshot, TableDef};
 
 /// Findings, merged per (rule, table, statement) so one statement's many dropped objects read
 /// as one line.
@@ -155,6 +155,7 @@ pub(super) fn judge_commands(
                     let name = name.as_deref();
                     match row.tag.as_str() {
                         "CREATE INDEX" => {}
+                        "ALTER TABLE" if only_storage_changed(rel, previous, current) => {}
                         "ALTER TABLE" => {
                             if let Err(why) = only_adds_columns(rel, previous, current) {
                                 findings.add(
@@ -216,6 +217,23 @@ fn what_dropped(row: &LogRow) -> String {
         Some(sub) if sub > 0 && kind == "table column" => format!("column {ident}"),
         _ => format!("{kind} {ident}"),
     }
+}
+
+/// Whether one statement changed existing table `oid`'s storage parameters (`fillfactor`,
+/// the autovacuum settings, …: see `sql::REL_PROPS`) and nothing else: a change that alters no
+/// statement's result, so older builds tolerate it.
+pub(super) fn only_storage_changed(oid: i64, previous: &Snapshot, current: &Snapshot) -> bool {
+    let (Some(old), Some(new)) = (previous.tables.get(&oid), current.tables.get(&oid)) else {
+        return false;
+    };
+    old.storage != new.storage
+        && TableDef {
+            storage: String::new(),
+            ..old.clone()
+        } == TableDef {
+            storage: String::new(),
+            ..new.clone()
+        }
 }
 
 /// Whether one statement's change to existing table `oid` is exactly new columns (with what

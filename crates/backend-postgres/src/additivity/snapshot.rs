@@ -92,6 +92,8 @@ pub(super) struct TableDef {
     pub(super) name: String,
     pub(super) filenode: i64,
     pub(super) props: String,
+    /// The storage parameters (`sql::REL_PROPS`): any change of them is tolerated.
+    pub(super) storage: String,
     pub(super) columns: BTreeMap<i32, Column>,
     pub(super) constraints: BTreeMap<i64, Constraint>,
     pub(super) indexes: BTreeMap<i64, IndexDef>,
@@ -122,6 +124,7 @@ impl Checker<'_> {
                     name: col(&row, 1)?,
                     filenode: col(&row, 2)?,
                     props: col(&row, 3)?,
+                    storage: col(&row, 4)?,
                     ..TableDef::default()
                 },
             );

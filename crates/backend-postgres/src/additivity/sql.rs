@@ -31,13 +31,37 @@ pub(super) const OBJECTS: &str = "WITH ns AS (SELECT oid FROM pg_namespace WHERE
     UNION ALL SELECT 'pg_trigger', t.oid::int8 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid \
       WHERE c.relnamespace = (SELECT oid FROM ns)";
 
-/// Table-level properties of the tables `$1`.
-pub(super) const REL_PROPS: &str = "SELECT c.oid::int8, c.relname::text, c.relfilenode::int8, \
+/// The SQL condition "reloption `o` (`name=value`) is a storage parameter" (see [`REL_PROPS`]).
+macro_rules! storage_option {
+    () => {
+        "(pg_catalog.regexp_replace(pg_catalog.split_part(o, '=', 1), '^toast\\.', '') \
+          IN ('fillfactor', 'toast_tuple_target', 'parallel_workers', 'vacuum_index_cleanup', \
+              'vacuum_truncate', 'log_autovacuum_min_duration') \
+          OR pg_catalog.regexp_replace(pg_catalog.split_part(o, '=', 1), '^toast\\.', '') \
+              LIKE 'autovacuum\\_%')"
+    };
+}
+/// Table-level properties of the tables `$1`: oid, name, file node, the properties a query
+/// can see (`props`), and the storage parameters apart (`storage`). A storage parameter —
+/// `fillfactor`, `toast_tuple_target`, `parallel_workers`, the `autovacuum_*`, `vacuum_*` and
+/// `log_autovacuum_min_duration` settings and their `toast.` forms — changes how rows are laid
+/// out, vacuumed or scanned in parallel, never what a statement returns or refuses, so older
+/// builds tolerate any change of it; every other option (e.g. `user_catalog_table`) stays in
+/// `props`.
+pub(super) const REL_PROPS: &str = concat!(
+    "SELECT c.oid::int8, c.relname::text, c.relfilenode::int8, \
     concat_ws(' ', 'kind=' || c.relkind::text, 'persistence=' || c.relpersistence::text, \
       'replident=' || c.relreplident::text, 'rls=' || c.relrowsecurity, 'forcerls=' || c.relforcerowsecurity, \
-      'am=' || c.relam, 'tablespace=' || c.reltablespace, 'options=' || coalesce(c.reloptions::text, '{}'), \
-      'acl=' || coalesce(c.relacl::text, '-')) \
-    FROM pg_class c WHERE c.oid::int8 = ANY($1)";
+      'am=' || c.relam, 'tablespace=' || c.reltablespace, \
+      'options=' || array(SELECT o FROM unnest(c.reloptions) AS o WHERE NOT ",
+    storage_option!(),
+    ")::text, \
+      'acl=' || coalesce(c.relacl::text, '-')), \
+    array(SELECT o FROM unnest(c.reloptions) AS o WHERE ",
+    storage_option!(),
+    ")::text \
+    FROM pg_class c WHERE c.oid::int8 = ANY($1)"
+);
 
 /// Columns of the tables `$1`. Column options named `pg_…` are left out: they are the
 /// server's own bookkeeping (some builds keep a per-column version there that moves whenever
