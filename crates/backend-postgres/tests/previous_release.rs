@@ -59,7 +59,7 @@ const EXPAND: &str = "0007_spool_ready";
 /// The contract revision the fleet registry gates.
 const CONTRACT: &str = "0008_spool_ready_contract";
 /// The head of cairn's set in this build (after the contract revision and the ones it held back).
-const ROOM: &str = "0011_spool_ready_room";
+const ROOM: &str = "0011_spool_room";
 /// The indexes of `spool_run` the previous release claims through, which the contract drops.
 const OLD_INDEXES: [&str; 3] = ["spool_run_claim", "spool_run_expiry", "spool_run_finished"];
 
@@ -819,7 +819,7 @@ async fn previous_release_postgres() {
         Opened::Upgraded {
             from: Some(EXPAND.into()),
             // The contract, then every revision after it (0009_spool_flow, 0010_epoch_sync,
-            // 0011_spool_ready_room).
+            // 0011_spool_room).
             applied: vec![
                 CONTRACT.into(),
                 FLOW_REVISION.into(),

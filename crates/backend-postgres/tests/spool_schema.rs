@@ -82,7 +82,7 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
             "0008_spool_ready_contract",
             "0009_spool_flow",
             "0010_epoch_sync",
-            "0011_spool_ready_room",
+            "0011_spool_room",
         ]
     );
     let reports = check_set(&PgAdditivity::new(url().await), &set)
@@ -104,10 +104,9 @@ async fn spool_revisions_pass_the_additivity_check_on_postgres() {
     }
 }
 
-/// Revision `0011_spool_ready_room` leaves half of each `spool_ready` page free (a claim's new
-/// row version then stays on its page), and `0008_spool_ready_contract` half of each
-/// `spool_run` page (a claim's and an ack's HOT updates): both storage parameters are set on a
-/// store at this build's head.
+/// Revision `0011_spool_room` leaves half of each `spool_ready` page free and 60 % of each
+/// `spool_run` page (a claim's new row versions then stay on their pages): both storage
+/// parameters are set on a store at this build's head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spool_tables_leave_room_on_their_pages() {
     let h = harness().await;
@@ -115,7 +114,10 @@ async fn the_spool_tables_leave_room_on_their_pages() {
     let mut conn = PgConnection::connect_with(&conn_opts)
         .await
         .expect("connect to the test server");
-    for table in ["spool_ready", "spool_run"] {
+    for (table, fillfactor) in [
+        ("spool_ready", "fillfactor=50"),
+        ("spool_run", "fillfactor=40"),
+    ] {
         let options: Option<Vec<String>> = sqlx::query_scalar(
             "SELECT c.reloptions FROM pg_catalog.pg_class c \
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -128,7 +130,7 @@ async fn the_spool_tables_leave_room_on_their_pages() {
         .expect("the table exists");
         assert_eq!(
             options,
-            Some(vec!["fillfactor=50".to_owned()]),
+            Some(vec![fillfactor.to_owned()]),
             "{table}'s storage parameters"
         );
     }
@@ -167,7 +169,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0008_spool_ready_contract".into(),
                 "0009_spool_flow".into(),
                 "0010_epoch_sync".into(),
-                "0011_spool_ready_room".into(),
+                "0011_spool_room".into(),
             ],
         }
     );

@@ -50,7 +50,7 @@ async fn spool_revisions_pass_the_additivity_check_on_sqlite() {
             "0008_spool_ready_contract",
             "0009_spool_flow",
             "0010_epoch_sync",
-            "0011_spool_ready_room",
+            "0011_spool_room",
         ]
     );
     let reports = check_set(&SqliteAdditivity::new(), &set)
@@ -100,7 +100,7 @@ async fn store_at_0001_upgrades_to_the_spool_with_its_epoch_log_intact() {
                 "0008_spool_ready_contract".into(),
                 "0009_spool_flow".into(),
                 "0010_epoch_sync".into(),
-                "0011_spool_ready_room".into(),
+                "0011_spool_room".into(),
             ],
         }
     );

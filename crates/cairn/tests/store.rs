@@ -565,7 +565,7 @@ async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends()
         assert_eq!(entry.host, "host-1");
         assert_eq!(entry.pid, std::process::id());
         assert_eq!(entry.heads["notes"], "0001_notes");
-        assert_eq!(entry.heads["cairn"], "0011_spool_ready_room");
+        assert_eq!(entry.heads["cairn"], "0011_spool_room");
         assert_eq!(a.fleet().await.unwrap(), vec![entry.clone()]);
 
         // The heartbeat refreshes last_seen to the clock's now.
@@ -598,7 +598,7 @@ async fn every_open_registers_heartbeats_and_close_removes_it_on_both_backends()
         assert_eq!(
             b_entry.build,
             format!(
-                "{}+cairn@0011_spool_ready_room,notes@0001_notes",
+                "{}+cairn@0011_spool_room,notes@0001_notes",
                 env!("CARGO_PKG_VERSION")
             )
         );

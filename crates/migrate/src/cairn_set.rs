@@ -50,8 +50,8 @@ const SPOOL_FLOW_POSTGRES: &str = include_str!("../sql/0009_spool_flow.postgres.
 const EPOCH_SYNC_SQLITE: &str = include_str!("../sql/0010_epoch_sync.sqlite.sql");
 const EPOCH_SYNC_POSTGRES: &str = include_str!("../sql/0010_epoch_sync.postgres.sql");
 /// Revision 0011's fixed text per dialect, shipped with the build.
-const SPOOL_READY_ROOM_SQLITE: &str = include_str!("../sql/0011_spool_ready_room.sqlite.sql");
-const SPOOL_READY_ROOM_POSTGRES: &str = include_str!("../sql/0011_spool_ready_room.postgres.sql");
+const SPOOL_ROOM_SQLITE: &str = include_str!("../sql/0011_spool_room.sqlite.sql");
+const SPOOL_ROOM_POSTGRES: &str = include_str!("../sql/0011_spool_room.postgres.sql");
 
 /// The revision of cairn's set that stores sync state (`epoch_sync_self`, `epoch_sync_peer`).
 /// A build at or past it may run on a store whose upgrade stopped before it (a contract
@@ -162,11 +162,11 @@ pub fn cairn_revisions() -> Vec<Revision> {
                 .into(),
         },
         Revision {
-            id: "0011_spool_ready_room".into(),
+            id: "0011_spool_room".into(),
             parent: Some(SYNC_REVISION.into()),
-            up_sqlite: fixed_statements(SPOOL_READY_ROOM_SQLITE, Dialect::Sqlite),
-            up_postgres: fixed_statements(SPOOL_READY_ROOM_POSTGRES, Dialect::Postgres),
-            description: "spool ready room (Postgres: spool_ready's fillfactor 50, so a claim rewrites a run's row on its page; SQLite: unchanged)"
+            up_sqlite: fixed_statements(SPOOL_ROOM_SQLITE, Dialect::Sqlite),
+            up_postgres: fixed_statements(SPOOL_ROOM_POSTGRES, Dialect::Postgres),
+            description: "spool room (Postgres: spool_ready's fillfactor 50 and spool_run's 40, so a claim rewrites its runs on their pages; SQLite: unchanged)"
                 .into(),
         },
     ]
@@ -324,14 +324,14 @@ mod tests {
             ],
             [
                 (
-                    "0011_spool_ready_room".to_owned(),
+                    "0011_spool_room".to_owned(),
                     Dialect::Sqlite,
-                    "5d8eec4e03a5d089b62195bdd3f15b913f1a92efba516af7d1babfadd9d8014b".to_owned(),
+                    "58e180bb5f25dd4172619e5559340fb9a533d33cd1b678955127ac82e0cc21b5".to_owned(),
                 ),
                 (
-                    "0011_spool_ready_room".to_owned(),
+                    "0011_spool_room".to_owned(),
                     Dialect::Postgres,
-                    "2c48e7a113e7bc37cbe9261a903d8346b79c8aad250061d3ac934d1915eae60e".to_owned(),
+                    "fe325ec581c18d9e0d0480c730ad3030593acdf7f95ca0e09046dc60ca83e47b".to_owned(),
                 ),
             ],
         ]
@@ -462,7 +462,10 @@ mod tests {
         assert!(set.revisions()[6].up_postgres[0].starts_with("CREATE TABLE spool_ready"));
         assert_eq!(
             set.revisions()[10].up_postgres,
-            ["ALTER TABLE spool_ready SET (fillfactor = 50)"]
+            [
+                "ALTER TABLE spool_ready SET (fillfactor = 50)",
+                "ALTER TABLE spool_run SET (fillfactor = 40)"
+            ]
         );
         assert_eq!(
             set.revisions().len(),

@@ -820,7 +820,7 @@ async fn fleet_lists_live_builds_and_up_force_applies_a_refused_contract_on_both
         assert!(
             listed.starts_with("svc-v1 host=node-7 pid=")
                 && listed.contains("dnotes@0001_notes")
-                && listed.contains("cairn@0011_spool_ready_room"),
+                && listed.contains("cairn@0011_spool_room"),
             "{listed}"
         );
         let json: serde_json::Value =
