@@ -165,11 +165,22 @@ async fn a_storage_parameter_is_additive_and_other_table_options_are_not() {
         "the option is named: {v:?}"
     );
 
-    let v = check(&["ALTER TABLE epoch_event SET (fillfactor = 50), ALTER COLUMN kind SET STATISTICS 10, SET (user_catalog_table = true)"]).await;
-    assert!(
-        rules_on(&v, "epoch_event").contains(&Rule::StatementKind),
-        "a storage parameter does not hide another change of the same statement: {v:?}"
-    );
+    // A storage parameter does not hide another change of the same statement.
+    for other in [
+        "SET (user_catalog_table = true)",
+        "INHERIT s_parent",
+        "REPLICA IDENTITY FULL",
+    ] {
+        let v = check(&[
+            "CREATE TABLE s_parent (kind TEXT)",
+            &format!("ALTER TABLE epoch_event SET (fillfactor = 50), {other}"),
+        ])
+        .await;
+        assert!(
+            rules_on(&v, "epoch_event").contains(&Rule::StatementKind),
+            "{other}: {v:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

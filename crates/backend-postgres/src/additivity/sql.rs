@@ -47,7 +47,8 @@ macro_rules! storage_option {
 /// `log_autovacuum_min_duration` settings and their `toast.` forms — changes how rows are laid
 /// out, vacuumed or scanned in parallel, never what a statement returns or refuses, so older
 /// builds tolerate any change of it; every other option (e.g. `user_catalog_table`) stays in
-/// `props`.
+/// `props`, with the owner, the parents a table inherits from and its partition bound (so that
+/// an `ALTER TABLE` that also sets a storage parameter cannot hide such a change).
 pub(super) const REL_PROPS: &str = concat!(
     "SELECT c.oid::int8, c.relname::text, c.relfilenode::int8, \
     concat_ws(' ', 'kind=' || c.relkind::text, 'persistence=' || c.relpersistence::text, \
@@ -56,7 +57,10 @@ pub(super) const REL_PROPS: &str = concat!(
       'options=' || array(SELECT o FROM unnest(c.reloptions) AS o WHERE NOT ",
     storage_option!(),
     ")::text, \
-      'acl=' || coalesce(c.relacl::text, '-')), \
+      'acl=' || coalesce(c.relacl::text, '-'), 'owner=' || c.relowner::int8, \
+      'inherits=' || array(SELECT i.inhparent::int8 FROM pg_inherits i WHERE i.inhrelid = c.oid \
+        ORDER BY i.inhseqno)::text, \
+      'bound=' || coalesce(pg_get_expr(c.relpartbound, c.oid), '-')), \
     array(SELECT o FROM unnest(c.reloptions) AS o WHERE ",
     storage_option!(),
     ")::text \
