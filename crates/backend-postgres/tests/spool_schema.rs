@@ -227,3 +227,96 @@ async fn previous_build_opens_a_spool_store_ahead_and_keeps_using_it() {
     );
     drop_schema(&opts).await;
 }
+
+/// Revision `0011_spool_room` (additive) and the build before it: a build whose head is
+/// `0010_epoch_sync` opens a store this build migrated to 0011 as *ahead*, and both share its
+/// spool — each enqueues (a dedup key maps to one run id across the two), each claims what the
+/// other enqueued, and every run succeeds exactly once. The build at 0010 runs the spool
+/// statements this build runs (0011 changes storage parameters only, no statement), so its code
+/// here is this crate's spool behind the older runner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_release_at_0010_shares_the_spool_of_a_store_at_0011() {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use cairn_core::spool::{
+        ConsumerId, DedupKey, EnqueueOptions, QueueName, RunState, Spool, SpoolConfig, SystemClock,
+    };
+    use cairn_postgres::PgSpool;
+
+    let h = harness().await;
+    let opts = h.options().schema(format!("{}_room", h.schema()));
+    let (current, opened) = PgStore::open_migrated(opts.clone(), &Runner::new(cairn_set()))
+        .await
+        .unwrap();
+    assert!(matches!(opened, Opened::Upgraded { .. }), "{opened:?}");
+    let previous_runner = Runner::new(cairn_set().up_to("0010_epoch_sync").unwrap());
+    let (previous, opened) = PgStore::open_migrated(opts.clone(), &previous_runner)
+        .await
+        .unwrap();
+    assert_eq!(
+        opened,
+        Opened::Ahead {
+            stamp: "0011_spool_room".into()
+        }
+    );
+    let spool = |s: &PgStore| {
+        PgSpool::from_store(s, Arc::new(SystemClock), SpoolConfig::default()).expect("spool")
+    };
+    let (new, old) = (spool(&current), spool(&previous));
+    let q = QueueName::new("room").unwrap();
+    let key = |n: u32| DedupKey::from_parts([format!("k{n}").as_str()]).unwrap();
+    let mut ids = std::collections::BTreeMap::new();
+    for n in 0..40 {
+        let (first, second) = if n % 2 == 0 {
+            (&new, &old)
+        } else {
+            (&old, &new)
+        };
+        let a = first
+            .enqueue(&q, &key(n), vec![n as u8], EnqueueOptions::default())
+            .await
+            .unwrap();
+        let b = second
+            .enqueue(&q, &key(n), vec![n as u8], EnqueueOptions::default())
+            .await
+            .unwrap();
+        assert!(a.created && !b.created, "key {n}");
+        assert_eq!(
+            a.run_id, b.run_id,
+            "key {n} maps to one run id across builds"
+        );
+        ids.insert(a.run_id, n);
+    }
+    let lease = Duration::from_secs(60);
+    let mut done = std::collections::BTreeSet::new();
+    for round in 0.. {
+        let (who, me) = if round % 2 == 0 {
+            (&new, "new")
+        } else {
+            (&old, "old")
+        };
+        let got = who
+            .claim(&q, &ConsumerId::new(me).unwrap(), lease, 7)
+            .await
+            .unwrap();
+        if got.is_empty() {
+            break;
+        }
+        for c in got {
+            // Each build acks half of what either claimed.
+            let acker = if done.len() % 2 == 0 { &new } else { &old };
+            acker.ack(c.run_id, c.token).await.unwrap();
+            assert!(done.insert(c.run_id), "{} handed out twice", c.run_id);
+        }
+    }
+    assert_eq!(done.len(), ids.len(), "every run was claimed once");
+    for id in ids.keys() {
+        let run = old.run(*id).await.unwrap().expect("the run");
+        assert_eq!(run.state, RunState::Succeeded, "{id}");
+    }
+    new.close().await;
+    old.close().await;
+    drop((current, previous));
+    drop_schema(&opts).await;
+}

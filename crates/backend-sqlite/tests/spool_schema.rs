@@ -175,3 +175,28 @@ async fn spool_over_a_store_without_spool_tables_is_refused() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
+
+/// Revision `0011_spool_room` on SQLite is one read (the fill factors are Postgres's): a build
+/// whose head is `0010_epoch_sync` opens a store this build migrated to 0011 as *ahead* and
+/// keeps appending beside this build.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn previous_release_at_0010_opens_a_store_at_0011_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("room.db");
+    let current = SqliteStore::open(&db).await.unwrap();
+    let first = current.append(&space(), event(0)).await.unwrap();
+    let previous_runner = Runner::new(cairn_set().up_to("0010_epoch_sync").unwrap());
+    let (previous, opened) =
+        SqliteStore::open_migrated(&db, SqliteOptions::default(), &previous_runner)
+            .await
+            .unwrap();
+    assert_eq!(
+        opened,
+        Opened::Ahead {
+            stamp: "0011_spool_room".into()
+        }
+    );
+    let second = previous.append(&space(), event(1)).await.unwrap();
+    assert_eq!(second.parents, vec![first.id]);
+    assert_eq!(current.heads(&space()).await.unwrap(), vec![second.head()]);
+}
