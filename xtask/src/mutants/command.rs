@@ -80,11 +80,33 @@ pub(super) fn mutants_args(scope: &Scope, args: &MutantsArgs, out_dir: &Path) ->
         a.push("--shard".into());
         a.push(format!("{k}/{n}").into());
     }
-    if !scope.test_args.is_empty() && !args.list {
-        a.push("--".into());
-        a.extend(scope.test_args.iter().map(OsString::from));
+    if !args.list {
+        // The test targets (`--lib`, `--test NAME`, …: the arguments before a `--`) go to
+        // every cargo invocation, so that each mutant's build compiles only the targets it
+        // tests; the trailing arguments reach `cargo test` alone, and only its test phase.
+        // cargo-mutants builds with `cargo test --no-run` and no trailing arguments: passed
+        // only there, the targets would leave every test target of the package to be rebuilt
+        // against each mutant (24 of them for `cairn-postgres`).
+        let (targets, to_binaries) = split_test_args(&scope.test_args);
+        for t in targets {
+            a.push(format!("--cargo-arg={t}").into());
+        }
+        if !to_binaries.is_empty() {
+            a.push("--".into());
+            a.push("--".into());
+            a.extend(to_binaries.iter().map(OsString::from));
+        }
     }
     a
+}
+
+/// A scope's `test_args` split at their first `--`: the `cargo test` arguments (the targets)
+/// and the arguments for the test binaries (filters such as `--skip NAME`).
+pub(super) fn split_test_args(test_args: &[String]) -> (&[String], &[String]) {
+    match test_args.iter().position(|a| a == "--") {
+        Some(at) => (&test_args[..at], &test_args[at + 1..]),
+        None => (test_args, &[]),
+    }
 }
 
 pub(super) fn shell_words(args: &[OsString]) -> String {

@@ -375,7 +375,7 @@ fn cargo_mutants_gets_the_scope_in_copy_mode() {
         format!(
             "--package cairn-core --file {CONSUMER} --re run_one --jobs 1 --timeout 60 \
              --build-timeout 900 --baseline skip --test-package cairn-sqlite --colors never \
-             --output /o/consumer --shard 1/4 -- --lib"
+             --output /o/consumer --shard 1/4 --cargo-arg=--lib"
         )
     );
     assert!(!a.iter().any(|x| x == "--in-place"));
@@ -388,6 +388,26 @@ fn cargo_mutants_gets_the_scope_in_copy_mode() {
         listed.join(" "),
         format!("--package cairn-core --file {CONSUMER} --re run_one --list")
     );
+}
+
+#[test]
+fn test_targets_go_to_every_cargo_invocation_and_filters_to_the_binaries() {
+    let mut s = scope(95.0);
+    s.test_args = ["--test", "spool", "--lib", "--", "--skip", "m2_"]
+        .map(String::from)
+        .to_vec();
+    let a = mutants_args(&s, &args(false, None), Path::new("/o"));
+    let a: Vec<String> = a.iter().map(|s| s.to_string_lossy().into_owned()).collect();
+    let line = a.join(" ");
+    assert!(
+        line.ends_with(
+            "--output /o --cargo-arg=--test --cargo-arg=spool --cargo-arg=--lib -- -- --skip m2_"
+        ),
+        "{line}"
+    );
+    s.test_args = ["--lib"].map(String::from).to_vec();
+    let a = mutants_args(&s, &args(false, None), Path::new("/o"));
+    assert!(!a.iter().any(|x| x == "--"), "{a:?}");
 }
 
 #[test]
