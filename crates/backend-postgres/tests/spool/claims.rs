@@ -436,3 +436,52 @@ async fn a_refused_operator_action_leaves_no_row_lock_for_the_next_claim() {
         spool.ack(run, claimed[0].token).await.unwrap();
     }
 }
+
+/// A claim of a queue with a per-partition limit reads its candidates a page at a time
+/// (`flow::pick_limited`, pages of `max(limit, 16)` runs, in claim order, leaving out the
+/// partitions already full). A page that one partition fills is not the last one: with
+/// exactly one page of partition `a` at the head of the queue (16 runs) and one run of `b`
+/// behind it, a claim of up to 2 takes the first run of `a` and the run of `b`. Reading a full
+/// page as the last one would stop at `a` and hand out one run; so would a next page that
+/// starts from the wrong place in claim order, which orders by priority first, highest first
+/// (the runs here have priority 3, so the page's cursor must carry it negated).
+#[tokio::test]
+async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
+    use cairn_core::spool::{PartitionKey, QueueLimits};
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("claims-page");
+    let limits = QueueLimits {
+        per_partition: Some(1),
+        ..QueueLimits::default()
+    };
+    spool.set_queue_limits(&q, &limits).await.unwrap();
+    let in_partition = |p: &str| EnqueueOptions {
+        partition_key: Some(PartitionKey::new(p).unwrap()),
+        priority: 3,
+        ..EnqueueOptions::default()
+    };
+    let mut a_runs = Vec::new();
+    for i in 0..16 {
+        let id = spool
+            .enqueue(&q, &key(i), b"{}".to_vec(), in_partition("a"))
+            .await
+            .unwrap()
+            .run_id;
+        a_runs.push(id);
+    }
+    let b_run = spool
+        .enqueue(&q, &key(16), b"{}".to_vec(), in_partition("b"))
+        .await
+        .unwrap()
+        .run_id;
+    let claimed = spool.claim(&q, &me(), LEASE, 2).await.unwrap();
+    let mut got: Vec<_> = claimed.iter().map(|c| c.run_id).collect();
+    got.sort();
+    let mut want = vec![a_runs[0], b_run];
+    want.sort();
+    assert_eq!(
+        got, want,
+        "one run of the partition that fills the first page, and the run of `b` behind it"
+    );
+}
