@@ -440,11 +440,13 @@ async fn a_refused_operator_action_leaves_no_row_lock_for_the_next_claim() {
 /// A claim of a queue with a per-partition limit reads its candidates a page at a time
 /// (`flow::pick_limited`, pages of `max(limit, 16)` runs, in claim order, leaving out the
 /// partitions already full). A page that one partition fills is not the last one: with
-/// exactly one page of partition `a` at the head of the queue (16 runs) and one run of `b`
-/// behind it, a claim of up to 2 takes the first run of `a` and the run of `b`. Reading a full
-/// page as the last one would stop at `a` and hand out one run; so would a next page that
-/// starts from the wrong place in claim order, which orders by priority first, highest first
-/// (the runs here have priority 3, so the page's cursor must carry it negated).
+/// exactly one page of partition `a` at the head of the queue (16 runs), one run of `b` behind
+/// it and one more of `a` after that, a claim of up to 3 takes the first run of `a` and the run
+/// of `b`, and not the second `a`. Reading a full page as the last one would stop at `a` and
+/// hand out one run; so would a next page that starts from the wrong place in claim order,
+/// which orders by priority first, highest first (the runs here have priority 3, so the page's
+/// cursor must carry it negated); and a partition whose runs taken on one page are not counted
+/// would not be left out of the next, which would then hand out the second `a`.
 #[tokio::test]
 async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
     use cairn_core::spool::{PartitionKey, QueueLimits};
@@ -475,7 +477,11 @@ async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
         .await
         .unwrap()
         .run_id;
-    let claimed = spool.claim(&q, &me(), LEASE, 2).await.unwrap();
+    spool
+        .enqueue(&q, &key(17), b"{}".to_vec(), in_partition("a"))
+        .await
+        .unwrap();
+    let claimed = spool.claim(&q, &me(), LEASE, 3).await.unwrap();
     let mut got: Vec<_> = claimed.iter().map(|c| c.run_id).collect();
     got.sort();
     let mut want = vec![a_runs[0], b_run];
