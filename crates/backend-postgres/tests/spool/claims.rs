@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use cairn_conformance::{random_queue, SpoolHarness};
 use cairn_core::spool::{backoff, jitter_seed, BackoffPolicy, Claimed, Clock, Timestamp};
-use cairn_core::{ConsumerId, DedupKey, EnqueueOptions, NackKind, QueueName, RunState, Spool};
+use cairn_core::{
+    ConsumerId, DedupKey, EnqueueOptions, NackKind, QueueName, RunId, RunState, Spool,
+};
 use cairn_postgres::spool::testkit::spool_harness;
 use cairn_postgres::PgSpool;
 
@@ -437,22 +439,12 @@ async fn a_refused_operator_action_leaves_no_row_lock_for_the_next_claim() {
     }
 }
 
-/// A claim of a queue with a per-partition limit reads its candidates a page at a time
-/// (`flow::pick_limited`, pages of `max(limit, 16)` runs, in claim order, leaving out the
-/// partitions already full). A page that one partition fills is not the last one: with
-/// exactly one page of partition `a` at the head of the queue (16 runs), one run of `b` behind
-/// it and one more of `a` after that, a claim of up to 3 takes the first run of `a` and the run
-/// of `b`, and not the second `a`. Reading a full page as the last one would stop at `a` and
-/// hand out one run; so would a next page that starts from the wrong place in claim order,
-/// which orders by priority first, highest first (the runs here have priority 3, so the page's
-/// cursor must carry it negated); and a partition whose runs taken on one page are not counted
-/// would not be left out of the next, which would then hand out the second `a`.
-#[tokio::test]
-async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
+/// A queue whose runs have one partition each, `per_partition = 1`, holding exactly one page
+/// of a limited claim's candidates in partition `a` (16 runs, priority 3), then one run of `b`,
+/// then one more of `a`. Returns the queue, the first run of `a` and the run of `b`.
+async fn a_full_page_of_one_partition(spool: &PgSpool, name: &str) -> (QueueName, RunId, RunId) {
     use cairn_core::spool::{PartitionKey, QueueLimits};
-    let h = spool_harness().await;
-    let spool = h.spool().await.unwrap();
-    let q = random_queue("claims-page");
+    let q = random_queue(name);
     let limits = QueueLimits {
         per_partition: Some(1),
         ..QueueLimits::default()
@@ -463,31 +455,49 @@ async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
         priority: 3,
         ..EnqueueOptions::default()
     };
-    let mut a_runs = Vec::new();
-    for i in 0..16 {
+    let mut runs = Vec::new();
+    for (i, p) in std::iter::repeat_n("a", 16).chain(["b", "a"]).enumerate() {
         let id = spool
-            .enqueue(&q, &key(i), b"{}".to_vec(), in_partition("a"))
+            .enqueue(&q, &key(i), b"{}".to_vec(), in_partition(p))
             .await
             .unwrap()
             .run_id;
-        a_runs.push(id);
+        runs.push(id);
     }
-    let b_run = spool
-        .enqueue(&q, &key(16), b"{}".to_vec(), in_partition("b"))
-        .await
-        .unwrap()
-        .run_id;
-    spool
-        .enqueue(&q, &key(17), b"{}".to_vec(), in_partition("a"))
-        .await
-        .unwrap();
+    (q, runs[0], runs[16])
+}
+
+/// A claim of a queue with a per-partition limit reads its candidates a page at a time
+/// (`flow::pick_limited`, pages of `max(limit, 16)` runs, in claim order, leaving out the
+/// partitions already full). A page that one partition fills is not the last one: with
+/// exactly one page of partition `a` at the head of the queue, one run of `b` behind it and
+/// one more of `a` after that ([`a_full_page_of_one_partition`]), a claim of up to 3 takes the
+/// first run of `a` and the run of `b`, and not the second `a`; a claim of up to 1 takes the
+/// first `a` alone. Reading a full page as the last one would stop at `a` and hand out one run;
+/// so would a next page that starts from the wrong place in claim order, which orders by
+/// priority first, highest first (the runs have priority 3, so the page's cursor must carry it
+/// negated); and a partition whose runs taken on one page are not counted would not be left
+/// out of the next, which would then hand out the second `a`.
+#[tokio::test]
+async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let sorted = |mut ids: Vec<RunId>| {
+        ids.sort();
+        ids
+    };
+    let (q, a, b) = a_full_page_of_one_partition(&spool, "claims-page").await;
     let claimed = spool.claim(&q, &me(), LEASE, 3).await.unwrap();
-    let mut got: Vec<_> = claimed.iter().map(|c| c.run_id).collect();
-    got.sort();
-    let mut want = vec![a_runs[0], b_run];
-    want.sort();
     assert_eq!(
-        got, want,
+        sorted(claimed.iter().map(|c| c.run_id).collect()),
+        sorted(vec![a, b]),
         "one run of the partition that fills the first page, and the run of `b` behind it"
+    );
+    let (q, a, _) = a_full_page_of_one_partition(&spool, "claims-page-1").await;
+    let claimed = spool.claim(&q, &me(), LEASE, 1).await.unwrap();
+    assert_eq!(
+        claimed.iter().map(|c| c.run_id).collect::<Vec<_>>(),
+        vec![a],
+        "a claim of up to 1 takes the first run and reads no further"
     );
 }
