@@ -33,6 +33,12 @@ use regex::Regex;
 use serde_json::{json, Map, Value};
 
 const DEADLINE: Duration = Duration::from_secs(60);
+/// The server's handler timeout here (`limits.request_timeout_secs`), which also caps a sync
+/// long poll (`GET /v1/spaces/{space}/sync/wait`) one second below it. Generated waits ask for
+/// up to 30 s on spaces where nothing arrives; at the default timeout (30 s, a 25 s default
+/// wait) they were most of this test's seven minutes. Every other request answers well within
+/// it even in a debug build; one that did not would be a 503 and fail the test.
+const REQUEST_TIMEOUT_SECS: &str = "3";
 const TOKEN: &str = "openapi-proptest-token-3e7a1c";
 /// Longest generated text of a field whose limit is larger (payloads of MiBs).
 const LONGEST_GENERATED: usize = 48;
@@ -959,7 +965,8 @@ fn document_rules_hold(db: &str) {
     let mut cmd = common::cairn(db);
     cmd.args(["serve", "--listen", "127.0.0.1:0"])
         .env("CAIRN_AUTH__TOKENS", TOKEN)
-        .env("CAIRN_BACKFILL__ENABLED", "false");
+        .env("CAIRN_BACKFILL__ENABLED", "false")
+        .env("CAIRN_LIMITS__REQUEST_TIMEOUT_SECS", REQUEST_TIMEOUT_SECS);
     let mut server = common::serve(&mut cmd, DEADLINE);
     let addr = server.addr.clone();
     let agent: ureq::Agent = ureq::Agent::config_builder()
