@@ -105,8 +105,7 @@ const SERVER_PACKAGE: &str = "cairn-server";
 /// build script asks for `CARGO_MANIFEST_DIR`), so inheriting them rebuilt ring, rustls and
 /// reqwest on every call.
 fn migrate(args: &[String]) -> Result<ExitCode, String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = std::process::Command::new(cargo);
+    let mut build = plain_cargo();
     build
         .args([
             "build",
@@ -118,11 +117,6 @@ fn migrate(args: &[String]) -> Result<ExitCode, String> {
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit());
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo_run) {
-            build.env_remove(name);
-        }
-    }
     let built = build
         .output()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
@@ -138,6 +132,26 @@ fn migrate(args: &[String]) -> Result<ExitCode, String> {
         .status()
         .map_err(|e| format!("cannot run {binary}: {e}"))?;
     Ok(exit_code(status))
+}
+
+/// A `cargo` command (the `CARGO` that runs this xtask, else `cargo` on the path) with the
+/// caller's environment minus the per-package variables cargo set for this binary
+/// ([`set_by_cargo_run`]): the environment a plain `cargo …` typed in a shell sees.
+///
+/// Every cargo that xtask starts is one of these. Build scripts ask cargo to rerun when some
+/// of those variables change (ring's asks for `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`), so
+/// a nested cargo that inherited `cargo xtask`'s values rebuilt ring and everything above it
+/// (rustls, sqlx, reqwest, the cairn crates) once for the shell's builds and once for
+/// xtask's: in `cargo xtask test`, the doc-test step rebuilt them after the tests had.
+pub(crate) fn plain_cargo() -> std::process::Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            cmd.env_remove(name);
+        }
+    }
+    cmd
 }
 
 /// Whether `name` is one of the variables cargo sets for the package of the binary it runs
@@ -230,6 +244,29 @@ mod migrate_tests {
         ] {
             assert!(!set_by_cargo_run(kept), "{kept} is dropped");
         }
+    }
+
+    /// Every cargo xtask starts (the test steps, `migrate`, the benches, cargo-mutants) drops
+    /// the variables cargo set for this process and keeps the rest: under `cargo test`, as
+    /// under `cargo xtask`, `CARGO_PKG_NAME` and `CARGO_MANIFEST_DIR` are set here.
+    #[test]
+    fn a_nested_cargo_gets_the_shells_environment() {
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
+        let cmd = plain_cargo();
+        let envs: Vec<(String, bool)> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.is_some()))
+            .collect();
+        for dropped in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR"] {
+            assert!(
+                envs.contains(&(dropped.to_string(), false)),
+                "{dropped} is passed on: {envs:?}"
+            );
+        }
+        assert!(
+            envs.iter().all(|(k, _)| set_by_cargo_run(k)),
+            "only per-package variables are touched: {envs:?}"
+        );
     }
 
     #[test]

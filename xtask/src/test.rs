@@ -201,7 +201,6 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     // Before anything is built: a missing program must not cost a build and a half-run suite.
     ensure_packages()?;
     ensure_postgres();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let args = without_no_fail_fast(args);
     // Unit, integration and conformance tests first: their output lists every test by name.
     let steps: [(&str, &[&str]); 2] = [
@@ -215,7 +214,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         ),
     ];
     for (name, step) in steps {
-        let mut cmd = Command::new(&cargo);
+        let mut cmd = crate::plain_cargo();
         cmd.args(step).args(&args);
         let outcome = run_step(cmd, &mut std::io::stderr())?;
         if !outcome.success {
@@ -224,7 +223,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     // The API docs, every feature on (what docs.rs renders), must build without a warning:
     // a broken or private intra-doc link fails the suite.
-    let mut doc = Command::new(&cargo);
+    let mut doc = crate::plain_cargo();
     doc.args(DOC_STEP).env("RUSTDOCFLAGS", "-D warnings");
     if !run_step(doc, &mut std::io::stderr())?.success {
         failures.push("the docs build (`RUSTDOCFLAGS=\"-D warnings\" cargo doc …`)".into());

@@ -404,8 +404,7 @@ pub(super) fn build_cairn() -> Result<std::path::PathBuf, String> {
         };
     }
     let release = !cfg!(debug_assertions);
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
+    let mut cmd = crate::plain_cargo();
     cmd.args(["build", "-p", "cairn-server", "--bin", "cairn"]);
     if release {
         cmd.arg("--release");

@@ -14,10 +14,6 @@ use super::scopes::Scope;
 /// How to get cargo-mutants (the version the figures in docs/RELIABILITY.md were measured with).
 pub(super) const INSTALL_HINT: &str = "cargo install cargo-mutants --locked --version 27.1.0";
 
-pub(super) fn cargo() -> OsString {
-    std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"))
-}
-
 /// The cargo-mutants version line, or how to install it.
 pub(super) fn cargo_mutants_version() -> Result<String, String> {
     let missing = || {
@@ -26,7 +22,7 @@ pub(super) fn cargo_mutants_version() -> Result<String, String> {
              {INSTALL_HINT}\nand run this again. Nothing was installed."
         )
     };
-    let out = Command::new(cargo())
+    let out = crate::plain_cargo()
         .args(["mutants", "--version"])
         .output()
         .map_err(|_| missing())?;
@@ -133,7 +129,7 @@ pub(super) fn list_mutants(
         iterate: false,
         ..args.clone()
     };
-    let out = Command::new(cargo())
+    let out = crate::plain_cargo()
         .arg("mutants")
         .args(mutants_args(scope, &listing, Path::new("unused")))
         .current_dir(source)

@@ -22,12 +22,11 @@ mod scopes;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
 pub(crate) use args::MutantsArgs;
 use command::{
-    cargo, cargo_mutants_version, export, list_mutants, mutants_args, postgres_reachable,
-    shell_words,
+    cargo_mutants_version, export, list_mutants, mutants_args, postgres_reachable, shell_words,
 };
 use judge::{render, Verdict, TABLE_HEAD};
 use outcomes::{merge, outcomes_to_json, parse_outcomes, read_outcomes, MERGED_FILE};
@@ -127,7 +126,7 @@ pub(crate) fn run(args: &MutantsArgs) -> Result<ExitCode, String> {
                     _ => None,
                 }
             };
-            let mut cmd = Command::new(cargo());
+            let mut cmd = crate::plain_cargo();
             cmd.arg("mutants").args(&cm_args).current_dir(&source);
             if let Some(t) = &args.target_dir {
                 cmd.env("CARGO_TARGET_DIR", root.join(t));
