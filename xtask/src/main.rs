@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod cargo;
 mod crash;
 mod lint;
 mod mutants;
@@ -101,11 +102,11 @@ const SERVER_PACKAGE: &str = "cairn-server";
 /// profile of a plain `cargo build -p cairn-server`, so the two share their artifacts — with
 /// cargo's progress on stderr (a warm target prints no `Compiling` line), then run directly.
 /// The nested cargo gets the caller's environment without the per-package variables cargo set
-/// for this binary ([`set_by_cargo_run`]): those are part of build-script fingerprints (ring's
+/// for this binary ([`cargo::set_by_cargo_run`]): those are part of build-script fingerprints (ring's
 /// build script asks for `CARGO_MANIFEST_DIR`), so inheriting them rebuilt ring, rustls and
 /// reqwest on every call.
 fn migrate(args: &[String]) -> Result<ExitCode, String> {
-    let mut build = plain_cargo();
+    let mut build = cargo::plain_cargo();
     build
         .args([
             "build",
@@ -132,46 +133,6 @@ fn migrate(args: &[String]) -> Result<ExitCode, String> {
         .status()
         .map_err(|e| format!("cannot run {binary}: {e}"))?;
     Ok(exit_code(status))
-}
-
-/// A `cargo` command (the `CARGO` that runs this xtask, else `cargo` on the path) with the
-/// caller's environment minus the per-package variables cargo set for this binary
-/// ([`set_by_cargo_run`]): the environment a plain `cargo …` typed in a shell sees.
-///
-/// Every cargo that xtask starts is one of these. Build scripts ask cargo to rerun when some
-/// of those variables change (ring's asks for `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`), so
-/// a nested cargo that inherited `cargo xtask`'s values rebuilt ring and everything above it
-/// (rustls, sqlx, reqwest, the cairn crates) once for the shell's builds and once for
-/// xtask's: in `cargo xtask test`, the doc-test step rebuilt them after the tests had.
-pub(crate) fn plain_cargo() -> std::process::Command {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo_run) {
-            cmd.env_remove(name);
-        }
-    }
-    cmd
-}
-
-/// Whether `name` is one of the variables cargo sets for the package of the binary it runs
-/// (`cargo run`, and so `cargo xtask`) or of a test: the manifest's directory and path, the
-/// `CARGO_PKG_*` metadata, the crate and binary names, the test's scratch directory. The
-/// user's own variables (`CARGO_HOME`, `CARGO_TARGET_DIR`, `CARGO_BUILD_*`, `RUSTFLAGS`, …)
-/// are not among them: they are what a plain `cargo build` sees too.
-fn set_by_cargo_run(name: &str) -> bool {
-    name.starts_with("CARGO_PKG_")
-        || matches!(
-            name,
-            "CARGO_MANIFEST_DIR"
-                | "CARGO_MANIFEST_PATH"
-                | "CARGO_MANIFEST_LINKS"
-                | "CARGO_CRATE_NAME"
-                | "CARGO_BIN_NAME"
-                | "CARGO_PRIMARY_PACKAGE"
-                | "CARGO_TARGET_TMPDIR"
-                | "CARGO_RUSTC_CURRENT_DIR"
-        )
 }
 
 /// The path of the `cairn` executable in cargo's JSON messages (`--message-format=json`).
@@ -221,53 +182,6 @@ fn main() -> ExitCode {
 #[cfg(test)]
 mod migrate_tests {
     use super::*;
-
-    #[test]
-    fn only_the_per_package_variables_are_dropped() {
-        for dropped in [
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_PKG_NAME",
-            "CARGO_PKG_VERSION_MAJOR",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-        ] {
-            assert!(set_by_cargo_run(dropped), "{dropped} is kept");
-        }
-        for kept in [
-            "CARGO",
-            "CARGO_HOME",
-            "CARGO_TARGET_DIR",
-            "CARGO_BUILD_JOBS",
-            "RUSTFLAGS",
-            "CAIRN_DATABASE",
-        ] {
-            assert!(!set_by_cargo_run(kept), "{kept} is dropped");
-        }
-    }
-
-    /// Every cargo xtask starts (the test steps, `migrate`, the benches, cargo-mutants) drops
-    /// the variables cargo set for this process and keeps the rest: under `cargo test`, as
-    /// under `cargo xtask`, `CARGO_PKG_NAME` and `CARGO_MANIFEST_DIR` are set here.
-    #[test]
-    fn a_nested_cargo_gets_the_shells_environment() {
-        assert!(std::env::var_os("CARGO_PKG_NAME").is_some());
-        let cmd = plain_cargo();
-        let envs: Vec<(String, bool)> = cmd
-            .get_envs()
-            .map(|(k, v)| (k.to_string_lossy().into_owned(), v.is_some()))
-            .collect();
-        for dropped in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR"] {
-            assert!(
-                envs.contains(&(dropped.to_string(), false)),
-                "{dropped} is passed on: {envs:?}"
-            );
-        }
-        assert!(
-            envs.iter().all(|(k, _)| set_by_cargo_run(k)),
-            "only per-package variables are touched: {envs:?}"
-        );
-    }
 
     #[test]
     fn the_binary_is_found_among_cargos_messages() {

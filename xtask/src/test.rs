@@ -214,7 +214,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
         ),
     ];
     for (name, step) in steps {
-        let mut cmd = crate::plain_cargo();
+        let mut cmd = crate::cargo::plain_cargo();
         cmd.args(step).args(&args);
         let outcome = run_step(cmd, &mut std::io::stderr())?;
         if !outcome.success {
@@ -223,7 +223,7 @@ pub(crate) fn run(args: &[String]) -> Result<ExitCode, String> {
     }
     // The API docs, every feature on (what docs.rs renders), must build without a warning:
     // a broken or private intra-doc link fails the suite.
-    let mut doc = crate::plain_cargo();
+    let mut doc = crate::cargo::plain_cargo();
     doc.args(DOC_STEP).env("RUSTDOCFLAGS", "-D warnings");
     if !run_step(doc, &mut std::io::stderr())?.success {
         failures.push("the docs build (`RUSTDOCFLAGS=\"-D warnings\" cargo doc …`)".into());

@@ -404,7 +404,7 @@ pub(super) fn build_cairn() -> Result<std::path::PathBuf, String> {
         };
     }
     let release = !cfg!(debug_assertions);
-    let mut cmd = crate::plain_cargo();
+    let mut cmd = crate::cargo::plain_cargo();
     cmd.args(["build", "-p", "cairn-server", "--bin", "cairn"]);
     if release {
         cmd.arg("--release");

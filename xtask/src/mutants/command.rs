@@ -22,7 +22,7 @@ pub(super) fn cargo_mutants_version() -> Result<String, String> {
              {INSTALL_HINT}\nand run this again. Nothing was installed."
         )
     };
-    let out = crate::plain_cargo()
+    let out = crate::cargo::plain_cargo()
         .args(["mutants", "--version"])
         .output()
         .map_err(|_| missing())?;
@@ -129,7 +129,7 @@ pub(super) fn list_mutants(
         iterate: false,
         ..args.clone()
     };
-    let out = crate::plain_cargo()
+    let out = crate::cargo::plain_cargo()
         .arg("mutants")
         .args(mutants_args(scope, &listing, Path::new("unused")))
         .current_dir(source)

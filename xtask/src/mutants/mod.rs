@@ -126,7 +126,7 @@ pub(crate) fn run(args: &MutantsArgs) -> Result<ExitCode, String> {
                     _ => None,
                 }
             };
-            let mut cmd = crate::plain_cargo();
+            let mut cmd = crate::cargo::plain_cargo();
             cmd.arg("mutants").args(&cm_args).current_dir(&source);
             if let Some(t) = &args.target_dir {
                 cmd.env("CARGO_TARGET_DIR", root.join(t));

@@ -14,7 +14,7 @@ pub(super) fn build_peers() -> Result<PathBuf, String> {
     let dir = workspace_root().join("bench").join("peers");
     let target = dir.join("target");
     eprintln!("building the peers (bench/peers, release)…");
-    let out = crate::plain_cargo()
+    let out = crate::cargo::plain_cargo()
         .args(["build", "--release", "--locked", "--manifest-path"])
         .arg(dir.join("Cargo.toml"))
         .env("CARGO_TARGET_DIR", &target)
