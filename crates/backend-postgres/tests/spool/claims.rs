@@ -441,12 +441,18 @@ async fn a_refused_operator_action_leaves_no_row_lock_for_the_next_claim() {
 
 /// A queue whose runs have one partition each, `per_partition = 1`, holding exactly one page
 /// of a limited claim's candidates in partition `a` (16 runs, priority 3), then one run of `b`,
-/// then one more of `a`. Returns the queue, the first run of `a` and the run of `b`.
-async fn a_full_page_of_one_partition(spool: &PgSpool, name: &str) -> (QueueName, RunId, RunId) {
+/// then one more of `a`, then one of `c`; with `max_claimed` as given. Returns the queue and
+/// the first run of `a`, the run of `b` and the run of `c`.
+async fn a_full_page_of_one_partition(
+    spool: &PgSpool,
+    name: &str,
+    max_claimed: Option<u32>,
+) -> (QueueName, [RunId; 3]) {
     use cairn_core::spool::{PartitionKey, QueueLimits};
     let q = random_queue(name);
     let limits = QueueLimits {
         per_partition: Some(1),
+        max_claimed,
         ..QueueLimits::default()
     };
     spool.set_queue_limits(&q, &limits).await.unwrap();
@@ -456,7 +462,10 @@ async fn a_full_page_of_one_partition(spool: &PgSpool, name: &str) -> (QueueName
         ..EnqueueOptions::default()
     };
     let mut runs = Vec::new();
-    for (i, p) in std::iter::repeat_n("a", 16).chain(["b", "a"]).enumerate() {
+    for (i, p) in std::iter::repeat_n("a", 16)
+        .chain(["b", "a", "c"])
+        .enumerate()
+    {
         let id = spool
             .enqueue(&q, &key(i), b"{}".to_vec(), in_partition(p))
             .await
@@ -464,20 +473,23 @@ async fn a_full_page_of_one_partition(spool: &PgSpool, name: &str) -> (QueueName
             .run_id;
         runs.push(id);
     }
-    (q, runs[0], runs[16])
+    (q, [runs[0], runs[16], runs[18]])
 }
 
 /// A claim of a queue with a per-partition limit reads its candidates a page at a time
 /// (`flow::pick_limited`, pages of `max(limit, 16)` runs, in claim order, leaving out the
 /// partitions already full). A page that one partition fills is not the last one: with
-/// exactly one page of partition `a` at the head of the queue, one run of `b` behind it and
-/// one more of `a` after that ([`a_full_page_of_one_partition`]), a claim of up to 3 takes the
-/// first run of `a` and the run of `b`, and not the second `a`; a claim of up to 1 takes the
-/// first `a` alone. Reading a full page as the last one would stop at `a` and hand out one run;
-/// so would a next page that starts from the wrong place in claim order, which orders by
-/// priority first, highest first (the runs have priority 3, so the page's cursor must carry it
-/// negated); and a partition whose runs taken on one page are not counted would not be left
-/// out of the next, which would then hand out the second `a`.
+/// exactly one page of partition `a` at the head of the queue, then one run of `b`, one more
+/// of `a` and one of `c` ([`a_full_page_of_one_partition`]), a claim of up to 3 takes the
+/// first `a`, `b` and `c`, and not the second `a`; under `max_claimed = 2` a claim of up to 3
+/// takes the first `a` and `b`; a claim of up to 1 takes the first `a` alone. Reading a full page as the last one
+/// would stop at `a` and hand out one run; so would a next page that starts from the wrong
+/// place in claim order, which orders by priority first, highest first (the runs have
+/// priority 3, so the page's cursor must carry it negated); a partition whose runs taken on
+/// one page are not counted would not be left out of the next, which would then hand out the
+/// second `a`; and runs taken on one page that are not counted against the claim's allowance
+/// (here 2, from `max_claimed`, below the claim's own limit of 3, which the claim enforces
+/// again) would let the next page hand out `c` too.
 #[tokio::test]
 async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
     let h = spool_harness().await;
@@ -486,18 +498,67 @@ async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
         ids.sort();
         ids
     };
-    let (q, a, b) = a_full_page_of_one_partition(&spool, "claims-page").await;
+    let (q, [a, b, c]) = a_full_page_of_one_partition(&spool, "claims-page", None).await;
+    let claimed = spool.claim(&q, &me(), LEASE, 3).await.unwrap();
+    assert_eq!(
+        sorted(claimed.iter().map(|c| c.run_id).collect()),
+        sorted(vec![a, b, c]),
+        "one run of the partition that fills the first page, then `b` and `c` behind it"
+    );
+    let (q, [a, b, _]) = a_full_page_of_one_partition(&spool, "claims-page-2", Some(2)).await;
     let claimed = spool.claim(&q, &me(), LEASE, 3).await.unwrap();
     assert_eq!(
         sorted(claimed.iter().map(|c| c.run_id).collect()),
         sorted(vec![a, b]),
-        "one run of the partition that fills the first page, and the run of `b` behind it"
+        "under max_claimed = 2, the run the first page gave counts against the allowance"
     );
-    let (q, a, _) = a_full_page_of_one_partition(&spool, "claims-page-1").await;
+    let (q, [a, _, _]) = a_full_page_of_one_partition(&spool, "claims-page-1", None).await;
     let claimed = spool.claim(&q, &me(), LEASE, 1).await.unwrap();
     assert_eq!(
         claimed.iter().map(|c| c.run_id).collect::<Vec<_>>(),
         vec![a],
         "a claim of up to 1 takes the first run and reads no further"
     );
+}
+
+/// The rate window's rows of queue `q`.
+async fn ticks(conn: &mut sqlx::PgConnection, q: &QueueName) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM spool_claim_tick WHERE queue = $1")
+        .bind(q.as_str())
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+/// A rate-limited queue keeps one tick (`spool_claim_tick`) per claim that handed out runs
+/// (`flow::record_claim`), and none for a claim that found nothing: a consumer polling an
+/// empty rate-limited queue must not write a row per poll.
+#[tokio::test]
+async fn a_rate_limited_claim_that_hands_out_nothing_records_no_tick() {
+    use cairn_core::spool::{QueueLimits, RateLimit};
+    let h = spool_harness().await;
+    let spool = h.spool().await.unwrap();
+    let q = random_queue("claims-tick");
+    let limits = QueueLimits {
+        rate: Some(RateLimit {
+            claims: 100,
+            per: Duration::from_secs(60),
+        }),
+        ..QueueLimits::default()
+    };
+    spool.set_queue_limits(&q, &limits).await.unwrap();
+    let mut conn = admin(&h).await;
+    for _ in 0..3 {
+        assert!(spool.claim(&q, &me(), LEASE, 5).await.unwrap().is_empty());
+    }
+    assert_eq!(ticks(&mut conn, &q).await, 0, "empty claims wrote ticks");
+    enqueue(&spool, &q, 0).await;
+    assert_eq!(spool.claim(&q, &me(), LEASE, 5).await.unwrap().len(), 1);
+    assert_eq!(
+        ticks(&mut conn, &q).await,
+        1,
+        "the claim that handed out a run is recorded"
+    );
+    assert!(spool.claim(&q, &me(), LEASE, 5).await.unwrap().is_empty());
+    assert_eq!(ticks(&mut conn, &q).await, 1, "an empty claim wrote a tick");
 }
