@@ -101,10 +101,10 @@ const SERVER_PACKAGE: &str = "cairn-server";
 /// The binary is built with `cargo build -p cairn-server --bin cairn` — the features and
 /// profile of a plain `cargo build -p cairn-server`, so the two share their artifacts — with
 /// cargo's progress on stderr (a warm target prints no `Compiling` line), then run directly.
-/// The nested cargo gets the caller's environment without the per-package variables cargo set
-/// for this binary ([`cargo::set_by_cargo_run`]): those are part of build-script fingerprints (ring's
-/// build script asks for `CARGO_MANIFEST_DIR`), so inheriting them rebuilt ring, rustls and
-/// reqwest on every call.
+/// The nested cargo is a [`cargo::plain_cargo`]: the caller's environment without the
+/// per-package variables cargo set for this binary, which are part of build-script
+/// fingerprints (ring's build script asks for `CARGO_MANIFEST_DIR`), so inheriting them
+/// rebuilt ring, rustls and reqwest on every call.
 fn migrate(args: &[String]) -> Result<ExitCode, String> {
     let mut build = cargo::plain_cargo();
     build

@@ -482,14 +482,14 @@ async fn a_full_page_of_one_partition(
 /// exactly one page of partition `a` at the head of the queue, then one run of `b`, one more
 /// of `a` and one of `c` ([`a_full_page_of_one_partition`]), a claim of up to 3 takes the
 /// first `a`, `b` and `c`, and not the second `a`; under `max_claimed = 2` a claim of up to 3
-/// takes the first `a` and `b`; a claim of up to 1 takes the first `a` alone. Reading a full page as the last one
-/// would stop at `a` and hand out one run; so would a next page that starts from the wrong
-/// place in claim order, which orders by priority first, highest first (the runs have
-/// priority 3, so the page's cursor must carry it negated); a partition whose runs taken on
-/// one page are not counted would not be left out of the next, which would then hand out the
-/// second `a`; and runs taken on one page that are not counted against the claim's allowance
-/// (here 2, from `max_claimed`, below the claim's own limit of 3, which the claim enforces
-/// again) would let the next page hand out `c` too.
+/// takes the first `a` and `b`; a claim of up to 1 takes the first `a` alone. Reading a full
+/// page as the last one would stop at `a` and hand out one run; so would a next page that
+/// starts from the wrong place in claim order, which orders by priority first, highest first
+/// (the runs have priority 3, so the page's cursor must carry it negated); a partition whose
+/// runs taken on one page are not counted would not be left out of the next, which would then
+/// hand out the second `a`; and runs taken on one page that are not counted against the
+/// claim's allowance (here 2, from `max_claimed`, below the claim's own limit of 3, which the
+/// claim enforces again) would let the next page hand out `c` too.
 #[tokio::test]
 async fn a_limited_claim_reads_past_a_page_that_one_partition_fills() {
     let h = spool_harness().await;
