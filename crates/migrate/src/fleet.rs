@@ -4,7 +4,9 @@
 //! `cairn_fleet`, cairn revision `0004_fleet`): the build id, the newest revision of the set
 //! that build knows, its host and process, when it started and when it last heartbeated. A
 //! heartbeat refreshes `last_seen` while the store is open; an entry not refreshed within the
-//! expiry window is not *live*. The runner reads the live entries under the migration lock
+//! expiry window is not *live*, and neither is one whose `last_seen` is more than the window
+//! ahead of the reader's clock (a heartbeat from a clock that ran ahead, or a row written by
+//! hand: it would otherwise stay live until that time came, blocking every contract revision). The runner reads the live entries under the migration lock
 //! before it applies a *contract* revision ([`MigrationSet::with_contract`]) and refuses when
 //! a live build other than the caller lacks it ([`contract_blockers`]).
 //!
@@ -52,9 +54,13 @@ pub struct FleetEntry {
 }
 
 impl FleetEntry {
-    /// Whether the entry was refreshed within `expiry` of `now`.
+    /// Whether the entry was refreshed within `expiry` of `now`: `last_seen` no more than
+    /// `expiry` before `now`, and no more than `expiry` after it. A heartbeat is written with
+    /// its build's clock, so clocks that disagree by less than the window are tolerated; an
+    /// entry further in the future than that cannot be judged by its age and is not live
+    /// (its build's clock is wrong, as every lease it takes is).
     pub fn is_live(&self, now: Timestamp, expiry: Duration) -> bool {
-        self.last_seen >= now.saturating_sub(expiry)
+        self.last_seen >= now.saturating_sub(expiry) && self.last_seen <= now.saturating_add(expiry)
     }
 
     /// The rows [`FleetSql::insert`] stores for this entry: `(set, revision)` pairs.
@@ -332,6 +338,35 @@ mod tests {
         let alive = live(entries, now, Duration::from_micros(50));
         assert_eq!(alive.len(), 1);
         assert_eq!(alive[0].instance, "i1");
+    }
+
+    /// An entry seen in the future is live while it is within the expiry window of `now` (a
+    /// clock a little ahead), and not live past it: a heartbeat dated a year ahead must not
+    /// block contract revisions for a year.
+    #[test]
+    fn an_entry_from_beyond_the_window_in_the_future_is_not_live() {
+        let at = |seen: i64| FleetEntry {
+            instance: format!("i{seen}"),
+            build: "b".into(),
+            heads: BTreeMap::new(),
+            host: "h".into(),
+            pid: 1,
+            started_at: Timestamp::from_unix_micros(1),
+            last_seen: Timestamp::from_unix_micros(seen),
+        };
+        let now = Timestamp::from_unix_micros(1_000);
+        let window = Duration::from_micros(100);
+        assert!(at(900).is_live(now, window), "the window's oldest edge");
+        assert!(!at(899).is_live(now, window), "just expired");
+        assert!(at(1_100).is_live(now, window), "ahead by the window");
+        assert!(
+            !at(1_101).is_live(now, window),
+            "ahead by more than the window"
+        );
+        assert!(!at(i64::MAX).is_live(now, window), "the far future");
+        let alive = live(vec![at(1_000), at(1_101), at(i64::MAX)], now, window);
+        assert_eq!(alive.len(), 1);
+        assert_eq!(alive[0].instance, "i1000");
     }
 
     #[test]
