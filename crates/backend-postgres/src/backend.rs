@@ -57,7 +57,7 @@ impl PgBackend {
     }
 
     /// Opens the store `pg` names ([`PgStore::open_with`]: the schema, cairn's own migration
-    /// set, the pool), the spool and the migrator on the store's pool
+    /// set, upgraded only when [`OpenOptions::upgrade`] allows, the pool), the spool and the migrator on the store's pool
     /// ([`PgSpool::from_store`] on `opts`' clock and spool config, [`PgMigrator::from_store`]),
     /// then runs the open protocol ([`Session::open`]: `opts`' application sets, the contract
     /// gate, the fleet registration and its heartbeat). One pool serves the epoch log, the
@@ -70,7 +70,8 @@ impl PgBackend {
     /// [`Session::open`].
     pub async fn open(pg: PgOptions, opts: OpenOptions) -> Result<Self> {
         opts.check()?;
-        let store = PgStore::open_with(pg).await?;
+        let runner = PgStore::cairn_runner(&pg).upgrade(opts.upgrade);
+        let store = PgStore::open_through(pg, &runner).await?;
         let spool = match PgSpool::from_store(&store, opts.clock.clone(), opts.spool_config) {
             Ok(spool) => spool,
             Err(e) => {

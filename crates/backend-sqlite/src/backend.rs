@@ -49,7 +49,7 @@ impl fmt::Debug for SqliteBackend {
 
 impl SqliteBackend {
     /// Opens the store at `path` ([`SqliteStore::open_with`]: file checks, cairn's own
-    /// migration set), the spool over its connections ([`SqliteSpool::from_store`], on
+    /// migration set, upgraded only when [`OpenOptions::upgrade`] allows), the spool over its connections ([`SqliteSpool::from_store`], on
     /// `opts`' clock and spool config), then runs the open protocol ([`Session::open`]:
     /// `opts`' application sets, the contract gate, the fleet registration and its heartbeat).
     ///
@@ -64,7 +64,8 @@ impl SqliteBackend {
     ) -> Result<Self> {
         opts.check()?;
         let path = path.as_ref();
-        let store = SqliteStore::open_with(path, sqlite.clone()).await?;
+        let runner = SqliteStore::cairn_runner(&sqlite).upgrade(opts.upgrade);
+        let store = SqliteStore::open_with_runner(path, sqlite.clone(), &runner).await?;
         let spool = SqliteSpool::from_store(&store, opts.clock.clone(), opts.spool_config).await?;
         let migrator = Arc::new(SqliteMigrator::new(path, sqlite));
         let session = Session::open(migrator.clone(), store.cairn_opened().clone(), &opts).await?;

@@ -285,6 +285,19 @@ impl StoreBuilder {
         self
     }
 
+    /// Whether the open may upgrade a store that is behind this build (default `true`). With
+    /// `false`, a store stamped at an older revision of cairn's set or of an application's set
+    /// is refused with [`Error::Incompatible`] and nothing is written to it; a missing store is
+    /// still created at head (unless [`StoreBuilder::create_if_missing`] is off), and a store
+    /// behind only by a contract revision that live builds lack is served at its stamp, the
+    /// revision deferred, as an upgrading open would serve it. For one-shot
+    /// tools, and for services whose deploy upgrades the store in a step of its own
+    /// (`cairn migrate up`, [`crate::migrate::Migrations::upgrade`]).
+    pub fn upgrade(mut self, upgrade: bool) -> Self {
+        self.open = self.open.upgrade(upgrade);
+        self
+    }
+
     /// Whether the open records this build in the store's fleet registry and heartbeats it
     /// (default `true`). Turn it off for read-only tools; a service that applies or depends on
     /// application sets keeps it on, so contract revisions wait for it.
@@ -423,8 +436,9 @@ impl StoreBuilder {
     ///   or given twice, a backend this build was compiled without (enable the `sqlite` or
     ///   `postgres` feature);
     /// - [`Error::NotFound`]: no store and [`StoreBuilder::create_if_missing`] is off;
-    /// - [`Error::Incompatible`]: a set's stored history is one this build must not use
-    ///   (nothing was changed);
+    /// - [`Error::Incompatible`]: a set's stored history is one this build must not use, or
+    ///   the store is behind this build and [`StoreBuilder::upgrade`] is off (nothing was
+    ///   changed);
     /// - [`Error::Migration`]: a revision failed (its upgrade was rolled back);
     /// - [`Error::Retryable`]: another process held a lock past its timeout;
     /// - the backend's errors: [`Error::UnsafePath`], [`Error::Io`], [`Error::Corrupt`],

@@ -293,6 +293,169 @@ async fn an_application_set_upgrades_an_older_build_runs_ahead_and_a_diverged_on
     }
 }
 
+/// The stamp of set `name` in the store at `url`, read without opening the store.
+async fn stamp(url: &str, name: &str) -> Option<String> {
+    let url = cairn::DatabaseUrl::parse(url).unwrap();
+    cairn::migrate::Migrations::at(&url, false)
+        .unwrap()
+        .state(name)
+        .await
+        .unwrap()
+        .stamp
+}
+
+/// `StoreBuilder::upgrade(false)`: a store behind this build — in cairn's own set or in an
+/// application's — is refused with `Incompatible` in one line naming the stamp, the head and
+/// `cairn migrate up`, and nothing is written; a missing store is still created at head, a
+/// store at head opens, and the default open upgrades the refused store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_upgrade_a_store_behind_this_build_is_refused_and_left_as_it_is() {
+    let older = "0009_spool_flow";
+    let head = cairn::migrate::cairn_set().head().id.clone();
+    assert_ne!(head, older, "the case needs a revision after {older}");
+    for loc in Location::each().await {
+        // A store an older build made: cairn's set up to `older`.
+        let url = cairn::DatabaseUrl::parse(&loc.url()).unwrap();
+        let raw = cairn::testkit::migration_backend(&url, true).unwrap();
+        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
+            .open(raw.as_ref())
+            .await
+            .expect("the older build creates its store");
+        assert_eq!(stamp(&loc.url(), "cairn").await.as_deref(), Some(older));
+
+        let err = Store::builder(loc.url())
+            .upgrade(false)
+            .register_in_fleet(false)
+            .open()
+            .await
+            .expect_err("a store behind this build is refused without upgrade");
+        assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "one line: {msg}");
+        for part in [
+            older,
+            head.as_str(),
+            "behind",
+            "cairn migrate up",
+            "nothing was changed",
+        ] {
+            assert!(msg.contains(part), "names {part}: {msg}");
+        }
+        assert_eq!(
+            stamp(&loc.url(), "cairn").await.as_deref(),
+            Some(older),
+            "the refusal wrote nothing"
+        );
+
+        // The default open upgrades it; then an open without upgrade finds it at head.
+        let upgraded = Store::open(&loc.url()).await.unwrap();
+        assert!(matches!(
+            &upgraded.migrations()[0].outcome,
+            Opened::Upgraded { from: Some(from), .. } if from == older
+        ));
+        upgraded.close().await.unwrap();
+        let at_head = Store::builder(loc.url())
+            .upgrade(false)
+            .open()
+            .await
+            .unwrap();
+        assert_eq!(at_head.migrations()[0].outcome, Opened::AtHead);
+        at_head.close().await.unwrap();
+
+        // An application's set behind this build is refused the same way, cairn's set at head.
+        Store::builder(loc.url())
+            .migrations(notes("notes_v1"))
+            .open()
+            .await
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        let err = Store::builder(loc.url())
+            .migrations(notes("notes_v2"))
+            .upgrade(false)
+            .open()
+            .await
+            .expect_err("the application's set is behind this build");
+        assert!(matches!(err, Error::Incompatible { .. }), "{err}");
+        assert!(
+            err.to_string().contains("migration set notes")
+                && err.to_string().contains("0002_note_tags"),
+            "{err}"
+        );
+        assert_eq!(
+            stamp(&loc.url(), "notes").await.as_deref(),
+            Some("0001_notes")
+        );
+        loc.cleanup().await;
+    }
+
+    // A store behind only by a contract revision that a live older build lacks (a rolling
+    // deploy) is served at its stamp, as an upgrading open would serve it, the revision
+    // deferred; with no such build it is plainly behind, and refused.
+    let parent = "0007_spool_ready";
+    let contract = "0008_spool_ready_contract";
+    assert!(cairn::migrate::cairn_set().is_contract(contract));
+    for loc in Location::each().await {
+        let url = cairn::DatabaseUrl::parse(&loc.url()).unwrap();
+        let raw = cairn::testkit::migration_backend(&url, true).unwrap();
+        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(parent).unwrap())
+            .open(raw.as_ref())
+            .await
+            .unwrap();
+        let without_upgrade = || {
+            Store::builder(loc.url())
+                .upgrade(false)
+                .register_in_fleet(false)
+                .open()
+        };
+        let err = without_upgrade()
+            .await
+            .expect_err("no live build holds the contract back");
+        assert!(err.to_string().contains("behind"), "{err}");
+        let now = cairn::spool::SystemClock.now();
+        let older = cairn::migrate::FleetEntry {
+            instance: "older-instance".into(),
+            build: "older-build".into(),
+            heads: [("cairn".to_owned(), parent.to_owned())].into(),
+            host: "elsewhere".into(),
+            pid: 7,
+            started_at: now,
+            last_seen: now,
+        };
+        raw.register(&older, cairn::spool::Timestamp::from_unix_micros(0))
+            .await
+            .unwrap();
+        let served = without_upgrade()
+            .await
+            .expect("served at its stamp, the contract deferred");
+        let opened = &served.migrations()[0];
+        assert_eq!(opened.outcome, Opened::AtHead, "{opened:?}");
+        let deferred = opened.deferred.as_ref().expect("the contract is deferred");
+        assert_eq!(deferred.revision, contract);
+        assert_eq!(deferred.blockers.len(), 1, "{deferred:?}");
+        served.close().await.unwrap();
+        assert_eq!(stamp(&loc.url(), "cairn").await.as_deref(), Some(parent));
+        loc.cleanup().await;
+    }
+
+    // A missing store is created at head even without upgrade: creating is not upgrading.
+    for loc in Location::each().await {
+        let created = Store::builder(loc.url())
+            .upgrade(false)
+            .open()
+            .await
+            .unwrap();
+        assert!(matches!(
+            &created.migrations()[0].outcome,
+            Opened::Upgraded { from: None, .. }
+        ));
+        created.close().await.unwrap();
+        assert_eq!(stamp(&loc.url(), "cairn").await, Some(head.clone()));
+        loc.cleanup().await;
+    }
+}
+
 #[tokio::test]
 async fn application_sets_named_cairn_or_given_twice_are_refused_before_anything_is_opened() {
     let loc = Location::sqlite();

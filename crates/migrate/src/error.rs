@@ -154,6 +154,18 @@ pub enum MigrateError {
         /// The contract revision this build lacks.
         revision: String,
     },
+    /// The store is stamped at an older revision of the set than this build's head, and the
+    /// open was told not to upgrade ([`crate::Runner::upgrade`],
+    /// [`crate::OpenOptions::upgrade`]); nothing was changed.
+    #[error("migration set {set}: the store is at revision {}, behind this build's head {head}, and this open does not upgrade it; upgrade it first (`cairn migrate up`, or open it from a build that upgrades) and run this again (nothing was changed)", crate::text::escape_control(.stamp))]
+    Behind {
+        /// The set.
+        set: String,
+        /// The store's stamp.
+        stamp: String,
+        /// This build's head.
+        head: String,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] cairn_core::Error),
@@ -171,6 +183,7 @@ impl MigrateError {
         matches!(
             self,
             Self::Refused { .. }
+                | Self::Behind { .. }
                 | Self::ContractRefused { .. }
                 | Self::ContractAhead { .. }
                 | Self::UnsupportedDialect { .. }
@@ -201,6 +214,7 @@ impl From<MigrateError> for cairn_core::Error {
                 blockers: blockers.clone(),
             },
             MigrateError::Refused { .. }
+            | MigrateError::Behind { .. }
             | MigrateError::ContractAhead { .. }
             | MigrateError::BaselineMismatch { .. }
             | MigrateError::BaselineRefused { .. }

@@ -79,6 +79,9 @@ pub struct OpenOptions {
     /// Whether a contract revision that live builds lack is left pending (default `true`)
     /// rather than refusing the open.
     pub defer_blocked_contracts: bool,
+    /// Whether the open upgrades a store behind this build (default `true`); see
+    /// [`OpenOptions::upgrade`].
+    pub upgrade: bool,
 }
 
 impl Default for OpenOptions {
@@ -95,6 +98,7 @@ impl Default for OpenOptions {
             fleet_expiry: fleet::DEFAULT_EXPIRY,
             force_contract: false,
             defer_blocked_contracts: true,
+            upgrade: true,
         }
     }
 }
@@ -116,6 +120,7 @@ impl fmt::Debug for OpenOptions {
             .field("fleet_expiry", &self.fleet_expiry)
             .field("force_contract", &self.force_contract)
             .field("defer_blocked_contracts", &self.defer_blocked_contracts)
+            .field("upgrade", &self.upgrade)
             .finish()
     }
 }
@@ -211,6 +216,21 @@ impl OpenOptions {
     #[must_use]
     pub fn defer_blocked_contracts(mut self, defer: bool) -> Self {
         self.defer_blocked_contracts = defer;
+        self
+    }
+
+    /// Whether the open may upgrade a store that is behind this build, cairn's own set and the
+    /// application's alike (default `true`). With `false`, a store stamped at an older
+    /// revision of any set is refused with [`Error::Incompatible`] (the runner's
+    /// [`crate::MigrateError::Behind`]) before anything of that set is written; a missing
+    /// store is still created at head when the engine's options allow it, and a store behind
+    /// only by a contract revision that live builds lack is served at its stamp with the
+    /// revision deferred, as an upgrading open would serve it. For one-shot tools
+    /// (the `cairn` binary's commands other than `serve` and `migrate`), and for services
+    /// whose deploy runs `cairn migrate up` as a step of its own.
+    #[must_use]
+    pub fn upgrade(mut self, upgrade: bool) -> Self {
+        self.upgrade = upgrade;
         self
     }
 
@@ -403,6 +423,7 @@ async fn open_sets(
             .with_fleet_expiry(opts.fleet_expiry)
             .with_instance(instance)
             .force_contract(opts.force_contract)
+            .upgrade(opts.upgrade)
     };
     for set in &opts.sets {
         let (report, deferred) = if opts.defer_blocked_contracts {

@@ -30,15 +30,18 @@ pub(crate) fn target(database: Option<&str>) -> Result<DatabaseUrl, CliError> {
 
 /// Opens the store at `url` through the migration runner, for one command.
 ///
-/// A one-shot command is not a build that keeps running against the store, so it does not
+/// A one-shot command is not a build that keeps running against the store: it does not
 /// register in the fleet registry (a read-only command such as `cairn doctor` writes nothing
-/// there); `cairn serve` does, through [`open_with`].
+/// there), and it does not upgrade a store behind this build — that is `cairn migrate up`'s
+/// job, or a service's — but refuses it and says so (a missing store it may create is created
+/// at head). `cairn serve` registers and upgrades, through [`open_with`].
 pub(crate) async fn open(url: &DatabaseUrl, if_missing: IfMissing) -> Result<Store, CliError> {
     open_store(url, if_missing, SpoolConfig::default(), false).await
 }
 
 /// Opens the store for a long-running server with a spool config (`cairn serve`'s retry
-/// backoff); the server registers in the fleet registry and heartbeats until it closes.
+/// backoff); the server upgrades a store behind it, registers in the fleet registry and
+/// heartbeats until it closes.
 pub(crate) async fn open_with(
     url: &DatabaseUrl,
     if_missing: IfMissing,
@@ -47,17 +50,19 @@ pub(crate) async fn open_with(
     open_store(url, if_missing, spool, true).await
 }
 
+/// `serving`: a long-running server (registers, upgrades) rather than a one-shot command.
 async fn open_store(
     url: &DatabaseUrl,
     if_missing: IfMissing,
     spool: SpoolConfig,
-    register_in_fleet: bool,
+    serving: bool,
 ) -> Result<Store, CliError> {
     refuse_missing_file(url, if_missing)?;
     Ok(Store::builder_at(url.clone())
         .create_if_missing(if_missing == IfMissing::Create)
         .spool_config(spool)
-        .register_in_fleet(register_in_fleet)
+        .register_in_fleet(serving)
+        .upgrade(serving)
         .open()
         .await?)
 }

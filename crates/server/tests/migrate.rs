@@ -204,6 +204,67 @@ fn status_of_a_missing_store_is_refused_without_creating_it() {
     assert!(!db.exists());
 }
 
+/// A one-shot command does not upgrade a store behind this build: `heads` (a read) and
+/// `append` (a write) on a store an older build made both fail with exit 1 and one line naming
+/// the stamp and `cairn migrate up`, and the store stays at its stamp; after `cairn migrate up`
+/// both work. On both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing() {
+    let older = "0009_spool_flow";
+    let (_dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_behind").await;
+    for url in &urls {
+        let parsed = cairn::DatabaseUrl::parse(url).unwrap();
+        let raw = cairn::testkit::migration_backend(&parsed, true).unwrap();
+        Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
+            .open(raw.as_ref())
+            .await
+            .expect("the older build creates its store");
+    }
+    let urls2 = urls.clone();
+    let outs = tokio::task::spawn_blocking(move || {
+        urls2
+            .iter()
+            .map(|url| {
+                let cmd = |args: &[&str]| common::cairn(url).args(args).output().unwrap();
+                let heads = cmd(&["heads", "--space", "s"]);
+                let append = cmd(&["append", "--space", "s", "--kind", "k", "--payload", "p"]);
+                let status = cmd(&["migrate", "status"]);
+                let up = cmd(&["migrate", "up"]);
+                let append_after =
+                    cmd(&["append", "--space", "s", "--kind", "k", "--payload", "p"]);
+                let heads_after = cmd(&["heads", "--space", "s"]);
+                (heads, append, status, up, append_after, heads_after)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    common::drop_schema(&pg, &schema).await;
+    for (engine, (heads, append, status, up, append_after, heads_after)) in
+        ["sqlite", "postgres"].iter().zip(outs)
+    {
+        for (what, out) in [("heads", &heads), ("append", &append)] {
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{engine} {what}: {err}");
+            assert_eq!(err.lines().count(), 1, "{engine} {what}: {err}");
+            assert!(
+                err.contains(older) && err.contains("behind") && err.contains("cairn migrate up"),
+                "{engine} {what}: {err}"
+            );
+            assert_eq!(text(&out.stdout), "", "{engine} {what}");
+        }
+        let status = ok(status);
+        assert!(
+            status.contains(&format!("stamp: {older}")) && status.contains("state: upgrade"),
+            "{engine}: the refusals changed nothing: {status}"
+        );
+        assert!(ok(up).contains("upgraded"), "{engine}");
+        let appended = ok(append_after);
+        assert!(appended.starts_with("1 "), "{engine}: {appended}");
+        assert_eq!(ok(heads_after).lines().count(), 1, "{engine}");
+    }
+}
+
 /// Issue 25: "no store here" has one verdict on both engines. `status` on a missing SQLite
 /// file and on a missing Postgres schema fails alike — exit 1, one line saying there is no
 /// cairn store — and creates neither the file nor the schema.

@@ -37,9 +37,14 @@ impl PgStore {
     /// this build must not use; [`Error::Migration`] when an upgrade failed (and was rolled
     /// back); [`Error::Backend`] when the schema cannot be created.
     pub async fn open_with(opts: PgOptions) -> Result<Self> {
-        let runner = Runner::new(cairn_set())
-            .with_lock_timeout(opts.lock_timeout.max(std::time::Duration::from_secs(30)));
+        let runner = Self::cairn_runner(&opts);
         Self::open_through(opts, &runner).await
+    }
+
+    /// The runner of cairn's own set an open with `opts` uses.
+    pub(crate) fn cairn_runner(opts: &PgOptions) -> Runner {
+        Runner::new(cairn_set())
+            .with_lock_timeout(opts.lock_timeout.max(std::time::Duration::from_secs(30)))
     }
 
     /// Opens with `opts` through `runner` (a build's own view of cairn's

@@ -57,9 +57,13 @@ impl SqliteStore {
     /// (nothing is changed); [`Error::Retryable`] when another writer held the lock past the
     /// busy timeout.
     pub async fn open_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
-        let runner = Runner::new(cairn_set())
-            .with_lock_timeout(opts.busy_timeout.max(Duration::from_secs(30)));
+        let runner = Self::cairn_runner(&opts);
         Self::open_with_runner(path.as_ref(), opts, &runner).await
+    }
+
+    /// The runner of cairn's own set an open with `opts` uses.
+    pub(crate) fn cairn_runner(opts: &SqliteOptions) -> Runner {
+        Runner::new(cairn_set()).with_lock_timeout(opts.busy_timeout.max(Duration::from_secs(30)))
     }
 
     /// Test support: opens the store at `path` as the build whose view of cairn's migration set

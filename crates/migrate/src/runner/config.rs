@@ -30,6 +30,7 @@ pub struct Runner {
     pub(super) revision_tries: u32,
     pub(super) hooks: RunnerHooks,
     pub(super) fleet: FleetGate,
+    pub(super) upgrade: bool,
 }
 
 impl Runner {
@@ -47,6 +48,7 @@ impl Runner {
                 instance: None,
                 force: false,
             },
+            upgrade: true,
         }
     }
 
@@ -78,6 +80,19 @@ impl Runner {
     /// [`OpenReport::contracts`]: crate::OpenReport::contracts
     pub fn force_contract(mut self, force: bool) -> Self {
         self.fleet.force = force;
+        self
+    }
+
+    /// Whether an open may upgrade a store that is behind this build (default `true`). With
+    /// `false`, [`Runner::open`] refuses a store stamped at an older revision of the set with
+    /// [`MigrateError::Behind`] and changes nothing: what a one-shot tool wants, or a service
+    /// whose deploy runs the upgrade as a step of its own (`cairn migrate up`). A new store
+    /// (no stamp) is still created at head, and a lineage repair still runs. A store whose
+    /// next pending revision is a contract revision that live builds lack meets the refusal an
+    /// upgrading open meets ([`MigrateError::ContractRefused`]), so that
+    /// [`Runner::open_deferring`] serves it at its stamp as it would for any build.
+    pub fn upgrade(mut self, upgrade: bool) -> Self {
+        self.upgrade = upgrade;
         self
     }
 

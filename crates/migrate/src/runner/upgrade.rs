@@ -159,6 +159,10 @@ impl Runner {
                     refusal,
                 })
             }
+            Classification::Upgrade {
+                from: Some(stamp),
+                pending,
+            } if !self.upgrade => return Err(self.not_upgrading(backend, stamp, &pending).await),
             Classification::AtHead {
                 repair_lineage: true,
             }
@@ -209,6 +213,51 @@ impl Runner {
                     lock_waits += started.elapsed();
                 }
             }
+        }
+    }
+
+    /// What a runner that may not upgrade ([`Runner::upgrade`]) answers for a store stamped at
+    /// `stamp` with `pending` revisions: when the next one is a contract revision that live
+    /// builds lack, the refusal an upgrading open meets first ([`MigrateError::ContractRefused`],
+    /// which [`Runner::open_deferring`] turns into serving the store at its stamp, as it does
+    /// for every build during a rolling deploy); otherwise [`MigrateError::Behind`].
+    async fn not_upgrading(
+        &self,
+        backend: &dyn MigrationBackend,
+        stamp: String,
+        pending: &[String],
+    ) -> MigrateError {
+        let next = pending.first().filter(|id| self.set.is_contract(id));
+        if let (Some(revision), false) = (next, self.fleet.force) {
+            let entries = match backend.read_fleet().await {
+                Ok(entries) => entries,
+                Err(e) => return e,
+            };
+            let live = crate::fleet::live(entries, self.fleet.clock.now(), self.fleet.expiry);
+            let blockers = crate::fleet::contract_blockers(
+                &self.set,
+                revision,
+                &live,
+                self.fleet.instance.as_deref(),
+            );
+            if !blockers.is_empty() {
+                return MigrateError::ContractRefused {
+                    set: self.set.name().into(),
+                    revision: revision.clone(),
+                    blockers,
+                };
+            }
+        }
+        self.behind(stamp)
+    }
+
+    /// The refusal of a store stamped at `stamp`, behind this build, by a runner that may not
+    /// upgrade ([`Runner::upgrade`]).
+    fn behind(&self, stamp: String) -> MigrateError {
+        MigrateError::Behind {
+            set: self.set.name().into(),
+            stamp,
+            head: self.set.head().id.clone(),
         }
     }
 
@@ -324,6 +373,11 @@ impl Runner {
                 tx.write_state(name, &self.set.head().id, lineage).await?;
                 Opened::LineageRepaired
             }
+            // The first look found no store; another process created one at an older head
+            // while this one waited for the lock.
+            Classification::Upgrade {
+                from: Some(stamp), ..
+            } if !self.upgrade => return Err(self.behind(stamp)),
             Classification::Upgrade { from, pending } => {
                 let revisions: Vec<_> = pending
                     .iter()
