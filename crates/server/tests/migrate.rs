@@ -228,22 +228,50 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
                 let cmd = |args: &[&str]| common::cairn(url).args(args).output().unwrap();
                 let heads = cmd(&["heads", "--space", "s"]);
                 let append = cmd(&["append", "--space", "s", "--kind", "k", "--payload", "p"]);
+                // A sync's store sides are opened the same way, source and destination.
+                let other = format!("{}.other.db", urls2[0]);
+                ok(common::cairn(&other)
+                    .args(["append", "--space", "o", "--kind", "k", "--payload", "p"])
+                    .output()
+                    .unwrap());
+                let sync_from = common::cairn(url)
+                    .args(["sync", url, &other, "--all-spaces"])
+                    .output()
+                    .unwrap();
+                let sync_to = common::cairn(url)
+                    .args(["sync", &other, url, "--all-spaces"])
+                    .output()
+                    .unwrap();
                 let status = cmd(&["migrate", "status"]);
                 let up = cmd(&["migrate", "up"]);
                 let append_after =
                     cmd(&["append", "--space", "s", "--kind", "k", "--payload", "p"]);
                 let heads_after = cmd(&["heads", "--space", "s"]);
-                (heads, append, status, up, append_after, heads_after)
+                (
+                    heads,
+                    append,
+                    sync_from,
+                    sync_to,
+                    status,
+                    up,
+                    append_after,
+                    heads_after,
+                )
             })
             .collect::<Vec<_>>()
     })
     .await
     .unwrap();
     common::drop_schema(&pg, &schema).await;
-    for (engine, (heads, append, status, up, append_after, heads_after)) in
+    for (engine, (heads, append, sync_from, sync_to, status, up, append_after, heads_after)) in
         ["sqlite", "postgres"].iter().zip(outs)
     {
-        for (what, out) in [("heads", &heads), ("append", &append)] {
+        for (what, out) in [
+            ("heads", &heads),
+            ("append", &append),
+            ("sync from", &sync_from),
+            ("sync to", &sync_to),
+        ] {
             let err = text(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{engine} {what}: {err}");
             assert_eq!(err.lines().count(), 1, "{engine} {what}: {err}");
