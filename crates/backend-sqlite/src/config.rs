@@ -29,7 +29,9 @@ pub struct SqliteOptions {
     pub read_connections: usize,
     /// Whether opening a path where no file exists creates the store. Default `true`; when
     /// `false`, opening a missing store fails with [`cairn_core::Error::NotFound`] and creates
-    /// nothing (neither the file nor its directory).
+    /// nothing (neither the file nor its directory); so does a file that holds no stamp of
+    /// cairn's set (an empty SQLite database, or a store older than the migration runner:
+    /// `cairn migrate up` adopts it).
     pub create_if_missing: bool,
     /// Whether cairn may put its tables into a database file that already holds the
     /// application's own tables. Default `false`: such a file is refused, so that a mistyped

@@ -302,3 +302,59 @@ async fn quarantine_imports_the_valid_records_and_records_a_partial_import_on_bo
     }
     common::drop_schema(&pg, &schema).await;
 }
+
+/// An import into a store behind this binary is refused before anything is printed or copied:
+/// exit 1 with the one-line refusal, nothing on stdout, no backup beside the source, the store
+/// still at its stamp. On SQLite and Postgres.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_into_a_store_behind_this_binary_prints_and_copies_nothing() {
+    let older = "0009_spool_flow";
+    let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_import_behind").await;
+    for url in &urls {
+        let parsed = cairn::DatabaseUrl::parse(url).unwrap();
+        let raw = cairn::testkit::migration_backend(&parsed, true).unwrap();
+        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
+            .open(raw.as_ref())
+            .await
+            .expect("the older build creates its store");
+    }
+    let sources = dir.path().join("sources");
+    let legacy = sources.join("legacy");
+    write_documented_legacy_dir(&legacy);
+    let (urls2, legacy2) = (urls.clone(), legacy.clone());
+    let outs = tokio::task::spawn_blocking(move || {
+        urls2
+            .iter()
+            .map(|url| {
+                let out = import(url, &legacy2, &[]);
+                let status = cairn(url, &["migrate", "status"]).output().unwrap();
+                (out, status)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap();
+    common::drop_schema(&pg, &schema).await;
+    for (engine, (out, status)) in ["sqlite", "postgres"].iter().zip(outs) {
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "",
+            "{engine}: nothing printed"
+        );
+        let err = refused(out);
+        assert!(
+            err.contains(older) && err.contains("cairn migrate up"),
+            "{engine}: {err}"
+        );
+        let status = ok(status);
+        assert!(
+            status.contains(&format!("stamp: {older}")),
+            "{engine}: {status}"
+        );
+    }
+    let beside: Vec<_> = std::fs::read_dir(&sources)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(beside, ["legacy"], "no backup was made beside the source");
+}

@@ -247,6 +247,18 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
                 let append_after =
                     cmd(&["append", "--space", "s", "--kind", "k", "--payload", "p"]);
                 let heads_after = cmd(&["heads", "--space", "s"]);
+                // A sync between stores at head leaves no entry in either's fleet registry.
+                let synced = common::cairn(url)
+                    .args(["sync", url, &other, "--all-spaces", "--both-ways"])
+                    .output()
+                    .unwrap();
+                let fleets = [
+                    cmd(&["migrate", "fleet"]),
+                    common::cairn(&other)
+                        .args(["migrate", "fleet"])
+                        .output()
+                        .unwrap(),
+                ];
                 (
                     heads,
                     append,
@@ -256,6 +268,8 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
                     up,
                     append_after,
                     heads_after,
+                    synced,
+                    fleets,
                 )
             })
             .collect::<Vec<_>>()
@@ -263,8 +277,10 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
     .await
     .unwrap();
     common::drop_schema(&pg, &schema).await;
-    for (engine, (heads, append, sync_from, sync_to, status, up, append_after, heads_after)) in
-        ["sqlite", "postgres"].iter().zip(outs)
+    for (
+        engine,
+        (heads, append, sync_from, sync_to, status, up, append_after, heads_after, synced, fleets),
+    ) in ["sqlite", "postgres"].iter().zip(outs)
     {
         for (what, out) in [
             ("heads", &heads),
@@ -290,7 +306,69 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
         let appended = ok(append_after);
         assert!(appended.starts_with("1 "), "{engine}: {appended}");
         assert_eq!(ok(heads_after).lines().count(), 1, "{engine}");
+        ok(synced);
+        for fleet in fleets {
+            assert_eq!(ok(fleet).trim(), "no live builds", "{engine}");
+        }
     }
+}
+
+/// A read-only command on a SQLite file that holds no stamp of cairn's set — an empty SQLite
+/// database, or a store made before the migration runner existed — refuses it as no store and
+/// writes nothing (it used to create or upgrade cairn's tables in it); `cairn migrate up`
+/// adopts the old store, after which commands use it.
+#[test]
+fn a_read_on_a_sqlite_file_without_a_stamp_refuses_it_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.db");
+    rusqlite::Connection::open(&empty)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 7")
+        .unwrap();
+    let unstamped = dir.path().join("unstamped.db");
+    {
+        let conn = rusqlite::Connection::open(&unstamped).unwrap();
+        for ddl in cairn_core::schema::epoch_log_ddl(cairn_core::schema::Dialect::Sqlite) {
+            conn.execute_batch(&ddl).unwrap();
+        }
+    }
+    let tables = |db: &Path| -> Vec<String> {
+        let conn = rusqlite::Connection::open(db).unwrap();
+        let mut stmt = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap();
+        let names = stmt
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<Vec<String>, _>>()
+            .unwrap();
+        names
+    };
+    for db in [&empty, &unstamped] {
+        let before = tables(db);
+        let out = common::cairn(db.to_str().unwrap())
+            .args(["heads", "--space", "s"])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {err}", db.display());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(
+            err.contains("not found") || err.contains("no cairn store"),
+            "{err}"
+        );
+        assert_eq!(tables(db), before, "{}: nothing was created", db.display());
+    }
+    assert!(ok(run(&unstamped, &["up"])).contains("upgraded"));
+    let appended = common::cairn(unstamped.to_str().unwrap())
+        .args(["append", "--space", "s", "--kind", "k", "--payload", "p"])
+        .output()
+        .unwrap();
+    assert!(appended.status.success(), "{}", text(&appended.stderr));
+    ok(common::cairn(unstamped.to_str().unwrap())
+        .args(["heads", "--space", "s"])
+        .output()
+        .unwrap());
 }
 
 /// Issue 25: "no store here" has one verdict on both engines. `status` on a missing SQLite

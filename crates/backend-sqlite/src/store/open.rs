@@ -16,7 +16,7 @@ use std::time::Duration;
 use cairn_core::{Error, Result};
 #[cfg(feature = "testkit")]
 use cairn_migrate::Opened;
-use cairn_migrate::{cairn_set, Runner};
+use cairn_migrate::{cairn_set, MigrationBackend, Runner};
 use rusqlite::Connection;
 
 use super::{Inner, SqliteStore, IDENTITY_WATCH_INTERVAL};
@@ -48,8 +48,8 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for options no store can be opened with (0 read connections);
-    /// [`Error::NotFound`] when no file exists and `create_if_missing` is off (nothing is
-    /// created); [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is
+    /// [`Error::NotFound`] when `create_if_missing` is off and no file exists, or the file
+    /// holds no stamp of cairn's set (nothing is created); [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is
     /// created); [`Error::Io`] when the file or directory cannot be created or opened;
     /// [`Error::Corrupt`] when the file is not a SQLite database, holds an application's tables
     /// without the opt-in, or holds tables that do not match cairn's schema;
@@ -96,6 +96,19 @@ impl SqliteStore {
             // A file that is not a SQLite database, or a database of something else, is refused
             // before anything (even the switch to WAL) is written to it.
             blocking(move || files::admit(&path, &opts).map(drop)).await?;
+        }
+        if !opts.create_if_missing {
+            // A database that holds no stamp of cairn's set (an empty SQLite file, or one made
+            // by something else with the opt-in to share it) is no store yet: refused, as a
+            // missing file is, before the runner would create cairn's tables in it. The look
+            // writes nothing; Postgres refuses a schema without a stamp the same way.
+            let state = SqliteMigrator::new(&path, opts.clone())
+                .read_state(runner.set().name())
+                .await
+                .map_err(|e| files::open_error_mapped(&path, e.into()))?;
+            if state.stamp.is_none() {
+                return Err(files::no_store(&path));
+            }
         }
         // A contract revision of cairn's set that a live older build lacks waits for it to go:
         // the open applies what comes before and runs at that revision meanwhile.

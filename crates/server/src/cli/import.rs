@@ -3,9 +3,10 @@
 //!
 //! Order matters for "nothing lost, nothing changed on bad input": the directory is read and
 //! validated in full first (a corrupt record refuses the whole import before the store is
-//! touched — unless `--quarantine` asks to leave such records out); then the source files are
-//! copied aside, never through a symbolic link (with a quarantine's records and report); only
-//! then is the plan imported, in one transaction that also records the source's fingerprint
+//! touched — unless `--quarantine` asks to leave such records out); then the store is opened,
+//! so that a store this binary must not use (behind it, say) is refused before anything is
+//! printed or copied; then the source files are copied aside, never through a symbolic link
+//! (with a quarantine's records and report); only then is the plan imported, in one transaction that also records the source's fingerprint
 //! (and, for a partial import, that it was partial), so a second run is a no-op.
 
 use std::io::Write;
@@ -34,6 +35,7 @@ pub(crate) async fn run(
         options.queue = QueueName::new(q)?;
     }
     let import = LegacyImport::read(dir, &options)?;
+    let store = open(target, IfMissing::Create).await?;
     print_report(&import, out)?;
     let quarantined = import.report().quarantined.len();
     let backed_up = import.back_up()?;
@@ -46,7 +48,6 @@ pub(crate) async fn run(
             report.display()
         )?;
     }
-    let store = open(target, IfMissing::Create).await?;
     match backed_up.import_into(store.spool().as_ref()).await? {
         RunImportOutcome::Imported { created, existing } => {
             writeln!(

@@ -80,8 +80,9 @@ pub(super) async fn migrations(
             ),
         },
         // Behind by contract revisions only: the state a rolling deploy leaves while older
-        // builds are live (every open defers them, and applies them once none is). Not a
-        // problem; the doctor still does not open the store (that open could apply them).
+        // builds are live (a service's open defers them, and applies them once none is; a
+        // one-shot command serves the store as it is meanwhile). Not a problem; the doctor
+        // still does not open the store (a service's open could apply them).
         Classification::Upgrade { pending, .. }
             if !pending.is_empty() && pending.iter().all(|r| set.is_contract(r)) =>
         {
@@ -89,9 +90,9 @@ pub(super) async fn migrations(
                 Check::warning(
                     name,
                     format!(
-                        "{base}: contract revision(s) pending: {} (the next open or `cairn \
-                         migrate up` applies them once no live build in the fleet registry \
-                         lacks them)",
+                        "{base}: contract revision(s) pending: {} (a service's next open or \
+                         `cairn migrate up` applies them once no live build in the fleet \
+                         registry lacks them)",
                         pending.join(" ")
                     ),
                     &cmd("fleet"),

@@ -42,11 +42,12 @@ pub fn label_for(url: &str) -> String {
 
 /// A side of a sync from a string: an `http://` or `https://` URL is a `cairn serve`
 /// ([`HttpEndpoint`], with the bearer `token`); anything else is a store URL or file path,
-/// opened here (created at head when missing; registered in the fleet registry while the side
-/// lives, as a sync may follow for hours) and kept open while the side lives
-/// ([`Store::sync_endpoint`]). A store behind this build is refused, not upgraded, as by every
-/// one-shot command: `cairn migrate up` (or a service's open) upgrades it. Reports name the
-/// side by [`label_for`].
+/// opened here (created at head when missing) and kept open while the side lives
+/// ([`Store::sync_endpoint`]). It is opened as every one-shot command opens a store: a store
+/// behind this build is refused, not upgraded (`cairn migrate up`, or a service's open,
+/// upgrades it), and the open does not register in the fleet registry (a sync's process ends
+/// without closing the store, and its entry would otherwise hold contract revisions back until
+/// it expired). Reports name the side by [`label_for`].
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a bad URL, or a token given for a store opened here;
@@ -61,7 +62,11 @@ pub async fn endpoint_for(url: &str, token: Option<String>) -> Result<Arc<dyn Sy
             "a token is for a side reached over http:// or https://; a store opened here takes none",
         ));
     }
-    let store = Store::builder(url).upgrade(false).open().await?;
+    let store = Store::builder(url)
+        .upgrade(false)
+        .register_in_fleet(false)
+        .open()
+        .await?;
     // The side keeps a handle of the store: it stays open as long as the side.
     Ok(store.sync_endpoint(Some(&label_for(url))))
 }
