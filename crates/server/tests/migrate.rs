@@ -313,10 +313,11 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
     }
 }
 
-/// A read-only command on a SQLite file that holds no stamp of cairn's set — an empty SQLite
-/// database, or a store made before the migration runner existed — refuses it as no store and
-/// writes nothing (it used to create or upgrade cairn's tables in it); `cairn migrate up`
-/// adopts the old store, after which commands use it.
+/// A read-only command, or a sync from it, on a SQLite file that holds no stamp of cairn's
+/// set — an empty SQLite database, or a store made before the migration runner existed —
+/// refuses it as no store and writes nothing (each used to create or upgrade cairn's tables
+/// in it), and so does a sync from an empty Postgres schema; `cairn migrate up` adopts the old
+/// store, after which commands use it.
 #[test]
 fn a_read_on_a_sqlite_file_without_a_stamp_refuses_it_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -344,21 +345,63 @@ fn a_read_on_a_sqlite_file_without_a_stamp_refuses_it_and_writes_nothing() {
             .unwrap();
         names
     };
+    let dest = dir.path().join("dest.db");
     for db in [&empty, &unstamped] {
         let before = tables(db);
-        let out = common::cairn(db.to_str().unwrap())
+        let path = db.to_str().unwrap();
+        let heads = common::cairn(path)
             .args(["heads", "--space", "s"])
             .output()
             .unwrap();
-        let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{}: {err}", db.display());
-        assert_eq!(err.lines().count(), 1, "{err}");
-        assert!(
-            err.contains("not found") || err.contains("no cairn store"),
-            "{err}"
-        );
-        assert_eq!(tables(db), before, "{}: nothing was created", db.display());
+        // As a sync's source, which must be a store.
+        let sync = common::cairn(path)
+            .args(["sync", path, dest.to_str().unwrap(), "--all-spaces"])
+            .output()
+            .unwrap();
+        for out in [heads, sync] {
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{}: {err}", db.display());
+            assert_eq!(err.lines().count(), 1, "{err}");
+            assert!(
+                err.contains("not found") || err.contains("no cairn store"),
+                "{err}"
+            );
+            assert_eq!(tables(db), before, "{}: nothing was created", db.display());
+        }
     }
+    // The same for an empty Postgres schema as a sync's source.
+    common::on_postgres("cairn_unstamped", |url| {
+        let schema = url.rsplit("cairn_schema=").next().unwrap().to_owned();
+        let pg = url
+            .split_once("cairn_schema=")
+            .unwrap()
+            .0
+            .trim_end_matches(['?', '&']);
+        let count = |sql: &str| -> i64 {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                use sqlx::Connection;
+                let mut conn = sqlx::PgConnection::connect(pg).await.unwrap();
+                sqlx::raw_sql(sql).execute(&mut conn).await.unwrap();
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM information_schema.tables WHERE table_schema = $1",
+                )
+                .bind(&schema)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap()
+            })
+        };
+        assert_eq!(count(&format!("CREATE SCHEMA {schema}")), 0);
+        let out = common::cairn(url)
+            .args(["sync", url, dest.to_str().unwrap(), "--all-spaces"])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("not found"), "{err}");
+        assert_eq!(count("SELECT 1"), 0, "no table was created in the schema");
+    });
+    assert!(!dest.exists(), "a refused sync creates no destination");
     assert!(ok(run(&unstamped, &["up"])).contains("upgraded"));
     let appended = common::cairn(unstamped.to_str().unwrap())
         .args(["append", "--space", "s", "--kind", "k", "--payload", "p"])

@@ -554,7 +554,7 @@ fn a_served_sqlite_store_and_a_local_postgres_store_converge_through_http() {
                     .unwrap();
             }
             let http = server.endpoint();
-            let local = endpoint_for(&pg_url, None).await.unwrap();
+            let local = endpoint_for(&pg_url, None, true).await.unwrap();
             let report = Sync::new(http.clone(), local.clone())
                 .space(space.clone())
                 .both_ways(true)
@@ -608,7 +608,7 @@ fn a_served_sqlite_store_and_a_local_postgres_store_converge_through_http() {
             // All spaces, through endpoint_for on both sides.
             let other = SpaceId::new("only on the server").unwrap();
             served.epochs().append(&other, ev("x")).await.unwrap();
-            let by_url = endpoint_for(&server.base, Some(FULL.to_owned()))
+            let by_url = endpoint_for(&server.base, Some(FULL.to_owned()), true)
                 .await
                 .unwrap();
             let all = Sync::new(by_url, local.clone())

@@ -72,7 +72,9 @@ pub(crate) struct SyncArgs {
 }
 
 /// Opens one side ([`crate::sync::endpoint_for`]). A store side that must exist (the source)
-/// is looked for first, read-only, so that a mistyped source creates no empty store.
+/// is looked for first, read-only, so that a mistyped source gets the missing store's own
+/// message, and is then opened without creating anything: a database or schema that holds no
+/// cairn store is refused, not turned into one.
 async fn open_side(
     url: &str,
     token: Option<String>,
@@ -81,7 +83,7 @@ async fn open_side(
     if must_exist && !is_http(url) {
         refuse_empty_location(&DatabaseUrl::parse(url)?).await?;
     }
-    Ok(crate::sync::endpoint_for(url, token).await?)
+    Ok(crate::sync::endpoint_for(url, token, !must_exist).await?)
 }
 
 /// A side's token: the one given on the command line (refused for a store side, which takes

@@ -42,7 +42,9 @@ pub fn label_for(url: &str) -> String {
 
 /// A side of a sync from a string: an `http://` or `https://` URL is a `cairn serve`
 /// ([`HttpEndpoint`], with the bearer `token`); anything else is a store URL or file path,
-/// opened here (created at head when missing) and kept open while the side lives
+/// opened here (created at head when missing, when `create_if_missing`; otherwise a location
+/// without a cairn store, an empty database or schema included, is refused and nothing is
+/// created) and kept open while the side lives
 /// ([`Store::sync_endpoint`]). It is opened as every one-shot command opens a store: a store
 /// behind this build is refused, not upgraded (`cairn migrate up`, or a service's open,
 /// upgrades it), and the open does not register in the fleet registry (a sync's process ends
@@ -51,8 +53,13 @@ pub fn label_for(url: &str) -> String {
 ///
 /// # Errors
 /// [`Error::InvalidInput`] for a bad URL, or a token given for a store opened here;
-/// [`Error::Incompatible`] for a store behind this build; the open's other errors.
-pub async fn endpoint_for(url: &str, token: Option<String>) -> Result<Arc<dyn SyncEndpoint>> {
+/// [`Error::Incompatible`] for a store behind this build; [`Error::NotFound`] for no store
+/// when `create_if_missing` is off; the open's other errors.
+pub async fn endpoint_for(
+    url: &str,
+    token: Option<String>,
+    create_if_missing: bool,
+) -> Result<Arc<dyn SyncEndpoint>> {
     if is_http(url) {
         return Ok(Arc::new(HttpEndpoint::new(url, token)?));
     }
@@ -63,6 +70,7 @@ pub async fn endpoint_for(url: &str, token: Option<String>) -> Result<Arc<dyn Sy
         ));
     }
     let store = Store::builder(url)
+        .create_if_missing(create_if_missing)
         .upgrade(false)
         .register_in_fleet(false)
         .open()
