@@ -56,13 +56,13 @@ impl PgBackend {
         PgTransaction::begin(&self.store, &self.spool).await
     }
 
-    /// Opens the store `pg` names ([`PgStore::open_with`]: the schema, cairn's own migration
-    /// set, upgraded only when [`OpenOptions::upgrade`] allows, the pool), the spool and the migrator on the store's pool
-    /// ([`PgSpool::from_store`] on `opts`' clock and spool config, [`PgMigrator::from_store`]),
-    /// then runs the open protocol ([`Session::open`]: `opts`' application sets, the contract
-    /// gate, the fleet registration and its heartbeat). One pool serves the epoch log, the
-    /// spool, the migrations and the heartbeat; the spool's subscriptions add one listening
-    /// connection. On an error the pool is closed again.
+    /// Opens the store `pg` names ([`PgStore::open_with`]: the schema, cairn's own migration set,
+    /// upgraded only when [`OpenOptions::upgrade`] allows, the pool), the spool and the migrator on
+    /// the store's pool ([`PgSpool::from_store`] on `opts`' clock and spool config,
+    /// [`PgMigrator::from_store`]), then runs the open protocol ([`Session::open`]: `opts`'
+    /// application sets, the contract gate, the fleet registration and its heartbeat). One pool
+    /// serves the epoch log, the spool, the migrations and the heartbeat; the spool's subscriptions
+    /// add one listening connection. On an error the pool is closed again.
     ///
     /// # Errors
     /// [`cairn_core::Error::InvalidInput`] for an application set named `cairn` or given twice

@@ -48,10 +48,11 @@ impl fmt::Debug for SqliteBackend {
 }
 
 impl SqliteBackend {
-    /// Opens the store at `path` ([`SqliteStore::open_with`]: file checks, cairn's own
-    /// migration set, upgraded only when [`OpenOptions::upgrade`] allows), the spool over its connections ([`SqliteSpool::from_store`], on
-    /// `opts`' clock and spool config), then runs the open protocol ([`Session::open`]:
-    /// `opts`' application sets, the contract gate, the fleet registration and its heartbeat).
+    /// Opens the store at `path` ([`SqliteStore::open_with`]: file checks, cairn's own migration
+    /// set, upgraded only when [`OpenOptions::upgrade`] allows), the spool over its connections
+    /// ([`SqliteSpool::from_store`], on `opts`' clock and spool config), then runs the open
+    /// protocol ([`Session::open`]: `opts`' application sets, the contract gate, the fleet
+    /// registration and its heartbeat).
     ///
     /// # Errors
     /// [`cairn_core::Error::InvalidInput`] for an application set named `cairn` or given twice

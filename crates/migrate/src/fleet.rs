@@ -6,9 +6,10 @@
 //! heartbeat refreshes `last_seen` while the store is open; an entry not refreshed within the
 //! expiry window is not *live*, and neither is one whose `last_seen` is more than the window
 //! ahead of the reader's clock (a heartbeat from a clock that ran ahead, or a row written by
-//! hand: it would otherwise stay live until that time came, blocking every contract revision). The runner reads the live entries under the migration lock
-//! before it applies a *contract* revision ([`MigrationSet::with_contract`]) and refuses when
-//! a live build other than the caller lacks it ([`contract_blockers`]).
+//! hand: it would otherwise stay live until that time came, blocking every contract
+//! revision). The runner reads the live entries under the migration lock before it applies a
+//! *contract* revision ([`MigrationSet::with_contract`]) and refuses when a live build other
+//! than the caller lacks it ([`contract_blockers`]).
 //!
 //! The statements are defined once per [`Dialect`] here ([`FleetSql`]); each backend runs
 //! them. A store whose cairn set predates `0004_fleet` has no registry: it reads as an empty

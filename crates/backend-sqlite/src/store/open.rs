@@ -48,14 +48,13 @@ impl SqliteStore {
     ///
     /// # Errors
     /// [`Error::InvalidInput`] for options no store can be opened with (0 read connections);
-    /// [`Error::NotFound`] when `create_if_missing` is off and no file exists, or the file
-    /// holds no stamp of cairn's set (nothing is created); [`Error::UnsafePath`] for a symlink or a non-file at the path (nothing is
-    /// created); [`Error::Io`] when the file or directory cannot be created or opened;
-    /// [`Error::Corrupt`] when the file is not a SQLite database, holds an application's tables
-    /// without the opt-in, or holds tables that do not match cairn's schema;
-    /// [`Error::Incompatible`] for a store whose migration history this build must not use
-    /// (nothing is changed); [`Error::Retryable`] when another writer held the lock past the
-    /// busy timeout.
+    /// [`Error::NotFound`] when `create_if_missing` is off and no file exists, or the file holds no
+    /// stamp of cairn's set (nothing is created); [`Error::UnsafePath`] for a symlink or a non-file
+    /// at the path (nothing is created); [`Error::Io`] when the file or directory cannot be created
+    /// or opened; [`Error::Corrupt`] when the file is not a SQLite database, holds an application's
+    /// tables without the opt-in, or holds tables that do not match cairn's schema;
+    /// [`Error::Incompatible`] for a store whose migration history this build must not use (nothing
+    /// is changed); [`Error::Retryable`] when another writer held the lock past the busy timeout.
     pub async fn open_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self> {
         let runner = Self::cairn_runner(&opts);
         Self::open_with_runner(path.as_ref(), opts, &runner).await

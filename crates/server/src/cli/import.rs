@@ -6,8 +6,9 @@
 //! touched — unless `--quarantine` asks to leave such records out); then the store is opened,
 //! so that a store this binary must not use (behind it, say) is refused before anything is
 //! printed or copied; then the source files are copied aside, never through a symbolic link
-//! (with a quarantine's records and report); only then is the plan imported, in one transaction that also records the source's fingerprint
-//! (and, for a partial import, that it was partial), so a second run is a no-op.
+//! (with a quarantine's records and report); only then is the plan imported, in one
+//! transaction that also records the source's fingerprint (and, for a partial import, that
+//! it was partial), so a second run is a no-op.
 
 use std::io::Write;
 use std::path::Path;
