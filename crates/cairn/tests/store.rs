@@ -304,6 +304,21 @@ async fn stamp(url: &str, name: &str) -> Option<String> {
         .stamp
 }
 
+/// Makes the store at `url` as an older build would: cairn's set up to `revision`. Returns the
+/// store's raw migration backend.
+async fn made_by_an_older_build(
+    url: &str,
+    revision: &str,
+) -> std::sync::Arc<dyn cairn::testkit::MigrationBackend> {
+    let url = cairn::DatabaseUrl::parse(url).unwrap();
+    let raw = cairn::testkit::migration_backend(&url, true).unwrap();
+    cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(revision).unwrap())
+        .open(raw.as_ref())
+        .await
+        .expect("the older build creates its store");
+    raw
+}
+
 /// `StoreBuilder::upgrade(false)`: a store behind this build — in cairn's own set or in an
 /// application's — is refused with `Incompatible` in one line naming the stamp, the head and
 /// `cairn migrate up`, and nothing is written; a missing store is still created at head, a
@@ -314,13 +329,7 @@ async fn without_upgrade_a_store_behind_this_build_is_refused_and_left_as_it_is(
     let head = cairn::migrate::cairn_set().head().id.clone();
     assert_ne!(head, older, "the case needs a revision after {older}");
     for loc in Location::each().await {
-        // A store an older build made: cairn's set up to `older`.
-        let url = cairn::DatabaseUrl::parse(&loc.url()).unwrap();
-        let raw = cairn::testkit::migration_backend(&url, true).unwrap();
-        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
-            .open(raw.as_ref())
-            .await
-            .expect("the older build creates its store");
+        made_by_an_older_build(&loc.url(), older).await;
         assert_eq!(stamp(&loc.url(), "cairn").await.as_deref(), Some(older));
 
         let err = Store::builder(loc.url())
@@ -397,12 +406,7 @@ async fn without_upgrade_a_store_behind_this_build_is_refused_and_left_as_it_is(
     let contract = "0008_spool_ready_contract";
     assert!(cairn::migrate::cairn_set().is_contract(contract));
     for loc in Location::each().await {
-        let url = cairn::DatabaseUrl::parse(&loc.url()).unwrap();
-        let raw = cairn::testkit::migration_backend(&url, true).unwrap();
-        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(parent).unwrap())
-            .open(raw.as_ref())
-            .await
-            .unwrap();
+        let raw = made_by_an_older_build(&loc.url(), parent).await;
         let without_upgrade = || {
             Store::builder(loc.url())
                 .upgrade(false)

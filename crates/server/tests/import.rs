@@ -311,12 +311,7 @@ async fn an_import_into_a_store_behind_this_binary_prints_and_copies_nothing() {
     let older = "0009_spool_flow";
     let (dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_import_behind").await;
     for url in &urls {
-        let parsed = cairn::DatabaseUrl::parse(url).unwrap();
-        let raw = cairn::testkit::migration_backend(&parsed, true).unwrap();
-        cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
-            .open(raw.as_ref())
-            .await
-            .expect("the older build creates its store");
+        common::made_by_an_older_build(url, older).await;
     }
     let sources = dir.path().join("sources");
     let legacy = sources.join("legacy");

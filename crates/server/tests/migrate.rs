@@ -213,12 +213,7 @@ async fn one_shot_commands_refuse_a_store_behind_this_build_and_change_nothing()
     let older = "0009_spool_flow";
     let (_dir, urls, pg, schema) = common::sqlite_and_postgres("cairn_behind").await;
     for url in &urls {
-        let parsed = cairn::DatabaseUrl::parse(url).unwrap();
-        let raw = cairn::testkit::migration_backend(&parsed, true).unwrap();
-        Runner::new(cairn::migrate::cairn_set().up_to(older).unwrap())
-            .open(raw.as_ref())
-            .await
-            .expect("the older build creates its store");
+        common::made_by_an_older_build(url, older).await;
     }
     let urls2 = urls.clone();
     let outs = tokio::task::spawn_blocking(move || {

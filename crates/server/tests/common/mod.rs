@@ -128,6 +128,16 @@ pub(crate) async fn sqlite_and_postgres(
     (dir, urls, pg, schema)
 }
 
+/// Makes the store at `url` as an older build would: cairn's set up to `revision`.
+pub(crate) async fn made_by_an_older_build(url: &str, revision: &str) {
+    let parsed = cairn::DatabaseUrl::parse(url).unwrap();
+    let raw = cairn::testkit::migration_backend(&parsed, true).unwrap();
+    cairn::testkit::Runner::new(cairn::migrate::cairn_set().up_to(revision).unwrap())
+        .open(raw.as_ref())
+        .await
+        .expect("the older build creates its store");
+}
+
 /// Drops `schema` on the Postgres server at `pg`.
 pub(crate) async fn drop_schema(pg: &str, schema: &str) {
     use sqlx::Connection;
